@@ -1,0 +1,141 @@
+"""The vocabulary shared by lint and trace: Finding, Severity, Location, Fix.
+
+A finding is plain data: both halves of ampdoctor produce it and every reporter consumes it.
+Positions are 1-based lines and 1-based columns, as editors and ruff print them; end positions
+are exclusive columns on ``end_line``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+class Severity(enum.IntEnum):
+    """How bad a finding is. Ordered, so ``severity >= Severity.WARNING`` works."""
+
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+
+    @classmethod
+    def parse(cls, text: str) -> "Severity":
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            names = ", ".join(s.label for s in cls)
+            raise ValueError(f"unknown severity {text!r} (expected one of: {names})") from None
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    def __str__(self) -> str:
+        return self.label
+
+
+class Applicability(str, enum.Enum):
+    """Whether ``--fix`` applies a fix by itself (safe) or only with ``--unsafe-fixes``."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+@dataclass(frozen=True, order=True)
+class Edit:
+    """Replace the text between two positions (1-based line, 1-based column, end exclusive)."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    content: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "line": self.line,
+            "column": self.column,
+            "end_line": self.end_line,
+            "end_column": self.end_column,
+            "content": self.content,
+        }
+
+
+@dataclass(frozen=True)
+class Fix:
+    description: str
+    edits: tuple[Edit, ...]
+    applicability: Applicability = Applicability.SAFE
+
+    @property
+    def is_safe(self) -> bool:
+        return self.applicability is Applicability.SAFE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "description": self.description,
+            "applicability": self.applicability.value,
+            "edits": [e.to_dict() for e in self.edits],
+        }
+
+
+@dataclass(frozen=True)
+class Location:
+    path: str
+    line: int = 1
+    column: int = 1
+    end_line: Optional[int] = None
+    end_column: Optional[int] = None
+    # Notebooks: the 1-based cell number; ``line`` is then the line within that cell.
+    cell: Optional[int] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "end_line": self.end_line if self.end_line is not None else self.line,
+            "end_column": self.end_column if self.end_column is not None else self.column,
+            "cell": self.cell,
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: Severity
+    message: str
+    location: Location
+    fix: Optional[Fix] = None
+    # A short instruction shown after ``help:``; falls back to the fix description.
+    help: Optional[str] = None
+    # Free-form structured data for machine readers (runtime findings: module, step, values).
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def help_text(self) -> Optional[str]:
+        if self.help:
+            return self.help
+        return self.fix.description if self.fix else None
+
+    def sort_key(self) -> tuple:
+        loc = self.location
+        return (loc.path, loc.cell or 0, loc.line, loc.column, self.code)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON shape documented in the README."""
+        from .catalog import rule_name
+
+        data: dict[str, Any] = {
+            "code": self.code,
+            "name": rule_name(self.code),
+            "severity": self.severity.label,
+            "message": self.message,
+        }
+        data.update(self.location.to_dict())
+        data["help"] = self.help_text
+        data["fix"] = self.fix.to_dict() if self.fix else None
+        if self.extra:
+            data["extra"] = self.extra
+        return data

@@ -1,0 +1,360 @@
+"""The lint pipeline: files → prefilter → parse → AmpFacts → rules → findings → suppressions.
+
+Cheap steps first. A file that contains none of the tokens of any selected rule is never
+decoded or parsed. Positions (libcst's PositionProvider, the expensive metadata) are computed
+only for files where some rule reported something.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import tempfile
+import tokenize
+from dataclasses import dataclass, field
+from io import BytesIO
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from ..catalog import severity_of
+from ..findings import Finding, Location
+from .fixes import FixError, SourceLines, apply_edits, edit_spans, overlaps, resolve_fix
+
+PARSE_ERROR = "AMP000"
+MAX_FIX_PASSES = 10
+
+_NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+|\s+[A-Za-z]+[0-9]+)*))?", re.I)
+_IGNORE = re.compile(r"#\s*ampdoctor:\s*ignore\b(?:\[(?P<codes>[^\]]*)\])?")
+_CODE = re.compile(r"[A-Za-z]+[0-9]+")
+
+
+@dataclass
+class LintOptions:
+    """What to check and how: resolved from config and command line."""
+
+    codes: frozenset[str]
+    fix: bool = False
+    unsafe_fixes: bool = False
+    per_file_ignored: tuple[str, ...] = ()
+
+
+@dataclass
+class FileResult:
+    path: str  # as shown to the user
+    findings: list[Finding] = field(default_factory=list)
+    suppressed: int = 0
+    fixed: int = 0
+    source: Optional[str] = None  # the checked text (after fixes), when it was read
+    original: Optional[str] = None  # the text before fixes, when fixes changed it
+    cells: dict[int, str] = field(default_factory=dict)  # notebooks: cell number → text
+    parsed: bool = False
+    error: Optional[str] = None  # unreadable / undecodable / unparsable
+    notebook: Optional[tuple] = None  # (original JSON text, NotebookSource) when fixes changed it
+    file_path: str = ""  # where the file is on disk
+
+    @property
+    def changed(self) -> bool:
+        return self.original is not None and self.original != self.source
+
+
+# ---------------------------------------------------------------------------------------
+# One source text
+# ---------------------------------------------------------------------------------------
+
+
+def needed_tokens(codes: Iterable[str]) -> tuple[bytes, ...]:
+    from .rules import lint_rules
+
+    rules = lint_rules()
+    tokens: set[bytes] = set()
+    for code in codes:
+        rule = rules.get(code)
+        if rule is not None:
+            tokens.update(t.encode() for t in rule.tokens)
+    return tuple(sorted(tokens))
+
+
+def mentions_any(data: bytes, tokens: Sequence[bytes]) -> bool:
+    return any(token in data for token in tokens)
+
+
+def decode_source(data: bytes) -> str:
+    """Decode like the interpreter: BOM, PEP 263 cookie, else UTF-8. Raises ValueError."""
+    try:
+        encoding, _ = tokenize.detect_encoding(BytesIO(data).readline)
+    except SyntaxError as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        raise ValueError(f"cannot decode as {encoding}: {exc.reason if hasattr(exc, 'reason') else exc}") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def check_source(source: str, path: str, options: LintOptions) -> tuple[list[Finding], int, bool]:
+    """Findings (suppressions applied), the number suppressed, and whether it parsed."""
+    import libcst as cst
+
+    from .facts import build_facts
+    from .rules import lint_rules
+
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        return [_parse_error(path, exc)], 0, False
+    except (RecursionError, MemoryError):
+        return [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), "cannot parse: file too deeply nested", Location(path))], 0, False
+    facts = build_facts(module, source)
+    rules = lint_rules()
+    reports = []
+    for code in sorted(options.codes):
+        rule = rules.get(code)
+        if rule is not None:
+            reports.extend(rule.check(facts))
+    if not reports:
+        return [], 0, True
+    findings = _position(reports, module, source, path)
+    kept, suppressed = _apply_suppressions(findings, source, options.per_file_ignored)
+    return kept, suppressed, True
+
+
+def _parse_error(path: str, exc: Exception) -> Finding:
+    line = getattr(exc, "raw_line", 1) or 1
+    column = (getattr(exc, "raw_column", 0) or 0) + 1
+    message = str(getattr(exc, "message", exc)).strip().splitlines()[0]
+    return Finding(PARSE_ERROR, severity_of(PARSE_ERROR), f"cannot parse: {message}", Location(path, line, column))
+
+
+def _position(reports, module, source: str, path: str) -> list[Finding]:
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    # unsafe_skip_copy keeps node identity, so the nodes the rules hold can be looked up.
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    lines = SourceLines(source)
+    findings = []
+    for report in reports:
+        span = positions.get(report.node)
+        if span is None:  # pragma: no cover - every reported node comes from this module
+            continue
+        statement = positions.get(report.statement) if report.statement is not None else None
+        fix = resolve_fix(report.fix, positions, lines) if report.fix is not None else None
+        extra = dict(report.extra)
+        extra["_noqa_lines"] = sorted({span.start.line, statement.start.line if statement else span.start.line})
+        findings.append(
+            Finding(
+                code=report.code,
+                severity=severity_of(report.code),
+                message=report.message,
+                location=Location(path, span.start.line, span.start.column + 1, span.end.line, span.end.column + 1),
+                fix=fix,
+                help=report.help,
+                extra=extra,
+            )
+        )
+    del cst
+    return sorted(findings, key=Finding.sort_key)
+
+
+def _suppressed_codes(line: str) -> Optional[set[str]]:
+    """None: nothing suppressed; empty set: everything; else the codes named."""
+    if "#" not in line:
+        return None
+    result: Optional[set[str]] = None
+    for pattern in (_NOQA, _IGNORE):
+        for match in pattern.finditer(line):
+            codes = match.group("codes")
+            if not codes:
+                return set()
+            result = (result or set()) | {c.upper() for c in _CODE.findall(codes)}
+    return result
+
+
+def _apply_suppressions(findings: list[Finding], source: str, ignored: Sequence[str]) -> tuple[list[Finding], int]:
+    lines = source.splitlines()
+    kept, suppressed = [], 0
+    for finding in findings:
+        noqa_lines = finding.extra.pop("_noqa_lines", [finding.location.line])
+        if any(finding.code.startswith(prefix) for prefix in ignored) and finding.code != PARSE_ERROR:
+            continue
+        if _is_suppressed(finding.code, noqa_lines, lines):
+            suppressed += 1
+            continue
+        kept.append(finding)
+    return kept, suppressed
+
+
+def _is_suppressed(code: str, line_numbers: Iterable[int], lines: list[str]) -> bool:
+    for number in line_numbers:
+        if 1 <= number <= len(lines):
+            codes = _suppressed_codes(lines[number - 1])
+            if codes is not None and (not codes or code in codes):
+                return True
+    return False
+
+
+def fix_source(source: str, path: str, options: LintOptions) -> tuple[str, int, list[Finding], int, bool]:
+    """Apply fixes until none applies: (new source, fixes applied, findings, suppressed, parsed)."""
+    fixed = 0
+    findings, suppressed, parsed = check_source(source, path, options)
+    for _ in range(MAX_FIX_PASSES):
+        applicable = [f for f in findings if f.fix and (f.fix.is_safe or options.unsafe_fixes)]
+        if not applicable or not parsed:
+            break
+        lines = SourceLines(source)
+        taken: list[tuple[int, int]] = []
+        edits = []
+        applied = 0
+        for finding in applicable:
+            spans = edit_spans(lines, finding.fix)
+            if overlaps(spans, taken):
+                continue  # the next pass picks it up against the updated text
+            taken.extend(spans)
+            edits.extend(finding.fix.edits)
+            applied += 1
+        candidate = apply_edits(source, edits)
+        new_findings, new_suppressed, new_parsed = check_source(candidate, path, options)
+        if not new_parsed:
+            raise FixError(f"{path}: a fix produced code that does not parse; nothing was written")
+        source, findings, suppressed, parsed = candidate, new_findings, new_suppressed, new_parsed
+        fixed += applied
+    return source, fixed, findings, suppressed, parsed
+
+
+# ---------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------
+
+
+def lint_file(path: Path, display: str, options: LintOptions, tokens: Optional[Sequence[bytes]]) -> FileResult:
+    result = FileResult(display, file_path=str(path))
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        result.error = f"cannot read: {exc.strerror or exc}"
+        result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
+        return result
+    if path.suffix == ".ipynb":
+        return _lint_notebook(path, display, data, options, tokens, result)
+    if tokens is not None and not mentions_any(data, tokens):
+        return result
+    try:
+        source = decode_source(data)
+    except ValueError as exc:
+        result.error = str(exc)
+        result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
+        return result
+    return _check_text(path, display, source, options, result)
+
+
+def _check_text(path: Path, display: str, source: str, options: LintOptions, result: FileResult) -> FileResult:
+    result.source = source
+    if options.fix:
+        try:
+            new_source, fixed, findings, suppressed, parsed = fix_source(source, display, options)
+        except FixError as exc:
+            result.error = str(exc)
+            findings, suppressed, parsed = check_source(source, display, options)
+            new_source, fixed = source, 0
+        if new_source != source:
+            result.original = source
+            result.source = new_source
+        result.fixed = fixed
+    else:
+        findings, suppressed, parsed = check_source(source, display, options)
+    result.findings, result.suppressed, result.parsed = findings, suppressed, parsed
+    if not parsed:
+        result.error = findings[0].message
+    return result
+
+
+def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, tokens, result: FileResult) -> FileResult:
+    from .notebooks import NotebookError, read_notebook
+
+    if tokens is not None and not mentions_any(data, tokens):
+        return result
+    try:
+        text = data.decode("utf-8")
+        notebook = read_notebook(text)
+    except (UnicodeDecodeError, NotebookError) as exc:
+        message = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        result.error = f"cannot read notebook: {message}"
+        result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
+        return result
+    _check_text(path, display, notebook.source, options, result)
+    result.findings = [_to_cell(f, notebook) for f in result.findings]
+    if result.changed:
+        result.notebook = (text, notebook)
+    final = read_notebook(_notebook_text(result)) if result.changed else notebook
+    result.cells = {cell.number: final.cell_text(cell.number) for cell in final.cells}
+    return result
+
+
+def _notebook_text(result: FileResult) -> str:
+    from .notebooks import write_notebook
+
+    assert result.notebook is not None
+    original_text, notebook = result.notebook
+    return write_notebook(original_text, notebook, result.source or "")
+
+
+def _to_cell(finding: Finding, notebook) -> Finding:
+    loc = finding.location
+    cell, line = notebook.locate(loc.line)
+    end_line = loc.end_line
+    if end_line is not None:
+        end_cell, end_in_cell = notebook.locate(end_line)
+        end_line = end_in_cell if end_cell == cell else line
+    fix = finding.fix
+    if fix is not None:
+        # Edits are shown relative to the finding's cell, like its location.
+        edits = []
+        for edit in fix.edits:
+            start_cell, start = notebook.locate(edit.line)
+            end_cell, end = notebook.locate(edit.end_line)
+            if start_cell != cell or end_cell != cell:
+                edits = None
+                break
+            edits.append(dataclasses.replace(edit, line=start, end_line=end))
+        fix = dataclasses.replace(fix, edits=tuple(edits)) if edits is not None else None
+    location = dataclasses.replace(loc, line=line, end_line=end_line, cell=cell)
+    return dataclasses.replace(finding, location=location, fix=fix)
+
+
+def write_result(path: Path, result: FileResult) -> None:
+    """Write fixed text atomically: a temporary file beside the original, then a rename."""
+    if not result.changed:
+        return
+    text = _notebook_text(result) if path.suffix == ".ipynb" else result.source or ""
+    data = text.encode("utf-8") if path.suffix == ".ipynb" else _encode_like(text, result.original or "")
+    folder = path.parent
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".ampdoctor", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temp, path.stat().st_mode & 0o7777)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def _encode_like(text: str, original: str) -> bytes:
+    # Sources are decoded with their declared encoding; write back with the same cookie rules.
+    cookie = re.search(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", "\n".join(original.splitlines()[:2]), re.M)
+    encoding = cookie.group(1) if cookie else "utf-8"
+    try:
+        return text.encode(encoding)
+    except (LookupError, UnicodeEncodeError):
+        return text.encode("utf-8")
+
+
+def unified_diff(result: FileResult) -> str:
+    if not result.changed:
+        return ""
+    before = (result.original or "").splitlines(keepends=True)
+    after = (result.source or "").splitlines(keepends=True)
+    return "".join(difflib.unified_diff(before, after, fromfile=f"a/{result.path}", tofile=f"b/{result.path}"))

@@ -1,0 +1,911 @@
+"""AmpFacts: the mixed-precision semantic model of one module, built in one libcst visit.
+
+Rules never walk the tree. They query what this module records:
+
+* ``imports``: local names bound by imports (and simple module-level aliases), mapped to the
+  dotted torch (or other library) path they stand for, so ``ac`` in
+  ``from torch.cuda.amp import autocast as ac`` resolves to ``torch.cuda.amp.autocast``;
+* ``calls``: every call, with its resolved qualified name (for plain functions), its receiver
+  and method name (for method calls), the function frame, the loop/branch path inside that
+  frame, the ``with`` items and decorators that enclose it, and its source order;
+* ``regions``: autocast regions (device, dtype, enabled on/off/maybe), including context
+  objects bound to a name and entered later (``ctx = torch.autocast(...)``; ``with ctx:``)
+  and autocast decorators;
+* ``scalers`` / ``optimizers``: receiver keys (``scaler``, ``self.scaler``) known to hold a
+  GradScaler or an optimizer, by construction and by use;
+* per frame (each function and the module body), the ordered training-step ``events``.
+
+Receivers are compared by their dotted spelling (``self.scaler``), which is what a reader
+compares too. Anything the model cannot name precisely (subscripts, call results) is left
+out, so rules stay silent rather than guess.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Optional, Sequence, Union
+
+import libcst as cst
+
+# --------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------
+
+AUTOCAST_NAMES = {
+    "torch.autocast": None,
+    "torch.amp.autocast": None,
+    "torch.amp.autocast_mode.autocast": None,
+    "torch.cuda.amp.autocast": "cuda",
+    "torch.cuda.amp.autocast_mode.autocast": "cuda",
+    "torch.cpu.amp.autocast": "cpu",
+    "torch.cpu.amp.autocast_mode.autocast": "cpu",
+}
+GRAD_SCALER_NAMES = {
+    "torch.amp.GradScaler": None,
+    "torch.amp.grad_scaler.GradScaler": None,
+    "torch.cuda.amp.GradScaler": "cuda",
+    "torch.cuda.amp.grad_scaler.GradScaler": "cuda",
+    "torch.cpu.amp.GradScaler": "cpu",
+    "torch.cpu.amp.grad_scaler.GradScaler": "cpu",
+    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler": None,
+    "torch.distributed.fsdp.ShardedGradScaler": None,
+}
+CUSTOM_FWD_NAMES = {
+    "torch.amp.custom_fwd",
+    "torch.cuda.amp.custom_fwd",
+    "torch.amp.autocast_mode.custom_fwd",
+}
+CLIP_NAMES = {
+    "torch.nn.utils.clip_grad_norm_": "norm",
+    "torch.nn.utils.clip_grad.clip_grad_norm_": "norm",
+    "torch.nn.utils.clip_grad_norm": "norm",
+    "torch.nn.utils.clip_grad_value_": "value",
+    "torch.nn.utils.clip_grad.clip_grad_value_": "value",
+}
+AUTOGRAD_BACKWARD = {"torch.autograd.backward"}
+DTYPES = {
+    "torch.float16": "float16",
+    "torch.half": "float16",
+    "torch.bfloat16": "bfloat16",
+    "torch.float32": "float32",
+    "torch.float": "float32",
+    "torch.float64": "float64",
+    "torch.double": "float64",
+}
+HALF_TENSOR_TYPES = {
+    "torch.HalfTensor": "float16",
+    "torch.cuda.HalfTensor": "float16",
+    "torch.BFloat16Tensor": "bfloat16",
+    "torch.cuda.BFloat16Tensor": "bfloat16",
+}
+# Optimizer classes by their last name, whatever package they come from (torch.optim,
+# apex.optimizers, bitsandbytes, timm.optim, transformers ...).
+_OPTIMIZER_CLASS = re.compile(
+    r"^(Adam|AdamW|SGD|RMSprop|Adagrad|Adadelta|Adamax|NAdam|RAdam|ASGD|Rprop|LBFGS|SparseAdam"
+    r"|Adafactor|Lamb|LAMB|Lion|Adan|FusedAdam|FusedLAMB|FusedSGD|LARS|Shampoo|Muon|Sophia"
+    r"|AdamW8bit|Adam8bit|PagedAdamW|PagedAdamW8bit|Lion8bit|AdaBelief|Novograd|ZeroRedundancyOptimizer)$"
+)
+_OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser|optimizers)(_\w+)?$|^(g|d|gen|disc)_?opt\w*$")
+
+
+class Enabled(str, enum.Enum):
+    ON = "on"
+    OFF = "off"
+    MAYBE = "maybe"
+
+    @property
+    def counts_as_on(self) -> bool:
+        return self is not Enabled.OFF
+
+
+class EventKind(str, enum.Enum):
+    BACKWARD = "backward"
+    SCALED_BACKWARD = "scaled_backward"
+    UNSCALE = "unscale"
+    CLIP = "clip"
+    SCALER_STEP = "scaler_step"
+    OPTIMIZER_STEP = "optimizer_step"
+    UPDATE = "update"
+    ZERO_GRAD = "zero_grad"
+    SCALER_NEW = "scaler_new"
+
+
+# --------------------------------------------------------------------------------------
+# Small expression helpers
+# --------------------------------------------------------------------------------------
+
+
+def dotted(expr: Optional[cst.BaseExpression]) -> Optional[str]:
+    """``a.b.c`` for Name/Attribute chains, else None."""
+    parts = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if isinstance(expr, cst.Name):
+        parts.append(expr.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def string_value(expr: Optional[cst.BaseExpression]) -> Optional[str]:
+    if isinstance(expr, cst.SimpleString):
+        try:
+            value = expr.evaluated_value
+        except Exception:  # pragma: no cover - libcst rejects only malformed literals
+            return None
+        return value if isinstance(value, str) else None
+    return None
+
+
+def number_value(expr: Optional[cst.BaseExpression]) -> Optional[float]:
+    """The value of a numeric literal, with unary minus/plus and ``2**-24``-style powers."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        try:
+            return float(expr.evaluated_value)
+        except (OverflowError, ValueError):
+            return None
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        inner = number_value(expr.expression)
+        if inner is None:
+            return None
+        return -inner if isinstance(expr.operator, cst.Minus) else inner
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Power):
+        base, exp = number_value(expr.left), number_value(expr.right)
+        if base is None or exp is None:
+            return None
+        try:
+            return float(base**exp)
+        except (OverflowError, ZeroDivisionError, ValueError):
+            return None
+    return None
+
+
+def get_arg(call: cst.Call, position: Optional[int], keyword: Optional[str]) -> Optional[cst.Arg]:
+    """The argument passed at ``position`` (counting plain positional args) or by ``keyword``."""
+    index = 0
+    for arg in call.args:
+        if arg.star:
+            return None if keyword is None else _keyword_arg(call, keyword)
+        if arg.keyword is None:
+            if position is not None and index == position:
+                return arg
+            index += 1
+    return _keyword_arg(call, keyword)
+
+
+def _keyword_arg(call: cst.Call, keyword: Optional[str]) -> Optional[cst.Arg]:
+    if keyword is None:
+        return None
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    """One step of a path inside a frame: a loop, or one arm of a branch."""
+
+    kind: str  # "loop", "if", "else", "try", "except", "finally", "match"
+    node: cst.CSTNode = field(compare=False, hash=False)
+    ident: int = 0
+
+    @property
+    def is_loop(self) -> bool:
+        return self.kind == "loop"
+
+
+@dataclass
+class Region:
+    """An autocast region: a ``with`` item, a decorator, or a ``custom_fwd(cast_inputs=...)``."""
+
+    node: cst.CSTNode  # the autocast call (or the name of the context object)
+    device: Optional[str]  # "cuda", "cpu", ... or None when not literal
+    dtype: Optional[str]  # "float16", "bfloat16", or None when not given/literal
+    dtype_given: bool
+    enabled: Enabled
+    kind: str = "with"  # "with", "decorator", "custom_fwd"
+
+    @property
+    def effective_dtype(self) -> Optional[str]:
+        """The dtype autocast uses: the given one, or the device's default."""
+        if self.dtype_given:
+            return self.dtype
+        if self.device == "cuda":
+            return "float16"
+        if self.device == "cpu":
+            return "bfloat16"
+        return None
+
+    @property
+    def is_float16(self) -> bool:
+        return self.enabled.counts_as_on and self.effective_dtype == "float16"
+
+
+@dataclass
+class WithRef:
+    """A ``with`` item or decorator around a call; resolved to a Region after the visit."""
+
+    expr: cst.BaseExpression
+    decorator: bool = False
+    region: Optional[Region] = None
+
+
+@dataclass(eq=False)
+class CallSite:
+    node: cst.Call
+    qname: Optional[str]  # resolved dotted name of the callee, when it is a known import
+    receiver: Optional[str]  # dotted spelling of ``x`` in ``x.method(...)``
+    method: Optional[str]
+    frame: "Frame"
+    path: tuple[Block, ...]
+    withs: tuple[WithRef, ...]
+    order: int
+    statement: cst.CSTNode  # the innermost statement that holds the call
+
+    @property
+    def region(self) -> Optional[Region]:
+        """The innermost autocast region around the call (on, off or maybe), or None."""
+        for ref in reversed(self.withs):
+            if ref.region is not None:
+                return ref.region
+        return None
+
+    @property
+    def in_autocast(self) -> bool:
+        region = self.region
+        return region is not None and region.enabled.counts_as_on
+
+    @property
+    def loop(self) -> Optional[Block]:
+        for block in reversed(self.path):
+            if block.is_loop:
+                return block
+        return None
+
+    def arg(self, position: Optional[int] = None, keyword: Optional[str] = None) -> Optional[cst.Arg]:
+        return get_arg(self.node, position, keyword)
+
+
+@dataclass(eq=False)
+class Event:
+    kind: EventKind
+    call: CallSite
+    scaler: Optional[str] = None
+    optimizer: Optional[str] = None
+    # For CLIP events: a max_norm of inf (pure norm computation) or the result divided by
+    # the scale (logging a norm of scaled gradients correctly).
+    norm_only: bool = False
+
+    @property
+    def order(self) -> int:
+        return self.call.order
+
+    @property
+    def path(self) -> tuple[Block, ...]:
+        return self.call.path
+
+
+@dataclass(eq=False)
+class Frame:
+    node: cst.CSTNode  # FunctionDef or Module
+    name: str
+    class_name: Optional[str]
+    parent: Optional["Frame"]
+    calls: list[CallSite] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+    def events_of(self, *kinds: EventKind) -> list[Event]:
+        return [e for e in self.events if e.kind in kinds]
+
+
+@dataclass(eq=False)
+class Assignment:
+    target: str  # dotted spelling of the target
+    value: cst.BaseExpression
+    frame: Frame
+    order: int
+
+
+@dataclass(eq=False)
+class ImportRef:
+    """One name bound by an import statement."""
+
+    node: Union[cst.Import, cst.ImportFrom]
+    alias: cst.ImportAlias
+    local: str  # the name bound in this module
+    qname: str  # what it stands for
+    module: Optional[str]  # ``from X import ...``: X; plain ``import``: None
+    # Inside an ``except`` handler: a fallback for older library versions.
+    fallback: bool = False
+
+
+@dataclass(eq=False)
+class AmpFacts:
+    module: cst.Module
+    source: str
+    imports: dict[str, str]
+    import_refs: list[ImportRef]
+    frames: list[Frame]
+    calls: list[CallSite]
+    regions: list[Region]
+    assignments: list[Assignment]
+    references: list[tuple[cst.CSTNode, str]]  # every Name/Attribute chain that resolves
+    classes: list[tuple[cst.ClassDef, tuple[str, ...]]]  # class and its resolved bases
+    functions: list[tuple[cst.FunctionDef, Frame]]
+    scalers: set[str] = field(default_factory=set)
+    scaler_devices: dict[str, Optional[str]] = field(default_factory=dict)
+    optimizers: set[str] = field(default_factory=set)
+    context_objects: dict[str, Region] = field(default_factory=dict)
+
+    # ---- queries --------------------------------------------------------------------
+
+    def qualify(self, expr: Optional[cst.BaseExpression]) -> Optional[str]:
+        return qualify(expr, self.imports)
+
+    def events(self, *kinds: EventKind) -> Iterator[Event]:
+        for frame in self.frames:
+            for event in frame.events:
+                if not kinds or event.kind in kinds:
+                    yield event
+
+    def calls_to(self, *qnames: str) -> Iterator[CallSite]:
+        wanted = set(qnames)
+        return (c for c in self.calls if c.qname in wanted)
+
+    @property
+    def uses_autocast(self) -> bool:
+        return bool(self.regions)
+
+    @property
+    def uses_float16(self) -> bool:
+        return any(r.is_float16 for r in self.regions)
+
+
+def qualify(expr: Optional[cst.BaseExpression], imports: dict[str, str]) -> Optional[str]:
+    name = dotted(expr)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    base = imports.get(head)
+    if base is None:
+        return None
+    return f"{base}.{rest}" if rest else base
+
+
+# --------------------------------------------------------------------------------------
+# The visit
+# --------------------------------------------------------------------------------------
+
+
+def _import_bindings(node: Union[cst.Import, cst.ImportFrom]) -> Iterator[tuple[cst.ImportAlias, str, str, Optional[str]]]:
+    """(alias node, local name, qualified name, from-module) for each name an import binds."""
+    if isinstance(node, cst.Import):
+        for alias in node.names:
+            full = dotted(alias.name)
+            if full is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                yield alias, alias.asname.name.value, full, None
+            else:
+                head = full.split(".", 1)[0]
+                yield alias, head, head, None
+        return
+    if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+        return
+    module = dotted(node.module)
+    if module is None:
+        return
+    for alias in node.names:
+        name = dotted(alias.name)
+        if name is None:
+            continue
+        local = name
+        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            local = alias.asname.name.value
+        yield alias, local, f"{module}.{name}", module
+
+
+class _FactVisitor(cst.CSTVisitor):
+    def __init__(self, imports: dict[str, str], import_refs: list[ImportRef]) -> None:
+        super().__init__()
+        self.imports = imports
+        self.import_refs = import_refs
+        self.frames: list[Frame] = []
+        self.calls: list[CallSite] = []
+        self.assignments: list[Assignment] = []
+        self.references: list[tuple[cst.CSTNode, str]] = []
+        self.classes: list[tuple[cst.ClassDef, tuple[str, ...]]] = []
+        self.functions: list[tuple[cst.FunctionDef, Frame]] = []
+        self._frame_stack: list[Frame] = []
+        self._path_stack: list[list[Block]] = []
+        self._with_stack: list[list[WithRef]] = []
+        self._statements: list[cst.CSTNode] = []
+        self._class_stack: list[str] = []
+        self._order = 0
+        self._blocks = 0
+        self._seen_imports: set[int] = {id(ref.node) for ref in import_refs}
+        self._skip_reference: set[int] = set()
+
+    # ---- frames -----------------------------------------------------------------------
+
+    def _push_frame(self, node: cst.CSTNode, name: str) -> Frame:
+        parent = self._frame_stack[-1] if self._frame_stack else None
+        frame = Frame(node, name, self._class_stack[-1] if self._class_stack else None, parent)
+        self.frames.append(frame)
+        self._frame_stack.append(frame)
+        self._path_stack.append([])
+        self._with_stack.append([])
+        return frame
+
+    def _pop_frame(self) -> None:
+        self._frame_stack.pop()
+        self._path_stack.pop()
+        self._with_stack.pop()
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._push_frame(node, "<module>")
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        bases = tuple(q for q in (qualify(b.value, self.imports) or dotted(b.value) for b in node.bases) if q)
+        self.classes.append((node, bases))
+        self._class_stack.append(node.name.value)
+        self._statements.append(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._class_stack.pop()
+        self._statements.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._statements.append(node)
+
+    def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        # Decorators and default values belong to the enclosing frame; the body is new.
+        frame = self._push_frame(node, node.name.value)
+        self.functions.append((node, frame))
+        # A decorated function runs its body inside the decorator's region, if it is one.
+        self._with_stack[-1].extend(WithRef(d.decorator, decorator=True) for d in node.decorators)
+
+    def leave_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self._pop_frame()
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._statements.pop()
+
+    # ---- statements, loops and branches ------------------------------------------------
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and not isinstance(
+            node, (cst.FunctionDef, cst.ClassDef)
+        ):
+            self._statements.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and not isinstance(
+            original_node, (cst.FunctionDef, cst.ClassDef)
+        ):
+            self._statements.pop()
+
+    def _enter(self, kind: str, node: cst.CSTNode) -> None:
+        self._blocks += 1
+        self._path_stack[-1].append(Block(kind, node, self._blocks))
+
+    def _exit(self) -> None:
+        self._path_stack[-1].pop()
+
+    def visit_For_body(self, node: cst.For) -> None:
+        self._enter("loop", node)
+
+    def leave_For_body(self, node: cst.For) -> None:
+        self._exit()
+
+    def visit_While_body(self, node: cst.While) -> None:
+        self._enter("loop", node)
+
+    def leave_While_body(self, node: cst.While) -> None:
+        self._exit()
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._enter("if", node)
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self._exit()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self._enter("else", node)
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self._exit()
+
+    def visit_Try_body(self, node: cst.Try) -> None:
+        self._enter("try", node)
+
+    def leave_Try_body(self, node: cst.Try) -> None:
+        self._exit()
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self._enter("except", node)
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self._exit()
+
+    def visit_Finally(self, node: cst.Finally) -> None:
+        self._enter("finally", node)
+
+    def leave_Finally(self, original_node: cst.Finally) -> None:
+        self._exit()
+
+    def visit_MatchCase(self, node: cst.MatchCase) -> None:
+        self._enter("match", node)
+
+    def leave_MatchCase(self, original_node: cst.MatchCase) -> None:
+        self._exit()
+
+    def visit_With_body(self, node: cst.With) -> None:
+        self._with_stack[-1].extend(WithRef(item.item) for item in node.items)
+
+    def leave_With_body(self, node: cst.With) -> None:
+        del self._with_stack[-1][-len(node.items):]
+
+    # ---- imports and assignments -------------------------------------------------------
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        self._record_import(node)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        self._record_import(node)
+        return False
+
+    def _record_import(self, node: Union[cst.Import, cst.ImportFrom]) -> None:
+        if id(node) in self._seen_imports:
+            return
+        self._seen_imports.add(id(node))
+        fallback = any(block.kind == "except" for block in self._path_stack[-1])
+        for alias, local, qname, module in _import_bindings(node):
+            self.imports.setdefault(local, qname)
+            self.import_refs.append(ImportRef(node, alias, local, qname, module, fallback))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._record_assignment(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._record_assignment(node.target, node.value)
+
+    def _record_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        name = dotted(target)
+        if name is None:
+            if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+                for t, v in zip(target.elements, value.elements):
+                    self._record_assignment(t.value, v.value)
+            return
+        frame = self._frame_stack[-1]
+        self._order += 1
+        self.assignments.append(Assignment(name, value, frame, self._order))
+        # ``autocast = torch.autocast`` at module level is an alias like an import.
+        if frame.parent is None and "." not in name:
+            target_q = qualify(value, self.imports)
+            if target_q and name not in self.imports:
+                self.imports[name] = target_q
+
+    # ---- calls and references ------------------------------------------------------------
+
+    def visit_Call(self, node: cst.Call) -> None:
+        frame = self._frame_stack[-1]
+        self._order += 1
+        func = node.func
+        receiver = method = None
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            receiver = dotted(func.value)
+        site = CallSite(
+            node=node,
+            qname=qualify(func, self.imports),
+            receiver=receiver,
+            method=method,
+            frame=frame,
+            path=tuple(self._path_stack[-1]),
+            withs=tuple(self._with_stack[-1]),
+            order=self._order,
+            statement=self._statements[-1] if self._statements else node,
+        )
+        frame.calls.append(site)
+        self.calls.append(site)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if id(node) in self._skip_reference:
+            return True
+        name = qualify(node, self.imports)
+        if name is not None:
+            self.references.append((node, name))
+            # Inner parts of the same chain are not separate references.
+            inner = node.value
+            while isinstance(inner, cst.Attribute):
+                self._skip_reference.add(id(inner))
+                inner = inner.value
+        return True
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        name = qualify(node.decorator, self.imports)
+        if name is not None and not isinstance(node.decorator, cst.Attribute):
+            self.references.append((node.decorator, name))
+
+
+def _prescan_imports(module: cst.Module) -> tuple[dict[str, str], list[ImportRef]]:
+    """Module-level imports first (also inside top-level if/try), so order of use is irrelevant."""
+    imports: dict[str, str] = {}
+    refs: list[ImportRef] = []
+
+    def scan(body: Sequence[cst.CSTNode], fallback: bool = False) -> None:
+        for stmt in body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, (cst.Import, cst.ImportFrom)):
+                        for alias, local, qname, mod in _import_bindings(small):
+                            imports.setdefault(local, qname)
+                            refs.append(ImportRef(small, alias, local, qname, mod, fallback))
+            elif isinstance(stmt, cst.If):
+                scan(stmt.body.body, fallback)
+                orelse = stmt.orelse
+                while orelse is not None:
+                    scan(orelse.body.body, fallback)
+                    orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+            elif isinstance(stmt, cst.Try):
+                scan(stmt.body.body, fallback)
+                for handler in stmt.handlers:
+                    scan(handler.body.body, True)
+
+    scan(module.body)
+    return imports, refs
+
+
+def build_facts(module: cst.Module, source: Optional[str] = None) -> AmpFacts:
+    imports, refs = _prescan_imports(module)
+    visitor = _FactVisitor(imports, refs)
+    module.visit(visitor)
+    facts = AmpFacts(
+        module=module,
+        source=source if source is not None else module.code,
+        imports=visitor.imports,
+        import_refs=visitor.import_refs,
+        frames=visitor.frames,
+        calls=visitor.calls,
+        regions=[],
+        assignments=visitor.assignments,
+        references=visitor.references,
+        classes=visitor.classes,
+        functions=visitor.functions,
+    )
+    _resolve_regions(facts, visitor)
+    _find_scalers_and_optimizers(facts)
+    _classify_events(facts)
+    return facts
+
+
+# --------------------------------------------------------------------------------------
+# After the visit: regions, roles, events
+# --------------------------------------------------------------------------------------
+
+
+def autocast_region(call: cst.Call, imports: dict[str, str], kind: str = "with") -> Optional[Region]:
+    """The Region made by an autocast call, or None when ``call`` is not one."""
+    qname = qualify(call.func, imports)
+    if qname not in AUTOCAST_NAMES:
+        return None
+    fixed_device = AUTOCAST_NAMES[qname]
+    if fixed_device is not None:
+        device = fixed_device
+        # torch.cuda.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)
+        enabled_arg = get_arg(call, 0, "enabled")
+        dtype_arg = get_arg(call, 1, "dtype")
+    else:
+        device_arg = get_arg(call, 0, "device_type")
+        device = string_value(device_arg.value) if device_arg else None
+        dtype_arg = get_arg(call, 1, "dtype")
+        enabled_arg = get_arg(call, 2, "enabled")
+    dtype = DTYPES.get(qualify(dtype_arg.value, imports) or "") if dtype_arg else None
+    if dtype_arg is not None and dtype is None:
+        dtype = _dtype_from_string(dtype_arg.value)
+    enabled = Enabled.ON
+    if enabled_arg is not None:
+        value = enabled_arg.value
+        if isinstance(value, cst.Name) and value.value in ("True", "False"):
+            enabled = Enabled.ON if value.value == "True" else Enabled.OFF
+        else:
+            enabled = Enabled.MAYBE
+    return Region(call, device, dtype, dtype_arg is not None, enabled, kind)
+
+
+def _dtype_from_string(expr: cst.BaseExpression) -> Optional[str]:
+    text = string_value(expr)
+    aliases = {"float16": "float16", "half": "float16", "fp16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+    return aliases.get(text or "")
+
+
+def _region_of_expression(expr: cst.BaseExpression, facts: AmpFacts) -> Optional[Region]:
+    """Autocast region for a ``with`` item: a call, a context object, or ``a if c else b``."""
+    if isinstance(expr, cst.Call):
+        region = autocast_region(expr, facts.imports)
+        if region is not None:
+            return region
+        name = qualify(expr.func, facts.imports)
+        if name in CUSTOM_FWD_NAMES and get_arg(expr, None, "cast_inputs") is not None:
+            # custom_fwd(cast_inputs=...) runs forward with autocast disabled.
+            return Region(expr, None, None, False, Enabled.OFF, "custom_fwd")
+        return None
+    if isinstance(expr, cst.IfExp):
+        # ``ctx = nullcontext() if cpu else torch.autocast(...)``: on in one arm only.
+        arms = [_region_of_expression(expr.body, facts), _region_of_expression(expr.orelse, facts)]
+        found = [a for a in arms if a is not None]
+        if not found:
+            return None
+        first = found[0]
+        enabled = first.enabled if len(found) == 2 and first.enabled is Enabled.OFF else Enabled.MAYBE
+        if len(found) == 2 and all(a.enabled is Enabled.ON for a in found):
+            enabled = Enabled.ON
+        return Region(first.node, first.device, first.dtype, first.dtype_given, enabled, first.kind)
+    name = dotted(expr)
+    if name is not None:
+        return facts.context_objects.get(name)
+    return None
+
+
+def _resolve_regions(facts: AmpFacts, visitor: _FactVisitor) -> None:
+    # Context objects: ``ctx = torch.autocast(...)`` anywhere in the module, by spelling.
+    for assignment in facts.assignments:
+        region = _region_of_expression(assignment.value, facts)
+        if region is not None:
+            existing = facts.context_objects.get(assignment.target)
+            if existing is not None and existing.enabled is not region.enabled:
+                region = Region(region.node, region.device, region.dtype, region.dtype_given, Enabled.MAYBE)
+            facts.context_objects[assignment.target] = region
+    seen: dict[int, Region] = {}
+    for site in facts.calls:
+        for ref in site.withs:
+            key = id(ref)
+            if key in seen or ref.region is not None:
+                continue
+            region = _region_of_expression(ref.expr, facts)
+            if region is not None and ref.decorator:
+                region = Region(region.node, region.device, region.dtype, region.dtype_given, region.enabled,
+                                "decorator" if region.kind == "with" else region.kind)
+            ref.region = region
+            seen[key] = region
+    regions: dict[int, Region] = {}
+    for region in list(facts.context_objects.values()) + [r for r in seen.values() if r is not None]:
+        regions.setdefault(id(region.node), region)
+    # Regions that enclose no call at all (``with autocast(): pass``) still count as uses.
+    for site in facts.calls:
+        if id(site.node) not in regions:
+            region = autocast_region(site.node, facts.imports)
+            if region is not None:
+                regions[id(site.node)] = region
+    facts.regions = list(regions.values())
+
+
+def _is_scale_call(expr: cst.BaseExpression) -> Optional[str]:
+    """``K.scale(x)`` → ``K``."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "scale":
+        return dotted(expr.func.value)
+    return None
+
+
+def _find_scalers_and_optimizers(facts: AmpFacts) -> None:
+    for assignment in facts.assignments:
+        value = assignment.value
+        if isinstance(value, cst.Call):
+            qname = facts.qualify(value.func)
+            if qname in GRAD_SCALER_NAMES:
+                facts.scalers.add(assignment.target)
+                device_arg = get_arg(value, 0, "device")
+                device = GRAD_SCALER_NAMES[qname] or (string_value(device_arg.value) if device_arg else "cuda")
+                facts.scaler_devices[assignment.target] = device
+            elif _is_optimizer_constructor(value, facts):
+                facts.optimizers.add(assignment.target)
+    # By use: whatever has ``.scale(x).backward()`` called on it is a scaler.
+    scaled_vars: dict[str, str] = {}
+    for assignment in facts.assignments:
+        scaler = _is_scale_call(assignment.value)
+        if scaler is not None:
+            scaled_vars[assignment.target] = scaler
+    for site in facts.calls:
+        if site.method == "backward":
+            scaler = _is_scale_call(site.node.func.value) if isinstance(site.node.func, cst.Attribute) else None
+            if scaler is not None:
+                facts.scalers.add(scaler)
+    for site in facts.calls:
+        if site.receiver in facts.scalers and site.method in ("step", "unscale_"):
+            opt = site.arg(0, "optimizer")
+            name = dotted(opt.value) if opt else None
+            if name:
+                facts.optimizers.add(name)
+    for site in facts.calls:
+        if site.method == "zero_grad" and site.receiver and _OPTIMIZER_NAME.search(site.receiver.rsplit(".", 1)[-1]):
+            facts.optimizers.add(site.receiver)
+    facts._scaled_vars = scaled_vars  # type: ignore[attr-defined]
+
+
+def _is_optimizer_constructor(call: cst.Call, facts: AmpFacts) -> bool:
+    qname = facts.qualify(call.func) or dotted(call.func) or ""
+    last = qname.rsplit(".", 1)[-1]
+    return bool(_OPTIMIZER_CLASS.match(last)) or qname.startswith("torch.optim.") and last[:1].isupper()
+
+
+def is_optimizer(name: Optional[str], facts: AmpFacts) -> bool:
+    if not name:
+        return False
+    return name in facts.optimizers or bool(_OPTIMIZER_NAME.search(name.rsplit(".", 1)[-1]))
+
+
+def _classify_events(facts: AmpFacts) -> None:
+    scaled_vars: dict[str, str] = getattr(facts, "_scaled_vars", {})
+    for frame in facts.frames:
+        for site in frame.calls:
+            event = _event_for(site, facts, scaled_vars)
+            if event is not None:
+                frame.events.append(event)
+
+
+def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> Optional[Event]:
+    method, receiver = site.method, site.receiver
+    if site.qname in GRAD_SCALER_NAMES:
+        return Event(EventKind.SCALER_NEW, site)
+    if site.qname in CLIP_NAMES:
+        return Event(EventKind.CLIP, site, norm_only=_is_norm_only(site))
+    if site.qname in AUTOGRAD_BACKWARD:
+        tensors = site.arg(0, "tensors")
+        scaler = _is_scale_call(tensors.value) if tensors else None
+        if scaler is None and tensors is not None:
+            scaler = scaled_vars.get(dotted(tensors.value) or "")
+        if scaler is not None:
+            return Event(EventKind.SCALED_BACKWARD, site, scaler=scaler)
+        return Event(EventKind.BACKWARD, site)
+    if method == "backward" and isinstance(site.node.func, cst.Attribute):
+        target = site.node.func.value
+        scaler = _is_scale_call(target) or scaled_vars.get(dotted(target) or "")
+        if scaler is not None:
+            return Event(EventKind.SCALED_BACKWARD, site, scaler=scaler)
+        if receiver is not None and ("accelerator" in receiver.lower() or receiver.endswith("fabric")):
+            return None  # accelerate / Lightning Fabric objects scale inside backward()
+        return Event(EventKind.BACKWARD, site)
+    if receiver in facts.scalers:
+        opt_arg = site.arg(0, "optimizer")
+        optimizer = dotted(opt_arg.value) if opt_arg else None
+        kind = {"step": EventKind.SCALER_STEP, "unscale_": EventKind.UNSCALE, "update": EventKind.UPDATE}.get(method or "")
+        if kind is not None:
+            return Event(kind, site, scaler=receiver, optimizer=optimizer if kind is not EventKind.UPDATE else None)
+        return None
+    if method == "step" and not site.node.args and is_optimizer(receiver, facts):
+        return Event(EventKind.OPTIMIZER_STEP, site, optimizer=receiver)
+    if method == "zero_grad":
+        return Event(EventKind.ZERO_GRAD, site, optimizer=receiver)
+    return None
+
+
+def _is_norm_only(site: CallSite) -> bool:
+    """``clip_grad_norm_(params, inf)`` only measures; a norm divided by the scale is logging."""
+    if "get_scale" in cst.Module([]).code_for_node(site.statement):
+        return True
+    max_norm = site.arg(1, "max_norm") or site.arg(1, "clip_value")
+    if max_norm is not None:
+        value = max_norm.value
+        if isinstance(value, cst.Call) and dotted(value.func) == "float":
+            arg = get_arg(value, 0, None)
+            if arg is not None and (string_value(arg.value) or "").lower() in ("inf", "+inf"):
+                return True
+        name = dotted(value) or ""
+        if name in ("math.inf", "torch.inf", "np.inf", "numpy.inf", "inf", "float_inf"):
+            return True
+    return False
+

@@ -1,0 +1,97 @@
+"""Lint rules: small classes that query AmpFacts and yield Reports.
+
+A rule declares its code (its name, severity and docs come from ``rules/<code>.md``) and the
+text tokens a file must contain for the rule to possibly fire; the engine skips parsing files
+that contain none of the tokens of any selected rule. ``check`` yields ``Report`` objects that
+point at libcst nodes; the engine turns them into positioned Findings only for files that have
+any, so the common clean file never pays for position metadata.
+
+Adding a rule: a class in a family module of this package (every module here is loaded), decorated with ``@register``, plus
+its page in ``rules/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Iterable, Optional
+
+import libcst as cst
+
+from ...findings import Applicability
+from ..facts import AmpFacts
+
+
+@dataclass(frozen=True)
+class NodeEdit:
+    """A text edit expressed against nodes; positions are resolved later.
+
+    kind: ``replace`` (node's span ← text), ``insert_before`` / ``insert_after`` (at the
+    node's start / end), ``line_before`` / ``line_after`` (a new line with the statement's
+    indentation before its first / after its last line), ``replace_span`` (from ``node``'s
+    start to ``end_node``'s end ← text).
+    """
+
+    kind: str
+    node: cst.CSTNode = field(repr=False)
+    text: str = ""
+    end_node: Optional[cst.CSTNode] = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class FixPlan:
+    description: str
+    edits: tuple[NodeEdit, ...]
+    applicability: Applicability = Applicability.SAFE
+
+
+@dataclass
+class Report:
+    code: str
+    node: cst.CSTNode = field(repr=False)
+    message: str = ""
+    help: Optional[str] = None
+    fix: Optional[FixPlan] = None
+    # The statement whose first line also accepts a ``# noqa`` for this report.
+    statement: Optional[cst.CSTNode] = field(default=None, repr=False)
+    extra: dict = field(default_factory=dict)
+
+
+class LintRule:
+    code: ClassVar[str]
+    # The file must contain one of these substrings for the rule to be able to fire.
+    tokens: ClassVar[tuple[str, ...]] = ()
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, LintRule] = {}
+
+
+def register(cls: type[LintRule]) -> type[LintRule]:
+    if cls.code in _REGISTRY:
+        raise ValueError(f"duplicate rule {cls.code}")
+    _REGISTRY[cls.code] = cls()
+    return cls
+
+
+def lint_rules() -> dict[str, LintRule]:
+    """Every static rule, by code (importing the family modules registers them)."""
+    if not _REGISTRY:
+        import importlib
+        import pkgutil
+
+        for info in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+    return dict(sorted(_REGISTRY.items()))
+
+
+def node_code(node: cst.CSTNode) -> str:
+    """Source text of a node (without its leading trivia)."""
+    return _EMPTY.code_for_node(node)
+
+
+_EMPTY = cst.Module([])
+
+Checker = Callable[[AmpFacts], Iterable[Report]]

@@ -1,0 +1,127 @@
+"""AMP2xx: the GradScaler protocol, compared within one function body.
+
+The order a training step must follow, per scaler and iteration::
+
+    scaler.scale(loss).backward()      # gradients are multiplied by the scale
+    scaler.unscale_(optimizer)         # optional; required before clipping or reading grads
+    clip_grad_norm_(...)
+    scaler.step(optimizer)             # skipped when an inf/NaN was found
+    scaler.update()                    # once, after every optimizer stepped
+
+Each rule here looks at the events of one frame (function or module body). When a protocol is
+spread over several functions, the rules stay silent: a miss costs less than a false alarm.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import libcst as cst
+
+from ..facts import AmpFacts, Event, EventKind, Frame, dotted
+from . import FixPlan, LintRule, NodeEdit, Report, register
+
+
+def _scaler_events(frame: Frame, kind: EventKind, scaler: str) -> list[Event]:
+    return [e for e in frame.events if e.kind is kind and e.scaler == scaler]
+
+
+def _simple_statement(event: Event) -> Optional[cst.SimpleStatementLine]:
+    statement = event.call.statement
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        return statement
+    return None
+
+
+@register
+class ClipBeforeUnscale(LintRule):
+    code = "AMP201"
+    tokens = ("clip_grad",)
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        for frame in facts.frames:
+            for clip in frame.events_of(EventKind.CLIP):
+                if not clip.norm_only:
+                    report = self._check_clip(frame, clip)
+                    if report is not None:
+                        yield report
+
+    def _check_clip(self, frame: Frame, clip: Event) -> Optional[Report]:
+        backwards = [e for e in frame.events_of(EventKind.SCALED_BACKWARD) if e.order < clip.order]
+        if not backwards:
+            return None
+        scaler = backwards[-1].scaler
+        assert scaler is not None
+        steps = [e for e in _scaler_events(frame, EventKind.SCALER_STEP, scaler) if e.order > clip.order]
+        if not steps:
+            return None  # the step happens elsewhere: the protocol is split, stay silent
+        unscales = _scaler_events(frame, EventKind.UNSCALE, scaler)
+        if any(backwards[-1].order < u.order < clip.order for u in unscales):
+            return None
+        return Report(
+            self.code,
+            clip.call.node,
+            f"gradients are clipped while still multiplied by the loss scale of `{scaler}`: "
+            f"call `{scaler}.unscale_(optimizer)` before clipping",
+            help=f"Insert `{scaler}.unscale_(optimizer)` before the clip",
+            fix=self._fix(clip, scaler, steps, unscales),
+            statement=clip.call.statement,
+        )
+
+    def _fix(self, clip: Event, scaler: str, steps: list[Event], unscales: list[Event]) -> Optional[FixPlan]:
+        optimizers = {s.optimizer for s in steps}
+        statement = _simple_statement(clip)
+        if len(optimizers) != 1 or None in optimizers or statement is None:
+            return None
+        # An unscale_ between the clip and the step would then run twice: torch raises.
+        if any(clip.order < u.order < steps[0].order for u in unscales):
+            return None
+        (optimizer,) = optimizers
+        text = f"{scaler}.unscale_({optimizer})"
+        return FixPlan(f"Insert `{text}` before the clip", (NodeEdit("line_before", statement, text),))
+
+
+@register
+class MissingScalerUpdate(LintRule):
+    code = "AMP202"
+    tokens = (".scale(",)
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        updated = {e.scaler for e in facts.events(EventKind.UPDATE)}
+        for frame in facts.frames:
+            scaled = {e.scaler for e in frame.events_of(EventKind.SCALED_BACKWARD)}
+            steps_by_scaler: dict[str, list[Event]] = {}
+            for event in frame.events_of(EventKind.SCALER_STEP):
+                steps_by_scaler.setdefault(event.scaler or "", []).append(event)
+            for scaler, steps in steps_by_scaler.items():
+                # Only a complete step in one function is judged; an update anywhere in the
+                # module under the same name, or a scaler handed to a helper, means silence.
+                if scaler not in scaled or scaler in updated or _passed_to_helper(frame, scaler):
+                    continue
+                last = steps[-1]
+                yield Report(
+                    self.code,
+                    last.call.node,
+                    f"`{scaler}.step()` is never followed by `{scaler}.update()`: the loss scale never "
+                    "adapts, and the next `step()` raises 'step() has already been called since the last update()'",
+                    help=f"Call `{scaler}.update()` once per iteration, after the last `{scaler}.step(...)`",
+                    fix=self._fix(last, steps, scaler),
+                    statement=last.call.statement,
+                )
+
+    def _fix(self, last: Event, steps: list[Event], scaler: str) -> Optional[FixPlan]:
+        statement = _simple_statement(last)
+        if statement is None or any(s.path != last.path for s in steps):
+            return None
+        text = f"{scaler}.update()"
+        return FixPlan(f"Add `{text}` after the last `{scaler}.step(...)`", (NodeEdit("line_after", statement, text),))
+
+
+def _passed_to_helper(frame: Frame, scaler: str) -> bool:
+    for site in frame.calls:
+        if site.receiver == scaler:
+            continue
+        for arg in site.node.args:
+            if dotted(arg.value) == scaler:
+                return True
+    return False
