@@ -85,7 +85,10 @@ def decode_source(data: bytes) -> str:
     try:
         encoding, _ = tokenize.detect_encoding(BytesIO(data).readline)
     except SyntaxError as exc:
-        raise ValueError(str(exc)) from None
+        reason = str(exc)
+        if "invalid or missing encoding" in reason:
+            reason = "cannot decode: not valid UTF-8 and no encoding declaration"
+        raise ValueError(reason) from None
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:
@@ -103,7 +106,7 @@ def check_source(source: str, path: str, options: LintOptions) -> tuple[list[Fin
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        return [_parse_error(path, exc)], 0, False
+        return [_parse_error(path, exc, source)], 0, False
     except (RecursionError, MemoryError):
         return [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), "cannot parse: file too deeply nested", Location(path))], 0, False
     facts = build_facts(module, source)
@@ -120,10 +123,24 @@ def check_source(source: str, path: str, options: LintOptions) -> tuple[list[Fin
     return kept, suppressed, True
 
 
-def _parse_error(path: str, exc: Exception) -> Finding:
-    line = getattr(exc, "raw_line", 1) or 1
-    column = (getattr(exc, "raw_column", 0) or 0) + 1
-    message = str(getattr(exc, "message", exc)).strip().splitlines()[0]
+def _parse_error(path: str, exc: Exception, source: str) -> Finding:
+    # The interpreter's own parser locates and explains syntax errors far better than
+    # libcst's ("'(' was never closed" at the parenthesis); use it when it agrees.
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(source)
+    except SyntaxError as syntax:
+        line, column, message = syntax.lineno or 1, syntax.offset or 1, syntax.msg
+    except (ValueError, RecursionError, MemoryError):
+        line, column, message = 1, 1, "source cannot be compiled"
+    else:
+        line = getattr(exc, "raw_line", 1) or 1
+        column = (getattr(exc, "raw_column", 0) or 0) + 1
+        message = str(getattr(exc, "message", exc)).strip().splitlines()[0]
     return Finding(PARSE_ERROR, severity_of(PARSE_ERROR), f"cannot parse: {message}", Location(path, line, column))
 
 
@@ -284,10 +301,16 @@ def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, 
         result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
         return result
     _check_text(path, display, notebook.source, options, result)
-    result.findings = [_to_cell(f, notebook) for f in result.findings]
+    final = notebook
     if result.changed:
         result.notebook = (text, notebook)
-    final = read_notebook(_notebook_text(result)) if result.changed else notebook
+        try:
+            final = read_notebook(_notebook_text(result))
+        except NotebookError:
+            # A fix would have touched an IPython magic line: leave the notebook as it is.
+            unfixed = dataclasses.replace(options, fix=False)
+            result = _check_text(path, display, notebook.source, unfixed, FileResult(display, file_path=str(path)))
+    result.findings = [_to_cell(f, notebook if not result.changed else final) for f in result.findings]
     result.cells = {cell.number: final.cell_text(cell.number) for cell in final.cells}
     return result
 

@@ -1,0 +1,263 @@
+"""What a trace session saw, as plain Python numbers: the input of the runtime rules.
+
+Nothing here refers to a tensor or a module. ``Observations.absorb`` turns the values read in an
+iteration's one host sync into per-iteration records and running aggregates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .numerics import GRADIENT_FIELDS, ModuleInfo, PendingIteration
+
+
+@dataclass
+class IterationRecord:
+    step: int
+    # The loss scale this iteration's backward used, and the scale update() left; None without
+    # an enabled GradScaler.
+    scale: Optional[float] = None
+    scale_after: Optional[float] = None
+    skipped: bool = False
+    found_inf: dict[str, float] = field(default_factory=dict)
+    # Sum of the losses back-propagated in the iteration (unscaled); None if none was seen.
+    loss: Optional[float] = None
+    # The first parameters whose gradient held inf/NaN this iteration.
+    nonfinite_params: list[str] = field(default_factory=list)
+
+    @property
+    def scale_event(self) -> Optional[str]:
+        if self.scale is None or self.scale_after is None or self.scale_after == self.scale:
+            return None
+        return "growth" if self.scale_after > self.scale else "backoff"
+
+
+@dataclass
+class GradientStats:
+    """One parameter's gradient over the traced iterations. Shares are fractions of elements."""
+
+    name: str
+    module: Optional[str]
+    module_class: Optional[str]
+    shape: tuple[int, ...]
+    dtype: str
+    iterations: int = 0
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_FIELDS[:4], 0.0))
+    worst: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_FIELDS[:4], 0.0))
+    max_abs: float = 0.0
+    # Shares measured on iterations whose step was applied (skipped steps hold inf/NaN).
+    healthy_iterations: int = 0
+    healthy_totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_FIELDS[:4], 0.0))
+    last_scale: Optional[float] = None
+    first_nonfinite_step: Optional[int] = None
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def mean(self, name: str) -> float:
+        """Mean share over applied steps (over all steps if none was applied)."""
+        if self.healthy_iterations:
+            return self.healthy_totals[name] / self.healthy_iterations
+        return self.totals[name] / self.iterations if self.iterations else 0.0
+
+    def add(self, values: list[float], step: int, skipped: bool, scale: Optional[float]) -> None:
+        shares = dict(zip(GRADIENT_FIELDS[:4], values[:4]))
+        self.iterations += 1
+        for name, share in shares.items():
+            self.totals[name] += share
+            self.worst[name] = max(self.worst[name], share)
+        if not skipped:
+            self.healthy_iterations += 1
+            for name, share in shares.items():
+                self.healthy_totals[name] += share
+        if math.isfinite(values[4]):
+            self.max_abs = max(self.max_abs, values[4])
+        if shares["nonfinite"] > 0 and self.first_nonfinite_step is None:
+            self.first_nonfinite_step = step
+        self.last_scale = scale
+
+
+@dataclass
+class ActivationStats:
+    module: str
+    module_class: str
+    calls: int = 0
+    # Largest finite |output| per output dtype.
+    max_abs: dict[str, float] = field(default_factory=dict)
+    max_abs_step: dict[str, int] = field(default_factory=dict)
+    first_nonfinite_step: Optional[int] = None
+
+
+@dataclass
+class BoundaryStats:
+    """float16 gradients reaching a module's outputs (op-recording window only)."""
+
+    module: str
+    module_class: str
+    numel: float = 0.0
+    zero: float = 0.0
+    subnormal: float = 0.0
+
+    @property
+    def zero_share(self) -> float:
+        return self.zero / self.numel if self.numel else 0.0
+
+    @property
+    def subnormal_share(self) -> float:
+        return self.subnormal / self.numel if self.numel else 0.0
+
+
+@dataclass
+class Origin:
+    """Where the first non-finite activation appeared."""
+
+    step: int
+    module: str
+    module_class: str
+    cls: type
+    input_max: Optional[float]
+    op: Optional[str] = None
+    op_input_max: Optional[float] = None
+
+
+@dataclass
+class ScalerConfig:
+    device: str
+    init_scale: float
+    growth_factor: float
+    backoff_factor: float
+    growth_interval: int
+
+
+@dataclass
+class Observations:
+    iterations: list[IterationRecord] = field(default_factory=list)
+    gradients: dict[str, GradientStats] = field(default_factory=dict)
+    activations: dict[str, ActivationStats] = field(default_factory=dict)
+    boundaries: dict[str, BoundaryStats] = field(default_factory=dict)
+    origin: Optional[Origin] = None
+    ops: Counter = field(default_factory=Counter)
+    op_ranges: dict[tuple[Optional[str], str], tuple[float, float]] = field(default_factory=dict)
+    op_steps: int = 0
+    autocast_dtypes: set[tuple[str, str]] = field(default_factory=set)
+    backward_calls: int = 0
+    float16_backward_iterations: int = 0
+    scalers: list[ScalerConfig] = field(default_factory=list)
+    scaler_steps: int = 0
+    plain_optimizer_steps: int = 0
+    optimizers: list[str] = field(default_factory=list)
+    class_files: dict[type, Optional[str]] = field(default_factory=dict)
+    # Losses and activations of an iteration that never reached its step (crash, interrupt).
+    unfinished_loss: Optional[float] = None
+
+    @property
+    def steps(self) -> int:
+        return len(self.iterations)
+
+    @property
+    def uses_scaler(self) -> bool:
+        return self.scaler_steps > 0
+
+    @property
+    def autocast_used(self) -> bool:
+        return bool(self.autocast_dtypes)
+
+    @property
+    def stepped(self) -> bool:
+        return self.scaler_steps > 0 or self.plain_optimizer_steps > 0
+
+    def absorb(self, pending: PendingIteration, values: list[list[float]], record: Optional[IterationRecord], step: int) -> None:
+        """Fold one iteration's device values into the records; ``record`` is None for the
+        activations of an unfinished iteration (or of a script that never steps)."""
+        losses = [values[slot][0] for slot in pending.loss_slots]
+        if record is not None:
+            self._fill_record(record, pending, values, losses)
+            self.iterations.append(record)
+            self._absorb_gradients(pending, values, record)
+        elif losses:
+            self.unfinished_loss = sum(losses)
+        self._absorb_activations(pending, values, step)
+        self._absorb_boundaries(pending, values)
+
+    def _fill_record(self, record: IterationRecord, pending: PendingIteration, values, losses) -> None:
+        record.loss = sum(losses) if losses else None
+        if pending.scale_slots is not None:
+            before, after = pending.scale_slots
+            record.scale, record.scale_after = values[before][0], values[after][0]
+        elif pending.used_scale_slot is not None:
+            record.scale = values[pending.used_scale_slot][0]
+        for label, slot in pending.found_inf_slots:
+            record.found_inf[label] = record.found_inf.get(label, 0.0) + values[slot][0]
+        record.skipped = any(v > 0 for v in record.found_inf.values())
+
+    def _absorb_gradients(self, pending: PendingIteration, values, record: IterationRecord) -> None:
+        for info, slot in pending.gradients:
+            stats = self.gradients.get(info.name)
+            if stats is None:
+                module = info.module
+                stats = GradientStats(
+                    info.name,
+                    module.path if module else None,
+                    module.class_name if module else None,
+                    info.shape,
+                    info.dtype,
+                )
+                self.gradients[info.name] = stats
+            row = values[slot]
+            stats.add(row, record.step, record.skipped, record.scale)
+            if row[3] > 0 and len(record.nonfinite_params) < 5:
+                record.nonfinite_params.append(info.name)
+
+    def _absorb_activations(self, pending: PendingIteration, values, step: int) -> None:
+        for row in pending.activations:
+            info: ModuleInfo = row.module
+            stats = self.activations.get(info.path)
+            if stats is None:
+                stats = self.activations[info.path] = ActivationStats(info.path, info.class_name)
+            stats.calls += 1
+            output_max = values[row.output_slot][0]
+            input_max = values[row.input_slot][0] if row.input_slot is not None else None
+            if math.isfinite(output_max):
+                if output_max > stats.max_abs.get(row.dtype, -1.0):
+                    stats.max_abs[row.dtype] = output_max
+                    stats.max_abs_step[row.dtype] = step
+                continue
+            if stats.first_nonfinite_step is None:
+                stats.first_nonfinite_step = step
+            inputs_finite = input_max is None or math.isfinite(input_max)
+            if self.origin is None and inputs_finite:
+                self.origin = Origin(step, info.path, info.class_name, info.cls, input_max)
+
+    def _absorb_boundaries(self, pending: PendingIteration, values) -> None:
+        for info, slot in pending.boundaries:
+            zero, subnormal, numel = values[slot]
+            stats = self.boundaries.get(info.path)
+            if stats is None:
+                stats = self.boundaries[info.path] = BoundaryStats(info.path, info.class_name)
+            stats.numel += numel
+            stats.zero += zero * numel
+            stats.subnormal += subnormal * numel
+
+    def name_origin_op(self) -> None:
+        """Name the op behind the non-finite origin from the census ranges, when it saw it."""
+        origin = self.origin
+        if origin is None or origin.op is not None:
+            return
+        for (module, op), (input_max, output_max) in self.op_ranges.items():
+            if module == origin.module and not math.isfinite(output_max) and math.isfinite(input_max):
+                origin.op, origin.op_input_max = op, input_max
+                return
+
+    def to_summary(self) -> dict[str, Any]:
+        return {
+            "autocast": sorted({dtype for _, dtype in self.autocast_dtypes}),
+            "grad_scaler": self.uses_scaler,
+            "scaler_steps": self.scaler_steps,
+            "optimizer_steps": self.plain_optimizer_steps,
+            "backward_calls": self.backward_calls,
+            "optimizers": list(self.optimizers),
+        }

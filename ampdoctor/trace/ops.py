@@ -1,0 +1,322 @@
+"""Which aten ops ran in which dtype, under which autocast state, in which module.
+
+Two pieces:
+
+``AutocastTracker``
+    Autocast state cannot be read inside ``__torch_dispatch__``: by the time an op reaches the
+    Python dispatch key, autocast has already excluded its own dispatch key, so
+    ``torch.is_autocast_enabled()`` answers False for every op. The tracker therefore follows
+    ``torch.autocast.__enter__`` / ``__exit__`` (the decorator form and the deprecated
+    ``torch.cuda.amp.autocast`` go through them too) and keeps the state per device type:
+    ``"on"``, ``"off"``, or ``"disabled"`` (inside ``autocast(enabled=False)`` nested in an
+    enabled region, the documented way to run a region in float32 on purpose).
+
+``OpCensus``
+    A ``TorchDispatchMode`` used for the first K iterations only, with torch's ``ModuleTracker``
+    for attribution, in the pattern of ``torch.utils.flop_counter.FlopCounterMode``. It counts
+    ops in a dict keyed by (module, op, input dtypes, output dtype, autocast, phase); nothing is
+    logged per call. For forward ops it also keeps, on the device, the largest |input| and
+    |output| per (module, op), so the op behind a non-finite activation can be named without a
+    host sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.module_tracker import ModuleTracker
+
+# aten overload packets (names as ``func.overloadpacket.__name__``) of the ops that autocast
+# exists to speed up. ``linear`` and ``matmul`` decompose into these before dispatch.
+MATMUL_OPS = frozenset(
+    {
+        "mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot",
+        "convolution", "_convolution", "cudnn_convolution", "mkldnn_convolution",
+        "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+        "conv_transpose3d", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention", "_flash_attention_forward",
+        "_efficient_attention_forward", "_native_multi_head_attention",
+    }
+)
+
+# Ops whose accuracy or range suffers in float16; autocast keeps them in float32 on CUDA.
+SENSITIVE_OPS = frozenset(
+    {
+        "_softmax", "_log_softmax", "softmax", "log_softmax",
+        "native_layer_norm", "layer_norm", "native_group_norm", "group_norm",
+        "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+        "_native_batch_norm_legit_no_training", "batch_norm", "_batch_norm_with_update",
+        "exp", "log", "log1p", "log2", "log10", "pow", "sum", "mean", "prod", "cumsum",
+        "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm", "logsumexp",
+        "nll_loss_forward", "nll_loss2d_forward", "nll_loss", "cross_entropy_loss", "mse_loss",
+        "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+        "binary_cross_entropy_with_logits", "kl_div", "soft_margin_loss",
+        "multilabel_margin_loss_forward", "multi_margin_loss", "cosine_embedding_loss",
+        "poisson_nll_loss", "margin_ranking_loss", "hinge_embedding_loss",
+    }
+)
+
+# Ops that only ask about metadata: counting them says nothing about precision.
+_METADATA_OPS = frozenset(
+    {
+        "is_contiguous", "sym_is_contiguous", "is_strides_like_format",
+        "is_non_overlapping_and_dense", "size", "sym_size", "stride", "sym_stride",
+        "storage_offset", "sym_storage_offset", "numel", "sym_numel", "dim", "layout",
+    }
+)
+
+FORWARD = "forward"
+BACKWARD = "backward"
+
+_quiet_depth = 0
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Ops run by ampdoctor's own hooks inside this block are not counted by the census."""
+    global _quiet_depth
+    _quiet_depth += 1
+    try:
+        yield
+    finally:
+        _quiet_depth -= 1
+
+
+def dtype_name(dtype: Optional[torch.dtype]) -> Optional[str]:
+    return None if dtype is None else str(dtype).replace("torch.", "")
+
+
+def tracker_path(tracker_name: str) -> str:
+    """``ModuleTracker`` names a module ``Root.child.sub``; ampdoctor uses ``named_modules()``
+    paths (``child.sub``) and the class name for a root module."""
+    root, _, rest = tracker_name.partition(".")
+    return rest or root
+
+
+def innermost(parents: set[str]) -> Optional[str]:
+    """The deepest module among ModuleTracker's parents, as a path; None outside modules."""
+    names = [name for name in parents if name != "Global"]
+    if not names:
+        return None
+    return tracker_path(max(names, key=lambda name: (name.count("."), len(name))))
+
+
+class AutocastTracker:
+    """Follows autocast regions by wrapping ``torch.autocast.__enter__``/``__exit__``."""
+
+    def __init__(self, on_enter: Optional[Callable[[str, torch.dtype, bool], None]] = None) -> None:
+        self._on_enter = on_enter
+        self._stack: list[tuple[str, bool]] = []
+        self._states: dict[str, str] = {}
+        self._saved: Optional[tuple[Any, Any]] = None
+
+    def state(self, device_type: str) -> str:
+        return self._states.get(device_type, "off")
+
+    def install(self) -> None:
+        autocast_class = torch.amp.autocast_mode.autocast
+        original_enter, original_exit = autocast_class.__enter__, autocast_class.__exit__
+        self._saved = (original_enter, original_exit)
+        tracker = self
+
+        def traced_enter(region):
+            result = original_enter(region)
+            tracker._entered(region)
+            return result
+
+        def traced_exit(region, *exc_info):
+            result = original_exit(region, *exc_info)
+            tracker._exited(region)
+            return result
+
+        autocast_class.__enter__ = traced_enter
+        autocast_class.__exit__ = traced_exit
+
+    def remove(self) -> None:
+        if self._saved is not None:
+            autocast_class = torch.amp.autocast_mode.autocast
+            autocast_class.__enter__, autocast_class.__exit__ = self._saved
+            self._saved = None
+
+    def _entered(self, region) -> None:
+        device, enabled = region.device, bool(region._enabled)
+        self._stack.append((device, enabled))
+        self._refresh(device)
+        if self._on_enter is not None:
+            self._on_enter(device, region.fast_dtype, enabled)
+
+    def _exited(self, region) -> None:
+        # Regions exit in reverse order of entry; search from the top to stay robust if a
+        # script leaves one open.
+        for index in range(len(self._stack) - 1, -1, -1):
+            if self._stack[index][0] == region.device:
+                del self._stack[index]
+                break
+        self._refresh(region.device)
+
+    def _refresh(self, device: str) -> None:
+        flags = [enabled for dev, enabled in self._stack if dev == device]
+        if not flags:
+            self._states[device] = "off"
+        elif flags[-1]:
+            self._states[device] = "on"
+        else:
+            self._states[device] = "disabled" if any(flags) else "off"
+
+
+@dataclass(frozen=True)
+class OpKey:
+    module: Optional[str]
+    op: str
+    input_dtypes: tuple[str, ...]
+    output_dtype: Optional[str]
+    autocast: str
+    phase: str
+
+    def to_dict(self, count: int) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "module": self.module,
+            "autocast": self.autocast,
+            "phase": self.phase,
+            "input_dtypes": list(self.input_dtypes),
+            "output_dtype": self.output_dtype,
+            "count": count,
+        }
+
+    @property
+    def is_matmul(self) -> bool:
+        return self.op in MATMUL_OPS
+
+
+@dataclass
+class OpRange:
+    """Largest |input| and |output| of one op in one module, kept on the device."""
+
+    input_max: torch.Tensor
+    output_max: torch.Tensor
+
+
+def _float_tensors(tree: Any) -> list[torch.Tensor]:
+    leaves, _ = tree_flatten(tree)
+    return [t for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def _ordered_dtypes(tensors: list[torch.Tensor]) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for tensor in tensors:
+        seen.setdefault(dtype_name(tensor.dtype), None)
+    return tuple(seen)
+
+
+def max_abs(tensors: list[torch.Tensor]) -> Optional[torch.Tensor]:
+    """max |x| over the tensors as a float32 device scalar (NaN if any NaN), None if empty."""
+    maxima = [
+        torch.linalg.vector_norm(t.detach(), ord=math.inf, dtype=torch.float32)
+        for t in tensors
+        if t.numel() > 0
+    ]
+    if not maxima:
+        return None
+    if len(maxima) == 1:
+        return maxima[0]
+    devices = {m.device for m in maxima}
+    if len(devices) > 1:
+        maxima = [m.to(maxima[0].device) for m in maxima]
+    return torch.stack(maxima).amax()
+
+
+class _CensusMode(TorchDispatchMode):
+    def __init__(self, census: "OpCensus") -> None:
+        super().__init__()
+        self.census = census
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if _quiet_depth or name in _METADATA_OPS:
+            return func(*args, **kwargs)
+        inputs = _float_tensors((args, kwargs))
+        probe = self.census.wants_range(func, inputs)
+        input_max = max_abs(inputs) if probe else None
+        out = func(*args, **kwargs)
+        outputs = _float_tensors(out)
+        self.census.count(name, inputs, outputs)
+        if probe and outputs:
+            self.census.record_range(name, input_max, max_abs(outputs))
+        return out
+
+
+class OpCensus:
+    """Counts ops for as long as it is installed; the session removes it after K iterations."""
+
+    def __init__(self, autocast: AutocastTracker) -> None:
+        self.counts: Counter[OpKey] = Counter()
+        self.ranges: dict[tuple[Optional[str], str], OpRange] = {}
+        self._autocast = autocast
+        self._tracker: Optional[ModuleTracker] = None
+        self._mode: Optional[_CensusMode] = None
+
+    @property
+    def active(self) -> bool:
+        return self._mode is not None
+
+    def install(self) -> None:
+        self._tracker = ModuleTracker()
+        self._tracker.__enter__()
+        self._mode = _CensusMode(self)
+        self._mode.__enter__()
+
+    def remove(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        if self._tracker is not None:
+            self._tracker.__exit__()
+            self._tracker = None
+
+    def _phase(self) -> str:
+        return BACKWARD if self._tracker is not None and self._tracker.is_bw else FORWARD
+
+    def _module(self) -> Optional[str]:
+        return innermost(self._tracker.parents) if self._tracker is not None else None
+
+    def count(self, op: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        device = (inputs or outputs)[0].device.type if (inputs or outputs) else "cpu"
+        key = OpKey(
+            module=self._module(),
+            op=op,
+            input_dtypes=_ordered_dtypes(inputs),
+            output_dtype=dtype_name(outputs[0].dtype) if outputs else None,
+            autocast=self._autocast.state(device),
+            phase=self._phase(),
+        )
+        self.counts[key] += 1
+
+    def wants_range(self, func, inputs: list[torch.Tensor]) -> bool:
+        # Views and detach copy no values: they cannot be where a non-finite value appears.
+        if getattr(func, "is_view", False):
+            return False
+        return bool(inputs) and self._phase() == FORWARD
+
+    def record_range(self, op: str, input_max: Optional[torch.Tensor], output_max: Optional[torch.Tensor]) -> None:
+        if output_max is None:
+            return
+        if input_max is None:
+            input_max = torch.zeros((), dtype=torch.float32, device=output_max.device)
+        key = (self._module(), op)
+        known = self.ranges.get(key)
+        if known is None:
+            self.ranges[key] = OpRange(input_max, output_max)
+            return
+        # torch.maximum propagates NaN, so a NaN seen once stays visible.
+        known.input_max = torch.maximum(known.input_max, input_max.to(known.input_max.device))
+        known.output_max = torch.maximum(known.output_max, output_max.to(known.output_max.device))

@@ -1,0 +1,182 @@
+"""The instrumented GradScaler that a trace session puts in place of torch's.
+
+While a session is active, ``torch.amp.GradScaler`` (and the deprecated ``torch.cuda.amp`` and
+``torch.cpu.amp`` spellings) name subclasses defined here, so every scaler the script builds is
+observed. The subclasses call the parent for everything and only report to the session:
+
+- ``scale``: the unscaled loss handed in, so the loss per iteration is known;
+- ``unscale_``: the moment the gradients hold their true values (the gradient statistics are
+  taken there, before any clipping changes them);
+- ``step``: the ``found_inf`` tensors that torch itself computed for that optimizer. Skips are
+  read from them and never from optimizer step hooks, because optimizers that handle scaling
+  themselves (``fused=True``) are always called by ``scaler.step`` and skip inside the kernel;
+- ``update``: the scale before and after, from which growth and backoff events follow.
+
+All values stay on the device; the session reads them in its one sync per iteration.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Optional, Protocol
+
+import torch
+from torch.amp.grad_scaler import OptState
+
+_TorchGradScaler = torch.amp.GradScaler
+
+
+class ScalerObserver(Protocol):
+    def scaler_scaled(self, scaler: "TracedGradScaler", outputs: Any, scaled: Any) -> None: ...
+
+    def scaler_unscaled(self, scaler: "TracedGradScaler", optimizer: Any) -> None: ...
+
+    def scaler_step_started(self, scaler: "TracedGradScaler", optimizer: Any, grads_scaled: bool) -> None: ...
+
+    def scaler_step_finished(
+        self, scaler: "TracedGradScaler", optimizer: Any, found_inf: Optional[torch.Tensor]
+    ) -> None: ...
+
+    def scaler_updated(
+        self, scaler: "TracedGradScaler", scale_before: torch.Tensor, scale_after: torch.Tensor
+    ) -> None: ...
+
+
+# The session that receives the events; None outside a session, so scalers created during a
+# session and used after it behave exactly like torch's.
+_observer: Optional[ScalerObserver] = None
+
+
+def _current(scaler: "TracedGradScaler") -> Optional[ScalerObserver]:
+    return _observer if scaler.is_enabled() else None
+
+
+class TracedGradScaler(_TorchGradScaler):
+    """``torch.amp.GradScaler`` with observation points; the behaviour is the parent's."""
+
+    def scale(self, outputs):  # type: ignore[override]
+        scaled = super().scale(outputs)
+        observer = _current(self)
+        if observer is not None:
+            observer.scaler_scaled(self, outputs, scaled)
+        return scaled
+
+    def unscale_(self, optimizer) -> None:
+        super().unscale_(optimizer)
+        observer = _current(self)
+        if observer is not None:
+            observer.scaler_unscaled(self, optimizer)
+
+    def step(self, optimizer, *args: Any, **kwargs: Any):
+        observer = _current(self)
+        if observer is None:
+            return super().step(optimizer, *args, **kwargs)
+        # An optimizer that handles scaling itself receives still-scaled gradients: statistics
+        # must be taken before its step, divided by the scale.
+        handles_scaling = getattr(optimizer, "_step_supports_amp_scaling", False)
+        state = self._per_optimizer_states[id(optimizer)]
+        grads_scaled = handles_scaling and state["stage"] is OptState.READY
+        observer.scaler_step_started(self, optimizer, grads_scaled)
+        found_inf = None
+        try:
+            result = super().step(optimizer, *args, **kwargs)
+            found_inf = self._combined_found_inf(optimizer)
+        finally:
+            observer.scaler_step_finished(self, optimizer, found_inf)
+        return result
+
+    def update(self, new_scale=None) -> None:
+        observer = _current(self)
+        if observer is None or self._scale is None:
+            return super().update(new_scale)
+        scale_before = self._scale.detach().clone()
+        super().update(new_scale)
+        observer.scaler_updated(self, scale_before, self._scale.detach().clone())
+
+    def _combined_found_inf(self, optimizer) -> Optional[torch.Tensor]:
+        """The sum of the per-device found_inf tensors torch recorded for this optimizer."""
+        per_device = self._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+        if not per_device:
+            return None
+        target = self._scale.device if self._scale is not None else None
+        tensors = [t.to(target, non_blocking=True) for t in per_device.values()]
+        total = tensors[0].clone()
+        for tensor in tensors[1:]:
+            total += tensor
+        return total
+
+
+def _deprecated_scaler(device: str) -> type:
+    """A traced stand-in for ``torch.<device>.amp.GradScaler``, warning as torch does."""
+
+    class DeprecatedTracedGradScaler(TracedGradScaler):
+        def __init__(
+            self,
+            init_scale: float = 2.0**16,
+            growth_factor: float = 2.0,
+            backoff_factor: float = 0.5,
+            growth_interval: int = 2000,
+            enabled: bool = True,
+        ) -> None:
+            warnings.warn(
+                f"`torch.{device}.amp.GradScaler(args...)` is deprecated. "
+                f"Please use `torch.amp.GradScaler('{device}', args...)` instead.",
+                FutureWarning,
+                stacklevel=2,
+            )
+            super().__init__(
+                device,
+                init_scale=init_scale,
+                growth_factor=growth_factor,
+                backoff_factor=backoff_factor,
+                growth_interval=growth_interval,
+                enabled=enabled,
+            )
+
+    DeprecatedTracedGradScaler.__name__ = "GradScaler"
+    DeprecatedTracedGradScaler.__qualname__ = f"{device.capitalize()}TracedGradScaler"
+    return DeprecatedTracedGradScaler
+
+
+TracedCudaGradScaler = _deprecated_scaler("cuda")
+TracedCpuGradScaler = _deprecated_scaler("cpu")
+
+
+def _patch_targets() -> list[tuple[Any, str, type]]:
+    """(namespace, attribute, replacement) for every public name of a GradScaler class."""
+    import torch.amp.grad_scaler as amp_module
+    import torch.cpu.amp as cpu_amp
+    import torch.cpu.amp.grad_scaler as cpu_module
+    import torch.cuda.amp as cuda_amp
+    import torch.cuda.amp.grad_scaler as cuda_module
+
+    return [
+        (torch.amp, "GradScaler", TracedGradScaler),
+        (amp_module, "GradScaler", TracedGradScaler),
+        (cuda_amp, "GradScaler", TracedCudaGradScaler),
+        (cuda_module, "GradScaler", TracedCudaGradScaler),
+        (cpu_amp, "GradScaler", TracedCpuGradScaler),
+        (cpu_module, "GradScaler", TracedCpuGradScaler),
+    ]
+
+
+class ScalerPatch:
+    """Installs the traced scalers and the observer; ``remove`` puts torch's classes back."""
+
+    def __init__(self, observer: ScalerObserver) -> None:
+        self._observer = observer
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def install(self) -> None:
+        global _observer
+        for namespace, name, replacement in _patch_targets():
+            self._saved.append((namespace, name, getattr(namespace, name)))
+            setattr(namespace, name, replacement)
+        _observer = self._observer
+
+    def remove(self) -> None:
+        global _observer
+        _observer = None
+        for namespace, name, original in reversed(self._saved):
+            setattr(namespace, name, original)
+        self._saved.clear()

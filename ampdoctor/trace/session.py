@@ -1,0 +1,379 @@
+"""``TraceSession``: observe mixed-precision training without changing it.
+
+Python API::
+
+    import ampdoctor
+
+    with ampdoctor.trace_session(steps=20) as session:
+        for x, y in loader:                      # any training code, unchanged
+            ...
+    report = session.report()
+    report.print()                               # the rich terminal report
+    report.findings                              # list[ampdoctor.findings.Finding]
+    report.to_dict()                             # the versioned JSON document (see report.py)
+
+With ``steps=N`` the session stops the training code after the Nth iteration by raising a
+private ``BaseException`` from the optimizer step (``except Exception`` in the training code does
+not catch it); the ``with`` block swallows it, so execution continues after the block. With
+``steps=None`` the session observes until the block ends.
+
+What one iteration is: every ``scaler.step(...)`` up to ``scaler.update()`` (skipped or not), or
+every plain ``optimizer.step()`` outside a scaler; several optimizers stepped in one iteration
+count once (an iteration ends when an optimizer that already stepped in it steps again; once the
+set of optimizers per iteration is known, as soon as all of them have stepped).
+
+On entry the session installs, and on exit removes in reverse order even on error: the traced
+GradScaler classes, an autocast-region tracker, a wrapper of ``torch.autograd.backward`` (losses,
+backward count), the global optimizer step hooks, global module forward hooks (activation
+ranges), and for the first ``record_ops_steps`` iterations the op census (``TorchDispatchMode``
+with ``ModuleTracker``) and the float16 boundary-gradient hooks. It keeps numbers, class objects
+and weak references only; the training code's numerics are bit-identical with and without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from .numerics import ActivationMonitor, GradientMonitor, ModuleRegistry, PendingIteration
+from .observations import IterationRecord, Observations, ScalerConfig
+from .ops import AutocastTracker, OpCensus, dtype_name
+from .rules import Thresholds
+from .scaler import ScalerPatch
+
+DEFAULT_RECORD_OPS_STEPS = 2
+
+_active: Optional["TraceSession"] = None
+
+
+class StopTracing(BaseException):
+    """Raised from a step hook after the last requested iteration; never seen by users."""
+
+
+@dataclass
+class Outcome:
+    """How the traced code ended.
+
+    ``reason``: ``"steps"`` (stopped after the requested iterations), ``"end"`` (finished by
+    itself), ``"exit"`` (``sys.exit``), ``"error"`` (raised) or ``"interrupt"`` (Ctrl-C).
+    """
+
+    reason: str = "end"
+    exit_code: Optional[int] = None
+    error: Optional[str] = None
+    traceback: Optional[str] = None
+
+    @property
+    def completed(self) -> bool:
+        return self.reason in ("steps", "end", "exit")
+
+
+ProgressCallback = Callable[[int, Optional[int], Optional[float], int], None]
+
+
+class TraceSession:
+    def __init__(
+        self,
+        steps: Optional[int] = None,
+        record_ops_steps: int = DEFAULT_RECORD_OPS_STEPS,
+        thresholds: Optional[Thresholds] = None,
+        script: Optional[str] = None,
+        argv: Optional[list[str]] = None,
+        progress: Optional[ProgressCallback] = None,
+    ) -> None:
+        if steps is not None and steps < 1:
+            raise ValueError("steps must be a positive number of iterations, or None")
+        if record_ops_steps < 0:
+            raise ValueError("record_ops_steps must be 0 or more")
+        self.steps = steps
+        self.record_ops_steps = record_ops_steps
+        self.thresholds = thresholds or Thresholds()
+        self.script = script
+        self.argv = argv
+        self.outcome = Outcome()
+        self.observations = Observations()
+        self.pending = PendingIteration()
+        self._progress = progress
+        self._registry = ModuleRegistry()
+        self._exit_stack: Optional[contextlib.ExitStack] = None
+        self._census: Optional[OpCensus] = None
+        self._activations = ActivationMonitor(self._registry, self)
+        self._gradients = GradientMonitor(self._registry, self)
+        self._autocast = AutocastTracker(on_enter=self._autocast_entered)
+        # Iteration clock.
+        self._stepped: dict[int, str] = {}
+        self._iteration_optimizers: Optional[set[int]] = None
+        self._in_scaler_step = False
+        self._skipped_total = 0
+        self._float16_autocast_in_iteration = False
+        self._float16_backward_counted = False
+        self._scaled_outputs: list[weakref.ref] = []
+        self._optimizer_labels: dict[int, str] = {}
+        self._scalers_seen: set[int] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> "TraceSession":
+        global _active
+        if _active is not None:
+            raise RuntimeError("a trace session is already active; sessions do not nest")
+        stack = contextlib.ExitStack()
+        try:
+            self._install(stack)
+        except BaseException:
+            stack.close()
+            raise
+        self._exit_stack = stack
+        _active = self
+        return self
+
+    def _install(self, stack: contextlib.ExitStack) -> None:
+        scalers = ScalerPatch(self)
+        scalers.install()
+        stack.callback(scalers.remove)
+        self._autocast.install()
+        stack.callback(self._autocast.remove)
+        self._patch_backward(stack)
+        for handle in (
+            register_optimizer_step_pre_hook(self._optimizer_pre_step),
+            register_optimizer_step_post_hook(self._optimizer_post_step),
+        ):
+            stack.callback(handle.remove)
+        self._activations.install()
+        stack.callback(self._activations.remove)
+        if self.record_ops_steps > 0:
+            self._census = OpCensus(self._autocast)
+            self._census.install()
+            self._activations.record_boundaries = True
+            stack.callback(self._stop_census)
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        global _active
+        try:
+            self._finish_open_iteration()
+        finally:
+            _active = None
+            stack, self._exit_stack = self._exit_stack, None
+            if stack is not None:
+                stack.close()
+        if exc_type is not None and self.outcome.reason == "end":
+            self.outcome = _outcome_of(exc_type, exc)
+        return exc_type is not None and issubclass(exc_type, StopTracing)
+
+    def report(self):
+        """The findings and data of this session as a ``TraceReport`` (see report.py)."""
+        from .report import build_report
+
+        return build_report(self)
+
+    @property
+    def class_files(self) -> dict[type, Optional[str]]:
+        return self._registry.class_files
+
+    # -- installation helpers ----------------------------------------------------------------
+
+    def _patch_backward(self, stack: contextlib.ExitStack) -> None:
+        # Tensor.backward calls torch.autograd.backward through the module attribute, so one
+        # wrapper sees both spellings.
+        original = torch.autograd.backward
+
+        def traced_backward(tensors, *args, **kwargs):
+            self._backward_started(tensors)
+            return original(tensors, *args, **kwargs)
+
+        torch.autograd.backward = traced_backward
+        stack.callback(setattr, torch.autograd, "backward", original)
+
+    def _stop_census(self) -> None:
+        census, self._census = self._census, None
+        self._activations.stop_boundaries()
+        if census is None:
+            return
+        census.remove()
+        self.observations.ops = census.counts
+        self.observations.op_steps = self.observations.steps
+
+    def _queue_census_ranges(self) -> list[tuple[tuple, int, int]]:
+        if self._census is None:
+            return []
+        batch = self.pending.batch
+        return [(key, batch.add(r.input_max), batch.add(r.output_max)) for key, r in self._census.ranges.items()]
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _label(self, optimizer: Any) -> str:
+        label = self._optimizer_labels.get(id(optimizer))
+        if label is None:
+            label = f"{type(optimizer).__name__}#{len(self._optimizer_labels) + 1}"
+            self._optimizer_labels[id(optimizer)] = label
+            self.observations.optimizers.append(label)
+        return label
+
+    def _autocast_entered(self, device: str, dtype: torch.dtype, enabled: bool) -> None:
+        if not enabled:
+            return
+        self.observations.autocast_dtypes.add((device, dtype_name(dtype)))
+        if dtype == torch.float16:
+            self._float16_autocast_in_iteration = True
+
+    def _backward_started(self, tensors: Any) -> None:
+        observations = self.observations
+        observations.backward_calls += 1
+        if self._float16_autocast_in_iteration and not self._float16_backward_counted:
+            observations.float16_backward_iterations += 1
+            self._float16_backward_counted = True
+        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+            if not any(ref() is tensors for ref in self._scaled_outputs):
+                self.pending.loss_slots.append(self.pending.batch.add(tensors.detach().clone()))
+
+    def _optimizer_pre_step(self, optimizer, args, kwargs) -> None:
+        if self._in_scaler_step:
+            return
+        if id(optimizer) in self._stepped:
+            # The same optimizer again: the previous iteration is over.
+            if self._iteration_optimizers is None:
+                self._iteration_optimizers = set(self._stepped)
+            self._close_iteration()
+        self._gradients.capture(optimizer, self._label(optimizer), scale=None, grads_scaled=False)
+
+    def _optimizer_post_step(self, optimizer, args, kwargs) -> None:
+        if self._in_scaler_step:
+            return
+        self.observations.plain_optimizer_steps += 1
+        self._stepped[id(optimizer)] = self._label(optimizer)
+        if self._iteration_optimizers is not None and self._iteration_optimizers <= set(self._stepped):
+            self._close_iteration()
+
+    # ScalerObserver (called by the traced GradScaler)
+
+    def scaler_scaled(self, scaler, outputs, scaled) -> None:
+        self._remember_scaler(scaler)
+        if isinstance(outputs, torch.Tensor) and isinstance(scaled, torch.Tensor):
+            self._scaled_outputs.append(weakref.ref(scaled))
+            if outputs.numel() == 1:
+                self.pending.loss_slots.append(self.pending.batch.add(outputs.detach().clone()))
+
+    def scaler_unscaled(self, scaler, optimizer) -> None:
+        self._gradients.capture(optimizer, self._label(optimizer), scaler._scale, grads_scaled=False)
+
+    def scaler_step_started(self, scaler, optimizer, grads_scaled: bool) -> None:
+        self._in_scaler_step = True
+        if grads_scaled:
+            self._gradients.capture(optimizer, self._label(optimizer), scaler._scale, grads_scaled=True)
+
+    def scaler_step_finished(self, scaler, optimizer, found_inf) -> None:
+        self._in_scaler_step = False
+        label = self._label(optimizer)
+        self.observations.scaler_steps += 1
+        self._stepped[id(optimizer)] = label
+        if found_inf is not None:
+            self.pending.found_inf_slots.append((label, self.pending.batch.add(found_inf)))
+        if scaler._scale is not None and self.pending.used_scale_slot is None:
+            self.pending.used_scale_slot = self.pending.batch.add(scaler._scale.detach().clone())
+
+    def scaler_updated(self, scaler, scale_before, scale_after) -> None:
+        if not self._stepped:
+            return
+        batch = self.pending.batch
+        self.pending.scale_slots = (batch.add(scale_before), batch.add(scale_after))
+        self._close_iteration()
+
+    def _remember_scaler(self, scaler) -> None:
+        if id(scaler) in self._scalers_seen:
+            return
+        self._scalers_seen.add(id(scaler))
+        self.observations.scalers.append(
+            ScalerConfig(
+                scaler._device,
+                float(scaler._init_scale),
+                float(scaler._growth_factor),
+                float(scaler._backoff_factor),
+                int(scaler._growth_interval),
+            )
+        )
+
+    def flush_partial(self) -> None:
+        """Read the statistics of a script that runs forwards without ever stepping."""
+        if not self.observations.stepped and not self._stepped:
+            self._read_pending(None)
+
+    # -- iterations --------------------------------------------------------------------------
+
+    def _close_iteration(self) -> None:
+        step = self.observations.steps + 1
+        record = IterationRecord(step=step)
+        window_ends = self._census is not None and step >= self.record_ops_steps
+        self._read_pending(record, with_census_ranges=window_ends)
+        if record.skipped:
+            self._skipped_total += 1
+        if window_ends:
+            self._stop_census()
+        if self._progress is not None:
+            scale = record.scale_after if record.scale_after is not None else record.scale
+            self._progress(step, self.steps, scale, self._skipped_total)
+        if self.steps is not None and step >= self.steps:
+            raise StopTracing()
+
+    def _read_pending(self, record: Optional[IterationRecord], with_census_ranges: bool = False) -> None:
+        """The one host sync of an iteration: read its device values and fold them in."""
+        ranges = self._queue_census_ranges() if with_census_ranges else []
+        pending, self.pending = self.pending, PendingIteration()
+        self._stepped = {}
+        self._scaled_outputs = []
+        self._float16_autocast_in_iteration = False
+        self._float16_backward_counted = False
+        self._activations.new_iteration()
+        values = pending.batch.read() if not pending.empty else []
+        step = record.step if record is not None else self.observations.steps + 1
+        self.observations.absorb(pending, values, record, step)
+        for key, input_slot, output_slot in ranges:
+            self.observations.op_ranges[key] = (values[input_slot][0], values[output_slot][0])
+
+    def _finish_open_iteration(self) -> None:
+        """On exit: an iteration that stepped counts; otherwise keep what it measured."""
+        census_open = self._census is not None
+        if self._stepped:
+            record = IterationRecord(step=self.observations.steps + 1)
+            self._read_pending(record, with_census_ranges=census_open)
+        elif not self.pending.empty or census_open:
+            self._read_pending(None, with_census_ranges=census_open)
+        self._stop_census()
+
+
+def _outcome_of(exc_type, exc) -> Outcome:
+    if issubclass(exc_type, StopTracing):
+        return Outcome("steps")
+    if issubclass(exc_type, KeyboardInterrupt):
+        return Outcome("interrupt", error="KeyboardInterrupt")
+    if issubclass(exc_type, SystemExit):
+        return Outcome("exit", exit_code=exit_code_of(exc))
+    return Outcome("error", error=f"{exc_type.__name__}: {exc}")
+
+
+def exit_code_of(exc: SystemExit) -> int:
+    """The process exit status Python would use for this SystemExit."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    return 1
+
+
+def trace_session(
+    steps: Optional[int] = None,
+    record_ops_steps: int = DEFAULT_RECORD_OPS_STEPS,
+    thresholds: Optional[Thresholds] = None,
+    **options: Any,
+) -> TraceSession:
+    """A ``TraceSession`` for use in a ``with`` block (see the module docstring)."""
+    return TraceSession(steps=steps, record_ops_steps=record_ops_steps, thresholds=thresholds, **options)
+
+
+def active_session() -> Optional[TraceSession]:
+    return _active
