@@ -217,7 +217,7 @@ def _report(run, output_format: str, output_file: Optional[Path], show_suppresse
         except OSError as exc:
             raise UsageError(f"cannot write {output_file}: {exc.strerror or exc}") from None
         return
-    stream = click.get_text_stream("stdout")
+    stream = sys.stdout
     render(output_format, context, stream, color=_use_color(stream))
 
 
@@ -243,7 +243,7 @@ def rules_command(output_format: str) -> None:
         ]
         click.echo(json.dumps(data, indent=2))
         return
-    stream = click.get_text_stream("stdout")
+    stream = sys.stdout
     from rich.console import Console
     from rich.table import Table
 
@@ -266,7 +266,7 @@ def rule_command(code: str) -> None:
     rule = find_rule(code)
     if rule is None:
         raise _fail(f"unknown rule {code!r}; run 'ampdoctor rules' for the list")
-    stream = click.get_text_stream("stdout")
+    stream = sys.stdout
     color = _use_color(stream)
     from rich.console import Console
     from rich.markdown import Markdown

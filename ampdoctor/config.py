@@ -144,9 +144,15 @@ def find_config(start: Path) -> Optional[Path]:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                continue  # an unrelated broken pyproject is not ours to judge while searching
+                text = candidate.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError:
+                if "tool.ampdoctor" in text:
+                    return candidate  # ours, and broken: loading it reports the error
+                continue
             if "ampdoctor" in data.get("tool", {}):
                 return candidate
     return None

@@ -1,0 +1,73 @@
+"""Which files ``ampdoctor lint`` looks at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ampdoctor.lint.discovery import Discovery, GitIgnore
+
+AMP = "import torch\nwith torch.autocast('cuda'):\n    pass\n"
+
+
+def make(root: Path, *names: str) -> None:
+    for name in names:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(AMP, encoding="utf-8")
+
+
+def found(root: Path, **kwargs) -> list[str]:
+    discovery = Discovery(root, **kwargs)
+    return sorted(p.relative_to(root).as_posix() for p in discovery.files([root]))
+
+
+def test_default_excluded_folders_and_suffixes(tmp_path):
+    make(tmp_path, "train.py", "stubs.pyi", "nb.ipynb", "notes.txt", ".venv/lib/x.py", "venv/x.py",
+         "build/x.py", "dist/x.py", "__pycache__/x.py", "node_modules/x.py", "lib/site-packages/x.py",
+         ".git/hooks/x.py", "pkg/model.py")
+    assert found(tmp_path) == ["nb.ipynb", "pkg/model.py", "stubs.pyi", "train.py"]
+
+
+def test_gitignore_rules(tmp_path):
+    make(tmp_path, "train.py", "generated/a.py", "logs/run.py", "keep/important.py", "keep/other.py",
+         "deep/x/cache_tmp.py", "src/out/x.py")
+    (tmp_path / ".gitignore").write_text(
+        "# comment\ngenerated/\n/logs\nkeep/*\n!keep/important.py\n*_tmp.py\nsrc/**/x.py\n", encoding="utf-8"
+    )
+    assert found(tmp_path) == ["keep/important.py", "train.py"]
+    assert len(found(tmp_path, respect_gitignore=False)) == 7
+
+
+def test_nested_gitignore_overrides(tmp_path):
+    make(tmp_path, "a/skip.py", "a/keep.py")
+    (tmp_path / ".gitignore").write_text("*.py\n", encoding="utf-8")
+    (tmp_path / "a" / ".gitignore").write_text("!keep.py\n", encoding="utf-8")
+    assert found(tmp_path) == ["a/keep.py"]
+
+
+def test_exclude_globs(tmp_path):
+    make(tmp_path, "train.py", "third_party/lib.py", "tests/test_x.py")
+    assert found(tmp_path, exclude=("third_party", "tests/*")) == ["train.py"]
+
+
+def test_explicit_files_are_linted_even_if_gitignored(tmp_path):
+    make(tmp_path, "scratch.py")
+    (tmp_path / ".gitignore").write_text("scratch.py\n", encoding="utf-8")
+    discovery = Discovery(tmp_path)
+    assert list(discovery.files([tmp_path / "scratch.py"])) == [tmp_path / "scratch.py"]
+    assert list(discovery.files([tmp_path])) == []
+
+
+def test_duplicates_are_linted_once(tmp_path):
+    make(tmp_path, "train.py")
+    discovery = Discovery(tmp_path)
+    assert len(list(discovery.files([tmp_path, tmp_path / "train.py"]))) == 1
+
+
+def test_gitignore_pattern_semantics(tmp_path):
+    (tmp_path / ".gitignore").write_text("a?c.py\n[xy].py\ndocs/**/gen\n", encoding="utf-8")
+    ignore = GitIgnore.load(tmp_path)
+    assert ignore.decision("abc.py", False) is True
+    assert ignore.decision("sub/x.py", False) is True
+    assert ignore.decision("z.py", False) is None
+    assert ignore.decision("docs/a/b/gen", True) is True

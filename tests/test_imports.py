@@ -1,0 +1,36 @@
+"""Lint must never import torch, and the CLI module must stay light."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "buggy_classic_mistakes.py"
+
+
+def _modules_after(code: str) -> set[str]:
+    script = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+def test_linting_a_file_never_imports_torch():
+    modules = _modules_after(
+        "from click.testing import CliRunner\nfrom ampdoctor.cli import main\n"
+        f"r = CliRunner().invoke(main, ['lint', '--isolated', {str(FIXTURE)!r}])\nassert r.exit_code == 1, r.output\n"
+    )
+    assert "libcst" in modules  # it did lint
+    assert not {m for m in modules if m == "torch" or m.startswith("torch.")}
+
+
+def test_importing_the_cli_is_light():
+    modules = _modules_after("import ampdoctor.cli")
+    heavy = {"torch", "libcst", "rich", "numpy"}
+    assert not heavy & {m.split(".")[0] for m in modules}
+
+
+def test_importing_the_package_is_light():
+    modules = _modules_after("import ampdoctor")
+    assert not {"torch", "libcst", "rich", "click"} & {m.split(".")[0] for m in modules}
