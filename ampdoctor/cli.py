@@ -76,9 +76,10 @@ def main() -> None:
 @click.option("--exclude", multiple=True, help="Glob of files or folders to skip (repeatable).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="Use this pyproject.toml.")
 @click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache (.ampdoctor_cache/).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes [default: CPU count].")
 def lint_command(paths, output_format, output_file, select, extend_select, ignore, fail_on, fix, unsafe_fixes,
-                 diff, show_suppressed, exclude, config_file, isolated, jobs) -> None:
+                 diff, show_suppressed, exclude, config_file, isolated, no_cache, jobs) -> None:
     """Check Python files and notebooks for mixed-precision mistakes."""
     try:
         code = _lint(
@@ -96,6 +97,7 @@ def lint_command(paths, output_format, output_file, select, extend_select, ignor
             exclude=exclude,
             config_file=config_file,
             isolated=isolated,
+            use_cache=not no_cache,
             jobs=jobs,
         )
     except UsageError as exc:
@@ -120,7 +122,7 @@ def _settings(paths: Sequence[Path], config_file: Optional[Path], isolated: bool
 
 
 def _lint(*, paths, output_format, output_file, select, extend_select, ignore, fail_on, fix, unsafe_fixes, diff,
-          show_suppressed, exclude, config_file, isolated, jobs) -> int:
+          show_suppressed, exclude, config_file, isolated, use_cache, jobs) -> int:
     from .config import ConfigError, validate_codes
     from .findings import Severity
     from .lint import LintRequest, known_codes, lint_paths
@@ -146,6 +148,7 @@ def _lint(*, paths, output_format, output_file, select, extend_select, ignore, f
         unsafe_fixes=unsafe_fixes,
         jobs=jobs,
         extra_exclude=tuple(exclude),
+        use_cache=use_cache,
     )
     run = lint_paths(paths, request)
     if fix and not diff:

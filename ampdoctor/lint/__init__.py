@@ -70,6 +70,7 @@ class LintRequest:
     unsafe_fixes: bool = False
     jobs: Optional[int] = None
     prefilter: bool = True
+    use_cache: bool = False
     extra_exclude: Sequence[str] = field(default_factory=tuple)
 
 
@@ -80,9 +81,50 @@ def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Optional[Path] 
     cwd = cwd or Path.cwd()
     discovery = Discovery(settings.root, tuple(settings.exclude) + tuple(request.extra_exclude), settings.respect_gitignore)
     jobs = [_Job(p, _display(p, cwd), settings.ignored_for(p)) for p in discovery.files(paths)]
-    results = _run(jobs, request)
+    if request.use_cache and not request.fix:
+        results = _run_cached(jobs, request)
+    else:
+        results = _run(jobs, request)
     results.sort(key=lambda r: r.path)
     return LintRun(results, files_checked=len(jobs))
+
+
+def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
+    """Serve unchanged files from the cache; lint the rest (in parallel when there are many)."""
+    from .cache import ResultCache, content_key
+    from .engine import FileResult, mentions_any, needed_tokens, result_from_cache
+
+    cache = ResultCache(request.settings.root, request.codes)
+    tokens = None
+    if request.prefilter:
+        # The tokens come from the rule classes (importing libcst); a warm cache knows them.
+        tokens = cache.tokens
+        if tokens is None:
+            tokens = needed_tokens(request.codes)
+            cache.tokens = tokens
+    results, misses, keys = [], [], {}
+    for job in jobs:
+        try:
+            data = job.path.read_bytes()
+        except OSError:
+            misses.append(job)  # the engine reports why it cannot be read
+            continue
+        if tokens is not None and not mentions_any(data, tokens):
+            results.append(FileResult(job.display, file_path=str(job.path)))
+            continue
+        key = content_key(data, job.per_file_ignored)
+        hit = cache.get(job.display, key)
+        if hit is None:
+            misses.append(job)
+            keys[job.display] = key
+        else:
+            results.append(result_from_cache(job.path, job.display, data, *hit))
+    for result in _run(misses, request):
+        results.append(result)
+        if result.path in keys:
+            cache.put(result.path, keys[result.path], result.findings, result.suppressed)
+    cache.save()
+    return results
 
 
 def _display(path: Path, cwd: Path) -> str:
@@ -102,11 +144,12 @@ def _run(jobs: list[_Job], request: LintRequest) -> list:
 
 
 def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list:
-    from .engine import LintOptions, lint_file, needed_tokens
+    from . import engine
+    from .engine import LintOptions, needed_tokens
 
     tokens = needed_tokens(request.codes) if request.prefilter else None
     results = []
     for job in jobs:
         options = LintOptions(request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored)
-        results.append(lint_file(job.path, job.display, options, tokens))
+        results.append(engine.lint_file(job.path, job.display, options, tokens))
     return results

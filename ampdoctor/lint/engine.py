@@ -266,6 +266,27 @@ def lint_file(path: Path, display: str, options: LintOptions, tokens: Optional[S
     return _check_text(path, display, source, options, result)
 
 
+def result_from_cache(path: Path, display: str, data: bytes, findings: list[Finding], suppressed: int) -> FileResult:
+    """A FileResult for cached findings, with the source text the reporters show."""
+    result = FileResult(display, findings=findings, suppressed=suppressed, file_path=str(path), parsed=True)
+    errors = [f for f in findings if f.code == PARSE_ERROR]
+    if errors:
+        result.error, result.parsed = errors[0].message, False
+    if not findings:
+        return result
+    try:
+        if path.suffix == ".ipynb":
+            from .notebooks import read_notebook
+
+            notebook = read_notebook(data.decode("utf-8"))
+            result.cells = {cell.number: notebook.cell_text(cell.number) for cell in notebook.cells}
+        else:
+            result.source = decode_source(data)
+    except Exception:  # the findings stand; only the snippets are missing
+        pass
+    return result
+
+
 def _check_text(path: Path, display: str, source: str, options: LintOptions, result: FileResult) -> FileResult:
     result.source = source
     if options.fix:

@@ -7,13 +7,15 @@ before anything is written.
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
-
-import libcst as cst
-from libcst.metadata import CodeRange
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from ..findings import Edit, Fix
-from .rules import FixPlan, NodeEdit
+
+if TYPE_CHECKING:
+    import libcst as cst
+    from libcst.metadata import CodeRange
+
+    from .rules import FixPlan, NodeEdit
 
 
 class FixError(Exception):
@@ -50,7 +52,7 @@ class SourceLines:
         return "\n"
 
 
-def resolve_fix(plan: FixPlan, positions: Mapping[cst.CSTNode, CodeRange], lines: SourceLines) -> Optional[Fix]:
+def resolve_fix(plan: "FixPlan", positions: "Mapping[cst.CSTNode, CodeRange]", lines: SourceLines) -> Optional[Fix]:
     edits = []
     for edit in plan.edits:
         resolved = _resolve_edit(edit, positions, lines)
@@ -60,7 +62,7 @@ def resolve_fix(plan: FixPlan, positions: Mapping[cst.CSTNode, CodeRange], lines
     return Fix(plan.description, tuple(sorted(edits)), plan.applicability)
 
 
-def _resolve_edit(edit: NodeEdit, positions: Mapping[cst.CSTNode, CodeRange], lines: SourceLines) -> Optional[Edit]:
+def _resolve_edit(edit: "NodeEdit", positions: "Mapping[cst.CSTNode, CodeRange]", lines: SourceLines) -> Optional[Edit]:
     span = positions.get(edit.node)
     if span is None:
         return None

@@ -1,0 +1,151 @@
+"""The result cache: lint results keyed by file content, ampdoctor build and effective settings.
+
+Layout: ``<project>/.ampdoctor_cache/`` holds a ``.gitignore`` (``*``), a ``CACHEDIR.TAG`` and
+one JSON file per combination of ampdoctor build and selected rules. Each entry maps a file path
+to the hash of its bytes (plus the per-file ignores in force) and its findings. JSON rather than
+pickle: a cache file is data, never code.
+
+The build fingerprint includes the version and the size and modification time of every module
+and rule page of the installed package, so an editable install never serves stale results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from .._version import __version__
+from ..findings import Applicability, Edit, Finding, Fix, Location, Severity
+
+CACHE_DIR = ".ampdoctor_cache"
+_KEEP_FILES = 8
+_FORMAT = 1
+
+
+def content_key(data: bytes, per_file_ignored: Iterable[str]) -> str:
+    digest = hashlib.blake2b(data, digest_size=16)
+    digest.update(repr(tuple(per_file_ignored)).encode())
+    return digest.hexdigest()
+
+
+def build_fingerprint() -> str:
+    package = Path(__file__).resolve().parent.parent
+    parts = [__version__, str(_FORMAT)]
+    roots = [package, package / "_rules", package.parent / "rules"]
+    for root in roots:
+        if not root.is_dir():
+            continue
+        pattern = "**/*.py" if root == package else "*.md"
+        for path in sorted(root.glob(pattern)):
+            stat = path.stat()
+            parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.blake2b("\n".join(parts).encode(), digest_size=12).hexdigest()
+
+
+class ResultCache:
+    def __init__(self, root: Path, codes: Iterable[str]) -> None:
+        self.folder = root / CACHE_DIR
+        key = hashlib.blake2b(f"{build_fingerprint()}|{sorted(codes)}".encode(), digest_size=12).hexdigest()
+        self.path = self.folder / f"lint-{key}.json"
+        self.entries: dict[str, dict[str, Any]] = {}
+        self._tokens: Optional[tuple[bytes, ...]] = None
+        self.dirty = False
+        self._load()
+
+    @property
+    def tokens(self) -> Optional[tuple[bytes, ...]]:
+        """The prefilter tokens of the selected rules, as stored by an earlier run."""
+        return self._tokens
+
+    @tokens.setter
+    def tokens(self, value: tuple[bytes, ...]) -> None:
+        self._tokens = tuple(value)
+        self.dirty = True
+
+    def _load(self) -> None:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict) and data.get("format") == _FORMAT and isinstance(data.get("files"), dict):
+            self.entries = data["files"]
+            tokens = data.get("tokens")
+            if isinstance(tokens, list) and all(isinstance(t, str) for t in tokens):
+                self._tokens = tuple(t.encode("latin-1") for t in tokens)
+
+    def get(self, path: str, key: str) -> Optional[tuple[list[Finding], int]]:
+        entry = self.entries.get(path)
+        if not entry or entry.get("key") != key:
+            return None
+        try:
+            return [_finding(item) for item in entry["findings"]], int(entry["suppressed"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def put(self, path: str, key: str, findings: list[Finding], suppressed: int) -> None:
+        self.entries[path] = {"key": key, "findings": [_encode(f) for f in findings], "suppressed": suppressed}
+        self.dirty = True
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        try:
+            self.folder.mkdir(exist_ok=True)
+            gitignore = self.folder / ".gitignore"
+            if not gitignore.exists():
+                gitignore.write_text("# Created by ampdoctor\n*\n", encoding="utf-8")
+                (self.folder / "CACHEDIR.TAG").write_text(
+                    "Signature: 8a477f597d28d172789f06886806bc55\n# ampdoctor result cache\n", encoding="utf-8"
+                )
+            fd, temp = tempfile.mkstemp(dir=self.folder, prefix=".lint-", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                tokens = [t.decode("latin-1") for t in self._tokens] if self._tokens is not None else None
+                json.dump({"format": _FORMAT, "tokens": tokens, "files": self.entries}, handle, separators=(",", ":"))
+            os.replace(temp, self.path)
+            self._prune()
+        except OSError:
+            pass  # a read-only project still lints; it just is not cached
+
+    def _prune(self) -> None:
+        files = sorted(self.folder.glob("lint-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in files[_KEEP_FILES:]:
+            old.unlink(missing_ok=True)
+
+
+def _encode(finding: Finding) -> dict[str, Any]:
+    loc = finding.location
+    return {
+        "code": finding.code,
+        "severity": finding.severity.name,
+        "message": finding.message,
+        "loc": [loc.path, loc.line, loc.column, loc.end_line, loc.end_column, loc.cell],
+        "help": finding.help,
+        "fix": None
+        if finding.fix is None
+        else {
+            "description": finding.fix.description,
+            "applicability": finding.fix.applicability.value,
+            "edits": [[e.line, e.column, e.end_line, e.end_column, e.content] for e in finding.fix.edits],
+        },
+        "extra": finding.extra,
+    }
+
+
+def _finding(item: dict[str, Any]) -> Finding:
+    fix = None
+    if item["fix"] is not None:
+        raw = item["fix"]
+        fix = Fix(raw["description"], tuple(Edit(*e) for e in raw["edits"]), Applicability(raw["applicability"]))
+    return Finding(
+        code=item["code"],
+        severity=Severity[item["severity"]],
+        message=item["message"],
+        location=Location(*item["loc"]),
+        fix=fix,
+        help=item["help"],
+        extra=item["extra"],
+    )

@@ -1,0 +1,96 @@
+"""Prefilter, cache and parallelism are optimisations: results must be identical without them."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, known_codes, lint_paths
+from ampdoctor.lint import engine
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lint"
+
+
+def _real_files() -> list[Path]:
+    """A deterministic sample of real code: the installed torch package when present."""
+    torch_spec = __import__("importlib.util").util.find_spec("torch")
+    if torch_spec is None or not torch_spec.submodule_search_locations:
+        return []
+    root = Path(list(torch_spec.submodule_search_locations)[0])
+    # Small and medium files keep this test quick; together they still cover real idioms.
+    files = [p for p in sorted(root.rglob("*.py")) if p.stat().st_size < 40_000]
+    amp = [p for p in files if "autocast" in p.read_text(encoding="utf-8", errors="replace")][:15]
+    others = files[:: max(1, len(files) // 15)][:15]
+    return sorted(set(amp + others))
+
+
+def _copy_tree(files: list[Path], target: Path) -> Path:
+    for index, path in enumerate(files):
+        shutil.copy(path, target / f"f{index:03d}_{path.name}")
+    return target
+
+
+def _run(paths: list[Path], root: Path, **options):
+    settings = Settings(root=root)
+    request = LintRequest(settings=settings, codes=settings.enabled_codes(known_codes()), **options)
+    run = lint_paths(paths, request, cwd=root)
+    return sorted((f.location.path, f.location.line, f.location.column, f.code, f.message) for f in run.findings)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    shutil.copytree(FIXTURES, root / "fixtures")
+    real = _real_files()
+    if real:
+        (root / "real").mkdir()
+        _copy_tree(real, root / "real")
+    return root
+
+
+def test_prefilter_parallel_and_cache_do_not_change_results(corpus: Path, monkeypatch):
+    monkeypatch.setattr("ampdoctor.lint.PARALLEL_THRESHOLD", 2)
+    baseline = _run([corpus], corpus, prefilter=False, jobs=1)
+    assert baseline, "the corpus contains planted mistakes"
+    assert _run([corpus], corpus, prefilter=True, jobs=1) == baseline
+    assert _run([corpus], corpus, prefilter=True, jobs=2) == baseline
+    assert _run([corpus], corpus, prefilter=False, jobs=2) == baseline
+    cold = _run([corpus], corpus, use_cache=True, jobs=2)
+    assert (corpus / ".ampdoctor_cache" / ".gitignore").read_text().strip().endswith("*")
+    warm = _run([corpus], corpus, use_cache=True, jobs=1)
+    assert cold == warm == baseline
+
+
+def test_warm_cache_does_not_lint_again(tmp_path: Path, monkeypatch):
+    shutil.copy(FIXTURES / "buggy_no_update.py", tmp_path / "train.py")
+    first = _run([tmp_path], tmp_path, use_cache=True)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cached file was linted again")
+
+    monkeypatch.setattr(engine, "lint_file", refuse)
+    assert _run([tmp_path], tmp_path, use_cache=True) == first
+    # A changed file is linted again.
+    (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text() + "\n# edited\n")
+    with pytest.raises(AssertionError, match="linted again"):
+        _run([tmp_path], tmp_path, use_cache=True)
+
+
+def test_cache_is_keyed_by_selected_rules(tmp_path: Path):
+    shutil.copy(FIXTURES / "buggy_no_update.py", tmp_path / "train.py")
+    everything = _run([tmp_path], tmp_path, use_cache=True)
+    settings = Settings(root=tmp_path, select=("AMP1",))
+    request = LintRequest(settings=settings, codes=settings.enabled_codes(known_codes()), use_cache=True)
+    only_amp1 = lint_paths([tmp_path], request, cwd=tmp_path).findings
+    assert {f.code for f in only_amp1} == {"AMP101", "AMP102", "AMP103"} & {c for _, _, _, c, _ in everything}
+
+
+def test_corrupt_cache_is_ignored(tmp_path: Path):
+    shutil.copy(FIXTURES / "buggy_no_update.py", tmp_path / "train.py")
+    first = _run([tmp_path], tmp_path, use_cache=True)
+    for file in (tmp_path / ".ampdoctor_cache").glob("lint-*.json"):
+        file.write_text("{not json")
+    assert _run([tmp_path], tmp_path, use_cache=True) == first
