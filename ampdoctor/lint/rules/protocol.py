@@ -1,0 +1,822 @@
+"""AMP203–AMP213: the rest of the GradScaler protocol, and the scaler's place in a training script.
+
+Like the rules in ``scaler.py``, these compare the events of one frame (a function body or the
+module body). Three questions come up again and again and are answered by the helpers below:
+
+* *same iteration*: two events share their innermost loop (or both sit outside any loop);
+  a backward pass may also sit deeper than the step it feeds (a micro-batch loop), so "this
+  backward precedes that step" also accepts a backward nested inside the step's loop;
+* *exclusive branches*: the two arms of one ``if``, or two ``if`` statements whose conditions
+  are each other's negation (``if scaler is None`` / ``if scaler is not None``) never both run;
+* *gated*: a call under an ``if`` that its partner is not under runs on some iterations only.
+
+Whenever the answer is unclear the rules stay silent.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Iterator, Optional
+
+import libcst as cst
+
+from ..facts import GRAD_SCALER_NAMES, AmpFacts, Block, CallSite, Event, EventKind, Frame, dotted, get_arg, is_optimizer, string_value
+from . import LintRule, Report, node_code, register
+
+# --------------------------------------------------------------------------------------
+# Paths: iterations, branches, gating
+# --------------------------------------------------------------------------------------
+
+_BRANCH_KINDS = ("if", "else")
+_ACCUMULATION_TEST = re.compile(r"%|accum|sync_grad|grad_acc|micro", re.I)
+
+
+def _loop_key(event: Event) -> Optional[int]:
+    loop = event.call.loop
+    return loop.ident if loop is not None else None
+
+
+def _same_iteration(a: Event, b: Event) -> bool:
+    return _loop_key(a) == _loop_key(b)
+
+
+def _feeds(earlier: Event, later: Event) -> bool:
+    """``earlier`` runs before ``later`` in ``later``'s iteration (possibly in a nested loop)."""
+    if earlier.order >= later.order:
+        return False
+    loop = later.call.loop
+    return loop is None or any(block.ident == loop.ident for block in earlier.path)
+
+
+def _is_prefix(short: tuple[Block, ...], long: tuple[Block, ...]) -> bool:
+    return len(short) <= len(long) and all(a.ident == b.ident for a, b in zip(short, long))
+
+
+def _common_prefix(a: tuple[Block, ...], b: tuple[Block, ...]) -> int:
+    n = 0
+    while n < len(a) and n < len(b) and a[n].ident == b[n].ident:
+        n += 1
+    return n
+
+
+def _condition(block: Block) -> Optional[tuple[str, bool]]:
+    """(normalised test text, truth) that must hold inside an if/else arm."""
+    if block.kind not in _BRANCH_KINDS or not isinstance(block.node, cst.If):
+        return None
+    test: cst.BaseExpression = block.node.test
+    truth = block.kind == "if"
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, truth = test.expression, not truth
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        negated = {cst.IsNot: cst.Is, cst.NotEqual: cst.Equal}
+        for negative, positive in negated.items():
+            if isinstance(target.operator, negative):
+                text = f"{node_code(test.left)} {positive.__name__} {node_code(target.comparator)}"
+                return text, not truth
+            if isinstance(target.operator, positive):
+                text = f"{node_code(test.left)} {positive.__name__} {node_code(target.comparator)}"
+                return text, truth
+    return re.sub(r"\s+|[()]", "", node_code(test)), truth
+
+
+def _exclusive(a: Event, b: Event) -> bool:
+    """True when the two calls can never run in the same pass."""
+    arms = {id(block.node): block.kind for block in a.path if block.kind in _BRANCH_KINDS}
+    for block in b.path:
+        kind = arms.get(id(block.node))
+        if kind is not None and kind != block.kind:
+            return True
+    conditions = dict(c for c in map(_condition, a.path) if c is not None)
+    for block in b.path:
+        cond = _condition(block)
+        if cond is not None and cond[0] in conditions and conditions[cond[0]] != cond[1]:
+            return True
+    return False
+
+
+def _accumulation_gate(blocks: Iterable[Block]) -> Optional[cst.If]:
+    for block in blocks:
+        if block.kind in _BRANCH_KINDS and isinstance(block.node, cst.If):
+            if _ACCUMULATION_TEST.search(node_code(block.node.test)):
+                return block.node
+    return None
+
+
+def _loop_binds(block: Block, name: str) -> bool:
+    """Whether a ``for`` loop's target binds the root of ``name`` (unknown loops: yes)."""
+    if not isinstance(block.node, cst.For):
+        return True
+    root = name.split(".", 1)[0]
+    names = set()
+    for node in _walk_names(block.node.target):
+        names.add(node)
+    return root in names
+
+
+def _walk_names(target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _walk_names(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _walk_names(target.value)
+
+
+def _assigned_in(frame: Frame, facts: AmpFacts, name: str, block: Block) -> bool:
+    """Whether ``name`` is (re)assigned inside ``block`` of ``frame``."""
+    start, end = _block_orders(frame, block)
+    return any(a.frame is frame and a.target == name and start <= a.order <= end for a in facts.assignments)
+
+
+def _block_orders(frame: Frame, block: Block) -> tuple[int, int]:
+    inside = [c.order for c in frame.calls if any(b.ident == block.ident for b in c.path)]
+    return (min(inside), max(inside)) if inside else (0, -1)
+
+
+# --------------------------------------------------------------------------------------
+# Small queries
+# --------------------------------------------------------------------------------------
+
+
+def _of(frame: Frame, kind: EventKind, scaler: Optional[str] = None) -> list[Event]:
+    return [e for e in frame.events if e.kind is kind and (scaler is None or e.scaler == scaler)]
+
+
+def _framework_backward(site: CallSite) -> bool:
+    """``engine.backward(loss)`` of DeepSpeed, Lightning strategies and the like scale by themselves."""
+    receiver = (site.receiver or "").lower()
+    return bool(site.node.args) and any(
+        word in receiver for word in ("engine", "deepspeed", "strategy", "trainer", "booster", "accelerator", "fabric")
+    )
+
+
+def _frameworks(facts: AmpFacts) -> bool:
+    """Modules built on a framework that owns the loss scaling (accelerate, Lightning, DeepSpeed, apex)."""
+    roots = {q.split(".", 1)[0] for q in facts.imports.values()}
+    return bool(roots & {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "apex", "colossalai"})
+
+
+def _scaler_construction_enabled(call: cst.Call, qname: str) -> Optional[bool]:
+    """True/False for a literal ``enabled=``, None when it depends on run-time values."""
+    arg = get_arg(call, None, "enabled")
+    if arg is None:
+        # torch.cuda.amp.GradScaler(init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+        fixed = GRAD_SCALER_NAMES.get(qname) is not None
+        arg = get_arg(call, 4 if fixed else 5, None)
+    if arg is None:
+        return True
+    value = arg.value
+    if isinstance(value, cst.Name) and value.value in ("True", "False"):
+        return value.value == "True"
+    return None
+
+
+def _scaler_device(call: cst.Call, qname: str) -> Optional[str]:
+    fixed = GRAD_SCALER_NAMES.get(qname)
+    if fixed is not None:
+        return fixed
+    arg = get_arg(call, 0, "device")
+    if arg is None:
+        return "cuda"
+    return string_value(arg.value)
+
+
+def _target_of(facts: AmpFacts, call: cst.Call) -> Optional[str]:
+    for assignment in facts.assignments:
+        if assignment.value is call:
+            return assignment.target
+    return None
+
+
+_NOT_OPTIMIZER_NAME = re.compile(r"sched|ema|swa|warmup|lr_|pbar|progress", re.I)
+
+
+def _not_an_optimizer(facts: AmpFacts, name: Optional[str]) -> bool:
+    """LR schedulers, EMA and SWA helpers also have a ``step()`` (and may be built from torch.optim)."""
+    if not name or _NOT_OPTIMIZER_NAME.search(name.rsplit(".", 1)[-1]):
+        return True
+    for assignment in facts.assignments:
+        if assignment.target == name and isinstance(assignment.value, cst.Call):
+            qname = facts.qualify(assignment.value.func) or dotted(assignment.value.func) or ""
+            if "lr_scheduler" in qname or "swa_utils" in qname:
+                return True
+    return False
+
+
+def _mentions(facts: AmpFacts, class_name: str) -> bool:
+    """Whether an import or a resolved name of the module ends in ``class_name`` (``ShardedGradScaler``
+    ends in ``GradScaler``)."""
+    names = [ref.qname for ref in facts.import_refs] + [name for _, name in facts.references]
+    return any(name.rsplit(".", 1)[-1].endswith(class_name) for name in names)
+
+
+def _label(event: Event) -> str:
+    return node_code(event.call.node)
+
+
+# --------------------------------------------------------------------------------------
+# AMP203 step-bypasses-scaler
+# --------------------------------------------------------------------------------------
+
+
+@register
+class StepBypassesScaler(LintRule):
+    code = "AMP203"
+    tokens = (".scale(",)
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if _frameworks(facts):
+            return
+        for frame in facts.frames:
+            backwards = frame.events_of(EventKind.BACKWARD, EventKind.SCALED_BACKWARD)
+            if not any(b.kind is EventKind.SCALED_BACKWARD for b in backwards):
+                continue
+            stepped = {(e.scaler, e.optimizer) for e in _of(frame, EventKind.SCALER_STEP)}
+            for step in frame.events_of(EventKind.OPTIMIZER_STEP):
+                if _not_an_optimizer(facts, step.optimizer):
+                    continue
+                feeding = [b for b in backwards if _feeds(b, step) and not _exclusive(b, step)]
+                if not feeding or feeding[-1].kind is not EventKind.SCALED_BACKWARD:
+                    continue
+                backward = feeding[-1]
+                scaler = backward.scaler
+                if (scaler, step.optimizer) in stepped:
+                    continue  # the scaler steps this optimizer too: the plain step is another branch
+                if any(
+                    u.optimizer == step.optimizer and backward.order < u.order < step.order
+                    for u in _of(frame, EventKind.UNSCALE, scaler)
+                ):
+                    continue  # unscaled by hand: the step sees true gradients
+                yield Report(
+                    self.code,
+                    step.call.node,
+                    f"`{_label(step)}` applies gradients that `{scaler}.scale(...).backward()` multiplied by the "
+                    f"loss scale, and it is not skipped when they overflow",
+                    help=f"Call `{scaler}.step({step.optimizer})` instead, then `{scaler}.update()`",
+                    statement=step.call.statement,
+                )
+
+
+# --------------------------------------------------------------------------------------
+# AMP204 unscaled-backward
+# --------------------------------------------------------------------------------------
+
+
+@register
+class UnscaledBackward(LintRule):
+    code = "AMP204"
+    tokens = ("GradScaler", ".scale(")
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        disabled = {
+            target
+            for event in facts.events(EventKind.SCALER_NEW)
+            if (target := _target_of(facts, event.call.node)) is not None
+            and _scaler_construction_enabled(event.call.node, event.call.qname or "") is False
+        }
+        for frame in facts.frames:
+            steps = [s for s in _of(frame, EventKind.SCALER_STEP) if s.scaler not in disabled]
+            if not steps or frame.events_of(EventKind.SCALED_BACKWARD):
+                continue
+            # Any ``K.scale(...)`` in the function (a scaled loss divided later, a list of scaled
+            # losses) means scaling happens here in a form the model does not follow.
+            if any(site.method == "scale" and site.receiver in facts.scalers for site in frame.calls):
+                continue
+            for backward in frame.events_of(EventKind.BACKWARD):
+                site = backward.call
+                if _framework_backward(site) or "scale" in (site.receiver or "").lower():
+                    continue
+                fed = [s for s in steps if _feeds(backward, s) and not _exclusive(backward, s)]
+                if not fed:
+                    continue
+                step = fed[0]
+                yield Report(
+                    self.code,
+                    site.node,
+                    f"plain `{_label(backward)}` before `{_label(step)}`: the gradients were never multiplied by "
+                    f"the loss scale, so `{step.scaler}.step` divides them by it and float16 gradients underflow",
+                    help=f"Scale the loss first: `{step.scaler}.scale(loss).backward()`",
+                    statement=site.statement,
+                )
+
+
+# --------------------------------------------------------------------------------------
+# AMP205 scaler-in-loop
+# --------------------------------------------------------------------------------------
+
+
+@register
+class ScalerInLoop(LintRule):
+    code = "AMP205"
+    tokens = ("GradScaler",)
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        for frame in facts.frames:
+            for new in frame.events_of(EventKind.SCALER_NEW):
+                loop = new.call.loop
+                # Only a construction directly in the loop body: ``if scaler is None:`` is lazy set-up.
+                if loop is None or new.path[-1].ident != loop.ident:
+                    continue
+                target = _target_of(facts, new.call.node)
+                if target is None:
+                    continue
+                steps = [
+                    s
+                    for s in _of(frame, EventKind.SCALER_STEP, target)
+                    if s.order > new.order and s.call.loop is not None and s.call.loop.ident == loop.ident
+                ]
+                if not steps:
+                    continue
+                yield Report(
+                    self.code,
+                    new.call.node,
+                    f"a new GradScaler is assigned to `{target}` on every pass of the loop that steps it: the loss "
+                    "scale restarts at its initial value each iteration and never settles",
+                    help="Create the GradScaler once, before the training loop",
+                    statement=new.call.statement,
+                )
+
+
+# --------------------------------------------------------------------------------------
+# AMP206 double-unscale
+# --------------------------------------------------------------------------------------
+
+
+@register
+class DoubleUnscale(LintRule):
+    code = "AMP206"
+    tokens = ("unscale_",)
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        for frame in facts.frames:
+            reported: set[int] = set()
+            for report in (*self._twice_on_one_path(frame), *self._per_micro_step(frame, facts)):
+                if id(report.node) not in reported:
+                    reported.add(id(report.node))
+                    yield report
+
+    def _twice_on_one_path(self, frame: Frame) -> Iterator[Report]:
+        unscales = [u for u in frame.events_of(EventKind.UNSCALE) if u.optimizer]
+        for i, second in enumerate(unscales):
+            for first in unscales[:i]:
+                if (first.scaler, first.optimizer) != (second.scaler, second.optimizer):
+                    continue
+                if not _same_iteration(first, second) or _exclusive(first, second):
+                    continue
+                if any(first.order < e.order < second.order for e in _of(frame, EventKind.UPDATE, first.scaler)):
+                    continue  # update() reset the state in between
+                if any(
+                    s.optimizer == first.optimizer and s.order < second.order and _same_iteration(s, second)
+                    for s in _of(frame, EventKind.SCALER_STEP, first.scaler)
+                ):
+                    continue  # unscale_ after step: AMP207 reports it
+                yield Report(
+                    self.code,
+                    second.call.node,
+                    f"`{_label(second)}` runs a second time for one step (first at `{_label(first)}`): torch raises "
+                    "'unscale_() has already been called on this optimizer since the last update()'",
+                    help="Call `unscale_` once per optimizer, after the last backward and before the step",
+                    statement=second.call.statement,
+                )
+                break
+
+    def _per_micro_step(self, frame: Frame, facts: AmpFacts) -> Iterator[Report]:
+        steps = _of(frame, EventKind.SCALER_STEP)
+        updates = _of(frame, EventKind.UPDATE)
+        for unscale in frame.events_of(EventKind.UNSCALE):
+            name = unscale.optimizer
+            if not name:
+                continue
+            for step in steps:
+                if (step.scaler, step.optimizer) != (unscale.scaler, name) or step.order < unscale.order:
+                    continue
+                shared = _common_prefix(unscale.path, step.path)
+                own, step_own = unscale.path[shared:], step.path[shared:]
+                if any(b.kind != "loop" for b in own):
+                    continue  # the unscale_ is conditional itself
+                if own:
+                    # unscale_ sits in a loop that the step is outside of: a micro-batch loop.
+                    if any(_loop_binds(b, name) or _assigned_in(frame, facts, name, b) for b in own):
+                        continue  # a loop over optimizers
+                    if any(any(b.ident == own[0].ident for b in u.path) for u in updates if u.scaler == unscale.scaler):
+                        continue
+                    why = "it runs on every pass of the loop around it while the step runs once after the loop"
+                    raises = True
+                else:
+                    gate = _accumulation_gate(step_own)
+                    if gate is None:
+                        continue
+                    why = f"it runs on every micro-step while the step is gated by `{node_code(gate.test)}`"
+                    # An update() on every micro-step resets the state: no error, but repeated division.
+                    raises = not any(
+                        u.scaler == unscale.scaler and u.order > unscale.order and _is_prefix(u.path, unscale.path)
+                        and len(u.path) == len(unscale.path)
+                        for u in updates
+                    )
+                consequence = (
+                    "the next unscale_ before the step raises 'unscale_() has already been called on this "
+                    "optimizer since the last update()'"
+                    if raises
+                    else "the accumulated gradients are divided by the scale again and again"
+                )
+                yield Report(
+                    self.code,
+                    unscale.call.node,
+                    f"`{_label(unscale)}` can run several times for one `{_label(step)}`: {why}; {consequence}",
+                    help="Move `unscale_` under the same condition as the step, right before it",
+                    statement=unscale.call.statement,
+                )
+                break
+
+
+# --------------------------------------------------------------------------------------
+# AMP207 scaler-call-order
+# --------------------------------------------------------------------------------------
+
+
+@register
+class ScalerCallOrder(LintRule):
+    code = "AMP207"
+    tokens = ("GradScaler", ".scale(")
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        for frame in facts.frames:
+            yield from self._unscale_after_step(frame)
+            yield from self._update_before_step(frame)
+            yield from self._step_before_backward(frame)
+
+    def _pairs(self, frame: Frame, first_kind: EventKind, second_kind: EventKind) -> Iterator[tuple[Event, Event]]:
+        for second in frame.events_of(second_kind):
+            for first in frame.events_of(first_kind):
+                if (
+                    first.scaler == second.scaler
+                    and first.order < second.order
+                    and _same_iteration(first, second)
+                    and not _exclusive(first, second)
+                ):
+                    yield first, second
+
+    def _between(self, frame: Frame, kind: EventKind, scaler: Optional[str], start: int, end: int) -> bool:
+        return any(start < e.order < end for e in _of(frame, kind, scaler))
+
+    def _unscale_after_step(self, frame: Frame) -> Iterator[Report]:
+        done: set[int] = set()
+        for step, unscale in self._pairs(frame, EventKind.SCALER_STEP, EventKind.UNSCALE):
+            if id(unscale) in done or not step.optimizer or step.optimizer != unscale.optimizer:
+                continue
+            if self._between(frame, EventKind.UPDATE, step.scaler, step.order, unscale.order):
+                continue
+            yield Report(
+                self.code,
+                unscale.call.node,
+                f"`{_label(unscale)}` after `{_label(step)}` in the same iteration: torch raises "
+                "'unscale_() is being called after step()'",
+                help="Call `unscale_` between the backward and the step",
+                statement=unscale.call.statement,
+            )
+            done.add(id(unscale))
+
+    def _update_before_step(self, frame: Frame) -> Iterator[Report]:
+        done: set[int] = set()
+        for update, step in self._pairs(frame, EventKind.UPDATE, EventKind.SCALER_STEP):
+            if id(update) in done:
+                continue
+            start = max(
+                (b.order for b in _of(frame, EventKind.SCALED_BACKWARD, update.scaler) if _feeds(b, update)),
+                default=-1,
+            )
+            if start < 0 and update.call.loop is not None:
+                start = min(c.order for c in frame.calls if update.call.loop in c.path) - 1
+            if self._between(frame, EventKind.SCALER_STEP, update.scaler, start, update.order):
+                continue  # a step before it: several optimizers (AMP208)
+            done.add(id(update))
+            yield Report(
+                self.code,
+                update.call.node,
+                f"`{_label(update)}` runs before `{_label(step)}` of the same iteration: update() must come last, "
+                "after every optimizer has stepped",
+                help=f"Move `{update.scaler}.update()` after the last `{update.scaler}.step(...)`",
+                statement=update.call.statement,
+            )
+
+    def _step_before_backward(self, frame: Frame) -> Iterator[Report]:
+        done: set[int] = set()
+        for step, backward in self._pairs(frame, EventKind.SCALER_STEP, EventKind.SCALED_BACKWARD):
+            if id(step) in done or any(_feeds(b, step) for b in _of(frame, EventKind.SCALED_BACKWARD, step.scaler)):
+                continue
+            if any(b.kind != "loop" for b in step.path[_common_prefix(step.path, backward.path):]):
+                continue  # a conditional step (``if i > 0:``) may be deliberate
+            yield Report(
+                self.code,
+                step.call.node,
+                f"`{_label(step)}` runs before the scaled backward `{_label(backward)}` of the same iteration: "
+                "it steps on the previous gradients, or on none",
+                help="Step after `scaler.scale(loss).backward()`",
+                statement=step.call.statement,
+            )
+            done.add(id(step))
+
+
+# --------------------------------------------------------------------------------------
+# AMP208 update-per-optimizer
+# --------------------------------------------------------------------------------------
+
+
+@register
+class UpdatePerOptimizer(LintRule):
+    code = "AMP208"
+    tokens = (".update(",)
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        for frame in facts.frames:
+            for update in frame.events_of(EventKind.UPDATE):
+                report = self._between_steps(frame, update) or self._in_optimizer_loop(frame, facts, update)
+                if report is not None:
+                    yield report
+
+    def _between_steps(self, frame: Frame, update: Event) -> Optional[Report]:
+        steps = [
+            s
+            for s in _of(frame, EventKind.SCALER_STEP, update.scaler)
+            if _same_iteration(s, update) and not _exclusive(s, update)
+        ]
+        before = [s for s in steps if s.order < update.order]
+        after = [s for s in steps if s.order > update.order]
+        if not before or not after:
+            return None
+        following = after[0]
+        backwards = _of(frame, EventKind.SCALED_BACKWARD, update.scaler)
+        if any(update.order < b.order < following.order for b in backwards):
+            return None  # a new backward: the next step is a new round, not another optimizer
+        return self._report(update, f"before `{_label(following)}` of the same iteration")
+
+    def _in_optimizer_loop(self, frame: Frame, facts: AmpFacts, update: Event) -> Optional[Report]:
+        loop = update.call.loop
+        if loop is None or not isinstance(loop.node, cst.For):
+            return None
+        for step in _of(frame, EventKind.SCALER_STEP, update.scaler):
+            if step.order > update.order or step.call.loop is None or step.call.loop.ident != loop.ident:
+                continue
+            if not step.optimizer or not _loop_binds(loop, step.optimizer):
+                continue
+            if any(any(b.ident == loop.ident for b in e.path) for e in _of(frame, EventKind.SCALED_BACKWARD)):
+                continue
+            return self._report(update, f"inside the loop over optimizers (`{_label(step)}`)")
+        return None
+
+    def _report(self, update: Event, where: str) -> Report:
+        return Report(
+            self.code,
+            update.call.node,
+            f"`{_label(update)}` runs {where}: the later steps unscale with a scale that was already updated, and "
+            "each update only sees part of the inf checks",
+            help=f"Call `{update.scaler}.update()` once, after the last `{update.scaler}.step(...)` of the iteration",
+            statement=update.call.statement,
+        )
+
+
+# --------------------------------------------------------------------------------------
+# AMP209 scaler-with-bfloat16
+# --------------------------------------------------------------------------------------
+
+_FLOAT16_TEXT = re.compile(r"\bfloat16|\bfp16|\bhalf\b|HalfTensor", re.I)
+
+
+@register
+class ScalerWithBfloat16(LintRule):
+    code = "AMP209"
+    tokens = ("GradScaler",)
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if not facts.regions or _FLOAT16_TEXT.search(facts.source):
+            return
+        for new in facts.events(EventKind.SCALER_NEW):
+            qname = new.call.qname or ""
+            if _scaler_construction_enabled(new.call.node, qname) is not True:
+                continue
+            device = _scaler_device(new.call.node, qname)
+            regions = [r for r in facts.regions if r.enabled.counts_as_on and (r.device == device or r.device is None)]
+            if not regions or any(r.effective_dtype != "bfloat16" for r in regions):
+                continue
+            yield Report(
+                self.code,
+                new.call.node,
+                "GradScaler in a module whose autocast regions all use bfloat16: bfloat16 has float32's exponent "
+                "range, its gradients do not underflow, and the scaler only adds work",
+                help="Drop the scaler and call `loss.backward()` and `optimizer.step()` directly",
+                statement=new.call.statement,
+            )
+
+
+# --------------------------------------------------------------------------------------
+# AMP210 float16-without-scaler
+# --------------------------------------------------------------------------------------
+
+
+@register
+class Float16WithoutScaler(LintRule):
+    code = "AMP210"
+    tokens = ("autocast",)
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if not any(r.is_float16 for r in facts.regions) or self._has_scaler(facts) or _frameworks(facts):
+            return
+        reported: set[int] = set()
+        for frame in facts.frames:
+            backwards = [
+                b
+                for b in frame.events_of(EventKind.BACKWARD)
+                if not _framework_backward(b.call) and "scale" not in (b.call.receiver or "").lower()
+            ]
+            if not backwards:
+                continue
+            last = backwards[-1].order
+            for site in frame.calls:
+                region = site.region
+                if region is None or not region.is_float16 or site.order > last or id(region.node) in reported:
+                    continue
+                reported.add(id(region.node))
+                yield Report(
+                    self.code,
+                    region.node,
+                    "float16 autocast with a backward pass and no GradScaler in the module: small float16 "
+                    "gradients underflow to zero",
+                    help="Scale the loss with `torch.amp.GradScaler` (scale, step, update), or use bfloat16",
+                    statement=self._statement(facts, region.node),
+                )
+
+    def _has_scaler(self, facts: AmpFacts) -> bool:
+        if facts.scalers or _mentions(facts, "GradScaler"):
+            return True
+        return any("scaler" in (site.receiver or "").lower() for site in facts.calls)
+
+    def _statement(self, facts: AmpFacts, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        for site in facts.calls:
+            if site.node is node:
+                return site.statement
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# AMP211 scaler-state-not-saved
+# --------------------------------------------------------------------------------------
+
+
+class _StateDictCalls(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.receivers: list[Optional[str]] = []
+        self.opaque = False  # ``**other`` spreads: the mapping is partly built elsewhere
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
+            self.receivers.append(dotted(node.func.value))
+        if dotted(node.func) == "dict" and any(a.star for a in node.args):
+            self.opaque = True
+
+    def visit_StarredDictElement(self, node: cst.StarredDictElement) -> None:
+        self.opaque = True
+
+
+class _SubscriptAssignments(cst.CSTVisitor):
+    """Texts of ``name[...] = value`` statements for one mapping name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.texts: list[str] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Subscript) and dotted(target.target.value) == self.name:
+                self.texts.append(node_code(node))
+
+
+def _is_mapping_literal(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Dict) or (isinstance(expr, cst.Call) and dotted(expr.func) == "dict")
+
+
+@register
+class ScalerStateNotSaved(LintRule):
+    code = "AMP211"
+    tokens = ("state_dict",)
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if not facts.scalers and not any(True for _ in facts.events(EventKind.SCALER_NEW)):
+            return
+        for save in facts.calls_to("torch.save"):
+            arg = save.arg(0, "obj")
+            if arg is None:
+                continue
+            mapping = self._mapping(facts, save, arg.value)
+            if mapping is None or "scaler" in node_code(mapping).lower():
+                continue
+            calls = _StateDictCalls()
+            mapping.visit(calls)
+            if calls.opaque or not any(is_optimizer(r, facts) or "optim" in (r or "").lower() for r in calls.receivers):
+                continue
+            yield Report(
+                self.code,
+                save.node,
+                "checkpoint saves the optimizer's state but not the GradScaler's: on resume the loss scale restarts "
+                "at its initial value (65536) and the first steps are skipped while it backs off",
+                help="Add `\"scaler\": scaler.state_dict()` to the checkpoint and `scaler.load_state_dict(...)` on resume",
+                statement=save.statement,
+            )
+
+    def _mapping(self, facts: AmpFacts, save: CallSite, expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        if _is_mapping_literal(expr):
+            return expr
+        name = dotted(expr)
+        if name is None:
+            return None
+        frame = save.frame
+        earlier = [a for a in facts.assignments if a.frame is frame and a.target == name and a.order < save.order]
+        if not earlier or not _is_mapping_literal(earlier[-1].value):
+            return None
+        built = earlier[-1].order
+        # The mapping is completed elsewhere: a method call on it, or handed to a helper.
+        for site in frame.calls:
+            if built < site.order < save.order and site is not save:
+                if site.receiver == name or any(dotted(a.value) == name for a in site.node.args):
+                    return None
+        added = _SubscriptAssignments(name)
+        frame.node.visit(added)
+        if any("scaler" in text.lower() for text in added.texts):
+            return None
+        return earlier[-1].value
+
+
+# --------------------------------------------------------------------------------------
+# AMP212 fsdp-plain-grad-scaler
+# --------------------------------------------------------------------------------------
+
+_SHARDED = {
+    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+    "torch.distributed.fsdp.ShardedGradScaler",
+}
+
+
+def _is_fsdp1(qname: Optional[str]) -> bool:
+    return bool(qname) and qname.startswith("torch.distributed.") and qname.endswith(".FullyShardedDataParallel")
+
+
+@register
+class FsdpPlainGradScaler(LintRule):
+    code = "AMP212"
+    tokens = ("FullyShardedDataParallel",)
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if not any(_is_fsdp1(site.qname) for site in facts.calls):
+            return
+        if _mentions(facts, "ShardedGradScaler"):
+            return
+        for new in facts.events(EventKind.SCALER_NEW):
+            qname = new.call.qname or ""
+            if qname in _SHARDED or _scaler_construction_enabled(new.call.node, qname) is False:
+                continue
+            yield Report(
+                self.code,
+                new.call.node,
+                "plain GradScaler in a module that shards with FullyShardedDataParallel: each rank checks only its "
+                "own shard for infs, so ranks disagree on skipping a step and the replicas drift apart",
+                help="Use `torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler`",
+                statement=new.call.statement,
+            )
+
+
+# --------------------------------------------------------------------------------------
+# AMP213 zero-grad-before-step
+# --------------------------------------------------------------------------------------
+
+
+@register
+class ZeroGradBeforeStep(LintRule):
+    code = "AMP213"
+    tokens = ("zero_grad",)
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        for frame in facts.frames:
+            zeroes = [z for z in frame.events_of(EventKind.ZERO_GRAD) if z.optimizer]
+            if not zeroes:
+                continue
+            for step in _of(frame, EventKind.SCALER_STEP):
+                backwards = [b for b in _of(frame, EventKind.SCALED_BACKWARD, step.scaler) if _feeds(b, step)]
+                if not backwards:
+                    continue
+                backward = backwards[-1]
+                for zero in zeroes:
+                    if zero.optimizer != step.optimizer or not backward.order < zero.order < step.order:
+                        continue
+                    # Only a zero_grad that runs whenever the step does; a guarded one is a deliberate skip.
+                    if not _is_prefix(zero.path, step.path) or _exclusive(backward, zero):
+                        continue
+                    yield Report(
+                        self.code,
+                        zero.call.node,
+                        f"`{_label(zero)}` between `{_label(backward)}` and `{_label(step)}`: the gradients are "
+                        "cleared before the step uses them",
+                        help="Zero the gradients before the forward pass or after the step",
+                        statement=zero.call.statement,
+                    )
+                    break

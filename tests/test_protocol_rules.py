@@ -1,0 +1,615 @@
+"""AMP203–AMP213 edge cases (each rule on both sides), and the AMP201/AMP202 fixes on a fixture."""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from click.testing import CliRunner
+
+from ampdoctor.cli import main
+from helpers import expected_pairs, found_pairs, lint_text
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lint"
+
+HEADER = "import torch\n\nscaler = torch.amp.GradScaler('cuda')\n"
+
+
+def lines_of(code: str, source: str) -> list[int]:
+    """Lines where ``code`` is reported for the dedented source."""
+    return sorted(f.location.line for f in lint_text(textwrap.dedent(source)) if f.code == code)
+
+
+def loop(body: str, header: str = HEADER) -> str:
+    """A module-level training loop around ``body`` (written at 4 spaces)."""
+    return header + "for x, y in loader:\n" + textwrap.indent(textwrap.dedent(body), "    ")
+
+
+def line_containing(source: str, text: str) -> int:
+    for number, line in enumerate(textwrap.dedent(source).splitlines(), start=1):
+        if text in line:
+            return number
+    raise AssertionError(f"{text!r} not in source")
+
+
+# --------------------------------------------------------------------------------------
+# AMP203 step-bypasses-scaler
+# --------------------------------------------------------------------------------------
+
+
+def test_amp203_plain_step_after_scaled_backward_in_a_micro_batch_loop():
+    src = HEADER + textwrap.dedent(
+        """
+        for batch in batches:
+            for x, y in batch:
+                scaler.scale(model(x).sum()).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """
+    )
+    assert lines_of("AMP203", src) == [line_containing(src, "optimizer.step()")]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the step is fed by a plain backward that runs after the scaled one
+        "scaler.scale(aux).backward()\nloss.backward()\noptimizer.step()\n",
+        # unscaled by hand before the plain step
+        "scaler.scale(loss).backward()\nscaler.unscale_(optimizer)\noptimizer.step()\nscaler.update()\n",
+        # the scaler steps the same optimizer on the other branch
+        "scaler.scale(loss).backward()\nif fast:\n    optimizer.step()\nelse:\n    scaler.step(optimizer)\n    scaler.update()\n",
+        # an LR scheduler's step is not an optimizer step
+        "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()\nlr_scheduler.step()\n",
+    ],
+)
+def test_amp203_silent(body):
+    assert lines_of("AMP203", loop(body)) == []
+
+
+def test_amp203_silent_for_schedulers_built_from_torch_optim():
+    src = HEADER + textwrap.dedent(
+        """
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        cosine = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, 100)
+        for x, y in loader:
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            cosine.step()
+        """
+    )
+    assert lines_of("AMP203", src) == []
+
+
+def test_amp203_exclusive_branches_with_a_negated_flag():
+    body = """
+    if use_amp:
+        scaler.scale(loss).backward()
+    if not use_amp:
+        optimizer.step()
+    """
+    assert lines_of("AMP203", loop(body)) == []
+
+
+def test_amp203_exclusive_branches_with_negated_conditions():
+    body = """
+    if scaler is not None:
+        scaler.scale(loss).backward()
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    """
+    assert lines_of("AMP203", loop(body)) == []
+
+
+# --------------------------------------------------------------------------------------
+# AMP204 unscaled-backward
+# --------------------------------------------------------------------------------------
+
+
+def test_amp204_fires_at_the_plain_backward():
+    src = loop("loss.backward()\nscaler.step(optimizer)\nscaler.update()\n")
+    assert lines_of("AMP204", src) == [line_containing(src, "loss.backward()")]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the scaled loss is divided before the backward: scaling is there
+        "(scaler.scale(loss) / accum).backward()\nscaler.step(optimizer)\nscaler.update()\n",
+        # a framework backward that scales by itself
+        "engine.backward(loss)\nscaler.step(optimizer)\nscaler.update()\n",
+        # the plain backward runs after the step (next round's business)
+        "scaler.step(optimizer)\nscaler.update()\nprobe.backward()\n",
+    ],
+)
+def test_amp204_silent(body):
+    assert lines_of("AMP204", loop(body)) == []
+
+
+def test_amp204_silent_for_a_disabled_scaler():
+    header = "import torch\n\nscaler = torch.amp.GradScaler('cuda', enabled=False)\n"
+    assert lines_of("AMP204", loop("loss.backward()\nscaler.step(optimizer)\nscaler.update()\n", header)) == []
+
+
+def test_amp204_silent_when_the_backward_happens_in_another_function():
+    src = """
+    import torch
+
+    def step(scaler, optimizer):
+        scaler.step(optimizer)
+        scaler.update()
+
+    def backward(loss):
+        loss.backward()
+    """
+    assert lines_of("AMP204", src) == []
+
+
+# --------------------------------------------------------------------------------------
+# AMP205 scaler-in-loop
+# --------------------------------------------------------------------------------------
+
+
+def test_amp205_fires_in_a_while_loop_too():
+    src = """
+    import torch
+
+    def run(model, batches, optimizer):
+        while batches:
+            scaler = torch.amp.GradScaler("cuda")
+            scaler.scale(model(batches.pop()).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    """
+    assert lines_of("AMP205", src) == [line_containing(src, "GradScaler(")]
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        # lazy creation under a condition
+        """
+        import torch
+        scaler = None
+        for x in loader:
+            if scaler is None:
+                scaler = torch.amp.GradScaler("cuda")
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        """,
+        # one scaler per independent run, stepped in the nested loop
+        """
+        import torch
+        for trial in trials:
+            scaler = torch.amp.GradScaler("cuda")
+            for x in loader:
+                scaler.scale(model(x).sum()).backward()
+                scaler.step(optimizer)
+                scaler.update()
+        """,
+        # a scaler built in the loop but never stepped there
+        """
+        import torch
+        scalers = []
+        for device in devices:
+            scaler = torch.amp.GradScaler(device)
+            scalers.append(scaler)
+        """,
+    ],
+)
+def test_amp205_silent(src):
+    assert lines_of("AMP205", src) == []
+
+
+# --------------------------------------------------------------------------------------
+# AMP206 double-unscale
+# --------------------------------------------------------------------------------------
+
+
+def test_amp206_two_unscales_of_one_optimizer():
+    body = "scaler.scale(loss).backward()\nscaler.unscale_(opt)\nscaler.unscale_(opt)\nscaler.step(opt)\nscaler.update()\n"
+    src = loop(body)
+    assert lines_of("AMP206", src) == [line_containing(src, "unscale_(opt)") + 1]
+
+
+def test_amp206_unscale_every_micro_step_with_a_gated_step():
+    body = """
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    if step % accum == 0:
+        scaler.step(opt)
+        scaler.update()
+    """
+    src = loop(body)
+    assert lines_of("AMP206", src) == [line_containing(src, "unscale_(opt)")]
+    finding = next(f for f in lint_text(src) if f.code == "AMP206")
+    assert "already been called" in finding.message
+
+
+def test_amp206_unscale_every_micro_step_with_an_update_every_micro_step():
+    body = """
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    if (i + 1) % accum == 0:
+        scaler.step(opt)
+    scaler.update()
+    """
+    finding = next(f for f in lint_text(loop(body)) if f.code == "AMP206")
+    assert "divided by the scale again" in finding.message
+
+
+def test_amp206_unscale_in_a_micro_batch_loop_raises():
+    src = HEADER + textwrap.dedent(
+        """
+        for batch in batches:
+            for x in batch:
+                scaler.scale(model(x).sum()).backward()
+                scaler.unscale_(opt)
+            scaler.step(opt)
+            scaler.update()
+        """
+    )
+    findings = [f for f in lint_text(src) if f.code == "AMP206"]
+    assert [f.location.line for f in findings] == [line_containing(src, "unscale_(opt)")]
+    assert "already been called" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # two different optimizers
+        "scaler.scale(loss).backward()\nscaler.unscale_(enc_opt)\nscaler.unscale_(dec_opt)\n"
+        "scaler.step(enc_opt)\nscaler.step(dec_opt)\nscaler.update()\n",
+        # the two arms of one if
+        "scaler.scale(loss).backward()\nif clip:\n    scaler.unscale_(opt)\nelse:\n    scaler.unscale_(opt)\n"
+        "scaler.step(opt)\nscaler.update()\n",
+        # gated with the step
+        "scaler.scale(loss).backward()\nif (i + 1) % accum == 0:\n    scaler.unscale_(opt)\n    scaler.step(opt)\n"
+        "    scaler.update()\n",
+        # a step gated by a condition that is not accumulation
+        "scaler.scale(loss).backward()\nscaler.unscale_(opt)\nif torch.isfinite(loss):\n    scaler.step(opt)\n"
+        "scaler.update()\n",
+        # a loop over optimizers
+        "scaler.scale(loss).backward()\nfor opt in optimizers:\n    scaler.unscale_(opt)\nfor opt in optimizers:\n"
+        "    scaler.step(opt)\nscaler.update()\n",
+    ],
+)
+def test_amp206_silent(body):
+    assert lines_of("AMP206", loop(body)) == []
+
+
+# --------------------------------------------------------------------------------------
+# AMP207 scaler-call-order
+# --------------------------------------------------------------------------------------
+
+
+def test_amp207_reports_each_misplaced_call_once():
+    body = "scaler.scale(loss).backward()\nscaler.step(opt)\nscaler.unscale_(opt)\nscaler.unscale_(opt)\nscaler.update()\n"
+    src = loop(body)
+    first = line_containing(src, "unscale_(opt)")
+    assert lines_of("AMP207", src) == [first, first + 1]
+    assert lines_of("AMP206", src) == []  # the step between them makes it an order mistake
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # update after the step of a previous round, then a new round
+        "scaler.scale(a).backward()\nscaler.step(opt)\nscaler.update()\nscaler.scale(b).backward()\n"
+        "scaler.step(opt)\nscaler.update()\n",
+        # a conditional step of the previous iteration's gradients at the top
+        "if i > 0:\n    scaler.step(opt)\n    scaler.update()\nscaler.scale(loss).backward()\n",
+        # update and step on the two arms of one if
+        "scaler.scale(loss).backward()\nif skip:\n    scaler.update()\nelse:\n    scaler.step(opt)\n    scaler.update()\n",
+    ],
+)
+def test_amp207_silent(body):
+    assert lines_of("AMP207", loop(body)) == []
+
+
+def test_amp207_ignores_calls_in_different_loops():
+    src = HEADER + textwrap.dedent(
+        """
+        for epoch in range(3):
+            for x in loader:
+                scaler.scale(model(x).sum()).backward()
+                scaler.step(opt)
+            scaler.update()
+        """
+    )
+    assert lines_of("AMP207", src) == []
+
+
+# --------------------------------------------------------------------------------------
+# AMP208 update-per-optimizer
+# --------------------------------------------------------------------------------------
+
+
+def test_amp208_reports_only_the_update_that_precedes_another_step():
+    body = "scaler.scale(loss).backward()\nscaler.step(a)\nscaler.update()\nscaler.step(b)\nscaler.update()\n"
+    src = loop(body)
+    assert lines_of("AMP208", src) == [line_containing(src, "scaler.update()")]
+    assert lines_of("AMP207", src) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # one update after several steps
+        "scaler.scale(loss).backward()\nscaler.step(a)\nscaler.step(b)\nscaler.update()\n",
+        # a loop over optimizers with one update after it
+        "scaler.scale(loss).backward()\nfor opt in optimizers:\n    scaler.step(opt)\nscaler.update()\n",
+        # each optimizer with its own scaled backward inside the loop
+        "for opt, loss in zip(optimizers, losses):\n    scaler.scale(loss).backward()\n    scaler.step(opt)\n"
+        "    scaler.update()\n",
+        # steps on the two arms of one if
+        "scaler.scale(loss).backward()\nif phase == 'g':\n    scaler.step(g_opt)\n    scaler.update()\nelse:\n"
+        "    scaler.step(d_opt)\n    scaler.update()\n",
+    ],
+)
+def test_amp208_silent(body):
+    assert lines_of("AMP208", loop(body)) == []
+
+
+# --------------------------------------------------------------------------------------
+# AMP209 scaler-with-bfloat16
+# --------------------------------------------------------------------------------------
+
+BF16_BODY = "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x).sum()\n" \
+    "scaler.scale(loss).backward()\nscaler.step(opt)\nscaler.update()\n"
+
+
+def test_amp209_fires_for_cpu_default_bfloat16():
+    header = "import torch\n\nscaler = torch.amp.GradScaler('cpu')\n"
+    body = "with torch.autocast('cpu'):\n    loss = model(x).sum()\nscaler.scale(loss).backward()\n" \
+        "scaler.step(opt)\nscaler.update()\n"
+    assert lines_of("AMP209", loop(body, header)) == [3]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        # float16 is possible somewhere in the module
+        "import torch\n\nscaler = torch.amp.GradScaler('cuda')\nHALF = torch.float16\n",
+        # enabled depends on the dtype chosen at run time
+        "import torch\n\nscaler = torch.amp.GradScaler('cuda', enabled=args.amp_dtype == 'fp16')\n",
+        # disabled outright
+        "import torch\n\nscaler = torch.amp.GradScaler('cuda', enabled=False)\n",
+        # a CUDA scaler next to CPU autocast only
+        "import torch\n\nscaler = torch.amp.GradScaler('cuda')\n",
+    ],
+)
+def test_amp209_silent(header):
+    body = BF16_BODY if "enabled" in header or "HALF" in header else BF16_BODY.replace("'cuda', dtype=torch.bfloat16", "'cpu'")
+    assert lines_of("AMP209", loop(body, header)) == []
+
+
+def test_amp209_silent_for_a_runtime_dtype():
+    body = "with torch.autocast('cuda', dtype=ptdtype):\n    loss = model(x).sum()\nscaler.scale(loss).backward()\n" \
+        "scaler.step(opt)\nscaler.update()\n"
+    assert lines_of("AMP209", loop(body)) == []
+
+
+# --------------------------------------------------------------------------------------
+# AMP210 float16-without-scaler
+# --------------------------------------------------------------------------------------
+
+NO_SCALER = "import torch\n"
+
+
+def test_amp210_fires_for_explicit_float16_and_a_context_object():
+    src = NO_SCALER + textwrap.dedent(
+        """
+        ctx = torch.autocast("cuda", dtype=torch.float16)
+        for x in loader:
+            with ctx:
+                loss = model(x).sum()
+            loss.backward()
+            opt.step()
+        """
+    )
+    assert lines_of("AMP210", src) == [line_containing(src, "ctx = torch.autocast")]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # bfloat16
+        "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x).sum()\nloss.backward()\nopt.step()\n",
+        # CPU autocast defaults to bfloat16
+        "with torch.autocast('cpu'):\n    loss = model(x).sum()\nloss.backward()\nopt.step()\n",
+        # inference only
+        "with torch.autocast('cuda'):\n    preds.append(model(x).argmax(-1))\n",
+        # a scaler passed in under another name and used only for stepping here
+        "with torch.autocast('cuda'):\n    loss = model(x).sum()\nloss.backward()\namp_scaler.step(opt)\n",
+        # a region that only runs after the last backward (evaluation after training)
+        "loss = model(x).sum()\nloss.backward()\nopt.step()\nwith torch.autocast('cuda'):\n    model(x_val)\n",
+    ],
+)
+def test_amp210_silent(body):
+    assert lines_of("AMP210", loop(body, NO_SCALER)) == []
+
+
+def test_amp210_silent_with_a_sharded_scaler_anywhere():
+    header = "import torch\nfrom torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n"
+    body = "with torch.autocast('cuda'):\n    loss = model(x).sum()\nloss.backward()\nopt.step()\n"
+    assert lines_of("AMP210", loop(body, header)) == []
+
+
+def test_amp210_silent_when_region_and_backward_are_in_different_functions():
+    src = """
+    import torch
+
+    class Net(torch.nn.Module):
+        @torch.autocast("cuda")
+        def forward(self, x):
+            return self.body(x)
+
+    def train(model, x, opt):
+        model(x).sum().backward()
+        opt.step()
+    """
+    assert lines_of("AMP210", src) == []
+
+
+# --------------------------------------------------------------------------------------
+# AMP211 scaler-state-not-saved
+# --------------------------------------------------------------------------------------
+
+SAVE_HEADER = "import torch\n\nscaler = torch.amp.GradScaler('cuda')\n\n"
+
+
+def test_amp211_fires_for_dict_call_literal():
+    src = SAVE_HEADER + "torch.save(dict(model=model.state_dict(), optimizer=optimizer.state_dict()), 'c.pt')\n"
+    assert lines_of("AMP211", src) == [5]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # scaler state added by subscription assignment
+        "ckpt = {'model': model.state_dict(), 'opt': opt.state_dict()}\nckpt['amp'] = scaler.state_dict()\n"
+        "torch.save(ckpt, 'c.pt')\n",
+        # the mapping is completed by a helper
+        "ckpt = {'model': model.state_dict(), 'opt': opt.state_dict()}\nadd_extras(ckpt)\ntorch.save(ckpt, 'c.pt')\n",
+        # built elsewhere
+        "torch.save(trainer.checkpoint(), 'c.pt')\n",
+        # spread of another mapping
+        "torch.save({**extra, 'opt': opt.state_dict()}, 'c.pt')\n",
+        # weights only
+        "torch.save({'model': model.state_dict()}, 'w.pt')\n",
+        # a key that names the scaler
+        "torch.save({'opt': opt.state_dict(), 'grad_scaler': amp_state}, 'c.pt')\n",
+    ],
+)
+def test_amp211_silent(code):
+    assert lines_of("AMP211", SAVE_HEADER + code) == []
+
+
+def test_amp211_silent_without_a_grad_scaler_in_the_module():
+    src = "import torch\n\ntorch.save({'model': model.state_dict(), 'opt': opt.state_dict()}, 'c.pt')\n"
+    assert lines_of("AMP211", src) == []
+
+
+# --------------------------------------------------------------------------------------
+# AMP212 fsdp-plain-grad-scaler
+# --------------------------------------------------------------------------------------
+
+
+def test_amp212_fires_for_the_deprecated_scaler_with_a_module_alias():
+    src = """
+    import torch
+    import torch.distributed.fsdp as fsdp
+
+    model = fsdp.FullyShardedDataParallel(net)
+    scaler = torch.amp.GradScaler("cuda")
+    """
+    assert lines_of("AMP212", src) == [line_containing(src, "GradScaler(")]
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        # FSDP2: DTensor gradients reduce the inf check
+        "import torch\nfrom torch.distributed.fsdp import fully_shard\nfully_shard(net)\n"
+        "scaler = torch.amp.GradScaler('cuda')\n",
+        # the sharded scaler is used for the FSDP branch
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+        "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n"
+        "model = FSDP(net) if fsdp else net\nscaler = ShardedGradScaler() if fsdp else torch.amp.GradScaler('cuda')\n",
+        # only imported, never wrapped here
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel\nscaler = torch.amp.GradScaler('cuda')\n",
+    ],
+)
+def test_amp212_silent(src):
+    assert lines_of("AMP212", src) == []
+
+
+# --------------------------------------------------------------------------------------
+# AMP213 zero-grad-before-step
+# --------------------------------------------------------------------------------------
+
+
+def test_amp213_fires_with_a_gated_step():
+    body = "scaler.scale(loss).backward()\nopt.zero_grad()\nif (i + 1) % accum == 0:\n    scaler.step(opt)\n" \
+        "    scaler.update()\n"
+    src = loop(body)
+    assert lines_of("AMP213", src) == [line_containing(src, "zero_grad")]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # zero_grad of another optimizer (GAN)
+        "scaler.scale(d_loss).backward()\ng_opt.zero_grad()\nscaler.step(d_opt)\nscaler.update()\n",
+        # a guarded drop of a bad batch's gradients
+        "scaler.scale(loss).backward()\nif not torch.isfinite(loss):\n    opt.zero_grad()\nscaler.step(opt)\n"
+        "scaler.update()\n",
+        # a new backward after the zero_grad
+        "scaler.scale(a).backward()\nopt.zero_grad()\nscaler.scale(b).backward()\nscaler.step(opt)\nscaler.update()\n",
+        # model.zero_grad(): which parameters it clears is unknown
+        "scaler.scale(loss).backward()\nmodel.zero_grad()\nscaler.step(opt)\nscaler.update()\n",
+    ],
+)
+def test_amp213_silent(body):
+    assert lines_of("AMP213", loop(body)) == []
+
+
+# --------------------------------------------------------------------------------------
+# Fixtures: every planted mistake, and the AMP201/AMP202 fixes
+# --------------------------------------------------------------------------------------
+
+PROTOCOL_FIXTURES = sorted(FIXTURES.glob("protocol_*.py"))
+
+
+def test_protocol_fixtures_cover_every_code():
+    planted = {code for p in PROTOCOL_FIXTURES for _, code in expected_pairs(p.read_text(encoding="utf-8"))}
+    assert {f"AMP2{n:02d}" for n in range(1, 14)} <= planted
+
+
+@pytest.mark.parametrize("path", PROTOCOL_FIXTURES, ids=lambda p: p.name)
+def test_protocol_fixture_reports_exactly_the_planted_mistakes(path: Path):
+    source = path.read_text(encoding="utf-8")
+    assert found_pairs(source, str(path)) == expected_pairs(source)
+
+
+def _lint(args):
+    return CliRunner().invoke(main, ["lint", "--isolated", *args], catch_exceptions=False)
+
+
+def test_fix_of_clip_and_update_on_a_fixture_copy(tmp_path: Path):
+    target = tmp_path / "protocol_buggy_fixable.py"
+    shutil.copy(FIXTURES / target.name, target)
+    before = target.read_text(encoding="utf-8")
+    result = _lint(["--fix", str(target)])
+    assert result.exit_code == 0, result.output  # both findings fixed, nothing left
+    after = target.read_text(encoding="utf-8")
+    cst.parse_module(after)
+    changed = [
+        line
+        for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and line[:3] not in ("+++", "---")
+    ]
+    assert changed == [
+        "+        scaler.unscale_(optimizer)",
+        "+            grad_scaler.update()",
+    ]
+    # Byte for byte elsewhere: removing the two inserted lines gives the original back.
+    inserted = {"        scaler.unscale_(optimizer)\n", "            grad_scaler.update()\n"}
+    assert "".join(line for line in after.splitlines(keepends=True) if line not in inserted) == before
+    # The update lands inside the accumulation branch, right after the step.
+    lines = after.splitlines()
+    step = lines.index("            grad_scaler.step(optimizer)  # expect: AMP202")
+    assert lines[step + 1] == "            grad_scaler.update()"
+    assert lines[lines.index("        scaler.unscale_(optimizer)") + 1].lstrip().startswith("nn.utils.clip_grad_norm_(")
+    # Idempotent, and nothing is reported any more.
+    _lint(["--fix", str(target)])
+    assert target.read_text(encoding="utf-8") == after
+    assert found_pairs(after, str(target)) == []
