@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
@@ -138,6 +137,8 @@ def _run(jobs: list[_Job], request: LintRequest) -> list:
     workers = request.jobs if request.jobs is not None else (os.cpu_count() or 1)
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
         return _lint_batch(jobs, request)
+    from concurrent.futures import ProcessPoolExecutor
+
     batches = [jobs[i::workers * 4] for i in range(workers * 4)]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         return [result for batch in pool.map(_lint_batch, batches, [request] * len(batches)) for result in batch]

@@ -836,8 +836,13 @@ def _find_scalers_and_optimizers(facts: AmpFacts) -> None:
     facts._scaled_vars = scaled_vars  # type: ignore[attr-defined]
 
 
+_NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+
+
 def _is_optimizer_constructor(call: cst.Call, facts: AmpFacts) -> bool:
     qname = facts.qualify(call.func) or dotted(call.func) or ""
+    if qname.startswith(_NOT_OPTIMIZERS):
+        return False  # schedulers and SWA helpers also have .step()
     last = qname.rsplit(".", 1)[-1]
     return bool(_OPTIMIZER_CLASS.match(last)) or qname.startswith("torch.optim.") and last[:1].isupper()
 
