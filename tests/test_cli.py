@@ -11,19 +11,7 @@ from click.testing import CliRunner
 from ampdoctor import __version__
 from ampdoctor.cli import main
 
-BUGGY = """\
-import torch
-
-scaler = torch.amp.GradScaler("cuda")
-for x, y in loader:
-    with torch.autocast("cuda", dtype=torch.float16):
-        loss = model(x)
-    scaler.scale(loss).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    scaler.step(optimizer)
-    scaler.update()
-"""
-CLEAN = BUGGY.replace("    torch.nn.utils.clip", "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip")
+from samples import CLIP_BEFORE_UNSCALE as BUGGY, UNSCALE_THEN_CLIP as CLEAN
 
 
 def invoke(*args, cwd: Path | None = None, env=None):

@@ -12,19 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BAD = """\
-import torch
-
-scaler = torch.amp.GradScaler("cuda")
-for x, y in loader:
-    with torch.autocast("cuda", dtype=torch.float16):
-        loss = model(x)
-    scaler.scale(loss).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    scaler.step(optimizer)
-    scaler.update()
-"""
-GOOD = BAD.replace("    torch.nn.utils.clip", "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip")
+from samples import CLIP_BEFORE_UNSCALE as BAD, UNSCALE_THEN_CLIP as GOOD
 
 
 def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
