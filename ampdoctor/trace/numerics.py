@@ -42,7 +42,6 @@ FLOAT16_SMALLEST_NORMAL = 2.0**-14
 _MAX_PENDING_ACTIVATIONS = 20_000
 
 GRADIENT_FIELDS = ("zero", "below_subnormal", "subnormal", "nonfinite", "max_abs")
-BOUNDARY_FIELDS = ("zero", "subnormal", "numel")
 
 
 @dataclass
@@ -175,7 +174,8 @@ class PendingIteration:
     found_inf_slots: list[tuple[str, int]] = field(default_factory=list)
     activations: list[ActivationRow] = field(default_factory=list)
     gradients: list[tuple[ParamInfo, int]] = field(default_factory=list)
-    boundaries: list[tuple[ModuleInfo, int]] = field(default_factory=list)
+    # (module, number of gradient elements, slot of boundary_row)
+    boundaries: list[tuple[ModuleInfo, int, int]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -223,7 +223,9 @@ class ActivationMonitor:
         if not tensors:
             return None
         pending = self._session.pending
-        if len(tensors) == 1:
+        # Inference tensors have no version counter, so their measurements are not reused.
+        reusable = len(tensors) == 1 and not tensors[0].is_inference()
+        if reusable:
             known = self._known.get(tensors[0])
             if known is not None and known[0] == tensors[0]._version:
                 return known[1]
@@ -232,15 +234,28 @@ class ActivationMonitor:
         if maximum is None:
             return None
         slot = pending.batch.add(maximum)
-        if len(tensors) == 1:
+        if reusable:
             self._known[tensors[0]] = (tensors[0]._version, slot)
         return slot
 
     def _before_forward(self, module: torch.nn.Module, args: Any) -> None:
-        self._registry.module(module)
-        self._open_calls.append(self._measure(_float_tensors(args)))
+        try:
+            self._registry.module(module)
+            self._open_calls.append(self._measure(_float_tensors(args)))
+        except Exception as exc:  # never let the instrument break the script
+            self._fail(exc)
 
     def _after_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        try:
+            self._record_output(module, output)
+        except Exception as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        self.remove()
+        self._session.instrument_failed("activation hooks", exc)
+
+    def _record_output(self, module: torch.nn.Module, output: Any) -> None:
         input_slot = self._open_calls.pop() if self._open_calls else None
         outputs = _float_tensors(output)
         output_slot = self._measure(outputs)
@@ -260,27 +275,27 @@ class ActivationMonitor:
             return
 
         def on_gradients(grads) -> None:
-            with torch.no_grad(), quiet():
-                row = boundary_row([g for g in grads if g is not None])
-            if row is not None:
+            try:
+                grads = [g for g in grads if g is not None and g.dtype == torch.float16 and g.numel() > 0]
+                if not grads:
+                    return
+                with torch.no_grad(), quiet():
+                    row = boundary_row(grads)
                 pending = self._session.pending
-                pending.boundaries.append((info, pending.batch.add(row)))
+                pending.boundaries.append((info, sum(g.numel() for g in grads), pending.batch.add(row)))
+            except Exception as exc:  # runs inside backward: must never raise
+                self.stop_boundaries()
+                self._session.instrument_failed("boundary gradient hooks", exc)
 
         self._grad_handles.append(register_multi_grad_hook(watched, on_gradients))
 
 
-def boundary_row(grads: list[torch.Tensor]) -> Optional[torch.Tensor]:
-    """[zero share, subnormal share, numel] of the float16 gradients reaching a module output."""
-    grads = [g for g in grads if g.dtype == torch.float16 and g.numel() > 0]
-    if not grads:
-        return None
+def boundary_row(grads: list[torch.Tensor]) -> torch.Tensor:
+    """[zero share, subnormal share] of the float16 gradients reaching a module's outputs."""
     numel = sum(g.numel() for g in grads)
     zeros = sum((g == 0).sum(dtype=torch.float32) for g in grads)
-    subnormal = sum(
-        ((g != 0) & (g.abs() < FLOAT16_SMALLEST_NORMAL)).sum(dtype=torch.float32) for g in grads
-    )
-    device = grads[0].device
-    return torch.stack([zeros / numel, subnormal / numel, torch.tensor(float(numel), device=device)])
+    subnormal = sum(((g != 0) & (g.abs() < FLOAT16_SMALLEST_NORMAL)).sum(dtype=torch.float32) for g in grads)
+    return torch.stack([zeros / numel, subnormal / numel])
 
 
 def gradient_row(grad: torch.Tensor, scale: Optional[torch.Tensor], grads_scaled: bool) -> torch.Tensor:
@@ -315,8 +330,18 @@ class GradientMonitor:
     def __init__(self, registry: ModuleRegistry, session: Any) -> None:
         self._registry = registry
         self._session = session
+        self._failed = False
 
     def capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
+        if self._failed:
+            return
+        try:
+            self._capture(optimizer, label, scale, grads_scaled)
+        except Exception as exc:  # never let the instrument break the script
+            self._failed = True
+            self._session.instrument_failed("gradient statistics", exc)
+
+    def _capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
         pending = self._session.pending
         with torch.no_grad(), quiet():
             for group_index, group in enumerate(optimizer.param_groups):

@@ -145,7 +145,8 @@ class Observations:
     op_steps: int = 0
     autocast_dtypes: set[tuple[str, str]] = field(default_factory=set)
     backward_calls: int = 0
-    float16_backward_iterations: int = 0
+    # Backward calls with a float16 autocast region entered since the previous backward.
+    float16_backward_calls: int = 0
     scalers: list[ScalerConfig] = field(default_factory=list)
     scaler_steps: int = 0
     plain_optimizer_steps: int = 0
@@ -153,6 +154,10 @@ class Observations:
     class_files: dict[type, Optional[str]] = field(default_factory=dict)
     # Losses and activations of an iteration that never reached its step (crash, interrupt).
     unfinished_loss: Optional[float] = None
+    # A GradScaler created before the session stepped an optimizer (its scale is not observed).
+    untraced_scaler: bool = False
+    # Instruments that removed themselves after an error (the report says what is missing).
+    instrument_errors: list[str] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -160,7 +165,8 @@ class Observations:
 
     @property
     def uses_scaler(self) -> bool:
-        return self.scaler_steps > 0
+        """An enabled GradScaler scaled a loss."""
+        return bool(self.scalers)
 
     @property
     def autocast_used(self) -> bool:
@@ -233,8 +239,8 @@ class Observations:
                 self.origin = Origin(step, info.path, info.class_name, info.cls, input_max)
 
     def _absorb_boundaries(self, pending: PendingIteration, values) -> None:
-        for info, slot in pending.boundaries:
-            zero, subnormal, numel = values[slot]
+        for info, numel, slot in pending.boundaries:
+            zero, subnormal = values[slot]
             stats = self.boundaries.get(info.path)
             if stats is None:
                 stats = self.boundaries[info.path] = BoundaryStats(info.path, info.class_name)

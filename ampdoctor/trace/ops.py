@@ -64,12 +64,14 @@ SENSITIVE_OPS = frozenset(
     }
 )
 
-# Ops that only ask about metadata: counting them says nothing about precision.
+# Ops that only ask about metadata or mark profiler ranges: counting them says nothing about
+# precision.
 _METADATA_OPS = frozenset(
     {
         "is_contiguous", "sym_is_contiguous", "is_strides_like_format",
         "is_non_overlapping_and_dense", "size", "sym_size", "stride", "sym_stride",
         "storage_offset", "sym_storage_offset", "numel", "sym_numel", "dim", "layout",
+        "_record_function_enter", "_record_function_enter_new", "_record_function_exit",
     }
 )
 
@@ -219,8 +221,9 @@ def _ordered_dtypes(tensors: list[torch.Tensor]) -> tuple[str, ...]:
 
 def max_abs(tensors: list[torch.Tensor]) -> Optional[torch.Tensor]:
     """max |x| over the tensors as a float32 device scalar (NaN if any NaN), None if empty."""
+    # The infinity norm is max |x| in one reduction; exact in any dtype, NaN if any NaN.
     maxima = [
-        torch.linalg.vector_norm(t.detach(), ord=math.inf, dtype=torch.float32)
+        torch.linalg.vector_norm(t.detach(), ord=math.inf).to(torch.float32)
         for t in tensors
         if t.numel() > 0
     ]
@@ -241,25 +244,36 @@ class _CensusMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        census = self.census
         name = func.overloadpacket.__name__
-        if _quiet_depth or name in _METADATA_OPS:
+        if _quiet_depth or census.failed or name in _METADATA_OPS:
             return func(*args, **kwargs)
-        inputs = _float_tensors((args, kwargs))
-        probe = self.census.wants_range(func, inputs)
-        input_max = max_abs(inputs) if probe else None
+        try:
+            inputs = _float_tensors((args, kwargs))
+            probe = census.wants_range(func, inputs)
+            # Measured before the op runs: an in-place op overwrites its input.
+            input_max = max_abs(inputs) if probe else None
+        except Exception as exc:  # the census must never break the script
+            census.fail(exc)
+            return func(*args, **kwargs)
         out = func(*args, **kwargs)
-        outputs = _float_tensors(out)
-        self.census.count(name, inputs, outputs)
-        if probe and outputs:
-            self.census.record_range(name, input_max, max_abs(outputs))
+        try:
+            outputs = _float_tensors(out)
+            census.count(name, inputs, outputs)
+            if probe and outputs:
+                census.record_range(name, input_max, max_abs(outputs))
+        except Exception as exc:
+            census.fail(exc)
         return out
 
 
 class OpCensus:
     """Counts ops for as long as it is installed; the session removes it after K iterations."""
 
-    def __init__(self, autocast: AutocastTracker) -> None:
+    def __init__(self, autocast: AutocastTracker, on_error: Optional[Callable[[Exception], None]] = None) -> None:
         self.counts: Counter[OpKey] = Counter()
+        self.failed = False
+        self._on_error = on_error
         self.ranges: dict[tuple[Optional[str], str], OpRange] = {}
         self._autocast = autocast
         self._tracker: Optional[ModuleTracker] = None
@@ -282,6 +296,12 @@ class OpCensus:
         if self._tracker is not None:
             self._tracker.__exit__()
             self._tracker = None
+
+    def fail(self, exc: Exception) -> None:
+        """Stop counting (the mode stays installed until the session removes it)."""
+        self.failed = True
+        if self._on_error is not None:
+            self._on_error(exc)
 
     def _phase(self) -> str:
         return BACKWARD if self._tracker is not None and self._tracker.is_bw else FORWARD

@@ -17,6 +17,10 @@ private ``BaseException`` from the optimizer step (``except Exception`` in the t
 not catch it); the ``with`` block swallows it, so execution continues after the block. With
 ``steps=None`` the session observes until the block ends.
 
+Create the GradScaler inside the ``with`` block (scripts run by ``ampdoctor trace`` always do):
+a scaler made before the session is torch's own class, its loss scale and skipped steps are not
+observed, and the report says so.
+
 What one iteration is: every ``scaler.step(...)`` up to ``scaler.update()`` (skipped or not), or
 every plain ``optimizer.step()`` outside a scaler; several optimizers stepped in one iteration
 count once (an iteration ends when an optimizer that already stepped in it steps again; once the
@@ -33,6 +37,7 @@ and weak references only; the training code's numerics are bit-identical with an
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -44,7 +49,7 @@ from .numerics import ActivationMonitor, GradientMonitor, ModuleRegistry, Pendin
 from .observations import IterationRecord, Observations, ScalerConfig
 from .ops import AutocastTracker, OpCensus, dtype_name
 from .rules import Thresholds
-from .scaler import ScalerPatch
+from .scaler import ScalerPatch, _TorchGradScaler
 
 DEFAULT_RECORD_OPS_STEPS = 2
 
@@ -93,7 +98,8 @@ class TraceSession:
         self.steps = steps
         self.record_ops_steps = record_ops_steps
         self.thresholds = thresholds or Thresholds()
-        self.script = script
+        # Findings point at this file; by default the running program's main script.
+        self.script = script or getattr(sys.modules.get("__main__"), "__file__", None)
         self.argv = argv
         self.outcome = Outcome()
         self.observations = Observations()
@@ -110,11 +116,12 @@ class TraceSession:
         self._iteration_optimizers: Optional[set[int]] = None
         self._in_scaler_step = False
         self._skipped_total = 0
-        self._float16_autocast_in_iteration = False
-        self._float16_backward_counted = False
+        self._float16_autocast_since_backward = False
         self._scaled_outputs: list[weakref.ref] = []
         self._optimizer_labels: dict[int, str] = {}
         self._scalers_seen: set[int] = set()
+        self._origin_probed = False
+        self._probing_origin = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -146,11 +153,10 @@ class TraceSession:
             stack.callback(handle.remove)
         self._activations.install()
         stack.callback(self._activations.remove)
+        stack.callback(self._stop_census)
         if self.record_ops_steps > 0:
-            self._census = OpCensus(self._autocast)
-            self._census.install()
+            self._start_census()
             self._activations.record_boundaries = True
-            stack.callback(self._stop_census)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         global _active
@@ -189,14 +195,33 @@ class TraceSession:
         torch.autograd.backward = traced_backward
         stack.callback(setattr, torch.autograd, "backward", original)
 
+    def _start_census(self) -> None:
+        self._census = OpCensus(self._autocast, on_error=lambda exc: self.instrument_failed("op census", exc))
+        self._census.install()
+
     def _stop_census(self) -> None:
         census, self._census = self._census, None
         self._activations.stop_boundaries()
         if census is None:
             return
         census.remove()
+        if self._probing_origin:
+            self._probing_origin = False  # its counts are not part of the first-K census
+            return
         self.observations.ops = census.counts
         self.observations.op_steps = self.observations.steps
+
+    def _probe_origin_op(self) -> None:
+        """A non-finite activation appeared after the census window: run the census for one
+        more iteration so the op behind it can be named (it usually recurs)."""
+        origin = self.observations.origin
+        if origin is None or self._origin_probed or self._census is not None:
+            return
+        self._origin_probed = True
+        self.observations.name_origin_op()
+        if origin.op is None:
+            self._probing_origin = True
+            self._start_census()
 
     def _queue_census_ranges(self) -> list[tuple[tuple, int, int]]:
         if self._census is None:
@@ -219,14 +244,14 @@ class TraceSession:
             return
         self.observations.autocast_dtypes.add((device, dtype_name(dtype)))
         if dtype == torch.float16:
-            self._float16_autocast_in_iteration = True
+            self._float16_autocast_since_backward = True
 
     def _backward_started(self, tensors: Any) -> None:
         observations = self.observations
         observations.backward_calls += 1
-        if self._float16_autocast_in_iteration and not self._float16_backward_counted:
-            observations.float16_backward_iterations += 1
-            self._float16_backward_counted = True
+        if self._float16_autocast_since_backward:
+            observations.float16_backward_calls += 1
+            self._float16_autocast_since_backward = False
         if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
             if not any(ref() is tensors for ref in self._scaled_outputs):
                 self.pending.loss_slots.append(self.pending.batch.add(tensors.detach().clone()))
@@ -234,6 +259,8 @@ class TraceSession:
     def _optimizer_pre_step(self, optimizer, args, kwargs) -> None:
         if self._in_scaler_step:
             return
+        if not self.observations.untraced_scaler and _stepped_by_untraced_scaler():
+            self.observations.untraced_scaler = True
         if id(optimizer) in self._stepped:
             # The same optimizer again: the previous iteration is over.
             if self._iteration_optimizers is None:
@@ -297,6 +324,11 @@ class TraceSession:
             )
         )
 
+    def instrument_failed(self, what: str, exc: Exception) -> None:
+        """An instrument hit something it cannot measure: it removes itself, the script goes on,
+        and the report says what is missing."""
+        self.observations.instrument_errors.append(f"{what} stopped: {type(exc).__name__}: {exc}")
+
     def flush_partial(self) -> None:
         """Read the statistics of a script that runs forwards without ever stepping."""
         if not self.observations.stepped and not self._stepped:
@@ -307,12 +339,13 @@ class TraceSession:
     def _close_iteration(self) -> None:
         step = self.observations.steps + 1
         record = IterationRecord(step=step)
-        window_ends = self._census is not None and step >= self.record_ops_steps
+        window_ends = self._census is not None and (self._probing_origin or step >= self.record_ops_steps)
         self._read_pending(record, with_census_ranges=window_ends)
         if record.skipped:
             self._skipped_total += 1
         if window_ends:
             self._stop_census()
+        self._probe_origin_op()
         if self._progress is not None:
             scale = record.scale_after if record.scale_after is not None else record.scale
             self._progress(step, self.steps, scale, self._skipped_total)
@@ -325,8 +358,6 @@ class TraceSession:
         pending, self.pending = self.pending, PendingIteration()
         self._stepped = {}
         self._scaled_outputs = []
-        self._float16_autocast_in_iteration = False
-        self._float16_backward_counted = False
         self._activations.new_iteration()
         values = pending.batch.read() if not pending.empty else []
         step = record.step if record is not None else self.observations.steps + 1
@@ -343,6 +374,24 @@ class TraceSession:
         elif not self.pending.empty or census_open:
             self._read_pending(None, with_census_ranges=census_open)
         self._stop_census()
+
+
+def _stepped_by_untraced_scaler() -> bool:
+    """Whether torch's own GradScaler (one created before the session) is stepping this
+    optimizer: its ``step`` code is a few frames up. Frames are compared by code object only;
+    reading ``f_locals`` would pin the caller's locals. Checked once per step, never per op."""
+    scaler_code = {
+        _TorchGradScaler.step.__code__,
+        _TorchGradScaler._maybe_opt_step.__code__,
+    }
+    frame = sys._getframe(2)
+    for _ in range(6):
+        if frame is None:
+            return False
+        if frame.f_code in scaler_code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _outcome_of(exc_type, exc) -> Outcome:

@@ -1,0 +1,198 @@
+"""``ampdoctor trace``: run a training script under instrumentation and report.
+
+This module is imported by ``ampdoctor.cli`` for every command, so it must stay light: torch,
+rich and the session are imported inside the command only.
+
+Exit status: 0 no finding at or above ``--fail-on``; 1 findings at or above it, or the script
+raised; n when the script called ``sys.exit(n)`` with n != 0; 130 on Ctrl-C; 2 usage errors
+(script or module not found, bad options, torch missing).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import click
+
+TORCH_MISSING = "ampdoctor trace needs torch: pip install 'ampdoctor[trace]'"
+_FAIL_LEVELS = ("info", "warning", "error", "never")
+
+
+def _parse_thresholds(values: tuple[str, ...]) -> dict[str, str]:
+    overrides = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--threshold")
+        overrides[name.strip()] = value.strip()
+    return overrides
+
+
+@click.command(
+    "trace",
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": True,
+        "help_option_names": ["-h", "--help"],
+    },
+    short_help="Run a training script under instrumentation and report AMP problems.",
+)
+@click.argument("target", required=False, metavar="SCRIPT")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SCRIPT_ARGS...]")
+@click.option("-m", "module", metavar="MODULE", help="Run a module as `python -m MODULE` would.")
+@click.option("--steps", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Stop after this many training iterations (0: run to the end).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+              help="Also write the JSON report to this file.")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Report format on stdout; with json, the script's own stdout goes to stderr.")
+@click.option("--fail-on", type=click.Choice(_FAIL_LEVELS, case_sensitive=False), default="warning",
+              show_default=True, help="Exit 1 when a finding has at least this severity.")
+@click.option("--record-ops-steps", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Record the per-op dtype census for the first K iterations.")
+@click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
+              help="Change a rule threshold (e.g. skip_share=0.1); repeatable.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress display on stderr (default: when stderr is a terminal).")
+@click.pass_context
+def trace_command(
+    ctx: click.Context,
+    target: Optional[str],
+    script_args: tuple[str, ...],
+    module: Optional[str],
+    steps: int,
+    json_path: Optional[str],
+    output_format: str,
+    fail_on: str,
+    record_ops_steps: int,
+    thresholds: tuple[str, ...],
+    progress: Optional[bool],
+) -> None:
+    """Run SCRIPT (or -m MODULE) for N training iterations under instrumentation.
+
+    The script runs in this process as __main__, exactly as `python SCRIPT` would run it.
+    Pass the script's own arguments after `--`:
+
+        ampdoctor trace train.py --steps 20 -- --lr 0.1
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        click.echo(TORCH_MISSING, err=True)
+        ctx.exit(2)
+
+    from .runner import Target, UsageError, check_target
+    from .rules import Thresholds
+
+    if module and target:
+        script_args = (target, *script_args)
+        target = None
+    if not module and not target:
+        raise click.UsageError("missing SCRIPT (or -m MODULE)", ctx=ctx)
+    try:
+        limits = Thresholds().with_overrides(_parse_thresholds(thresholds))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--threshold") from None
+    if json_path and not os.path.isdir(os.path.dirname(os.path.abspath(json_path))):
+        raise click.BadParameter(f"folder of {json_path!r} does not exist", param_hint="--json")
+    run = Target(script=target, module=module, args=tuple(script_args))
+    try:
+        check_target(run)
+    except UsageError as exc:
+        click.echo(f"ampdoctor trace: {exc}", err=True)
+        ctx.exit(2)
+
+    report, outcome = _trace(run, steps or None, record_ops_steps, limits, output_format, progress)
+    _emit(report, outcome, json_path, output_format)
+    ctx.exit(_exit_status(report, outcome, fail_on))
+
+
+def _trace(run, steps, record_ops_steps, limits, output_format, progress):
+    import contextlib
+
+    from .runner import run_target
+    from .session import TraceSession
+
+    show_progress = sys.stderr.isatty() if progress is None else progress
+    with _progress_display(show_progress, steps) as on_progress:
+        session = TraceSession(
+            steps=steps,
+            record_ops_steps=record_ops_steps,
+            thresholds=limits,
+            script=run.source_path() or run.display,
+            argv=[run.display, *run.args],
+            progress=on_progress,
+        )
+        redirect = contextlib.redirect_stdout(sys.stderr) if output_format == "json" else contextlib.nullcontext()
+        with redirect, session:
+            session.outcome = run_target(run)
+    return session.report(), session.outcome
+
+
+def _emit(report, outcome, json_path: Optional[str], output_format: str) -> None:
+    if outcome.traceback:
+        sys.stderr.write(outcome.traceback)
+        sys.stderr.flush()
+    if json_path:
+        report.write_json(json_path)
+    if output_format == "json":
+        click.echo(report.to_json())
+    else:
+        report.print()
+
+
+def _exit_status(report, outcome, fail_on: str) -> int:
+    from ..findings import Severity
+
+    if outcome.reason == "error":
+        return 1
+    if outcome.reason == "interrupt":
+        return 130
+    if outcome.reason == "exit" and outcome.exit_code:
+        return outcome.exit_code
+    level = None if fail_on.lower() == "never" else Severity.parse(fail_on)
+    return 1 if report.fails(level) else 0
+
+
+class _Progress:
+    """Steps done of N, the current loss scale and the skipped steps, on stderr."""
+
+    def __init__(self, total: Optional[int]) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            TextColumn("tracing"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+            # Print the script's output above the bar only when it goes to the terminal anyway;
+            # stdout redirected to a file must stay there.
+            redirect_stdout=sys.stdout.isatty(),
+            redirect_stderr=False,
+        )
+        self._task = self._progress.add_task("trace", total=total, status="")
+
+    def __enter__(self):
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._progress.stop()
+
+    def __call__(self, step: int, total: Optional[int], scale: Optional[float], skipped: int) -> None:
+        status = f"scale {scale:g}  skipped {skipped}" if scale is not None else ""
+        self._progress.update(self._task, completed=step, status=status)
+
+
+def _progress_display(enabled: bool, total: Optional[int]):
+    import contextlib
+
+    if not enabled:
+        return contextlib.nullcontext(None)
+    return _Progress(total)

@@ -1,0 +1,430 @@
+"""The trace report: findings plus the data behind them, for the terminal and as JSON.
+
+JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added within a version:
+
+``version``            1
+``tool``               "ampdoctor trace"; ``ampdoctor_version``, ``torch_version``
+``script``, ``argv``   what ran (a path, or ``-m module``), with its arguments
+``steps``              iterations traced; ``steps_requested`` the limit or null
+``completed``          false when the script raised or was interrupted
+``stopped``            "steps" | "end" | "exit" | "error" | "interrupt"
+``exit_code``          the script's ``sys.exit`` status, else null
+``error``              "Type: message" when the script raised, else null
+``notes``              plain statements about the run (no optimizer step, no autocast, ...)
+``uses``               {autocast: [dtypes], grad_scaler, scaler_steps, optimizer_steps,
+                       backward_calls, optimizers}
+``thresholds``         the rule thresholds in effect
+``findings``           Finding.to_dict() (code, name, severity, message, path, line, ..., help,
+                       extra) plus top-level ``module`` and ``step`` (null where they do not apply)
+``scale``              per iteration, the loss scale its backward used (null without a scaler)
+``scale_after``        per iteration, the scale ``update()`` left
+``skipped``            iteration numbers (1-based) whose optimizer step was skipped
+``loss``               per iteration, the sum of the losses back-propagated (null if none seen)
+``ops_steps``          iterations covered by ``ops``
+``ops``                [{op, module, autocast: "on"|"off"|"disabled", phase: "forward"|"backward",
+                       input_dtypes, output_dtype, count}]; module null outside any module
+``gradients``          per parameter: {name, module, module_class, shape, dtype, iterations,
+                       zero, below_subnormal, subnormal, nonfinite (mean shares over applied
+                       steps), worst (max share per field), max_abs (unscaled),
+                       float16_limit (65504 / the last loss scale), lost_share,
+                       first_nonfinite_step}
+``activations``        per module: {module, module_class, calls, max_abs: {dtype: value},
+                       first_nonfinite_step}
+``boundaries``         per module (op-recording window): {module, module_class, zero, subnormal}
+``origin``             the first non-finite activation: {step, module, module_class, input_max,
+                       op, op_input_max} or null
+
+Non-finite numbers are written as the strings "NaN", "Infinity" and "-Infinity" so the document
+stays valid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..findings import Finding, Severity
+from .observations import Observations
+from .ops import MATMUL_OPS
+from .rules import FLOAT16_MAX, Locator, Thresholds, evaluate, lost_share
+from .session import Outcome, TraceSession
+
+SCHEMA_VERSION = 1
+
+
+def json_number(value: Optional[float]) -> Any:
+    if value is None or math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+@dataclass
+class TraceReport:
+    script: Optional[str]
+    argv: Optional[list[str]]
+    steps_requested: Optional[int]
+    outcome: Outcome
+    observations: Observations
+    thresholds: Thresholds
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def completed(self) -> bool:
+        return self.outcome.completed
+
+    def worst_severity(self) -> Optional[Severity]:
+        return max((f.severity for f in self.findings), default=None)
+
+    def fails(self, level: Optional[Severity]) -> bool:
+        worst = self.worst_severity()
+        return level is not None and worst is not None and worst >= level
+
+    # -- JSON ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        obs = self.observations
+        return {
+            "version": SCHEMA_VERSION,
+            "tool": "ampdoctor trace",
+            "ampdoctor_version": _ampdoctor_version(),
+            "torch_version": _torch_version(),
+            "script": self.script,
+            "argv": self.argv,
+            "steps": obs.steps,
+            "steps_requested": self.steps_requested,
+            "completed": self.completed,
+            "stopped": self.outcome.reason,
+            "exit_code": self.outcome.exit_code,
+            "error": self.outcome.error,
+            "notes": list(self.notes),
+            "uses": obs.to_summary(),
+            "thresholds": {name: getattr(self.thresholds, name) for name in Thresholds.names()},
+            "findings": [_finding_dict(f) for f in self.findings],
+            "scale": [json_number(r.scale) for r in obs.iterations],
+            "scale_after": [json_number(r.scale_after) for r in obs.iterations],
+            "skipped": [r.step for r in obs.iterations if r.skipped],
+            "loss": [json_number(r.loss) for r in obs.iterations],
+            "ops_steps": obs.op_steps,
+            "ops": [key.to_dict(count) for key, count in _sorted_ops(obs)],
+            "gradients": [self._gradient_dict(g) for g in obs.gradients.values()],
+            "activations": [_activation_dict(a) for a in obs.activations.values()],
+            "boundaries": [
+                {"module": b.module, "module_class": b.module_class, "zero": b.zero_share, "subnormal": b.subnormal_share}
+                for b in obs.boundaries.values()
+            ],
+            "origin": _origin_dict(obs),
+        }
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def write_json(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(self.to_json())
+            handle.write("\n")
+
+    def _gradient_dict(self, stats) -> dict[str, Any]:
+        means = {name: stats.mean(name) for name in ("zero", "below_subnormal", "subnormal", "nonfinite")}
+        return {
+            "name": stats.name,
+            "module": stats.module,
+            "module_class": stats.module_class,
+            "shape": list(stats.shape),
+            "dtype": stats.dtype,
+            "iterations": stats.iterations,
+            **means,
+            "worst": dict(stats.worst),
+            "max_abs": json_number(stats.max_abs),
+            # The largest unscaled gradient float16 can hold at the last loss scale.
+            "float16_limit": FLOAT16_MAX / (stats.last_scale or 1.0),
+            "lost_share": lost_share(means["zero"], means["below_subnormal"], means["subnormal"], self.thresholds),
+            "first_nonfinite_step": stats.first_nonfinite_step,
+        }
+
+    # -- terminal ------------------------------------------------------------------------------
+
+    def print(self, console=None) -> None:
+        """Render the report with rich (to stdout unless a console is given)."""
+        render(self, console)
+
+
+def _finding_dict(finding: Finding) -> dict[str, Any]:
+    data = finding.to_dict()
+    data["module"] = finding.extra.get("module")
+    data["step"] = finding.extra.get("step")
+    if "extra" in data:
+        data["extra"] = {k: _jsonable(v) for k, v in data["extra"].items()}
+    return data
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float):
+        return json_number(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _activation_dict(stats) -> dict[str, Any]:
+    return {
+        "module": stats.module,
+        "module_class": stats.module_class,
+        "calls": stats.calls,
+        "max_abs": {dtype: json_number(v) for dtype, v in stats.max_abs.items()},
+        "first_nonfinite_step": stats.first_nonfinite_step,
+    }
+
+
+def _origin_dict(obs: Observations) -> Optional[dict[str, Any]]:
+    origin = obs.origin
+    if origin is None:
+        return None
+    return {
+        "step": origin.step,
+        "module": origin.module,
+        "module_class": origin.module_class,
+        "input_max": json_number(origin.input_max),
+        "op": origin.op,
+        "op_input_max": json_number(origin.op_input_max),
+    }
+
+
+def _sorted_ops(obs: Observations):
+    """Matmul-class ops first, then by count."""
+    return sorted(obs.ops.items(), key=lambda item: (item[0].op not in MATMUL_OPS, -item[1], item[0].module or ""))
+
+
+def _ampdoctor_version() -> Optional[str]:
+    try:
+        from .._version import __version__
+
+        return __version__
+    except ImportError:
+        return None
+
+
+def _torch_version() -> Optional[str]:
+    torch = sys.modules.get("torch")
+    return getattr(torch, "__version__", None)
+
+
+def _notes(session: TraceSession) -> list[str]:
+    obs, outcome = session.observations, session.outcome
+    notes = []
+    if outcome.reason == "error":
+        notes.append(f"The script raised {outcome.error}: this report is incomplete.")
+    elif outcome.reason == "interrupt":
+        notes.append(f"Interrupted after {obs.steps} iteration(s): this report is partial.")
+    elif session.steps is not None and obs.steps < session.steps and outcome.completed:
+        notes.append(f"The script ended after {obs.steps} of the {session.steps} requested iterations.")
+    if not obs.stepped:
+        notes.append(
+            "No optimizer step was seen, so no training iteration was traced: ampdoctor trace "
+            "counts `scaler.step(...)` and `optimizer.step()` calls."
+        )
+    if not obs.autocast_used:
+        notes.append(
+            "The script never entered torch.autocast: "
+            + (
+                "tensors were made low precision by hand (see the ops table)."
+                if any(k.output_dtype in ("float16", "bfloat16") for k in obs.ops)
+                else "it trains in full precision, so there is no mixed precision to check."
+            )
+        )
+    if obs.untraced_scaler:
+        notes.append(
+            "A GradScaler created before tracing started stepped the optimizer: its loss scale "
+            "and skipped steps were not observed (create it inside the trace session)."
+        )
+    notes.extend(f"ampdoctor's {error}; the data it would have collected is missing." for error in obs.instrument_errors)
+    if obs.backward_calls == 0 and obs.stepped:
+        notes.append("No backward call was seen (gradients came from elsewhere).")
+    return notes
+
+
+def build_report(session: TraceSession) -> TraceReport:
+    obs = session.observations
+    obs.class_files = dict(session.class_files)
+    locator = Locator(session.script, obs.class_files)
+    findings = evaluate(obs, session.thresholds, locator)
+    return TraceReport(
+        script=session.script,
+        argv=session.argv,
+        steps_requested=session.steps,
+        outcome=session.outcome,
+        observations=obs,
+        thresholds=session.thresholds,
+        findings=findings,
+        notes=_notes(session),
+    )
+
+
+# -- rich rendering -------------------------------------------------------------------------------
+
+# Ops that move or reinterpret data without computing: left out of the terminal table (they
+# stay in --json) so the precision-relevant rows are visible.
+_BOOKKEEPING_OPS = frozenset(
+    {
+        "detach", "view", "_unsafe_view", "t", "transpose", "expand", "permute", "unsqueeze",
+        "squeeze", "slice", "select", "as_strided", "alias", "reshape", "split", "chunk",
+        "_local_scalar_dense", "empty", "empty_like", "empty_strided", "zeros_like", "ones_like",
+        "fill_", "zero_", "copy_", "clone", "lift_fresh", "new_empty_strided", "new_zeros",
+    }
+)
+_SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+_TABLE_ROWS = 15
+
+
+def render(report: TraceReport, console=None) -> None:
+    from rich.console import Console
+
+    console = console or Console()
+    obs = report.observations
+    console.print(_headline(report))
+    console.print(_verdict(report))
+    for note in report.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    if report.findings:
+        console.print(_findings_table(report.findings))
+    if obs.ops:
+        console.print(_ops_table(obs))
+    underflow = _underflow_table(report)
+    if underflow is not None:
+        console.print(underflow)
+    timeline = _scale_table(obs)
+    if timeline is not None:
+        console.print(timeline)
+
+
+def _headline(report: TraceReport) -> str:
+    obs = report.observations
+    how = {
+        "steps": f"stopped after --steps {report.steps_requested}",
+        "end": "the script ended",
+        "exit": f"the script called sys.exit({report.outcome.exit_code})",
+        "error": "the script raised",
+        "interrupt": "interrupted",
+    }[report.outcome.reason]
+    return f"[bold]ampdoctor trace[/] {report.script or ''}: {obs.steps} iteration(s) traced ({how})"
+
+
+def _verdict(report: TraceReport) -> str:
+    if not report.findings:
+        steps = report.observations.steps
+        return f"[bold green]No mixed-precision problems found[/] in {steps} iteration(s)."
+    counts = {severity: 0 for severity in Severity}
+    for finding in report.findings:
+        counts[finding.severity] += 1
+    parts = [f"{n} {s.label}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(), reverse=True) if n]
+    worst = report.worst_severity()
+    return f"[{_SEVERITY_STYLE[worst]}]Found {', '.join(parts)}.[/]"
+
+
+def _findings_table(findings: list[Finding]):
+    from rich.table import Table
+
+    table = Table(title="Findings", title_justify="left", show_lines=True, expand=True)
+    table.add_column("code", no_wrap=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("where", overflow="fold")
+    table.add_column("what", ratio=3)
+    for finding in findings:
+        where = []
+        if finding.extra.get("module"):
+            where.append(str(finding.extra["module"]))
+        if finding.extra.get("step"):
+            where.append(f"iteration {finding.extra['step']}")
+        what = finding.message + (f"\n[dim]help: {finding.help_text}[/]" if finding.help_text else "")
+        table.add_row(
+            f"{finding.code}",
+            f"[{_SEVERITY_STYLE[finding.severity]}]{finding.severity.label}[/]",
+            "\n".join(where) or "-",
+            what,
+        )
+    return table
+
+
+def _ops_table(obs: Observations):
+    from rich.table import Table
+
+    table = Table(title=f"Ops by module and dtype (first {obs.op_steps} iteration(s))", title_justify="left")
+    for column in ("module", "op", "phase", "dtypes", "autocast", "count"):
+        table.add_column(column, justify="right" if column == "count" else "left")
+    rows = [(key, count) for key, count in _sorted_ops(obs) if key.op not in _BOOKKEEPING_OPS]
+    for key, count in rows[:_TABLE_ROWS]:
+        dtypes = f"{','.join(key.input_dtypes) or '-'} -> {key.output_dtype or '-'}"
+        op = f"[bold]{key.op}[/]" if key.is_matmul else key.op
+        table.add_row(key.module or "-", op, key.phase, dtypes, key.autocast, str(count))
+    hidden = len(obs.ops) - min(len(rows), _TABLE_ROWS)
+    if hidden:
+        table.caption = f"{hidden} more rows (views, copies, rarer ops) in --json"
+    return table
+
+
+def _underflow_table(report: TraceReport):
+    from rich.table import Table
+
+    ranked = []
+    for stats in report.observations.gradients.values():
+        share = lost_share(stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), report.thresholds)
+        ranked.append((share, stats.mean("subnormal"), stats))
+    ranked = [item for item in sorted(ranked, key=lambda item: (-item[0], -item[1])) if item[0] > 0 or item[1] > 0]
+    if not ranked:
+        return None
+    table = Table(title="Most underflow-prone gradients (float16 at the loss scale)", title_justify="left")
+    for column in ("parameter", "lost", "zero", "< 2**-24", "subnormal", "max |g|"):
+        table.add_column(column, justify="left" if column == "parameter" else "right")
+    for share, _, stats in ranked[:5]:
+        table.add_row(
+            stats.name,
+            f"{share:.1%}",
+            f"{stats.mean('zero'):.1%}",
+            f"{stats.mean('below_subnormal'):.1%}",
+            f"{stats.mean('subnormal'):.1%}",
+            f"{stats.max_abs:.3g}",
+        )
+    return table
+
+
+def _scale_segments(obs: Observations) -> list[tuple[int, int, float, int]]:
+    """(first, last, scale, skipped) for runs of iterations that used the same scale."""
+    segments: list[list] = []
+    for record in obs.iterations:
+        if record.scale is None:
+            continue
+        if segments and segments[-1][2] == record.scale and segments[-1][1] == record.step - 1:
+            segments[-1][1] = record.step
+            segments[-1][3] += record.skipped
+        else:
+            segments.append([record.step, record.step, record.scale, int(record.skipped)])
+    return [tuple(s) for s in segments]
+
+
+def _scale_table(obs: Observations):
+    from rich.table import Table
+
+    from .rules import format_scale
+
+    segments = _scale_segments(obs)
+    if not segments:
+        return None
+    table = Table(title="Loss scale timeline", title_justify="left")
+    for column in ("iterations", "scale", "skipped"):
+        table.add_column(column, justify="right")
+    shown = segments if len(segments) <= 12 else segments[:6] + [None] + segments[-5:]
+    for segment in shown:
+        if segment is None:
+            table.add_row("...", "", "")
+            continue
+        first, last, scale, skipped = segment
+        span = str(first) if first == last else f"{first}-{last}"
+        table.add_row(span, format_scale(scale), str(skipped) if skipped else "")
+    return table

@@ -1,0 +1,129 @@
+"""Run a training script (or ``-m module``) as ``__main__`` inside a trace session.
+
+The script runs in this process exactly as ``python SCRIPT ARGS`` (or ``python -m MODULE ARGS``)
+would run it: ``sys.argv`` is ``[SCRIPT, *ARGS]``, the script's folder (for ``-m``, the current
+directory) is first on ``sys.path``, and it runs as ``__main__``. How it ends becomes an
+``Outcome``: stopped after the requested iterations, ended by itself, ``sys.exit(n)``, raised
+(its traceback, without ampdoctor's frames), or interrupted with Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Iterator, Optional
+
+from .session import Outcome, StopTracing, exit_code_of
+
+
+class UsageError(Exception):
+    """The target cannot be run (not found); reported in one line, exit status 2."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A script path or a module name, with the arguments it receives."""
+
+    script: Optional[str] = None
+    module: Optional[str] = None
+    args: tuple[str, ...] = field(default=())
+
+    @property
+    def display(self) -> str:
+        return f"-m {self.module}" if self.module else str(self.script)
+
+    def source_path(self) -> Optional[str]:
+        """The file findings point at: the script, or the module's source file."""
+        if self.script:
+            return os.path.abspath(self.script)
+        try:
+            spec = importlib.util.find_spec(self.module)
+        except (ImportError, ValueError):
+            return None
+        if spec is not None and spec.submodule_search_locations:
+            main = os.path.join(next(iter(spec.submodule_search_locations)), "__main__.py")
+            return main if os.path.exists(main) else spec.origin
+        return spec.origin if spec is not None else None
+
+
+def check_target(target: Target) -> None:
+    """Raise ``UsageError`` if the target does not exist, before anything is installed."""
+    if target.script is not None:
+        if not os.path.exists(target.script):
+            raise UsageError(f"can't open file {target.script!r}: No such file or directory")
+        return
+    with _search_path(os.getcwd()):
+        try:
+            spec = importlib.util.find_spec(target.module)
+        except (ImportError, ValueError) as exc:
+            raise UsageError(f"error while finding module specification for {target.module!r}: {exc}") from None
+    if spec is None:
+        raise UsageError(f"No module named {target.module}")
+
+
+def run_target(target: Target) -> Outcome:
+    """Run the target to its end (or until the session stops it) and say how it ended."""
+    try:
+        if target.script is not None:
+            script = os.path.abspath(target.script)
+            folder = script if os.path.isdir(script) else os.path.dirname(script)
+            with _search_path(folder), _argv([target.script, *target.args]):
+                runpy.run_path(script, run_name="__main__")
+        else:
+            with _search_path(os.getcwd()), _argv([target.module, *target.args]):
+                runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+    except StopTracing:
+        return Outcome("steps")
+    except SystemExit as exc:
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        return Outcome("exit", exit_code=exit_code_of(exc))
+    except KeyboardInterrupt:
+        return Outcome("interrupt", error="KeyboardInterrupt")
+    except BaseException as exc:  # the script's own error, reported with its traceback
+        return Outcome("error", error=_one_line(exc), traceback=script_traceback(exc))
+    return Outcome("end")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def script_traceback(exc: BaseException) -> str:
+    """The traceback as Python would print it for the script, without ampdoctor's and runpy's
+    frames."""
+    return "".join(traceback.format_exception(type(exc), exc, _without_runner_frames(exc.__traceback__)))
+
+
+def _without_runner_frames(tb: Optional[TracebackType]) -> Optional[TracebackType]:
+    hidden = {"runpy", __name__}
+    while tb is not None and tb.tb_frame.f_globals.get("__name__") in hidden:
+        tb = tb.tb_next
+    return tb
+
+
+@contextlib.contextmanager
+def _search_path(folder: str) -> Iterator[None]:
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+
+
+@contextlib.contextmanager
+def _argv(argv: list[str]) -> Iterator[None]:
+    saved = sys.argv
+    sys.argv = list(argv)
+    try:
+        yield
+    finally:
+        sys.argv = saved

@@ -1,0 +1,9 @@
+import json
+import sys
+
+from _common import amp_step, make
+
+model, optimizer, scaler, x, y = make()
+for step in range(3):
+    amp_step(model, optimizer, scaler, x, y)
+print(json.dumps({"name": __name__, "argv": sys.argv}))

@@ -1,0 +1,88 @@
+"""Every runtime finding fires on its fixture, through the click command, and the healthy
+fixtures stay silent."""
+
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
+
+# fixture -> (steps, the finding it provokes, findings that follow from it by nature)
+PROVOKED = {
+    "loss_scale_collapse.py": (12, "AMP501", set()),
+    "skipped_steps.py": (40, "AMP502", set()),
+    "nonfinite_loss.py": (3, "AMP503", set()),
+    "overflow_origin.py": (3, "AMP504", {"AMP503"}),  # the inf reaches the loss
+    "underflow_gradients.py": (3, "AMP505", set()),
+    "activation_overflow_risk.py": (3, "AMP506", set()),
+    "float32_matmul.py": (3, "AMP507", set()),
+    "manual_half_softmax.py": (3, "AMP508", set()),
+    "forward_outside_autocast.py": (3, "AMP509", set()),
+    "float16_without_scaler.py": (3, "AMP510", {"AMP505"}),  # the unscaled gradients underflow
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROVOKED))
+def test_fixture_provokes_its_finding(trace_cli, name):
+    steps, code, companions = PROVOKED[name]
+    run = trace_cli(str(FIXTURES / name), "--steps", str(steps), "--fail-on", "never")
+    assert run.exit_code == 0, run.stderr
+    assert run.report["steps"] == steps
+    assert code in run.codes
+    assert run.codes - {code} <= companions
+    finding = next(f for f in run.report["findings"] if f["code"] == code)
+    assert finding["message"] and finding["help"]
+    assert finding["path"] == str(FIXTURES / name)
+
+
+@pytest.mark.parametrize("name,steps,autocast", [("healthy_fp16.py", 15, "float16"), ("healthy_bf16.py", 15, "bfloat16")])
+def test_healthy_fixture_reports_nothing(trace_cli, name, steps, autocast):
+    run = trace_cli(str(FIXTURES / name), "--steps", str(steps), "--fail-on", "info")
+    assert run.exit_code == 0, run.stdout
+    assert run.report["findings"] == []
+    assert run.report["completed"] is True
+    assert run.report["uses"]["autocast"] == [autocast]
+    assert len(run.report["loss"]) == run.report["steps"] == steps
+    assert "No mixed-precision problems found" in run.stdout
+
+
+def test_fixture_fails_at_default_level(trace_cli):
+    run = trace_cli(str(FIXTURES / "forward_outside_autocast.py"), "--steps", "2")
+    assert run.exit_code == 1
+    assert run.codes == {"AMP509"}
+
+
+def test_info_finding_does_not_fail_by_default(trace_cli):
+    run = trace_cli(str(FIXTURES / "float32_matmul.py"), "--steps", "2")
+    assert run.codes == {"AMP507"}
+    assert run.exit_code == 0
+
+
+def test_overflow_origin_names_module_op_and_class(trace_cli):
+    run = trace_cli(str(FIXTURES / "overflow_origin.py"), "--steps", "2", "--fail-on", "never")
+    finding = next(f for f in run.report["findings"] if f["code"] == "AMP504")
+    assert finding["module"] == "encoder.0"
+    assert finding["step"] == 1
+    assert finding["extra"]["module_class"] == "Linear"
+    assert finding["extra"]["op"] == "_to_copy"  # autocast's cast of the timestamp to float16
+    assert finding["extra"]["class_file"].endswith("linear.py")
+    assert run.report["origin"]["module"] == "encoder.0"
+
+
+def test_collapse_names_iteration_and_gradient(trace_cli):
+    run = trace_cli(str(FIXTURES / "loss_scale_collapse.py"), "--steps", "20", "--fail-on", "never")
+    finding = next(f for f in run.report["findings"] if f["code"] == "AMP501")
+    assert finding["step"] == 17  # 65536 / 2**17 < 1
+    assert finding["module"] == "net.0"
+    assert run.report["skipped"] == list(range(1, 21))
+    assert run.report["scale"][:3] == [65536.0, 32768.0, 16384.0]
+
+
+def test_underflow_suggests_a_scale(trace_cli):
+    run = trace_cli(str(FIXTURES / "underflow_gradients.py"), "--steps", "2", "--fail-on", "never")
+    finding = next(f for f in run.report["findings"] if f["code"] == "AMP505")
+    assert finding["extra"]["scale"] == 1.0
+    assert finding["extra"]["suggested_scale"] > 1.0
+    assert "bfloat16" in finding["help"]
+    ranked = [p["lost_share"] for p in finding["extra"]["parameters"]]
+    assert ranked == sorted(ranked, reverse=True) and ranked[0] > 0.5

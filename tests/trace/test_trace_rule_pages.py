@@ -1,0 +1,53 @@
+"""The executable examples of the runtime rule pages (rules/AMP5xx.md): every ``bad`` example
+reports its code when traced, every ``good`` example does not."""
+
+import contextlib
+import io
+
+import pytest
+
+from ampdoctor.catalog import all_rules
+from ampdoctor.findings import Severity
+from ampdoctor.trace.runner import Target, run_target
+from ampdoctor.trace.session import TraceSession
+
+TRACE_RULES = [rule for rule in all_rules().values() if rule.origin == "trace"]
+EXAMPLES = [
+    pytest.param(rule, example, id=f"{rule.code}-{example.kind}-line{example.page_line}")
+    for rule in TRACE_RULES
+    for example in rule.examples
+]
+
+
+def trace_example(source: str, tmp_path):
+    path = tmp_path / "example.py"
+    path.write_text(source)
+    with contextlib.redirect_stdout(io.StringIO()):
+        with TraceSession(script=str(path)) as session:
+            session.outcome = run_target(Target(script=str(path)))
+    assert session.outcome.reason == "end", session.outcome.traceback
+    return session.report()
+
+
+def test_every_runtime_code_has_a_page():
+    assert [rule.code for rule in TRACE_RULES] == [f"AMP5{n:02d}" for n in range(1, 11)]
+    for rule in TRACE_RULES:
+        assert rule.fixable == "no"
+        kinds = [example.kind for example in rule.examples]
+        assert "bad" in kinds and "good" in kinds
+        for heading in ("## What it does", "## Why is this a problem", "## Example", "## Use instead", "## References"):
+            assert heading in rule.body, (rule.code, heading)
+
+
+@pytest.mark.parametrize("rule,example", EXAMPLES)
+def test_rule_page_example(rule, example, tmp_path):
+    report = trace_example(example.source, tmp_path)
+    codes = {finding.code for finding in report.findings}
+    if example.kind == "bad":
+        assert {code for _, code in example.expected} == {rule.code}
+        assert rule.code in codes, report.to_dict()["findings"]
+        severity = next(f.severity for f in report.findings if f.code == rule.code)
+        assert severity is rule.severity
+    else:
+        assert rule.code not in codes
+        assert not [f for f in report.findings if f.severity >= Severity.WARNING], codes

@@ -1,0 +1,322 @@
+"""The session installs its hooks and removes every one of them, observes without changing the
+training numerics, and serves the Python API."""
+
+import contextlib
+import io
+import json
+import runpy
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+import torch
+import torch.cuda.amp
+import torch.cpu.amp
+import torch.optim.optimizer as optimizer_module
+from torch import nn
+from torch.nn.modules import module as module_module
+
+import ampdoctor.trace.scaler as traced_scaler
+from ampdoctor.trace.runner import Target, run_target
+from ampdoctor.trace.session import TraceSession, active_session, trace_session
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def global_state():
+    """Everything a session may touch, by identity or by content."""
+    return {
+        "amp.GradScaler": torch.amp.GradScaler,
+        "amp.grad_scaler.GradScaler": torch.amp.grad_scaler.GradScaler,
+        "cuda.amp.GradScaler": torch.cuda.amp.GradScaler,
+        "cpu.amp.GradScaler": torch.cpu.amp.GradScaler,
+        "autocast.__enter__": torch.amp.autocast_mode.autocast.__enter__,
+        "autocast.__exit__": torch.amp.autocast_mode.autocast.__exit__,
+        "autograd.backward": torch.autograd.backward,
+        "optimizer pre hooks": OrderedDict(optimizer_module._global_optimizer_pre_hooks),
+        "optimizer post hooks": OrderedDict(optimizer_module._global_optimizer_post_hooks),
+        "forward pre hooks": OrderedDict(module_module._global_forward_pre_hooks),
+        "forward hooks": OrderedDict(module_module._global_forward_hooks),
+        "backward hooks": OrderedDict(module_module._global_backward_hooks),
+        "dispatch modes": torch._C._len_torch_dispatch_stack(),
+        "scaler observer": traced_scaler._observer,
+        "active session": active_session(),
+    }
+
+
+def run_script(name: str, steps=None, **options):
+    path = str(SCRIPTS / name)
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        with TraceSession(steps=steps, script=path, **options) as session:
+            session.outcome = run_target(Target(script=path))
+    return session, out.getvalue()
+
+
+def test_hooks_are_installed_during_and_gone_after_the_session():
+    before = global_state()
+    with TraceSession(steps=None) as session:
+        during = global_state()
+        assert torch.amp.GradScaler is traced_scaler.TracedGradScaler
+        assert torch.cuda.amp.GradScaler is traced_scaler.TracedCudaGradScaler
+        assert torch.cpu.amp.GradScaler is traced_scaler.TracedCpuGradScaler
+        assert during["dispatch modes"] == before["dispatch modes"] + 1  # the op census
+        assert len(during["optimizer pre hooks"]) == len(before["optimizer pre hooks"]) + 1
+        assert len(during["forward hooks"]) > len(before["forward hooks"])
+        assert during["backward hooks"] == before["backward hooks"]  # never full backward hooks
+        assert active_session() is session
+    assert global_state() == before
+
+
+@pytest.mark.parametrize("name", ["crash.py", "interrupt.py", "loop_forever.py", "two_optimizers.py"])
+def test_hooks_are_gone_however_the_script_ends(name):
+    before = global_state()
+    run_script(name, steps=4)
+    assert global_state() == before
+
+
+def test_hooks_are_gone_after_an_exception_escapes_the_block():
+    before = global_state()
+    with pytest.raises(ZeroDivisionError):
+        with trace_session():
+            model = nn.Linear(2, 2)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                model(torch.randn(3, 2))
+            1 / 0
+    assert global_state() == before
+
+
+def test_census_window_ends_after_k_iterations_and_hooks_follow():
+    modes = torch._C._len_torch_dispatch_stack()
+    session, _ = run_script("loop_forever.py", steps=4, record_ops_steps=1)
+    assert session.observations.op_steps == 1
+    assert torch._C._len_torch_dispatch_stack() == modes
+    addmm = {key.module: count for key, count in session.observations.ops.items() if key.op == "addmm"}
+    assert addmm == {"0": 1, "2": 1}  # two Linear layers, one iteration
+
+
+def test_losses_and_weights_are_bit_identical_with_and_without_tracing():
+    reference = io.StringIO()
+    with contextlib.redirect_stdout(reference):
+        runpy.run_path(str(SCRIPTS / "seeded_hex.py"), run_name="__main__")
+    session, traced = run_script("seeded_hex.py", steps=None, record_ops_steps=3)
+    assert traced == reference.getvalue()
+    printed = [float.fromhex(line.split()[1]) for line in traced.splitlines() if line.startswith("loss")]
+    assert [r.loss for r in session.observations.iterations] == printed
+    scales = [float(line.split()[3]) for line in traced.splitlines() if line.startswith("loss")]
+    assert [r.scale_after for r in session.observations.iterations] == scales
+    assert any(r.skipped for r in session.observations.iterations)  # init_scale 2**24 overflows
+
+
+def test_skips_of_a_fused_optimizer_come_from_found_inf():
+    session, out = run_script("fused_overflow.py", steps=None)
+    records = session.observations.iterations
+    printed = [float(line.split()[1]) for line in out.splitlines()]
+    assert [r.scale_after for r in records] == printed
+    skipped = [r.step for r in records if r.skipped]
+    backoffs = [r.step for r in records if r.scale_event == "backoff"]
+    assert skipped and skipped == backoffs
+    assert session.observations.plain_optimizer_steps == 0  # all went through scaler.step
+
+
+def test_scaler_behaviour_is_unchanged():
+    def scales(make_scaler):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = make_scaler()
+        seen = []
+        for step in range(6):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.full((2, 4), 100.0 * step)).sum() * 1e3
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            seen.append((scaler.get_scale(), [p.detach().clone() for p in model.parameters()]))
+        return seen
+
+    make = lambda: torch.amp.GradScaler("cpu", init_scale=2.0**20, growth_interval=2)  # noqa: E731
+    plain = scales(make)
+    with trace_session():
+        traced = scales(make)
+    assert [s for s, _ in plain] == [s for s, _ in traced]
+    for (_, a), (_, b) in zip(plain, traced):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_deprecated_cuda_scaler_is_traced_and_warns_like_torch():
+    with trace_session():
+        with pytest.warns(FutureWarning, match="torch.cuda.amp.GradScaler"):
+            scaler = torch.cuda.amp.GradScaler()
+        assert isinstance(scaler, traced_scaler.TracedGradScaler)
+    assert isinstance(scaler, torch.amp.GradScaler)
+
+
+def test_python_api_stops_the_block_and_continues_after_it():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    done = 0
+    with trace_session(steps=3) as session:
+        scaler = torch.amp.GradScaler("cpu")
+        while True:
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.randn(8, 4)).square().mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            done += 1
+    assert done == 2  # the 3rd update raised the stop
+    report = session.report()
+    assert report.completed and session.outcome.reason == "steps"
+    assert report.observations.steps == 3
+    assert report.findings == []
+    data = json.loads(report.to_json())
+    assert data["steps"] == 3 and data["stopped"] == "steps"
+    out = io.StringIO()
+    from rich.console import Console
+
+    report.print(Console(file=out, width=120))
+    assert "No mixed-precision problems found" in out.getvalue()
+
+
+def test_python_api_reports_findings_with_locations():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace_session(steps=2, script="train_in_notebook") as session:
+        for step in range(5):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.tensor([0, 1] * 4))
+            loss.backward()
+            optimizer.step()
+    findings = session.report().findings
+    assert [f.code for f in findings if f.code == "AMP510"] == ["AMP510"]
+    finding = next(f for f in findings if f.code == "AMP510")
+    assert finding.location.path == "train_in_notebook"
+    assert finding.severity.label == "warning"
+
+
+def test_sessions_do_not_nest():
+    with trace_session():
+        with pytest.raises(RuntimeError, match="already active"):
+            with trace_session():
+                pass
+
+
+def test_session_keeps_no_module_or_tensor_alive():
+    import gc
+    import weakref
+
+    with trace_session(steps=None) as session:
+        model = nn.Linear(3, 3)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                model(torch.randn(2, 3)).sum().backward()
+            optimizer.step()
+    model_ref, weight_ref = weakref.ref(model), weakref.ref(model.weight)
+    del model, optimizer
+    gc.collect()
+    assert model_ref() is None and weight_ref() is None
+    assert session.report().observations.steps == 2
+
+
+def test_progress_reports_every_iteration():
+    seen = []
+    run_script("loop_forever.py", steps=3, progress=lambda *args: seen.append(args))
+    assert [(step, total) for step, total, _, _ in seen] == [(1, 3), (2, 3), (3, 3)]
+    assert all(scale == 65536.0 and skipped == 0 for _, _, scale, skipped in seen)
+
+
+def test_json_schema_has_the_documented_keys(trace_cli):
+    run = trace_cli(str(SCRIPTS / "early_end.py"))
+    report = run.report
+    for key in (
+        "version", "script", "steps", "completed", "error", "findings", "scale", "skipped",
+        "loss", "ops", "gradients", "activations", "boundaries", "origin", "notes", "uses",
+    ):
+        assert key in report
+    op = report["ops"][0]
+    assert set(op) == {"op", "module", "autocast", "phase", "input_dtypes", "output_dtype", "count"}
+    from ampdoctor.trace.ops import MATMUL_OPS
+
+    is_matmul = [o["op"] in MATMUL_OPS for o in report["ops"]]
+    assert is_matmul[0] and is_matmul == sorted(is_matmul, reverse=True)  # matmul-class first
+    assert {o["autocast"] for o in report["ops"]} >= {"on", "off"}
+    assert {"forward", "backward"} <= {o["phase"] for o in report["ops"]}
+    gradient = report["gradients"][0]
+    assert gradient["name"] == "0.weight" and gradient["module"] == "0" and gradient["iterations"] == 3
+    for field in ("zero", "below_subnormal", "subnormal", "nonfinite", "max_abs", "lost_share"):
+        assert field in gradient
+
+
+def test_scaler_created_before_the_session_is_stated_not_misreported():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    with trace_session(steps=3) as session:
+        for step in range(5):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.randn(8, 4)).square().mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    report = session.report()
+    assert "AMP510" not in {f.code for f in report.findings}
+    assert any("created before tracing started" in note for note in report.notes)
+
+
+def test_gradient_accumulation_is_one_iteration_per_update_with_the_summed_loss():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [torch.randn(8, 4) for _ in range(6)]
+    micro_losses = []
+    with trace_session() as session:
+        scaler = torch.amp.GradScaler("cpu")
+        for index, x in enumerate(batches):
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x).square().mean() / 3
+            micro_losses.append(loss.item())
+            scaler.scale(loss).backward()
+            if (index + 1) % 3 == 0:
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
+    records = session.observations.iterations
+    assert len(records) == 2
+    assert records[0].loss == pytest.approx(sum(micro_losses[:3]), rel=1e-6)
+    assert records[1].loss == pytest.approx(sum(micro_losses[3:]), rel=1e-6)
+    assert session.observations.backward_calls == 6
+
+
+def test_a_failing_instrument_removes_itself_and_never_breaks_the_script(monkeypatch):
+    import ampdoctor.trace.numerics as numerics
+
+    def broken(tensors):
+        raise RuntimeError("cannot measure this tensor")
+
+    monkeypatch.setattr(numerics, "max_abs", broken)
+    before = global_state()
+    session, out = run_script("early_end.py", steps=None)
+    assert session.outcome.reason == "end" and "done" in out
+    assert session.observations.steps == 3  # the rest of the tracing went on
+    notes = session.report().notes
+    assert any("activation hooks stopped: RuntimeError: cannot measure this tensor" in n for n in notes)
+    assert global_state() == before
+
+
+def test_overflow_after_the_census_window_still_names_the_op():
+    session, _ = run_script("late_overflow.py", steps=None, record_ops_steps=2)
+    origin = session.observations.origin
+    assert (origin.step, origin.module, origin.module_class) == (4, "Net", "Net")
+    finding = next(f for f in session.report().findings if f.code == "AMP504")
+    assert finding.extra["op"] == "exp"
+    assert session.observations.op_steps == 2  # the extra census iteration is not in the table
+    assert finding.location.line == 8  # `class Net` in the script
