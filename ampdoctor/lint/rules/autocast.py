@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
+import libcst as cst
+
+from ...findings import Applicability
 from ..facts import DTYPES, HALF_TENSOR_TYPES, AmpFacts, CallSite, Enabled, EventKind, string_value
-from . import LintRule, Report, register
+from . import FixPlan, LintRule, NodeEdit, Report, register
 
 
 def _where(site: CallSite) -> str:
@@ -31,8 +34,100 @@ class BackwardInAutocast(LintRule):
                 site.node,
                 f"`{what}` runs {_where(site)}; backward ops would reuse the forward's autocast dtypes",
                 help="Close the `with autocast(...)` block after the loss is computed and call backward outside it",
+                fix=self._fix(site, facts),
                 statement=site.statement,
             )
+
+    def _fix(self, site: CallSite, facts: AmpFacts) -> Optional[FixPlan]:
+        """Dedent the backward out of its ``with`` block when it is the block's last statement."""
+        statement = site.statement
+        if not (
+            isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and statement.body[0].value is site.node
+        ):
+            return None
+        ref = next((r for r in reversed(site.withs) if r.region is not None), None)
+        if ref is None or ref.decorator:
+            return None
+        found = _find_with(facts.module, statement)
+        if found is None:
+            return None
+        with_node, indent = found
+        body = with_node.body
+        if (
+            with_node.asynchronous is not None
+            or len(with_node.items) != 1
+            or with_node.items[0].item is not ref.expr
+            or not isinstance(body, cst.IndentedBlock)
+            or len(body.body) < 2
+            or body.body[-1] is not statement
+        ):
+            return None
+        module = facts.module
+        if statement.leading_lines:
+            start: cst.CSTNode = statement.leading_lines[0]
+            prefix = ""
+        else:
+            previous = body.body[-2]
+            if not isinstance(previous, cst.SimpleStatementLine):
+                return None
+            start = previous.trailing_whitespace
+            prefix = module.code_for_node(previous.trailing_whitespace)
+        # Render the statement (and its comments) at the ``with``'s indentation: a throwaway
+        # ``if True:`` block at that indentation gives continuation lines the right indent too.
+        moved = statement.with_changes(trailing_whitespace=cst.TrailingWhitespace())
+        if indent:
+            holder = module.with_changes(
+                body=[cst.If(test=cst.Name("True"), body=cst.IndentedBlock(body=[moved], indent=indent))],
+                header=[],
+                footer=[],
+            )
+            rendered = holder.code.split(module.default_newline, 1)[1]
+        else:  # the ``with`` is at module level
+            rendered = module.with_changes(body=[moved], header=[], footer=[]).code
+        rendered = rendered[: -len(module.default_newline)]
+        return FixPlan(
+            "Move the backward call out of the autocast block",
+            (NodeEdit("replace_span", start, prefix + rendered, end_node=statement.body[-1]),),
+            Applicability.UNSAFE,
+        )
+
+
+class _WithFinder(cst.CSTVisitor):
+    """The ``with`` statement whose body holds ``target``, and the absolute indentation of that ``with``."""
+
+    def __init__(self, module: cst.Module, target: cst.CSTNode) -> None:
+        super().__init__()
+        self.module = module
+        self.target = target
+        self.indents: list[str] = []
+        self.found: Optional[tuple[cst.With, str]] = None
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> Optional[bool]:
+        if self.found is not None:
+            return False
+        self.indents.append(node.indent if node.indent is not None else self.module.default_indent)
+        return True
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
+        if self.indents:
+            self.indents.pop()
+
+    def visit_With(self, node: cst.With) -> Optional[bool]:
+        if self.found is not None:
+            return False
+        if isinstance(node.body, cst.IndentedBlock) and any(s is self.target for s in node.body.body):
+            self.found = (node, "".join(self.indents))
+            return False
+        return True
+
+
+def _find_with(module: cst.Module, statement: cst.CSTNode) -> Optional[tuple[cst.With, str]]:
+    finder = _WithFinder(module, statement)
+    module.visit(finder)
+    return finder.found
 
 
 @register

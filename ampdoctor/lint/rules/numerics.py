@@ -1,0 +1,444 @@
+"""AMP3xx: constants and training setups that float16's narrow range cannot represent.
+
+float16 holds magnitudes up to 65504 and down to 2**-24 (the smallest subnormal). A fill value
+beyond the top of the range raises or becomes inf; an epsilon below the bottom becomes zero.
+bfloat16 has float32's exponent range, so none of this applies to it: every rule here needs
+float16 somewhere in the module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import libcst as cst
+
+from ..facts import AUTOCAST_NAMES, DTYPES, AmpFacts, CallSite, Frame, Region, _is_optimizer_constructor, dotted, number_value
+from . import FixPlan, LintRule, NodeEdit, Report, node_code, register
+from .autocast import _downcast_dtype
+from .regions import RegionWalker, _cast_target, layer_instances, lowered_op, strip_views
+
+FLOAT16_MAX = 65504.0
+FLOAT16_SMALLEST = 2.0**-24
+
+
+def _is_finite(value: float) -> bool:
+    return value == value and abs(value) != float("inf")
+
+
+def uses_float16(facts: AmpFacts) -> bool:
+    """float16 autocast, a ``.half()``/``.to(torch.float16)`` cast, or a ``dtype=torch.float16`` argument."""
+    if facts.uses_float16:
+        return True
+    for site in facts.calls:
+        if site.method in ("half", "to", "type") and _downcast_dtype(site, facts) == "float16":
+            return True
+        dtype = site.arg(None, "dtype")
+        if dtype is not None and DTYPES.get(facts.qualify(dtype.value) or "") == "float16":
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------------------
+# AMP301
+# --------------------------------------------------------------------------------------
+
+# method name → (position, keyword) of the values it writes into the receiver's dtype
+_FILL_METHODS = {
+    "masked_fill": ((1, "value"),),
+    "masked_fill_": ((1, "value"),),
+    "fill_": ((0, "value"),),
+    "new_full": ((1, "fill_value"),),
+    "clamp": ((0, "min"), (1, "max")),
+    "clamp_": ((0, "min"), (1, "max")),
+    "clip": ((0, "min"), (1, "max")),
+    "clip_": ((0, "min"), (1, "max")),
+    "clamp_min": ((0, "min"),),
+    "clamp_max": ((0, "max"),),
+}
+_FILL_FUNCTIONS = {
+    "torch.masked_fill": ((2, "value"),),
+    "torch.full_like": ((1, "fill_value"),),
+    "torch.full": ((1, "fill_value"),),
+    "torch.where": ((1, "input"), (2, "other")),
+    "torch.clamp": ((1, "min"), (2, "max")),
+    "torch.clip": ((1, "min"), (2, "max")),
+}
+# Methods whose receiver is the tensor that receives the value: the fix can name its dtype.
+_RECEIVER_FIX = {"masked_fill", "masked_fill_", "fill_", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max"}
+
+
+def _overflows(expr: cst.BaseExpression) -> Optional[float]:
+    value = number_value(expr)
+    if value is None or not _is_finite(value) or abs(value) <= FLOAT16_MAX:
+        return None
+    return value
+
+
+def _explicit_non_half(site: CallSite, facts: AmpFacts) -> bool:
+    """``torch.full(..., dtype=torch.float32)``: a dtype is named and it is not float16."""
+    dtype = site.arg(None, "dtype")
+    if dtype is None:
+        return False
+    named = DTYPES.get(facts.qualify(dtype.value) or "")
+    if named is not None:
+        return named != "float16"
+    name = facts.qualify(dtype.value) or ""
+    return name.startswith("torch.") and name[6:] in ("long", "int", "int64", "int32", "bool", "uint8", "int8", "int16")
+
+
+def _torch_name(facts: AmpFacts) -> Optional[str]:
+    names = [local for local, qname in facts.imports.items() if qname == "torch"]
+    if "torch" in names:
+        return "torch"
+    return names[0] if names else None
+
+
+class _AdditiveWalker(RegionWalker):
+    """``x + c`` / ``x - c`` (``c`` or ``c * mask``) with a huge float literal inside a float16 region."""
+
+    def __init__(self, facts: AmpFacts) -> None:
+        super().__init__(facts)
+        self.found: list[tuple[cst.BaseExpression, float]] = []
+
+    def binary(self, node: cst.BinaryOperation) -> None:
+        if not isinstance(node.operator, (cst.Add, cst.Subtract)):
+            return
+        region = self.region
+        if region is None or not region.is_float16:
+            return
+        for constant, other in ((node.right, node.left), (node.left, node.right)):
+            literal = _additive_literal(constant)
+            if literal is not None and _tensor_like(other):
+                self.found.append(literal)
+                return
+
+
+def _additive_literal(expr: cst.BaseExpression) -> Optional[tuple[cst.BaseExpression, float]]:
+    """A float literal beyond float16's range, alone or as a factor of ``c * mask``."""
+    candidates = [expr]
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
+        candidates = [expr.left, expr.right]
+    for candidate in candidates:
+        inner = candidate.expression if isinstance(candidate, cst.UnaryOperation) else candidate
+        if isinstance(inner, cst.Float):
+            value = _overflows(candidate)
+            if value is not None:
+                return candidate, value
+    return None
+
+
+def _tensor_like(expr: cst.BaseExpression) -> bool:
+    """Not a number and not an obvious Python scalar (``len(x)``, ``time.time()``)."""
+    if number_value(expr) is not None:
+        return False
+    if isinstance(expr, cst.Call) and dotted(expr.func) in ("len", "float", "int", "time.time", "time.perf_counter"):
+        return False
+    return isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.BinaryOperation))
+
+
+@register
+class Float16OverflowConstant(LintRule):
+    code = "AMP301"
+    tokens = ("half", "float16", "autocast")
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if not uses_float16(facts):
+            return
+        torch_name = _torch_name(facts)
+        for site in facts.calls:
+            slots = _FILL_FUNCTIONS.get(site.qname or "") if site.qname else _FILL_METHODS.get(site.method or "")
+            if not slots:
+                continue
+            if site.qname in ("torch.full",) and site.arg(None, "dtype") is None:
+                continue  # a float32 tensor by default: the value fits
+            if site.qname in ("torch.full", "torch.full_like") and _explicit_non_half(site, facts):
+                continue
+            if site.method == "new_full" and _explicit_non_half(site, facts):
+                continue
+            for position, keyword in slots:
+                arg = site.arg(position, keyword)
+                if arg is None:
+                    continue
+                value = _overflows(arg.value)
+                if value is None:
+                    continue
+                label = site.qname or f".{site.method}()"
+                yield self._report(arg.value, value, label, site, torch_name)
+        if facts.uses_float16:
+            walker = _AdditiveWalker(facts)
+            walker.walk(site for site in facts.calls if site.in_autocast or site.qname in AUTOCAST_NAMES)
+            for literal, value in walker.found:
+                yield Report(
+                    self.code,
+                    literal,
+                    f"`{node_code(literal)}` is beyond float16's range (±65504): added to a float16 tensor it "
+                    "makes ±inf, and inf - inf in a softmax makes NaN",
+                    help="Use `torch.finfo(x.dtype).min` (or `.max`) of the tensor, or mask with `masked_fill`",
+                )
+
+    def _report(self, literal: cst.BaseExpression, value: float, label: str, site: CallSite, torch_name: Optional[str]) -> Report:
+        bound = "min" if value < 0 else "max"
+        if label == "torch.where":
+            effect = "selected into a float16 tensor it becomes ±inf, and a fully masked row turns into NaN"
+        else:
+            effect = "on a float16 tensor torch raises 'value cannot be converted to type at::Half without overflow'"
+        fix = None
+        receiver = site.receiver
+        if site.qname is None and site.method in _RECEIVER_FIX and receiver is not None and torch_name is not None:
+            text = f"{torch_name}.finfo({receiver}.dtype).{bound}"
+            fix = FixPlan(f"Replace `{node_code(literal)}` with `{text}`", (NodeEdit("replace", literal, text),),
+                          _unsafe())
+        return Report(
+            self.code,
+            literal,
+            f"`{node_code(literal)}` passed to `{label}` does not fit in float16 (max 65504): {effect}",
+            help=f"Use `torch.finfo(<tensor>.dtype).{bound}`, which is right for every dtype",
+            fix=fix,
+            statement=site.statement,
+        )
+
+
+def _unsafe():
+    from ...findings import Applicability
+
+    return Applicability.UNSAFE
+
+
+# --------------------------------------------------------------------------------------
+# Models made float16, and the optimizers over their parameters (AMP302, AMP303)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _HalfModel:
+    name: str
+    frame: Frame
+    order: int
+
+
+def _half_models(facts: AmpFacts) -> list[_HalfModel]:
+    """``model.half()`` as a statement, or ``model = <...>.half()`` / ``.to(torch.float16)``."""
+    found = []
+    for site in facts.calls:
+        if site.method not in ("half", "to", "type") or _downcast_dtype(site, facts) != "float16":
+            continue
+        statement = site.statement
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            continue
+        small = statement.body[0]
+        if isinstance(small, cst.Expr) and small.value is site.node and site.receiver:
+            found.append(_HalfModel(site.receiver, site.frame, site.order))
+        elif isinstance(small, cst.Assign) and small.value is site.node and len(small.targets) == 1:
+            name = dotted(small.targets[0].target)
+            if name is not None:
+                found.append(_HalfModel(name, site.frame, site.order))
+    return found
+
+
+def _model_of_params(expr: cst.BaseExpression) -> Optional[str]:
+    """``M.parameters()`` / ``list(M.parameters())`` / ``[{"params": M.parameters()}]`` → ``M``."""
+    if isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "parameters":
+            return dotted(expr.func.value)
+        if dotted(expr.func) == "list" and len(expr.args) == 1:
+            return _model_of_params(expr.args[0].value)
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        models = set()
+        for element in expr.elements:
+            value = element.value
+            if isinstance(value, cst.Dict):
+                for item in value.elements:
+                    if isinstance(item, cst.DictElement) and (getattr(item.key, "value", None) in ('"params"', "'params'")):
+                        models.add(_model_of_params(item.value))
+            else:
+                models.add(_model_of_params(value))
+        if len(models) == 1:
+            return models.pop()
+    return None
+
+
+def _restored_to_float(facts: AmpFacts, model: _HalfModel, until: int) -> bool:
+    for site in model.frame.calls:
+        if model.order < site.order < until and site.receiver == model.name and site.method in ("float", "to"):
+            if _cast_target(site.node, facts) == "float32":
+                return True
+    return False
+
+
+def _master_weight_wrapper(facts: AmpFacts, optimizer: CallSite) -> bool:
+    """An optimizer handed to an fp16 wrapper that keeps float32 master weights (apex, fairseq, DeepSpeed)."""
+    statement = optimizer.statement
+    names = set()
+    if isinstance(statement, cst.SimpleStatementLine):
+        for small in statement.body:
+            if isinstance(small, cst.Assign) and small.value is optimizer.node:
+                names.update(dotted(t.target) for t in small.targets)
+            elif isinstance(small, cst.Assign):
+                return True  # nested in another call: a wrapper
+    for site in facts.calls:
+        label = (dotted(site.node.func) or "").lower()
+        if not any(word in label for word in ("fp16", "float16", "master", "mixedprecision", "deepspeed")):
+            continue
+        for arg in site.node.args:
+            if arg.value is optimizer.node or dotted(arg.value) in names:
+                return True
+    return False
+
+
+def half_optimizers(facts: AmpFacts) -> Iterable[tuple[CallSite, _HalfModel]]:
+    """Optimizers built over the parameters of a model made float16 earlier in the same function."""
+    models = _half_models(facts)
+    if not models:
+        return
+    for site in facts.calls:
+        if not _is_optimizer_constructor(site.node, facts):
+            continue
+        params = site.arg(0, "params")
+        name = _model_of_params(params.value) if params is not None else None
+        if name is None:
+            continue
+        for model in models:
+            if model.name == name and model.frame is site.frame and model.order < site.order:
+                if not _restored_to_float(facts, model, site.order) and not _master_weight_wrapper(facts, site):
+                    yield site, model
+                break
+
+
+# --------------------------------------------------------------------------------------
+# AMP302
+# --------------------------------------------------------------------------------------
+
+
+def _tiny(expr: cst.BaseExpression) -> Optional[float]:
+    value = number_value(expr)
+    if value is None or not 0 < value < FLOAT16_SMALLEST:
+        return None
+    return value
+
+
+# Elementwise methods that keep a float16 tensor float16 under autocast too.
+_SAME_DTYPE = {"abs", "neg", "relu", "detach", "clone"}
+
+
+class _EpsilonWalker(RegionWalker):
+    """``t + eps`` / ``t / eps`` where ``t`` is known to be float16."""
+
+    def __init__(self, facts: AmpFacts) -> None:
+        super().__init__(facts)
+        self.layers = layer_instances(facts)
+        self.half: list[dict[str, Optional[Region]]] = [{}]  # name → region that made it (None: a cast)
+        self.found: list[tuple[cst.BaseExpression, str]] = []
+
+    def enter_frame(self, node: cst.FunctionDef) -> None:
+        self.half.append({})
+
+    def leave_frame(self, node: cst.FunctionDef) -> None:
+        self.half.pop()
+
+    def _origin(self, expr: cst.BaseExpression) -> Optional[str]:
+        """How ``expr`` is known to be float16 here: "cast", "autocast", or None."""
+        expr = strip_views(expr)
+        while (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in _SAME_DTYPE
+            and not expr.args
+        ):
+            expr = strip_views(expr.func.value)
+        if _cast_target(expr, self.facts) == "float16":
+            return "cast"
+        region = self.region
+        in_half_region = region is not None and region.is_float16
+        if in_half_region:
+            if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.MatrixMultiply):
+                return "autocast"
+            if isinstance(expr, cst.Call) and lowered_op(expr, self.facts, self.layers) is not None:
+                return "autocast"
+        name = dotted(expr)
+        if name is not None and name in self.half[-1]:
+            made_in = self.half[-1][name]
+            if made_in is None:
+                return "cast"
+            if made_in is region:
+                return "autocast"
+        return None
+
+    def binary(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Add):
+            pairs = ((node.right, node.left), (node.left, node.right))
+        elif isinstance(node.operator, cst.Divide):
+            pairs = ((node.right, node.left),)
+        else:
+            return
+        for constant, tensor in pairs:
+            if _tiny(constant) is not None and self._origin(tensor) is not None:
+                self.found.append((constant, "added to" if isinstance(node.operator, cst.Add) else "dividing"))
+                return
+
+    def assigned(self, name: str, value: Optional[cst.BaseExpression]) -> None:
+        origin = self._origin(value) if value is not None else None
+        if origin is None:
+            self.half[-1].pop(name, None)
+        else:
+            self.half[-1][name] = None if origin == "cast" else self.region
+
+
+@register
+class Float16UnderflowEpsilon(LintRule):
+    code = "AMP302"
+    tokens = ("half", "float16", "autocast")
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if not uses_float16(facts):
+            return
+        for optimizer, model in half_optimizers(facts):
+            eps = optimizer.arg(None, "eps")
+            if eps is None or _tiny(eps.value) is None:
+                continue
+            yield Report(
+                self.code,
+                eps.value,
+                f"`eps={node_code(eps.value)}` is below float16's smallest value (2**-24 ≈ 6e-8) and the optimizer "
+                f"state of `{model.name}` is float16: eps rounds to zero and the update divides by zero",
+                help="Keep float32 master weights (autocast + GradScaler), or use an eps of at least 1e-4 in float16",
+                statement=optimizer.statement,
+            )
+        walker = _EpsilonWalker(facts)
+        walker.walk(
+            site
+            for site in facts.calls
+            if site.in_autocast or site.qname in AUTOCAST_NAMES or _downcast_dtype(site, facts) == "float16"
+        )
+        for constant, how in walker.found:
+            yield Report(
+                self.code,
+                constant,
+                f"`{node_code(constant)}` {how} a float16 tensor is below float16's smallest value (2**-24 ≈ 6e-8): "
+                "it rounds to zero and no longer guards against division by zero",
+                help="Compute this step in float32 (`.float()` under `torch.autocast(..., enabled=False)`) "
+                "or use an epsilon float16 can hold, such as 1e-4",
+            )
+
+
+# --------------------------------------------------------------------------------------
+# AMP303
+# --------------------------------------------------------------------------------------
+
+
+@register
+class HalfModelTraining(LintRule):
+    code = "AMP303"
+    tokens = ("half", "float16")
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        for optimizer, model in half_optimizers(facts):
+            yield Report(
+                self.code,
+                optimizer.node,
+                f"the optimizer updates the parameters of `{model.name}`, which was made float16: without float32 "
+                "master weights, updates smaller than float16's resolution are lost",
+                help="Keep the model in float32 and use `torch.autocast(\"cuda\", dtype=torch.float16)` with "
+                "`torch.amp.GradScaler`, or give the optimizer float32 master copies of the parameters",
+                statement=optimizer.statement,
+            )
