@@ -71,3 +71,12 @@ def test_gitignore_pattern_semantics(tmp_path):
     assert ignore.decision("sub/x.py", False) is True
     assert ignore.decision("z.py", False) is None
     assert ignore.decision("docs/a/b/gen", True) is True
+
+
+def test_an_explicitly_named_folder_inside_an_ignored_one_is_walked(tmp_path):
+    make(tmp_path, ".venv/lib/site-packages/pkg/train.py", ".venv/lib/site-packages/pkg/gen/skip.py")
+    (tmp_path / ".gitignore").write_text(".venv/\ngen/\n", encoding="utf-8")
+    named = tmp_path / ".venv" / "lib" / "site-packages" / "pkg"
+    discovery = Discovery(tmp_path)
+    assert [p.relative_to(named).as_posix() for p in discovery.files([named])] == ["train.py"]
+    assert list(discovery.files([tmp_path])) == []

@@ -91,16 +91,16 @@ def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Optional[Path] 
 def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
     """Serve unchanged files from the cache; lint the rest (in parallel when there are many)."""
     from .cache import ResultCache, content_key
-    from .engine import FileResult, mentions_any, needed_tokens, result_from_cache
+    from .engine import FileResult, passes_prefilter, prefilter_spec, result_from_cache
 
     cache = ResultCache(request.settings.root, request.codes)
-    tokens = None
+    spec = None
     if request.prefilter:
-        # The tokens come from the rule classes (importing libcst); a warm cache knows them.
-        tokens = cache.tokens
-        if tokens is None:
-            tokens = needed_tokens(request.codes)
-            cache.tokens = tokens
+        # The spec comes from the rule classes (importing libcst); a warm cache knows it.
+        spec = cache.prefilter
+        if spec is None:
+            spec = prefilter_spec(request.codes)
+            cache.prefilter = spec
     results, misses, keys = [], [], {}
     for job in jobs:
         try:
@@ -108,7 +108,7 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
         except OSError:
             misses.append(job)  # the engine reports why it cannot be read
             continue
-        if tokens is not None and not mentions_any(data, tokens):
+        if spec is not None and not passes_prefilter(data, spec):
             results.append(FileResult(job.display, file_path=str(job.path)))
             continue
         key = content_key(data, job.per_file_ignored)
@@ -146,11 +146,11 @@ def _run(jobs: list[_Job], request: LintRequest) -> list:
 
 def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list:
     from . import engine
-    from .engine import LintOptions, needed_tokens
+    from .engine import LintOptions, prefilter_spec
 
-    tokens = needed_tokens(request.codes) if request.prefilter else None
+    spec = prefilter_spec(request.codes) if request.prefilter else None
     results = []
     for job in jobs:
         options = LintOptions(request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored)
-        results.append(engine.lint_file(job.path, job.display, options, tokens))
+        results.append(engine.lint_file(job.path, job.display, options, spec))
     return results

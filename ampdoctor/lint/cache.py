@@ -23,7 +23,7 @@ from ..findings import Applicability, Edit, Finding, Fix, Location, Severity
 
 CACHE_DIR = ".ampdoctor_cache"
 _KEEP_FILES = 8
-_FORMAT = 1
+_FORMAT = 3
 
 
 def content_key(data: bytes, per_file_ignored: Iterable[str]) -> str:
@@ -52,18 +52,18 @@ class ResultCache:
         key = hashlib.blake2b(f"{build_fingerprint()}|{sorted(codes)}".encode(), digest_size=12).hexdigest()
         self.path = self.folder / f"lint-{key}.json"
         self.entries: dict[str, dict[str, Any]] = {}
-        self._tokens: Optional[tuple[bytes, ...]] = None
+        self._prefilter: Optional[tuple] = None
         self.dirty = False
         self._load()
 
     @property
-    def tokens(self) -> Optional[tuple[bytes, ...]]:
-        """The prefilter tokens of the selected rules, as stored by an earlier run."""
-        return self._tokens
+    def prefilter(self) -> Optional[tuple]:
+        """The prefilter spec of the selected rules, as stored by an earlier run."""
+        return self._prefilter
 
-    @tokens.setter
-    def tokens(self, value: tuple[bytes, ...]) -> None:
-        self._tokens = tuple(value)
+    @prefilter.setter
+    def prefilter(self, value: tuple) -> None:
+        self._prefilter = tuple(value)
         self.dirty = True
 
     def _load(self) -> None:
@@ -73,9 +73,7 @@ class ResultCache:
             return
         if isinstance(data, dict) and data.get("format") == _FORMAT and isinstance(data.get("files"), dict):
             self.entries = data["files"]
-            tokens = data.get("tokens")
-            if isinstance(tokens, list) and all(isinstance(t, str) for t in tokens):
-                self._tokens = tuple(t.encode("latin-1") for t in tokens)
+            self._prefilter = _decode_prefilter(data.get("prefilter"))
 
     def get(self, path: str, key: str) -> Optional[tuple[list[Finding], int]]:
         entry = self.entries.get(path)
@@ -103,8 +101,8 @@ class ResultCache:
                 )
             fd, temp = tempfile.mkstemp(dir=self.folder, prefix=".lint-", suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                tokens = [t.decode("latin-1") for t in self._tokens] if self._tokens is not None else None
-                json.dump({"format": _FORMAT, "tokens": tokens, "files": self.entries}, handle, separators=(",", ":"))
+                prefilter = _encode_prefilter(self._prefilter)
+                json.dump({"format": _FORMAT, "prefilter": prefilter, "files": self.entries}, handle, separators=(",", ":"))
             os.replace(temp, self.path)
             self._prune()
         except OSError:
@@ -114,6 +112,22 @@ class ResultCache:
         files = sorted(self.folder.glob("lint-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in files[_KEEP_FILES:]:
             old.unlink(missing_ok=True)
+
+
+def _encode_prefilter(spec: Optional[tuple]) -> Optional[list]:
+    if spec is None:
+        return None
+    return [[[t.decode("latin-1") for t in tokens], [p.decode("latin-1") for p in patterns]] for tokens, patterns in spec]
+
+
+def _decode_prefilter(raw: Any) -> Optional[tuple]:
+    try:
+        return tuple(
+            (tuple(t.encode("latin-1") for t in tokens), tuple(p.encode("latin-1") for p in patterns))
+            for tokens, patterns in raw
+        )
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 def _encode(finding: Finding) -> dict[str, Any]:

@@ -124,7 +124,9 @@ def _compile(pattern: str) -> re.Pattern:
             i += 1
     body = "".join(parts)
     prefix = "" if anchored else "(?:.*/)?"
-    return re.compile(f"^{prefix}{body}(?:/.*)?$")
+    # An exact match on the path itself: parents are judged when the walk reaches them, so a
+    # folder the user names explicitly is linted even when a .gitignore above excludes it.
+    return re.compile(f"^{prefix}{body}$")
 
 
 class Discovery:

@@ -64,20 +64,38 @@ class FileResult:
 # ---------------------------------------------------------------------------------------
 
 
-def needed_tokens(codes: Iterable[str]) -> tuple[bytes, ...]:
+# One (tokens, patterns) pair per selected rule: a file passes when, for some rule, it contains
+# one of the tokens and matches all of the patterns.
+PrefilterSpec = tuple[tuple[tuple[bytes, ...], tuple[bytes, ...]], ...]
+
+
+def prefilter_spec(codes: Iterable[str]) -> PrefilterSpec:
     from .rules import lint_rules
 
     rules = lint_rules()
-    tokens: set[bytes] = set()
+    spec = set()
     for code in codes:
         rule = rules.get(code)
         if rule is not None:
-            tokens.update(t.encode() for t in rule.tokens)
-    return tuple(sorted(tokens))
+            spec.add((tuple(sorted(t.encode() for t in rule.tokens)), tuple(rule.needs)))
+    return tuple(sorted(spec, key=repr))
 
 
-def mentions_any(data: bytes, tokens: Sequence[bytes]) -> bool:
-    return any(token in data for token in tokens)
+def passes_prefilter(data: bytes, spec: PrefilterSpec) -> bool:
+    for tokens, patterns in spec:
+        if any(token in data for token in tokens) and all(_compiled(p).search(data) for p in patterns):
+            return True
+    return False
+
+
+_PATTERNS: dict[bytes, "re.Pattern[bytes]"] = {}
+
+
+def _compiled(pattern: bytes) -> "re.Pattern[bytes]":
+    compiled = _PATTERNS.get(pattern)
+    if compiled is None:
+        compiled = _PATTERNS[pattern] = re.compile(pattern)
+    return compiled
 
 
 def decode_source(data: bytes) -> str:
@@ -245,7 +263,7 @@ def fix_source(source: str, path: str, options: LintOptions) -> tuple[str, int, 
 # ---------------------------------------------------------------------------------------
 
 
-def lint_file(path: Path, display: str, options: LintOptions, tokens: Optional[Sequence[bytes]]) -> FileResult:
+def lint_file(path: Path, display: str, options: LintOptions, spec: Optional[PrefilterSpec]) -> FileResult:
     result = FileResult(display, file_path=str(path))
     try:
         data = path.read_bytes()
@@ -254,8 +272,8 @@ def lint_file(path: Path, display: str, options: LintOptions, tokens: Optional[S
         result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
         return result
     if path.suffix == ".ipynb":
-        return _lint_notebook(path, display, data, options, tokens, result)
-    if tokens is not None and not mentions_any(data, tokens):
+        return _lint_notebook(path, display, data, options, spec, result)
+    if spec is not None and not passes_prefilter(data, spec):
         return result
     try:
         source = decode_source(data)
@@ -308,10 +326,10 @@ def _check_text(path: Path, display: str, source: str, options: LintOptions, res
     return result
 
 
-def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, tokens, result: FileResult) -> FileResult:
+def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, spec, result: FileResult) -> FileResult:
     from .notebooks import NotebookError, read_notebook
 
-    if tokens is not None and not mentions_any(data, tokens):
+    if spec is not None and not passes_prefilter(data, spec):
         return result
     try:
         text = data.decode("utf-8")

@@ -22,6 +22,7 @@ out, so rules stay silent rather than guess.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from dataclasses import dataclass, field
@@ -413,9 +414,64 @@ def _import_bindings(node: Union[cst.Import, cst.ImportFrom]) -> Iterator[tuple[
         yield alias, local, f"{module}.{name}", module
 
 
-class _FactVisitor(cst.CSTVisitor):
+# Fields that hold only whitespace, comments and punctuation: nothing a rule looks at.
+_TRIVIA_FIELDS = frozenset(
+    {
+        "leading_lines", "lines_after_decorators", "lpar", "rpar", "comma", "semicolon", "dot", "equal",
+        "colon", "trailing_whitespace", "header", "footer", "newline", "operator", "asynchronous",
+        "default_newline", "encoding", "indent", "has_trailing_newline", "star", "arrow", "first_line",
+    }
+)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def child_fields(cls: type) -> tuple[str, ...]:
+    """Names of the fields of a node class that can hold code (trivia left out), cached."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = tuple(
+            f.name for f in dataclasses.fields(cls) if not f.name.startswith("whitespace") and f.name not in _TRIVIA_FIELDS
+        )
+        _FIELDS[cls] = names
+    return names
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The code-bearing child nodes of ``node``, in source order."""
+    found: list[cst.CSTNode] = []
+    for name in child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            found.append(value)
+        elif type(value) in (list, tuple):
+            found.extend(item for item in value if isinstance(item, cst.CSTNode))
+    return found
+
+
+def iter_nodes(root: cst.CSTNode, prune: tuple[type, ...] = ()) -> Iterator[cst.CSTNode]:
+    """Every code-bearing node under ``root`` (included), in source order, without recursion.
+
+    Nodes of the ``prune`` types are yielded but not entered. libcst's visitor calls several
+    hooks for every attribute of every node; this walk reads the dataclass fields directly and
+    is an order of magnitude faster on large files.
+    """
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, prune):
+            stack.extend(reversed(children(node)))
+
+
+class _FactWalk:
+    """The one traversal that builds AmpFacts; context is kept on explicit stacks.
+
+    The work list holds nodes to visit and zero-argument callables (markers) that close a
+    context — leave a loop, a branch, a ``with`` body, a function — once all nodes pushed
+    before them have been visited.
+    """
+
     def __init__(self, imports: dict[str, str], import_refs: list[ImportRef]) -> None:
-        super().__init__()
         self.imports = imports
         self.import_refs = import_refs
         self.frames: list[Frame] = []
@@ -432,9 +488,44 @@ class _FactVisitor(cst.CSTVisitor):
         self._order = 0
         self._blocks = 0
         self._seen_imports: set[int] = {id(ref.node) for ref in import_refs}
-        self._skip_reference: set[int] = set()
+        self._work: list = []
 
-    # ---- frames -----------------------------------------------------------------------
+    def run(self, module: cst.Module) -> None:
+        self._push_frame(module, "<module>")
+        work = self._work
+        work.append(module)
+        visit = self._visit
+        while work:
+            item = work.pop()
+            if isinstance(item, cst.CSTNode):
+                visit(item)
+            else:
+                item()
+
+    # ---- scheduling ---------------------------------------------------------------------
+
+    def _schedule(self, items: list) -> None:
+        """Visit ``items`` (nodes and markers) next, in the given order."""
+        self._work.extend(reversed(items))
+
+    def _block(self, kind: str, owner: cst.CSTNode, *body: Optional[cst.CSTNode]) -> list:
+        nodes = [node for node in body if node is not None]
+        if not nodes:
+            return []
+        return [lambda: self._enter(kind, owner), *nodes, self._exit]
+
+    def _visit(self, node: cst.CSTNode) -> None:
+        handler = _HANDLERS.get(type(node))
+        if handler is not None:
+            if handler(self, node):
+                return
+        elif isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self._statements.append(node)
+            self._schedule([*children(node), self._statements.pop])
+            return
+        self._schedule(children(node))
+
+    # ---- frames -------------------------------------------------------------------------
 
     def _push_frame(self, node: cst.CSTNode, name: str) -> Frame:
         parent = self._frame_stack[-1] if self._frame_stack else None
@@ -450,51 +541,6 @@ class _FactVisitor(cst.CSTVisitor):
         self._path_stack.pop()
         self._with_stack.pop()
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self._push_frame(node, "<module>")
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        bases = tuple(q for q in (qualify(b.value, self.imports) or dotted(b.value) for b in node.bases) if q)
-        self.classes.append((node, bases))
-        self._class_stack.append(node.name.value)
-        self._statements.append(node)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self._class_stack.pop()
-        self._statements.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._statements.append(node)
-
-    def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
-        # Decorators and default values belong to the enclosing frame; the body is new.
-        frame = self._push_frame(node, node.name.value)
-        self.functions.append((node, frame))
-        # A decorated function runs its body inside the decorator's region, if it is one.
-        self._with_stack[-1].extend(WithRef(d.decorator, decorator=True) for d in node.decorators)
-
-    def leave_FunctionDef_body(self, node: cst.FunctionDef) -> None:
-        self._pop_frame()
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._statements.pop()
-
-    # ---- statements, loops and branches ------------------------------------------------
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and not isinstance(
-            node, (cst.FunctionDef, cst.ClassDef)
-        ):
-            self._statements.append(node)
-        return super().on_visit(node)
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
-        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and not isinstance(
-            original_node, (cst.FunctionDef, cst.ClassDef)
-        ):
-            self._statements.pop()
-
     def _enter(self, kind: str, node: cst.CSTNode) -> None:
         self._blocks += 1
         self._path_stack[-1].append(Block(kind, node, self._blocks))
@@ -502,86 +548,95 @@ class _FactVisitor(cst.CSTVisitor):
     def _exit(self) -> None:
         self._path_stack[-1].pop()
 
-    def visit_For_body(self, node: cst.For) -> None:
-        self._enter("loop", node)
+    # ---- handlers: return True when they scheduled the children themselves -----------------
 
-    def leave_For_body(self, node: cst.For) -> None:
-        self._exit()
+    def _class_def(self, node: cst.ClassDef) -> bool:
+        bases = tuple(q for q in (qualify(b.value, self.imports) or dotted(b.value) for b in node.bases) if q)
+        self.classes.append((node, bases))
+        self._class_stack.append(node.name.value)
+        self._statements.append(node)
 
-    def visit_While_body(self, node: cst.While) -> None:
-        self._enter("loop", node)
+        def leave() -> None:
+            self._class_stack.pop()
+            self._statements.pop()
 
-    def leave_While_body(self, node: cst.While) -> None:
-        self._exit()
+        self._schedule([*children(node), leave])
+        return True
 
-    def visit_If_body(self, node: cst.If) -> None:
-        self._enter("if", node)
+    def _function_def(self, node: cst.FunctionDef) -> bool:
+        self._statements.append(node)
 
-    def leave_If_body(self, node: cst.If) -> None:
-        self._exit()
+        def enter_body() -> None:
+            # Decorators and default values belong to the enclosing frame; the body is new.
+            frame = self._push_frame(node, node.name.value)
+            self.functions.append((node, frame))
+            # A decorated function runs its body inside the decorator's region, if it is one.
+            self._with_stack[-1].extend(WithRef(d.decorator, decorator=True) for d in node.decorators)
 
-    def visit_If_orelse(self, node: cst.If) -> None:
-        self._enter("else", node)
+        head = [*node.decorators, node.params]
+        if node.returns is not None:
+            head.append(node.returns)
+        self._schedule([*head, enter_body, node.body, self._pop_frame, self._statements.pop])
+        return True
 
-    def leave_If_orelse(self, node: cst.If) -> None:
-        self._exit()
+    def _loop(self, node: Union[cst.For, cst.While]) -> bool:
+        self._statements.append(node)
+        head = [node.target, node.iter] if isinstance(node, cst.For) else [node.test]
+        tail = [node.orelse] if node.orelse is not None else []
+        self._schedule([*head, *self._block("loop", node, node.body), *tail, self._statements.pop])
+        return True
 
-    def visit_Try_body(self, node: cst.Try) -> None:
-        self._enter("try", node)
+    def _if(self, node: cst.If) -> bool:
+        self._statements.append(node)
+        self._schedule(
+            [node.test, *self._block("if", node, node.body), *self._block("else", node, node.orelse), self._statements.pop]
+        )
+        return True
 
-    def leave_Try_body(self, node: cst.Try) -> None:
-        self._exit()
+    def _try(self, node: Union[cst.Try, cst.TryStar]) -> bool:
+        self._statements.append(node)
+        items = [*self._block("try", node, node.body)]
+        for handler in node.handlers:
+            items.extend(self._block("except", handler, handler))
+        if node.orelse is not None:
+            items.append(node.orelse)
+        items.extend(self._block("finally", node.finalbody, node.finalbody))
+        self._schedule([*items, self._statements.pop])
+        return True
 
-    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
-        self._enter("except", node)
+    def _match_case(self, node: cst.MatchCase) -> bool:
+        self._schedule(self._block("match", node, *children(node)))
+        return True
 
-    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
-        self._exit()
+    def _with(self, node: cst.With) -> bool:
+        self._statements.append(node)
+        refs = [WithRef(item.item) for item in node.items]
 
-    def visit_Finally(self, node: cst.Finally) -> None:
-        self._enter("finally", node)
+        def enter_body() -> None:
+            self._with_stack[-1].extend(refs)
 
-    def leave_Finally(self, original_node: cst.Finally) -> None:
-        self._exit()
+        def leave_body() -> None:
+            del self._with_stack[-1][-len(refs):]
 
-    def visit_MatchCase(self, node: cst.MatchCase) -> None:
-        self._enter("match", node)
+        self._schedule([*node.items, enter_body, node.body, leave_body, self._statements.pop])
+        return True
 
-    def leave_MatchCase(self, original_node: cst.MatchCase) -> None:
-        self._exit()
+    def _import(self, node: Union[cst.Import, cst.ImportFrom]) -> bool:
+        if id(node) not in self._seen_imports:
+            self._seen_imports.add(id(node))
+            fallback = any(block.kind == "except" for block in self._path_stack[-1])
+            for alias, local, qname, module in _import_bindings(node):
+                self.imports.setdefault(local, qname)
+                self.import_refs.append(ImportRef(node, alias, local, qname, module, fallback))
+        return True
 
-    def visit_With_body(self, node: cst.With) -> None:
-        self._with_stack[-1].extend(WithRef(item.item) for item in node.items)
-
-    def leave_With_body(self, node: cst.With) -> None:
-        del self._with_stack[-1][-len(node.items):]
-
-    # ---- imports and assignments -------------------------------------------------------
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        self._record_import(node)
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        self._record_import(node)
-        return False
-
-    def _record_import(self, node: Union[cst.Import, cst.ImportFrom]) -> None:
-        if id(node) in self._seen_imports:
-            return
-        self._seen_imports.add(id(node))
-        fallback = any(block.kind == "except" for block in self._path_stack[-1])
-        for alias, local, qname, module in _import_bindings(node):
-            self.imports.setdefault(local, qname)
-            self.import_refs.append(ImportRef(node, alias, local, qname, module, fallback))
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            self._record_assignment(target.target, node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None:
+    def _assign(self, node: Union[cst.Assign, cst.AnnAssign]) -> bool:
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                self._record_assignment(target.target, node.value)
+        elif node.value is not None:
             self._record_assignment(node.target, node.value)
+        return False
 
     def _record_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         name = dotted(target)
@@ -599,9 +654,7 @@ class _FactVisitor(cst.CSTVisitor):
             if target_q and name not in self.imports:
                 self.imports[name] = target_q
 
-    # ---- calls and references ------------------------------------------------------------
-
-    def visit_Call(self, node: cst.Call) -> None:
+    def _call(self, node: cst.Call) -> bool:
         frame = self._frame_stack[-1]
         self._order += 1
         func = node.func
@@ -622,24 +675,41 @@ class _FactVisitor(cst.CSTVisitor):
         )
         frame.calls.append(site)
         self.calls.append(site)
+        return False
 
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        if id(node) in self._skip_reference:
-            return True
+    def _attribute(self, node: cst.Attribute) -> bool:
         name = qualify(node, self.imports)
-        if name is not None:
-            self.references.append((node, name))
-            # Inner parts of the same chain are not separate references.
-            inner = node.value
-            while isinstance(inner, cst.Attribute):
-                self._skip_reference.add(id(inner))
-                inner = inner.value
+        if name is None:
+            return False
+        # A resolved chain holds only names: nothing further inside it to record.
+        self.references.append((node, name))
         return True
 
-    def visit_Decorator(self, node: cst.Decorator) -> None:
+    def _decorator(self, node: cst.Decorator) -> bool:
         name = qualify(node.decorator, self.imports)
         if name is not None and not isinstance(node.decorator, cst.Attribute):
             self.references.append((node.decorator, name))
+        return False
+
+
+_HANDLERS = {
+    cst.ClassDef: _FactWalk._class_def,
+    cst.FunctionDef: _FactWalk._function_def,
+    cst.For: _FactWalk._loop,
+    cst.While: _FactWalk._loop,
+    cst.If: _FactWalk._if,
+    cst.Try: _FactWalk._try,
+    cst.TryStar: _FactWalk._try,
+    cst.MatchCase: _FactWalk._match_case,
+    cst.With: _FactWalk._with,
+    cst.Import: _FactWalk._import,
+    cst.ImportFrom: _FactWalk._import,
+    cst.Assign: _FactWalk._assign,
+    cst.AnnAssign: _FactWalk._assign,
+    cst.Call: _FactWalk._call,
+    cst.Attribute: _FactWalk._attribute,
+    cst.Decorator: _FactWalk._decorator,
+}
 
 
 def _prescan_imports(module: cst.Module) -> tuple[dict[str, str], list[ImportRef]]:
@@ -672,8 +742,8 @@ def _prescan_imports(module: cst.Module) -> tuple[dict[str, str], list[ImportRef
 
 def build_facts(module: cst.Module, source: Optional[str] = None) -> AmpFacts:
     imports, refs = _prescan_imports(module)
-    visitor = _FactVisitor(imports, refs)
-    module.visit(visitor)
+    visitor = _FactWalk(imports, refs)
+    visitor.run(module)
     facts = AmpFacts(
         module=module,
         source=source if source is not None else module.code,
@@ -687,7 +757,7 @@ def build_facts(module: cst.Module, source: Optional[str] = None) -> AmpFacts:
         classes=visitor.classes,
         functions=visitor.functions,
     )
-    _resolve_regions(facts, visitor)
+    _resolve_regions(facts)
     _find_scalers_and_optimizers(facts)
     _classify_events(facts)
     return facts
@@ -761,7 +831,7 @@ def _region_of_expression(expr: cst.BaseExpression, facts: AmpFacts) -> Optional
     return None
 
 
-def _resolve_regions(facts: AmpFacts, visitor: _FactVisitor) -> None:
+def _resolve_regions(facts: AmpFacts) -> None:
     # Context objects: ``ctx = torch.autocast(...)`` anywhere in the module, by spelling.
     for assignment in facts.assignments:
         region = _region_of_expression(assignment.value, facts)

@@ -1,8 +1,8 @@
 """Lint rules: small classes that query AmpFacts and yield Reports.
 
 A rule declares its code (its name, severity and docs come from ``rules/<code>.md``) and the
-text tokens a file must contain for the rule to possibly fire; the engine skips parsing files
-that contain none of the tokens of any selected rule. ``check`` yields ``Report`` objects that
+text tokens a file must contain for the rule to possibly fire (and optionally a pattern it must
+also match); the engine skips parsing files that no selected rule could fire on. ``check`` yields ``Report`` objects that
 point at libcst nodes; the engine turns them into positioned Findings only for files that have
 any, so the common clean file never pays for position metadata.
 
@@ -58,8 +58,10 @@ class Report:
 
 class LintRule:
     code: ClassVar[str]
-    # The file must contain one of these substrings for the rule to be able to fire.
+    # The file must contain one of these substrings for the rule to be able to fire...
     tokens: ClassVar[tuple[str, ...]] = ()
+    # ...and also match every one of these regular expressions (on the file's bytes).
+    needs: ClassVar[tuple[bytes, ...]] = ()
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         raise NotImplementedError

@@ -18,7 +18,7 @@ from typing import Iterable, Optional
 
 import libcst as cst
 
-from ..facts import AmpFacts, ImportRef, dotted
+from ..facts import AmpFacts, ImportRef, dotted, iter_nodes
 from . import FixPlan, LintRule, NodeEdit, Report, node_code, register
 
 _DEPRECATED_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
@@ -79,17 +79,31 @@ def _empty_call(call: cst.Call, text: str) -> list[NodeEdit]:
     return [NodeEdit("replace", call, f"{node_code(call.func)}({text})")]
 
 
-class _Uses(cst.CSTVisitor):
+class _Uses:
     """Uses of some local names: as a callee, as a decorator, or anything else."""
 
     def __init__(self, names: set[str], module_aliases: set[str]) -> None:
-        super().__init__()
         self.names = names
         self.module_aliases = module_aliases
         self.calls: list[tuple[cst.Call, str]] = []  # (call, attribute name used)
         self.decorators: list[tuple[cst.Decorator, str]] = []
         self.handled: set[int] = set()
         self.other = 0
+
+    def scan(self, module: cst.Module) -> None:
+        # Parents come before their children, so a handled callee is marked before it is seen.
+        for node in iter_nodes(module, prune=(cst.Import, cst.ImportFrom)):
+            kind = type(node)
+            if kind is cst.Call:
+                self._call(node)
+            elif kind is cst.Decorator:
+                self._decorator(node)
+            elif kind is cst.Arg and node.keyword is not None:
+                self.handled.add(id(node.keyword))
+            elif kind is cst.Attribute:
+                self._attribute(node)
+            elif kind is cst.Name:
+                self._name(node)
 
     def _target(self, expr: cst.BaseExpression) -> Optional[str]:
         if isinstance(expr, cst.Name) and expr.value in self.names:
@@ -98,19 +112,13 @@ class _Uses(cst.CSTVisitor):
             return expr.attr.value
         return None
 
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_Call(self, node: cst.Call) -> None:
+    def _call(self, node: cst.Call) -> None:
         name = self._target(node.func)
         if name is not None:
             self.calls.append((node, name))
             self._mark(node.func)
 
-    def visit_Decorator(self, node: cst.Decorator) -> None:
+    def _decorator(self, node: cst.Decorator) -> None:
         name = self._target(node.decorator)
         if name is not None:
             self.decorators.append((node, name))
@@ -121,25 +129,18 @@ class _Uses(cst.CSTVisitor):
         if isinstance(expr, cst.Attribute):
             self.handled.add(id(expr.value))
 
-    def visit_Name(self, node: cst.Name) -> None:
-        if id(node) in self.handled:
-            return
-        if node.value in self.names or node.value in self.module_aliases:
+    def _name(self, node: cst.Name) -> None:
+        if id(node) not in self.handled and (node.value in self.names or node.value in self.module_aliases):
             self.other += 1
 
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self.handled.add(id(node.keyword))
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
+    def _attribute(self, node: cst.Attribute) -> None:
         self.handled.add(id(node.attr))  # ``x.autocast``: the attribute, not the name
         if id(node) in self.handled:
-            return True
-        # ``x.autocast`` is an attribute of something else, not a use of the name.
+            return
+        # ``cuda_amp.something`` used as a value (not called): a use we cannot rewrite.
         if isinstance(node.value, cst.Name) and node.value.value in self.module_aliases and id(node.value) not in self.handled:
             self.other += 1
             self.handled.add(id(node.value))
-        return True
 
 
 @register
@@ -199,7 +200,7 @@ class DeprecatedAmpApi(LintRule):
             edits.append(NodeEdit("replace", refs[0].alias.name, "torch.amp"))
             module_aliases = {refs[0].local}
         uses = _Uses(names, module_aliases)
-        facts.module.visit(uses)
+        uses.scan(facts.module)
         if uses.other:
             return None  # a use we cannot rewrite (``isinstance(x, GradScaler)``, ``cls = autocast``)
         for call, name in uses.calls:
@@ -221,11 +222,14 @@ class DeprecatedAmpApi(LintRule):
     def _attribute_chains(self, facts: AmpFacts) -> Iterable[Report]:
         calls_by_func = {id(site.node.func): site.node for site in facts.calls}
         decorators = _decorators_by_expr(facts)
+        bases = {id(base.value) for class_def, _ in facts.classes for base in class_def.bases}
         for node, qname in facts.references:
             target = _deprecated(qname)
             spelled = dotted(node)
             if target is None or spelled is None:
                 continue
+            if id(node) not in calls_by_func and id(node) not in decorators and id(node) not in bases:
+                continue  # a reference, not a use: ``func is torch.cuda.amp.autocast`` recognises the old name
             head = spelled.split(".", 1)[0]
             if facts.imports.get(head) != "torch":
                 continue  # reached through an alias import: reported at the import

@@ -190,7 +190,12 @@ class DowncastInAutocast(LintRule):
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for site in facts.calls:
-            if site.method not in ("half", "bfloat16", "to", "type") or not site.in_autocast:
+            if site.method not in ("half", "bfloat16", "to", "type"):
+                continue
+            region = site.region
+            # Only a region that is certainly on: with ``enabled=flag`` a cast is usually the
+            # branch for the configuration that runs without autocast (pure float16, say).
+            if region is None or region.enabled is not Enabled.ON:
                 continue
             dtype = _downcast_dtype(site, facts)
             if dtype is None:

@@ -140,7 +140,11 @@ def _tensor_like(expr: cst.BaseExpression) -> bool:
 @register
 class Float16OverflowConstant(LintRule):
     code = "AMP301"
-    tokens = ("half", "float16", "autocast")
+    tokens = (".half", "float16", "HalfTensor", "autocast")
+    needs = (
+        rb"\d{5}|\d\.?[eE]\+?\d|\*\*|\d_\d",  # a literal above 65504: 5+ digits, an exponent or **
+        rb"masked_fill|fill_\(|full(?:_like)?\(|where\(|clamp_?\(|autocast",  # used where it can overflow
+    )
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not uses_float16(facts):
@@ -387,7 +391,8 @@ class _EpsilonWalker(RegionWalker):
 @register
 class Float16UnderflowEpsilon(LintRule):
     code = "AMP302"
-    tokens = ("half", "float16", "autocast")
+    tokens = (".half", "float16", "HalfTensor", "autocast")
+    needs = (rb"\d[eE]-\d|\*\*\s*-",)  # an epsilon below 2**-24 is written with a negative exponent
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not uses_float16(facts):
@@ -429,7 +434,8 @@ class Float16UnderflowEpsilon(LintRule):
 @register
 class HalfModelTraining(LintRule):
     code = "AMP303"
-    tokens = ("half", "float16")
+    tokens = (".half", "float16", "HalfTensor")
+    needs = (rb"parameters\(",)  # the optimizer is built over the model's parameters
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for optimizer, model in half_optimizers(facts):

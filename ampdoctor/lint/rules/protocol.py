@@ -527,7 +527,7 @@ class ScalerCallOrder(LintRule):
 @register
 class UpdatePerOptimizer(LintRule):
     code = "AMP208"
-    tokens = (".update(",)
+    tokens = ("GradScaler", ".scale(")
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
@@ -692,6 +692,30 @@ class _SubscriptAssignments(cst.CSTVisitor):
                 self.texts.append(node_code(node))
 
 
+def _scaler_in_reach(facts: AmpFacts, save: CallSite) -> bool:
+    """Whether the function that saves trains with a scaler it could save.
+
+    A module-level scaler (a script), a scaler used in the saving function itself, or a
+    ``self.`` scaler of the saving method's class. A large module with one AMP test and an
+    unrelated checkpoint elsewhere is not a resume bug.
+    """
+    frame = save.frame
+    for assignment in facts.assignments:
+        if assignment.target in facts.scalers and assignment.frame.parent is None:
+            return True  # constructed in the module body
+    spelled = {site.receiver for site in frame.calls} | {e.scaler for e in frame.events}
+    if spelled & facts.scalers:
+        return True
+    if frame.class_name is not None:
+        own = [f for f in facts.frames if f.class_name == frame.class_name]
+        return any(
+            (site.receiver or "") in facts.scalers and (site.receiver or "").startswith("self.")
+            for f in own
+            for site in f.calls
+        )
+    return False
+
+
 def _is_mapping_literal(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Dict) or (isinstance(expr, cst.Call) and dotted(expr.func) == "dict")
 
@@ -699,14 +723,15 @@ def _is_mapping_literal(expr: cst.BaseExpression) -> bool:
 @register
 class ScalerStateNotSaved(LintRule):
     code = "AMP211"
-    tokens = ("state_dict",)
+    tokens = ("GradScaler", ".scale(")
+    needs = (rb"save\(",)
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not facts.scalers and not any(True for _ in facts.events(EventKind.SCALER_NEW)):
             return
         for save in facts.calls_to("torch.save"):
             arg = save.arg(0, "obj")
-            if arg is None:
+            if arg is None or not _scaler_in_reach(facts, save):
                 continue
             mapping = self._mapping(facts, save, arg.value)
             if mapping is None or "scaler" in node_code(mapping).lower():
@@ -793,7 +818,7 @@ class FsdpPlainGradScaler(LintRule):
 @register
 class ZeroGradBeforeStep(LintRule):
     code = "AMP213"
-    tokens = ("zero_grad",)
+    tokens = (".scale(",)  # a scaled backward is the anchor
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:

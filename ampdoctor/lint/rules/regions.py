@@ -462,7 +462,8 @@ def _opens_autocast(frame: Frame, facts: AmpFacts) -> bool:
 @register
 class CustomFunctionWithoutCustomFwd(LintRule):
     code = "AMP107"
-    tokens = ("Function",)
+    tokens = ("autocast",)  # only modules that use autocast
+    needs = (rb"Function",)
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not any(r.enabled.counts_as_on and r.kind != "custom_fwd" for r in facts.regions):

@@ -1,0 +1,76 @@
+"""Patterns found in large real code bases that must stay silent (and their buggy neighbours)."""
+
+from __future__ import annotations
+
+from helpers import found_pairs
+
+DISPATCH_TABLE = """\
+import torch
+
+def handles(func):
+    if func in [torch.amp.autocast_mode.autocast, torch.cuda.amp.autocast, torch.cpu.amp.autocast]:
+        return "cuda" if func is torch.cuda.amp.autocast else "cpu"
+"""
+
+SUBCLASS = """\
+import torch
+
+class LoggingScaler(torch.cuda.amp.GradScaler):
+    pass
+"""
+
+PURE_FP16_BRANCH = """\
+import torch
+
+def step(model, batch, use_autocast, pure_fp16):
+    with torch.amp.autocast("cuda", enabled=use_autocast):
+        if pure_fp16:
+            batch = batch.half()
+        return model(batch)
+"""
+
+UNRELATED_CHECKPOINT = """\
+import torch
+
+def amp_test(model, opt, data):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in data:
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+def local_sgd_test(opt, path):
+    torch.save({"optimizer_state_dict": opt.state_dict()}, path)
+"""
+
+SCRIPT_CHECKPOINT = """\
+import torch
+
+scaler = torch.amp.GradScaler("cuda")
+
+def save(model, optimizer, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""
+
+
+def test_identity_checks_against_deprecated_names_are_not_uses():
+    assert found_pairs(DISPATCH_TABLE) == []
+
+
+def test_subclassing_a_deprecated_class_is_a_use():
+    assert found_pairs(SUBCLASS) == [(3, "AMP401")]
+
+
+def test_cast_inside_a_region_that_may_be_off_is_left_alone():
+    assert found_pairs(PURE_FP16_BRANCH) == []
+    assert found_pairs(PURE_FP16_BRANCH.replace("enabled=use_autocast", "dtype=torch.float16")) == [(6, "AMP103")]
+
+
+def test_checkpoint_in_a_function_without_a_scaler_is_left_alone():
+    assert found_pairs(UNRELATED_CHECKPOINT) == []
+
+
+def test_checkpoint_next_to_a_module_level_scaler_is_reported():
+    assert found_pairs(SCRIPT_CHECKPOINT) == [(6, "AMP211")]
