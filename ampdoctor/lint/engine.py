@@ -419,4 +419,4 @@ def unified_diff(result: FileResult) -> str:
         return ""
     before = (result.original or "").splitlines(keepends=True)
     after = (result.source or "").splitlines(keepends=True)
-    return "".join(difflib.unified_diff(before, after, fromfile=f"a/{result.path}", tofile=f"b/{result.path}"))
+    return "".join(difflib.unified_diff(before, after, fromfile=f"a/{result.path.lstrip('/')}", tofile=f"b/{result.path.lstrip('/')}"))
