@@ -79,7 +79,12 @@ def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Optional[Path] 
     settings = request.settings
     cwd = cwd or Path.cwd()
     discovery = Discovery(settings.root, tuple(settings.exclude) + tuple(request.extra_exclude), settings.respect_gitignore)
-    jobs = [_Job(p, _display(p, cwd), settings.ignored_for(p)) for p in discovery.files(paths)]
+    base = os.path.realpath(cwd) + os.sep
+    per_file = bool(settings.per_file_ignores)
+    jobs = [
+        _Job(p, _display(p, base), settings.ignored_for(p) if per_file else ())
+        for p in discovery.files(paths)
+    ]
     if request.use_cache and not request.fix:
         results = _run_cached(jobs, request)
     else:
@@ -90,7 +95,7 @@ def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Optional[Path] 
 
 def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
     """Serve unchanged files from the cache; lint the rest (in parallel when there are many)."""
-    from .cache import ResultCache, content_key
+    from .cache import ResultCache, content_key, decode_entry
     from .engine import FileResult, passes_prefilter, prefilter_spec, result_from_cache
 
     cache = ResultCache(request.settings.root, request.codes)
@@ -101,39 +106,58 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
         if spec is None:
             spec = prefilter_spec(request.codes)
             cache.prefilter = spec
-    results, misses, keys = [], [], {}
+    results, misses, pending = [], [], {}
     for job in jobs:
         try:
+            stat = os.stat(job.path)
+            entry = cache.by_stat(job.display, stat)
+            if entry is not None and entry.get("skip") and spec is not None:
+                results.append(FileResult(job.display, file_path=str(job.path)))
+                continue
+            hit = decode_entry(entry) if entry is not None and "key" in entry else None
+            if hit is not None and not hit[0]:
+                results.append(FileResult(job.display, suppressed=hit[1], file_path=str(job.path), parsed=True))
+                continue
             data = job.path.read_bytes()
         except OSError:
             misses.append(job)  # the engine reports why it cannot be read
             continue
+        if hit is not None:
+            results.append(result_from_cache(job.path, job.display, data, *hit))
+            continue
         if spec is not None and not passes_prefilter(data, spec):
+            cache.put_skipped(job.display, stat)
             results.append(FileResult(job.display, file_path=str(job.path)))
             continue
         key = content_key(data, job.per_file_ignored)
-        hit = cache.get(job.display, key)
+        hit = cache.get(job.display, key, stat)
         if hit is None:
             misses.append(job)
-            keys[job.display] = key
+            pending[job.display] = (key, stat)
         else:
             results.append(result_from_cache(job.path, job.display, data, *hit))
     for result in _run(misses, request):
         results.append(result)
-        if result.path in keys:
-            cache.put(result.path, keys[result.path], result.findings, result.suppressed)
+        if result.path in pending:
+            key, stat = pending[result.path]
+            cache.put(result.path, key, result.findings, result.suppressed, stat)
     cache.save()
     return results
 
 
-def _display(path: Path, cwd: Path) -> str:
-    try:
-        return path.resolve().relative_to(cwd.resolve()).as_posix()
-    except ValueError:
-        return path.as_posix()
+def _display(path: Path, base: str) -> str:
+    """The path relative to the current folder when it is below it, as given otherwise."""
+    text = str(path)
+    absolute = text if os.path.isabs(text) else os.path.join(base, text)
+    absolute = os.path.normpath(absolute)
+    if absolute.startswith(base):
+        return absolute[len(base):].replace(os.sep, "/")
+    return path.as_posix()
 
 
 def _run(jobs: list[_Job], request: LintRequest) -> list:
+    if not jobs:
+        return []  # nothing to parse: libcst and the rules are never imported
     workers = request.jobs if request.jobs is not None else (os.cpu_count() or 1)
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
         return _lint_batch(jobs, request)

@@ -5,6 +5,10 @@ one JSON file per combination of ampdoctor build and selected rules. Each entry 
 to the hash of its bytes (plus the per-file ignores in force) and its findings. JSON rather than
 pickle: a cache file is data, never code.
 
+A file whose size and modification time match what the cache recorded is trusted without being
+read (as git's index does), unless it was modified within two seconds of the cache being
+written: such a "racy" entry is verified by its content hash.
+
 The build fingerprint includes the version and the size and modification time of every module
 and rule page of the installed package, so an editable install never serves stale results.
 """
@@ -15,6 +19,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -23,7 +28,8 @@ from ..findings import Applicability, Edit, Finding, Fix, Location, Severity
 
 CACHE_DIR = ".ampdoctor_cache"
 _KEEP_FILES = 8
-_FORMAT = 3
+_FORMAT = 4
+_RACY_NS = 2_000_000_000
 
 
 def content_key(data: bytes, per_file_ignored: Iterable[str]) -> str:
@@ -53,6 +59,7 @@ class ResultCache:
         self.path = self.folder / f"lint-{key}.json"
         self.entries: dict[str, dict[str, Any]] = {}
         self._prefilter: Optional[tuple] = None
+        self.written_ns = 0
         self.dirty = False
         self._load()
 
@@ -73,20 +80,41 @@ class ResultCache:
             return
         if isinstance(data, dict) and data.get("format") == _FORMAT and isinstance(data.get("files"), dict):
             self.entries = data["files"]
+            self.written_ns = int(data.get("written_ns") or 0)
             self._prefilter = _decode_prefilter(data.get("prefilter"))
 
-    def get(self, path: str, key: str) -> Optional[tuple[list[Finding], int]]:
+    def by_stat(self, path: str, stat: os.stat_result) -> Optional[dict[str, Any]]:
+        """The entry for an unchanged file (same size and mtime, not racy), without reading it."""
+        entry = self.entries.get(path)
+        if not entry or entry.get("stat") != [stat.st_size, stat.st_mtime_ns]:
+            return None
+        if stat.st_mtime_ns >= self.written_ns - _RACY_NS:
+            return None
+        return entry
+
+    def get(self, path: str, key: str, stat: Optional[os.stat_result] = None) -> Optional[tuple[list[Finding], int]]:
         entry = self.entries.get(path)
         if not entry or entry.get("key") != key:
             return None
-        try:
-            return [_finding(item) for item in entry["findings"]], int(entry["suppressed"])
-        except (KeyError, TypeError, ValueError):
-            return None
+        if stat is not None and entry.get("stat") != [stat.st_size, stat.st_mtime_ns]:
+            entry["stat"] = [stat.st_size, stat.st_mtime_ns]  # touched but unchanged
+            self.dirty = True
+        return decode_entry(entry)
 
-    def put(self, path: str, key: str, findings: list[Finding], suppressed: int) -> None:
-        self.entries[path] = {"key": key, "findings": [_encode(f) for f in findings], "suppressed": suppressed}
+    def put(self, path: str, key: str, findings: list[Finding], suppressed: int,
+            stat: Optional[os.stat_result] = None) -> None:
+        entry: dict[str, Any] = {"key": key, "findings": [_encode(f) for f in findings], "suppressed": suppressed}
+        if stat is not None:
+            entry["stat"] = [stat.st_size, stat.st_mtime_ns]
+        self.entries[path] = entry
         self.dirty = True
+
+    def put_skipped(self, path: str, stat: os.stat_result) -> None:
+        """A file the prefilter passed over: nothing to report while it stays unchanged."""
+        entry = {"skip": True, "stat": [stat.st_size, stat.st_mtime_ns]}
+        if self.entries.get(path) != entry:
+            self.entries[path] = entry
+            self.dirty = True
 
     def save(self) -> None:
         if not self.dirty:
@@ -102,7 +130,8 @@ class ResultCache:
             fd, temp = tempfile.mkstemp(dir=self.folder, prefix=".lint-", suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 prefilter = _encode_prefilter(self._prefilter)
-                json.dump({"format": _FORMAT, "prefilter": prefilter, "files": self.entries}, handle, separators=(",", ":"))
+                document = {"format": _FORMAT, "written_ns": time.time_ns(), "prefilter": prefilter, "files": self.entries}
+                json.dump(document, handle, separators=(",", ":"))
             os.replace(temp, self.path)
             self._prune()
         except OSError:
@@ -112,6 +141,13 @@ class ResultCache:
         files = sorted(self.folder.glob("lint-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in files[_KEEP_FILES:]:
             old.unlink(missing_ok=True)
+
+
+def decode_entry(entry: dict[str, Any]) -> Optional[tuple[list[Finding], int]]:
+    try:
+        return [_finding(item) for item in entry["findings"]], int(entry["suppressed"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _encode_prefilter(spec: Optional[tuple]) -> Optional[list]:

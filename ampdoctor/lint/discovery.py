@@ -130,72 +130,88 @@ def _compile(pattern: str) -> re.Pattern:
 
 
 class Discovery:
+    """Walks folders with plain strings: per-file ``Path.resolve()`` would dominate a large tree."""
+
     def __init__(self, root: Path, exclude: Sequence[str] = (), respect_gitignore: bool = True) -> None:
-        self.root = root.resolve()
+        self.root = os.path.realpath(root)
         self.exclude = tuple(exclude)
         self.respect_gitignore = respect_gitignore
-        self._ignores: dict[Path, Optional[GitIgnore]] = {}
+        self._ignores: dict[str, Optional[GitIgnore]] = {}
 
     def files(self, paths: Sequence[Path]) -> Iterator[Path]:
-        seen: set[Path] = set()
+        seen: set[str] = set()
         for path in paths:
             if path.is_dir():
-                found = self._walk(path)
-            elif self._is_excluded(path):
+                found: Iterator[tuple[str, str]] = self._walk(os.path.realpath(path), str(path))
+            elif self.exclude and self._is_excluded(os.path.realpath(path)):
                 continue
             else:
-                found = iter([path])
-            for file in found:
-                key = file.resolve()
+                found = iter([(os.path.realpath(path), str(path))])
+            for key, file in found:
                 if key not in seen:
                     seen.add(key)
-                    yield file
+                    yield Path(file)
 
-    def _relative(self, path: Path) -> str:
-        try:
-            return path.resolve().relative_to(self.root).as_posix()
-        except ValueError:
-            return path.as_posix()
+    def _relative(self, absolute: str) -> str:
+        if absolute.startswith(self.root + os.sep):
+            return absolute[len(self.root) + 1 :].replace(os.sep, "/")
+        return absolute.replace(os.sep, "/")
 
-    def _is_excluded(self, path: Path) -> bool:
-        relative = self._relative(path)
+    def _is_excluded(self, absolute: str) -> bool:
+        relative = self._relative(absolute)
         return any(matches_glob(relative, pattern) for pattern in self.exclude)
 
-    def _walk(self, top: Path) -> Iterator[Path]:
+    def _walk(self, top: str, shown: str) -> Iterator[tuple[str, str]]:
+        """(absolute path, spelling) of the files below ``top`` (absolute, real), spelled below
+        ``shown`` (the folder as the user gave it)."""
+        inherited = self._ignores_above(top) if self.respect_gitignore else []
+        applicable: dict[str, list[tuple[str, GitIgnore]]] = {}
         for folder, dirs, files in os.walk(top):
-            here = Path(folder)
-            kept_dirs = []
+            parent = applicable.get(os.path.dirname(folder), inherited)
+            rules = parent
+            if self.respect_gitignore:
+                own = self._ignore_for(folder)
+                if own is not None:
+                    rules = [*parent, (folder, own)]
+            applicable[folder] = rules
+            spelled = shown if folder == top else os.path.join(shown, folder[len(top) + 1 :])
+            kept = []
             for name in sorted(dirs):
-                child = here / name
-                if name in DEFAULT_EXCLUDED_DIRS or self._is_excluded(child) or self._git_ignored(child, True):
+                child = f"{folder}{os.sep}{name}"
+                if name in DEFAULT_EXCLUDED_DIRS or (self.exclude and self._is_excluded(child)):
                     continue
-                kept_dirs.append(name)
-            dirs[:] = kept_dirs
+                if rules and _ignored(rules, child, True):
+                    continue
+                kept.append(name)
+            dirs[:] = kept
             for name in sorted(files):
                 if not name.endswith(SUFFIXES):
                     continue
-                child = here / name
-                if self._is_excluded(child) or self._git_ignored(child, False):
+                child = f"{folder}{os.sep}{name}"
+                if (self.exclude and self._is_excluded(child)) or (rules and _ignored(rules, child, False)):
                     continue
-                yield child
+                yield child, os.path.join(spelled, name)
 
-    def _git_ignored(self, path: Path, is_dir: bool) -> bool:
-        if not self.respect_gitignore:
-            return False
-        absolute = path.resolve()
-        decision = None
-        # Outer .gitignore files first, inner ones override.
-        for folder in reversed([*absolute.parents]):
-            ignore = self._ignore_for(folder)
-            if ignore is None:
-                continue
-            relative = absolute.relative_to(folder).as_posix()
-            verdict = ignore.decision(relative, is_dir)
-            if verdict is not None:
-                decision = verdict
-        return bool(decision)
+    def _ignores_above(self, top: str) -> list[tuple[str, GitIgnore]]:
+        """.gitignore files of the folders above ``top`` (outermost first)."""
+        found = []
+        for folder in reversed(Path(top).parents):
+            ignore = self._ignore_for(str(folder))
+            if ignore is not None:
+                found.append((str(folder), ignore))
+        return found
 
-    def _ignore_for(self, folder: Path) -> Optional[GitIgnore]:
+    def _ignore_for(self, folder: str) -> Optional[GitIgnore]:
         if folder not in self._ignores:
-            self._ignores[folder] = GitIgnore.load(folder)
+            self._ignores[folder] = GitIgnore.load(Path(folder))
         return self._ignores[folder]
+
+
+def _ignored(rules: list[tuple[str, "GitIgnore"]], absolute: str, is_dir: bool) -> bool:
+    decision = None
+    for base, ignore in rules:  # outer files first, inner ones override
+        relative = absolute[len(base) + 1 :].replace(os.sep, "/") if base != os.sep else absolute[1:]
+        verdict = ignore.decision(relative, is_dir)
+        if verdict is not None:
+            decision = verdict
+    return bool(decision)

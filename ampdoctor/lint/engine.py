@@ -281,7 +281,17 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: Optional[Pre
         result.error = str(exc)
         result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
         return result
+    if spec is not None and not _gate_keeps(source, options.codes):
+        return result
     return _check_text(path, display, source, options, result)
+
+
+def _gate_keeps(source: str, codes: frozenset[str]) -> bool:
+    from .gate import keeps
+    from .rules import lint_rules
+
+    rules = lint_rules()
+    return keeps(source, (rules[c].anchors for c in codes if c in rules))
 
 
 def result_from_cache(path: Path, display: str, data: bytes, findings: list[Finding], suppressed: int) -> FileResult:
@@ -338,6 +348,8 @@ def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, 
         message = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
         result.error = f"cannot read notebook: {message}"
         result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
+        return result
+    if spec is not None and not _gate_keeps(notebook.source, options.codes):
         return result
     _check_text(path, display, notebook.source, options, result)
     final = notebook

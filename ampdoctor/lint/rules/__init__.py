@@ -18,7 +18,8 @@ from typing import Callable, ClassVar, Iterable, Optional
 import libcst as cst
 
 from ...findings import Applicability
-from ..facts import AmpFacts
+from ..facts import AUTOCAST_NAMES, GRAD_SCALER_NAMES, AmpFacts
+from ..gate import Anchors
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,23 @@ class LintRule:
     tokens: ClassVar[tuple[str, ...]] = ()
     # ...and also match every one of these regular expressions (on the file's bytes).
     needs: ClassVar[tuple[bytes, ...]] = ()
+    # What the module must reference (see gate.py); None: no such condition.
+    anchors: ClassVar[Optional[Anchors]] = None
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         raise NotImplementedError
 
+
+# Anchors shared by the rule families.
+AUTOCAST = Anchors(names=tuple(AUTOCAST_NAMES))
+SCALED_BACKWARD = Anchors(methods=("scale",))
+SCALER = Anchors(names=tuple(GRAD_SCALER_NAMES), methods=("scale",))
+# float16 autocast, ``.half()``, or a cast / ``dtype=`` to float16 (a dtype table is not a use).
+FLOAT16 = Anchors(
+    names=tuple(AUTOCAST_NAMES),
+    methods=("half",),
+    casts=("torch.float16", "torch.half", "torch.HalfTensor", "torch.cuda.HalfTensor"),
+)
 
 _REGISTRY: dict[str, LintRule] = {}
 

@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 import libcst as cst
 
 from ..facts import AmpFacts, ImportRef, dotted, iter_nodes
+from ..gate import Anchors
 from . import FixPlan, LintRule, NodeEdit, Report, node_code, register
 
 _DEPRECATED_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
@@ -147,6 +148,7 @@ class _Uses:
 class DeprecatedAmpApi(LintRule):
     code = "AMP401"
     tokens = ("cuda.amp", "cpu.amp", "cuda import", "cpu import")
+    anchors = Anchors(names=("torch.cuda.amp", "torch.cpu.amp"))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         yield from self._imports(facts)

@@ -8,7 +8,7 @@ import libcst as cst
 
 from ...findings import Applicability
 from ..facts import DTYPES, HALF_TENSOR_TYPES, AmpFacts, CallSite, Enabled, EventKind, string_value
-from . import FixPlan, LintRule, NodeEdit, Report, register
+from . import AUTOCAST, FixPlan, LintRule, NodeEdit, Report, register
 
 
 def _where(site: CallSite) -> str:
@@ -22,6 +22,7 @@ def _where(site: CallSite) -> str:
 class BackwardInAutocast(LintRule):
     code = "AMP101"
     tokens = ("autocast",)
+    anchors = AUTOCAST
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for event in facts.events(EventKind.BACKWARD, EventKind.SCALED_BACKWARD):
@@ -134,6 +135,7 @@ def _find_with(module: cst.Module, statement: cst.CSTNode) -> Optional[tuple[cst
 class StepInAutocast(LintRule):
     code = "AMP102"
     tokens = ("autocast",)
+    anchors = AUTOCAST
 
     _LABEL = {
         EventKind.SCALER_STEP: "scaler.step()",
@@ -187,6 +189,7 @@ def _downcast_dtype(site: CallSite, facts: AmpFacts) -> Optional[str]:
 class DowncastInAutocast(LintRule):
     code = "AMP103"
     tokens = ("autocast",)
+    anchors = AUTOCAST
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for site in facts.calls:

@@ -7,6 +7,7 @@ from typing import Iterable
 import libcst as cst
 
 from ..facts import AUTOCAST_NAMES, GRAD_SCALER_NAMES, AmpFacts, autocast_region
+from ..gate import Anchors
 from . import LintRule, Report, register
 
 # apex.amp function → what replaces it in torch.amp
@@ -25,6 +26,7 @@ _APEX_DEFAULT = 'use `torch.autocast("cuda", ...)` and `torch.amp.GradScaler("cu
 class ApexAmp(LintRule):
     code = "AMP402"
     tokens = ("apex",)
+    anchors = Anchors(names=("apex",))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         reported_calls = False
@@ -71,6 +73,7 @@ _TRAINER_HOOKS = {"compute_loss", "training_step"}
 class TrainerDoubleAmp(LintRule):
     code = "AMP403"
     tokens = ("Trainer",)
+    anchors = Anchors(names=("transformers",))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         hooks = set()

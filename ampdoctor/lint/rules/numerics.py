@@ -14,7 +14,8 @@ from typing import Iterable, Optional
 import libcst as cst
 
 from ..facts import AUTOCAST_NAMES, DTYPES, AmpFacts, CallSite, Frame, Region, _is_optimizer_constructor, dotted, number_value
-from . import FixPlan, LintRule, NodeEdit, Report, node_code, register
+from ..gate import Anchors
+from . import FLOAT16, FixPlan, LintRule, NodeEdit, Report, node_code, register
 from .autocast import _downcast_dtype
 from .regions import RegionWalker, _cast_target, layer_instances, lowered_op, strip_views
 
@@ -145,6 +146,7 @@ class Float16OverflowConstant(LintRule):
         rb"\d{5}|\d\.?[eE]\+?\d|\*\*|\d_\d",  # a literal above 65504: 5+ digits, an exponent or **
         rb"masked_fill|fill_\(|full(?:_like)?\(|where\(|clamp_?\(|autocast",  # used where it can overflow
     )
+    anchors = Anchors(FLOAT16.names, FLOAT16.methods, FLOAT16.casts, requires=("big",))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not uses_float16(facts):
@@ -393,6 +395,7 @@ class Float16UnderflowEpsilon(LintRule):
     code = "AMP302"
     tokens = (".half", "float16", "HalfTensor", "autocast")
     needs = (rb"\d[eE]-\d|\*\*\s*-",)  # an epsilon below 2**-24 is written with a negative exponent
+    anchors = Anchors(FLOAT16.names, FLOAT16.methods, FLOAT16.casts, requires=("tiny",))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not uses_float16(facts):
@@ -436,6 +439,7 @@ class HalfModelTraining(LintRule):
     code = "AMP303"
     tokens = (".half", "float16", "HalfTensor")
     needs = (rb"parameters\(",)  # the optimizer is built over the model's parameters
+    anchors = Anchors(FLOAT16.names, FLOAT16.methods, FLOAT16.casts, requires_methods=("parameters",))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for optimizer, model in half_optimizers(facts):

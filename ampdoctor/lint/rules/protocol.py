@@ -21,7 +21,8 @@ from typing import Iterable, Iterator, Optional
 import libcst as cst
 
 from ..facts import GRAD_SCALER_NAMES, AmpFacts, Block, CallSite, Event, EventKind, Frame, dotted, get_arg, is_optimizer, string_value
-from . import LintRule, Report, node_code, register
+from ..gate import Anchors
+from . import AUTOCAST, LintRule, Report, SCALED_BACKWARD, SCALER, node_code, register
 
 # --------------------------------------------------------------------------------------
 # Paths: iterations, branches, gating
@@ -225,6 +226,7 @@ def _label(event: Event) -> str:
 class StepBypassesScaler(LintRule):
     code = "AMP203"
     tokens = (".scale(",)
+    anchors = SCALED_BACKWARD
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if _frameworks(facts):
@@ -268,6 +270,7 @@ class StepBypassesScaler(LintRule):
 class UnscaledBackward(LintRule):
     code = "AMP204"
     tokens = ("GradScaler", ".scale(")
+    anchors = SCALER
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         disabled = {
@@ -311,6 +314,7 @@ class UnscaledBackward(LintRule):
 class ScalerInLoop(LintRule):
     code = "AMP205"
     tokens = ("GradScaler",)
+    anchors = SCALER
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
@@ -348,6 +352,7 @@ class ScalerInLoop(LintRule):
 class DoubleUnscale(LintRule):
     code = "AMP206"
     tokens = ("unscale_",)
+    anchors = Anchors(methods=("unscale_",))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
@@ -440,6 +445,7 @@ class DoubleUnscale(LintRule):
 class ScalerCallOrder(LintRule):
     code = "AMP207"
     tokens = ("GradScaler", ".scale(")
+    anchors = SCALER
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
@@ -528,6 +534,7 @@ class ScalerCallOrder(LintRule):
 class UpdatePerOptimizer(LintRule):
     code = "AMP208"
     tokens = ("GradScaler", ".scale(")
+    anchors = SCALER
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
@@ -588,6 +595,7 @@ _FLOAT16_TEXT = re.compile(r"\bfloat16|\bfp16|\bhalf\b|HalfTensor", re.I)
 class ScalerWithBfloat16(LintRule):
     code = "AMP209"
     tokens = ("GradScaler",)
+    anchors = SCALER
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not facts.regions or _FLOAT16_TEXT.search(facts.source):
@@ -619,6 +627,7 @@ class ScalerWithBfloat16(LintRule):
 class Float16WithoutScaler(LintRule):
     code = "AMP210"
     tokens = ("autocast",)
+    anchors = AUTOCAST
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not any(r.is_float16 for r in facts.regions) or self._has_scaler(facts) or _frameworks(facts):
@@ -725,6 +734,7 @@ class ScalerStateNotSaved(LintRule):
     code = "AMP211"
     tokens = ("GradScaler", ".scale(")
     needs = (rb"save\(",)
+    anchors = SCALER
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not facts.scalers and not any(True for _ in facts.events(EventKind.SCALER_NEW)):
@@ -790,6 +800,7 @@ def _is_fsdp1(qname: Optional[str]) -> bool:
 class FsdpPlainGradScaler(LintRule):
     code = "AMP212"
     tokens = ("FullyShardedDataParallel",)
+    anchors = Anchors(names=("torch.distributed.fsdp",))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not any(_is_fsdp1(site.qname) for site in facts.calls):
@@ -819,6 +830,7 @@ class FsdpPlainGradScaler(LintRule):
 class ZeroGradBeforeStep(LintRule):
     code = "AMP213"
     tokens = (".scale(",)  # a scaled backward is the anchor
+    anchors = SCALED_BACKWARD
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:

@@ -25,7 +25,7 @@ from ..facts import (
     get_arg,
     string_value,
 )
-from . import FixPlan, LintRule, NodeEdit, Report, register
+from . import AUTOCAST, FixPlan, LintRule, NodeEdit, Report, register
 
 # --------------------------------------------------------------------------------------
 # Ops that autocast runs in the lower precision (float16 / bfloat16) on every device
@@ -297,6 +297,7 @@ class _UpcastWalker(RegionWalker):
 class UpcastUndoneByAutocast(LintRule):
     code = "AMP104"
     tokens = ("autocast",)
+    anchors = AUTOCAST
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not any(site.in_autocast and site.method in ("float", "to", "type") for site in facts.calls):
@@ -331,6 +332,7 @@ _BCE_MODULES = {"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss"}
 class UnsafeUnderAutocast(LintRule):
     code = "AMP105"
     tokens = ("binary_cross_entropy", "BCELoss")
+    anchors = AUTOCAST
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not facts.uses_autocast:
@@ -382,6 +384,7 @@ def _device_of(site_node: cst.Call, qname: str) -> tuple[bool, Optional[str]]:
 class AutocastMissingDeviceType(LintRule):
     code = "AMP106"
     tokens = ("autocast",)
+    anchors = AUTOCAST
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         missing, devices = [], []
@@ -464,6 +467,7 @@ class CustomFunctionWithoutCustomFwd(LintRule):
     code = "AMP107"
     tokens = ("autocast",)  # only modules that use autocast
     needs = (rb"Function",)
+    anchors = AUTOCAST
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not any(r.enabled.counts_as_on and r.kind != "custom_fwd" for r in facts.regions):

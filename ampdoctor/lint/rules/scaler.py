@@ -19,7 +19,7 @@ from typing import Iterable, Optional
 import libcst as cst
 
 from ..facts import AmpFacts, Event, EventKind, Frame, dotted
-from . import FixPlan, LintRule, NodeEdit, Report, register
+from . import FixPlan, LintRule, NodeEdit, Report, SCALED_BACKWARD, register
 
 
 def _scaler_events(frame: Frame, kind: EventKind, scaler: str) -> list[Event]:
@@ -37,6 +37,7 @@ def _simple_statement(event: Event) -> Optional[cst.SimpleStatementLine]:
 class ClipBeforeUnscale(LintRule):
     code = "AMP201"
     tokens = ("clip_grad",)
+    anchors = SCALED_BACKWARD
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
@@ -85,6 +86,7 @@ class ClipBeforeUnscale(LintRule):
 class MissingScalerUpdate(LintRule):
     code = "AMP202"
     tokens = (".scale(",)
+    anchors = SCALED_BACKWARD
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         updated = {e.scaler for e in facts.events(EventKind.UPDATE)}
