@@ -19,7 +19,7 @@ def _modules_after(code: str) -> set[str]:
 def test_linting_a_file_never_imports_torch():
     modules = _modules_after(
         "from click.testing import CliRunner\nfrom ampdoctor.cli import main\n"
-        f"r = CliRunner().invoke(main, ['lint', '--isolated', {str(FIXTURE)!r}])\nassert r.exit_code == 1, r.output\n"
+        f"r = CliRunner().invoke(main, ['lint', '--isolated', '--no-cache', {str(FIXTURE)!r}])\nassert r.exit_code == 1, r.output\n"
     )
     assert "libcst" in modules  # it did lint
     assert not {m for m in modules if m == "torch" or m.startswith("torch.")}
@@ -34,3 +34,16 @@ def test_importing_the_cli_is_light():
 def test_importing_the_package_is_light():
     modules = _modules_after("import ampdoctor")
     assert not {"torch", "libcst", "rich", "click"} & {m.split(".")[0] for m in modules}
+
+
+def test_a_warm_cache_does_not_even_import_libcst(tmp_path):
+    target = tmp_path / "train.py"
+    target.write_text(FIXTURE.read_text(encoding="utf-8"), encoding="utf-8")
+    code = (
+        "import os\nos.chdir({folder!r})\nfrom click.testing import CliRunner\nfrom ampdoctor.cli import main\n"
+        "r = CliRunner().invoke(main, ['lint', '--isolated', 'train.py'])\nassert r.exit_code == 1, r.output\n"
+    ).format(folder=str(tmp_path))
+    assert "libcst" in _modules_after(code)  # cold: parsed
+    warm = _modules_after(code)
+    assert "libcst" not in warm and "torch" not in warm
+    assert (tmp_path / ".ampdoctor_cache" / "CACHEDIR.TAG").is_file()
