@@ -59,6 +59,11 @@ def render(fmt: str, ctx: ReportContext, stream: TextIO, *, color: bool) -> None
     """Write the report for ``ctx`` in format ``fmt`` (one of ``FORMATS``) to ``stream``."""
     if fmt not in _MODULES:
         raise ValueError(f"unknown output format {fmt!r} (expected one of: {', '.join(FORMATS)})")
+    if fmt == "text" and not ctx.findings and not color:
+        # The common clean run (a pre-commit hook): the summary alone, without loading rich.
+        for line in summary_lines(ctx):
+            stream.write(line + "\n")
+        return
     module = importlib.import_module(f"{__name__}.{_MODULES[fmt]}")
     module.render(ctx, stream, color=color)
 
