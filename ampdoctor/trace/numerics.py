@@ -1,19 +1,22 @@
 """Gradient and activation statistics computed on the device, read once per iteration.
 
-Every statistic is a small float32 tensor on the device of the tensor it describes. They are
-collected in a ``PendingIteration`` and read with one transfer per device when the iteration
-closes (``PendingIteration.read``): tracing never waits for the device in the middle of a
-forward or backward pass.
+Every statistic is a small tensor on the device of the tensor it describes. They are collected
+in a ``PendingIteration`` and read with one transfer per device when the iteration closes
+(``DeviceBatch.read``): tracing never waits for the device in the middle of a forward or
+backward pass. Reductions of a few numbers (the largest magnitude among a tensor's min and max,
+shares from counts) are left to the host at that read rather than spent as device ops.
 
 - Activations: global forward pre/post hooks (``torch.nn.modules.module``) measure max |x| of
-  every module's floating inputs and outputs. A module whose output is non-finite while its
+  every module's floating inputs and outputs, with one ``aminmax`` pass per tensor. A module whose output is non-finite while its
   inputs were finite is where a non-finite value was born. Inputs are measured in the pre-hook,
   before an in-place module (``ReLU(inplace=True)``) overwrites them, and a module's input that
   is the previous module's unchanged output reuses that measurement.
 - Gradients: per parameter, at the moment the gradients hold their true values (after
   ``scaler.unscale_`` or before a plain ``optimizer.step``), the shares of elements that are
   zero, that would fall below float16's smallest subnormal (2**-24) or smallest normal (2**-14)
-  when multiplied by the loss scale, that are non-finite, and max |g|.
+  when multiplied by the loss scale, that are non-finite, and max |g|. ``gradient_row`` states
+  the definition; ``GradientMonitor`` computes the same numbers for all parameters at once, in
+  cache-sized chunks of the flattened gradients, with integer arithmetic on float32 bits.
 - Boundaries: during the op-recording window only, the float16 gradients that flow into module
   outputs during backward (``register_multi_grad_hook``, as ``ModuleTracker`` does; no full
   backward hooks, which break in-place modules): shares of zeros and subnormals.
@@ -21,17 +24,18 @@ forward or backward pass.
 
 from __future__ import annotations
 
+import math
 import re
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch.autograd.graph import register_multi_grad_hook
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .ops import _float_tensors, dtype_name, max_abs, quiet
+from .ops import _float_tensors, dtype_name, quiet
 
 FLOAT16_MAX = 65504.0
 FLOAT16_SMALLEST_SUBNORMAL = 2.0**-24
@@ -80,10 +84,11 @@ class ModuleRegistry:
             info = self._modules[module]
         return info
 
-    def param(self, param: torch.Tensor, fallback: str) -> ParamInfo:
+    def param(self, param: torch.Tensor, fallback: Callable[[], str]) -> ParamInfo:
+        """The parameter's info; ``fallback()`` names one that no registered module owns."""
         info = self._params.get(param)
         if info is None:
-            info = ParamInfo(fallback, None, tuple(param.shape), dtype_name(param.dtype))
+            info = ParamInfo(fallback(), None, tuple(param.shape), dtype_name(param.dtype))
             self._params[param] = info
         return info
 
@@ -131,27 +136,50 @@ def class_source(cls: type, class_files: dict[type, Optional[str]]) -> tuple[Opt
 
 
 class DeviceBatch:
-    """1-D float32 device tensors read back together, one transfer per device."""
+    """Device tensors read back together as flat lists of floats, one transfer per device.
+
+    Parts keep their dtype until the read, where each (device, dtype) group is gathered with one
+    op and converted to float32 once (exact for every float dtype), rather than one conversion
+    per part.
+    """
 
     def __init__(self) -> None:
         self._parts: list[torch.Tensor] = []
+        # slot -> the parts whose largest absolute value the slot reads as (see add_abs_max)
+        self._abs_max: dict[int, list[int]] = {}
 
     def add(self, tensor: torch.Tensor) -> int:
-        self._parts.append(tensor.detach().reshape(-1).to(torch.float32))
+        self._parts.append(tensor.detach())
         return len(self._parts) - 1
 
+    def add_abs_max(self, extremes: list[torch.Tensor]) -> int:
+        """A slot that reads as ``[max |v|]`` over the values of ``extremes`` (NaN if any is NaN):
+        the reduction of a few numbers is left to the host, rather than costing device ops."""
+        slots = [self.add(tensor) for tensor in extremes]
+        self._abs_max[slots[0]] = slots
+        return slots[0]
+
     def read(self) -> list[list[float]]:
-        by_device: dict[torch.device, list[int]] = {}
+        groups: dict[tuple[torch.device, torch.dtype, bool], list[int]] = {}
         for index, part in enumerate(self._parts):
-            by_device.setdefault(part.device, []).append(index)
-        values: list[list[float]] = [[] for _ in self._parts]
-        for indices in by_device.values():
+            groups.setdefault((part.device, part.dtype, part.dim() == 0), []).append(index)
+        by_device: dict[torch.device, list[tuple[list[int], torch.Tensor]]] = {}
+        for (device, _, scalars), indices in groups.items():
             parts = [self._parts[i] for i in indices]
-            flat = torch.cat(parts).tolist()  # the host sync
+            gathered = torch.stack(parts) if scalars else torch.cat([p.reshape(-1) for p in parts])
+            by_device.setdefault(device, []).append((indices, gathered.to(torch.float32)))
+        values: list[list[float]] = [[] for _ in self._parts]
+        for groups_on_device in by_device.values():
+            flat = torch.cat([gathered for _, gathered in groups_on_device]).tolist()  # the host sync
             offset = 0
-            for index, part in zip(indices, parts):
-                values[index] = flat[offset : offset + part.numel()]
-                offset += part.numel()
+            for indices, _ in groups_on_device:
+                for index in indices:
+                    size = self._parts[index].numel()
+                    values[index] = flat[offset : offset + size]
+                    offset += size
+        for slot, parts in self._abs_max.items():
+            numbers = [v for part in parts for v in values[part]]
+            values[slot] = [math.nan if any(math.isnan(v) for v in numbers) else max(abs(v) for v in numbers)]
         return values
 
 
@@ -173,13 +201,24 @@ class PendingIteration:
     used_scale_slot: Optional[int] = None
     found_inf_slots: list[tuple[str, int]] = field(default_factory=list)
     activations: list[ActivationRow] = field(default_factory=list)
-    gradients: list[tuple[ParamInfo, int]] = field(default_factory=list)
+    gradients: list["GradientChunks"] = field(default_factory=list)
     # (module, number of gradient elements, slot of boundary_row)
     boundaries: list[tuple[ModuleInfo, int, int]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not self.batch._parts
+
+
+def max_abs(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Device scalars whose largest absolute value is max |x| over the tensors: the minimum and
+    maximum of each non-empty one, from one ``aminmax`` pass (NaN propagates). Read them with
+    ``DeviceBatch.add_abs_max``; an empty list if there is nothing to measure."""
+    extremes: list[torch.Tensor] = []
+    for tensor in tensors:
+        if tensor.numel() > 0:
+            extremes.extend(torch.aminmax(tensor.detach()))
+    return extremes
 
 
 class ActivationMonitor:
@@ -229,11 +268,11 @@ class ActivationMonitor:
             known = self._known.get(tensors[0])
             if known is not None and known[0] == tensors[0]._version:
                 return known[1]
-        with torch.no_grad(), quiet():
-            maximum = max_abs(tensors)
-        if maximum is None:
+        with quiet():  # max_abs detaches: no autograd graph is recorded, no no_grad needed
+            extremes = max_abs(tensors)
+        if not extremes:
             return None
-        slot = pending.batch.add(maximum)
+        slot = pending.batch.add_abs_max(extremes)
         if reusable:
             self._known[tensors[0]] = (tensors[0]._version, slot)
         return slot
@@ -298,11 +337,29 @@ def boundary_row(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([zeros / numel, subnormal / numel])
 
 
+# Gradient statistics run over chunks of at most this many elements, packed from the flattened
+# gradients: a handful of ops per chunk instead of a dozen per parameter, in a scratch buffer that
+# stays in cache and is reused across iterations (no allocation per iteration). At 2**16, every
+# per-piece sum of the rows below (each element at most 255) is below 2**24: exact in float32.
+GRADIENT_CHUNK = 1 << 16
+
+# Rows of int32 values whose per-piece sums, less ``_ROW_FLOORS`` times the piece's length, count
+# elements: |g| != 0; |g|*scale != 0; |g|*scale >= 2**-24; |g|*scale >= 2**-14; |g| not finite.
+# The row order lets paired rows come from one op over both |g| and |g| * scale.
+_NONZERO, _SCALED_NONZERO, _AT_LEAST_SUBNORMAL, _NONFINITE, _AT_LEAST_NORMAL = range(5)
+_COUNTED_ROWS = 5
+_ROW_FLOORS = (0, 0, 102, 254, 112)
+# Biased float32 exponents: 2**-24 and 2**-14 have exponent fields 103 and 113; inf and NaN 255.
+_EXPONENT_SHIFT = 23
+
+
 def gradient_row(grad: torch.Tensor, scale: Optional[torch.Tensor], grads_scaled: bool) -> torch.Tensor:
     """[zero, below subnormal, subnormal, non-finite shares, max |g| unscaled] of one gradient.
 
     "Below subnormal" and "subnormal" compare |g| times the loss scale with float16's
     thresholds: the value the gradient had (or would have had) in float16 during backward.
+    This is the definition, written plainly; ``GradientChunks`` computes the same numbers in
+    fewer, cheaper passes, and the tests hold the two equal.
     """
     magnitude = grad.detach().abs().to(torch.float32)
     if scale is None:
@@ -326,11 +383,71 @@ def gradient_row(grad: torch.Tensor, scale: Optional[torch.Tensor], grads_scaled
     return shares
 
 
+@dataclass
+class GradientChunk:
+    """One chunk's results in two ``DeviceBatch`` slots: per piece, the five row sums, and the
+    largest finite |g|; piece i belongs to ``GradientChunks.params[owners[i]]``."""
+
+    sums_slot: int
+    maxima_slot: int
+    owners: list[int]
+    lengths: list[int]
+
+
+@dataclass
+class GradientChunks:
+    """The gradient statistics of one capture, still on the device."""
+
+    params: list[ParamInfo] = field(default_factory=list)
+    numels: list[int] = field(default_factory=list)
+    chunks: list[GradientChunk] = field(default_factory=list)
+
+    def rows(self, values: list[list[float]]) -> list[tuple[ParamInfo, list[float]]]:
+        """Per parameter, the ``gradient_row`` values, from the pieces read back."""
+        counts = [[0.0] * _COUNTED_ROWS for _ in self.params]
+        maxima = [0.0 for _ in self.params]
+        for chunk in self.chunks:
+            sums, piece_maxima = values[chunk.sums_slot], values[chunk.maxima_slot]
+            for piece, (owner, length) in enumerate(zip(chunk.owners, chunk.lengths)):
+                totals = counts[owner]
+                for row in range(_COUNTED_ROWS):
+                    totals[row] += sums[piece * _COUNTED_ROWS + row] - _ROW_FLOORS[row] * length
+                maxima[owner] = max(maxima[owner], piece_maxima[piece])
+        rows = []
+        for info, numel, totals, maximum in zip(self.params, self.numels, counts, maxima):
+            nonzero, scaled_nonzero, subnormal_or_more, nonfinite, normal_or_more = totals
+            shares = [
+                (numel - nonzero) / numel,
+                (scaled_nonzero - subnormal_or_more) / numel,
+                (subnormal_or_more - normal_or_more) / numel,
+                nonfinite / numel,
+            ]
+            rows.append((info, [*shares, maximum]))
+        return rows
+
+
 class GradientMonitor:
+    """Per-parameter gradient statistics (see ``gradient_row`` for what they are).
+
+    Each capture flattens the gradients into pieces packed into chunks. Per chunk, |g| goes into
+    a float32 scratch buffer and everything else is integer arithmetic on its bits: for a
+    non-negative float32, comparing with a power of two is comparing the exponent field
+    (``bits >> 23``), and ``clamp(e, k - 1, k)`` is ``k - 1`` plus the indicator of ``e >= k``,
+    so one clamp per row and one sum per piece and row count the elements; ``clamp(bits, 0, 1)``
+    counts the non-zeros. (Comparisons that produce booleans, and sums of booleans, are several
+    times slower on CPU.) |g| * scale is the same float32 product ``gradient_row`` compares, so
+    the counts equal its for any scale; NaN and inf land where its comparisons put them:
+    non-finite, and in none of the scaled classes.
+    """
+
     def __init__(self, registry: ModuleRegistry, session: Any) -> None:
         self._registry = registry
         self._session = session
         self._failed = False
+        self._scratch: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def release(self) -> None:
+        self._scratch.clear()
 
     def capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
         if self._failed:
@@ -342,14 +459,96 @@ class GradientMonitor:
             self._session.instrument_failed("gradient statistics", exc)
 
     def _capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
-        pending = self._session.pending
+        capture = GradientChunks()
+        by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+        for group_index, group in enumerate(optimizer.param_groups):
+            for index, param in enumerate(group["params"]):
+                grad = getattr(param, "grad", None)
+                if grad is None or grad.numel() == 0:
+                    continue
+                if grad.is_sparse:
+                    grad = grad.coalesce()._values()
+                info = self._registry.param(param, lambda: f"{label}.param_groups[{group_index}][{index}]")
+                by_device.setdefault(grad.device, []).append((len(capture.params), grad.detach().reshape(-1)))
+                capture.params.append(info)
+                capture.numels.append(grad.numel())
+        if not capture.params:
+            return
+        batch = self._session.pending.batch
         with torch.no_grad(), quiet():
-            for group_index, group in enumerate(optimizer.param_groups):
-                for index, param in enumerate(group["params"]):
-                    grad = getattr(param, "grad", None)
-                    if grad is None or grad.numel() == 0:
-                        continue
-                    if grad.is_sparse:
-                        grad = grad.coalesce()._values()
-                    info = self._registry.param(param, f"{label}.param_groups[{group_index}][{index}]")
-                    pending.gradients.append((info, pending.batch.add(gradient_row(grad, scale, grads_scaled))))
+            for device, flats in by_device.items():
+                device_scale = None if scale is None else scale.detach().to(device)
+                for owners, pieces in _chunks(flats, GRADIENT_CHUNK):
+                    sums, piece_maxima = self._measure_chunk(device, pieces, device_scale, grads_scaled)
+                    lengths = [piece.numel() for piece in pieces]
+                    capture.chunks.append(GradientChunk(batch.add(sums), batch.add(piece_maxima), owners, lengths))
+        self._session.pending.gradients.append(capture)
+
+    def _buffers(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        buffers = self._scratch.get(device)
+        if buffers is None:
+            buffers = (
+                torch.empty((2, GRADIENT_CHUNK), dtype=torch.float32, device=device),
+                torch.empty((_COUNTED_ROWS, GRADIENT_CHUNK), dtype=torch.int32, device=device),
+            )
+            self._scratch[device] = buffers
+        return buffers
+
+    def _measure_chunk(
+        self, device: torch.device, pieces: list[torch.Tensor], scale: Optional[torch.Tensor], grads_scaled: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        size = sum(piece.numel() for piece in pieces)
+        floats, ints = self._buffers(device)
+        magnitude, rows = floats[0, :size], ints[:, :size]
+        # |g| (IEEE abs clears the sign bit of NaN too, which the integer rows below rely on).
+        if len(pieces) == 1 and pieces[0].dtype == torch.float32:
+            torch.abs(pieces[0], out=magnitude)  # one pass instead of a copy and an abs
+        else:
+            torch.cat(pieces, out=magnitude).abs_()
+        bits = floats[:, :size].view(torch.int32)
+        if scale is None or grads_scaled:
+            bits = bits[:1].expand(2, size)
+        else:
+            torch.mul(magnitude, scale, out=floats[1, :size])
+        # bits[0] holds |g| and bits[1] |g| * scale (the same row when nothing is to be scaled).
+        torch.clamp(bits, 0, 1, out=rows[_NONZERO : _SCALED_NONZERO + 1])
+        exponents = torch.bitwise_right_shift(bits, _EXPONENT_SHIFT, out=rows[_NONFINITE : _AT_LEAST_NORMAL + 1])
+        torch.clamp(exponents[1], 102, 103, out=rows[_AT_LEAST_SUBNORMAL])
+        exponents[0].clamp_(254, 255)
+        exponents[1].clamp_(112, 113)
+        magnitude.nan_to_num_(nan=0.0, posinf=0.0)
+        sums, maxima = [], []
+        offset = 0
+        for piece in pieces:
+            end = offset + piece.numel()
+            sums.append(rows[:, offset:end].sum(dim=1, dtype=torch.int32))
+            maxima.append(magnitude[offset:end].amax())
+            offset = end
+        piece_maxima = torch.stack(maxima)
+        if grads_scaled and scale is not None:
+            # The division is monotone, so max(|g| / s) = max|g| / s.
+            piece_maxima = piece_maxima / scale
+        return torch.stack(sums), piece_maxima
+
+
+def _chunks(
+    flats: list[tuple[int, torch.Tensor]], limit: int
+) -> Iterator[tuple[list[int], list[torch.Tensor]]]:
+    """Pack flattened gradients, cut into pieces of at most ``limit`` elements, into chunks of at
+    most ``limit`` elements: (owner of each piece, the pieces)."""
+    owners: list[int] = []
+    pieces: list[torch.Tensor] = []
+    filled = 0
+    for owner, flat in flats:
+        start = 0
+        while start < flat.numel():
+            take = min(limit - filled, flat.numel() - start)
+            owners.append(owner)
+            pieces.append(flat[start : start + take])
+            filled += take
+            start += take
+            if filled == limit:
+                yield owners, pieces
+                owners, pieces, filled = [], [], 0
+    if pieces:
+        yield owners, pieces

@@ -201,7 +201,8 @@ class Observations:
         record.skipped = any(v > 0 for v in record.found_inf.values())
 
     def _absorb_gradients(self, pending: PendingIteration, values, record: IterationRecord) -> None:
-        for info, slot in pending.gradients:
+        rows = [row for capture in pending.gradients for row in capture.rows(values)]
+        for info, row in rows:
             stats = self.gradients.get(info.name)
             if stats is None:
                 module = info.module
@@ -213,7 +214,6 @@ class Observations:
                     info.dtype,
                 )
                 self.gradients[info.name] = stats
-            row = values[slot]
             stats.add(row, record.step, record.skipped, record.scale)
             if row[3] > 0 and len(record.nonfinite_params) < 5:
                 record.nonfinite_params.append(info.name)

@@ -22,11 +22,9 @@ Two pieces:
 
 from __future__ import annotations
 
-import contextlib
-import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -81,19 +79,41 @@ BACKWARD = "backward"
 _quiet_depth = 0
 
 
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Ops run by ampdoctor's own hooks inside this block are not counted by the census."""
-    global _quiet_depth
-    _quiet_depth += 1
-    try:
-        yield
-    finally:
+class _Quiet:
+    """Ops run by ampdoctor's own hooks inside this block are not counted by the census.
+
+    A small class rather than a generator context manager: the hooks enter it on every module
+    call, and this is a few times cheaper."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        global _quiet_depth
+        _quiet_depth += 1
+
+    def __exit__(self, *exc_info: Any) -> None:
+        global _quiet_depth
         _quiet_depth -= 1
 
 
+_QUIET = _Quiet()
+
+
+def quiet() -> _Quiet:
+    """Ops run by ampdoctor's own hooks inside this block are not counted by the census."""
+    return _QUIET
+
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
 def dtype_name(dtype: Optional[torch.dtype]) -> Optional[str]:
-    return None if dtype is None else str(dtype).replace("torch.", "")
+    if dtype is None:
+        return None
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
 
 
 def tracker_path(tracker_name: str) -> str:
@@ -208,8 +228,40 @@ class OpRange:
 
 
 def _float_tensors(tree: Any) -> list[torch.Tensor]:
-    leaves, _ = tree_flatten(tree)
-    return [t for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    """The floating-point tensors in a nest of tuples, lists and dicts (hooks and the census call
+    this for every module and op: a plain walk of the common shapes is several times cheaper than
+    a general pytree flatten, which remains the fallback for other containers)."""
+    if isinstance(tree, torch.Tensor):
+        return [tree] if tree.is_floating_point() else []
+    found: list[torch.Tensor] = []
+    _collect_float_tensors(tree, found)
+    return found
+
+
+def _collect_float_tensors(tree: Any, found: list[torch.Tensor]) -> None:
+    kind = type(tree)
+    if kind is tuple or kind is list:
+        for item in tree:
+            if isinstance(item, torch.Tensor):
+                if item.is_floating_point():
+                    found.append(item)
+            elif isinstance(item, (tuple, list, dict)) or not _is_leaf(item):
+                _collect_float_tensors(item, found)
+    elif kind is dict:
+        _collect_float_tensors(list(tree.values()), found)
+    elif isinstance(tree, torch.Tensor):
+        if tree.is_floating_point():
+            found.append(tree)
+    elif not _is_leaf(tree):
+        leaves, _ = tree_flatten(tree)
+        found.extend(t for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point())
+
+
+_LEAF_TYPES = (int, float, bool, str, bytes, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+def _is_leaf(value: Any) -> bool:
+    return isinstance(value, _LEAF_TYPES)
 
 
 def _ordered_dtypes(tensors: list[torch.Tensor]) -> tuple[str, ...]:
@@ -220,21 +272,24 @@ def _ordered_dtypes(tensors: list[torch.Tensor]) -> tuple[str, ...]:
 
 
 def max_abs(tensors: list[torch.Tensor]) -> Optional[torch.Tensor]:
-    """max |x| over the tensors as a float32 device scalar (NaN if any NaN), None if empty."""
-    # The infinity norm is max |x| in one reduction; exact in any dtype, NaN if any NaN.
-    maxima = [
-        torch.linalg.vector_norm(t.detach(), ord=math.inf).to(torch.float32)
-        for t in tensors
-        if t.numel() > 0
-    ]
+    """max |x| over the tensors as a device scalar (NaN if any NaN), None if empty.
+
+    The scalar keeps the tensors' dtype when they share one (every float dtype holds its own
+    extremes exactly; ``DeviceBatch`` converts to float32 when it reads), otherwise float32.
+    """
+    # aminmax is one vectorised pass without a temporary; the infinity norm and abs().amax()
+    # were several times slower on CPU. Both propagate NaN.
+    maxima = []
+    for tensor in tensors:
+        if tensor.numel() > 0:
+            low, high = torch.aminmax(tensor.detach())
+            maxima.append(torch.maximum(high, low.neg()))
     if not maxima:
         return None
     if len(maxima) == 1:
         return maxima[0]
-    devices = {m.device for m in maxima}
-    if len(devices) > 1:
-        maxima = [m.to(maxima[0].device) for m in maxima]
-    return torch.stack(maxima).amax()
+    target = maxima[0].device
+    return torch.stack([m.to(target, torch.float32) for m in maxima]).amax()
 
 
 class _CensusMode(TorchDispatchMode):
@@ -250,7 +305,8 @@ class _CensusMode(TorchDispatchMode):
             return func(*args, **kwargs)
         try:
             inputs = _float_tensors((args, kwargs))
-            probe = census.wants_range(func, inputs)
+            module = census.current_module()
+            probe = census.wants_range(func, inputs, module)
             # Measured before the op runs: an in-place op overwrites its input.
             input_max = max_abs(inputs) if probe else None
         except Exception as exc:  # the census must never break the script
@@ -259,9 +315,9 @@ class _CensusMode(TorchDispatchMode):
         out = func(*args, **kwargs)
         try:
             outputs = _float_tensors(out)
-            census.count(name, inputs, outputs)
+            census.count(name, inputs, outputs, module)
             if probe and outputs:
-                census.record_range(name, input_max, max_abs(outputs))
+                census.record_range(name, input_max, max_abs(outputs), module)
         except Exception as exc:
             census.fail(exc)
         return out
@@ -271,7 +327,8 @@ class OpCensus:
     """Counts ops for as long as it is installed; the session removes it after K iterations."""
 
     def __init__(self, autocast: AutocastTracker, on_error: Optional[Callable[[Exception], None]] = None) -> None:
-        self.counts: Counter[OpKey] = Counter()
+        # Keyed by plain tuples while counting (cheaper to build and hash per op than OpKey).
+        self._tallies: Counter[tuple] = Counter()
         self.failed = False
         self._on_error = on_error
         self.ranges: dict[tuple[Optional[str], str], OpRange] = {}
@@ -282,6 +339,10 @@ class OpCensus:
     @property
     def active(self) -> bool:
         return self._mode is not None
+
+    @property
+    def counts(self) -> Counter[OpKey]:
+        return Counter({OpKey(*key): count for key, count in self._tallies.items()})
 
     def install(self) -> None:
         self._tracker = ModuleTracker()
@@ -306,33 +367,40 @@ class OpCensus:
     def _phase(self) -> str:
         return BACKWARD if self._tracker is not None and self._tracker.is_bw else FORWARD
 
-    def _module(self) -> Optional[str]:
+    def current_module(self) -> Optional[str]:
+        """The innermost module running now, as a path; None outside modules."""
         return innermost(self._tracker.parents) if self._tracker is not None else None
 
-    def count(self, op: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+    def count(
+        self, op: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], module: Optional[str]
+    ) -> None:
         device = (inputs or outputs)[0].device.type if (inputs or outputs) else "cpu"
-        key = OpKey(
-            module=self._module(),
-            op=op,
-            input_dtypes=_ordered_dtypes(inputs),
-            output_dtype=dtype_name(outputs[0].dtype) if outputs else None,
-            autocast=self._autocast.state(device),
-            phase=self._phase(),
+        key = (
+            module,
+            op,
+            _ordered_dtypes(inputs),
+            dtype_name(outputs[0].dtype) if outputs else None,
+            self._autocast.state(device),
+            self._phase(),
         )
-        self.counts[key] += 1
+        self._tallies[key] += 1
 
-    def wants_range(self, func, inputs: list[torch.Tensor]) -> bool:
+    def wants_range(self, func, inputs: list[torch.Tensor], module: Optional[str]) -> bool:
+        # Ranges serve to name the op behind a non-finite module output, so only forward ops run
+        # inside a module are measured (not the optimizer's, the scaler's or clipping's ops).
         # Views and detach copy no values: they cannot be where a non-finite value appears.
-        if getattr(func, "is_view", False):
+        if module is None or getattr(func, "is_view", False):
             return False
         return bool(inputs) and self._phase() == FORWARD
 
-    def record_range(self, op: str, input_max: Optional[torch.Tensor], output_max: Optional[torch.Tensor]) -> None:
+    def record_range(
+        self, op: str, input_max: Optional[torch.Tensor], output_max: Optional[torch.Tensor], module: Optional[str]
+    ) -> None:
         if output_max is None:
             return
         if input_max is None:
             input_max = torch.zeros((), dtype=torch.float32, device=output_max.device)
-        key = (self._module(), op)
+        key = (module, op)
         known = self.ranges.get(key)
         if known is None:
             self.ranges[key] = OpRange(input_max, output_max)

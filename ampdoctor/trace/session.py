@@ -151,6 +151,7 @@ class TraceSession:
             register_optimizer_step_post_hook(self._optimizer_post_step),
         ):
             stack.callback(handle.remove)
+        stack.callback(self._gradients.release)
         self._activations.install()
         stack.callback(self._activations.remove)
         stack.callback(self._stop_census)

@@ -1,0 +1,195 @@
+"""The batched device statistics compute exactly what their plain definitions say."""
+
+import math
+import subprocess
+import sys
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten
+
+import ampdoctor.trace.numerics as numerics
+from ampdoctor.trace.numerics import DeviceBatch, GradientMonitor, ModuleRegistry, PendingIteration, gradient_row
+from ampdoctor.trace.ops import _float_tensors
+from ampdoctor.trace.session import trace_session
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.pending = PendingIteration()
+        self.errors = []
+
+    def instrument_failed(self, what, exc) -> None:
+        self.errors.append((what, exc))
+
+
+def _edge_case_gradients():
+    """Gradients holding every class the statistics separate, in several dtypes and sizes (some
+    larger than a chunk, some spanning chunk boundaries)."""
+    torch.manual_seed(0)
+    special = torch.tensor(
+        [
+            0.0, -0.0, 2.0**-30, -(2.0**-25), 2.0**-24, 2.0**-20, -(2.0**-14), 2.0**-14 * 0.999, 3.0,
+            1e-40, -1e-42, 1.4e-45,  # float32 subnormals (the last underflows when scaled down)
+            math.inf, -math.inf, math.nan, -math.nan, 1e30,
+        ]
+    )
+    return [
+        special,
+        torch.randn(300) * 2.0**-20,
+        (torch.randn(5, 40) * 1e-6).masked_fill(torch.rand(5, 40) < 0.3, 0.0),
+        torch.randn(7),
+        (torch.randn(130) * 2.0**-18).to(torch.bfloat16),
+        (torch.randn(90) * 1e-3).to(torch.float16),
+        torch.zeros(33),
+        torch.full((12,), math.nan),
+    ]
+
+
+@pytest.mark.parametrize(
+    "scale, grads_scaled",
+    [(None, False), (2.0**16, False), (2.0**16, True), (1000.0, False), (0.25, False), (3.0, True)],
+)
+def test_chunked_gradient_statistics_equal_the_plain_definition(monkeypatch, scale, grads_scaled):
+    monkeypatch.setattr(numerics, "GRADIENT_CHUNK", 64)  # many chunks and split gradients
+    grads = _edge_case_gradients()
+    params = [nn.Parameter(torch.zeros(g.shape, dtype=g.dtype)) for g in grads]
+    for param, grad in zip(params, grads):
+        param.grad = grad.clone()
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    session = _Session()
+    monitor = GradientMonitor(ModuleRegistry(), session)
+    scale_tensor = None if scale is None else torch.tensor(scale)
+    monitor.capture(optimizer, "SGD#1", scale_tensor, grads_scaled)
+    assert session.errors == []
+    values = session.pending.batch.read()
+    (capture,) = session.pending.gradients
+    rows = capture.rows(values)
+    assert [info.name for info, _ in rows] == [f"SGD#1.param_groups[0][{i}]" for i in range(len(grads))]
+    for (info, row), grad in zip(rows, grads):
+        expected = gradient_row(grad, scale_tensor, grads_scaled).tolist()
+        assert row == pytest.approx(expected, rel=1e-6, abs=1e-9), info.name
+    # The gradients themselves are untouched (NaN compared as a number, so it counts too).
+    assert all(
+        torch.equal(torch.nan_to_num(p.grad, nan=7.0), torch.nan_to_num(g, nan=7.0)) for p, g in zip(params, grads)
+    )
+
+
+def test_chunked_gradient_statistics_count_nan_as_nonfinite_and_nowhere_else():
+    grad = torch.tensor([math.nan, -math.nan, 0.0, 2.0**-26])
+    param = nn.Parameter(torch.zeros(4))
+    param.grad = grad
+    session = _Session()
+    GradientMonitor(ModuleRegistry(), session).capture(torch.optim.SGD([param], lr=0.1), "SGD#1", None, False)
+    (_, row), = session.pending.gradients[0].rows(session.pending.batch.read())
+    assert row == [0.25, 0.25, 0.0, 0.5, 2.0**-26]
+
+
+def test_gradient_scratch_is_released_with_the_session():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace_session() as session:
+        scaler = torch.amp.GradScaler("cpu")
+        for _ in range(2):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.randn(8, 4)).square().mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        assert session._gradients._scratch  # reused across iterations while tracing
+    assert session._gradients._scratch == {}
+    assert session.observations.gradients["weight"].iterations == 2
+
+
+def test_device_batch_reads_every_dtype_and_shape_back_in_order():
+    batch = DeviceBatch()
+    slots = [
+        batch.add(torch.tensor(1.5, dtype=torch.bfloat16)),
+        batch.add(torch.tensor([1, 2, 3], dtype=torch.int32)),
+        batch.add(torch.tensor(-2.0)),
+        batch.add(torch.tensor([[0.5, 65504.0]], dtype=torch.float16)),
+        batch.add(torch.tensor(3.0, dtype=torch.bfloat16)),
+    ]
+    values = batch.read()
+    assert [values[s] for s in slots] == [[1.5], [1.0, 2.0, 3.0], [-2.0], [0.5, 65504.0], [3.0]]
+
+
+def test_abs_max_slots_read_the_largest_magnitude_and_propagate_nan():
+    batch = DeviceBatch()
+    plain = batch.add_abs_max(list(torch.aminmax(torch.tensor([-7.0, 3.0]).to(torch.bfloat16))))
+    mixed = batch.add_abs_max([torch.tensor(-1.0), torch.tensor(2.0), torch.tensor(0.5, dtype=torch.float16)])
+    with_nan = batch.add_abs_max([torch.tensor(1.0), torch.tensor(math.nan)])
+    values = batch.read()
+    assert values[plain] == [7.0] and values[mixed] == [2.0]
+    assert math.isnan(values[with_nan][0])
+
+
+def test_activation_extremes_give_max_abs_of_every_tensor():
+    tensors = [torch.tensor([[-3.0, 1.0]]), torch.empty(0), torch.tensor([2.5], dtype=torch.bfloat16)]
+    batch = DeviceBatch()
+    slot = batch.add_abs_max(numerics.max_abs(tensors))
+    assert batch.read()[slot] == [3.0]
+    assert numerics.max_abs([torch.empty(0)]) == []
+
+
+Pair = namedtuple("Pair", "first second")
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        torch.ones(2),
+        torch.ones(2, dtype=torch.int64),
+        (torch.ones(1), 3, None, [torch.zeros(2, dtype=torch.float16), (torch.ones(1, dtype=torch.bool),)]),
+        ((torch.ones(1), 1.5), {"b": torch.ones(3), "a": [torch.ones(1, dtype=torch.bfloat16)]}),
+        [Pair(torch.ones(1), torch.zeros(1)), torch.Size([2, 3]), torch.float16, "text"],
+        {"x": {"y": (torch.ones(1),)}},
+    ],
+)
+def test_float_tensors_match_a_pytree_flatten(tree):
+    leaves, _ = tree_flatten(tree)
+    expected = [t for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    found = _float_tensors(tree)
+    assert len(found) == len(expected) and all(a is b for a, b in zip(found, expected))
+
+
+def test_op_ranges_are_measured_inside_modules_only_and_all_ops_are_counted():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    with trace_session(record_ops_steps=5) as session:
+        scaler = torch.amp.GradScaler("cpu")
+        for _ in range(2):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.randn(8, 4)).float().square().mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        census_ranges = dict(session._census.ranges)
+    assert census_ranges and all(module is not None for module, _ in census_ranges)
+    assert {"0", "2"} <= {module for module, _ in census_ranges}
+    counts = session.observations.ops
+    assert any(key.module is None for key in counts)  # the optimizer's ops are still counted
+    assert sum(c for k, c in counts.items() if k.op == "addmm" and k.phase == "forward") == 4
+
+
+def test_overhead_benchmark_runs_and_prints_its_table(tmp_path):
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "trace_overhead.py"),
+        "--steps", "2", "--repeats", "1", "--warmup", "1", "--d-model", "16", "--heads", "2",
+        "--seq", "8", "--batch", "2", "--layers", "1", "--vocab", "32",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for label in ("untraced iteration", "traced, steady state", "traced, recording window (K=2)",
+                  "peak RSS untraced", "peak RSS traced"):
+        assert any(line.startswith(f"| {label} |") for line in lines), label
