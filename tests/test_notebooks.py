@@ -383,3 +383,16 @@ def test_an_inserted_line_lands_in_one_cell_and_everything_else_is_kept(cells, d
     changed = [i for i, (b, a) in enumerate(zip(before, after)) if b != a]
     assert len(changed) == 1
     assert type(before[changed[0]]) is type(after[changed[0]])
+
+
+def test_insertion_between_identical_lines_in_two_cells_changes_one_cell():
+    cells = [
+        {"cell_type": "code", "source": "import torch", "metadata": {}, "outputs": [], "execution_count": None},
+        {"cell_type": "code", "source": "import torch\nimport torch", "metadata": {}, "outputs": [],
+         "execution_count": None},
+    ]
+    text = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    nb = read_notebook(text)
+    lines = split_lines(nb.source)
+    fixed = json.loads(write_notebook(text, nb, "".join([lines[0], "inserted = True\n", *lines[1:]])))
+    assert [c["source"] for c in fixed["cells"]] == ["import torch", "inserted = True\nimport torch\nimport torch"]

@@ -277,8 +277,7 @@ def _split_into_cells(nb: NotebookSource, new_lines: list[str]) -> dict[int, lis
         originals.extend(cell_lines)
     out: dict[int, list[str]] = {cell.index: [] for cell in nb.cells}
 
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in _anchored_opcodes(old_lines, new_lines):
         if tag == "equal":
             for i in range(i1, i2):
                 out[owner[i][0].index].append(originals[i])
@@ -299,6 +298,30 @@ def _split_into_cells(nb: NotebookSource, new_lines: list[str]) -> dict[int, lis
                 out[owner[i][0].index].append(added[k])
         out[owner[i2 - 1][0].index].extend(added[i2 - i1 :])
     return out
+
+
+def _anchored_opcodes(old: list[str], new: list[str]) -> list[tuple[str, int, int, int, int]]:
+    """difflib opcodes, with the common head and tail matched first.
+
+    Repeated identical lines (``import torch`` in two cells) make difflib's alignment ambiguous;
+    taking the unchanged head and tail as equal pins a fix's edit to where it really is.
+    """
+    limit = min(len(old), len(new))
+    head = 0
+    while head < limit and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and old[len(old) - 1 - tail] == new[len(new) - 1 - tail]:
+        tail += 1
+    codes: list[tuple[str, int, int, int, int]] = []
+    if head:
+        codes.append(("equal", 0, head, 0, head))
+    middle = difflib.SequenceMatcher(None, old[head : len(old) - tail], new[head : len(new) - tail], autojunk=False)
+    for tag, i1, i2, j1, j2 in middle.get_opcodes():
+        codes.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
+    if tail:
+        codes.append(("equal", len(old) - tail, len(old), len(new) - tail, len(new)))
+    return codes
 
 
 def _insertion_cell(owner: list[tuple[CellSpan, int]], at: int, added: list[str]) -> CellSpan:
