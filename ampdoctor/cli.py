@@ -247,11 +247,17 @@ def rules_command(output_format: str) -> None:
         click.echo(json.dumps(data, indent=2))
         return
     stream = sys.stdout
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        # Piped or redirected: one line per rule, aligned, never wrapped.
+        width = max(len(r.name) for r in rules)
+        for r in rules:
+            click.echo(f"{r.code:<7} {r.name:<{width}}  {r.severity.label:<8} {r.fixable:<9} {r.origin:<6} {r.summary}")
+        return
     from rich.console import Console
     from rich.table import Table
 
     console = Console(file=stream, force_terminal=_use_color(stream), no_color=not _use_color(stream),
-                      highlight=False, width=max(100, Console().width))
+                      highlight=False)
     table = Table(box=None, pad_edge=False, show_edge=False)
     for column in ("code", "name", "severity", "fix", "kind", "summary"):
         table.add_column(column, overflow="fold" if column == "summary" else "ignore", no_wrap=column != "summary")
