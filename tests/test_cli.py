@@ -190,6 +190,11 @@ def test_rules_listing_and_rule_page():
     listing = invoke("rules")
     assert listing.exit_code == 0
     assert "AMP201" in listing.output and "clip-before-unscale" in listing.output
+    from ampdoctor.catalog import all_rules
+
+    lines = listing.output.splitlines()
+    assert len(lines) == len(all_rules()), "piped: one unwrapped line per rule"
+    assert lines[0].startswith("AMP000") and lines[0].endswith("so it was not checked.")
     data = json.loads(invoke("rules", "--output-format", "json").output)
     entry = next(r for r in data if r["code"] == "AMP201")
     assert entry == {
