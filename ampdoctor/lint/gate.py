@@ -33,6 +33,8 @@ class Anchors:
     requires: tuple[str, ...] = ()
     # Methods that must *also* be called somewhere (all of them).
     requires_methods: tuple[str, ...] = ()
+    # Names (or prefixes) that must *also* be referenced (all of them).
+    requires_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -45,18 +47,19 @@ class ModuleSummary:
     def has_any(self, anchors: Anchors) -> bool:
         if not self.literals.issuperset(anchors.requires) or not self.methods.issuperset(anchors.requires_methods):
             return False
+        if not all(self._references(name) for name in anchors.requires_names):
+            return False
         if not (anchors.names or anchors.methods or anchors.casts):
             return True
         if anchors.methods and not self.methods.isdisjoint(anchors.methods):
             return True
         if anchors.casts and not self.casts.isdisjoint(anchors.casts):
             return True
-        for anchor in anchors.names:
-            prefix = anchor + "."
-            for name in self.names:
-                if name == anchor or name.startswith(prefix):
-                    return True
-        return False
+        return any(self._references(anchor) for anchor in anchors.names)
+
+    def _references(self, anchor: str) -> bool:
+        prefix = anchor + "."
+        return any(name == anchor or name.startswith(prefix) for name in self.names)
 
 
 def summarize(source: str) -> Optional[ModuleSummary]:

@@ -800,7 +800,7 @@ def _is_fsdp1(qname: Optional[str]) -> bool:
 class FsdpPlainGradScaler(LintRule):
     code = "AMP212"
     tokens = ("FullyShardedDataParallel",)
-    anchors = Anchors(names=("torch.distributed.fsdp",))
+    anchors = Anchors(names=tuple(GRAD_SCALER_NAMES), requires_names=("torch.distributed.fsdp",))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not any(_is_fsdp1(site.qname) for site in facts.calls):

@@ -1,0 +1,41 @@
+"""The semantic gate: keeps exactly the modules some rule could fire on (checked against the rules)."""
+
+from __future__ import annotations
+
+from ampdoctor.lint.gate import Anchors, keeps, summarize
+
+
+def test_names_resolve_through_imports():
+    summary = summarize("from torch.cuda import amp as a\nwith a.autocast():\n    pass\n")
+    assert "torch.cuda.amp.autocast" in summary.names
+    assert summary.has_any(Anchors(names=("torch.cuda.amp",)))
+    assert not summary.has_any(Anchors(names=("torch.cuda.amp.GradScaler",)))
+
+
+def test_methods_casts_and_literals():
+    summary = summarize(
+        "import torch as t\nx = y.to(t.float16)\nz = s.masked_fill(m, -1e9)\nw = q / (n + 1e-10)\nl.scale(v)\n"
+    )
+    assert "scale" in summary.methods
+    assert "torch.float16" in summary.casts
+    assert {"big", "tiny"} <= summary.literals
+
+
+def test_dtype_tables_are_not_casts_and_plain_numbers_are_not_fill_values():
+    summary = summarize("import torch\nDTYPES = [torch.float16, torch.bfloat16]\nbest = 1e9\n")
+    assert not summary.casts
+    assert not summary.literals
+
+
+def test_required_parts_must_all_hold():
+    anchors = Anchors(names=("torch.amp.GradScaler",), requires_names=("torch.distributed.fsdp",))
+    assert not keeps("import torch\ns = torch.amp.GradScaler()\n", [anchors])
+    assert keeps(
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as F\ns = torch.amp.GradScaler()\n",
+        [anchors],
+    )
+
+
+def test_in_doubt_the_module_is_kept():
+    assert keeps("def broken(:\n", [Anchors(names=("x",))])  # the full parser reports the error
+    assert keeps("x = 1\n", [None])  # a rule without anchors
