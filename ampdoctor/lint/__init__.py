@@ -163,9 +163,20 @@ def _run(jobs: list[_Job], request: LintRequest) -> list:
         return _lint_batch(jobs, request)
     from concurrent.futures import ProcessPoolExecutor
 
-    batches = [jobs[i::workers * 4] for i in range(workers * 4)]
+    # Largest files first, in small batches handed out as workers free up: one huge file must
+    # not end up at the back of a long batch (longest-processing-time-first scheduling).
+    jobs = sorted(jobs, key=_size, reverse=True)
+    size = max(1, min(64, len(jobs) // (workers * 16)))
+    batches = [jobs[i : i + size] for i in range(0, len(jobs), size)]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         return [result for batch in pool.map(_lint_batch, batches, [request] * len(batches)) for result in batch]
+
+
+def _size(job: _Job) -> int:
+    try:
+        return job.path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list:
