@@ -18,7 +18,8 @@ def test_methods_casts_and_literals():
     )
     assert "scale" in summary.methods
     assert "torch.float16" in summary.casts
-    assert {"big", "tiny"} <= summary.literals
+    assert {"big-fill", "tiny-arith"} <= summary.literals
+    assert "big-arith" not in summary.literals
 
 
 def test_dtype_tables_are_not_casts_and_plain_numbers_are_not_fill_values():
@@ -39,3 +40,10 @@ def test_required_parts_must_all_hold():
 def test_in_doubt_the_module_is_kept():
     assert keeps("def broken(:\n", [Anchors(names=("x",))])  # the full parser reports the error
     assert keeps("x = 1\n", [None])  # a rule without anchors
+
+
+def test_alternative_anchor_sets():
+    fill = Anchors(names=("torch.float16",), requires=("big-fill",))
+    arith = Anchors(names=("torch.autocast",), requires=("big-arith",))
+    assert keeps("import torch\nwith torch.autocast('cuda'):\n    y = x - 1e9\n", [(fill, arith)])
+    assert not keeps("import torch\nref = lambda x: x + 1e30\nt = torch.float16\n", [(fill, arith)])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import warnings
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Union
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,10 @@ class Anchors:
     methods: tuple[str, ...] = ()  # method names called anywhere (``x.scale(...)``)
     # Qualified names used as a cast target: ``.to(X)``, ``.type(X)`` or ``dtype=X`` in a call.
     casts: tuple[str, ...] = ()
-    # Facts about literals that must *also* hold: "big" (a number beyond float16's 65504 as a
-    # fill value, clamp bound or addend), "tiny" (a number below float16's smallest subnormal,
-    # 2**-24, added, divided by or passed as ``eps=``).
+    # Facts about literals that must *also* hold: "big-fill" (a number beyond float16's 65504
+    # as a fill value or clamp bound), "big-arith" (added or subtracted), "tiny-arith" (a number
+    # below float16's smallest subnormal, 2**-24, added, subtracted or divided by), "tiny-eps"
+    # (passed as ``eps=``).
     requires: tuple[str, ...] = ()
     # Methods that must *also* be called somewhere (all of them).
     requires_methods: tuple[str, ...] = ()
@@ -142,32 +143,33 @@ def _literal_value(node: ast.expr) -> Optional[float]:
     return value
 
 
-def _classify(values, found: set[str], big: bool, tiny: bool) -> None:
+def _classify(values, found: set[str], big: Optional[str], tiny: Optional[str]) -> None:
+    """Add the ``big`` / ``tiny`` flag names for the literals among ``values``."""
     for node in values:
         value = _literal_value(node)
         if value is None:
             continue
         magnitude = abs(value)
         if big and magnitude > _FLOAT16_MAX:
-            found.add("big")
+            found.add(big)
         if tiny and 0 < magnitude < _FLOAT16_TINY:
-            found.add("tiny")
+            found.add(tiny)
 
 
 def _call_literals(node: ast.Call, found: set[str]) -> None:
     func = node.func
     name = func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else None
     if name in _FILL_CALLS:
-        _classify([*node.args, *(k.value for k in node.keywords)], found, big=True, tiny=False)
-    _classify([k.value for k in node.keywords if k.arg == "eps"], found, big=False, tiny=True)
+        _classify([*node.args, *(k.value for k in node.keywords)], found, big="big-fill", tiny=None)
+    _classify([k.value for k in node.keywords if k.arg == "eps"], found, big=None, tiny="tiny-eps")
 
 
 def _binop_literals(node: ast.BinOp, found: set[str]) -> None:
     op = type(node.op)
     if op in (ast.Add, ast.Sub):
-        _classify((node.left, node.right), found, big=True, tiny=True)
+        _classify((node.left, node.right), found, big="big-arith", tiny="tiny-arith")
     elif op is ast.Div:
-        _classify((node.right,), found, big=False, tiny=True)
+        _classify((node.right,), found, big=None, tiny="tiny-arith")
 
 
 def _resolve(chains: list[str], imports: dict[str, str]) -> frozenset[str]:
@@ -202,7 +204,11 @@ def _dotted(node: ast.Attribute) -> Optional[str]:
     return None
 
 
-def keeps(source: str, anchors: Iterable[Optional[Anchors]]) -> bool:
+# A rule's anchors: one set, alternatives (any may hold), or None (no condition).
+RuleAnchors = Union[None, Anchors, tuple[Anchors, ...]]
+
+
+def keeps(source: str, anchors: Iterable[RuleAnchors]) -> bool:
     """Whether some rule could fire on ``source``: True when in doubt."""
     anchors = list(anchors)
     if not anchors or any(a is None for a in anchors):
@@ -210,4 +216,5 @@ def keeps(source: str, anchors: Iterable[Optional[Anchors]]) -> bool:
     summary = summarize(source)
     if summary is None:
         return True  # let the full parser report the syntax error
-    return any(summary.has_any(a) for a in anchors)
+    alternatives = [alt for a in anchors for alt in (a if isinstance(a, tuple) else (a,))]
+    return any(summary.has_any(a) for a in alternatives)

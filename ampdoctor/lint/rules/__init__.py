@@ -13,7 +13,7 @@ its page in ``rules/``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Iterable, Optional
+from typing import Callable, ClassVar, Iterable, Optional, Union
 
 import libcst as cst
 
@@ -63,8 +63,9 @@ class LintRule:
     tokens: ClassVar[tuple[str, ...]] = ()
     # ...and also match every one of these regular expressions (on the file's bytes).
     needs: ClassVar[tuple[bytes, ...]] = ()
-    # What the module must reference (see gate.py); None: no such condition.
-    anchors: ClassVar[Optional[Anchors]] = None
+    # What the module must reference (see gate.py): one set of anchors, a tuple of
+    # alternatives, or None for no such condition.
+    anchors: ClassVar[Union[None, Anchors, tuple[Anchors, ...]]] = None
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         raise NotImplementedError

@@ -15,7 +15,7 @@ import libcst as cst
 
 from ..facts import AUTOCAST_NAMES, DTYPES, AmpFacts, CallSite, Frame, Region, _is_optimizer_constructor, dotted, number_value
 from ..gate import Anchors
-from . import FLOAT16, FixPlan, LintRule, NodeEdit, Report, node_code, register
+from . import AUTOCAST, FLOAT16, FixPlan, LintRule, NodeEdit, Report, node_code, register
 from .autocast import _downcast_dtype
 from .regions import RegionWalker, _cast_target, layer_instances, lowered_op, strip_views
 
@@ -146,7 +146,10 @@ class Float16OverflowConstant(LintRule):
         rb"\d{5}|\d\.?[eE]\+?\d|\*\*|\d_\d",  # a literal above 65504: 5+ digits, an exponent or **
         rb"masked_fill|fill_\(|full(?:_like)?\(|where\(|clamp_?\(|autocast",  # used where it can overflow
     )
-    anchors = Anchors(FLOAT16.names, FLOAT16.methods, FLOAT16.casts, requires=("big",))
+    anchors = (  # a fill value in a module that uses float16, or arithmetic inside autocast
+        Anchors(FLOAT16.names, FLOAT16.methods, FLOAT16.casts, requires=("big-fill",)),
+        Anchors(AUTOCAST.names, requires=("big-arith",)),
+    )
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not uses_float16(facts):
@@ -395,7 +398,10 @@ class Float16UnderflowEpsilon(LintRule):
     code = "AMP302"
     tokens = (".half", "float16", "HalfTensor", "autocast")
     needs = (rb"\d[eE]-\d|\*\*\s*-",)  # an epsilon below 2**-24 is written with a negative exponent
-    anchors = Anchors(FLOAT16.names, FLOAT16.methods, FLOAT16.casts, requires=("tiny",))
+    anchors = (  # arithmetic on float16 tensors, or eps= for an optimizer over .half() parameters
+        Anchors(FLOAT16.names, FLOAT16.methods, FLOAT16.casts, requires=("tiny-arith",)),
+        Anchors(methods=FLOAT16.methods, casts=FLOAT16.casts, requires=("tiny-eps",)),
+    )
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not uses_float16(facts):
