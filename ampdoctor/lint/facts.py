@@ -345,6 +345,10 @@ class AmpFacts:
     scaler_devices: dict[str, Optional[str]] = field(default_factory=dict)
     optimizers: set[str] = field(default_factory=set)
     context_objects: dict[str, Region] = field(default_factory=dict)
+    # ``scaled = scaler.scale(loss)``: the variable → the scaler that scaled it.
+    scaled_vars: dict[str, str] = field(default_factory=dict)
+    # ``ckpt["scaler"] = ...``: (mapping spelling, the assignment, its frame), in source order.
+    item_assignments: list[tuple[str, cst.Assign, "Frame"]] = field(default_factory=list)
 
     # ---- queries --------------------------------------------------------------------
 
@@ -480,6 +484,7 @@ class _FactWalk:
         self.references: list[tuple[cst.CSTNode, str]] = []
         self.classes: list[tuple[cst.ClassDef, tuple[str, ...]]] = []
         self.functions: list[tuple[cst.FunctionDef, Frame]] = []
+        self.item_assignments: list[tuple[str, cst.Assign, Frame]] = []
         self._frame_stack: list[Frame] = []
         self._path_stack: list[list[Block]] = []
         self._with_stack: list[list[WithRef]] = []
@@ -634,6 +639,10 @@ class _FactWalk:
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 self._record_assignment(target.target, node.value)
+                if isinstance(target.target, cst.Subscript):
+                    mapping = dotted(target.target.value)
+                    if mapping is not None:
+                        self.item_assignments.append((mapping, node, self._frame_stack[-1]))
         elif node.value is not None:
             self._record_assignment(node.target, node.value)
         return False
@@ -756,6 +765,7 @@ def build_facts(module: cst.Module, source: Optional[str] = None) -> AmpFacts:
         references=visitor.references,
         classes=visitor.classes,
         functions=visitor.functions,
+        item_assignments=visitor.item_assignments,
     )
     _resolve_regions(facts)
     _find_scalers_and_optimizers(facts)
@@ -881,7 +891,7 @@ def _find_scalers_and_optimizers(facts: AmpFacts) -> None:
                 device_arg = get_arg(value, 0, "device")
                 device = GRAD_SCALER_NAMES[qname] or (string_value(device_arg.value) if device_arg else "cuda")
                 facts.scaler_devices[assignment.target] = device
-            elif _is_optimizer_constructor(value, facts):
+            elif is_optimizer_constructor(value, facts):
                 facts.optimizers.add(assignment.target)
     # By use: whatever has ``.scale(x).backward()`` called on it is a scaler.
     scaled_vars: dict[str, str] = {}
@@ -903,13 +913,13 @@ def _find_scalers_and_optimizers(facts: AmpFacts) -> None:
     for site in facts.calls:
         if site.method == "zero_grad" and site.receiver and _OPTIMIZER_NAME.search(site.receiver.rsplit(".", 1)[-1]):
             facts.optimizers.add(site.receiver)
-    facts._scaled_vars = scaled_vars  # type: ignore[attr-defined]
+    facts.scaled_vars = scaled_vars
 
 
 _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 
 
-def _is_optimizer_constructor(call: cst.Call, facts: AmpFacts) -> bool:
+def is_optimizer_constructor(call: cst.Call, facts: AmpFacts) -> bool:
     qname = facts.qualify(call.func) or dotted(call.func) or ""
     if qname.startswith(_NOT_OPTIMIZERS):
         return False  # schedulers and SWA helpers also have .step()
@@ -924,7 +934,7 @@ def is_optimizer(name: Optional[str], facts: AmpFacts) -> bool:
 
 
 def _classify_events(facts: AmpFacts) -> None:
-    scaled_vars: dict[str, str] = getattr(facts, "_scaled_vars", {})
+    scaled_vars = facts.scaled_vars
     for frame in facts.frames:
         for site in frame.calls:
             event = _event_for(site, facts, scaled_vars)
@@ -965,6 +975,32 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
         return Event(EventKind.OPTIMIZER_STEP, site, optimizer=receiver)
     if method == "zero_grad":
         return Event(EventKind.ZERO_GRAD, site, optimizer=receiver)
+    return None
+
+
+def downcast_dtype(site: CallSite, facts: AmpFacts) -> Optional[str]:
+    """float16/bfloat16 when the call is ``.half()``, ``.bfloat16()``, ``.to(<half>)`` or ``.type(<half>)``."""
+    if site.method == "half" and not site.node.args:
+        return "float16"
+    if site.method == "bfloat16" and not site.node.args:
+        return "bfloat16"
+    if site.method == "to":
+        for arg in site.node.args:
+            if arg.star or (arg.keyword is not None and arg.keyword.value != "dtype"):
+                continue
+            dtype = DTYPES.get(facts.qualify(arg.value) or "")
+            if dtype in ("float16", "bfloat16"):
+                return dtype
+        return None
+    if site.method == "type" and len(site.node.args) >= 1:
+        arg = site.node.args[0]
+        name = facts.qualify(arg.value) or ""
+        dtype = HALF_TENSOR_TYPES.get(name) or DTYPES.get(name)
+        if dtype is None:
+            text = string_value(arg.value) or ""
+            dtype = HALF_TENSOR_TYPES.get(text)
+        if dtype in ("float16", "bfloat16"):
+            return dtype
     return None
 
 

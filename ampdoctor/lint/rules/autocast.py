@@ -7,7 +7,7 @@ from typing import Iterable, Optional
 import libcst as cst
 
 from ...findings import Applicability
-from ..facts import DTYPES, HALF_TENSOR_TYPES, AmpFacts, CallSite, Enabled, EventKind, string_value
+from ..facts import AmpFacts, CallSite, Enabled, EventKind, downcast_dtype
 from . import AUTOCAST, FixPlan, LintRule, NodeEdit, Report, register
 
 
@@ -159,32 +159,6 @@ class StepInAutocast(LintRule):
             )
 
 
-def _downcast_dtype(site: CallSite, facts: AmpFacts) -> Optional[str]:
-    """float16/bfloat16 when the call is ``.half()``, ``.bfloat16()``, ``.to(<half>)`` or ``.type(<half>)``."""
-    if site.method == "half" and not site.node.args:
-        return "float16"
-    if site.method == "bfloat16" and not site.node.args:
-        return "bfloat16"
-    if site.method == "to":
-        for arg in site.node.args:
-            if arg.star or (arg.keyword is not None and arg.keyword.value != "dtype"):
-                continue
-            dtype = DTYPES.get(facts.qualify(arg.value) or "")
-            if dtype in ("float16", "bfloat16"):
-                return dtype
-        return None
-    if site.method == "type" and len(site.node.args) >= 1:
-        arg = site.node.args[0]
-        name = facts.qualify(arg.value) or ""
-        dtype = HALF_TENSOR_TYPES.get(name) or DTYPES.get(name)
-        if dtype is None:
-            text = string_value(arg.value) or ""
-            dtype = HALF_TENSOR_TYPES.get(text)
-        if dtype in ("float16", "bfloat16"):
-            return dtype
-    return None
-
-
 @register
 class DowncastInAutocast(LintRule):
     code = "AMP103"
@@ -200,7 +174,7 @@ class DowncastInAutocast(LintRule):
             # branch for the configuration that runs without autocast (pure float16, say).
             if region is None or region.enabled is not Enabled.ON:
                 continue
-            dtype = _downcast_dtype(site, facts)
+            dtype = downcast_dtype(site, facts)
             if dtype is None:
                 continue
             call_text = f"{site.method}()" if site.method in ("half", "bfloat16") else f"{site.method}(torch.{dtype})"

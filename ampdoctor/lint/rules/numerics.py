@@ -13,10 +13,20 @@ from typing import Iterable, Optional
 
 import libcst as cst
 
-from ..facts import AUTOCAST_NAMES, DTYPES, AmpFacts, CallSite, Frame, Region, _is_optimizer_constructor, dotted, number_value
+from ..facts import (
+    AUTOCAST_NAMES,
+    DTYPES,
+    AmpFacts,
+    CallSite,
+    Frame,
+    Region,
+    dotted,
+    downcast_dtype,
+    is_optimizer_constructor,
+    number_value,
+)
 from ..gate import Anchors
 from . import AUTOCAST, FLOAT16, FixPlan, LintRule, NodeEdit, Report, node_code, register
-from .autocast import _downcast_dtype
 from .regions import RegionWalker, _cast_target, layer_instances, lowered_op, strip_views
 
 FLOAT16_MAX = 65504.0
@@ -32,7 +42,7 @@ def uses_float16(facts: AmpFacts) -> bool:
     if facts.uses_float16:
         return True
     for site in facts.calls:
-        if site.method in ("half", "to", "type") and _downcast_dtype(site, facts) == "float16":
+        if site.method in ("half", "to", "type") and downcast_dtype(site, facts) == "float16":
             return True
         dtype = site.arg(None, "dtype")
         if dtype is not None and DTYPES.get(facts.qualify(dtype.value) or "") == "float16":
@@ -230,7 +240,7 @@ def _half_models(facts: AmpFacts) -> list[_HalfModel]:
     """``model.half()`` as a statement, or ``model = <...>.half()`` / ``.to(torch.float16)``."""
     found = []
     for site in facts.calls:
-        if site.method not in ("half", "to", "type") or _downcast_dtype(site, facts) != "float16":
+        if site.method not in ("half", "to", "type") or downcast_dtype(site, facts) != "float16":
             continue
         statement = site.statement
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
@@ -301,7 +311,7 @@ def half_optimizers(facts: AmpFacts) -> Iterable[tuple[CallSite, _HalfModel]]:
     if not models:
         return
     for site in facts.calls:
-        if not _is_optimizer_constructor(site.node, facts):
+        if not is_optimizer_constructor(site.node, facts):
             continue
         params = site.arg(0, "params")
         name = _model_of_params(params.value) if params is not None else None
@@ -422,7 +432,7 @@ class Float16UnderflowEpsilon(LintRule):
         walker.walk(
             site
             for site in facts.calls
-            if site.in_autocast or site.qname in AUTOCAST_NAMES or _downcast_dtype(site, facts) == "float16"
+            if site.in_autocast or site.qname in AUTOCAST_NAMES or downcast_dtype(site, facts) == "float16"
         )
         for constant, how in walker.found:
             yield Report(

@@ -20,7 +20,20 @@ from typing import Iterable, Iterator, Optional
 
 import libcst as cst
 
-from ..facts import GRAD_SCALER_NAMES, AmpFacts, Block, CallSite, Event, EventKind, Frame, dotted, get_arg, is_optimizer, string_value
+from ..facts import (
+    GRAD_SCALER_NAMES,
+    AmpFacts,
+    Block,
+    CallSite,
+    Event,
+    EventKind,
+    Frame,
+    dotted,
+    get_arg,
+    is_optimizer,
+    iter_nodes,
+    string_value,
+)
 from ..gate import Anchors
 from . import AUTOCAST, LintRule, Report, SCALED_BACKWARD, SCALER, node_code, register
 
@@ -673,32 +686,20 @@ class Float16WithoutScaler(LintRule):
 # --------------------------------------------------------------------------------------
 
 
-class _StateDictCalls(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.receivers: list[Optional[str]] = []
-        self.opaque = False  # ``**other`` spreads: the mapping is partly built elsewhere
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
-            self.receivers.append(dotted(node.func.value))
-        if dotted(node.func) == "dict" and any(a.star for a in node.args):
-            self.opaque = True
-
-    def visit_StarredDictElement(self, node: cst.StarredDictElement) -> None:
-        self.opaque = True
-
-
-class _SubscriptAssignments(cst.CSTVisitor):
-    """Texts of ``name[...] = value`` statements for one mapping name."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.texts: list[str] = []
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            if isinstance(target.target, cst.Subscript) and dotted(target.target.value) == self.name:
-                self.texts.append(node_code(node))
+def _state_dict_receivers(mapping: cst.BaseExpression) -> tuple[list[Optional[str]], bool]:
+    """Receivers of ``x.state_dict()`` inside a mapping, and whether ``**other`` spreads into it
+    (then the mapping is partly built elsewhere)."""
+    receivers: list[Optional[str]] = []
+    opaque = False
+    for node in iter_nodes(mapping):
+        if isinstance(node, cst.StarredDictElement):
+            opaque = True
+        elif isinstance(node, cst.Call):
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
+                receivers.append(dotted(node.func.value))
+            if dotted(node.func) == "dict" and any(a.star for a in node.args):
+                opaque = True
+    return receivers, opaque
 
 
 def _scaler_in_reach(facts: AmpFacts, save: CallSite) -> bool:
@@ -746,9 +747,8 @@ class ScalerStateNotSaved(LintRule):
             mapping = self._mapping(facts, save, arg.value)
             if mapping is None or "scaler" in node_code(mapping).lower():
                 continue
-            calls = _StateDictCalls()
-            mapping.visit(calls)
-            if calls.opaque or not any(is_optimizer(r, facts) or "optim" in (r or "").lower() for r in calls.receivers):
+            receivers, opaque = _state_dict_receivers(mapping)
+            if opaque or not any(is_optimizer(r, facts) or "optim" in (r or "").lower() for r in receivers):
                 continue
             yield Report(
                 self.code,
@@ -775,9 +775,8 @@ class ScalerStateNotSaved(LintRule):
             if built < site.order < save.order and site is not save:
                 if site.receiver == name or any(dotted(a.value) == name for a in site.node.args):
                     return None
-        added = _SubscriptAssignments(name)
-        frame.node.visit(added)
-        if any("scaler" in text.lower() for text in added.texts):
+        added = [node_code(node) for target, node, where in facts.item_assignments if where is frame and target == name]
+        if any("scaler" in text.lower() for text in added):
             return None
         return earlier[-1].value
 
