@@ -74,3 +74,23 @@ def test_checkpoint_in_a_function_without_a_scaler_is_left_alone():
 
 def test_checkpoint_next_to_a_module_level_scaler_is_reported():
     assert found_pairs(SCRIPT_CHECKPOINT) == [(6, "AMP211")]
+
+
+EMA_STEP = """\
+import torch
+
+def train(model, loader, optimizer, ema_opt, scaler):
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        ema_opt.step()
+"""
+
+
+def test_an_ema_helper_named_like_an_optimizer_is_not_one():
+    assert found_pairs(EMA_STEP) == []
+    # The same call on a second optimizer, which the scaler never steps, bypasses the scaler.
+    assert found_pairs(EMA_STEP.replace("ema_opt", "head_opt")) == [(10, "AMP203")]

@@ -927,10 +927,17 @@ def is_optimizer_constructor(call: cst.Call, facts: AmpFacts) -> bool:
     return bool(_OPTIMIZER_CLASS.match(last)) or qname.startswith("torch.optim.") and last[:1].isupper()
 
 
+# Objects with a ``step()`` whose names would otherwise look like optimizers.
+_NOT_OPTIMIZER_NAME = re.compile(r"sched|ema|swa|warmup|lr_|pbar|progress", re.I)
+
+
 def is_optimizer(name: Optional[str], facts: AmpFacts) -> bool:
     if not name:
         return False
-    return name in facts.optimizers or bool(_OPTIMIZER_NAME.search(name.rsplit(".", 1)[-1]))
+    if name in facts.optimizers:
+        return True
+    last = name.rsplit(".", 1)[-1]
+    return bool(_OPTIMIZER_NAME.search(last)) and not _NOT_OPTIMIZER_NAME.search(last)
 
 
 def _classify_events(facts: AmpFacts) -> None:

@@ -204,21 +204,6 @@ def _target_of(facts: AmpFacts, call: cst.Call) -> Optional[str]:
     return None
 
 
-_NOT_OPTIMIZER_NAME = re.compile(r"sched|ema|swa|warmup|lr_|pbar|progress", re.I)
-
-
-def _not_an_optimizer(facts: AmpFacts, name: Optional[str]) -> bool:
-    """LR schedulers, EMA and SWA helpers also have a ``step()`` (and may be built from torch.optim)."""
-    if not name or _NOT_OPTIMIZER_NAME.search(name.rsplit(".", 1)[-1]):
-        return True
-    for assignment in facts.assignments:
-        if assignment.target == name and isinstance(assignment.value, cst.Call):
-            qname = facts.qualify(assignment.value.func) or dotted(assignment.value.func) or ""
-            if "lr_scheduler" in qname or "swa_utils" in qname:
-                return True
-    return False
-
-
 def _mentions(facts: AmpFacts, class_name: str) -> bool:
     """Whether an import or a resolved name of the module ends in ``class_name`` (``ShardedGradScaler``
     ends in ``GradScaler``)."""
@@ -250,8 +235,6 @@ class StepBypassesScaler(LintRule):
                 continue
             stepped = {(e.scaler, e.optimizer) for e in _of(frame, EventKind.SCALER_STEP)}
             for step in frame.events_of(EventKind.OPTIMIZER_STEP):
-                if _not_an_optimizer(facts, step.optimizer):
-                    continue
                 feeding = [b for b in backwards if _feeds(b, step) and not _exclusive(b, step)]
                 if not feeding or feeding[-1].kind is not EventKind.SCALED_BACKWARD:
                     continue
