@@ -8,6 +8,7 @@ Heavy modules (libcst, rich, torch) are imported inside the commands that need t
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -284,8 +285,9 @@ def rule_command(code: str) -> None:
     fix = {"no": "no", "safe": "yes", "unsafe": "with --unsafe-fixes", "sometimes": "sometimes"}[rule.fixable]
     console.print(f"{rule.code} {rule.name}  (severity: {rule.severity.label}, fixable: {fix}, {rule.origin})",
                   markup=False)
-    console.print(Markdown(rule.body.replace("```python bad", "```python").replace("```python good", "```python")
-                           .replace("```python fixed", "```python")))
+    # The example markers (bad / good / fixed ...) are for the tests; readers see plain Python.
+    body = re.sub(r"^```python[^\n]*", "```python", rule.body, flags=re.M)
+    console.print(Markdown(body))
 
 
 def _register_trace() -> None:

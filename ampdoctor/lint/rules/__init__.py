@@ -83,6 +83,7 @@ FLOAT16 = Anchors(
 )
 
 _REGISTRY: dict[str, LintRule] = {}
+_SORTED: Optional[dict[str, LintRule]] = None  # built once: asked for on every file
 
 
 def register(cls: type[LintRule]) -> type[LintRule]:
@@ -93,15 +94,16 @@ def register(cls: type[LintRule]) -> type[LintRule]:
 
 
 def lint_rules() -> dict[str, LintRule]:
-    """Every static rule, by code (importing the family modules registers them)."""
-    if not _REGISTRY:
+    """Every static rule, by code (importing the family modules registers them); do not mutate."""
+    global _SORTED
+    if _SORTED is None:
         import importlib
         import pkgutil
 
         for info in pkgutil.iter_modules(__path__):
             importlib.import_module(f"{__name__}.{info.name}")
-
-    return dict(sorted(_REGISTRY.items()))
+        _SORTED = dict(sorted(_REGISTRY.items()))
+    return _SORTED
 
 
 def node_code(node: cst.CSTNode) -> str:
