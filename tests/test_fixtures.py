@@ -31,7 +31,7 @@ def test_clean_fixtures_cover_the_real_world_patterns():
         "clean_accumulation_clip.py",
         "clean_bf16_no_scaler.py",
         "clean_autocast_disabled_regions.py",
-        "clean_detectron2_style.py",
+        "protocol_clean_amp_trainer.py",  # detectron2-style AMPTrainer
         "clean_gan_two_optimizers.py",
     ):
         assert required in names
