@@ -10,7 +10,7 @@ from typing import Iterable, Optional, Sequence
 from ..config import Settings
 from ..findings import Finding
 
-# Below this many files, worker start-up (each imports libcst) costs more than it saves.
+# Below this many files, starting worker processes costs more than it saves.
 PARALLEL_THRESHOLD = 48
 
 
@@ -101,7 +101,7 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
     cache = ResultCache(request.settings.root, request.codes)
     spec = None
     if request.prefilter:
-        # The spec comes from the rule classes (importing libcst); a warm cache knows it.
+        # The spec comes from the rule classes (importing every rule module); a warm cache knows it.
         spec = cache.prefilter
         if spec is None:
             spec = prefilter_spec(request.codes)
@@ -157,7 +157,7 @@ def _display(path: Path, base: str) -> str:
 
 def _run(jobs: list[_Job], request: LintRequest) -> list:
     if not jobs:
-        return []  # nothing to parse: libcst and the rules are never imported
+        return []  # nothing to parse: the rules are never imported
     workers = request.jobs if request.jobs is not None else (os.cpu_count() or 1)
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
         return _lint_batch(jobs, request)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,7 +41,8 @@ def content_key(data: bytes, per_file_ignored: Iterable[str]) -> str:
 
 def build_fingerprint() -> str:
     package = Path(__file__).resolve().parent.parent
-    parts = [__version__, str(_FORMAT)]
+    # The interpreter's parser is part of the analysis: another Python may parse differently.
+    parts = [__version__, str(_FORMAT), sys.version.split()[0]]
     roots = [package, package / "_rules", package.parent / "rules"]
     for root in roots:
         if not root.is_dir():

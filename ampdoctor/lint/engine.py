@@ -1,18 +1,21 @@
 """The lint pipeline: files → prefilter → parse → AmpFacts → rules → findings → suppressions.
 
 Cheap steps first. A file that contains none of the tokens of any selected rule is never
-decoded or parsed. Positions (libcst's PositionProvider, the expensive metadata) are computed
-only for files where some rule reported something.
+decoded or parsed; a parsed file whose names show that no selected rule can fire (gate.py) gets
+no fact model. Parsing is the interpreter's own ``ast``: it is fast, needs no import, and its
+nodes carry the positions that findings and fixes need.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import os
 import re
 import tempfile
 import tokenize
+import warnings
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
@@ -82,8 +85,17 @@ def prefilter_spec(codes: Iterable[str]) -> PrefilterSpec:
 
 
 def passes_prefilter(data: bytes, spec: PrefilterSpec) -> bool:
+    seen: dict[bytes, bool] = {}  # rules share tokens: search the file for each one once
     for tokens, patterns in spec:
-        if any(token in data for token in tokens) and all(_compiled(p).search(data) for p in patterns):
+        for token in tokens:
+            found = seen.get(token)
+            if found is None:
+                found = seen[token] = token in data
+            if found:
+                break
+        else:
+            continue
+        if all(_compiled(p).search(data) for p in patterns):
             return True
     return False
 
@@ -114,20 +126,26 @@ def decode_source(data: bytes) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
-def check_source(source: str, path: str, options: LintOptions) -> tuple[list[Finding], int, bool]:
-    """Findings (suppressions applied), the number suppressed, and whether it parsed."""
-    import libcst as cst
+def parse_source(source: str) -> ast.Module:
+    """The interpreter's own parse (warnings about the checked code are not ours to show)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(source)
 
+
+def check_source(
+    source: str, path: str, options: LintOptions, tree: Optional[ast.Module] = None
+) -> tuple[list[Finding], int, bool]:
+    """Findings (suppressions applied), the number suppressed, and whether it parsed."""
     from .facts import build_facts
     from .rules import lint_rules
 
-    try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError as exc:
-        return [_parse_error(path, exc, source)], 0, False
-    except (RecursionError, MemoryError):
-        return [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), "cannot parse: file too deeply nested", Location(path))], 0, False
-    facts = build_facts(module, source)
+    if tree is None:
+        try:
+            tree = parse_source(source)
+        except Exception as exc:
+            return [_parse_error(path, exc)], 0, False
+    facts = build_facts(tree, source)
     rules = lint_rules()
     reports = []
     for code in sorted(options.codes):
@@ -136,60 +154,43 @@ def check_source(source: str, path: str, options: LintOptions) -> tuple[list[Fin
             reports.extend(rule.check(facts))
     if not reports:
         return [], 0, True
-    findings = _position(reports, module, source, path)
+    findings = _position(reports, facts.lines, path)
     kept, suppressed = _apply_suppressions(findings, source, options.per_file_ignored)
     return kept, suppressed, True
 
 
-def _parse_error(path: str, exc: Exception, source: str) -> Finding:
-    # The interpreter's own parser locates and explains syntax errors far better than
-    # libcst's ("'(' was never closed" at the parenthesis); use it when it agrees.
-    import ast
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(source)
-    except SyntaxError as syntax:
-        line, column, message = syntax.lineno or 1, syntax.offset or 1, syntax.msg
-    except (ValueError, RecursionError, MemoryError):
-        line, column, message = 1, 1, "source cannot be compiled"
-    else:
-        line = getattr(exc, "raw_line", 1) or 1
-        column = (getattr(exc, "raw_column", 0) or 0) + 1
-        message = str(getattr(exc, "message", exc)).strip().splitlines()[0]
+def _parse_error(path: str, exc: Exception) -> Finding:
+    if isinstance(exc, SyntaxError):
+        line, column, message = exc.lineno or 1, exc.offset or 1, exc.msg
+    elif isinstance(exc, (RecursionError, MemoryError)):
+        line, column, message = 1, 1, "file too deeply nested"
+    else:  # ValueError: null bytes in the source
+        line, column, message = 1, 1, str(exc) or "source cannot be compiled"
     return Finding(PARSE_ERROR, severity_of(PARSE_ERROR), f"cannot parse: {message}", Location(path, line, column))
 
 
-def _position(reports, module, source: str, path: str) -> list[Finding]:
-    import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider
-
-    # unsafe_skip_copy keeps node identity, so the nodes the rules hold can be looked up.
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    lines = SourceLines(source)
+def _position(reports, lines: SourceLines, path: str) -> list[Finding]:
     findings = []
     for report in reports:
-        span = positions.get(report.node)
-        if span is None:  # pragma: no cover - every reported node comes from this module
+        span = lines.span(report.node)
+        if span is None:  # pragma: no cover - rules report nodes that have positions
             continue
-        statement = positions.get(report.statement) if report.statement is not None else None
-        fix = resolve_fix(report.fix, positions, lines) if report.fix is not None else None
+        line, column, end_line, end_column = span
+        statement = lines.span(report.statement) if report.statement is not None else None
+        fix = resolve_fix(report.fix, lines) if report.fix is not None else None
         extra = dict(report.extra)
-        extra["_noqa_lines"] = sorted({span.start.line, statement.start.line if statement else span.start.line})
+        extra["_noqa_lines"] = sorted({line, statement[0] if statement else line})
         findings.append(
             Finding(
                 code=report.code,
                 severity=severity_of(report.code),
                 message=report.message,
-                location=Location(path, span.start.line, span.start.column + 1, span.end.line, span.end.column + 1),
+                location=Location(path, line, column, end_line, end_column),
                 fix=fix,
                 help=report.help,
                 extra=extra,
             )
         )
-    del cst
     return sorted(findings, key=Finding.sort_key)
 
 
@@ -281,17 +282,26 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: Optional[Pre
         result.error = str(exc)
         result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
         return result
-    if spec is not None and not _gate_keeps(source, options.codes):
+    tree = _parse_or_none(source)
+    if spec is not None and tree is not None and not _gate_keeps(tree, options.codes):
         return result
-    return _check_text(path, display, source, options, result)
+    return _check_text(path, display, source, options, result, tree)
 
 
-def _gate_keeps(source: str, codes: frozenset[str]) -> bool:
+def _parse_or_none(source: str) -> Optional[ast.Module]:
+    """The tree, or None when the source does not parse (``check_source`` then reports why)."""
+    try:
+        return parse_source(source)
+    except Exception:
+        return None
+
+
+def _gate_keeps(tree: ast.Module, codes: frozenset[str]) -> bool:
     from .gate import keeps
     from .rules import lint_rules
 
     rules = lint_rules()
-    return keeps(source, (rules[c].anchors for c in codes if c in rules))
+    return keeps(tree, (rules[c].anchors for c in codes if c in rules))
 
 
 def result_from_cache(path: Path, display: str, data: bytes, findings: list[Finding], suppressed: int) -> FileResult:
@@ -315,7 +325,9 @@ def result_from_cache(path: Path, display: str, data: bytes, findings: list[Find
     return result
 
 
-def _check_text(path: Path, display: str, source: str, options: LintOptions, result: FileResult) -> FileResult:
+def _check_text(
+    path: Path, display: str, source: str, options: LintOptions, result: FileResult, tree: Optional[ast.Module] = None
+) -> FileResult:
     result.source = source
     if options.fix:
         try:
@@ -329,7 +341,7 @@ def _check_text(path: Path, display: str, source: str, options: LintOptions, res
             result.source = new_source
         result.fixed = fixed
     else:
-        findings, suppressed, parsed = check_source(source, display, options)
+        findings, suppressed, parsed = check_source(source, display, options, tree)
     result.findings, result.suppressed, result.parsed = findings, suppressed, parsed
     if not parsed:
         result.error = findings[0].message
@@ -349,9 +361,10 @@ def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, 
         result.error = f"cannot read notebook: {message}"
         result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
         return result
-    if spec is not None and not _gate_keeps(notebook.source, options.codes):
+    tree = _parse_or_none(notebook.source)
+    if spec is not None and tree is not None and not _gate_keeps(tree, options.codes):
         return result
-    _check_text(path, display, notebook.source, options, result)
+    _check_text(path, display, notebook.source, options, result, tree)
     final = notebook
     if result.changed:
         result.notebook = (text, notebook)

@@ -1,4 +1,4 @@
-"""AmpFacts: the mixed-precision semantic model of one module, built in one libcst visit.
+"""AmpFacts: the mixed-precision semantic model of one module, built in one walk of its ``ast``.
 
 Rules never walk the tree. They query what this module records:
 
@@ -15,6 +15,10 @@ Rules never walk the tree. They query what this module records:
   GradScaler or an optimizer, by construction and by use;
 * per frame (each function and the module body), the ordered training-step ``events``.
 
+The tree is the interpreter's own (``ast``): it parses an order of magnitude faster than a
+concrete syntax tree, carries positions, and needs no import of its own. Comments and
+formatting live in the source text, which ``text()`` slices for messages and fixes.
+
 Receivers are compared by their dotted spelling (``self.scaler``), which is what a reader
 compares too. Anything the model cannot name precisely (subscripts, call results) is left
 out, so rules stay silent rather than guess.
@@ -22,13 +26,13 @@ out, so rules stay silent rather than guess.
 
 from __future__ import annotations
 
-import dataclasses
+import ast
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import Iterator, NamedTuple, Optional, Sequence, Union
 
-import libcst as cst
+from .fixes import SourceLines
 
 # --------------------------------------------------------------------------------------
 # Vocabulary
@@ -117,71 +121,86 @@ class EventKind(str, enum.Enum):
 # Small expression helpers
 # --------------------------------------------------------------------------------------
 
+FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 
-def dotted(expr: Optional[cst.BaseExpression]) -> Optional[str]:
+
+def dotted(expr: Optional[ast.AST]) -> Optional[str]:
     """``a.b.c`` for Name/Attribute chains, else None."""
     parts = []
-    while isinstance(expr, cst.Attribute):
-        parts.append(expr.attr.value)
+    while type(expr) is ast.Attribute:
+        parts.append(expr.attr)
         expr = expr.value
-    if isinstance(expr, cst.Name):
-        parts.append(expr.value)
+    if type(expr) is ast.Name:
+        parts.append(expr.id)
         return ".".join(reversed(parts))
     return None
 
 
-def string_value(expr: Optional[cst.BaseExpression]) -> Optional[str]:
-    if isinstance(expr, cst.SimpleString):
-        try:
-            value = expr.evaluated_value
-        except Exception:  # pragma: no cover - libcst rejects only malformed literals
-            return None
-        return value if isinstance(value, str) else None
+def string_value(expr: Optional[ast.AST]) -> Optional[str]:
+    if type(expr) is ast.Constant and type(expr.value) is str:
+        return expr.value
     return None
 
 
-def number_value(expr: Optional[cst.BaseExpression]) -> Optional[float]:
+def is_float_literal(expr: Optional[ast.AST]) -> bool:
+    return type(expr) is ast.Constant and type(expr.value) is float
+
+
+def number_value(expr: Optional[ast.AST]) -> Optional[float]:
     """The value of a numeric literal, with unary minus/plus and ``2**-24``-style powers."""
-    if isinstance(expr, (cst.Integer, cst.Float)):
-        try:
-            return float(expr.evaluated_value)
-        except (OverflowError, ValueError):
-            return None
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        inner = number_value(expr.expression)
+    kind = type(expr)
+    if kind is ast.Constant:
+        if type(expr.value) in (int, float):
+            try:
+                return float(expr.value)
+            except OverflowError:
+                return None
+        return None
+    if kind is ast.UnaryOp and type(expr.op) in (ast.USub, ast.UAdd):
+        inner = number_value(expr.operand)
         if inner is None:
             return None
-        return -inner if isinstance(expr.operator, cst.Minus) else inner
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Power):
+        return -inner if type(expr.op) is ast.USub else inner
+    if kind is ast.BinOp and type(expr.op) is ast.Pow:
         base, exp = number_value(expr.left), number_value(expr.right)
-        if base is None or exp is None:
+        if base is None or exp is None or abs(exp) > 1024:
             return None
         try:
-            return float(base**exp)
+            value = base**exp
         except (OverflowError, ZeroDivisionError, ValueError):
             return None
+        return float(value) if not isinstance(value, complex) else None
     return None
 
 
-def get_arg(call: cst.Call, position: Optional[int], keyword: Optional[str]) -> Optional[cst.Arg]:
+class Arg(NamedTuple):
+    """One argument of a call, in the shape rules ask about."""
+
+    value: ast.expr
+    keyword: Optional[str] = None
+    star: str = ""  # "", "*" or "**"
+
+
+def call_args(call: ast.Call) -> list[Arg]:
+    """Positional arguments in order (``*x`` with star "*"), then keywords (``**x``: star "**")."""
+    args = [Arg(a.value, None, "*") if type(a) is ast.Starred else Arg(a) for a in call.args]
+    args.extend(Arg(k.value, k.arg, "" if k.arg is not None else "**") for k in call.keywords)
+    return args
+
+
+def get_arg(call: ast.Call, position: Optional[int], keyword: Optional[str]) -> Optional[Arg]:
     """The argument passed at ``position`` (counting plain positional args) or by ``keyword``."""
-    index = 0
-    for arg in call.args:
-        if arg.star:
-            return None if keyword is None else _keyword_arg(call, keyword)
-        if arg.keyword is None:
-            if position is not None and index == position:
-                return arg
-            index += 1
-    return _keyword_arg(call, keyword)
-
-
-def _keyword_arg(call: cst.Call, keyword: Optional[str]) -> Optional[cst.Arg]:
-    if keyword is None:
-        return None
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == keyword:
-            return arg
+    if position is not None:
+        for index, arg in enumerate(call.args):
+            if type(arg) is ast.Starred:
+                break  # positions after ``*args`` are unknown
+            if index == position:
+                return Arg(arg)
+    if keyword is not None:
+        for kw in call.keywords:
+            if kw.arg == keyword:
+                return Arg(kw.value, keyword)
     return None
 
 
@@ -195,7 +214,7 @@ class Block:
     """One step of a path inside a frame: a loop, or one arm of a branch."""
 
     kind: str  # "loop", "if", "else", "try", "except", "finally", "match"
-    node: cst.CSTNode = field(compare=False, hash=False)
+    node: ast.AST = field(compare=False, hash=False)
     ident: int = 0
 
     @property
@@ -207,7 +226,7 @@ class Block:
 class Region:
     """An autocast region: a ``with`` item, a decorator, or a ``custom_fwd(cast_inputs=...)``."""
 
-    node: cst.CSTNode  # the autocast call (or the name of the context object)
+    node: ast.AST  # the autocast call (or the name of the context object)
     device: Optional[str]  # "cuda", "cpu", ... or None when not literal
     dtype: Optional[str]  # "float16", "bfloat16", or None when not given/literal
     dtype_given: bool
@@ -232,16 +251,16 @@ class Region:
 
 @dataclass
 class WithRef:
-    """A ``with`` item or decorator around a call; resolved to a Region after the visit."""
+    """A ``with`` item or decorator around a call; resolved to a Region after the walk."""
 
-    expr: cst.BaseExpression
+    expr: ast.expr
     decorator: bool = False
     region: Optional[Region] = None
 
 
 @dataclass(eq=False)
 class CallSite:
-    node: cst.Call
+    node: ast.Call
     qname: Optional[str]  # resolved dotted name of the callee, when it is a known import
     receiver: Optional[str]  # dotted spelling of ``x`` in ``x.method(...)``
     method: Optional[str]
@@ -249,7 +268,7 @@ class CallSite:
     path: tuple[Block, ...]
     withs: tuple[WithRef, ...]
     order: int
-    statement: cst.CSTNode  # the innermost statement that holds the call
+    statement: ast.AST  # the innermost statement that holds the call
 
     @property
     def region(self) -> Optional[Region]:
@@ -271,7 +290,7 @@ class CallSite:
                 return block
         return None
 
-    def arg(self, position: Optional[int] = None, keyword: Optional[str] = None) -> Optional[cst.Arg]:
+    def arg(self, position: Optional[int] = None, keyword: Optional[str] = None) -> Optional[Arg]:
         return get_arg(self.node, position, keyword)
 
 
@@ -296,7 +315,7 @@ class Event:
 
 @dataclass(eq=False)
 class Frame:
-    node: cst.CSTNode  # FunctionDef or Module
+    node: ast.AST  # FunctionDef, AsyncFunctionDef or Module
     name: str
     class_name: Optional[str]
     parent: Optional["Frame"]
@@ -310,7 +329,7 @@ class Frame:
 @dataclass(eq=False)
 class Assignment:
     target: str  # dotted spelling of the target
-    value: cst.BaseExpression
+    value: ast.expr
     frame: Frame
     order: int
 
@@ -319,8 +338,8 @@ class Assignment:
 class ImportRef:
     """One name bound by an import statement."""
 
-    node: Union[cst.Import, cst.ImportFrom]
-    alias: cst.ImportAlias
+    node: Union[ast.Import, ast.ImportFrom]
+    alias: ast.alias
     local: str  # the name bound in this module
     qname: str  # what it stands for
     module: Optional[str]  # ``from X import ...``: X; plain ``import``: None
@@ -330,7 +349,7 @@ class ImportRef:
 
 @dataclass(eq=False)
 class AmpFacts:
-    module: cst.Module
+    module: ast.Module
     source: str
     imports: dict[str, str]
     import_refs: list[ImportRef]
@@ -338,9 +357,9 @@ class AmpFacts:
     calls: list[CallSite]
     regions: list[Region]
     assignments: list[Assignment]
-    references: list[tuple[cst.CSTNode, str]]  # every Name/Attribute chain that resolves
-    classes: list[tuple[cst.ClassDef, tuple[str, ...]]]  # class and its resolved bases
-    functions: list[tuple[cst.FunctionDef, Frame]]
+    references: list[tuple[ast.AST, str]]  # every Name/Attribute chain that resolves
+    classes: list[tuple[ast.ClassDef, tuple[str, ...]]]  # class and its resolved bases
+    functions: list[tuple[FunctionNode, Frame]]
     scalers: set[str] = field(default_factory=set)
     scaler_devices: dict[str, Optional[str]] = field(default_factory=dict)
     optimizers: set[str] = field(default_factory=set)
@@ -348,11 +367,22 @@ class AmpFacts:
     # ``scaled = scaler.scale(loss)``: the variable → the scaler that scaled it.
     scaled_vars: dict[str, str] = field(default_factory=dict)
     # ``ckpt["scaler"] = ...``: (mapping spelling, the assignment, its frame), in source order.
-    item_assignments: list[tuple[str, cst.Assign, "Frame"]] = field(default_factory=list)
+    item_assignments: list[tuple[str, ast.Assign, "Frame"]] = field(default_factory=list)
+    _lines: Optional[SourceLines] = field(default=None, repr=False)
 
     # ---- queries --------------------------------------------------------------------
 
-    def qualify(self, expr: Optional[cst.BaseExpression]) -> Optional[str]:
+    @property
+    def lines(self) -> SourceLines:
+        if self._lines is None:
+            self._lines = SourceLines(self.source)
+        return self._lines
+
+    def text(self, node: ast.AST) -> str:
+        """The node's exact source text (without surrounding parentheses)."""
+        return self.lines.segment(node)
+
+    def qualify(self, expr: Optional[ast.AST]) -> Optional[str]:
         return qualify(expr, self.imports)
 
     def events(self, *kinds: EventKind) -> Iterator[Event]:
@@ -374,7 +404,7 @@ class AmpFacts:
         return any(r.is_float16 for r in self.regions)
 
 
-def qualify(expr: Optional[cst.BaseExpression], imports: dict[str, str]) -> Optional[str]:
+def qualify(expr: Optional[ast.AST], imports: dict[str, str]) -> Optional[str]:
     name = dotted(expr)
     if name is None:
         return None
@@ -386,84 +416,72 @@ def qualify(expr: Optional[cst.BaseExpression], imports: dict[str, str]) -> Opti
 
 
 # --------------------------------------------------------------------------------------
-# The visit
+# The walk
 # --------------------------------------------------------------------------------------
 
 
-def _import_bindings(node: Union[cst.Import, cst.ImportFrom]) -> Iterator[tuple[cst.ImportAlias, str, str, Optional[str]]]:
+def _import_bindings(node: Union[ast.Import, ast.ImportFrom]) -> Iterator[tuple[ast.alias, str, str, Optional[str]]]:
     """(alias node, local name, qualified name, from-module) for each name an import binds."""
-    if isinstance(node, cst.Import):
+    if type(node) is ast.Import:
         for alias in node.names:
-            full = dotted(alias.name)
-            if full is None:
-                continue
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                yield alias, alias.asname.name.value, full, None
+            if alias.asname:
+                yield alias, alias.asname, alias.name, None
             else:
-                head = full.split(".", 1)[0]
+                head = alias.name.split(".", 1)[0]
                 yield alias, head, head, None
         return
-    if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-        return
-    module = dotted(node.module)
-    if module is None:
+    if node.level or not node.module:
         return
     for alias in node.names:
-        name = dotted(alias.name)
-        if name is None:
+        if alias.name == "*":
             continue
-        local = name
-        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-            local = alias.asname.name.value
-        yield alias, local, f"{module}.{name}", module
+        yield alias, alias.asname or alias.name, f"{node.module}.{alias.name}", node.module
 
 
-# Fields that hold only whitespace, comments and punctuation: nothing a rule looks at.
-_TRIVIA_FIELDS = frozenset(
-    {
-        "leading_lines", "lines_after_decorators", "lpar", "rpar", "comma", "semicolon", "dot", "equal",
-        "colon", "trailing_whitespace", "header", "footer", "newline", "operator", "asynchronous",
-        "default_newline", "encoding", "indent", "has_trailing_newline", "star", "arrow", "first_line",
-    }
-)
+# Fields that hold no code a rule looks at: expression contexts and operator singletons.
+_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "type_comment", "kind"})
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def child_fields(cls: type) -> tuple[str, ...]:
-    """Names of the fields of a node class that can hold code (trivia left out), cached."""
+def _child_fields(cls: type) -> tuple[str, ...]:
     names = _FIELDS.get(cls)
     if names is None:
-        names = tuple(
-            f.name for f in dataclasses.fields(cls) if not f.name.startswith("whitespace") and f.name not in _TRIVIA_FIELDS
-        )
+        names = tuple(name for name in cls._fields if name not in _SKIPPED_FIELDS)
+        if cls is ast.IfExp:
+            names = ("body", "test", "orelse")  # source order
         _FIELDS[cls] = names
     return names
 
 
-def children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The code-bearing child nodes of ``node``, in source order."""
-    found: list[cst.CSTNode] = []
-    for name in child_fields(type(node)):
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+def children(node: ast.AST) -> list[ast.AST]:
+    """The child nodes of ``node``, in source order."""
+    if type(node) is ast.Dict:
+        found: list[ast.AST] = []
+        for key, value in zip(node.keys, node.values):
+            if key is not None:
+                found.append(key)
             found.append(value)
-        elif type(value) in (list, tuple):
-            found.extend(item for item in value if isinstance(item, cst.CSTNode))
+        return found
+    found = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            found.append(value)
+        elif type(value) is list:
+            found.extend(item for item in value if isinstance(item, ast.AST))
     return found
 
 
-def iter_nodes(root: cst.CSTNode, prune: tuple[type, ...] = ()) -> Iterator[cst.CSTNode]:
-    """Every code-bearing node under ``root`` (included), in source order, without recursion.
+def iter_nodes(root: ast.AST, prune: tuple[type, ...] = ()) -> Iterator[ast.AST]:
+    """Every node under ``root`` (included), in source order, without recursion.
 
-    Nodes of the ``prune`` types are yielded but not entered. libcst's visitor calls several
-    hooks for every attribute of every node; this walk reads the dataclass fields directly and
-    is an order of magnitude faster on large files.
+    Nodes of the ``prune`` types are yielded but not entered.
     """
     stack = [root]
     while stack:
         node = stack.pop()
         yield node
-        if not isinstance(node, prune):
+        if not (prune and isinstance(node, prune)):
             stack.extend(reversed(children(node)))
 
 
@@ -481,28 +499,28 @@ class _FactWalk:
         self.frames: list[Frame] = []
         self.calls: list[CallSite] = []
         self.assignments: list[Assignment] = []
-        self.references: list[tuple[cst.CSTNode, str]] = []
-        self.classes: list[tuple[cst.ClassDef, tuple[str, ...]]] = []
-        self.functions: list[tuple[cst.FunctionDef, Frame]] = []
-        self.item_assignments: list[tuple[str, cst.Assign, Frame]] = []
+        self.references: list[tuple[ast.AST, str]] = []
+        self.classes: list[tuple[ast.ClassDef, tuple[str, ...]]] = []
+        self.functions: list[tuple[FunctionNode, Frame]] = []
+        self.item_assignments: list[tuple[str, ast.Assign, Frame]] = []
         self._frame_stack: list[Frame] = []
         self._path_stack: list[list[Block]] = []
         self._with_stack: list[list[WithRef]] = []
-        self._statements: list[cst.CSTNode] = []
+        self._statements: list[ast.AST] = []
         self._class_stack: list[str] = []
         self._order = 0
         self._blocks = 0
         self._seen_imports: set[int] = {id(ref.node) for ref in import_refs}
         self._work: list = []
 
-    def run(self, module: cst.Module) -> None:
+    def run(self, module: ast.Module) -> None:
         self._push_frame(module, "<module>")
         work = self._work
-        work.append(module)
+        work.extend(reversed(module.body))
         visit = self._visit
         while work:
             item = work.pop()
-            if isinstance(item, cst.CSTNode):
+            if isinstance(item, ast.AST):
                 visit(item)
             else:
                 item()
@@ -513,18 +531,17 @@ class _FactWalk:
         """Visit ``items`` (nodes and markers) next, in the given order."""
         self._work.extend(reversed(items))
 
-    def _block(self, kind: str, owner: cst.CSTNode, *body: Optional[cst.CSTNode]) -> list:
-        nodes = [node for node in body if node is not None]
-        if not nodes:
+    def _block(self, kind: str, owner: ast.AST, body: Sequence[ast.AST]) -> list:
+        if not body:
             return []
-        return [lambda: self._enter(kind, owner), *nodes, self._exit]
+        return [lambda: self._enter(kind, owner), *body, self._exit]
 
-    def _visit(self, node: cst.CSTNode) -> None:
+    def _visit(self, node: ast.AST) -> None:
         handler = _HANDLERS.get(type(node))
         if handler is not None:
             if handler(self, node):
                 return
-        elif isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        if isinstance(node, ast.stmt):
             self._statements.append(node)
             self._schedule([*children(node), self._statements.pop])
             return
@@ -532,7 +549,7 @@ class _FactWalk:
 
     # ---- frames -------------------------------------------------------------------------
 
-    def _push_frame(self, node: cst.CSTNode, name: str) -> Frame:
+    def _push_frame(self, node: ast.AST, name: str) -> Frame:
         parent = self._frame_stack[-1] if self._frame_stack else None
         frame = Frame(node, name, self._class_stack[-1] if self._class_stack else None, parent)
         self.frames.append(frame)
@@ -546,7 +563,7 @@ class _FactWalk:
         self._path_stack.pop()
         self._with_stack.pop()
 
-    def _enter(self, kind: str, node: cst.CSTNode) -> None:
+    def _enter(self, kind: str, node: ast.AST) -> None:
         self._blocks += 1
         self._path_stack[-1].append(Block(kind, node, self._blocks))
 
@@ -555,67 +572,79 @@ class _FactWalk:
 
     # ---- handlers: return True when they scheduled the children themselves -----------------
 
-    def _class_def(self, node: cst.ClassDef) -> bool:
-        bases = tuple(q for q in (qualify(b.value, self.imports) or dotted(b.value) for b in node.bases) if q)
+    def _decorators(self, decorators: list[ast.expr]) -> None:
+        for expr in decorators:
+            if type(expr) is not ast.Attribute:  # attribute chains are recorded as they are visited
+                name = qualify(expr, self.imports)
+                if name is not None:
+                    self.references.append((expr, name))
+
+    def _class_def(self, node: ast.ClassDef) -> bool:
+        bases = tuple(q for q in (qualify(b, self.imports) or dotted(b) for b in node.bases) if q)
         self.classes.append((node, bases))
-        self._class_stack.append(node.name.value)
+        self._decorators(node.decorator_list)
+        self._class_stack.append(node.name)
         self._statements.append(node)
 
         def leave() -> None:
             self._class_stack.pop()
             self._statements.pop()
 
-        self._schedule([*children(node), leave])
+        self._schedule([*node.decorator_list, *node.bases, *node.keywords, *node.body, leave])
         return True
 
-    def _function_def(self, node: cst.FunctionDef) -> bool:
+    def _function_def(self, node: FunctionNode) -> bool:
         self._statements.append(node)
+        self._decorators(node.decorator_list)
 
         def enter_body() -> None:
             # Decorators and default values belong to the enclosing frame; the body is new.
-            frame = self._push_frame(node, node.name.value)
+            frame = self._push_frame(node, node.name)
             self.functions.append((node, frame))
             # A decorated function runs its body inside the decorator's region, if it is one.
-            self._with_stack[-1].extend(WithRef(d.decorator, decorator=True) for d in node.decorators)
+            self._with_stack[-1].extend(WithRef(d, decorator=True) for d in node.decorator_list)
 
-        head = [*node.decorators, node.params]
+        head: list = [*node.decorator_list, node.args]
         if node.returns is not None:
             head.append(node.returns)
-        self._schedule([*head, enter_body, node.body, self._pop_frame, self._statements.pop])
+        self._schedule([*head, enter_body, *node.body, self._pop_frame, self._statements.pop])
         return True
 
-    def _loop(self, node: Union[cst.For, cst.While]) -> bool:
+    def _loop(self, node: Union[ast.For, ast.AsyncFor, ast.While]) -> bool:
         self._statements.append(node)
-        head = [node.target, node.iter] if isinstance(node, cst.For) else [node.test]
-        tail = [node.orelse] if node.orelse is not None else []
-        self._schedule([*head, *self._block("loop", node, node.body), *tail, self._statements.pop])
+        head = [node.test] if type(node) is ast.While else [node.target, node.iter]
+        self._schedule([*head, *self._block("loop", node, node.body), *node.orelse, self._statements.pop])
         return True
 
-    def _if(self, node: cst.If) -> bool:
+    def _if(self, node: ast.If) -> bool:
         self._statements.append(node)
         self._schedule(
             [node.test, *self._block("if", node, node.body), *self._block("else", node, node.orelse), self._statements.pop]
         )
         return True
 
-    def _try(self, node: Union[cst.Try, cst.TryStar]) -> bool:
+    def _try(self, node: ast.AST) -> bool:
         self._statements.append(node)
         items = [*self._block("try", node, node.body)]
         for handler in node.handlers:
-            items.extend(self._block("except", handler, handler))
-        if node.orelse is not None:
-            items.append(node.orelse)
-        items.extend(self._block("finally", node.finalbody, node.finalbody))
+            items.extend(self._block("except", handler, [*([handler.type] if handler.type else []), *handler.body]))
+        items.extend(node.orelse)
+        items.extend(self._block("finally", node, node.finalbody))
         self._schedule([*items, self._statements.pop])
         return True
 
-    def _match_case(self, node: cst.MatchCase) -> bool:
-        self._schedule(self._block("match", node, *children(node)))
+    def _match(self, node: ast.AST) -> bool:
+        self._statements.append(node)
+        items: list = [node.subject]
+        for case in node.cases:
+            body = [case.pattern, *([case.guard] if case.guard is not None else []), *case.body]
+            items.extend(self._block("match", case, body))
+        self._schedule([*items, self._statements.pop])
         return True
 
-    def _with(self, node: cst.With) -> bool:
+    def _with(self, node: Union[ast.With, ast.AsyncWith]) -> bool:
         self._statements.append(node)
-        refs = [WithRef(item.item) for item in node.items]
+        refs = [WithRef(item.context_expr) for item in node.items]
 
         def enter_body() -> None:
             self._with_stack[-1].extend(refs)
@@ -623,10 +652,11 @@ class _FactWalk:
         def leave_body() -> None:
             del self._with_stack[-1][-len(refs):]
 
-        self._schedule([*node.items, enter_body, node.body, leave_body, self._statements.pop])
+        heads = [part for item in node.items for part in (item.context_expr, item.optional_vars) if part is not None]
+        self._schedule([*heads, enter_body, *node.body, leave_body, self._statements.pop])
         return True
 
-    def _import(self, node: Union[cst.Import, cst.ImportFrom]) -> bool:
+    def _import(self, node: Union[ast.Import, ast.ImportFrom]) -> bool:
         if id(node) not in self._seen_imports:
             self._seen_imports.add(id(node))
             fallback = any(block.kind == "except" for block in self._path_stack[-1])
@@ -635,24 +665,24 @@ class _FactWalk:
                 self.import_refs.append(ImportRef(node, alias, local, qname, module, fallback))
         return True
 
-    def _assign(self, node: Union[cst.Assign, cst.AnnAssign]) -> bool:
-        if isinstance(node, cst.Assign):
+    def _assign(self, node: Union[ast.Assign, ast.AnnAssign]) -> bool:
+        if type(node) is ast.Assign:
             for target in node.targets:
-                self._record_assignment(target.target, node.value)
-                if isinstance(target.target, cst.Subscript):
-                    mapping = dotted(target.target.value)
+                self._record_assignment(target, node.value)
+                if type(target) is ast.Subscript:
+                    mapping = dotted(target.value)
                     if mapping is not None:
                         self.item_assignments.append((mapping, node, self._frame_stack[-1]))
         elif node.value is not None:
             self._record_assignment(node.target, node.value)
         return False
 
-    def _record_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+    def _record_assignment(self, target: ast.expr, value: ast.expr) -> None:
         name = dotted(target)
         if name is None:
-            if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
-                for t, v in zip(target.elements, value.elements):
-                    self._record_assignment(t.value, v.value)
+            if type(target) in (ast.Tuple, ast.List) and type(value) in (ast.Tuple, ast.List):
+                for t, v in zip(target.elts, value.elts):
+                    self._record_assignment(t, v)
             return
         frame = self._frame_stack[-1]
         self._order += 1
@@ -663,13 +693,13 @@ class _FactWalk:
             if target_q and name not in self.imports:
                 self.imports[name] = target_q
 
-    def _call(self, node: cst.Call) -> bool:
+    def _call(self, node: ast.Call) -> bool:
         frame = self._frame_stack[-1]
         self._order += 1
         func = node.func
         receiver = method = None
-        if isinstance(func, cst.Attribute):
-            method = func.attr.value
+        if type(func) is ast.Attribute:
+            method = func.attr
             receiver = dotted(func.value)
         site = CallSite(
             node=node,
@@ -686,7 +716,7 @@ class _FactWalk:
         self.calls.append(site)
         return False
 
-    def _attribute(self, node: cst.Attribute) -> bool:
+    def _attribute(self, node: ast.Attribute) -> bool:
         name = qualify(node, self.imports)
         if name is None:
             return False
@@ -694,68 +724,62 @@ class _FactWalk:
         self.references.append((node, name))
         return True
 
-    def _decorator(self, node: cst.Decorator) -> bool:
-        name = qualify(node.decorator, self.imports)
-        if name is not None and not isinstance(node.decorator, cst.Attribute):
-            self.references.append((node.decorator, name))
-        return False
-
 
 _HANDLERS = {
-    cst.ClassDef: _FactWalk._class_def,
-    cst.FunctionDef: _FactWalk._function_def,
-    cst.For: _FactWalk._loop,
-    cst.While: _FactWalk._loop,
-    cst.If: _FactWalk._if,
-    cst.Try: _FactWalk._try,
-    cst.TryStar: _FactWalk._try,
-    cst.MatchCase: _FactWalk._match_case,
-    cst.With: _FactWalk._with,
-    cst.Import: _FactWalk._import,
-    cst.ImportFrom: _FactWalk._import,
-    cst.Assign: _FactWalk._assign,
-    cst.AnnAssign: _FactWalk._assign,
-    cst.Call: _FactWalk._call,
-    cst.Attribute: _FactWalk._attribute,
-    cst.Decorator: _FactWalk._decorator,
+    ast.ClassDef: _FactWalk._class_def,
+    ast.FunctionDef: _FactWalk._function_def,
+    ast.AsyncFunctionDef: _FactWalk._function_def,
+    ast.For: _FactWalk._loop,
+    ast.AsyncFor: _FactWalk._loop,
+    ast.While: _FactWalk._loop,
+    ast.If: _FactWalk._if,
+    ast.Try: _FactWalk._try,
+    ast.With: _FactWalk._with,
+    ast.AsyncWith: _FactWalk._with,
+    ast.Import: _FactWalk._import,
+    ast.ImportFrom: _FactWalk._import,
+    ast.Assign: _FactWalk._assign,
+    ast.AnnAssign: _FactWalk._assign,
+    ast.Call: _FactWalk._call,
+    ast.Attribute: _FactWalk._attribute,
 }
+if hasattr(ast, "TryStar"):
+    _HANDLERS[ast.TryStar] = _FactWalk._try
+if hasattr(ast, "Match"):
+    _HANDLERS[ast.Match] = _FactWalk._match
 
 
-def _prescan_imports(module: cst.Module) -> tuple[dict[str, str], list[ImportRef]]:
+def _prescan_imports(module: ast.Module) -> tuple[dict[str, str], list[ImportRef]]:
     """Module-level imports first (also inside top-level if/try), so order of use is irrelevant."""
     imports: dict[str, str] = {}
     refs: list[ImportRef] = []
 
-    def scan(body: Sequence[cst.CSTNode], fallback: bool = False) -> None:
+    def scan(body: Sequence[ast.stmt], fallback: bool = False) -> None:
         for stmt in body:
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if isinstance(small, (cst.Import, cst.ImportFrom)):
-                        for alias, local, qname, mod in _import_bindings(small):
-                            imports.setdefault(local, qname)
-                            refs.append(ImportRef(small, alias, local, qname, mod, fallback))
-            elif isinstance(stmt, cst.If):
-                scan(stmt.body.body, fallback)
-                orelse = stmt.orelse
-                while orelse is not None:
-                    scan(orelse.body.body, fallback)
-                    orelse = orelse.orelse if isinstance(orelse, cst.If) else None
-            elif isinstance(stmt, cst.Try):
-                scan(stmt.body.body, fallback)
+            kind = type(stmt)
+            if kind is ast.Import or kind is ast.ImportFrom:
+                for alias, local, qname, mod in _import_bindings(stmt):
+                    imports.setdefault(local, qname)
+                    refs.append(ImportRef(stmt, alias, local, qname, mod, fallback))
+            elif kind is ast.If:
+                scan(stmt.body, fallback)
+                scan(stmt.orelse, fallback)
+            elif kind is ast.Try or kind is getattr(ast, "TryStar", None):
+                scan(stmt.body, fallback)
                 for handler in stmt.handlers:
-                    scan(handler.body.body, True)
+                    scan(handler.body, True)
 
     scan(module.body)
     return imports, refs
 
 
-def build_facts(module: cst.Module, source: Optional[str] = None) -> AmpFacts:
+def build_facts(module: ast.Module, source: str) -> AmpFacts:
     imports, refs = _prescan_imports(module)
     visitor = _FactWalk(imports, refs)
     visitor.run(module)
     facts = AmpFacts(
         module=module,
-        source=source if source is not None else module.code,
+        source=source,
         imports=visitor.imports,
         import_refs=visitor.import_refs,
         frames=visitor.frames,
@@ -773,12 +797,22 @@ def build_facts(module: cst.Module, source: Optional[str] = None) -> AmpFacts:
     return facts
 
 
+def parse_facts(source: str) -> AmpFacts:
+    """Parse ``source`` (raises SyntaxError/ValueError) and build its facts: for tests and tools."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = ast.parse(source)
+    return build_facts(module, source)
+
+
 # --------------------------------------------------------------------------------------
-# After the visit: regions, roles, events
+# After the walk: regions, roles, events
 # --------------------------------------------------------------------------------------
 
 
-def autocast_region(call: cst.Call, imports: dict[str, str], kind: str = "with") -> Optional[Region]:
+def autocast_region(call: ast.Call, imports: dict[str, str], kind: str = "with") -> Optional[Region]:
     """The Region made by an autocast call, or None when ``call`` is not one."""
     qname = qualify(call.func, imports)
     if qname not in AUTOCAST_NAMES:
@@ -800,22 +834,22 @@ def autocast_region(call: cst.Call, imports: dict[str, str], kind: str = "with")
     enabled = Enabled.ON
     if enabled_arg is not None:
         value = enabled_arg.value
-        if isinstance(value, cst.Name) and value.value in ("True", "False"):
-            enabled = Enabled.ON if value.value == "True" else Enabled.OFF
+        if type(value) is ast.Constant and type(value.value) is bool:
+            enabled = Enabled.ON if value.value else Enabled.OFF
         else:
             enabled = Enabled.MAYBE
     return Region(call, device, dtype, dtype_arg is not None, enabled, kind)
 
 
-def _dtype_from_string(expr: cst.BaseExpression) -> Optional[str]:
+def _dtype_from_string(expr: ast.expr) -> Optional[str]:
     text = string_value(expr)
     aliases = {"float16": "float16", "half": "float16", "fp16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
     return aliases.get(text or "")
 
 
-def _region_of_expression(expr: cst.BaseExpression, facts: AmpFacts) -> Optional[Region]:
+def _region_of_expression(expr: ast.expr, facts: AmpFacts) -> Optional[Region]:
     """Autocast region for a ``with`` item: a call, a context object, or ``a if c else b``."""
-    if isinstance(expr, cst.Call):
+    if type(expr) is ast.Call:
         region = autocast_region(expr, facts.imports)
         if region is not None:
             return region
@@ -824,7 +858,7 @@ def _region_of_expression(expr: cst.BaseExpression, facts: AmpFacts) -> Optional
             # custom_fwd(cast_inputs=...) runs forward with autocast disabled.
             return Region(expr, None, None, False, Enabled.OFF, "custom_fwd")
         return None
-    if isinstance(expr, cst.IfExp):
+    if type(expr) is ast.IfExp:
         # ``ctx = nullcontext() if cpu else torch.autocast(...)``: on in one arm only.
         arms = [_region_of_expression(expr.body, facts), _region_of_expression(expr.orelse, facts)]
         found = [a for a in arms if a is not None]
@@ -874,9 +908,9 @@ def _resolve_regions(facts: AmpFacts) -> None:
     facts.regions = list(regions.values())
 
 
-def _is_scale_call(expr: cst.BaseExpression) -> Optional[str]:
+def _is_scale_call(expr: ast.expr) -> Optional[str]:
     """``K.scale(x)`` → ``K``."""
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "scale":
+    if type(expr) is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr == "scale":
         return dotted(expr.func.value)
     return None
 
@@ -884,7 +918,7 @@ def _is_scale_call(expr: cst.BaseExpression) -> Optional[str]:
 def _find_scalers_and_optimizers(facts: AmpFacts) -> None:
     for assignment in facts.assignments:
         value = assignment.value
-        if isinstance(value, cst.Call):
+        if type(value) is ast.Call:
             qname = facts.qualify(value.func)
             if qname in GRAD_SCALER_NAMES:
                 facts.scalers.add(assignment.target)
@@ -901,7 +935,7 @@ def _find_scalers_and_optimizers(facts: AmpFacts) -> None:
             scaled_vars[assignment.target] = scaler
     for site in facts.calls:
         if site.method == "backward":
-            scaler = _is_scale_call(site.node.func.value) if isinstance(site.node.func, cst.Attribute) else None
+            scaler = _is_scale_call(site.node.func.value) if type(site.node.func) is ast.Attribute else None
             if scaler is not None:
                 facts.scalers.add(scaler)
     for site in facts.calls:
@@ -919,7 +953,7 @@ def _find_scalers_and_optimizers(facts: AmpFacts) -> None:
 _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 
 
-def is_optimizer_constructor(call: cst.Call, facts: AmpFacts) -> bool:
+def is_optimizer_constructor(call: ast.Call, facts: AmpFacts) -> bool:
     qname = facts.qualify(call.func) or dotted(call.func) or ""
     if qname.startswith(_NOT_OPTIMIZERS):
         return False  # schedulers and SWA helpers also have .step()
@@ -954,7 +988,7 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
     if site.qname in GRAD_SCALER_NAMES:
         return Event(EventKind.SCALER_NEW, site)
     if site.qname in CLIP_NAMES:
-        return Event(EventKind.CLIP, site, norm_only=_is_norm_only(site))
+        return Event(EventKind.CLIP, site, norm_only=_is_norm_only(site, facts))
     if site.qname in AUTOGRAD_BACKWARD:
         tensors = site.arg(0, "tensors")
         scaler = _is_scale_call(tensors.value) if tensors else None
@@ -963,7 +997,7 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
         if scaler is not None:
             return Event(EventKind.SCALED_BACKWARD, site, scaler=scaler)
         return Event(EventKind.BACKWARD, site)
-    if method == "backward" and isinstance(site.node.func, cst.Attribute):
+    if method == "backward" and type(site.node.func) is ast.Attribute:
         target = site.node.func.value
         scaler = _is_scale_call(target) or scaled_vars.get(dotted(target) or "")
         if scaler is not None:
@@ -978,7 +1012,7 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
         if kind is not None:
             return Event(kind, site, scaler=receiver, optimizer=optimizer if kind is not EventKind.UPDATE else None)
         return None
-    if method == "step" and not site.node.args and is_optimizer(receiver, facts):
+    if method == "step" and not site.node.args and not site.node.keywords and is_optimizer(receiver, facts):
         return Event(EventKind.OPTIMIZER_STEP, site, optimizer=receiver)
     if method == "zero_grad":
         return Event(EventKind.ZERO_GRAD, site, optimizer=receiver)
@@ -987,20 +1021,21 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
 
 def downcast_dtype(site: CallSite, facts: AmpFacts) -> Optional[str]:
     """float16/bfloat16 when the call is ``.half()``, ``.bfloat16()``, ``.to(<half>)`` or ``.type(<half>)``."""
-    if site.method == "half" and not site.node.args:
+    call = site.node
+    if site.method == "half" and not call.args and not call.keywords:
         return "float16"
-    if site.method == "bfloat16" and not site.node.args:
+    if site.method == "bfloat16" and not call.args and not call.keywords:
         return "bfloat16"
     if site.method == "to":
-        for arg in site.node.args:
-            if arg.star or (arg.keyword is not None and arg.keyword.value != "dtype"):
+        for arg in call_args(call):
+            if arg.star or (arg.keyword is not None and arg.keyword != "dtype"):
                 continue
             dtype = DTYPES.get(facts.qualify(arg.value) or "")
             if dtype in ("float16", "bfloat16"):
                 return dtype
         return None
-    if site.method == "type" and len(site.node.args) >= 1:
-        arg = site.node.args[0]
+    if site.method == "type" and (call.args or call.keywords):
+        arg = call_args(call)[0]
         name = facts.qualify(arg.value) or ""
         dtype = HALF_TENSOR_TYPES.get(name) or DTYPES.get(name)
         if dtype is None:
@@ -1011,14 +1046,14 @@ def downcast_dtype(site: CallSite, facts: AmpFacts) -> Optional[str]:
     return None
 
 
-def _is_norm_only(site: CallSite) -> bool:
+def _is_norm_only(site: CallSite, facts: AmpFacts) -> bool:
     """``clip_grad_norm_(params, inf)`` only measures; a norm divided by the scale is logging."""
-    if "get_scale" in cst.Module([]).code_for_node(site.statement):
+    if "get_scale" in facts.text(site.statement):
         return True
     max_norm = site.arg(1, "max_norm") or site.arg(1, "clip_value")
     if max_norm is not None:
         value = max_norm.value
-        if isinstance(value, cst.Call) and dotted(value.func) == "float":
+        if type(value) is ast.Call and dotted(value.func) == "float":
             arg = get_arg(value, 0, None)
             if arg is not None and (string_value(arg.value) or "").lower() in ("inf", "+inf"):
                 return True

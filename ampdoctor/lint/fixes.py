@@ -7,19 +7,25 @@ before anything is written.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+import re
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..findings import Edit, Fix
 
 if TYPE_CHECKING:
-    import libcst as cst
-    from libcst.metadata import CodeRange
+    import ast
 
     from .rules import FixPlan, NodeEdit
+
+# (line, column, end line, end column): 1-based lines, 1-based character columns.
+Span = tuple[int, int, int, int]
 
 
 class FixError(Exception):
     """A fix produced code that does not parse (a defect; the file is left unchanged)."""
+
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
 class SourceLines:
@@ -27,7 +33,9 @@ class SourceLines:
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.lines = source.splitlines(keepends=True)
+        # Physical lines as the interpreter counts them: only \n, \r\n and \r end a line
+        # (``str.splitlines`` would also split at form feeds and other separators).
+        self.lines = _LINE.findall(source)
         self.starts = [0]
         for line in self.lines:
             self.starts.append(self.starts[-1] + len(line))
@@ -36,6 +44,30 @@ class SourceLines:
         if line > len(self.lines):
             return len(self.source)
         return self.starts[line - 1] + column - 1
+
+    def column(self, line: int, byte_offset: int) -> int:
+        """The 1-based character column of a UTF-8 byte offset (``ast`` counts bytes) in a line."""
+        if 1 <= line <= len(self.lines):
+            text = self.lines[line - 1]
+            if not text.isascii():
+                return len(text.encode("utf-8")[:byte_offset].decode("utf-8", errors="replace")) + 1
+        return byte_offset + 1
+
+    def span(self, node: "ast.AST") -> Optional[Span]:
+        """Where an ``ast`` node is, or None for nodes without positions (``ast.arguments``)."""
+        line = getattr(node, "lineno", None)
+        end_line = getattr(node, "end_lineno", None)
+        if line is None or end_line is None:
+            return None
+        return line, self.column(line, node.col_offset), end_line, self.column(end_line, node.end_col_offset)
+
+    def segment(self, node: "ast.AST") -> str:
+        """The exact source text of a node."""
+        span = self.span(node)
+        if span is None:
+            return ""
+        line, column, end_line, end_column = span
+        return self.source[self.offset(line, column) : self.offset(end_line, end_column)]
 
     def text(self, line: int) -> str:
         """The line without its newline."""
@@ -52,36 +84,39 @@ class SourceLines:
         return "\n"
 
 
-def resolve_fix(plan: "FixPlan", positions: "Mapping[cst.CSTNode, CodeRange]", lines: SourceLines) -> Optional[Fix]:
+def resolve_fix(plan: "FixPlan", lines: SourceLines) -> Optional[Fix]:
     edits = []
     for edit in plan.edits:
-        resolved = _resolve_edit(edit, positions, lines)
+        resolved = _resolve_edit(edit, lines)
         if resolved is None:
             return None
         edits.append(resolved)
     return Fix(plan.description, tuple(sorted(edits)), plan.applicability)
 
 
-def _resolve_edit(edit: "NodeEdit", positions: "Mapping[cst.CSTNode, CodeRange]", lines: SourceLines) -> Optional[Edit]:
-    span = positions.get(edit.node)
+def _resolve_edit(edit: "NodeEdit", lines: SourceLines) -> Optional[Edit]:
+    if edit.kind == "replace_range":
+        if edit.span is None:
+            return None
+        return Edit(*edit.span, edit.text)
+    span = lines.span(edit.node) if edit.node is not None else None
     if span is None:
         return None
-    start_line, start_col = span.start.line, span.start.column + 1
-    end_line, end_col = span.end.line, span.end.column + 1
+    start_line, start_col, end_line, end_col = span
     newline = lines.newline()
     if edit.kind == "replace":
         return Edit(start_line, start_col, end_line, end_col, edit.text)
     if edit.kind == "replace_span":
-        end = positions.get(edit.end_node) if edit.end_node is not None else None
+        end = lines.span(edit.end_node) if edit.end_node is not None else None
         if end is None:
             return None
-        return Edit(start_line, start_col, end.end.line, end.end.column + 1, edit.text)
+        return Edit(start_line, start_col, end[2], end[3], edit.text)
     if edit.kind == "insert_before":
         return Edit(start_line, start_col, start_line, start_col, edit.text)
     if edit.kind == "insert_after":
         return Edit(end_line, end_col, end_line, end_col, edit.text)
     if edit.kind in ("line_before", "line_after"):
-        indent = _indentation(lines.text(start_line), span.start.column)
+        indent = _indentation(lines.text(start_line), start_col - 1)
         if indent is None:
             return None
         if edit.kind == "line_before":

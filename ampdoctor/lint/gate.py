@@ -1,8 +1,8 @@
 """The second prefilter stage: a cheap semantic check with the interpreter's own parser.
 
 The text prefilter keeps every file that merely *mentions* ``autocast`` or ``float16``; in a
-library such as torch itself that is hundreds of files, and libcst parses about 15 times slower
-than ``ast``. This stage parses with ``ast``, resolves names through the module's imports (the
+library such as torch itself that is hundreds of files. This stage walks the parsed ``ast``
+(the same tree the fact model is then built from), resolves names through the module's imports (the
 same way the fact model does) and keeps the file only if some selected rule's anchors occur:
 a resolved name (``torch.autocast``, ``torch.cuda.amp``, ``torch.float16``) or a method call
 (``x.scale(...)``, ``m.half()``). A rule without anchors always keeps the file.
@@ -71,6 +71,11 @@ def summarize(source: str) -> Optional[ModuleSummary]:
             tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    return summarize_tree(tree)
+
+
+def summarize_tree(tree: ast.Module) -> ModuleSummary:
+    """Resolved names, called methods, cast targets and literal facts of a parsed module."""
     imports: dict[str, str] = {}
     chains: list[str] = []
     cast_chains: list[str] = []
@@ -208,12 +213,12 @@ def _dotted(node: ast.Attribute) -> Optional[str]:
 RuleAnchors = Union[None, Anchors, tuple[Anchors, ...]]
 
 
-def keeps(source: str, anchors: Iterable[RuleAnchors]) -> bool:
-    """Whether some rule could fire on ``source``: True when in doubt."""
+def keeps(module: Union[str, ast.Module], anchors: Iterable[RuleAnchors]) -> bool:
+    """Whether some rule could fire on the module (source text or tree): True when in doubt."""
     anchors = list(anchors)
     if not anchors or any(a is None for a in anchors):
         return True
-    summary = summarize(source)
+    summary = summarize(module) if isinstance(module, str) else summarize_tree(module)
     if summary is None:
         return True  # let the full parser report the syntax error
     alternatives = [alt for a in anchors for alt in (a if isinstance(a, tuple) else (a,))]

@@ -2,9 +2,9 @@
 
 A rule declares its code (its name, severity and docs come from ``rules/<code>.md``) and the
 text tokens a file must contain for the rule to possibly fire (and optionally a pattern it must
-also match); the engine skips parsing files that no selected rule could fire on. ``check`` yields ``Report`` objects that
-point at libcst nodes; the engine turns them into positioned Findings only for files that have
-any, so the common clean file never pays for position metadata.
+also match); the engine skips parsing files that no selected rule could fire on. ``check``
+yields ``Report`` objects that point at ``ast`` nodes; the engine turns them into Findings
+with positions and text edits.
 
 Adding a rule: a class in a family module of this package (every module here is loaded), decorated with ``@register``, plus
 its page in ``rules/``.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Iterable, Optional, Union
 
-import libcst as cst
+import ast
 
 from ...findings import Applicability
 from ..facts import AUTOCAST_NAMES, GRAD_SCALER_NAMES, AmpFacts
@@ -29,13 +29,15 @@ class NodeEdit:
     kind: ``replace`` (node's span ← text), ``insert_before`` / ``insert_after`` (at the
     node's start / end), ``line_before`` / ``line_after`` (a new line with the statement's
     indentation before its first / after its last line), ``replace_span`` (from ``node``'s
-    start to ``end_node``'s end ← text).
+    start to ``end_node``'s end ← text), ``replace_range`` (``span`` ← text, no node).
     """
 
     kind: str
-    node: cst.CSTNode = field(repr=False)
+    node: Optional[ast.AST] = field(default=None, repr=False)
     text: str = ""
-    end_node: Optional[cst.CSTNode] = field(default=None, repr=False)
+    end_node: Optional[ast.AST] = field(default=None, repr=False)
+    # For ``replace_range``: (line, column, end line, end column), 1-based, in characters.
+    span: Optional[tuple[int, int, int, int]] = None
 
 
 @dataclass(frozen=True)
@@ -48,12 +50,12 @@ class FixPlan:
 @dataclass
 class Report:
     code: str
-    node: cst.CSTNode = field(repr=False)
+    node: ast.AST = field(repr=False)
     message: str = ""
     help: Optional[str] = None
     fix: Optional[FixPlan] = None
     # The statement whose first line also accepts a ``# noqa`` for this report.
-    statement: Optional[cst.CSTNode] = field(default=None, repr=False)
+    statement: Optional[ast.AST] = field(default=None, repr=False)
     extra: dict = field(default_factory=dict)
 
 
@@ -105,12 +107,5 @@ def lint_rules() -> dict[str, LintRule]:
         _SORTED = dict(sorted(_REGISTRY.items()))
     return _SORTED
 
-
-def node_code(node: cst.CSTNode) -> str:
-    """Source text of a node (without its leading trivia)."""
-    return _EMPTY.code_for_node(node)
-
-
-_EMPTY = cst.Module([])
 
 Checker = Callable[[AmpFacts], Iterable[Report]]

@@ -13,14 +13,16 @@ file keeps working with the same behaviour:
 
 from __future__ import annotations
 
+import ast
+import bisect
+import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-import libcst as cst
-
 from ..facts import AmpFacts, ImportRef, dotted, iter_nodes
+from ..fixes import SourceLines
 from ..gate import Anchors
-from . import FixPlan, LintRule, NodeEdit, Report, node_code, register
+from . import FixPlan, LintRule, NodeEdit, Report, register
 
 _DEPRECATED_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
 _KINDS = {"autocast": "autocast", "GradScaler": "scaler", "custom_fwd": "custom", "custom_bwd": "custom"}
@@ -47,37 +49,157 @@ def _deprecated(qname: Optional[str]) -> Optional[_Deprecated]:
     return _Deprecated(device, name)
 
 
-def _call_edits(call: cst.Call, target: _Deprecated) -> Optional[list[NodeEdit]]:
-    """Edits that add the device argument to one call (None when it cannot be done safely)."""
-    args = list(call.args)
-    if any(a.star for a in args):
+# ---- where things are in the text ------------------------------------------------------
+#
+# ast positions leave out the parentheses around an expression and the punctuation between
+# arguments, and an import's module is a plain string; these helpers find them in the source.
+# Between the places they scan there is only whitespace, comments, line continuations and
+# parentheses, never a string.
+
+_GAP = " \t\f\\"  # what may separate tokens on a line (a backslash continues the line)
+_DOTTED_NAME = re.compile(r"\w+(?:(?:[ \t\f]|\\(?:\r\n|\r|\n))*\.(?:[ \t\f]|\\(?:\r\n|\r|\n))*\w+)*")
+
+
+def _next_char(lines: SourceLines, line: int, column: int, skip: str) -> Optional[tuple[int, int, str]]:
+    """The first character at or after (line, 1-based column) that is not in ``skip`` nor in a
+    comment or line break, as (line, column, character)."""
+    while line <= len(lines.lines):
+        text = lines.text(line)
+        for index in range(column - 1, len(text)):
+            char = text[index]
+            if char == "#":
+                break
+            if char not in skip:
+                return line, index + 1, char
+        line, column = line + 1, 1
+    return None
+
+
+def _argument_starts(lines: SourceLines, call: ast.Call) -> Optional[tuple[tuple[int, int], list[tuple[int, int]]]]:
+    """(the position just after the call's ``(``, where each argument's text starts, parentheses
+    around it included), or None when the text is not laid out as expected."""
+    func = lines.span(call.func)
+    paren = _next_char(lines, func[2], func[3], _GAP + ")") if func else None
+    if paren is None or paren[2] != "(":
         return None
+    inside = (paren[0], paren[1] + 1)
+    line, column = inside
+    starts = []
+    for index, arg in enumerate([*call.args, *call.keywords]):
+        span = lines.span(arg)
+        if index:  # after the previous argument and its closing parentheses: a comma
+            comma = _next_char(lines, line, column, _GAP + ")")
+            if comma is None or comma[2] != ",":
+                return None
+            line, column = comma[0], comma[1] + 1
+        start = _next_char(lines, line, column, _GAP)
+        if span is None or start is None or start[:2] > span[:2]:
+            return None  # ``f(x for x in y)``: the generator shares the call's parentheses
+        starts.append(start[:2])
+        line, column = span[2], span[3]
+    return inside, starts
+
+
+def _insert(position: tuple[int, int], text: str) -> NodeEdit:
+    line, column = position
+    return NodeEdit("replace_range", text=text, span=(line, column, line, column))
+
+
+def _dotted_name_at(lines: SourceLines, line: int, column: int) -> Optional[ast.Name]:
+    """A positioned Name for the dotted name written at (line, 1-based column), so that a
+    finding and an edit can point at a module name, which ast keeps only as a string."""
+    match = _DOTTED_NAME.match(lines.source, lines.offset(line, column))
+    if match is None:
+        return None
+    end_line = bisect.bisect_right(lines.starts, match.end() - 1)
+    end_column = match.end() - lines.starts[end_line - 1] + 1
+    name = ast.Name(id=match.group(), ctx=ast.Load())
+    name.lineno, name.col_offset = line, _byte_offset(lines, line, column)
+    name.end_lineno, name.end_col_offset = end_line, _byte_offset(lines, end_line, end_column)
+    return name
+
+
+def _byte_offset(lines: SourceLines, line: int, column: int) -> int:
+    """The UTF-8 byte offset (what ast stores) of a 1-based character column."""
+    return len(lines.text(line)[: column - 1].encode("utf-8"))
+
+
+def _module_name(lines: SourceLines, node: ast.ImportFrom) -> Optional[ast.Name]:
+    """``torch.cuda.amp`` in ``from torch.cuda.amp import ...``."""
+    start = lines.span(node)
+    found = _next_char(lines, start[0], start[1] + len("from"), _GAP) if start else None
+    return _dotted_name_at(lines, found[0], found[1]) if found else None
+
+
+def _alias_name(lines: SourceLines, alias: ast.alias) -> Optional[ast.Name]:
+    """``torch.cuda.amp`` in ``import torch.cuda.amp as x``."""
+    start = lines.span(alias)
+    return _dotted_name_at(lines, start[0], start[1]) if start else None
+
+
+# ---- the device argument at a call -------------------------------------------------------
+
+
+def _call_edits(lines: SourceLines, call: ast.Call, target: _Deprecated) -> Optional[list[NodeEdit]]:
+    """Edits that add the device argument to one call (None when it cannot be done safely)."""
+    if any(type(a) is ast.Starred for a in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+    found = _argument_starts(lines, call)
+    if found is None:
+        return None
+    inside, starts = found
     device = f'"{target.device}"'
     if target.kind == "custom":
-        if not args:
-            return _empty_call(call, f"device_type={device}")
-        if args[0].keyword is None:
-            return None
-        return [NodeEdit("insert_before", args[0], f"device_type={device}, ")]
-    if not args:
-        return _empty_call(call, device)
-    edits = []
-    positional = [a for a in args if a.keyword is None]
-    if target.kind == "autocast":
-        if len(positional) > len(_AUTOCAST_POSITIONAL):
-            return None
-        for index, arg in enumerate(positional):
-            prefix = f"{device}, " if index == 0 and arg is args[0] else ""
-            edits.append(NodeEdit("insert_before", arg, f"{prefix}{_AUTOCAST_POSITIONAL[index]}="))
-        if not positional or positional[0] is not args[0]:
-            edits.insert(0, NodeEdit("insert_before", args[0], f"{device}, "))
-        return edits
-    return [NodeEdit("insert_before", args[0], f"{device}, ")]
+        if not starts:
+            return [_insert(inside, f"device_type={device}")]
+        if call.args:
+            return None  # a keyword cannot go before a positional argument
+        return [_insert(starts[0], f"device_type={device}, ")]
+    if not starts:
+        return [_insert(inside, device)]
+    if target.kind != "autocast" or not call.args:
+        return [_insert(starts[0], f"{device}, ")]
+    if len(call.args) > len(_AUTOCAST_POSITIONAL):
+        return None
+    # One insertion per point: the device goes in front of the first keyword-to-be.
+    edits = [_insert(start, f"{name}=") for start, name in zip(starts, _AUTOCAST_POSITIONAL[: len(call.args)])]
+    edits[0] = _insert(starts[0], f"{device}, {_AUTOCAST_POSITIONAL[0]}=")
+    return edits
 
 
-def _empty_call(call: cst.Call, text: str) -> list[NodeEdit]:
-    # ``f()``: the call's text ends with ")"; replace the whole call with the argument added.
-    return [NodeEdit("replace", call, f"{node_code(call.func)}({text})")]
+# ---- uses of imported names ---------------------------------------------------------------
+
+# Names that a statement binds as plain strings in ast (they are not Name nodes): rebinding an
+# imported name this way makes its uses unsafe to rewrite.
+# (Match patterns and type parameters exist only on newer Pythons.)
+_BINDING_FIELDS = {
+    getattr(ast, kind): fields
+    for kind, fields in (
+        ("FunctionDef", ("name",)),
+        ("AsyncFunctionDef", ("name",)),
+        ("ClassDef", ("name",)),
+        ("arg", ("arg",)),
+        ("ExceptHandler", ("name",)),
+        ("Global", ("names",)),
+        ("Nonlocal", ("names",)),
+        ("MatchAs", ("name",)),
+        ("MatchStar", ("name",)),
+        ("MatchMapping", ("rest",)),
+        ("TypeVar", ("name",)),
+        ("ParamSpec", ("name",)),
+        ("TypeVarTuple", ("name",)),
+    )
+    if hasattr(ast, kind)
+}
+
+
+def _bound_names(node: ast.AST) -> Iterable[str]:
+    for field in _BINDING_FIELDS.get(type(node), ()):
+        value = getattr(node, field, None)
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, list):
+            yield from value
 
 
 class _Uses:
@@ -86,62 +208,64 @@ class _Uses:
     def __init__(self, names: set[str], module_aliases: set[str]) -> None:
         self.names = names
         self.module_aliases = module_aliases
-        self.calls: list[tuple[cst.Call, str]] = []  # (call, attribute name used)
-        self.decorators: list[tuple[cst.Decorator, str]] = []
+        self.calls: list[tuple[ast.Call, str]] = []  # (call, attribute name used)
+        self.decorators: list[tuple[ast.expr, str]] = []
         self.handled: set[int] = set()
         self.other = 0
 
-    def scan(self, module: cst.Module) -> None:
+    def scan(self, module: ast.Module) -> None:
         # Parents come before their children, so a handled callee is marked before it is seen.
-        for node in iter_nodes(module, prune=(cst.Import, cst.ImportFrom)):
+        watched = self.names | self.module_aliases
+        for node in iter_nodes(module, prune=(ast.Import, ast.ImportFrom)):
             kind = type(node)
-            if kind is cst.Call:
+            if kind is ast.Call:
                 self._call(node)
-            elif kind is cst.Decorator:
-                self._decorator(node)
-            elif kind is cst.Arg and node.keyword is not None:
-                self.handled.add(id(node.keyword))
-            elif kind is cst.Attribute:
+            elif kind is ast.Attribute:
                 self._attribute(node)
-            elif kind is cst.Name:
+            elif kind is ast.Name:
                 self._name(node)
+            elif kind in _BINDING_FIELDS:
+                self.other += sum(1 for name in _bound_names(node) if name in watched)
+            if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+                self._decorators(node.decorator_list)
 
-    def _target(self, expr: cst.BaseExpression) -> Optional[str]:
-        if isinstance(expr, cst.Name) and expr.value in self.names:
-            return expr.value
-        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value in self.module_aliases:
-            return expr.attr.value
+    def _target(self, expr: ast.expr) -> Optional[str]:
+        if type(expr) is ast.Name and expr.id in self.names:
+            return expr.id
+        if type(expr) is ast.Attribute and type(expr.value) is ast.Name and expr.value.id in self.module_aliases:
+            return expr.attr
         return None
 
-    def _call(self, node: cst.Call) -> None:
+    def _call(self, node: ast.Call) -> None:
         name = self._target(node.func)
         if name is not None:
             self.calls.append((node, name))
             self._mark(node.func)
 
-    def _decorator(self, node: cst.Decorator) -> None:
-        name = self._target(node.decorator)
-        if name is not None:
-            self.decorators.append((node, name))
-            self._mark(node.decorator)
+    def _decorators(self, decorators: list[ast.expr]) -> None:
+        for expr in decorators:
+            name = self._target(expr)
+            if name is not None:
+                self.decorators.append((expr, name))
+                self._mark(expr)
 
-    def _mark(self, expr: cst.BaseExpression) -> None:
+    def _mark(self, expr: ast.expr) -> None:
         self.handled.add(id(expr))
-        if isinstance(expr, cst.Attribute):
+        if type(expr) is ast.Attribute:
             self.handled.add(id(expr.value))
 
-    def _name(self, node: cst.Name) -> None:
-        if id(node) not in self.handled and (node.value in self.names or node.value in self.module_aliases):
+    def _name(self, node: ast.Name) -> None:
+        if id(node) not in self.handled and (node.id in self.names or node.id in self.module_aliases):
             self.other += 1
 
-    def _attribute(self, node: cst.Attribute) -> None:
-        self.handled.add(id(node.attr))  # ``x.autocast``: the attribute, not the name
+    def _attribute(self, node: ast.Attribute) -> None:
         if id(node) in self.handled:
             return
         # ``cuda_amp.something`` used as a value (not called): a use we cannot rewrite.
-        if isinstance(node.value, cst.Name) and node.value.value in self.module_aliases and id(node.value) not in self.handled:
+        value = node.value
+        if type(value) is ast.Name and value.id in self.module_aliases and id(value) not in self.handled:
             self.other += 1
-            self.handled.add(id(node.value))
+            self.handled.add(id(value))
 
 
 @register
@@ -167,64 +291,73 @@ class DeprecatedAmpApi(LintRule):
                 by_statement.setdefault(id(ref.node), []).append(ref)
         for refs in by_statement.values():
             node = refs[0].node
-            anchor = node.module if isinstance(node, cst.ImportFrom) and node.module is not None else refs[0].alias
-            old = refs[0].module if isinstance(node, cst.ImportFrom) else refs[0].qname
+            if type(node) is ast.ImportFrom:
+                name = _module_name(facts.lines, node)
+                anchor = name or node
+                old = refs[0].module
+            else:
+                name = _alias_name(facts.lines, refs[0].alias)
+                anchor = refs[0].alias if name is not None else node  # aliases have positions from 3.10
+                old = refs[0].qname
             device = _device_of(refs[0])
             yield Report(
                 self.code,
                 anchor,
                 f"`{old}` is deprecated since torch 2.4: use `torch.amp` with device \"{device}\"",
                 help=f'Import from `torch.amp` and pass "{device}" as the device',
-                fix=self._import_fix(facts, node, refs, device),
+                fix=self._import_fix(facts, node, name, refs, device) if name is not None else None,
             )
 
-    def _import_fix(self, facts: AmpFacts, node: cst.CSTNode, refs: list[ImportRef], device: str) -> Optional[FixPlan]:
-        edits: list[NodeEdit] = []
+    def _import_fix(
+        self, facts: AmpFacts, node: ast.stmt, name: ast.Name, refs: list[ImportRef], device: str
+    ) -> Optional[FixPlan]:
+        """Rename the module at the import (``name``: its text) and add the device at every use."""
         names: set[str] = set()
         module_aliases: set[str] = set()
-        if isinstance(node, cst.ImportFrom):
+        if type(node) is ast.ImportFrom:
             module = refs[0].module
             if module in _DEPRECATED_MODULES:
                 if not all(_deprecated(r.qname) for r in refs) or len(refs) != len(node.names):
                     return None
-                edits.append(NodeEdit("replace", node.module, "torch.amp"))
+                rename = NodeEdit("replace", name, "torch.amp")
                 names = {r.local for r in refs}
             elif module == "torch.cuda" or module == "torch.cpu":
                 if len(refs) != len(node.names) or any(r.qname not in _DEPRECATED_MODULES for r in refs):
                     return None
-                edits.append(NodeEdit("replace", node.module, "torch"))
+                rename = NodeEdit("replace", name, "torch")
                 module_aliases = {r.local for r in refs}
             else:
                 return None
         else:
             if len(refs) != 1 or refs[0].qname not in _DEPRECATED_MODULES or refs[0].alias.asname is None:
                 return None
-            edits.append(NodeEdit("replace", refs[0].alias.name, "torch.amp"))
+            rename = NodeEdit("replace", name, "torch.amp")
             module_aliases = {refs[0].local}
         uses = _Uses(names, module_aliases)
         uses.scan(facts.module)
         if uses.other:
             return None  # a use we cannot rewrite (``isinstance(x, GradScaler)``, ``cls = autocast``)
-        for call, name in uses.calls:
-            original = _original_name(name, refs)
+        edits = [rename]
+        for call, local in uses.calls:
+            original = _original_name(local, refs)
             if original not in _KINDS:
                 return None
-            call_edits = _call_edits(call, _Deprecated(device, original))
+            call_edits = _call_edits(facts.lines, call, _Deprecated(device, original))
             if call_edits is None:
                 return None
             edits.extend(call_edits)
-        for decorator, name in uses.decorators:
-            if _KINDS.get(_original_name(name, refs)) != "custom":
+        for decorator, local in uses.decorators:
+            if _KINDS.get(_original_name(local, refs)) != "custom":
                 return None
-            edits.append(NodeEdit("insert_after", decorator.decorator, f'(device_type="{device}")'))
+            edits.append(NodeEdit("insert_after", decorator, f'(device_type="{device}")'))
         return FixPlan("Rewrite to `torch.amp` with an explicit device", tuple(edits))
 
     # ---- ``torch.cuda.amp.autocast(...)`` spelled out -----------------------------------
 
     def _attribute_chains(self, facts: AmpFacts) -> Iterable[Report]:
         calls_by_func = {id(site.node.func): site.node for site in facts.calls}
-        decorators = _decorators_by_expr(facts)
-        bases = {id(base.value) for class_def, _ in facts.classes for base in class_def.bases}
+        decorators = {id(d) for function, _frame in facts.functions for d in function.decorator_list}
+        bases = {id(base) for class_def, _ in facts.classes for base in class_def.bases}
         for node, qname in facts.references:
             target = _deprecated(qname)
             spelled = dotted(node)
@@ -241,28 +374,25 @@ class DeprecatedAmpApi(LintRule):
                 f"`torch.{target.device}.amp.{target.name}` is deprecated since torch 2.4: "
                 f"use `torch.amp.{target.name}` with device \"{target.device}\"",
                 help=f'Use `torch.amp.{target.name}` and pass "{target.device}" as the device',
-                fix=self._chain_fix(node, head, target, calls_by_func.get(id(node)), decorators.get(id(node))),
+                fix=self._chain_fix(facts, node, head, target, calls_by_func.get(id(node)), id(node) in decorators),
             )
 
     def _chain_fix(
         self,
-        node: cst.CSTNode,
+        facts: AmpFacts,
+        node: ast.expr,
         head: str,
         target: _Deprecated,
-        call: Optional[cst.Call],
-        decorator: Optional[cst.Decorator],
+        call: Optional[ast.Call],
+        decorator: bool,
     ) -> Optional[FixPlan]:
-        rename = NodeEdit("replace", node, f"{head}.amp.{target.name}")
         description = f"Use `torch.amp.{target.name}` with device \"{target.device}\""
         if call is not None:
-            edits = _call_edits(call, target)
+            edits = _call_edits(facts.lines, call, target)
             if edits is None:
                 return None
-            if edits[0].kind == "replace" and edits[0].node is call:
-                inner = edits[0].text.split("(", 1)[1]
-                return FixPlan(description, (NodeEdit("replace", call, f"{head}.amp.{target.name}({inner}"),))
-            return FixPlan(description, (rename, *edits))
-        if decorator is not None and target.kind == "custom":
+            return FixPlan(description, (NodeEdit("replace", node, f"{head}.amp.{target.name}"), *edits))
+        if decorator and target.kind == "custom":
             return FixPlan(description, (NodeEdit("replace", node, f'{head}.amp.{target.name}(device_type="{target.device}")'),))
         return None
 
@@ -281,11 +411,3 @@ def _original_name(local: str, refs: list[ImportRef]) -> str:
         if ref.local == local:
             return ref.qname.rsplit(".", 1)[-1]
     return local
-
-
-def _decorators_by_expr(facts: AmpFacts) -> dict[int, cst.Decorator]:
-    found: dict[int, cst.Decorator] = {}
-    for function, _frame in facts.functions:
-        for decorator in function.decorators:
-            found[id(decorator.decorator)] = decorator
-    return found

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 from typing import Iterable, Optional
 
-import libcst as cst
-
 from ...findings import Applicability
-from ..facts import AmpFacts, CallSite, Enabled, EventKind, downcast_dtype
+from ..facts import AmpFacts, CallSite, Enabled, EventKind, downcast_dtype, iter_nodes
+from ..fixes import SourceLines
 from . import AUTOCAST, FixPlan, LintRule, NodeEdit, Report, register
 
 
@@ -42,93 +42,127 @@ class BackwardInAutocast(LintRule):
     def _fix(self, site: CallSite, facts: AmpFacts) -> Optional[FixPlan]:
         """Dedent the backward out of its ``with`` block when it is the block's last statement."""
         statement = site.statement
-        if not (
-            isinstance(statement, cst.SimpleStatementLine)
-            and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr)
-            and statement.body[0].value is site.node
-        ):
+        if not (type(statement) is ast.Expr and statement.value is site.node):
             return None
         ref = next((r for r in reversed(site.withs) if r.region is not None), None)
         if ref is None or ref.decorator:
             return None
-        found = _find_with(facts.module, statement)
-        if found is None:
-            return None
-        with_node, indent = found
-        body = with_node.body
+        with_node = _with_ending_in(facts.module, statement)
         if (
-            with_node.asynchronous is not None
+            with_node is None
             or len(with_node.items) != 1
-            or with_node.items[0].item is not ref.expr
-            or not isinstance(body, cst.IndentedBlock)
-            or len(body.body) < 2
-            or body.body[-1] is not statement
+            or with_node.items[0].context_expr is not ref.expr
+            or len(with_node.body) < 2
         ):
             return None
-        module = facts.module
-        if statement.leading_lines:
-            start: cst.CSTNode = statement.leading_lines[0]
-            prefix = ""
-        else:
-            previous = body.body[-2]
-            if not isinstance(previous, cst.SimpleStatementLine):
-                return None
-            start = previous.trailing_whitespace
-            prefix = module.code_for_node(previous.trailing_whitespace)
-        # Render the statement (and its comments) at the ``with``'s indentation: a throwaway
-        # ``if True:`` block at that indentation gives continuation lines the right indent too.
-        moved = statement.with_changes(trailing_whitespace=cst.TrailingWhitespace())
-        if indent:
-            holder = module.with_changes(
-                body=[cst.If(test=cst.Name("True"), body=cst.IndentedBlock(body=[moved], indent=indent))],
-                header=[],
-                footer=[],
-            )
-            rendered = holder.code.split(module.default_newline, 1)[1]
-        else:  # the ``with`` is at module level
-            rendered = module.with_changes(body=[moved], header=[], footer=[]).code
-        rendered = rendered[: -len(module.default_newline)]
-        return FixPlan(
-            "Move the backward call out of the autocast block",
-            (NodeEdit("replace_span", start, prefix + rendered, end_node=statement.body[-1]),),
-            Applicability.UNSAFE,
-        )
+        edit = _dedent_last_statement(facts.lines, with_node)
+        if edit is None:
+            return None
+        return FixPlan("Move the backward call out of the autocast block", (edit,), Applicability.UNSAFE)
 
 
-class _WithFinder(cst.CSTVisitor):
-    """The ``with`` statement whose body holds ``target``, and the absolute indentation of that ``with``."""
-
-    def __init__(self, module: cst.Module, target: cst.CSTNode) -> None:
-        super().__init__()
-        self.module = module
-        self.target = target
-        self.indents: list[str] = []
-        self.found: Optional[tuple[cst.With, str]] = None
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> Optional[bool]:
-        if self.found is not None:
-            return False
-        self.indents.append(node.indent if node.indent is not None else self.module.default_indent)
-        return True
-
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
-        if self.indents:
-            self.indents.pop()
-
-    def visit_With(self, node: cst.With) -> Optional[bool]:
-        if self.found is not None:
-            return False
-        if isinstance(node.body, cst.IndentedBlock) and any(s is self.target for s in node.body.body):
-            self.found = (node, "".join(self.indents))
-            return False
-        return True
+def _with_ending_in(module: ast.Module, statement: ast.stmt) -> Optional[ast.With]:
+    """The (synchronous) ``with`` whose body ends with ``statement``."""
+    stack: list[ast.AST] = [module]
+    while stack:
+        node = stack.pop()
+        if type(node) is ast.With and node.body[-1] is statement:
+            return node
+        for name in _BODIES:
+            stack.extend(child for child in getattr(node, name, ()) if isinstance(child, _BLOCK_HOLDERS))
+    return None
 
 
-def _find_with(module: cst.Module, statement: cst.CSTNode) -> Optional[tuple[cst.With, str]]:
-    finder = _WithFinder(module, statement)
-    module.visit(finder)
-    return finder.found
+# Where statements are nested: the bodies of compound statements, except handlers, match cases.
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+_BLOCK_HOLDERS = (ast.stmt, ast.excepthandler, *((ast.match_case,) if hasattr(ast, "match_case") else ()))
+
+
+def _dedent_last_statement(lines: SourceLines, with_node: ast.With) -> Optional[NodeEdit]:
+    """An edit that moves the last statement of the ``with`` body, and the comment lines just
+    above it, to the ``with``'s indentation; a comment at the end of the line before stays."""
+    statement, previous = with_node.body[-1], with_node.body[-2]
+    outer = _indentation(lines, with_node)
+    inner = _indentation(lines, statement)
+    if outer is None or inner is None or previous.end_lineno >= statement.lineno:
+        return None  # the statement shares its line with another one
+    first = _first_comment_line(lines, previous.end_lineno, statement.lineno, inner)
+    moved = [_shift(lines.text(number), inner, outer) for number in range(first, statement.lineno)]
+    text = _moved_statement(lines, statement, inner, outer)
+    if text is None:
+        return None
+    end = lines.span(statement)
+    newline = lines.newline()
+    return NodeEdit("replace_range", text=newline.join([*moved, text]), span=(first, 1, end[2], end[3]))
+
+
+def _indentation(lines: SourceLines, statement: ast.stmt) -> Optional[str]:
+    """The whitespace before a statement, or None when other code precedes it on its line."""
+    prefix = lines.text(statement.lineno)[: lines.column(statement.lineno, statement.col_offset) - 1]
+    return None if prefix.strip(" \t\f") else prefix
+
+
+def _first_comment_line(lines: SourceLines, after: int, line: int, indent: str) -> int:
+    """The first of the comment lines (blank lines between them included) directly above
+    ``line`` and below line ``after``; ``line`` itself when there are none. A comment indented
+    deeper than ``indent`` closes the block above and stays with it."""
+    first = line
+    number = line - 1
+    while number > after:
+        text = lines.text(number)
+        stripped = text.lstrip(" \t\f")
+        if stripped.startswith("#"):
+            if len(text) - len(stripped) > len(indent):
+                break
+            first = number
+        elif stripped:
+            break
+        number -= 1
+    return first
+
+
+def _shift(text: str, inner: str, outer: str) -> str:
+    """One line moved from the block's indentation to the ``with``'s (less indented lines stay)."""
+    return outer + text[len(inner) :] if text.startswith(inner) else text
+
+
+def _moved_statement(lines: SourceLines, statement: ast.stmt, inner: str, outer: str) -> Optional[str]:
+    """The statement's text at the ``with``'s indentation."""
+    end = lines.span(statement)
+    if end is None:
+        return None
+    text = [lines.text(number) for number in range(statement.lineno, end[2] + 1)]
+    text[-1] = text[-1][: end[3] - 1]
+    if len(text) > 1 and _has_multiline_string(statement):
+        # Re-indenting text line by line would change the string's content.
+        return _render_at_indent(text, outer, lines.newline())
+    return lines.newline().join(_shift(line, inner, outer) for line in text)
+
+
+def _has_multiline_string(statement: ast.stmt) -> bool:
+    return any(
+        type(node) in (ast.Constant, ast.JoinedStr) and node.end_lineno > node.lineno for node in iter_nodes(statement)
+    )
+
+
+def _render_at_indent(text: list[str], indent: str, newline: str) -> Optional[str]:
+    """Render a statement (its physical lines, the first one indented) at ``indent`` with libcst,
+    which indents continuation lines relative to the block and leaves string contents alone."""
+    import libcst as cst
+
+    try:
+        module = cst.parse_module("if True:" + newline + newline.join(text) + newline)
+    except cst.ParserSyntaxError:
+        return None
+    statement = module.body[0].body.body[0]
+    if indent:
+        # A throwaway ``if True:`` block at that indentation gives continuation lines the right indent.
+        block = cst.IndentedBlock(body=[statement], indent=indent)
+        holder = module.with_changes(body=[cst.If(test=cst.Name("True"), body=block)], header=[], footer=[])
+        rendered = holder.code.split(newline, 1)[1]
+    else:  # the ``with`` is at module level
+        rendered = module.with_changes(body=[statement], header=[], footer=[]).code
+    return rendered[: -len(newline)]
 
 
 @register

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import libcst as cst
-
-from ..facts import AUTOCAST_NAMES, GRAD_SCALER_NAMES, AmpFacts, autocast_region
+from ..facts import AUTOCAST_NAMES, FUNCTION_TYPES, GRAD_SCALER_NAMES, AmpFacts, autocast_region
 from ..gate import Anchors
 from . import LintRule, Report, register
 
@@ -52,7 +50,7 @@ class ApexAmp(LintRule):
             if ref.qname == "apex.amp" or ref.qname.startswith("apex.amp."):
                 yield Report(
                     self.code,
-                    ref.alias,
+                    ref.alias if hasattr(ref.alias, "lineno") else ref.node,  # aliases have positions from 3.10
                     "`apex.amp` is NVIDIA's deprecated AMP: use torch.amp "
                     '(`torch.autocast("cuda", ...)` and `torch.amp.GradScaler("cuda")`)',
                     help="Migrate to torch.amp and drop the apex dependency for mixed precision",
@@ -78,10 +76,10 @@ class TrainerDoubleAmp(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         hooks = set()
         for cls, bases in facts.classes:
-            if not any(b in _TRAINER_BASES for b in bases) or not isinstance(cls.body, cst.IndentedBlock):
+            if not any(b in _TRAINER_BASES for b in bases):
                 continue
-            for statement in cls.body.body:
-                if isinstance(statement, cst.FunctionDef) and statement.name.value in _TRAINER_HOOKS:
+            for statement in cls.body:
+                if isinstance(statement, FUNCTION_TYPES) and statement.name in _TRAINER_HOOKS:
                     hooks.add(id(statement))
         if not hooks:
             return

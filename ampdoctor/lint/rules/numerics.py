@@ -9,9 +9,8 @@ float16 somewhere in the module.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import ast
 from typing import Iterable, Optional
-
-import libcst as cst
 
 from ..facts import (
     AUTOCAST_NAMES,
@@ -19,14 +18,18 @@ from ..facts import (
     AmpFacts,
     CallSite,
     Frame,
+    FunctionNode,
     Region,
+    call_args,
     dotted,
     downcast_dtype,
+    is_float_literal,
     is_optimizer_constructor,
     number_value,
+    string_value,
 )
 from ..gate import Anchors
-from . import AUTOCAST, FLOAT16, FixPlan, LintRule, NodeEdit, Report, node_code, register
+from . import AUTOCAST, FLOAT16, FixPlan, LintRule, NodeEdit, Report, register
 from .regions import RegionWalker, _cast_target, layer_instances, lowered_op, strip_views
 
 FLOAT16_MAX = 65504.0
@@ -79,7 +82,7 @@ _FILL_FUNCTIONS = {
 _RECEIVER_FIX = {"masked_fill", "masked_fill_", "fill_", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max"}
 
 
-def _overflows(expr: cst.BaseExpression) -> Optional[float]:
+def _overflows(expr: ast.expr) -> Optional[float]:
     value = number_value(expr)
     if value is None or not _is_finite(value) or abs(value) <= FLOAT16_MAX:
         return None
@@ -110,10 +113,10 @@ class _AdditiveWalker(RegionWalker):
 
     def __init__(self, facts: AmpFacts) -> None:
         super().__init__(facts)
-        self.found: list[tuple[cst.BaseExpression, float]] = []
+        self.found: list[tuple[ast.expr, float]] = []
 
-    def binary(self, node: cst.BinaryOperation) -> None:
-        if not isinstance(node.operator, (cst.Add, cst.Subtract)):
+    def binary(self, node: ast.BinOp) -> None:
+        if not isinstance(node.op, (ast.Add, ast.Sub)):
             return
         region = self.region
         if region is None or not region.is_float16:
@@ -125,27 +128,27 @@ class _AdditiveWalker(RegionWalker):
                 return
 
 
-def _additive_literal(expr: cst.BaseExpression) -> Optional[tuple[cst.BaseExpression, float]]:
+def _additive_literal(expr: ast.expr) -> Optional[tuple[ast.expr, float]]:
     """A float literal beyond float16's range, alone or as a factor of ``c * mask``."""
     candidates = [expr]
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
         candidates = [expr.left, expr.right]
     for candidate in candidates:
-        inner = candidate.expression if isinstance(candidate, cst.UnaryOperation) else candidate
-        if isinstance(inner, cst.Float):
+        inner = candidate.operand if isinstance(candidate, ast.UnaryOp) else candidate
+        if is_float_literal(inner):
             value = _overflows(candidate)
             if value is not None:
                 return candidate, value
     return None
 
 
-def _tensor_like(expr: cst.BaseExpression) -> bool:
+def _tensor_like(expr: ast.expr) -> bool:
     """Not a number and not an obvious Python scalar (``len(x)``, ``time.time()``)."""
     if number_value(expr) is not None:
         return False
-    if isinstance(expr, cst.Call) and dotted(expr.func) in ("len", "float", "int", "time.time", "time.perf_counter"):
+    if isinstance(expr, ast.Call) and dotted(expr.func) in ("len", "float", "int", "time.time", "time.perf_counter"):
         return False
-    return isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.BinaryOperation))
+    return isinstance(expr, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.BinOp))
 
 
 @register
@@ -183,7 +186,7 @@ class Float16OverflowConstant(LintRule):
                 if value is None:
                     continue
                 label = site.qname or f".{site.method}()"
-                yield self._report(arg.value, value, label, site, torch_name)
+                yield self._report(facts, arg.value, value, label, site, torch_name)
         if facts.uses_float16:
             walker = _AdditiveWalker(facts)
             walker.walk(site for site in facts.calls if site.in_autocast or site.qname in AUTOCAST_NAMES)
@@ -191,12 +194,14 @@ class Float16OverflowConstant(LintRule):
                 yield Report(
                     self.code,
                     literal,
-                    f"`{node_code(literal)}` is beyond float16's range (±65504): added to a float16 tensor it "
+                    f"`{facts.text(literal)}` is beyond float16's range (±65504): added to a float16 tensor it "
                     "makes ±inf, and inf - inf in a softmax makes NaN",
                     help="Use `torch.finfo(x.dtype).min` (or `.max`) of the tensor, or mask with `masked_fill`",
                 )
 
-    def _report(self, literal: cst.BaseExpression, value: float, label: str, site: CallSite, torch_name: Optional[str]) -> Report:
+    def _report(
+        self, facts: AmpFacts, literal: ast.expr, value: float, label: str, site: CallSite, torch_name: Optional[str]
+    ) -> Report:
         bound = "min" if value < 0 else "max"
         if label == "torch.where":
             effect = "selected into a float16 tensor it becomes ±inf, and a fully masked row turns into NaN"
@@ -206,12 +211,13 @@ class Float16OverflowConstant(LintRule):
         receiver = site.receiver
         if site.qname is None and site.method in _RECEIVER_FIX and receiver is not None and torch_name is not None:
             text = f"{torch_name}.finfo({receiver}.dtype).{bound}"
-            fix = FixPlan(f"Replace `{node_code(literal)}` with `{text}`", (NodeEdit("replace", literal, text),),
+            # ``literal`` excludes any parentheses around it, which then stay around the new text.
+            fix = FixPlan(f"Replace `{facts.text(literal)}` with `{text}`", (NodeEdit("replace", literal, text),),
                           _unsafe())
         return Report(
             self.code,
             literal,
-            f"`{node_code(literal)}` passed to `{label}` does not fit in float16 (max 65504): {effect}",
+            f"`{facts.text(literal)}` passed to `{label}` does not fit in float16 (max 65504): {effect}",
             help=f"Use `torch.finfo(<tensor>.dtype).{bound}`, which is right for every dtype",
             fix=fix,
             statement=site.statement,
@@ -243,33 +249,31 @@ def _half_models(facts: AmpFacts) -> list[_HalfModel]:
         if site.method not in ("half", "to", "type") or downcast_dtype(site, facts) != "float16":
             continue
         statement = site.statement
-        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-            continue
-        small = statement.body[0]
-        if isinstance(small, cst.Expr) and small.value is site.node and site.receiver:
+        if isinstance(statement, ast.Expr) and statement.value is site.node and site.receiver:
             found.append(_HalfModel(site.receiver, site.frame, site.order))
-        elif isinstance(small, cst.Assign) and small.value is site.node and len(small.targets) == 1:
-            name = dotted(small.targets[0].target)
+        elif isinstance(statement, ast.Assign) and statement.value is site.node and len(statement.targets) == 1:
+            name = dotted(statement.targets[0])
             if name is not None:
                 found.append(_HalfModel(name, site.frame, site.order))
     return found
 
 
-def _model_of_params(expr: cst.BaseExpression) -> Optional[str]:
+def _model_of_params(expr: ast.expr) -> Optional[str]:
     """``M.parameters()`` / ``list(M.parameters())`` / ``[{"params": M.parameters()}]`` → ``M``."""
-    if isinstance(expr, cst.Call):
-        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "parameters":
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "parameters":
             return dotted(expr.func.value)
-        if dotted(expr.func) == "list" and len(expr.args) == 1:
-            return _model_of_params(expr.args[0].value)
-    if isinstance(expr, (cst.List, cst.Tuple)):
+        args = call_args(expr)
+        if dotted(expr.func) == "list" and len(args) == 1:
+            return _model_of_params(args[0].value)
+    if isinstance(expr, (ast.List, ast.Tuple)):
         models = set()
-        for element in expr.elements:
-            value = element.value
-            if isinstance(value, cst.Dict):
-                for item in value.elements:
-                    if isinstance(item, cst.DictElement) and (getattr(item.key, "value", None) in ('"params"', "'params'")):
-                        models.add(_model_of_params(item.value))
+        for element in expr.elts:
+            value = element.value if isinstance(element, ast.Starred) else element
+            if isinstance(value, ast.Dict):
+                for key, item in zip(value.keys, value.values):
+                    if string_value(key) == "params":
+                        models.add(_model_of_params(item))
             else:
                 models.add(_model_of_params(value))
         if len(models) == 1:
@@ -289,17 +293,15 @@ def _master_weight_wrapper(facts: AmpFacts, optimizer: CallSite) -> bool:
     """An optimizer handed to an fp16 wrapper that keeps float32 master weights (apex, fairseq, DeepSpeed)."""
     statement = optimizer.statement
     names = set()
-    if isinstance(statement, cst.SimpleStatementLine):
-        for small in statement.body:
-            if isinstance(small, cst.Assign) and small.value is optimizer.node:
-                names.update(dotted(t.target) for t in small.targets)
-            elif isinstance(small, cst.Assign):
-                return True  # nested in another call: a wrapper
+    if isinstance(statement, ast.Assign):
+        if statement.value is not optimizer.node:
+            return True  # nested in another call: a wrapper
+        names.update(dotted(t) for t in statement.targets)
     for site in facts.calls:
         label = (dotted(site.node.func) or "").lower()
         if not any(word in label for word in ("fp16", "float16", "master", "mixedprecision", "deepspeed")):
             continue
-        for arg in site.node.args:
+        for arg in call_args(site.node):
             if arg.value is optimizer.node or dotted(arg.value) in names:
                 return True
     return False
@@ -329,7 +331,7 @@ def half_optimizers(facts: AmpFacts) -> Iterable[tuple[CallSite, _HalfModel]]:
 # --------------------------------------------------------------------------------------
 
 
-def _tiny(expr: cst.BaseExpression) -> Optional[float]:
+def _tiny(expr: ast.expr) -> Optional[float]:
     value = number_value(expr)
     if value is None or not 0 < value < FLOAT16_SMALLEST:
         return None
@@ -347,22 +349,22 @@ class _EpsilonWalker(RegionWalker):
         super().__init__(facts)
         self.layers = layer_instances(facts)
         self.half: list[dict[str, Optional[Region]]] = [{}]  # name → region that made it (None: a cast)
-        self.found: list[tuple[cst.BaseExpression, str]] = []
+        self.found: list[tuple[ast.expr, str]] = []
 
-    def enter_frame(self, node: cst.FunctionDef) -> None:
+    def enter_frame(self, node: FunctionNode) -> None:
         self.half.append({})
 
-    def leave_frame(self, node: cst.FunctionDef) -> None:
+    def leave_frame(self, node: FunctionNode) -> None:
         self.half.pop()
 
-    def _origin(self, expr: cst.BaseExpression) -> Optional[str]:
+    def _origin(self, expr: ast.expr) -> Optional[str]:
         """How ``expr`` is known to be float16 here: "cast", "autocast", or None."""
         expr = strip_views(expr)
         while (
-            isinstance(expr, cst.Call)
-            and isinstance(expr.func, cst.Attribute)
-            and expr.func.attr.value in _SAME_DTYPE
-            and not expr.args
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr in _SAME_DTYPE
+            and not (expr.args or expr.keywords)
         ):
             expr = strip_views(expr.func.value)
         if _cast_target(expr, self.facts) == "float16":
@@ -370,9 +372,9 @@ class _EpsilonWalker(RegionWalker):
         region = self.region
         in_half_region = region is not None and region.is_float16
         if in_half_region:
-            if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.MatrixMultiply):
+            if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.MatMult):
                 return "autocast"
-            if isinstance(expr, cst.Call) and lowered_op(expr, self.facts, self.layers) is not None:
+            if isinstance(expr, ast.Call) and lowered_op(expr, self.facts, self.layers) is not None:
                 return "autocast"
         name = dotted(expr)
         if name is not None and name in self.half[-1]:
@@ -383,19 +385,19 @@ class _EpsilonWalker(RegionWalker):
                 return "autocast"
         return None
 
-    def binary(self, node: cst.BinaryOperation) -> None:
-        if isinstance(node.operator, cst.Add):
+    def binary(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.Add):
             pairs = ((node.right, node.left), (node.left, node.right))
-        elif isinstance(node.operator, cst.Divide):
+        elif isinstance(node.op, ast.Div):
             pairs = ((node.right, node.left),)
         else:
             return
         for constant, tensor in pairs:
             if _tiny(constant) is not None and self._origin(tensor) is not None:
-                self.found.append((constant, "added to" if isinstance(node.operator, cst.Add) else "dividing"))
+                self.found.append((constant, "added to" if isinstance(node.op, ast.Add) else "dividing"))
                 return
 
-    def assigned(self, name: str, value: Optional[cst.BaseExpression]) -> None:
+    def assigned(self, name: str, value: Optional[ast.expr]) -> None:
         origin = self._origin(value) if value is not None else None
         if origin is None:
             self.half[-1].pop(name, None)
@@ -423,7 +425,7 @@ class Float16UnderflowEpsilon(LintRule):
             yield Report(
                 self.code,
                 eps.value,
-                f"`eps={node_code(eps.value)}` is below float16's smallest value (2**-24 ≈ 6e-8) and the optimizer "
+                f"`eps={facts.text(eps.value)}` is below float16's smallest value (2**-24 ≈ 6e-8) and the optimizer "
                 f"state of `{model.name}` is float16: eps rounds to zero and the update divides by zero",
                 help="Keep float32 master weights (autocast + GradScaler), or use an eps of at least 1e-4 in float16",
                 statement=optimizer.statement,
@@ -438,7 +440,7 @@ class Float16UnderflowEpsilon(LintRule):
             yield Report(
                 self.code,
                 constant,
-                f"`{node_code(constant)}` {how} a float16 tensor is below float16's smallest value (2**-24 ≈ 6e-8): "
+                f"`{facts.text(constant)}` {how} a float16 tensor is below float16's smallest value (2**-24 ≈ 6e-8): "
                 "it rounds to zero and no longer guards against division by zero",
                 help="Compute this step in float32 (`.float()` under `torch.autocast(..., enabled=False)`) "
                 "or use an epsilon float16 can hold, such as 1e-4",

@@ -15,10 +15,9 @@ Whenever the answer is unclear the rules stay silent.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Iterable, Iterator, Optional
-
-import libcst as cst
 
 from ..facts import (
     GRAD_SCALER_NAMES,
@@ -28,6 +27,7 @@ from ..facts import (
     Event,
     EventKind,
     Frame,
+    call_args,
     dotted,
     get_arg,
     is_optimizer,
@@ -35,7 +35,7 @@ from ..facts import (
     string_value,
 )
 from ..gate import Anchors
-from . import AUTOCAST, LintRule, Report, SCALED_BACKWARD, SCALER, node_code, register
+from . import AUTOCAST, LintRule, Report, SCALED_BACKWARD, SCALER, register
 
 # --------------------------------------------------------------------------------------
 # Paths: iterations, branches, gating
@@ -73,25 +73,26 @@ def _common_prefix(a: tuple[Block, ...], b: tuple[Block, ...]) -> int:
     return n
 
 
+# Comparisons whose negation is another comparison: (positive spelling, negated?).
+_COMPARISONS = {ast.Is: ("is", False), ast.IsNot: ("is", True), ast.Eq: ("==", False), ast.NotEq: ("==", True)}
+
+
 def _condition(block: Block) -> Optional[tuple[str, bool]]:
-    """(normalised test text, truth) that must hold inside an if/else arm."""
-    if block.kind not in _BRANCH_KINDS or not isinstance(block.node, cst.If):
+    """(normalised test, truth) that must hold inside an if/else arm.
+
+    Tests are compared by structure (``ast.dump``), so spacing and parentheses do not matter.
+    """
+    if block.kind not in _BRANCH_KINDS or not isinstance(block.node, ast.If):
         return None
-    test: cst.BaseExpression = block.node.test
+    test = block.node.test
     truth = block.kind == "if"
-    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        test, truth = test.expression, not truth
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        target = test.comparisons[0]
-        negated = {cst.IsNot: cst.Is, cst.NotEqual: cst.Equal}
-        for negative, positive in negated.items():
-            if isinstance(target.operator, negative):
-                text = f"{node_code(test.left)} {positive.__name__} {node_code(target.comparator)}"
-                return text, not truth
-            if isinstance(target.operator, positive):
-                text = f"{node_code(test.left)} {positive.__name__} {node_code(target.comparator)}"
-                return text, truth
-    return re.sub(r"\s+|[()]", "", node_code(test)), truth
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, truth = test.operand, not truth
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _COMPARISONS:
+        spelling, negated = _COMPARISONS[type(test.ops[0])]
+        text = f"{ast.dump(test.left)} {spelling} {ast.dump(test.comparators[0])}"
+        return text, truth != negated
+    return ast.dump(test), truth
 
 
 def _exclusive(a: Event, b: Event) -> bool:
@@ -109,32 +110,29 @@ def _exclusive(a: Event, b: Event) -> bool:
     return False
 
 
-def _accumulation_gate(blocks: Iterable[Block]) -> Optional[cst.If]:
+def _accumulation_gate(facts: AmpFacts, blocks: Iterable[Block]) -> Optional[ast.If]:
     for block in blocks:
-        if block.kind in _BRANCH_KINDS and isinstance(block.node, cst.If):
-            if _ACCUMULATION_TEST.search(node_code(block.node.test)):
+        if block.kind in _BRANCH_KINDS and isinstance(block.node, ast.If):
+            if _ACCUMULATION_TEST.search(facts.text(block.node.test)):
                 return block.node
     return None
 
 
 def _loop_binds(block: Block, name: str) -> bool:
     """Whether a ``for`` loop's target binds the root of ``name`` (unknown loops: yes)."""
-    if not isinstance(block.node, cst.For):
+    if not isinstance(block.node, (ast.For, ast.AsyncFor)):
         return True
     root = name.split(".", 1)[0]
-    names = set()
-    for node in _walk_names(block.node.target):
-        names.add(node)
-    return root in names
+    return root in set(_walk_names(block.node.target))
 
 
-def _walk_names(target: cst.BaseExpression) -> Iterator[str]:
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _walk_names(element.value)
-    elif isinstance(target, cst.StarredElement):
+def _walk_names(target: ast.expr) -> Iterator[str]:
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _walk_names(element)
+    elif isinstance(target, ast.Starred):
         yield from _walk_names(target.value)
 
 
@@ -161,7 +159,7 @@ def _of(frame: Frame, kind: EventKind, scaler: Optional[str] = None) -> list[Eve
 def _framework_backward(site: CallSite) -> bool:
     """``engine.backward(loss)`` of DeepSpeed, Lightning strategies and the like scale by themselves."""
     receiver = (site.receiver or "").lower()
-    return bool(site.node.args) and any(
+    return bool(site.node.args or site.node.keywords) and any(
         word in receiver for word in ("engine", "deepspeed", "strategy", "trainer", "booster", "accelerator", "fabric")
     )
 
@@ -172,7 +170,7 @@ def _frameworks(facts: AmpFacts) -> bool:
     return bool(roots & {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "apex", "colossalai"})
 
 
-def _scaler_construction_enabled(call: cst.Call, qname: str) -> Optional[bool]:
+def _scaler_construction_enabled(call: ast.Call, qname: str) -> Optional[bool]:
     """True/False for a literal ``enabled=``, None when it depends on run-time values."""
     arg = get_arg(call, None, "enabled")
     if arg is None:
@@ -182,12 +180,12 @@ def _scaler_construction_enabled(call: cst.Call, qname: str) -> Optional[bool]:
     if arg is None:
         return True
     value = arg.value
-    if isinstance(value, cst.Name) and value.value in ("True", "False"):
-        return value.value == "True"
+    if isinstance(value, ast.Constant) and isinstance(value.value, bool):
+        return value.value
     return None
 
 
-def _scaler_device(call: cst.Call, qname: str) -> Optional[str]:
+def _scaler_device(call: ast.Call, qname: str) -> Optional[str]:
     fixed = GRAD_SCALER_NAMES.get(qname)
     if fixed is not None:
         return fixed
@@ -197,7 +195,7 @@ def _scaler_device(call: cst.Call, qname: str) -> Optional[str]:
     return string_value(arg.value)
 
 
-def _target_of(facts: AmpFacts, call: cst.Call) -> Optional[str]:
+def _target_of(facts: AmpFacts, call: ast.Call) -> Optional[str]:
     for assignment in facts.assignments:
         if assignment.value is call:
             return assignment.target
@@ -211,8 +209,8 @@ def _mentions(facts: AmpFacts, class_name: str) -> bool:
     return any(name.rsplit(".", 1)[-1].endswith(class_name) for name in names)
 
 
-def _label(event: Event) -> str:
-    return node_code(event.call.node)
+def _label(facts: AmpFacts, event: Event) -> str:
+    return facts.text(event.call.node)
 
 
 # --------------------------------------------------------------------------------------
@@ -250,8 +248,8 @@ class StepBypassesScaler(LintRule):
                 yield Report(
                     self.code,
                     step.call.node,
-                    f"`{_label(step)}` applies gradients that `{scaler}.scale(...).backward()` multiplied by the "
-                    f"loss scale, and it is not skipped when they overflow",
+                    f"`{_label(facts, step)}` applies gradients that `{scaler}.scale(...).backward()` multiplied by "
+                    f"the loss scale, and it is not skipped when they overflow",
                     help=f"Call `{scaler}.step({step.optimizer})` instead, then `{scaler}.update()`",
                     statement=step.call.statement,
                 )
@@ -294,8 +292,9 @@ class UnscaledBackward(LintRule):
                 yield Report(
                     self.code,
                     site.node,
-                    f"plain `{_label(backward)}` before `{_label(step)}`: the gradients were never multiplied by "
-                    f"the loss scale, so `{step.scaler}.step` divides them by it and float16 gradients underflow",
+                    f"plain `{_label(facts, backward)}` before `{_label(facts, step)}`: the gradients were never "
+                    f"multiplied by the loss scale, so `{step.scaler}.step` divides them by it and float16 gradients "
+                    "underflow",
                     help=f"Scale the loss first: `{step.scaler}.scale(loss).backward()`",
                     statement=site.statement,
                 )
@@ -353,12 +352,12 @@ class DoubleUnscale(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
             reported: set[int] = set()
-            for report in (*self._twice_on_one_path(frame), *self._per_micro_step(frame, facts)):
+            for report in (*self._twice_on_one_path(frame, facts), *self._per_micro_step(frame, facts)):
                 if id(report.node) not in reported:
                     reported.add(id(report.node))
                     yield report
 
-    def _twice_on_one_path(self, frame: Frame) -> Iterator[Report]:
+    def _twice_on_one_path(self, frame: Frame, facts: AmpFacts) -> Iterator[Report]:
         unscales = [u for u in frame.events_of(EventKind.UNSCALE) if u.optimizer]
         for i, second in enumerate(unscales):
             for first in unscales[:i]:
@@ -376,8 +375,8 @@ class DoubleUnscale(LintRule):
                 yield Report(
                     self.code,
                     second.call.node,
-                    f"`{_label(second)}` runs a second time for one step (first at `{_label(first)}`): torch raises "
-                    "'unscale_() has already been called on this optimizer since the last update()'",
+                    f"`{_label(facts, second)}` runs a second time for one step (first at `{_label(facts, first)}`): "
+                    "torch raises 'unscale_() has already been called on this optimizer since the last update()'",
                     help="Call `unscale_` once per optimizer, after the last backward and before the step",
                     statement=second.call.statement,
                 )
@@ -406,10 +405,10 @@ class DoubleUnscale(LintRule):
                     why = "it runs on every pass of the loop around it while the step runs once after the loop"
                     raises = True
                 else:
-                    gate = _accumulation_gate(step_own)
+                    gate = _accumulation_gate(facts, step_own)
                     if gate is None:
                         continue
-                    why = f"it runs on every micro-step while the step is gated by `{node_code(gate.test)}`"
+                    why = f"it runs on every micro-step while the step is gated by `{facts.text(gate.test)}`"
                     # An update() on every micro-step resets the state: no error, but repeated division.
                     raises = not any(
                         u.scaler == unscale.scaler and u.order > unscale.order and _is_prefix(u.path, unscale.path)
@@ -425,7 +424,8 @@ class DoubleUnscale(LintRule):
                 yield Report(
                     self.code,
                     unscale.call.node,
-                    f"`{_label(unscale)}` can run several times for one `{_label(step)}`: {why}; {consequence}",
+                    f"`{_label(facts, unscale)}` can run several times for one `{_label(facts, step)}`: "
+                    f"{why}; {consequence}",
                     help="Move `unscale_` under the same condition as the step, right before it",
                     statement=unscale.call.statement,
                 )
@@ -445,9 +445,9 @@ class ScalerCallOrder(LintRule):
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
-            yield from self._unscale_after_step(frame)
-            yield from self._update_before_step(frame)
-            yield from self._step_before_backward(frame)
+            yield from self._unscale_after_step(frame, facts)
+            yield from self._update_before_step(frame, facts)
+            yield from self._step_before_backward(frame, facts)
 
     def _pairs(self, frame: Frame, first_kind: EventKind, second_kind: EventKind) -> Iterator[tuple[Event, Event]]:
         for second in frame.events_of(second_kind):
@@ -463,7 +463,7 @@ class ScalerCallOrder(LintRule):
     def _between(self, frame: Frame, kind: EventKind, scaler: Optional[str], start: int, end: int) -> bool:
         return any(start < e.order < end for e in _of(frame, kind, scaler))
 
-    def _unscale_after_step(self, frame: Frame) -> Iterator[Report]:
+    def _unscale_after_step(self, frame: Frame, facts: AmpFacts) -> Iterator[Report]:
         done: set[int] = set()
         for step, unscale in self._pairs(frame, EventKind.SCALER_STEP, EventKind.UNSCALE):
             if id(unscale) in done or not step.optimizer or step.optimizer != unscale.optimizer:
@@ -473,14 +473,14 @@ class ScalerCallOrder(LintRule):
             yield Report(
                 self.code,
                 unscale.call.node,
-                f"`{_label(unscale)}` after `{_label(step)}` in the same iteration: torch raises "
+                f"`{_label(facts, unscale)}` after `{_label(facts, step)}` in the same iteration: torch raises "
                 "'unscale_() is being called after step()'",
                 help="Call `unscale_` between the backward and the step",
                 statement=unscale.call.statement,
             )
             done.add(id(unscale))
 
-    def _update_before_step(self, frame: Frame) -> Iterator[Report]:
+    def _update_before_step(self, frame: Frame, facts: AmpFacts) -> Iterator[Report]:
         done: set[int] = set()
         for update, step in self._pairs(frame, EventKind.UPDATE, EventKind.SCALER_STEP):
             if id(update) in done:
@@ -497,13 +497,13 @@ class ScalerCallOrder(LintRule):
             yield Report(
                 self.code,
                 update.call.node,
-                f"`{_label(update)}` runs before `{_label(step)}` of the same iteration: update() must come last, "
-                "after every optimizer has stepped",
+                f"`{_label(facts, update)}` runs before `{_label(facts, step)}` of the same iteration: update() must "
+                "come last, after every optimizer has stepped",
                 help=f"Move `{update.scaler}.update()` after the last `{update.scaler}.step(...)`",
                 statement=update.call.statement,
             )
 
-    def _step_before_backward(self, frame: Frame) -> Iterator[Report]:
+    def _step_before_backward(self, frame: Frame, facts: AmpFacts) -> Iterator[Report]:
         done: set[int] = set()
         for step, backward in self._pairs(frame, EventKind.SCALER_STEP, EventKind.SCALED_BACKWARD):
             if id(step) in done or any(_feeds(b, step) for b in _of(frame, EventKind.SCALED_BACKWARD, step.scaler)):
@@ -513,8 +513,8 @@ class ScalerCallOrder(LintRule):
             yield Report(
                 self.code,
                 step.call.node,
-                f"`{_label(step)}` runs before the scaled backward `{_label(backward)}` of the same iteration: "
-                "it steps on the previous gradients, or on none",
+                f"`{_label(facts, step)}` runs before the scaled backward `{_label(facts, backward)}` of the same "
+                "iteration: it steps on the previous gradients, or on none",
                 help="Step after `scaler.scale(loss).backward()`",
                 statement=step.call.statement,
             )
@@ -535,11 +535,11 @@ class UpdatePerOptimizer(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
             for update in frame.events_of(EventKind.UPDATE):
-                report = self._between_steps(frame, update) or self._in_optimizer_loop(frame, facts, update)
+                report = self._between_steps(frame, facts, update) or self._in_optimizer_loop(frame, facts, update)
                 if report is not None:
                     yield report
 
-    def _between_steps(self, frame: Frame, update: Event) -> Optional[Report]:
+    def _between_steps(self, frame: Frame, facts: AmpFacts, update: Event) -> Optional[Report]:
         steps = [
             s
             for s in _of(frame, EventKind.SCALER_STEP, update.scaler)
@@ -553,11 +553,11 @@ class UpdatePerOptimizer(LintRule):
         backwards = _of(frame, EventKind.SCALED_BACKWARD, update.scaler)
         if any(update.order < b.order < following.order for b in backwards):
             return None  # a new backward: the next step is a new round, not another optimizer
-        return self._report(update, f"before `{_label(following)}` of the same iteration")
+        return self._report(facts, update, f"before `{_label(facts, following)}` of the same iteration")
 
     def _in_optimizer_loop(self, frame: Frame, facts: AmpFacts, update: Event) -> Optional[Report]:
         loop = update.call.loop
-        if loop is None or not isinstance(loop.node, cst.For):
+        if loop is None or not isinstance(loop.node, (ast.For, ast.AsyncFor)):
             return None
         for step in _of(frame, EventKind.SCALER_STEP, update.scaler):
             if step.order > update.order or step.call.loop is None or step.call.loop.ident != loop.ident:
@@ -566,15 +566,15 @@ class UpdatePerOptimizer(LintRule):
                 continue
             if any(any(b.ident == loop.ident for b in e.path) for e in _of(frame, EventKind.SCALED_BACKWARD)):
                 continue
-            return self._report(update, f"inside the loop over optimizers (`{_label(step)}`)")
+            return self._report(facts, update, f"inside the loop over optimizers (`{_label(facts, step)}`)")
         return None
 
-    def _report(self, update: Event, where: str) -> Report:
+    def _report(self, facts: AmpFacts, update: Event, where: str) -> Report:
         return Report(
             self.code,
             update.call.node,
-            f"`{_label(update)}` runs {where}: the later steps unscale with a scale that was already updated, and "
-            "each update only sees part of the inf checks",
+            f"`{_label(facts, update)}` runs {where}: the later steps unscale with a scale that was already updated, "
+            "and each update only sees part of the inf checks",
             help=f"Call `{update.scaler}.update()` once, after the last `{update.scaler}.step(...)` of the iteration",
             statement=update.call.statement,
         )
@@ -657,7 +657,7 @@ class Float16WithoutScaler(LintRule):
             return True
         return any("scaler" in (site.receiver or "").lower() for site in facts.calls)
 
-    def _statement(self, facts: AmpFacts, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    def _statement(self, facts: AmpFacts, node: ast.AST) -> Optional[ast.stmt]:
         for site in facts.calls:
             if site.node is node:
                 return site.statement
@@ -669,18 +669,19 @@ class Float16WithoutScaler(LintRule):
 # --------------------------------------------------------------------------------------
 
 
-def _state_dict_receivers(mapping: cst.BaseExpression) -> tuple[list[Optional[str]], bool]:
+def _state_dict_receivers(mapping: ast.expr) -> tuple[list[Optional[str]], bool]:
     """Receivers of ``x.state_dict()`` inside a mapping, and whether ``**other`` spreads into it
     (then the mapping is partly built elsewhere)."""
     receivers: list[Optional[str]] = []
     opaque = False
     for node in iter_nodes(mapping):
-        if isinstance(node, cst.StarredDictElement):
-            opaque = True
-        elif isinstance(node, cst.Call):
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
+        if isinstance(node, ast.Dict):
+            # ``{**other, ...}``: a None key marks the spread entry.
+            opaque = opaque or any(key is None for key in node.keys)
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict":
                 receivers.append(dotted(node.func.value))
-            if dotted(node.func) == "dict" and any(a.star for a in node.args):
+            if dotted(node.func) == "dict" and any(a.star for a in call_args(node)):
                 opaque = True
     return receivers, opaque
 
@@ -709,8 +710,8 @@ def _scaler_in_reach(facts: AmpFacts, save: CallSite) -> bool:
     return False
 
 
-def _is_mapping_literal(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Dict) or (isinstance(expr, cst.Call) and dotted(expr.func) == "dict")
+def _is_mapping_literal(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and dotted(expr.func) == "dict")
 
 
 @register
@@ -728,7 +729,7 @@ class ScalerStateNotSaved(LintRule):
             if arg is None or not _scaler_in_reach(facts, save):
                 continue
             mapping = self._mapping(facts, save, arg.value)
-            if mapping is None or "scaler" in node_code(mapping).lower():
+            if mapping is None or "scaler" in facts.text(mapping).lower():
                 continue
             receivers, opaque = _state_dict_receivers(mapping)
             if opaque or not any(is_optimizer(r, facts) or "optim" in (r or "").lower() for r in receivers):
@@ -742,7 +743,7 @@ class ScalerStateNotSaved(LintRule):
                 statement=save.statement,
             )
 
-    def _mapping(self, facts: AmpFacts, save: CallSite, expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    def _mapping(self, facts: AmpFacts, save: CallSite, expr: ast.expr) -> Optional[ast.expr]:
         if _is_mapping_literal(expr):
             return expr
         name = dotted(expr)
@@ -756,9 +757,11 @@ class ScalerStateNotSaved(LintRule):
         # The mapping is completed elsewhere: a method call on it, or handed to a helper.
         for site in frame.calls:
             if built < site.order < save.order and site is not save:
-                if site.receiver == name or any(dotted(a.value) == name for a in site.node.args):
+                if site.receiver == name or any(dotted(a.value) == name for a in call_args(site.node)):
                     return None
-        added = [node_code(node) for target, node, where in facts.item_assignments if where is frame and target == name]
+        added = [
+            facts.text(node) for target, node, where in facts.item_assignments if where is frame and target == name
+        ]
         if any("scaler" in text.lower() for text in added):
             return None
         return earlier[-1].value
@@ -833,8 +836,8 @@ class ZeroGradBeforeStep(LintRule):
                     yield Report(
                         self.code,
                         zero.call.node,
-                        f"`{_label(zero)}` between `{_label(backward)}` and `{_label(step)}`: the gradients are "
-                        "cleared before the step uses them",
+                        f"`{_label(facts, zero)}` between `{_label(facts, backward)}` and `{_label(facts, step)}`: "
+                        "the gradients are cleared before the step uses them",
                         help="Zero the gradients before the forward pass or after the step",
                         statement=zero.call.statement,
                     )

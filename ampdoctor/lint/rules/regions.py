@@ -8,21 +8,26 @@ preconditions over AmpFacts hold. The numerics rules use it too.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
-
-import libcst as cst
+import ast
+import re
+from typing import Iterable, Optional, Union
 
 from ..facts import (
     AUTOCAST_NAMES,
     CUSTOM_FWD_NAMES,
     DTYPES,
+    FUNCTION_TYPES,
     AmpFacts,
     CallSite,
     Frame,
+    FunctionNode,
     Region,
     autocast_region,
+    call_args,
+    children,
     dotted,
     get_arg,
+    iter_nodes,
     string_value,
 )
 from . import AUTOCAST, FixPlan, LintRule, NodeEdit, Report, register
@@ -52,33 +57,33 @@ _VIEW_ATTRIBUTES = {"T", "mT", "H", "mH"}
 _LOW_PRECISION = ("float16", "bfloat16")
 
 
-def strip_views(expr: cst.BaseExpression) -> cst.BaseExpression:
+def strip_views(expr: ast.expr) -> ast.expr:
     """``x.float().t()`` → ``x.float()``: shape-only operations do not change the dtype."""
     while True:
-        if isinstance(expr, cst.Attribute) and expr.attr.value in _VIEW_ATTRIBUTES:
+        if isinstance(expr, ast.Attribute) and expr.attr in _VIEW_ATTRIBUTES:
             expr = expr.value
         elif (
-            isinstance(expr, cst.Call)
-            and isinstance(expr.func, cst.Attribute)
-            and expr.func.attr.value in _VIEW_METHODS
-            and not any(string_value(a.value) or DTYPES.get(dotted(a.value) or "") for a in expr.args)
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr in _VIEW_METHODS
+            and not any(string_value(a.value) or DTYPES.get(dotted(a.value) or "") for a in call_args(expr))
         ):
             expr = expr.func.value
         else:
             return expr
 
 
-def _cast_target(expr: cst.BaseExpression, facts: AmpFacts) -> Optional[str]:
+def _cast_target(expr: ast.expr, facts: AmpFacts) -> Optional[str]:
     """The dtype of an explicit cast ``.float()``/``.half()``/``.to(dtype)``/``.type(dtype)``, else None."""
-    if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)):
+    if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)):
         return None
-    method = expr.func.attr.value
+    method = expr.func.attr
     simple = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64"}
     if method in simple:
-        return simple[method] if not expr.args else None
+        return simple[method] if not (expr.args or expr.keywords) else None
     if method in ("to", "type"):
-        for arg in expr.args:
-            if arg.star or (arg.keyword is not None and arg.keyword.value != "dtype"):
+        for arg in call_args(expr):
+            if arg.star or (arg.keyword is not None and arg.keyword != "dtype"):
                 continue
             name = facts.qualify(arg.value) or string_value(arg.value) or ""
             dtype = DTYPES.get(name) or {"torch.FloatTensor": "float32", "torch.cuda.FloatTensor": "float32",
@@ -93,20 +98,20 @@ def layer_instances(facts: AmpFacts) -> set[str]:
     found = set()
     for assignment in facts.assignments:
         value = assignment.value
-        if isinstance(value, cst.Call) and facts.qualify(value.func) in _LOWERED_LAYERS:
+        if isinstance(value, ast.Call) and facts.qualify(value.func) in _LOWERED_LAYERS:
             found.add(assignment.target)
     return found
 
 
-def lowered_op(call: cst.Call, facts: AmpFacts, layers: set[str]) -> Optional[tuple[str, list[cst.BaseExpression]]]:
+def lowered_op(call: ast.Call, facts: AmpFacts, layers: set[str]) -> Optional[tuple[str, list[ast.expr]]]:
     """(op label, tensor operands) when autocast runs ``call`` in the lower precision."""
     qname = facts.qualify(call.func)
-    operands = [a.value for a in call.args if not a.star]
+    operands = [a.value for a in call_args(call) if not a.star]
     if qname in _LOWERED_FUNCTIONS:
         return qname, operands
     func = call.func
-    if isinstance(func, cst.Attribute) and func.attr.value in _LOWERED_METHODS and qname is None:
-        return f".{func.attr.value}()", [func.value, *operands]
+    if isinstance(func, ast.Attribute) and func.attr in _LOWERED_METHODS and qname is None:
+        return f".{func.attr}()", [func.value, *operands]
     name = dotted(func)
     if name is not None and name in layers:
         return f"{name}(...)", operands
@@ -118,45 +123,76 @@ def lowered_op(call: cst.Call, facts: AmpFacts, layers: set[str]) -> Optional[tu
 # --------------------------------------------------------------------------------------
 
 
-class RegionWalker(cst.CSTVisitor):
+class RegionWalker:
     """Visits a module knowing the innermost autocast region at every node.
 
-    Subclasses override ``binary`` / ``call`` / ``assigned``. ``self.region`` is the innermost
+    Subclasses override ``binary`` / ``call`` / ``assigned`` (called once a node's children
+    have been visited) and ``enter_frame`` / ``leave_frame``. ``self.region`` is the innermost
     region (on, off or maybe) around the node being visited, or None.
+
+    The walk keeps its context on explicit stacks instead of recursing, so deeply nested
+    expressions (long string concatenations) cannot exhaust the interpreter's stack. The
+    work list holds nodes to visit and ``(hook, node)`` pairs to run once everything pushed
+    before them has been visited.
     """
 
     def __init__(self, facts: AmpFacts) -> None:
-        super().__init__()
         self.facts = facts
         self._by_item: dict[int, Optional[Region]] = {}
         for site in facts.calls:
             for ref in site.withs:
                 self._by_item.setdefault(id(ref.expr), ref.region)
+        # Per frame, the regions of the enclosing ``with`` items and decorators (None: not autocast).
         self._stack: list[list[Optional[Region]]] = [[]]
         self._wanted: Optional[set[int]] = None
+        self._work: list = []
 
     def walk(self, wanted: Iterable[CallSite]) -> None:
         """Visit the module, entering only the functions that hold one of ``wanted`` (and their
-        enclosing functions, and functions decorated with autocast): a full libcst visit of a
-        large file costs seconds, and most functions have nothing to do with autocast."""
+        enclosing functions, and functions decorated with autocast): most functions of a large
+        file have nothing to do with autocast."""
         frames: set[int] = set()
         for site in wanted:
-            frame: Optional[Frame] = site.frame
-            while frame is not None:
-                frames.add(id(frame.node))
-                frame = frame.parent
+            _add_frames(frames, site.frame)
         for function, frame in self.facts.functions:
-            if id(function) in frames:
-                continue
-            if any(isinstance(d.decorator, cst.Call) and autocast_region(d.decorator, self.facts.imports) for d in function.decorators):
-                while frame is not None:
-                    frames.add(id(frame.node))
-                    frame = frame.parent
+            if id(function) not in frames and any(
+                isinstance(d, ast.Call) and autocast_region(d, self.facts.imports) for d in function.decorator_list
+            ):
+                _add_frames(frames, frame)
         self._wanted = frames
-        self.facts.module.visit(self)
+        self._run(self.facts.module)
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> Optional[bool]:
-        return self._wanted is None or id(node) in self._wanted
+    def _run(self, root: ast.AST) -> None:
+        work = self._work
+        work.append(root)
+        while work:
+            item = work.pop()
+            if isinstance(item, ast.AST):
+                self._visit(item)
+            else:
+                hook, node = item
+                hook(node)
+
+    def _schedule(self, items: list) -> None:
+        """Visit ``items`` (nodes and hook pairs) next, in the given order."""
+        self._work.extend(reversed(items))
+
+    def _visit(self, node: ast.AST) -> None:
+        kind = type(node)
+        if kind in FUNCTION_TYPES:
+            self._function(node)
+        elif kind is ast.With or kind is ast.AsyncWith:
+            self._with(node)
+        elif kind is ast.Lambda:
+            pass  # a lambda's body runs later, under whatever region its caller has
+        elif kind is ast.BinOp:
+            self._schedule([*children(node), (self.binary, node)])
+        elif kind is ast.Call:
+            self._schedule([*children(node), (self.call, node)])
+        elif kind is ast.Assign or kind is ast.AugAssign or kind is ast.AnnAssign:
+            self._schedule([*children(node), (self._assignment, node)])
+        else:
+            self._schedule(children(node))
 
     @property
     def region(self) -> Optional[Region]:
@@ -165,73 +201,77 @@ class RegionWalker(cst.CSTVisitor):
                 return region
         return None
 
-    def _region_of(self, expr: cst.BaseExpression) -> Optional[Region]:
+    def _region_of(self, expr: ast.expr) -> Optional[Region]:
         if id(expr) in self._by_item:
             return self._by_item[id(expr)]
-        if isinstance(expr, cst.Call):
+        if isinstance(expr, ast.Call):
             return autocast_region(expr, self.facts.imports)
         name = dotted(expr)
         return self.facts.context_objects.get(name) if name else None
 
-    # Frames: a function body starts with only its own decorators as regions.
-    def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
-        self._stack.append([self._region_of(d.decorator) for d in node.decorators])
+    # Frames: a function body starts with only its own decorators as regions; decorators,
+    # defaults and annotations belong to the enclosing frame.
+    def _function(self, node: FunctionNode) -> None:
+        if self._wanted is not None and id(node) not in self._wanted:
+            return
+        head = [*node.decorator_list, node.args, *([node.returns] if node.returns is not None else [])]
+        self._schedule([*head, (self._enter_function, node), *node.body, (self._leave_function, node)])
+
+    def _enter_function(self, node: FunctionNode) -> None:
+        self._stack.append([self._region_of(d) for d in node.decorator_list])
         self.enter_frame(node)
 
-    def leave_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+    def _leave_function(self, node: FunctionNode) -> None:
         self.leave_frame(node)
         self._stack.pop()
 
-    def visit_With_body(self, node: cst.With) -> None:
-        self._stack[-1].extend(self._region_of(item.item) for item in node.items)
+    def _with(self, node: Union[ast.With, ast.AsyncWith]) -> None:
+        self._schedule([*node.items, (self._enter_with, node), *node.body, (self._leave_with, node)])
 
-    def leave_With_body(self, node: cst.With) -> None:
+    def _enter_with(self, node: Union[ast.With, ast.AsyncWith]) -> None:
+        self._stack[-1].extend(self._region_of(item.context_expr) for item in node.items)
+
+    def _leave_with(self, node: Union[ast.With, ast.AsyncWith]) -> None:
         del self._stack[-1][-len(node.items):]
 
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def leave_BinaryOperation(self, original_node: cst.BinaryOperation) -> None:
-        self.binary(original_node)
-
-    def leave_Call(self, original_node: cst.Call) -> None:
-        self.call(original_node)
-
-    def leave_Assign(self, original_node: cst.Assign) -> None:
-        for target in original_node.targets:
-            name = dotted(target.target)
-            if name is not None:
-                self.assigned(name, original_node.value)
-            else:
-                self._forget_targets(target.target)
-
-    def leave_AugAssign(self, original_node: cst.AugAssign) -> None:
-        name = dotted(original_node.target)
+    def _assignment(self, node: Union[ast.Assign, ast.AugAssign, ast.AnnAssign]) -> None:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                name = dotted(target)
+                if name is not None:
+                    self.assigned(name, node.value)
+                else:
+                    self._forget_targets(target)
+            return
+        name = dotted(node.target)
         if name is not None:
-            self.assigned(name, None)
+            # ``x += y`` makes a new value the walker does not follow.
+            self.assigned(name, node.value if isinstance(node, ast.AnnAssign) else None)
 
-    def leave_AnnAssign(self, original_node: cst.AnnAssign) -> None:
-        name = dotted(original_node.target)
-        if name is not None:
-            self.assigned(name, original_node.value)
-
-    def _forget_targets(self, target: cst.BaseExpression) -> None:
-        if isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                name = dotted(element.value)
+    def _forget_targets(self, target: ast.expr) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                name = dotted(element.value if isinstance(element, ast.Starred) else element)
                 if name is not None:
                     self.assigned(name, None)
 
     # Hooks
-    def enter_frame(self, node: cst.FunctionDef) -> None: ...
+    def enter_frame(self, node: FunctionNode) -> None: ...
 
-    def leave_frame(self, node: cst.FunctionDef) -> None: ...
+    def leave_frame(self, node: FunctionNode) -> None: ...
 
-    def binary(self, node: cst.BinaryOperation) -> None: ...
+    def binary(self, node: ast.BinOp) -> None: ...
 
-    def call(self, node: cst.Call) -> None: ...
+    def call(self, node: ast.Call) -> None: ...
 
-    def assigned(self, name: str, value: Optional[cst.BaseExpression]) -> None: ...
+    def assigned(self, name: str, value: Optional[ast.expr]) -> None: ...
+
+
+def _add_frames(frames: set[int], frame: Optional[Frame]) -> None:
+    """Add a frame's function and every function enclosing it."""
+    while frame is not None:
+        frames.add(id(frame.node))
+        frame = frame.parent
 
 
 def lowers(region: Optional[Region]) -> bool:
@@ -251,22 +291,22 @@ class _UpcastWalker(RegionWalker):
         super().__init__(facts)
         self.layers = layer_instances(facts)
         self.upcast: list[dict[str, Region]] = [{}]  # per frame: name → region it was made float32 in
-        self.found: list[tuple[cst.BaseExpression, str, Region]] = []
+        self.found: list[tuple[ast.expr, str, Region]] = []
 
-    def enter_frame(self, node: cst.FunctionDef) -> None:
+    def enter_frame(self, node: FunctionNode) -> None:
         self.upcast.append({})
 
-    def leave_frame(self, node: cst.FunctionDef) -> None:
+    def leave_frame(self, node: FunctionNode) -> None:
         self.upcast.pop()
 
-    def _is_float32(self, expr: cst.BaseExpression, region: Region) -> bool:
+    def _is_float32(self, expr: ast.expr, region: Region) -> bool:
         expr = strip_views(expr)
         if _cast_target(expr, self.facts) == "float32":
             return True
         name = dotted(expr)
         return name is not None and self.upcast[-1].get(name) is region
 
-    def _check(self, label: str, operands: Iterable[cst.BaseExpression]) -> None:
+    def _check(self, label: str, operands: Iterable[ast.expr]) -> None:
         region = self.region
         if not lowers(region):
             return
@@ -275,16 +315,16 @@ class _UpcastWalker(RegionWalker):
             if self._is_float32(operand, region):
                 self.found.append((operand, label, region))
 
-    def binary(self, node: cst.BinaryOperation) -> None:
-        if isinstance(node.operator, cst.MatrixMultiply):
+    def binary(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.MatMult):
             self._check("@", (node.left, node.right))
 
-    def call(self, node: cst.Call) -> None:
+    def call(self, node: ast.Call) -> None:
         op = lowered_op(node, self.facts, self.layers)
         if op is not None:
             self._check(*op)
 
-    def assigned(self, name: str, value: Optional[cst.BaseExpression]) -> None:
+    def assigned(self, name: str, value: Optional[ast.expr]) -> None:
         region = self.region
         if value is not None and lowers(region) and _cast_target(strip_views(value), self.facts) == "float32":
             assert region is not None
@@ -338,7 +378,7 @@ class UnsafeUnderAutocast(LintRule):
         if not facts.uses_autocast:
             return
         losses = {
-            a.target for a in facts.assignments if isinstance(a.value, cst.Call) and facts.qualify(a.value.func) in _BCE_MODULES
+            a.target for a in facts.assignments if isinstance(a.value, ast.Call) and facts.qualify(a.value.func) in _BCE_MODULES
         }
         for site in facts.calls:
             region = site.region
@@ -347,7 +387,7 @@ class UnsafeUnderAutocast(LintRule):
             func = site.node.func
             if site.qname in _BCE_FUNCTIONS:
                 what = "binary_cross_entropy"
-            elif dotted(func) in losses or (isinstance(func, cst.Call) and facts.qualify(func.func) in _BCE_MODULES):
+            elif dotted(func) in losses or (isinstance(func, ast.Call) and facts.qualify(func.func) in _BCE_MODULES):
                 what = "nn.BCELoss"
             else:
                 continue
@@ -369,7 +409,7 @@ class UnsafeUnderAutocast(LintRule):
 _DEVICE_LESS = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
 
 
-def _device_of(site_node: cst.Call, qname: str) -> tuple[bool, Optional[str]]:
+def _device_of(site_node: ast.Call, qname: str) -> tuple[bool, Optional[str]]:
     """(device given?, literal device) for an autocast call."""
     fixed = AUTOCAST_NAMES.get(qname)
     if fixed is not None:
@@ -391,7 +431,7 @@ class AutocastMissingDeviceType(LintRule):
         for site in facts.calls:
             if site.qname not in AUTOCAST_NAMES:
                 continue
-            if any(a.star for a in site.node.args):
+            if any(a.star for a in call_args(site.node)):
                 devices.append(None)  # ``autocast(*args)``: the device may well be there
                 continue
             given, device = _device_of(site.node, site.qname)
@@ -407,19 +447,18 @@ class AutocastMissingDeviceType(LintRule):
                 "`autocast()` without a device type raises TypeError: `device_type` is a required argument "
                 "of `torch.autocast`",
                 help='Pass the device first, e.g. `torch.autocast("cuda", dtype=torch.float16)`',
-                fix=self._fix(site.node) if fixable else None,
+                fix=self._fix(site.node, facts) if fixable else None,
                 statement=site.statement,
             )
 
-    def _fix(self, call: cst.Call) -> FixPlan:
+    def _fix(self, call: ast.Call, facts: AmpFacts) -> FixPlan:
         description = 'Add device type "cuda" (every other autocast in this file uses it)'
-        if call.args:
-            return FixPlan(description, (NodeEdit("insert_before", call.args[0], '"cuda", '),))
-        return FixPlan(description, (NodeEdit("replace", call, f'{_code(call.func)}("cuda")'),))
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
+        # The device is missing, so there is no positional argument: the first one is a keyword,
+        # whose position starts at its name (never inside parentheses).
+        first = call.args[0] if call.args else call.keywords[0] if call.keywords else None
+        if first is not None:
+            return FixPlan(description, (NodeEdit("insert_before", first, '"cuda", '),))
+        return FixPlan(description, (NodeEdit("replace", call, f'{facts.text(call.func)}("cuda")'),))
 
 
 # --------------------------------------------------------------------------------------
@@ -430,14 +469,13 @@ _FUNCTION_BASES = {"torch.autograd.Function", "torch.autograd.function.Function"
 _CUSTOM_BWD_NAMES = {"torch.amp.custom_bwd", "torch.cuda.amp.custom_bwd", "torch.amp.autocast_mode.custom_bwd"}
 
 
-def _decorated_with(function: cst.FunctionDef, names: set[str], facts: AmpFacts) -> bool:
-    for decorator in function.decorators:
-        expr = decorator.decorator
-        target = expr.func if isinstance(expr, cst.Call) else expr
+def _decorated_with(function: FunctionNode, names: set[str], facts: AmpFacts) -> bool:
+    for expr in function.decorator_list:
+        target = expr.func if isinstance(expr, ast.Call) else expr
         qname = facts.qualify(target)
         if qname in names:
             return True
-        if isinstance(expr, cst.Call) and autocast_region(expr, facts.imports) is not None:
+        if isinstance(expr, ast.Call) and autocast_region(expr, facts.imports) is not None:
             return True  # the method pins its own autocast state
     return False
 
@@ -449,13 +487,17 @@ _NEUTRAL_METHODS = _VIEW_METHODS | {"clone", "detach", "save_for_backward", "mar
 _NEUTRAL_NAMES = {"len", "isinstance", "tuple", "list", "super", "getattr", "setattr", "hasattr", "range", "print"}
 
 
-def _computes(function: cst.FunctionDef, frame: Frame, facts: AmpFacts) -> bool:
+def _computes(function: FunctionNode, frame: Frame) -> bool:
     """Whether ``forward`` runs any op autocast could cast (a ``@`` or a non-bookkeeping call)."""
     for site in frame.calls:
         if site.method in _NEUTRAL_METHODS or dotted(site.node.func) in _NEUTRAL_NAMES:
             continue
         return True
-    return "@" in facts.module.code_for_node(function.body).replace("@staticmethod", "")
+    return any(
+        isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult)
+        for statement in function.body
+        for node in iter_nodes(statement)
+    )
 
 
 def _opens_autocast(frame: Frame, facts: AmpFacts) -> bool:
@@ -475,17 +517,13 @@ class CustomFunctionWithoutCustomFwd(LintRule):
         for cls, bases in facts.classes:
             if not any(b in _FUNCTION_BASES for b in bases):
                 continue
-            methods = {
-                s.name.value: s
-                for s in (cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ())
-                if isinstance(s, cst.FunctionDef)
-            }
+            methods = {s.name: s for s in cls.body if isinstance(s, FUNCTION_TYPES)}
             forward, backward = methods.get("forward"), methods.get("backward")
             if forward is None or backward is None:
                 continue
             frames = {id(node): frame for node, frame in facts.functions}
             forward_frame, backward_frame = frames.get(id(forward)), frames.get(id(backward))
-            if forward_frame is None or backward_frame is None or not _computes(forward, forward_frame, facts):
+            if forward_frame is None or backward_frame is None or not _computes(forward, forward_frame):
                 continue  # ``return x.view_as(x)``: autocast has nothing to cast in forward
             if _opens_autocast(forward_frame, facts) or _opens_autocast(backward_frame, facts):
                 continue  # the Function saves and restores the autocast state itself
@@ -498,10 +536,24 @@ class CustomFunctionWithoutCustomFwd(LintRule):
                 continue
             yield Report(
                 self.code,
-                cls.name,
-                f"autograd Function `{cls.name.value}` in a module that uses autocast: {' and '.join(missing)}; "
+                _class_name(cls, facts),
+                f"autograd Function `{cls.name}` in a module that uses autocast: {' and '.join(missing)}; "
                 "its backward will not run under the autocast state its forward saw",
                 help='Decorate `forward` with `@torch.amp.custom_fwd(device_type="cuda")` and `backward` with '
                 '`@torch.amp.custom_bwd(device_type="cuda")`',
                 statement=cls,
             )
+
+
+def _class_name(cls: ast.ClassDef, facts: AmpFacts) -> ast.AST:
+    """A Name node over the class's name, where the finding points: ast keeps the name as a
+    plain string, and the ClassDef itself spans the whole class body."""
+    head = _CLASS_HEAD.match(facts.text(cls))
+    if head is None:
+        return cls  # ``class \`` continued on the next line: point at the statement
+    start = cls.col_offset + head.end()  # ``class`` and blanks are ASCII: bytes = characters
+    end = start + len(cls.name.encode("utf-8"))
+    return ast.Name(cls.name, ast.Load(), lineno=cls.lineno, col_offset=start, end_lineno=cls.lineno, end_col_offset=end)
+
+
+_CLASS_HEAD = re.compile(r"class[ \t\f]+")

@@ -14,23 +14,43 @@ spread over several functions, the rules stay silent: a miss costs less than a f
 
 from __future__ import annotations
 
+import ast
+import re
 from typing import Iterable, Optional
 
-import libcst as cst
-
-from ..facts import AmpFacts, Event, EventKind, Frame, dotted
+from ..facts import AmpFacts, Event, EventKind, Frame, call_args, dotted
 from . import FixPlan, LintRule, NodeEdit, Report, SCALED_BACKWARD, register
+
+# Statements with a body, when the call sits in their header: a line added after one would
+# follow the whole block. (Match and TryStar exist only on newer Pythons.)
+_COMPOUND = tuple(
+    getattr(ast, name)
+    for name in (
+        "If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "FunctionDef",
+        "AsyncFunctionDef", "ClassDef", "Match",
+    )
+    if hasattr(ast, name)
+)
+# What may follow a statement that has its lines to itself: a semicolon, a comment.
+_LINE_END = re.compile(rb"\s*;?\s*(#.*)?")
 
 
 def _scaler_events(frame: Frame, kind: EventKind, scaler: str) -> list[Event]:
     return [e for e in frame.events if e.kind is kind and e.scaler == scaler]
 
 
-def _simple_statement(event: Event) -> Optional[cst.SimpleStatementLine]:
+def _simple_statement(facts: AmpFacts, event: Event) -> Optional[ast.stmt]:
+    """The call's statement when it is a simple statement alone on its lines, so that a line can
+    be added before or after it at its indentation (not ``a = 1; clip(...)`` nor ``if c: clip(...)``)."""
     statement = event.call.statement
-    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-        return statement
-    return None
+    if isinstance(statement, _COMPOUND):
+        return None
+    # ast columns count UTF-8 bytes.
+    first = facts.lines.text(statement.lineno).encode()
+    last = facts.lines.text(statement.end_lineno).encode()
+    if first[: statement.col_offset].strip() or not _LINE_END.fullmatch(last[statement.end_col_offset :]):
+        return None
+    return statement
 
 
 @register
@@ -43,11 +63,11 @@ class ClipBeforeUnscale(LintRule):
         for frame in facts.frames:
             for clip in frame.events_of(EventKind.CLIP):
                 if not clip.norm_only:
-                    report = self._check_clip(frame, clip)
+                    report = self._check_clip(facts, frame, clip)
                     if report is not None:
                         yield report
 
-    def _check_clip(self, frame: Frame, clip: Event) -> Optional[Report]:
+    def _check_clip(self, facts: AmpFacts, frame: Frame, clip: Event) -> Optional[Report]:
         backwards = [e for e in frame.events_of(EventKind.SCALED_BACKWARD) if e.order < clip.order]
         if not backwards:
             return None
@@ -65,13 +85,15 @@ class ClipBeforeUnscale(LintRule):
             f"gradients are clipped while still multiplied by the loss scale of `{scaler}`: "
             f"call `{scaler}.unscale_(optimizer)` before clipping",
             help=f"Insert `{scaler}.unscale_(optimizer)` before the clip",
-            fix=self._fix(clip, scaler, steps, unscales),
+            fix=self._fix(facts, clip, scaler, steps, unscales),
             statement=clip.call.statement,
         )
 
-    def _fix(self, clip: Event, scaler: str, steps: list[Event], unscales: list[Event]) -> Optional[FixPlan]:
+    def _fix(
+        self, facts: AmpFacts, clip: Event, scaler: str, steps: list[Event], unscales: list[Event]
+    ) -> Optional[FixPlan]:
         optimizers = {s.optimizer for s in steps}
-        statement = _simple_statement(clip)
+        statement = _simple_statement(facts, clip)
         if len(optimizers) != 1 or None in optimizers or statement is None:
             return None
         # An unscale_ between the clip and the step would then run twice: torch raises.
@@ -107,12 +129,12 @@ class MissingScalerUpdate(LintRule):
                     f"`{scaler}.step()` is never followed by `{scaler}.update()`: the loss scale never "
                     "adapts, and the next `step()` raises 'step() has already been called since the last update()'",
                     help=f"Call `{scaler}.update()` once per iteration, after the last `{scaler}.step(...)`",
-                    fix=self._fix(last, steps, scaler),
+                    fix=self._fix(facts, last, steps, scaler),
                     statement=last.call.statement,
                 )
 
-    def _fix(self, last: Event, steps: list[Event], scaler: str) -> Optional[FixPlan]:
-        statement = _simple_statement(last)
+    def _fix(self, facts: AmpFacts, last: Event, steps: list[Event], scaler: str) -> Optional[FixPlan]:
+        statement = _simple_statement(facts, last)
         if statement is None or any(s.path != last.path for s in steps):
             return None
         text = f"{scaler}.update()"
@@ -123,7 +145,7 @@ def _passed_to_helper(frame: Frame, scaler: str) -> bool:
     for site in frame.calls:
         if site.receiver == scaler:
             continue
-        for arg in site.node.args:
+        for arg in call_args(site.node):
             if dotted(arg.value) == scaler:
                 return True
     return False
