@@ -53,7 +53,12 @@ class Rule:
     summary: str
     body: str
     path: Path
-    examples: tuple[Example, ...] = field(default=(), repr=False)
+    body_line: int = field(default=0, repr=False)  # lines before the body in the page
+
+    @functools.cached_property
+    def examples(self) -> tuple[Example, ...]:
+        """The page's bad/good/fixed examples (parsed on first use: linting never needs them)."""
+        return _parse_examples(self.body, self.body_line)
 
     @property
     def is_fixable(self) -> bool:
@@ -132,7 +137,7 @@ def load_rule(path: Path) -> Rule:
         summary=meta["summary"],
         body=body,
         path=path,
-        examples=_parse_examples(body, offset),
+        body_line=offset,
     )
 
 
