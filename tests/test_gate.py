@@ -47,3 +47,17 @@ def test_alternative_anchor_sets():
     arith = Anchors(names=("torch.autocast",), requires=("big-arith",))
     assert keeps("import torch\nwith torch.autocast('cuda'):\n    y = x - 1e9\n", [(fill, arith)])
     assert not keeps("import torch\nref = lambda x: x + 1e30\nt = torch.float16\n", [(fill, arith)])
+
+
+def test_an_integer_beyond_float_range_does_not_crash_the_gate():
+    huge = "9" * 320
+    summary = summarize(f"import torch\nwith torch.autocast('cuda'):\n    y = a + {huge}\n    m.masked_fill(k, {huge})\n")
+    assert summary is not None and "big-arith" not in summary.literals
+
+
+def test_lint_survives_an_integer_beyond_float_range():
+    from ampdoctor import lint_source
+
+    huge = "9" * 320
+    source = f"import torch\nx = torch.zeros(2).half()\nwith torch.autocast('cuda'):\n    y = x + {huge}\n    x.masked_fill(x > 0, -{huge})\n"
+    assert isinstance(lint_source(source), list)  # no OverflowError from float(10**320)

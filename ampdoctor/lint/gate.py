@@ -14,9 +14,11 @@ and the tests check that results are identical with and without this stage.
 from __future__ import annotations
 
 import ast
+import collections
+import functools
 import warnings
 from dataclasses import dataclass
-from typing import Iterable, Optional, Union
+from typing import Iterable, Iterator, Optional, Union
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,19 @@ class ModuleSummary:
         return any(self._references(anchor) for anchor in anchors.names)
 
     def _references(self, anchor: str) -> bool:
-        prefix = anchor + "."
-        return any(name == anchor or name.startswith(prefix) for name in self.names)
+        return anchor in self._prefixes
+
+    @functools.cached_property
+    def _prefixes(self) -> frozenset[str]:
+        """Every name and each of its dotted prefixes: ``a.b.c`` gives ``a``, ``a.b``, ``a.b.c``."""
+        found = set()
+        for name in self.names:
+            end = name.find(".")
+            while end != -1:
+                found.add(name[:end])
+                end = name.find(".", end + 1)
+            found.add(name)
+        return frozenset(found)
 
 
 def summarize(source: str) -> Optional[ModuleSummary]:
@@ -74,6 +87,34 @@ def summarize(source: str) -> Optional[ModuleSummary]:
     return summarize_tree(tree)
 
 
+# Fields that never hold a node a summary looks at: contexts, operators, names as strings.
+_SKIPPED = frozenset({"ctx", "op", "ops", "type_comment", "kind", "id", "attr", "arg", "name", "names", "module", "level",
+                      "asname", "kwd_attrs", "conversion", "lineno", "col_offset", "end_lineno", "end_col_offset"})
+_NODE_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def walk(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node, breadth first like ``ast.walk`` (outer imports win), without its generators."""
+    fields_of = _NODE_FIELDS
+    queue = collections.deque([tree])
+    pop, push, extend = queue.popleft, queue.append, queue.extend
+    while queue:
+        node = pop()
+        if node is None:  # ``{**x}`` leaves a None among a dict's keys
+            continue
+        yield node
+        cls = type(node)
+        names = fields_of.get(cls)
+        if names is None:
+            names = fields_of[cls] = tuple(f for f in cls._fields if f not in _SKIPPED)
+        for name in names:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                extend(value)
+            elif isinstance(value, ast.AST):
+                push(value)
+
+
 def summarize_tree(tree: ast.Module) -> ModuleSummary:
     """Resolved names, called methods, cast targets and literal facts of a parsed module."""
     imports: dict[str, str] = {}
@@ -81,7 +122,7 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
     cast_chains: list[str] = []
     methods: set[str] = set()
     literals: set[str] = set()
-    for node in ast.walk(tree):
+    for node in walk(tree):
         kind = type(node)
         if kind is ast.Attribute:
             chain = _dotted(node)
@@ -132,7 +173,10 @@ def _literal_value(node: ast.expr) -> Optional[float]:
     value = None
     if kind is ast.Constant:
         if type(node.value) in (int, float):
-            value = float(node.value)
+            try:
+                value = float(node.value)
+            except OverflowError:  # an integer beyond float range: certainly not float16
+                value = float("inf") if node.value > 0 else float("-inf")
     elif kind is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
         inner = _literal_value(node.operand)
         value = None if inner is None else (-inner if type(node.op) is ast.USub else inner)
