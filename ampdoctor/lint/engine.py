@@ -1,7 +1,7 @@
 """The lint pipeline: files → prefilter → parse → AmpFacts → rules → findings → suppressions.
 
-Cheap steps first. A file that contains none of the tokens of any selected rule is never
-decoded or parsed; a parsed file whose names show that no selected rule can fire (gate.py) gets
+Cheap steps first. A file that contains none of the tokens of any selected rule, or whose text
+shows that none of their anchors can hold (textscan.py), is never decoded or parsed; a parsed file whose names show that no selected rule can fire (gate.py) gets
 no fact model. Parsing is the interpreter's own ``ast``: it is fast, needs no import, and its
 nodes carry the positions that findings and fixes need.
 """
@@ -274,7 +274,7 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: Optional[Pre
         return result
     if path.suffix == ".ipynb":
         return _lint_notebook(path, display, data, options, spec, result)
-    if spec is not None and not passes_prefilter(data, spec):
+    if spec is not None and not (passes_prefilter(data, spec) and _text_gate(options.codes).keeps(data)):
         return result
     try:
         source = decode_source(data)
@@ -294,6 +294,15 @@ def _parse_or_none(source: str) -> Optional[ast.Module]:
         return parse_source(source)
     except Exception:
         return None
+
+
+def _text_gate(codes: frozenset[str]):
+    """The gate's anchors checked on the bytes (textscan.py): most files are never parsed."""
+    from .rules import lint_rules
+    from .textscan import text_gate
+
+    rules = lint_rules()
+    return text_gate(rules[c].anchors for c in sorted(codes) if c in rules)
 
 
 def _gate_keeps(tree: ast.Module, codes: frozenset[str]) -> bool:
@@ -360,6 +369,8 @@ def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, 
         message = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
         result.error = f"cannot read notebook: {message}"
         result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
+        return result
+    if spec is not None and not _text_gate(options.codes).keeps(notebook.source.encode("utf-8")):
         return result
     tree = _parse_or_none(notebook.source)
     if spec is not None and tree is not None and not _gate_keeps(tree, options.codes):
