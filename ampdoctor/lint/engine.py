@@ -1,9 +1,9 @@
 """The lint pipeline: files → prefilter → parse → AmpFacts → rules → findings → suppressions.
 
 Cheap steps first. A file that contains none of the tokens of any selected rule, or whose text
-shows that none of their anchors can hold (textscan.py), is never decoded or parsed; a parsed file whose names show that no selected rule can fire (gate.py) gets
-no fact model. Parsing is the interpreter's own ``ast``: it is fast, needs no import, and its
-nodes carry the positions that findings and fixes need.
+shows that none of their anchors can hold (textscan.py: a text-level superset of the anchors
+in gate.py), is never decoded or parsed. Parsing is the interpreter's own ``ast``: it is fast,
+needs no import, and its nodes carry the positions that findings and fixes need.
 """
 
 from __future__ import annotations
@@ -282,18 +282,7 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: Optional[Pre
         result.error = str(exc)
         result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
         return result
-    tree = _parse_or_none(source)
-    if spec is not None and tree is not None and not _gate_keeps(tree, options.codes):
-        return result
-    return _check_text(path, display, source, options, result, tree)
-
-
-def _parse_or_none(source: str) -> Optional[ast.Module]:
-    """The tree, or None when the source does not parse (``check_source`` then reports why)."""
-    try:
-        return parse_source(source)
-    except Exception:
-        return None
+    return _check_text(path, display, source, options, result)
 
 
 def _text_gate(codes: frozenset[str]):
@@ -303,14 +292,6 @@ def _text_gate(codes: frozenset[str]):
 
     rules = lint_rules()
     return text_gate(rules[c].anchors for c in sorted(codes) if c in rules)
-
-
-def _gate_keeps(tree: ast.Module, codes: frozenset[str]) -> bool:
-    from .gate import keeps
-    from .rules import lint_rules
-
-    rules = lint_rules()
-    return keeps(tree, (rules[c].anchors for c in codes if c in rules))
 
 
 def result_from_cache(path: Path, display: str, data: bytes, findings: list[Finding], suppressed: int) -> FileResult:
@@ -334,9 +315,7 @@ def result_from_cache(path: Path, display: str, data: bytes, findings: list[Find
     return result
 
 
-def _check_text(
-    path: Path, display: str, source: str, options: LintOptions, result: FileResult, tree: Optional[ast.Module] = None
-) -> FileResult:
+def _check_text(path: Path, display: str, source: str, options: LintOptions, result: FileResult) -> FileResult:
     result.source = source
     if options.fix:
         try:
@@ -350,7 +329,7 @@ def _check_text(
             result.source = new_source
         result.fixed = fixed
     else:
-        findings, suppressed, parsed = check_source(source, display, options, tree)
+        findings, suppressed, parsed = check_source(source, display, options)
     result.findings, result.suppressed, result.parsed = findings, suppressed, parsed
     if not parsed:
         result.error = findings[0].message
@@ -372,10 +351,7 @@ def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, 
         return result
     if spec is not None and not _text_gate(options.codes).keeps(notebook.source.encode("utf-8")):
         return result
-    tree = _parse_or_none(notebook.source)
-    if spec is not None and tree is not None and not _gate_keeps(tree, options.codes):
-        return result
-    _check_text(path, display, notebook.source, options, result, tree)
+    _check_text(path, display, notebook.source, options, result)
     final = notebook
     if result.changed:
         result.notebook = (text, notebook)

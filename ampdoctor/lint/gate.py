@@ -1,14 +1,12 @@
-"""The second prefilter stage: a cheap semantic check with the interpreter's own parser.
+"""Rule anchors: what a module must reference for a rule to be able to fire.
 
-The text prefilter keeps every file that merely *mentions* ``autocast`` or ``float16``; in a
-library such as torch itself that is hundreds of files. This stage walks the parsed ``ast``
-(the same tree the fact model is then built from), resolves names through the module's imports (the
-same way the fact model does) and keeps the file only if some selected rule's anchors occur:
-a resolved name (``torch.autocast``, ``torch.cuda.amp``, ``torch.float16``) or a method call
-(``x.scale(...)``, ``m.half()``). A rule without anchors always keeps the file.
-
-It is an optimisation only: a rule may fire only in modules that reference one of its anchors,
-and the tests check that results are identical with and without this stage.
+A rule declares its anchors (``Anchors``): resolved names (``torch.autocast``,
+``torch.cuda.amp``), called methods (``x.scale(...)``, ``m.half()``), float16 cast targets,
+and literal facts (a number beyond float16's range used as a fill value...). This module
+defines them and evaluates them exactly on a parsed module (``summarize``/``keeps``): that is
+the reference semantics. The engine evaluates them on the file's bytes instead, before any
+parse (textscan.py); the tests check that the text answer is a superset of this one, so that
+skipping a file never loses a finding.
 """
 
 from __future__ import annotations

@@ -155,10 +155,6 @@ def _tensor_like(expr: ast.expr) -> bool:
 class Float16OverflowConstant(LintRule):
     code = "AMP301"
     tokens = (".half", "float16", "HalfTensor", "autocast")
-    needs = (
-        rb"\d{5}|\d\.?[eE]\+?\d|\*\*|\d_\d",  # a literal above 65504: 5+ digits, an exponent or **
-        rb"masked_fill|fill_\(|full(?:_like)?\(|where\(|clamp_?\(|autocast",  # used where it can overflow
-    )
     anchors = (  # a fill value in a module that uses float16, or arithmetic inside autocast
         Anchors(FLOAT16.names, FLOAT16.methods, FLOAT16.casts, requires=("big-fill",)),
         Anchors(AUTOCAST.names, requires=("big-arith",)),
@@ -409,7 +405,6 @@ class _EpsilonWalker(RegionWalker):
 class Float16UnderflowEpsilon(LintRule):
     code = "AMP302"
     tokens = (".half", "float16", "HalfTensor", "autocast")
-    needs = (rb"\d[eE]-\d|\*\*\s*-",)  # an epsilon below 2**-24 is written with a negative exponent
     anchors = (  # arithmetic on float16 tensors, or eps= for an optimizer over .half() parameters
         Anchors(FLOAT16.names, FLOAT16.methods, FLOAT16.casts, requires=("tiny-arith",)),
         Anchors(methods=FLOAT16.methods, casts=FLOAT16.casts, requires=("tiny-eps",)),
