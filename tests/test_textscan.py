@@ -58,6 +58,8 @@ def assert_superset(source: str) -> None:
     assert "half" not in summary.methods or half_call(data), source
     assert not (summary.casts & set(FLOAT16.casts)) or float16_cast(data), source
     assert "parameters" not in summary.methods or calls_method(data, "parameters"), source
+    assert "half()" not in summary.methods or calls_method(data, "half()"), source
+    assert not (summary.method_casts & set(FLOAT16.casts)) or textscan.method_casts_to(data, FLOAT16.casts), source
     anchors = [rule.anchors for rule in lint_rules().values()]
     assert not gate.keeps(source, anchors) or may_keep(data, anchors), source
 
@@ -474,3 +476,31 @@ USES = [
 def test_generated_casts_are_covered(imports, uses):
     source = "".join(line + "\n" for line in imports) + "".join(use.replace("{T}", t) for use, t in uses)
     assert_superset(source)
+
+
+def test_conversions_to_float16_are_told_from_factory_dtypes():
+    casts = FLOAT16.casts
+    assert textscan.method_casts_to(b"import torch\ny = x.to(torch.float16)\n", casts)
+    assert textscan.method_casts_to(b"import torch\ny = x.to(device, dtype=torch.half)\n", casts)
+    assert not textscan.method_casts_to(b"import torch\ny = torch.zeros(3, dtype=torch.float16)\n", casts)
+    assert textscan.casts_to(b"import torch\ny = torch.zeros(3, dtype=torch.float16)\n", casts)
+    for source in ("import torch\ny = x.to(torch.float16)\n", "import torch\ny = torch.zeros(3, dtype=torch.half)\n",
+                   "import torch\ny = x.type(dtype=torch.float16)\n"):
+        assert_superset(source)
+
+
+def test_half_without_arguments_is_a_conversion():
+    assert calls_method(b"y = x.half()\n", "half()")
+    assert calls_method(b"y = x.half( # why\n)\n", "half()")
+    assert not calls_method(b"y = x.half(*args)\n", "half()")
+    assert calls_method(b"y = x.half(*args)\n", "half")
+    for source in ("y = x.half()\n", "y = x.half(*a)\n", "y = x.half(\n)\n"):
+        assert_superset(source)
+
+
+def test_amp302_arithmetic_needs_a_conversion_not_a_dtype_table():
+    amp302 = text_gate([lint_rules()["AMP302"].anchors])
+    table = b"import torch\nx = torch.zeros(3, dtype=torch.half)\ny = z + 1e-30\nf = lambda t: t.half(*a)\n"
+    assert not amp302.keeps(table)
+    assert amp302.keeps(b"import torch\nx = w.half()\ny = x + 1e-30\n")
+    assert amp302.keeps(b"import torch\nx = w.to(torch.float16)\ny = x + 1e-30\n")

@@ -24,9 +24,13 @@ class Anchors:
     """What a module must reference for a rule to be able to fire (either kind suffices)."""
 
     names: tuple[str, ...] = ()  # qualified names or prefixes, matched at dot boundaries
-    methods: tuple[str, ...] = ()  # method names called anywhere (``x.scale(...)``)
+    # Method names called anywhere (``x.scale(...)``); ``"half()"`` means called without arguments.
+    methods: tuple[str, ...] = ()
     # Qualified names used as a cast target: ``.to(X)``, ``.type(X)`` or ``dtype=X`` in a call.
     casts: tuple[str, ...] = ()
+    # The same, but only as the target of ``.to(...)`` / ``.type(...)`` (positional or dtype=):
+    # a tensor converted, not one created with a dtype.
+    method_casts: tuple[str, ...] = ()
     # Facts about literals that must *also* hold: "big-fill" (a number beyond float16's 65504
     # as a fill value or clamp bound), "big-arith" (added or subtracted), "tiny-arith" (a number
     # below float16's smallest subnormal, 2**-24, added, subtracted or divided by), "tiny-eps"
@@ -43,6 +47,7 @@ class ModuleSummary:
     names: frozenset[str]
     methods: frozenset[str]
     casts: frozenset[str] = frozenset()
+    method_casts: frozenset[str] = frozenset()
     literals: frozenset[str] = frozenset()
 
     def has_any(self, anchors: Anchors) -> bool:
@@ -50,11 +55,13 @@ class ModuleSummary:
             return False
         if not all(self._references(name) for name in anchors.requires_names):
             return False
-        if not (anchors.names or anchors.methods or anchors.casts):
+        if not (anchors.names or anchors.methods or anchors.casts or anchors.method_casts):
             return True
         if anchors.methods and not self.methods.isdisjoint(anchors.methods):
             return True
         if anchors.casts and not self.casts.isdisjoint(anchors.casts):
+            return True
+        if anchors.method_casts and not self.method_casts.isdisjoint(anchors.method_casts):
             return True
         return any(self._references(anchor) for anchor in anchors.names)
 
@@ -118,6 +125,7 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
     imports: dict[str, str] = {}
     chains: list[str] = []
     cast_chains: list[str] = []
+    method_cast_chains: list[str] = []  # the subset that are targets of .to() / .type()
     methods: set[str] = set()
     literals: set[str] = set()
     for node in walk(tree):
@@ -130,11 +138,16 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
             chains.append(node.id)
         elif kind is ast.Call:
             func = node.func
+            dtypes = [c for c in (_chain(k.value) for k in node.keywords if k.arg == "dtype") if c]
+            cast_chains.extend(dtypes)
             if type(func) is ast.Attribute:
                 methods.add(func.attr)
+                if not (node.args or node.keywords):
+                    methods.add(func.attr + "()")  # ``m.half()``: a conversion, not ``f.half(*args)``
                 if func.attr in ("to", "type"):
-                    cast_chains.extend(c for c in map(_chain, node.args) if c)
-            cast_chains.extend(c for c in (_chain(k.value) for k in node.keywords if k.arg == "dtype") if c)
+                    positional = [c for c in map(_chain, node.args) if c]
+                    cast_chains.extend(positional)
+                    method_cast_chains.extend(positional + dtypes)
             _call_literals(node, literals)
         elif kind is ast.BinOp:
             _binop_literals(node, literals)
@@ -153,7 +166,11 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
                 chains.append(full)
     # ``autocast = torch.autocast`` style aliases resolve through the chain on the right.
     return ModuleSummary(
-        _resolve(chains, imports), frozenset(methods), _resolve(cast_chains, imports), frozenset(literals)
+        _resolve(chains, imports),
+        frozenset(methods),
+        _resolve(cast_chains, imports),
+        _resolve(method_cast_chains, imports),
+        frozenset(literals),
     )
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "float16_anchor",
     "float16_cast",
     "half_call",
+    "method_casts_to",
     "literal_flags",
     "may_have",
     "may_keep",
@@ -747,9 +748,11 @@ def _check(kind: str, arg) -> _Check:
         if kind == "word":
             check = _Check((arg,), _mentions, arg)
         elif kind == "method":
-            check = _Check((arg,), _calls_method, arg)
+            check = _Check((arg[:-2] if arg.endswith(b"()") else arg,), _calls_method, arg)
         elif kind == "names":
             check = _Check({n.rpartition(b".")[2] for n in arg}, _references, arg)
+        elif kind == "method_casts":
+            check = _Check({t.rpartition(b".")[2] for t in arg}, _method_casts_to, arg)
         else:
             check = _Check({t.rpartition(b".")[2] for t in arg}, _casts_to, arg)
         _CHECKS[(kind, arg)] = check
@@ -1051,11 +1054,17 @@ def half_call(data: bytes) -> bool:
 
 
 def _calls_method(d: bytes, name: bytes) -> bool:
+    # ``half()`` (the gate's spelling of a call without arguments): ``)`` must follow ``(``.
+    bare = name.endswith(b"()")
+    if bare:
+        name = name[:-2]
     if not _contains(d, name):
         return False
     for s in _word_positions(d, name):
         n = _next(d, s + len(name))
         if _at(d, n) != _O_PAREN:
+            continue
+        if bare and _at(d, _next(d, n + 1)) != _C_PAREN:
             continue
         p = _prev(d, s)
         if (p == UNSURE or (p >= 0 and d[p] == _DOT)) and _in_code(d, s):
@@ -1063,11 +1072,19 @@ def _calls_method(d: bytes, name: bytes) -> bool:
     return False
 
 
+_CAST_METHODS = frozenset({b"to", b"type"})
+
+
 def casts_to(data: bytes, targets: Iterable[Union[str, bytes]]) -> bool:
     """Whether one of ``targets`` (qualified names, or an import alias of one) may be a
     positional argument of ``.to(...)``/``.type(...)`` or the value of a ``dtype=`` keyword in
     a call (the gate's ``casts``)."""
     return _check("casts", frozenset(_as_bytes(targets)))(data)
+
+
+def method_casts_to(data: bytes, targets: Iterable[Union[str, bytes]]) -> bool:
+    """``casts_to`` where only ``.to(...)``/``.type(...)`` count (the gate's ``method_casts``)."""
+    return _check("method_casts", frozenset(_as_bytes(targets)))(data)
 
 
 def float16_cast(data: bytes) -> bool:
@@ -1088,7 +1105,12 @@ def _is_target(name: bytes, targets: frozenset) -> bool:
     return name in targets
 
 
-def _casts_to(d: bytes, targets: frozenset) -> bool:
+def _method_casts_to(d: bytes, targets: frozenset) -> bool:
+    """``_casts_to`` where only ``.to(...)``/``.type(...)`` count (the gate's ``method_casts``)."""
+    return _casts_to(d, targets, True)
+
+
+def _casts_to(d: bytes, targets: frozenset, methods_only: bool = False) -> bool:
     aliased = False
     for word in {t.rpartition(b".")[2] for t in targets}:
         if not _contains(d, word):
@@ -1109,7 +1131,7 @@ def _casts_to(d: bytes, targets: frozenset) -> bool:
             if chain is None:
                 continue
             start, parts = chain
-            if not _cast_context(d, start, end):
+            if not _cast_context(d, start, end, methods_only):
                 continue
             if b".".join(parts) in targets or _imports(d).resolves(parts, lambda n: _is_target(n, targets)):
                 if _in_code(d, s):
@@ -1119,15 +1141,17 @@ def _casts_to(d: bytes, targets: frozenset) -> bool:
     for name in _imports(d).bound_to(lambda n: _is_target(n, targets)):
         for s in _word_positions(d, name):
             chain = _chain_back(d, s)
-            if chain == UNSURE or (chain is not None and len(chain[1]) == 1 and _cast_context(d, s, s + len(name))):
+            if chain == UNSURE or (
+                chain is not None and len(chain[1]) == 1 and _cast_context(d, s, s + len(name), methods_only)
+            ):
                 if _in_code(d, s):
                     return True
     return False
 
 
-def _cast_context(d: bytes, a: int, b: int) -> bool:
+def _cast_context(d: bytes, a: int, b: int, methods_only: bool = False) -> bool:
     """Whether the expression at ``d[a:b]`` may be a positional argument of ``.to``/``.type``
-    or the value of a ``dtype=`` keyword of a call."""
+    or the value of a ``dtype=`` keyword of a call (of ``.to``/``.type`` if ``methods_only``)."""
     while True:
         n = _next(d, b)
         cn = _at(d, n)
@@ -1158,7 +1182,7 @@ def _cast_context(d: bytes, a: int, b: int) -> bool:
                 return True
             return kind is not _GROUP and kind[2] and kind[1] in (b"to", b"type")
         if c == _EQUAL:
-            return _call_keyword(d, p, (b"dtype",)) != 0
+            return _call_keyword(d, p, (b"dtype",), _CAST_METHODS if methods_only else None) != 0
         return False
 
 
@@ -1226,6 +1250,7 @@ class _Alternative:
         self.anchors = (
             [_check("method", m) for m in _as_bytes(anchors.methods)]
             + ([_check("casts", frozenset(_as_bytes(anchors.casts)))] if anchors.casts else [])
+            + ([_check("method_casts", frozenset(_as_bytes(anchors.method_casts)))] if anchors.method_casts else [])
             + ([_check("names", _as_bytes(anchors.names))] if anchors.names else [])
         )
         self.required = [_check("method", m) for m in _as_bytes(anchors.requires_methods)] + [

@@ -406,7 +406,9 @@ class Float16UnderflowEpsilon(LintRule):
     code = "AMP302"
     tokens = (".half", "float16", "HalfTensor", "autocast")
     anchors = (  # arithmetic on float16 tensors, or eps= for an optimizer over .half() parameters
-        Anchors(FLOAT16.names, FLOAT16.methods, FLOAT16.casts, requires=("tiny-arith",)),
+        # The arithmetic check runs only in functions with an autocast region or a conversion
+        # to float16 (``.half()``, ``.to(torch.float16)``): a ``dtype=`` in a factory call is not one.
+        Anchors(FLOAT16.names, ("half()",), method_casts=FLOAT16.casts, requires=("tiny-arith",)),
         Anchors(methods=FLOAT16.methods, casts=FLOAT16.casts, requires=("tiny-eps",)),
     )
 
