@@ -52,6 +52,10 @@ def _parse_thresholds(values: tuple[str, ...]) -> dict[str, str]:
               show_default=True, help="Exit 1 when a finding has at least this severity.")
 @click.option("--record-ops-steps", type=click.IntRange(min=0), default=2, show_default=True,
               help="Record the per-op dtype census for the first K iterations.")
+@click.option("--gradient-interval", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Measure the per-parameter gradient shares (AMP505) and max |g| on the "
+              "op-recording iterations, then every N-th iteration (1: every iteration); inf/NaN "
+              "gradients are checked on every iteration.")
 @click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
               help="Change a rule threshold (e.g. skip_share=0.1); repeatable.")
 @click.option("--progress/--no-progress", default=None,
@@ -67,6 +71,7 @@ def trace_command(
     output_format: str,
     fail_on: str,
     record_ops_steps: int,
+    gradient_interval: int,
     thresholds: tuple[str, ...],
     progress: Optional[bool],
 ) -> None:
@@ -104,12 +109,12 @@ def trace_command(
         click.echo(f"ampdoctor trace: {exc}", err=True)
         ctx.exit(2)
 
-    report, outcome = _trace(run, steps or None, record_ops_steps, limits, output_format, progress)
+    report, outcome = _trace(run, steps or None, record_ops_steps, gradient_interval, limits, output_format, progress)
     _emit(report, outcome, json_path, output_format)
     ctx.exit(_exit_status(report, outcome, fail_on))
 
 
-def _trace(run, steps, record_ops_steps, limits, output_format, progress):
+def _trace(run, steps, record_ops_steps, gradient_interval, limits, output_format, progress):
     import contextlib
 
     from .runner import run_target
@@ -120,6 +125,7 @@ def _trace(run, steps, record_ops_steps, limits, output_format, progress):
         session = TraceSession(
             steps=steps,
             record_ops_steps=record_ops_steps,
+            gradient_interval=gradient_interval,
             thresholds=limits,
             script=run.source_path() or run.display,
             argv=[run.display, *run.args],

@@ -16,7 +16,11 @@ shares from counts) are left to the host at that read rather than spent as devic
   zero, that would fall below float16's smallest subnormal (2**-24) or smallest normal (2**-14)
   when multiplied by the loss scale, that are non-finite, and max |g|. ``gradient_row`` states
   the definition; ``GradientMonitor`` computes the same numbers for all parameters at once, in
-  cache-sized chunks of the flattened gradients, with integer arithmetic on float32 bits.
+  cache-sized chunks of the flattened gradients, with integer arithmetic on float32 bits. These
+  statistics are sampled (the session decides which iterations: the op-recording window, then
+  every n-th). On the other iterations, one ``aminmax`` per gradient tells which parameters held
+  inf/NaN, so non-finite gradients are seen on every iteration; it is skipped when the scaler's
+  own ``found_inf`` already says that none did and can be read without a device sync.
 - Boundaries: during the op-recording window only, the float16 gradients that flow into module
   outputs during backward (``register_multi_grad_hook``, as ``ModuleTracker`` does; no full
   backward hooks, which break in-place modules): shares of zeros and subnormals.
@@ -75,6 +79,9 @@ class ModuleRegistry:
     def __init__(self) -> None:
         self._modules: "weakref.WeakKeyDictionary[torch.nn.Module, ModuleInfo]" = weakref.WeakKeyDictionary()
         self._params = WeakIdKeyDictionary()
+        # id(param) -> (weak reference, info): the per-iteration lookup, without building a
+        # weak key per call; the weak reference tells a reused id from the parameter.
+        self._param_ids: dict[int, tuple[Any, ParamInfo]] = {}
         self.class_files: dict[type, Optional[str]] = {}
 
     def module(self, module: torch.nn.Module) -> ModuleInfo:
@@ -86,10 +93,15 @@ class ModuleRegistry:
 
     def param(self, param: torch.Tensor, fallback: Callable[[], str]) -> ParamInfo:
         """The parameter's info; ``fallback()`` names one that no registered module owns."""
+        known = self._param_ids.get(id(param))
+        if known is not None and known[0]() is param:
+            return known[1]
         info = self._params.get(param)
         if info is None:
             info = ParamInfo(fallback(), None, tuple(param.shape), dtype_name(param.dtype))
             self._params[param] = info
+        key = id(param)
+        self._param_ids[key] = (weakref.ref(param, lambda _, key=key: self._param_ids.pop(key, None)), info)
         return info
 
     def _register_root(self, root: torch.nn.Module) -> None:
@@ -146,7 +158,7 @@ class DeviceBatch:
     def __init__(self) -> None:
         self._parts: list[torch.Tensor] = []
         # slot -> the parts whose largest absolute value the slot reads as (see add_abs_max)
-        self._abs_max: dict[int, list[int]] = {}
+        self._abs_max: dict[int, range] = {}
 
     def add(self, tensor: torch.Tensor) -> int:
         self._parts.append(tensor.detach())
@@ -155,31 +167,51 @@ class DeviceBatch:
     def add_abs_max(self, extremes: list[torch.Tensor]) -> int:
         """A slot that reads as ``[max |v|]`` over the values of ``extremes`` (NaN if any is NaN):
         the reduction of a few numbers is left to the host, rather than costing device ops."""
-        slots = [self.add(tensor) for tensor in extremes]
-        self._abs_max[slots[0]] = slots
-        return slots[0]
+        parts = self._parts
+        first = len(parts)
+        for tensor in extremes:
+            parts.append(tensor.detach() if tensor.requires_grad else tensor)
+        self._abs_max[first] = range(first, len(parts))
+        return first
 
     def read(self) -> list[list[float]]:
+        parts = self._parts
         groups: dict[tuple[torch.device, torch.dtype, bool], list[int]] = {}
-        for index, part in enumerate(self._parts):
-            groups.setdefault((part.device, part.dtype, part.dim() == 0), []).append(index)
-        by_device: dict[torch.device, list[tuple[list[int], torch.Tensor]]] = {}
+        for index, part in enumerate(parts):
+            key = (part.device, part.dtype, part.dim() == 0)
+            indices = groups.get(key)
+            if indices is None:
+                groups[key] = [index]
+            else:
+                indices.append(index)
+        by_device: dict[torch.device, list[tuple[bool, list[int], torch.Tensor]]] = {}
         for (device, _, scalars), indices in groups.items():
-            parts = [self._parts[i] for i in indices]
-            gathered = torch.stack(parts) if scalars else torch.cat([p.reshape(-1) for p in parts])
-            by_device.setdefault(device, []).append((indices, gathered.to(torch.float32)))
-        values: list[list[float]] = [[] for _ in self._parts]
+            members = [parts[i] for i in indices]
+            gathered = torch.stack(members) if scalars else torch.cat([p.reshape(-1) for p in members])
+            by_device.setdefault(device, []).append((scalars, indices, gathered.to(torch.float32)))
+        values: list[list[float]] = [[]] * len(parts)
         for groups_on_device in by_device.values():
-            flat = torch.cat([gathered for _, gathered in groups_on_device]).tolist()  # the host sync
+            flat = torch.cat([gathered for _, _, gathered in groups_on_device]).tolist()  # the host sync
             offset = 0
-            for indices, _ in groups_on_device:
+            for scalars, indices, _ in groups_on_device:
+                if scalars:
+                    for position, index in enumerate(indices, start=offset):
+                        values[index] = [flat[position]]
+                    offset += len(indices)
+                    continue
                 for index in indices:
-                    size = self._parts[index].numel()
+                    size = parts[index].numel()
                     values[index] = flat[offset : offset + size]
                     offset += size
-        for slot, parts in self._abs_max.items():
-            numbers = [v for part in parts for v in values[part]]
-            values[slot] = [math.nan if any(math.isnan(v) for v in numbers) else max(abs(v) for v in numbers)]
+        for slot, members in self._abs_max.items():
+            if len(members) == 2 and len(values[members[0]]) == len(values[members[1]]) == 1:
+                # The common case, one tensor's [min] and [max].
+                low, high = values[members[0]][0], values[members[1]][0]
+                # NaN != NaN: a NaN anywhere makes the slot NaN, as the device reduction would.
+                values[slot] = [math.nan if low != low or high != high else max(abs(low), abs(high))]
+                continue
+            numbers = [v for part in members for v in values[part]]
+            values[slot] = [math.nan if any(v != v for v in numbers) else max(map(abs, numbers))]
         return values
 
 
@@ -202,6 +234,7 @@ class PendingIteration:
     found_inf_slots: list[tuple[str, int]] = field(default_factory=list)
     activations: list[ActivationRow] = field(default_factory=list)
     gradients: list["GradientChunks"] = field(default_factory=list)
+    gradient_checks: list["GradientCheck"] = field(default_factory=list)
     # (module, number of gradient elements, slot of boundary_row)
     boundaries: list[tuple[ModuleInfo, int, int]] = field(default_factory=list)
 
@@ -222,14 +255,22 @@ def max_abs(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 class ActivationMonitor:
-    """Global forward hooks measuring max |x| of module inputs and outputs, on the device."""
+    """Global forward hooks measuring max |x| of module inputs and outputs, on the device.
+
+    The hooks run on every module call, so they do little Python work: one ``aminmax`` per
+    tensor not measured before in this iteration, its two results queued as they are (no
+    per-call conversion or reduction), and a dict keyed by ``id`` (checked with a weak
+    reference and the version counter) to reuse the measurement of a tensor passed on
+    unchanged, such as the previous module's output."""
 
     def __init__(self, registry: ModuleRegistry, session: Any) -> None:
         self._registry = registry
         self._session = session
         self._handles: list[Any] = []
-        self._open_calls: list[Optional[int]] = []
-        self._known = WeakIdKeyDictionary()  # tensor -> (version, slot) for this iteration
+        # Per open forward call: (id of the module, its info, slot of its inputs' max |x| or None).
+        self._open_calls: list[tuple[int, ModuleInfo, Optional[int]]] = []
+        # id(tensor) -> (weak reference, version, slot), for this iteration's measurements.
+        self._known: dict[int, tuple[Any, int, int]] = {}
         self._grad_handles: list[Any] = []
         self.record_boundaries = False
 
@@ -247,8 +288,8 @@ class ActivationMonitor:
 
     def new_iteration(self) -> None:
         """Forget slots of the batch just read; a forward still open keeps its depth."""
-        self._open_calls = [None] * len(self._open_calls)
-        self._known = WeakIdKeyDictionary()
+        self._open_calls = [(key, info, None) for key, info, _ in self._open_calls]
+        self._known = {}
 
     def stop_boundaries(self) -> None:
         self.record_boundaries = False
@@ -261,26 +302,25 @@ class ActivationMonitor:
         an unchanged tensor."""
         if not tensors:
             return None
-        pending = self._session.pending
         # Inference tensors have no version counter, so their measurements are not reused.
-        reusable = len(tensors) == 1 and not tensors[0].is_inference()
-        if reusable:
-            known = self._known.get(tensors[0])
-            if known is not None and known[0] == tensors[0]._version:
-                return known[1]
+        single = tensors[0] if len(tensors) == 1 and not tensors[0].is_inference() else None
+        if single is not None:
+            known = self._known.get(id(single))
+            if known is not None and known[0]() is single and known[1] == single._version:
+                return known[2]
         with quiet():  # max_abs detaches: no autograd graph is recorded, no no_grad needed
             extremes = max_abs(tensors)
         if not extremes:
             return None
-        slot = pending.batch.add_abs_max(extremes)
-        if reusable:
-            self._known[tensors[0]] = (tensors[0]._version, slot)
+        slot = self._session.pending.batch.add_abs_max(extremes)
+        if single is not None:
+            self._known[id(single)] = (weakref.ref(single), single._version, slot)
         return slot
 
     def _before_forward(self, module: torch.nn.Module, args: Any) -> None:
         try:
-            self._registry.module(module)
-            self._open_calls.append(self._measure(_float_tensors(args)))
+            info = self._registry.module(module)
+            self._open_calls.append((id(module), info, self._measure(_float_tensors(args))))
         except Exception as exc:  # never let the instrument break the script
             self._fail(exc)
 
@@ -294,13 +334,27 @@ class ActivationMonitor:
         self.remove()
         self._session.instrument_failed("activation hooks", exc)
 
+    def _open_call(self, module: torch.nn.Module) -> tuple[ModuleInfo, Optional[int]]:
+        """The info and input slot the pre-hook recorded for this call. Calls left open above
+        it are forwards that raised (their post-hooks never ran): they are dropped."""
+        calls = self._open_calls
+        key = id(module)
+        if calls and calls[-1][0] == key:
+            _, info, input_slot = calls.pop()
+            return info, input_slot
+        for index in range(len(calls) - 1, -1, -1):
+            if calls[index][0] == key:
+                _, info, input_slot = calls[index]
+                del calls[index:]
+                return info, input_slot
+        return self._registry.module(module), None
+
     def _record_output(self, module: torch.nn.Module, output: Any) -> None:
-        input_slot = self._open_calls.pop() if self._open_calls else None
+        info, input_slot = self._open_call(module)
         outputs = _float_tensors(output)
         output_slot = self._measure(outputs)
         if output_slot is None:
             return
-        info = self._registry.module(module)
         pending = self._session.pending
         pending.activations.append(ActivationRow(info, dtype_name(outputs[0].dtype), input_slot, output_slot))
         if self.record_boundaries:
@@ -426,6 +480,27 @@ class GradientChunks:
         return rows
 
 
+@dataclass
+class GradientCheck:
+    """An iteration without the shares: the parameters that had a gradient and, unless their
+    gradients are known to be finite (the scaler found no inf/NaN), whether each held inf/NaN,
+    from one ``aminmax`` per gradient. ``groups`` are (slot, owners): one stacked tensor per
+    device and dtype, holding [min, max] of each owner in turn."""
+
+    params: list[ParamInfo] = field(default_factory=list)
+    groups: list[tuple[int, list[int]]] = field(default_factory=list)
+
+    def nonfinite(self, values: list[list[float]]) -> list[tuple[ParamInfo, bool]]:
+        flags = [False] * len(self.params)
+        for slot, owners in self.groups:
+            extremes = values[slot]
+            for position, owner in enumerate(owners):
+                low, high = extremes[2 * position], extremes[2 * position + 1]
+                # NaN != NaN; an inf is the minimum or the maximum.
+                flags[owner] = low != low or high != high or math.isinf(low) or math.isinf(high)
+        return list(zip(self.params, flags))
+
+
 class GradientMonitor:
     """Per-parameter gradient statistics (see ``gradient_row`` for what they are).
 
@@ -449,29 +524,67 @@ class GradientMonitor:
     def release(self) -> None:
         self._scratch.clear()
 
-    def capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
+    def capture(
+        self,
+        optimizer: Any,
+        label: str,
+        scale: Optional[torch.Tensor],
+        grads_scaled: bool,
+        full: bool = True,
+        known_finite: bool = False,
+    ) -> None:
+        """Queue this optimizer's gradient statistics: the shares and max |g| (``full``), or the
+        check of a non-sampled iteration: which parameters held inf/NaN, skipped (no device
+        work) when the gradients are ``known_finite``."""
         if self._failed:
             return
         try:
-            self._capture(optimizer, label, scale, grads_scaled)
+            if full:
+                self._capture(optimizer, label, scale, grads_scaled)
+            else:
+                self._check(optimizer, label, known_finite)
         except Exception as exc:  # never let the instrument break the script
             self._failed = True
             self._session.instrument_failed("gradient statistics", exc)
 
-    def _capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
-        capture = GradientChunks()
-        by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+    def _gradients(self, optimizer: Any, label: str) -> Iterator[tuple[ParamInfo, torch.Tensor]]:
+        """(info, detached gradient values) of every parameter with a non-empty gradient."""
         for group_index, group in enumerate(optimizer.param_groups):
             for index, param in enumerate(group["params"]):
                 grad = getattr(param, "grad", None)
-                if grad is None or grad.numel() == 0:
+                if grad is None:
                     continue
                 if grad.is_sparse:
                     grad = grad.coalesce()._values()
+                if grad.numel() == 0:  # nothing to measure (also a sparse gradient with no entries)
+                    continue
                 info = self._registry.param(param, lambda: f"{label}.param_groups[{group_index}][{index}]")
-                by_device.setdefault(grad.device, []).append((len(capture.params), grad.detach().reshape(-1)))
+                yield info, grad.detach() if grad.requires_grad else grad
+
+    def _check(self, optimizer: Any, label: str, known_finite: bool) -> None:
+        capture = GradientCheck()
+        groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
+        with torch.no_grad(), quiet():
+            for info, grad in self._gradients(optimizer, label):
+                if not known_finite:
+                    owners, extremes = groups.setdefault((grad.device, grad.dtype), ([], []))
+                    owners.append(len(capture.params))
+                    extremes.extend(torch.aminmax(grad))
                 capture.params.append(info)
-                capture.numels.append(grad.numel())
+            if not capture.params:
+                return
+            batch = self._session.pending.batch
+            for owners, extremes in groups.values():
+                capture.groups.append((batch.add(torch.stack(extremes)), owners))
+        self._session.pending.gradient_checks.append(capture)
+
+    def _capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
+        capture = GradientChunks()
+        by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+        for info, grad in self._gradients(optimizer, label):
+            by_device.setdefault(grad.device, []).append((len(capture.params), grad.reshape(-1)))
+            capture.params.append(info)
+            capture.numels.append(grad.numel())
         if not capture.params:
             return
         batch = self._session.pending.batch

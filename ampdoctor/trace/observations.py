@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .numerics import GRADIENT_FIELDS, ModuleInfo, PendingIteration
+from .numerics import GRADIENT_FIELDS, ModuleInfo, ParamInfo, PendingIteration
 
 
 @dataclass
@@ -37,7 +37,13 @@ class IterationRecord:
 
 @dataclass
 class GradientStats:
-    """One parameter's gradient over the traced iterations. Shares are fractions of elements."""
+    """One parameter's gradient over the traced iterations. Shares are fractions of elements.
+
+    ``iterations`` counts the iterations in which the parameter had a gradient: on each, whether
+    it held inf/NaN is known (``first_nonfinite_step``). The shares (``totals``, ``worst``, the
+    means) and ``max_abs`` come from the ``sampled_iterations`` among them, those with the full
+    statistics (see ``TraceSession``'s ``gradient_interval``).
+    """
 
     name: str
     module: Optional[str]
@@ -45,6 +51,7 @@ class GradientStats:
     shape: tuple[int, ...]
     dtype: str
     iterations: int = 0
+    sampled_iterations: int = 0
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_FIELDS[:4], 0.0))
     worst: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_FIELDS[:4], 0.0))
     max_abs: float = 0.0
@@ -59,14 +66,17 @@ class GradientStats:
         return math.prod(self.shape)
 
     def mean(self, name: str) -> float:
-        """Mean share over applied steps (over all steps if none was applied)."""
+        """Mean share over the sampled iterations whose step was applied (over all sampled
+        iterations if none was applied)."""
         if self.healthy_iterations:
             return self.healthy_totals[name] / self.healthy_iterations
-        return self.totals[name] / self.iterations if self.iterations else 0.0
+        return self.totals[name] / self.sampled_iterations if self.sampled_iterations else 0.0
 
     def add(self, values: list[float], step: int, skipped: bool, scale: Optional[float]) -> None:
+        """A sampled iteration: the ``gradient_row`` values."""
         shares = dict(zip(GRADIENT_FIELDS[:4], values[:4]))
         self.iterations += 1
+        self.sampled_iterations += 1
         for name, share in shares.items():
             self.totals[name] += share
             self.worst[name] = max(self.worst[name], share)
@@ -77,6 +87,13 @@ class GradientStats:
         if math.isfinite(values[4]):
             self.max_abs = max(self.max_abs, values[4])
         if shares["nonfinite"] > 0 and self.first_nonfinite_step is None:
+            self.first_nonfinite_step = step
+        self.last_scale = scale
+
+    def add_check(self, nonfinite: bool, step: int, scale: Optional[float]) -> None:
+        """An iteration without the full statistics: whether the gradient held inf/NaN."""
+        self.iterations += 1
+        if nonfinite and self.first_nonfinite_step is None:
             self.first_nonfinite_step = step
         self.last_scale = scale
 
@@ -158,6 +175,9 @@ class Observations:
     untraced_scaler: bool = False
     # Instruments that removed themselves after an error (the report says what is missing).
     instrument_errors: list[str] = field(default_factory=list)
+    # Gradient shares and max |g| are measured on the first iterations (the op-recording window,
+    # at least one) and then on every ``gradient_interval``-th; inf/NaN on every iteration.
+    gradient_interval: int = 1
 
     @property
     def steps(self) -> int:
@@ -203,20 +223,28 @@ class Observations:
     def _absorb_gradients(self, pending: PendingIteration, values, record: IterationRecord) -> None:
         rows = [row for capture in pending.gradients for row in capture.rows(values)]
         for info, row in rows:
-            stats = self.gradients.get(info.name)
-            if stats is None:
-                module = info.module
-                stats = GradientStats(
-                    info.name,
-                    module.path if module else None,
-                    module.class_name if module else None,
-                    info.shape,
-                    info.dtype,
-                )
-                self.gradients[info.name] = stats
-            stats.add(row, record.step, record.skipped, record.scale)
+            self._gradient_stats(info).add(row, record.step, record.skipped, record.scale)
             if row[3] > 0 and len(record.nonfinite_params) < 5:
                 record.nonfinite_params.append(info.name)
+        for capture in pending.gradient_checks:
+            for info, nonfinite in capture.nonfinite(values):
+                self._gradient_stats(info).add_check(nonfinite, record.step, record.scale)
+                if nonfinite and len(record.nonfinite_params) < 5:
+                    record.nonfinite_params.append(info.name)
+
+    def _gradient_stats(self, info: ParamInfo) -> GradientStats:
+        stats = self.gradients.get(info.name)
+        if stats is None:
+            module = info.module
+            stats = GradientStats(
+                info.name,
+                module.path if module else None,
+                module.class_name if module else None,
+                info.shape,
+                info.dtype,
+            )
+            self.gradients[info.name] = stats
+        return stats
 
     def _absorb_activations(self, pending: PendingIteration, values, step: int) -> None:
         for row in pending.activations:

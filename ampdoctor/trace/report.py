@@ -23,11 +23,16 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
 ``ops_steps``          iterations covered by ``ops``
 ``ops``                [{op, module, autocast: "on"|"off"|"disabled", phase: "forward"|"backward",
                        input_dtypes, output_dtype, count}]; module null outside any module
-``gradients``          per parameter: {name, module, module_class, shape, dtype, iterations,
-                       zero, below_subnormal, subnormal, nonfinite (mean shares over applied
-                       steps), worst (max share per field), max_abs (unscaled),
-                       float16_limit (65504 / the last loss scale), lost_share,
-                       first_nonfinite_step}
+``gradient_interval``  the shares and max_abs in ``gradients`` were measured on the first
+                       iteration, every iteration of the op-recording window, then every
+                       this-many-th (1: all); inf/NaN gradients are checked on every iteration
+``gradients``          per parameter: {name, module, module_class, shape, dtype, iterations
+                       (with a gradient, each checked for inf/NaN: first_nonfinite_step),
+                       sampled_iterations (those with the full statistics), zero,
+                       below_subnormal, subnormal, nonfinite (mean shares over the sampled
+                       iterations whose step was applied), worst (max share per field),
+                       max_abs (unscaled, over the sampled iterations), float16_limit (65504 /
+                       the last loss scale), lost_share, first_nonfinite_step}
 ``activations``        per module: {module, module_class, calls, max_abs: {dtype: value},
                        first_nonfinite_step}
 ``boundaries``         per module (op-recording window): {module, module_class, zero, subnormal}
@@ -112,6 +117,7 @@ class TraceReport:
             "loss": [json_number(r.loss) for r in obs.iterations],
             "ops_steps": obs.op_steps,
             "ops": [key.to_dict(count) for key, count in _sorted_ops(obs)],
+            "gradient_interval": obs.gradient_interval,
             "gradients": [self._gradient_dict(g) for g in obs.gradients.values()],
             "activations": [_activation_dict(a) for a in obs.activations.values()],
             "boundaries": [
@@ -138,6 +144,7 @@ class TraceReport:
             "shape": list(stats.shape),
             "dtype": stats.dtype,
             "iterations": stats.iterations,
+            "sampled_iterations": stats.sampled_iterations,
             **means,
             "worst": dict(stats.worst),
             "max_abs": json_number(stats.max_abs),
@@ -391,6 +398,9 @@ def _underflow_table(report: TraceReport):
             f"{stats.mean('subnormal'):.1%}",
             f"{stats.max_abs:.3g}",
         )
+    interval = report.observations.gradient_interval
+    if interval > 1:
+        table.caption = f"measured on the first iterations, then every {interval}th (--gradient-interval)"
     return table
 
 

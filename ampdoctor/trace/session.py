@@ -32,6 +32,15 @@ backward count), the global optimizer step hooks, global module forward hooks (a
 ranges), and for the first ``record_ops_steps`` iterations the op census (``TorchDispatchMode``
 with ``ModuleTracker``) and the float16 boundary-gradient hooks. It keeps numbers, class objects
 and weak references only; the training code's numerics are bit-identical with and without it.
+
+Gradient statistics are sampled: the per-parameter shares behind AMP505 (zeros, values below
+float16's subnormal and normal ranges at the loss scale) and max |g| are measured on the first
+iteration, on every iteration of the op-recording window, and then on every
+``gradient_interval``-th iteration (default 4; 1 measures every iteration). Every iteration
+still gets the loss, the loss scale, the scaler's ``found_inf``, the activation ranges, and which
+parameters' gradients held inf/NaN: one ``aminmax`` per gradient, skipped when the scaler's
+``found_inf`` says there was none and reading it costs no device sync (it is on the CPU). The
+report states the interval.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from .rules import Thresholds
 from .scaler import ScalerPatch, _TorchGradScaler
 
 DEFAULT_RECORD_OPS_STEPS = 2
+DEFAULT_GRADIENT_INTERVAL = 4
 
 _active: Optional["TraceSession"] = None
 
@@ -90,19 +100,23 @@ class TraceSession:
         script: Optional[str] = None,
         argv: Optional[list[str]] = None,
         progress: Optional[ProgressCallback] = None,
+        gradient_interval: int = DEFAULT_GRADIENT_INTERVAL,
     ) -> None:
         if steps is not None and steps < 1:
             raise ValueError("steps must be a positive number of iterations, or None")
         if record_ops_steps < 0:
             raise ValueError("record_ops_steps must be 0 or more")
+        if gradient_interval < 1:
+            raise ValueError("gradient_interval must be 1 or more")
         self.steps = steps
         self.record_ops_steps = record_ops_steps
+        self.gradient_interval = gradient_interval
         self.thresholds = thresholds or Thresholds()
         # Findings point at this file; by default the running program's main script.
         self.script = script or getattr(sys.modules.get("__main__"), "__file__", None)
         self.argv = argv
         self.outcome = Outcome()
-        self.observations = Observations()
+        self.observations = Observations(gradient_interval=gradient_interval)
         self.pending = PendingIteration()
         self._progress = progress
         self._registry = ModuleRegistry()
@@ -267,7 +281,9 @@ class TraceSession:
             if self._iteration_optimizers is None:
                 self._iteration_optimizers = set(self._stepped)
             self._close_iteration()
-        self._gradients.capture(optimizer, self._label(optimizer), scale=None, grads_scaled=False)
+        self._gradients.capture(
+            optimizer, self._label(optimizer), scale=None, grads_scaled=False, full=self._gradient_shares_due()
+        )
 
     def _optimizer_post_step(self, optimizer, args, kwargs) -> None:
         if self._in_scaler_step:
@@ -287,12 +303,22 @@ class TraceSession:
                 self.pending.loss_slots.append(self.pending.batch.add(outputs.detach().clone()))
 
     def scaler_unscaled(self, scaler, optimizer) -> None:
-        self._gradients.capture(optimizer, self._label(optimizer), scaler._scale, grads_scaled=False)
+        full = self._gradient_shares_due()
+        self._gradients.capture(
+            optimizer,
+            self._label(optimizer),
+            scaler._scale,
+            grads_scaled=False,
+            full=full,
+            known_finite=not full and _found_no_inf(scaler, optimizer),
+        )
 
     def scaler_step_started(self, scaler, optimizer, grads_scaled: bool) -> None:
         self._in_scaler_step = True
         if grads_scaled:
-            self._gradients.capture(optimizer, self._label(optimizer), scaler._scale, grads_scaled=True)
+            self._gradients.capture(
+                optimizer, self._label(optimizer), scaler._scale, grads_scaled=True, full=self._gradient_shares_due()
+            )
 
     def scaler_step_finished(self, scaler, optimizer, found_inf) -> None:
         self._in_scaler_step = False
@@ -310,6 +336,13 @@ class TraceSession:
         batch = self.pending.batch
         self.pending.scale_slots = (batch.add(scale_before), batch.add(scale_after))
         self._close_iteration()
+
+    def _gradient_shares_due(self) -> bool:
+        """Whether the iteration under way gets the full gradient statistics (the shares of
+        AMP505 and max |g|): the first iteration and every one of the op-recording window, then
+        every ``gradient_interval``-th. The others get the inf/NaN check only."""
+        step = self.observations.steps + 1
+        return step <= max(self.record_ops_steps, 1) or step % self.gradient_interval == 0
 
     def _remember_scaler(self, scaler) -> None:
         if id(scaler) in self._scalers_seen:
@@ -375,6 +408,16 @@ class TraceSession:
         elif not self.pending.empty or census_open:
             self._read_pending(None, with_census_ranges=census_open)
         self._stop_census()
+
+
+def _found_no_inf(scaler, optimizer) -> bool:
+    """Whether ``unscale_`` just found every gradient of ``optimizer`` finite, known without a
+    device sync: torch's own ``found_inf`` tensors, read only when they live on the CPU."""
+    state = scaler._per_optimizer_states.get(id(optimizer))
+    found = state.get("found_inf_per_device") if state else None
+    if not found or any(tensor.device.type != "cpu" for tensor in found.values()):
+        return False
+    return all(tensor.item() == 0 for tensor in found.values())
 
 
 def _stepped_by_untraced_scaler() -> bool:

@@ -86,3 +86,27 @@ def test_underflow_suggests_a_scale(trace_cli):
     assert "bfloat16" in finding["help"]
     ranked = [p["lost_share"] for p in finding["extra"]["parameters"]]
     assert ranked == sorted(ranked, reverse=True) and ranked[0] > 0.5
+
+
+def _finding_keys(run):
+    keys = set()
+    for finding in run.report["findings"]:
+        names = tuple(sorted(p["name"] for p in finding["extra"].get("parameters", [])))
+        keys.add((finding["code"], finding["step"], finding["module"], names))
+    return keys
+
+
+@pytest.mark.parametrize("name", sorted(PROVOKED) + ["healthy_fp16.py", "healthy_bf16.py"])
+def test_sampled_gradient_shares_find_what_every_iteration_finds(trace_cli, name):
+    """The default samples the gradient shares (the op-recording window, then every 4th
+    iteration): on every fixture it finds the same problems, at the same iterations and modules
+    and for the same parameters, as measuring them on every iteration."""
+    steps = max(PROVOKED.get(name, (0,))[0], 9)
+    every = trace_cli(str(FIXTURES / name), "--steps", str(steps), "--fail-on", "never", "--gradient-interval", "1")
+    sampled = trace_cli(str(FIXTURES / name), "--steps", str(steps), "--fail-on", "never")
+    assert every.report["gradient_interval"] == 1 and sampled.report["gradient_interval"] == 4
+    assert every.report["steps"] == sampled.report["steps"] == steps
+    assert _finding_keys(sampled) == _finding_keys(every)
+    # Iterations 1 and 2 (the window), then 4, 8, ...; every gradient is present on every one.
+    assert {g["sampled_iterations"] for g in sampled.report["gradients"]} == {2 + steps // 4}
+    assert {g["sampled_iterations"] for g in every.report["gradients"]} == {steps}

@@ -80,6 +80,92 @@ def test_chunked_gradient_statistics_equal_the_plain_definition(monkeypatch, sca
     )
 
 
+def test_gradient_check_finds_the_nonfinite_gradients_of_the_plain_definition():
+    """Iterations without the full statistics still tell, per parameter, whether the gradient
+    held inf/NaN, in agreement with ``gradient_row``'s non-finite share."""
+    grads = _edge_case_gradients()
+    params = [nn.Parameter(torch.zeros(g.shape, dtype=g.dtype)) for g in grads]
+    for param, grad in zip(params, grads):
+        param.grad = grad.clone()
+    session = _Session()
+    GradientMonitor(ModuleRegistry(), session).capture(torch.optim.SGD(params, lr=0.1), "SGD#1", None, False, full=False)
+    assert session.errors == [] and session.pending.gradients == []
+    (capture,) = session.pending.gradient_checks
+    flags = capture.nonfinite(session.pending.batch.read())
+    assert [info.name for info, _ in flags] == [f"SGD#1.param_groups[0][{i}]" for i in range(len(grads))]
+    expected = [gradient_row(grad, None, False)[3].item() > 0 for grad in grads]
+    assert [flag for _, flag in flags] == expected
+    assert expected.count(True) == 2  # the special values and the all-NaN gradient
+    # -inf alone is found too (it is only the minimum).
+    params[3].grad = torch.tensor([1.0, -math.inf, 2.0, 0.0, 5.0, 6.0, 7.0])
+    session = _Session()
+    GradientMonitor(ModuleRegistry(), session).capture(torch.optim.SGD(params, lr=0.1), "SGD#1", None, False, full=False)
+    flags = session.pending.gradient_checks[0].nonfinite(session.pending.batch.read())
+    assert [flag for _, flag in flags] == [True, False, False, True, False, False, False, True]
+
+
+def test_gradients_known_finite_are_listed_without_device_work(monkeypatch):
+    param = nn.Parameter(torch.zeros(3))
+    param.grad = torch.ones(3)
+    session = _Session()
+    monkeypatch.setattr(torch, "aminmax", None)  # any device op would fail
+    GradientMonitor(ModuleRegistry(), session).capture(
+        torch.optim.SGD([param], lr=0.1), "SGD#1", None, False, full=False, known_finite=True
+    )
+    assert session.errors == [] and session.pending.batch._parts == []
+    (capture,) = session.pending.gradient_checks
+    assert capture.nonfinite([]) == [(capture.params[0], False)]
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_sparse_gradients_without_entries_are_skipped(full):
+    dense = nn.Parameter(torch.zeros(3))
+    dense.grad = torch.tensor([1.0, -2.0, 0.0])
+    sparse = nn.Parameter(torch.zeros(4, 2))
+    sparse.grad = torch.sparse_coo_tensor(torch.zeros((2, 0), dtype=torch.int64), torch.zeros(0), (4, 2), check_invariants=True)
+    session = _Session()
+    GradientMonitor(ModuleRegistry(), session).capture(torch.optim.SGD([dense, sparse], lr=0.1), "SGD#1", None, False, full)
+    assert session.errors == []
+    values = session.pending.batch.read()
+    if full:
+        rows = session.pending.gradients[0].rows(values)
+    else:
+        rows = session.pending.gradient_checks[0].nonfinite(values)
+    assert [info.name for info, _ in rows] == ["SGD#1.param_groups[0][0]"]
+
+
+def test_activation_hooks_drop_the_calls_of_forwards_that_raised():
+    """A child whose forward raises (caught by its parent) never runs its post-hook: the parent's
+    output is still attributed to the parent, and nothing stays open."""
+
+    class Fails(nn.Module):
+        def forward(self, x):
+            raise ValueError("not this way")
+
+    class Parent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fallible = Fails()
+            self.fallback = nn.Linear(2, 2)
+
+        def forward(self, x):
+            try:
+                return self.fallible(x)
+            except ValueError:
+                return self.fallback(x) * 1000.0
+
+    model = Parent()
+    with trace_session() as session:
+        for _ in range(3):
+            model(torch.ones(1, 2))
+        assert session._activations._open_calls == []
+        session.flush_partial()
+    activations = session.observations.activations
+    assert set(activations) == {"Parent", "fallback"}
+    assert activations["Parent"].calls == activations["fallback"].calls == 3
+    assert activations["Parent"].max_abs["float32"] > 100 > activations["fallback"].max_abs["float32"]
+
+
 def test_chunked_gradient_statistics_count_nan_as_nonfinite_and_nowhere_else():
     grad = torch.tensor([math.nan, -math.nan, 0.0, 2.0**-26])
     param = nn.Parameter(torch.zeros(4))

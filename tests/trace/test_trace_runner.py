@@ -150,6 +150,7 @@ def test_json_output_format_keeps_stdout_pure_json():
         (["-m", "no_such_module_anywhere"], "No module named no_such_module_anywhere"),
         ([], "missing SCRIPT"),
         ([script("early_end.py"), "--steps", "-1"], "--steps"),
+        ([script("early_end.py"), "--gradient-interval", "0"], "--gradient-interval"),
         ([script("early_end.py"), "--threshold", "nonsense=1"], "unknown threshold"),
         ([script("early_end.py"), "--json", "/no/such/folder/report.json"], "does not exist"),
     ],
@@ -182,3 +183,11 @@ def test_importing_the_command_does_not_import_torch():
     code = "import sys, ampdoctor.trace, ampdoctor.trace.cli; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_cli_defaults_are_the_session_defaults():
+    from ampdoctor.trace.session import DEFAULT_GRADIENT_INTERVAL, DEFAULT_RECORD_OPS_STEPS
+
+    defaults = {param.name: param.default for param in trace_command.params}
+    assert defaults["gradient_interval"] == DEFAULT_GRADIENT_INTERVAL
+    assert defaults["record_ops_steps"] == DEFAULT_RECORD_OPS_STEPS

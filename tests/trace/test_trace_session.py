@@ -238,6 +238,7 @@ def test_json_schema_has_the_documented_keys(trace_cli):
     for key in (
         "version", "script", "steps", "completed", "error", "findings", "scale", "skipped",
         "loss", "ops", "gradients", "activations", "boundaries", "origin", "notes", "uses",
+        "gradient_interval",
     ):
         assert key in report
     op = report["ops"][0]
@@ -250,7 +251,7 @@ def test_json_schema_has_the_documented_keys(trace_cli):
     assert {"forward", "backward"} <= {o["phase"] for o in report["ops"]}
     gradient = report["gradients"][0]
     assert gradient["name"] == "0.weight" and gradient["module"] == "0" and gradient["iterations"] == 3
-    for field in ("zero", "below_subnormal", "subnormal", "nonfinite", "max_abs", "lost_share"):
+    for field in ("zero", "below_subnormal", "subnormal", "nonfinite", "max_abs", "lost_share", "sampled_iterations"):
         assert field in gradient
 
 
@@ -320,3 +321,66 @@ def test_overflow_after_the_census_window_still_names_the_op():
     assert finding.extra["op"] == "exp"
     assert session.observations.op_steps == 2  # the extra census iteration is not in the table
     assert finding.location.line == 8  # `class Net` in the script
+
+
+@pytest.mark.parametrize(
+    "interval, record_ops_steps, sampled",
+    [(4, 2, [1, 2, 4, 8]), (1, 2, list(range(1, 10))), (3, 0, [1, 3, 6, 9]), (5, 4, [1, 2, 3, 4, 5])],
+)
+def test_gradient_shares_are_sampled_on_the_documented_iterations(interval, record_ops_steps, sampled):
+    session, _ = run_script("loop_forever.py", steps=9, record_ops_steps=record_ops_steps, gradient_interval=interval)
+    stats = session.observations.gradients
+    assert set(stats) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    for gradient in stats.values():
+        assert (gradient.iterations, gradient.sampled_iterations) == (9, len(sampled))
+    data = session.report().to_dict()
+    assert data["gradient_interval"] == interval
+    assert {g["sampled_iterations"] for g in data["gradients"]} == {len(sampled)}
+    assert {g["iterations"] for g in data["gradients"]} == {9}
+
+
+def test_gradient_interval_must_be_positive():
+    with pytest.raises(ValueError, match="gradient_interval"):
+        TraceSession(gradient_interval=0)
+
+
+def test_nonfinite_gradients_are_seen_on_every_iteration_whatever_the_interval():
+    """The loss-scale collapse fixture has NaN gradients on every iteration: which parameters
+    held them and first_nonfinite_step must not depend on the sampling of the shares."""
+    fixture = str(SCRIPTS.parents[2] / "fixtures" / "trace" / "loss_scale_collapse.py")
+
+    def trace(interval):
+        with contextlib.redirect_stdout(io.StringIO()):
+            with TraceSession(steps=9, script=fixture, record_ops_steps=0, gradient_interval=interval) as session:
+                session.outcome = run_target(Target(script=fixture))
+        return session
+
+    every, sampled = trace(1), trace(1000)
+    assert [g.sampled_iterations for g in sampled.observations.gradients.values()] == [1] * 4
+    records = [r.nonfinite_params for r in every.observations.iterations]
+    assert all(records) and [r.nonfinite_params for r in sampled.observations.iterations] == records
+    for name, stats in every.observations.gradients.items():
+        other = sampled.observations.gradients[name]
+        assert (other.iterations, other.first_nonfinite_step) == (stats.iterations, stats.first_nonfinite_step)
+    assert [f.to_dict() for f in sampled.report().findings] == [f.to_dict() for f in every.report().findings]
+
+
+def test_the_gradient_check_is_skipped_only_when_the_scaler_found_no_inf(monkeypatch):
+    """On the CPU the scaler's found_inf is read for free: iterations without the full statistics
+    whose gradients it found finite need no check of their own; the others still get one."""
+    from ampdoctor.trace.numerics import GradientMonitor
+
+    calls = []
+    original = GradientMonitor.capture
+
+    def spy(self, optimizer, label, scale, grads_scaled, full=True, known_finite=False):
+        calls.append((full, known_finite))
+        return original(self, optimizer, label, scale, grads_scaled, full, known_finite)
+
+    monkeypatch.setattr(GradientMonitor, "capture", spy)
+    run_script("loop_forever.py", steps=5, record_ops_steps=0, gradient_interval=100)
+    assert calls == [(True, False)] + [(False, True)] * 4
+    calls.clear()
+    run_script("seeded_hex.py", steps=None, record_ops_steps=0, gradient_interval=100)
+    session_skips = [known for full, known in calls if not full]
+    assert False in session_skips and True in session_skips  # init_scale 2**24 overflows at first
