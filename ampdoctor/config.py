@@ -27,10 +27,15 @@ from typing import Any, Iterable, Optional, Sequence
 
 from .findings import Severity
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on older interpreters only
-    import tomli as tomllib
+
+
+def _toml():
+    """The TOML parser, imported when a config file is read (most runs have nothing to read)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on older interpreters only
+        import tomli as tomllib
+    return tomllib
 
 ALWAYS_ON = frozenset({"AMP000"})
 _KNOWN_KEYS = {
@@ -147,6 +152,9 @@ def find_config(start: Path) -> Optional[Path]:
                 text = candidate.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue
+            if "ampdoctor" not in text:
+                continue  # no [tool.ampdoctor] table can be in it: no need to parse it
+            tomllib = _toml()
             try:
                 data = tomllib.loads(text)
             except tomllib.TOMLDecodeError:
@@ -165,6 +173,7 @@ def load_settings(path: Path, known_codes: Iterable[str]) -> Settings:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"cannot read config {path}: not UTF-8") from None
+    tomllib = _toml()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

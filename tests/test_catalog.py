@@ -105,3 +105,11 @@ def test_pages_ship_inside_the_package_build(tmp_path):
     config = tomllib.loads((rules_dir().parent / "pyproject.toml").read_text())
     include = config["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
     assert include == {"rules": "ampdoctor/_rules"}
+
+
+def test_every_rule_family_module_is_loaded():
+    import pkgutil
+
+    from ampdoctor.lint import rules
+
+    assert sorted(rules.FAMILIES) == sorted(info.name for info in pkgutil.iter_modules(rules.__path__))

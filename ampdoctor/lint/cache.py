@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -129,7 +128,10 @@ class ResultCache:
                 (self.folder / "CACHEDIR.TAG").write_text(
                     "Signature: 8a477f597d28d172789f06886806bc55\n# ampdoctor result cache\n", encoding="utf-8"
                 )
-            fd, temp = tempfile.mkstemp(dir=self.folder, prefix=".lint-", suffix=".tmp")
+            # A name no other process uses (``tempfile`` would cost more to import than the
+            # whole write); O_EXCL refuses to follow anything already there.
+            temp = self.folder / f".lint-{os.getpid()}-{time.monotonic_ns()}.tmp"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 prefilter = _encode_prefilter(self._prefilter)
                 document = {"format": _FORMAT, "written_ns": time.time_ns(), "prefilter": prefilter, "files": self.entries}

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import os
 import re
-import tempfile
 import tokenize
 import warnings
 from dataclasses import dataclass, field
@@ -404,6 +402,8 @@ def write_result(path: Path, result: FileResult) -> None:
     text = _notebook_text(result) if path.suffix == ".ipynb" else result.source or ""
     data = text.encode("utf-8") if path.suffix == ".ipynb" else _encode_like(text, result.original or "")
     folder = path.parent
+    import tempfile
+
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".ampdoctor", dir=folder)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -431,4 +431,6 @@ def unified_diff(result: FileResult) -> str:
         return ""
     before = (result.original or "").splitlines(keepends=True)
     after = (result.source or "").splitlines(keepends=True)
+    import difflib
+
     return "".join(difflib.unified_diff(before, after, fromfile=f"a/{result.path.lstrip('/')}", tofile=f"b/{result.path.lstrip('/')}"))
