@@ -1,6 +1,6 @@
 """``python -m ampdoctor``."""
 
-from .cli import main
+from .entry import main
 
 if __name__ == "__main__":
-    main(prog_name="ampdoctor")
+    main()

@@ -45,3 +45,52 @@ def test_usage_error_has_no_traceback():
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.strip() == "ampdoctor: error: --select: unknown rule code or prefix 'BOGUS'"
+
+
+# ``ampdoctor lint FILE...`` with file names only takes a path that does not import click
+# (entry.py); it must behave exactly like the click command with its defaults spelled out.
+
+def _both(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("AMPDOCTOR_OUTPUT_FORMAT", "NO_COLOR")}
+    plain = subprocess.run([_script(), "lint", *args], capture_output=True, text=True, cwd=cwd, env=env)
+    spelled = subprocess.run([_script(), "lint", "--output-format", "text", *args], capture_output=True, text=True,
+                             cwd=cwd, env=env)
+    return plain, spelled
+
+
+@pytest.mark.parametrize(
+    "names",
+    [["buggy_no_update.py"], ["clean_gan_two_optimizers.py"], ["buggy_no_update.py", "clean_gan_two_optimizers.py"],
+     ["missing.py"], []],
+)
+def test_plain_file_names_behave_like_the_click_command(tmp_path, names):
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("buggy_no_update.py", "clean_gan_two_optimizers.py"):
+        shutil.copy(FIXTURES / name, project / name)
+    # A configuration in the project applies on both paths.
+    (project / "pyproject.toml").write_text('[tool.ampdoctor]\nignore = ["AMP209"]\n', encoding="utf-8")
+    plain, spelled = _both(names, project)
+    assert (plain.returncode, plain.stdout, plain.stderr) == (spelled.returncode, spelled.stdout, spelled.stderr)
+    assert plain.returncode == {("buggy_no_update.py",): 1, ("clean_gan_two_optimizers.py",): 0}.get(
+        tuple(names), plain.returncode)
+
+
+def test_plain_file_names_do_not_import_click(tmp_path):
+    target = tmp_path / "train.py"
+    shutil.copy(FIXTURES / "buggy_no_update.py", target)
+    code = (
+        "import sys\nfrom ampdoctor.entry import main\n"
+        "try:\n    main(['lint', sys.argv[1]])\n"
+        "except SystemExit as exit:\n    code = exit.code\n"
+        "print('click' in sys.modules, code, file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, cwd=tmp_path)
+    assert result.stderr.strip().splitlines()[-1] == "False 1", result.stderr
+    assert "AMP202" in result.stdout
+
+
+def test_an_option_goes_through_click(tmp_path):
+    result = subprocess.run([_script(), "lint", "--bogus"], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "No such option '--bogus'" in result.stderr

@@ -1,0 +1,58 @@
+"""The ``ampdoctor`` console command.
+
+``ampdoctor lint FILE...`` with nothing but file names — what a pre-commit hook runs on every
+commit — goes straight to the lint command's work with its default options: importing click
+costs more than linting a typical training script. Every other command line, including any
+option, goes through the click interface in ``cli.py``, which applies the same defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional, Sequence
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if _plain_lint(args):
+        sys.exit(_lint_files(args[1:]))
+    from .cli import main as click_main
+
+    click_main(args=args, prog_name="ampdoctor")
+
+
+def _plain_lint(args: list[str]) -> bool:
+    """``lint`` followed only by paths, with no environment variable that click would read."""
+    if args[:1] != ["lint"] or os.environ.get("AMPDOCTOR_OUTPUT_FORMAT"):
+        return False
+    return all(arg and not arg.startswith("-") for arg in args[1:])
+
+
+def _lint_files(paths: list[str]) -> int:
+    from pathlib import Path
+
+    from .lintcmd import UsageError, run_lint
+
+    try:
+        return run_lint(
+            paths=[Path(p) for p in paths] or [Path(".")],
+            output_format="text",
+            output_file=None,
+            select=(),
+            extend_select=(),
+            ignore=(),
+            fail_on=None,
+            fix=False,
+            unsafe_fixes=False,
+            diff=False,
+            show_suppressed=False,
+            exclude=(),
+            config_file=None,
+            isolated=False,
+            use_cache=True,
+            jobs=None,
+        )
+    except UsageError as exc:
+        print(f"ampdoctor: error: {exc}", file=sys.stderr)
+        return 2
