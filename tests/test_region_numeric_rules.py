@@ -589,3 +589,48 @@ def test_amp101_fix_at_module_level_and_with_crlf_and_tabs(before, after):
 def test_amp101_no_fix_when_moving_is_not_a_plain_dedent(source):
     (finding,) = [f for f in lint_text(source) if f.code == "AMP101"]
     assert finding.fix is None
+
+
+def _fixed_unsafe(source: str) -> str:
+    from ampdoctor.lint import known_codes
+    from ampdoctor.lint.engine import LintOptions, fix_source
+
+    options = LintOptions(frozenset(known_codes()), fix=True, unsafe_fixes=True)
+    fixed, count, _, _, parsed = fix_source(source, "t.py", options)
+    assert parsed and count >= 1
+    return fixed
+
+
+def test_amp101_fix_moves_a_multi_line_statement_with_its_continuation_lines():
+    source = (
+        "import torch\n"
+        "def step(model, x):\n"
+        "    with torch.autocast('cuda'):\n"
+        "        loss = model(x)\n"
+        "        torch.autograd.backward(\n"
+        "            loss,\n"
+        "        )\n"
+    )
+    assert _fixed_unsafe(source) == (
+        "import torch\n"
+        "def step(model, x):\n"
+        "    with torch.autocast('cuda'):\n"
+        "        loss = model(x)\n"
+        "    torch.autograd.backward(\n"
+        "        loss,\n"
+        "    )\n"
+    )
+
+
+def test_amp101_fix_leaves_the_inside_of_a_multi_line_string_alone():
+    source = (
+        "import torch\n"
+        "def step(model, x):\n"
+        "    with torch.autocast('cuda'):\n"
+        "        loss = model(x)\n"
+        "        loss.backward(inputs=note('''first\n"
+        "            second'''))\n"
+    )
+    fixed = _fixed_unsafe(source)
+    assert "    loss.backward(inputs=note('''first\n            second'''))\n" in fixed
+    assert fixed.splitlines()[4].startswith("    loss.backward(")
