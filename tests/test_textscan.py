@@ -504,3 +504,19 @@ def test_amp302_arithmetic_needs_a_conversion_not_a_dtype_table():
     assert not amp302.keeps(table)
     assert amp302.keeps(b"import torch\nx = w.half()\ny = x + 1e-30\n")
     assert amp302.keeps(b"import torch\nx = w.to(torch.float16)\ny = x + 1e-30\n")
+
+
+def test_a_module_with_more_mentions_than_the_budget_is_kept_for_parsing():
+    # One mention per line, 40,000 lines: looking at each would cost more than parsing.
+    dense = b"import torch\nT = [\n" + b"    (torch.float16, 1e-30),\n" * 40000 + b"]\n"
+    assert textscan._MENTION_BUDGET < 40000
+    assert float16_anchor(dense)
+    assert literal_flags(dense) == textscan.LITERAL_FLAGS
+    sparse = b"import torch\nT = [\n" + b"    (torch.float16, 1e-3),\n" * 100 + b"]\n"
+    assert not float16_anchor(sparse)
+
+
+def test_a_very_long_line_is_not_lexed_again_for_every_mention():
+    line = b"import torch\nT = f(" + b"torch.float16, " * 100000 + b")\n"
+    # Conservative either way; the point is that the answer comes (in linear time).
+    assert isinstance(float16_anchor(line), bool)

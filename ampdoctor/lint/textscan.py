@@ -84,6 +84,12 @@ _CAST_TARGETS = frozenset({b"torch.float16", b"torch.half", b"torch.HalfTensor",
 # ---------------------------------------------------------------------------------------
 
 UNSURE = -2  # a scanner's "cannot tell" (positions are >= -1)
+# Mentions and literals examined per module before giving up and keeping it: each costs some
+# microseconds in Python, so a dense table of ``torch.float16`` would cost more than a parse.
+_MENTION_BUDGET = 20000
+# Bytes ``_lex`` may look at per module: a few passes over the file, plus a floor for small ones.
+_LEX_BUDGET_FACTOR = 4
+_LEX_BUDGET_BASE = 1 << 20
 
 _ID = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") | frozenset(range(128, 256))
 _DIGITS = frozenset(b"0123456789")
@@ -111,7 +117,14 @@ def _continued(d: bytes, start: int) -> bool:
 def _lex(d: bytes, start: int, end: int):
     """Brackets outside strings and comments in ``d[start:end]`` (a piece of one line that
     begins in code), and where its comment starts (``end`` if none); UNSURE when in doubt:
-    triple quotes, f-strings, backslashes, a line continued from a string."""
+    triple quotes, f-strings, backslashes, a line continued from a string, or when the module's
+    lexing budget is spent (many mentions on very long lines would otherwise cost quadratic
+    time; past the budget every answer is "keep the file", which is always safe)."""
+    memo = _memo(d)
+    spent = memo.get("lexed", 0) + (end - start)
+    memo["lexed"] = spent
+    if spent > _LEX_BUDGET_FACTOR * len(d) + _LEX_BUDGET_BASE:
+        return UNSURE
     out = []
     quote = 0
     checked = False
@@ -227,6 +240,8 @@ def _opener(d: bytes, i: int, limit: int = 20000) -> int:
     end = i
     while True:
         start = d.rfind(b"\n", 0, end) + 1
+        if i - start > limit:
+            return UNSURE  # never lex more than ``limit`` bytes back (a very long line)
         lexed = _lex(d, start, end)
         if lexed == UNSURE:
             return UNSURE
@@ -276,12 +291,26 @@ def _paren_kind(d: bytes, o: int):
     return _GROUP
 
 
+class _OverBudget(Exception):
+    """The module has more mentions than are worth looking at one by one: parse it instead."""
+
+
+def _spend(d: bytes) -> None:
+    """Count one mention or literal examined in module ``d``; raise past the budget."""
+    memo = _memo(d)
+    spent = memo.get("mentions", 0) + 1
+    memo["mentions"] = spent
+    if spent > _MENTION_BUDGET:
+        raise _OverBudget
+
+
 def _word_positions(d: bytes, word: bytes):
     """Start of each occurrence of ``word`` as a whole identifier."""
     n = len(word)
     i = d.find(word)
     while i >= 0:
         if (i == 0 or d[i - 1] not in _ID) and d[i + n:i + n + 1] not in _ID_BYTES:
+            _spend(d)
             yield i
         i = d.find(word, i + n)
 
@@ -735,7 +764,12 @@ class _Check:
         memo = _memo(data)
         found = memo.get(self)
         if found is None:
-            found = memo[self] = _mentions_some(data, self.tokens) and _on_text(self.scan, data, self.arg)
+            try:
+                found = _mentions_some(data, self.tokens) and _on_text(self.scan, data, self.arg)
+            except _OverBudget:
+                found = True
+            memo = _memo(data)  # the normalised view of a non-ASCII module has a memo of its own
+            memo[self] = found
         return found
 
 
@@ -1628,7 +1662,10 @@ def literal_flags(data: bytes, wanted: Iterable[str] = LITERAL_FLAGS) -> frozens
 
 
 def _literal_flags_any(data: bytes, want: frozenset) -> frozenset[str]:
-    found = _literal_flags(data, want)
+    try:
+        found = _literal_flags(data, want)
+    except _OverBudget:
+        return want
     if found >= want or data.isascii():
         return frozenset(found)
     view = _normalized(data)  # ``ｅｐｓ=1e-9`` is ``eps=1e-9``
@@ -1649,6 +1686,7 @@ def _literal_flags(d: bytes, want: frozenset) -> set[str]:
             continue  # inside the number just looked at
         start = _token_start(d, shaped, i)
         if start is not None:
+            _spend(d)
             scan.candidate(start)
             if scan.done():
                 return scan.found
