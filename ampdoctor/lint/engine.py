@@ -131,18 +131,15 @@ def parse_source(source: str) -> ast.Module:
         return ast.parse(source)
 
 
-def check_source(
-    source: str, path: str, options: LintOptions, tree: Optional[ast.Module] = None
-) -> tuple[list[Finding], int, bool]:
+def check_source(source: str, path: str, options: LintOptions) -> tuple[list[Finding], int, bool]:
     """Findings (suppressions applied), the number suppressed, and whether it parsed."""
     from .facts import build_facts
     from .rules import lint_rules
 
-    if tree is None:
-        try:
-            tree = parse_source(source)
-        except Exception as exc:
-            return [_parse_error(path, exc)], 0, False
+    try:
+        tree = parse_source(source)
+    except Exception as exc:  # SyntaxError, null bytes (ValueError), too deep (RecursionError)
+        return [_parse_error(path, exc)], 0, False
     facts = build_facts(tree, source)
     rules = lint_rules()
     reports = []

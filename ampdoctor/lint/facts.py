@@ -800,16 +800,6 @@ def build_facts(module: ast.Module, source: str) -> AmpFacts:
     return facts
 
 
-def parse_facts(source: str) -> AmpFacts:
-    """Parse ``source`` (raises SyntaxError/ValueError) and build its facts: for tests and tools."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        module = ast.parse(source)
-    return build_facts(module, source)
-
-
 # --------------------------------------------------------------------------------------
 # After the walk: regions, roles, events
 # --------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ class Report:
     message: str = ""
     help: Optional[str] = None
     fix: Optional[FixPlan] = None
-    # The statement whose first line also accepts a ``# noqa`` for this report.
+    # The statement whose first line also accepts a noqa comment for this report.
     statement: Optional[ast.AST] = field(default=None, repr=False)
     extra: dict = field(default_factory=dict)
 
