@@ -18,6 +18,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional, Union
 
+from .facts import dotted
+
 
 @dataclass(frozen=True)
 class Anchors:
@@ -131,21 +133,21 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
     for node in walk(tree):
         kind = type(node)
         if kind is ast.Attribute:
-            chain = _dotted(node)
+            chain = dotted(node)
             if chain is not None:
                 chains.append(chain)
         elif kind is ast.Name:
             chains.append(node.id)
         elif kind is ast.Call:
             func = node.func
-            dtypes = [c for c in (_chain(k.value) for k in node.keywords if k.arg == "dtype") if c]
+            dtypes = [c for c in (dotted(k.value) for k in node.keywords if k.arg == "dtype") if c]
             cast_chains.extend(dtypes)
             if type(func) is ast.Attribute:
                 methods.add(func.attr)
                 if not (node.args or node.keywords):
                     methods.add(func.attr + "()")  # ``m.half()``: a conversion, not ``f.half(*args)``
                 if func.attr in ("to", "type"):
-                    positional = [c for c in map(_chain, node.args) if c]
+                    positional = [c for c in map(dotted, node.args) if c]
                     cast_chains.extend(positional)
                     method_cast_chains.extend(positional + dtypes)
             _call_literals(node, literals)
@@ -246,26 +248,6 @@ def _resolve(chains: list[str], imports: dict[str, str]) -> frozenset[str]:
         else:
             names.add(chain)  # imported names appear here fully qualified already
     return frozenset(names)
-
-
-def _chain(node: ast.expr) -> Optional[str]:
-    if type(node) is ast.Name:
-        return node.id
-    if type(node) is ast.Attribute:
-        return _dotted(node)
-    return None
-
-
-def _dotted(node: ast.Attribute) -> Optional[str]:
-    parts = []
-    expr: ast.expr = node
-    while type(expr) is ast.Attribute:
-        parts.append(expr.attr)
-        expr = expr.value
-    if type(expr) is ast.Name:
-        parts.append(expr.id)
-        return ".".join(reversed(parts))
-    return None
 
 
 # A rule's anchors: one set, alternatives (any may hold), or None (no condition).

@@ -578,17 +578,8 @@ def _spec_end(d: bytes, i: int, q: int, triple: bool, spans: list, level: int) -
         i += 1
 
 
-_STRINGS: tuple = (None, None)
-
-
 def _strings(d: bytes) -> _Strings:
-    global _STRINGS
-    cached = _STRINGS
-    if cached[0] is d:
-        return cached[1]
-    strings = _Strings(d)
-    _STRINGS = (d, strings)
-    return strings
+    return _memoized("strings", _Strings, d)
 
 
 def _in_code(d: bytes, i: int) -> bool:
@@ -862,17 +853,8 @@ class _Imports:
         ]
 
 
-_IMPORTS: tuple = (None, None)
-
-
 def _imports(d: bytes) -> _Imports:
-    global _IMPORTS
-    cached = _IMPORTS
-    if cached[0] is d:
-        return cached[1]
-    imports = _Imports(d)
-    _IMPORTS = (d, imports)
-    return imports
+    return _memoized("imports", _Imports, d)
 
 
 _RELATIVE = object()
