@@ -117,6 +117,11 @@ def _class_of(observations: Observations, class_name: Optional[str]) -> Optional
     return _modules_of(observations).get(class_name) if class_name else None
 
 
+def _module_location(locator: Locator, observations: Observations, module: Optional[str]):
+    """Where a finding about ``module`` points: its class's definition in the script, if found."""
+    return locator.location(_class_of(observations, _module_class(observations, module)))
+
+
 # -- AMP501 / AMP502: the loss scale ------------------------------------------------------------
 
 
@@ -187,7 +192,7 @@ def loss_scale_collapse(observations: Observations, thresholds: Thresholds, loca
         "autocast needs no scaler."
     )
     yield _finding(
-        "AMP501", message, locator.location(_class_of(observations, _module_class(observations, module))), help,
+        "AMP501", message, _module_location(locator, observations, module), help,
         step=step, module=module, min_scale=lowest.scale_after, backoffs_in_a_row=run_length or None,
     )
 
@@ -217,7 +222,7 @@ def frequent_skipped_steps(observations: Observations, thresholds: Thresholds, l
     help = _skip_help(observations)
     module = _overflowing_module(observations, skipped[0])
     yield _finding(
-        "AMP502", message, locator.location(_class_of(observations, _module_class(observations, module))), help,
+        "AMP502", message, _module_location(locator, observations, module), help,
         step=skipped[0], module=module, skipped=len(skipped), iterations=len(later),
     )
 
@@ -467,7 +472,7 @@ def float32_matmul_in_autocast(observations: Observations, thresholds: Threshold
             "`.float()`/`.double()` casts so autocast can run these ops in low precision."
         )
         yield _finding(
-            "AMP507", message, locator.location(_class_of(observations, _module_class(observations, module))), help,
+            "AMP507", message, _module_location(locator, observations, module), help,
             module=module, ops=dict(ops),
         )
 
@@ -492,7 +497,7 @@ def sensitive_op_in_low_precision(observations: Observations, thresholds: Thresh
             "or cast these inputs back with `.float()`."
         )
         yield _finding(
-            "AMP508", message, locator.location(_class_of(observations, _module_class(observations, module))), help,
+            "AMP508", message, _module_location(locator, observations, module), help,
             module=module, ops=dict(ops),
         )
 
@@ -518,7 +523,7 @@ def forward_outside_autocast(observations: Observations, thresholds: Thresholds,
         "`with torch.autocast(device, dtype=...): output = model(x); loss = criterion(output, y)`."
     )
     yield _finding(
-        "AMP509", message, locator.location(_class_of(observations, _module_class(observations, modules[0]))), help,
+        "AMP509", message, _module_location(locator, observations, modules[0]), help,
         module=modules[0], modules={str(m): sum(ops.values()) for m, ops in grouped.items()},
     )
 
