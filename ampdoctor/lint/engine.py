@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import os
 import re
 import tokenize
@@ -280,8 +281,10 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: Optional[Pre
     return _check_text(path, display, source, options, result)
 
 
+@functools.lru_cache(maxsize=8)
 def _text_gate(codes: frozenset[str]):
-    """The gate's anchors checked on the bytes (textscan.py): most files are never parsed."""
+    """The gate's anchors checked on the bytes (textscan.py): most files are never parsed.
+    Made once per rule selection, not per file."""
     from .rules import lint_rules
     from .textscan import text_gate
 
