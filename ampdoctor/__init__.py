@@ -17,11 +17,12 @@ Importing ampdoctor imports neither torch nor libcst; they load when first used.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
+from collections.abc import Iterable
 
 from ._version import __version__
 from .findings import Applicability, Edit, Finding, Fix, Location, Severity
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -49,8 +50,8 @@ def lint_source(source: str, path: str = "<string>", *, select: Iterable[str] = 
     return _lint_source(source, path, select=tuple(select), ignore=tuple(ignore))
 
 
-def lint_paths(paths: Iterable[Union[str, "Path"]], *, select: Optional[Iterable[str]] = None,
-               ignore: Iterable[str] = (), config: Optional[Union[str, "Path"]] = None) -> "LintRun":
+def lint_paths(paths: Iterable[str | Path], *, select: Iterable[str] | None = None,
+               ignore: Iterable[str] = (), config: str | Path | None = None) -> LintRun:
     """Lint files and folders like ``ampdoctor lint`` (pyproject.toml config is discovered)."""
     from pathlib import Path
 
@@ -68,7 +69,7 @@ def lint_paths(paths: Iterable[Union[str, "Path"]], *, select: Optional[Iterable
     return _lint_paths(targets, LintRequest(settings=settings, codes=settings.enabled_codes(known)))
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "trace_session":
         from .trace.session import trace_session
 

@@ -12,50 +12,53 @@ The pages live in the source tree at ``rules/`` and in the wheel at ``ampdoctor/
 from __future__ import annotations
 
 import functools
+import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from .findings import Severity
+from .records import Value
 
 _FRONT_KEYS = {"code", "name", "severity", "fixable", "origin", "summary"}
 _FIXABLE = {"no", "safe", "unsafe", "sometimes"}
 _ORIGINS = {"lint", "trace"}
-_FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.DOTALL | re.MULTILINE)
-_EXPECT = re.compile(r"#\s*expect:\s*((?:AMP\d{3}[\s,]*)+)")
-_CODE = re.compile(r"AMP\d{3}")
+# Patterns of the examples, compiled on first use (linting never reads the examples).
+_FENCE = r"^```([^\n`]*)\n(.*?)^```\s*$"
+_EXPECT = r"#\s*expect:\s*((?:AMP\d{3}[\s,]*)+)"
+_CODE = r"AMP\d{3}"
 
 
 class CatalogError(Exception):
     """A rule page is malformed (a defect in ampdoctor itself, caught by the tests)."""
 
 
-@dataclass(frozen=True)
-class Example:
-    kind: str  # "bad", "good" or "fixed"
-    source: str
-    # Line of the opening fence in the page, so failures can point at the docs.
-    page_line: int
-    # (line within the example, code) pairs from ``# expect: CODE`` markers.
-    expected: tuple[tuple[int, str], ...] = ()
-    # Extra words on the fence line after the kind, e.g. ``python bad unsafe-fixes``.
-    options: tuple[str, ...] = ()
+class Example(Value):
+    """One fenced example of a page.
+
+    ``kind``: "bad", "good" or "fixed"; ``page_line``: the line of the opening fence in the
+    page, so failures can point at the docs; ``expected``: (line within the example, code)
+    pairs from ``# expect: CODE`` markers; ``options``: extra words on the fence line after the
+    kind, e.g. ``python bad unsafe-fixes``.
+    """
+
+    __slots__ = ("kind", "source", "page_line", "expected", "options")
+
+    def __init__(self, kind: str, source: str, page_line: int, expected: tuple[tuple[int, str], ...] = (),
+                 options: tuple[str, ...] = ()) -> None:
+        self._set(kind, source, page_line, expected, options)
 
 
-@dataclass(frozen=True)
-class Rule:
-    code: str
-    name: str
-    severity: Severity
-    fixable: str
-    origin: str
-    summary: str
-    body: str
-    path: Path
-    body_line: int = field(default=0, repr=False)  # lines before the body in the page
+class Rule(Value):
+    """One rule page: its front matter, its Markdown body and where the body starts
+    (``body_line``: lines before the body in the page)."""
 
-    @functools.cached_property
+    __slots__ = ("code", "name", "severity", "fixable", "origin", "summary", "body", "path", "body_line")
+
+    def __init__(self, code: str, name: str, severity: Severity, fixable: str, origin: str, summary: str,
+                 body: str, path: Path, body_line: int = 0) -> None:
+        self._set(code, name, severity, fixable, origin, summary, body, path, body_line)
+
+    @property
     def examples(self) -> tuple[Example, ...]:
         """The page's bad/good/fixed examples (parsed on first use: linting never needs them)."""
         return _parse_examples(self.body, self.body_line)
@@ -92,18 +95,19 @@ def _parse_front_matter(text: str, path: Path) -> tuple[dict[str, str], str, int
     return meta, text[body_start:], text[:body_start].count("\n")
 
 
+@functools.lru_cache(maxsize=None)
 def _parse_examples(body: str, line_offset: int) -> tuple[Example, ...]:
     examples = []
-    for match in _FENCE.finditer(body):
+    for match in re.finditer(_FENCE, body, re.DOTALL | re.MULTILINE):
         words = match.group(1).split()
         if len(words) < 2 or words[0] != "python" or words[1] not in ("bad", "good", "fixed"):
             continue
         source = match.group(2)
         expected = []
         for number, line in enumerate(source.splitlines(), start=1):
-            marker = _EXPECT.search(line)
+            marker = re.search(_EXPECT, line)
             if marker:
-                expected.extend((number, code) for code in _CODE.findall(marker.group(1)))
+                expected.extend((number, code) for code in re.findall(_CODE, marker.group(1)))
         page_line = line_offset + body.count("\n", 0, match.start()) + 1
         examples.append(
             Example(words[1], source, page_line, tuple(expected), tuple(words[2:]))
@@ -145,13 +149,16 @@ def load_rule(path: Path) -> Rule:
 def all_rules() -> dict[str, Rule]:
     """Every rule page, by code, in code order."""
     rules = {}
-    for path in sorted(rules_dir().glob("AMP*.md")):
-        rule = load_rule(path)
+    folder = rules_dir()
+    for name in sorted(os.listdir(folder)):
+        if not (name.startswith("AMP") and name.endswith(".md")):
+            continue
+        rule = load_rule(folder / name)
         rules[rule.code] = rule
     return rules
 
 
-def get_rule(code: str) -> Optional[Rule]:
+def get_rule(code: str) -> Rule | None:
     return all_rules().get(code.upper())
 
 
@@ -165,7 +172,7 @@ def severity_of(code: str) -> Severity:
     return rule.severity if rule else Severity.ERROR
 
 
-def find_rule(key: str) -> Optional[Rule]:
+def find_rule(key: str) -> Rule | None:
     """Look a rule up by code (``AMP201``, ``amp201``) or by name (``clip-before-unscale``)."""
     rule = get_rule(key)
     if rule:

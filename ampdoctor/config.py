@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import fnmatch
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Optional, Sequence
 
 from .findings import Severity
+from .records import Record
 
 
 
@@ -54,17 +54,34 @@ class ConfigError(Exception):
     """A bad configuration value; the message is one line and names the key."""
 
 
-@dataclass
-class Settings:
-    select: tuple[str, ...] = ("AMP",)
-    extend_select: tuple[str, ...] = ()
-    ignore: tuple[str, ...] = ()
-    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    exclude: tuple[str, ...] = ()
-    fail_on: Severity = Severity.WARNING
-    respect_gitignore: bool = True
-    root: Path = field(default_factory=Path.cwd)
-    source: Optional[Path] = None  # the pyproject.toml it came from
+class Settings(Record):
+    """The effective configuration. ``root``: the folder paths are relative to (default: the
+    current directory); ``source``: the pyproject.toml it came from, if any."""
+
+    __slots__ = ("select", "extend_select", "ignore", "per_file_ignores", "exclude", "fail_on",
+                 "respect_gitignore", "root", "source")
+
+    def __init__(
+        self,
+        select: tuple[str, ...] = ("AMP",),
+        extend_select: tuple[str, ...] = (),
+        ignore: tuple[str, ...] = (),
+        per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = (),
+        exclude: tuple[str, ...] = (),
+        fail_on: Severity = Severity.WARNING,
+        respect_gitignore: bool = True,
+        root: Path | None = None,
+        source: Path | None = None,
+    ) -> None:
+        self.select = select
+        self.extend_select = extend_select
+        self.ignore = ignore
+        self.per_file_ignores = per_file_ignores
+        self.exclude = exclude
+        self.fail_on = fail_on
+        self.respect_gitignore = respect_gitignore
+        self.root = Path.cwd() if root is None else root
+        self.source = source
 
     def enabled_codes(self, known: Iterable[str]) -> frozenset[str]:
         return frozenset(c for c in known if c in ALWAYS_ON or _is_enabled(c, self.select + self.extend_select, self.ignore))
@@ -140,7 +157,7 @@ def _relative(path: Path, root: Path) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def find_config(start: Path) -> Optional[Path]:
+def find_config(start: Path) -> Path | None:
     """The nearest pyproject.toml above ``start`` with a [tool.ampdoctor] table."""
     here = start.resolve()
     if here.is_file() or not here.exists():
@@ -184,7 +201,7 @@ def load_settings(path: Path, known_codes: Iterable[str]) -> Settings:
     return settings_from_table(table, known_codes, root=path.parent, source=path)
 
 
-def settings_from_table(table: dict[str, Any], known_codes: Iterable[str], root: Path, source: Optional[Path] = None) -> Settings:
+def settings_from_table(table: dict[str, object], known_codes: Iterable[str], root: Path, source: Path | None = None) -> Settings:
     known = list(known_codes)
     unknown = sorted(set(table) - _KNOWN_KEYS)
     if unknown:
@@ -215,14 +232,14 @@ def settings_from_table(table: dict[str, Any], known_codes: Iterable[str], root:
     return settings
 
 
-def _strings(table: dict[str, Any], key: str) -> tuple[str, ...]:
+def _strings(table: dict[str, object], key: str) -> tuple[str, ...]:
     value = table.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"tool.ampdoctor.{key}: expected a list of strings")
     return tuple(value)
 
 
-def _per_file_ignores(value: Any, known: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def _per_file_ignores(value: object, known: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     key = "tool.ampdoctor.per-file-ignores"
     if not isinstance(value, dict):
         raise ConfigError(f"{key}: expected a table of glob = [codes]")

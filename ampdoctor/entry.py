@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if _plain_lint(args):
         sys.exit(_lint_files(args[1:]))

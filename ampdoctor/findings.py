@@ -8,8 +8,8 @@ are exclusive columns on ``end_line``.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Any, Optional
+
+from .records import Value
 
 
 class Severity(enum.IntEnum):
@@ -42,17 +42,18 @@ class Applicability(str, enum.Enum):
     UNSAFE = "unsafe"
 
 
-@dataclass(frozen=True, order=True)
-class Edit:
-    """Replace the text between two positions (1-based line, 1-based column, end exclusive)."""
+class Edit(Value):
+    """Replace the text between two positions (1-based line, 1-based column, end exclusive).
 
-    line: int
-    column: int
-    end_line: int
-    end_column: int
-    content: str
+    Edits order by position (then content), so sorting a fix's edits puts them in file order.
+    """
 
-    def to_dict(self) -> dict[str, Any]:
+    __slots__ = ("line", "column", "end_line", "end_column", "content")
+
+    def __init__(self, line: int, column: int, end_line: int, end_column: int, content: str) -> None:
+        self._set(line, column, end_line, end_column, content)
+
+    def to_dict(self) -> dict[str, object]:
         return {
             "line": self.line,
             "column": self.column,
@@ -62,17 +63,18 @@ class Edit:
         }
 
 
-@dataclass(frozen=True)
-class Fix:
-    description: str
-    edits: tuple[Edit, ...]
-    applicability: Applicability = Applicability.SAFE
+class Fix(Value):
+    __slots__ = ("description", "edits", "applicability")
+
+    def __init__(self, description: str, edits: tuple[Edit, ...],
+                 applicability: Applicability = Applicability.SAFE) -> None:
+        self._set(description, edits, applicability)
 
     @property
     def is_safe(self) -> bool:
         return self.applicability is Applicability.SAFE
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "description": self.description,
             "applicability": self.applicability.value,
@@ -80,17 +82,17 @@ class Fix:
         }
 
 
-@dataclass(frozen=True)
-class Location:
-    path: str
-    line: int = 1
-    column: int = 1
-    end_line: Optional[int] = None
-    end_column: Optional[int] = None
-    # Notebooks: the 1-based cell number; ``line`` is then the line within that cell.
-    cell: Optional[int] = None
+class Location(Value):
+    """Where a finding is. ``cell``: in a notebook, the 1-based cell number (``line`` is then the
+    line within that cell)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    __slots__ = ("path", "line", "column", "end_line", "end_column", "cell")
+
+    def __init__(self, path: str, line: int = 1, column: int = 1, end_line: int | None = None,
+                 end_column: int | None = None, cell: int | None = None) -> None:
+        self._set(path, line, column, end_line, end_column, cell)
+
+    def to_dict(self) -> dict[str, object]:
         return {
             "path": self.path,
             "line": self.line,
@@ -101,20 +103,23 @@ class Location:
         }
 
 
-@dataclass(frozen=True)
-class Finding:
-    code: str
-    severity: Severity
-    message: str
-    location: Location
-    fix: Optional[Fix] = None
-    # A short instruction shown after ``help:``; falls back to the fix description.
-    help: Optional[str] = None
-    # Free-form structured data for machine readers (runtime findings: module, step, values).
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+class Finding(Value):
+    """One diagnostic.
+
+    ``help``: a short instruction shown after ``help:`` (falls back to the fix description).
+    ``extra``: free-form structured data for machine readers (runtime findings: module, step,
+    values); not part of equality.
+    """
+
+    __slots__ = ("code", "severity", "message", "location", "fix", "help", "extra")
+    _uncompared = ("extra",)
+
+    def __init__(self, code: str, severity: Severity, message: str, location: Location, fix: Fix | None = None,
+                 help: str | None = None, extra: dict[str, object] | None = None) -> None:
+        self._set(code, severity, message, location, fix, help, {} if extra is None else extra)
 
     @property
-    def help_text(self) -> Optional[str]:
+    def help_text(self) -> str | None:
         if self.help:
             return self.help
         return self.fix.description if self.fix else None
@@ -123,11 +128,11 @@ class Finding:
         loc = self.location
         return (loc.path, loc.cell or 0, loc.line, loc.column, self.code)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The stable JSON shape documented in the README."""
         from .catalog import rule_name
 
-        data: dict[str, Any] = {
+        data: dict[str, object] = {
             "code": self.code,
             "name": rule_name(self.code),
             "severity": self.severity.label,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -27,7 +27,7 @@ def use_color(stream) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-def _settings(paths: Sequence[Path], config_file: Optional[Path], isolated: bool, known: list[str]):
+def _settings(paths: Sequence[Path], config_file: Path | None, isolated: bool, known: list[str]):
     from .config import ConfigError, Settings, find_config, load_settings
 
     try:
@@ -114,7 +114,7 @@ def _print_diff(run) -> int:
     return EXIT_FINDINGS if changed else EXIT_OK
 
 
-def _report(run, output_format: str, output_file: Optional[Path], show_suppressed: bool, fix_mode: bool) -> None:
+def _report(run, output_format: str, output_file: Path | None, show_suppressed: bool, fix_mode: bool) -> None:
     from .findings import Finding
     from .report import ReportContext, render, source_key
 

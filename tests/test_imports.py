@@ -47,3 +47,17 @@ def test_a_warm_cache_does_not_even_import_the_rules(tmp_path):
     warm = _modules_after(code)
     assert not {"ampdoctor.lint.facts", "ampdoctor.lint.rules", "libcst", "torch"} & warm
     assert (tmp_path / ".ampdoctor_cache" / "CACHEDIR.TAG").is_file()
+
+
+def test_the_pre_commit_path_on_a_clean_file_imports_no_typing_dataclasses_or_hashlib(tmp_path):
+    # What ``ampdoctor lint FILE`` costs is mostly start-up: these modules are not needed to lint.
+    target = tmp_path / "train.py"
+    clean = FIXTURE.parent / "clean_nanogpt_style.py"
+    target.write_text(clean.read_text(encoding="utf-8"), encoding="utf-8")
+    code = (
+        "import os\nos.chdir({folder!r})\nfrom ampdoctor.entry import main\n"
+        "try:\n    main(['lint', 'train.py'])\nexcept SystemExit as exit:\n    assert exit.code == 0, exit.code\n"
+    ).format(folder=str(tmp_path))
+    modules = _modules_after(code)
+    assert "ampdoctor.lint.facts" in modules  # it did lint
+    assert not {"typing", "dataclasses", "inspect", "hashlib", "tokenize", "click", "rich"} & modules

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
 
 from ..config import Settings
 from ..findings import Finding
+from ..records import Record
 
 # Below this many files, starting worker processes costs more than it saves.
 PARALLEL_THRESHOLD = 48
 
 
-@dataclass
-class LintRun:
-    results: list  # list[engine.FileResult]
-    files_checked: int = 0
+class LintRun(Record):
+    """What a run found: one ``engine.FileResult`` per file, in path order."""
+
+    __slots__ = ("results", "files_checked")
+
+    def __init__(self, results: list, files_checked: int = 0) -> None:
+        self.results = results
+        self.files_checked = files_checked
 
     @property
     def findings(self) -> list[Finding]:
@@ -54,26 +58,34 @@ def lint_source(
     return findings
 
 
-@dataclass
-class _Job:
-    path: Path
-    display: str
-    per_file_ignored: tuple[str, ...]
+class _Job(Record):
+    __slots__ = ("path", "display", "per_file_ignored")
+
+    def __init__(self, path: Path, display: str, per_file_ignored: tuple[str, ...]) -> None:
+        self.path = path
+        self.display = display
+        self.per_file_ignored = per_file_ignored
 
 
-@dataclass
-class LintRequest:
-    settings: Settings
-    codes: frozenset[str]
-    fix: bool = False
-    unsafe_fixes: bool = False
-    jobs: Optional[int] = None
-    prefilter: bool = True
-    use_cache: bool = False
-    extra_exclude: Sequence[str] = field(default_factory=tuple)
+class LintRequest(Record):
+    """What to lint and how: the settings, the enabled codes and the command line's options."""
+
+    __slots__ = ("settings", "codes", "fix", "unsafe_fixes", "jobs", "prefilter", "use_cache", "extra_exclude")
+
+    def __init__(self, settings: Settings, codes: frozenset[str], fix: bool = False, unsafe_fixes: bool = False,
+                 jobs: int | None = None, prefilter: bool = True, use_cache: bool = False,
+                 extra_exclude: Sequence[str] = ()) -> None:
+        self.settings = settings
+        self.codes = codes
+        self.fix = fix
+        self.unsafe_fixes = unsafe_fixes
+        self.jobs = jobs
+        self.prefilter = prefilter
+        self.use_cache = use_cache
+        self.extra_exclude = extra_exclude
 
 
-def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Optional[Path] = None) -> LintRun:
+def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None = None) -> LintRun:
     from .discovery import Discovery
 
     settings = request.settings

@@ -15,13 +15,17 @@ and rule page of the installed package, so an editable install never serves stal
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+
+try:  # the hash itself, without hashlib's OpenSSL bindings (a noticeable share of start-up)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - interpreters built without it
+    from hashlib import blake2b
 
 from .._version import __version__
 from ..findings import Applicability, Edit, Finding, Fix, Location, Severity
@@ -33,39 +37,44 @@ _RACY_NS = 2_000_000_000
 
 
 def content_key(data: bytes, per_file_ignored: Iterable[str]) -> str:
-    digest = hashlib.blake2b(data, digest_size=16)
+    digest = blake2b(data, digest_size=16)
     digest.update(repr(tuple(per_file_ignored)).encode())
     return digest.hexdigest()
 
 
 def build_fingerprint() -> str:
-    package = Path(__file__).resolve().parent.parent
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     # The interpreter's parser is part of the analysis: another Python may parse differently.
     parts = [__version__, str(_FORMAT), sys.version.split()[0]]
-    roots = [package, package / "_rules", package.parent / "rules"]
-    for root in roots:
-        if not root.is_dir():
-            continue
-        pattern = "**/*.py" if root == package else "*.md"
-        for path in sorted(root.glob(pattern)):
-            stat = path.stat()
-            parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
-    return hashlib.blake2b("\n".join(parts).encode(), digest_size=12).hexdigest()
+    for root, suffix, recurse in (
+        (package, ".py", True),
+        (os.path.join(package, "_rules"), ".md", False),
+        (os.path.join(os.path.dirname(package), "rules"), ".md", False),
+    ):
+        found = []
+        for folder, subfolders, names in os.walk(root):
+            if not recurse:
+                subfolders.clear()
+            found.extend(os.path.join(folder, name) for name in names if name.endswith(suffix))
+        for path in sorted(found):
+            stat = os.stat(path)
+            parts.append(f"{os.path.relpath(path, root)}:{stat.st_size}:{stat.st_mtime_ns}")
+    return blake2b("\n".join(parts).encode(), digest_size=12).hexdigest()
 
 
 class ResultCache:
     def __init__(self, root: Path, codes: Iterable[str]) -> None:
         self.folder = root / CACHE_DIR
-        key = hashlib.blake2b(f"{build_fingerprint()}|{sorted(codes)}".encode(), digest_size=12).hexdigest()
+        key = blake2b(f"{build_fingerprint()}|{sorted(codes)}".encode(), digest_size=12).hexdigest()
         self.path = self.folder / f"lint-{key}.json"
-        self.entries: dict[str, dict[str, Any]] = {}
-        self._prefilter: Optional[tuple] = None
+        self.entries: dict[str, dict[str, object]] = {}
+        self._prefilter: tuple | None = None
         self.written_ns = 0
         self.dirty = False
         self._load()
 
     @property
-    def prefilter(self) -> Optional[tuple]:
+    def prefilter(self) -> tuple | None:
         """The prefilter spec of the selected rules, as stored by an earlier run."""
         return self._prefilter
 
@@ -84,7 +93,7 @@ class ResultCache:
             self.written_ns = int(data.get("written_ns") or 0)
             self._prefilter = _decode_prefilter(data.get("prefilter"))
 
-    def by_stat(self, path: str, stat: os.stat_result) -> Optional[dict[str, Any]]:
+    def by_stat(self, path: str, stat: os.stat_result) -> dict[str, object] | None:
         """The entry for an unchanged file (same size and mtime, not racy), without reading it."""
         entry = self.entries.get(path)
         if not entry or entry.get("stat") != [stat.st_size, stat.st_mtime_ns]:
@@ -93,7 +102,7 @@ class ResultCache:
             return None
         return entry
 
-    def get(self, path: str, key: str, stat: Optional[os.stat_result] = None) -> Optional[tuple[list[Finding], int]]:
+    def get(self, path: str, key: str, stat: os.stat_result | None = None) -> tuple[list[Finding], int] | None:
         entry = self.entries.get(path)
         if not entry or entry.get("key") != key:
             return None
@@ -103,8 +112,8 @@ class ResultCache:
         return decode_entry(entry)
 
     def put(self, path: str, key: str, findings: list[Finding], suppressed: int,
-            stat: Optional[os.stat_result] = None) -> None:
-        entry: dict[str, Any] = {"key": key, "findings": [_encode(f) for f in findings], "suppressed": suppressed}
+            stat: os.stat_result | None = None) -> None:
+        entry: dict[str, object] = {"key": key, "findings": [_encode(f) for f in findings], "suppressed": suppressed}
         if stat is not None:
             entry["stat"] = [stat.st_size, stat.st_mtime_ns]
         self.entries[path] = entry
@@ -147,20 +156,20 @@ class ResultCache:
             old.unlink(missing_ok=True)
 
 
-def decode_entry(entry: dict[str, Any]) -> Optional[tuple[list[Finding], int]]:
+def decode_entry(entry: dict[str, object]) -> tuple[list[Finding], int] | None:
     try:
         return [_finding(item) for item in entry["findings"]], int(entry["suppressed"])
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def _encode_prefilter(spec: Optional[tuple]) -> Optional[list]:
+def _encode_prefilter(spec: tuple | None) -> list | None:
     if spec is None:
         return None
     return [[[t.decode("latin-1") for t in tokens], [p.decode("latin-1") for p in patterns]] for tokens, patterns in spec]
 
 
-def _decode_prefilter(raw: Any) -> Optional[tuple]:
+def _decode_prefilter(raw: object) -> tuple | None:
     try:
         return tuple(
             (tuple(t.encode("latin-1") for t in tokens), tuple(p.encode("latin-1") for p in patterns))
@@ -170,7 +179,7 @@ def _decode_prefilter(raw: Any) -> Optional[tuple]:
         return None
 
 
-def _encode(finding: Finding) -> dict[str, Any]:
+def _encode(finding: Finding) -> dict[str, object]:
     loc = finding.location
     return {
         "code": finding.code,
@@ -189,7 +198,7 @@ def _encode(finding: Finding) -> dict[str, Any]:
     }
 
 
-def _finding(item: dict[str, Any]) -> Finding:
+def _finding(item: dict[str, object]) -> Finding:
     fix = None
     if item["fix"] is not None:
         raw = item["fix"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
 
 from ..config import matches_glob
+from ..records import Record
 
 DEFAULT_EXCLUDED_DIRS = frozenset(
     {
@@ -41,22 +41,26 @@ DEFAULT_EXCLUDED_DIRS = frozenset(
 SUFFIXES = (".py", ".pyi", ".ipynb")
 
 
-@dataclass
-class _IgnoreRule:
-    regex: re.Pattern
-    negated: bool
-    directory_only: bool
+class _IgnoreRule(Record):
+    __slots__ = ("regex", "negated", "directory_only")
+
+    def __init__(self, regex: re.Pattern, negated: bool, directory_only: bool) -> None:
+        self.regex = regex
+        self.negated = negated
+        self.directory_only = directory_only
 
 
-@dataclass
-class GitIgnore:
+class GitIgnore(Record):
     """The rules of one .gitignore file, matched against paths relative to its folder."""
 
-    base: Path
-    rules: list[_IgnoreRule] = field(default_factory=list)
+    __slots__ = ("base", "rules")
+
+    def __init__(self, base: Path, rules: list[_IgnoreRule] | None = None) -> None:
+        self.base = base
+        self.rules = [] if rules is None else rules
 
     @classmethod
-    def load(cls, folder: Path) -> Optional["GitIgnore"]:
+    def load(cls, folder: Path) -> GitIgnore | None:
         path = folder / ".gitignore"
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
@@ -79,7 +83,7 @@ class GitIgnore:
             ignore.rules.append(_IgnoreRule(_compile(line), negated, directory_only))
         return ignore
 
-    def decision(self, relative: str, is_dir: bool) -> Optional[bool]:
+    def decision(self, relative: str, is_dir: bool) -> bool | None:
         """True ignored, False re-included, None no opinion."""
         result = None
         for rule in self.rules:
@@ -136,7 +140,7 @@ class Discovery:
         self.root = os.path.realpath(root)
         self.exclude = tuple(exclude)
         self.respect_gitignore = respect_gitignore
-        self._ignores: dict[str, Optional[GitIgnore]] = {}
+        self._ignores: dict[str, GitIgnore | None] = {}
 
     def files(self, paths: Sequence[Path]) -> Iterator[Path]:
         seen: set[str] = set()
@@ -201,7 +205,7 @@ class Discovery:
                 found.append((str(folder), ignore))
         return found
 
-    def _ignore_for(self, folder: str) -> Optional[GitIgnore]:
+    def _ignore_for(self, folder: str) -> GitIgnore | None:
         if folder not in self._ignores:
             self._ignores[folder] = GitIgnore.load(Path(folder))
         return self._ignores[folder]

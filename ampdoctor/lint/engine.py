@@ -9,52 +9,68 @@ needs no import, and its nodes carry the positions that findings and fixes need.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
 import os
 import re
-import tokenize
 import warnings
-from dataclasses import dataclass, field
-from io import BytesIO
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
 
 from ..catalog import severity_of
 from ..findings import Finding, Location
+from ..records import Record
 from .fixes import FixError, SourceLines, apply_edits, edit_spans, overlaps, resolve_fix
 
 PARSE_ERROR = "AMP000"
 MAX_FIX_PASSES = 10
 
-_NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+|\s+[A-Za-z]+[0-9]+)*))?", re.I)
-_IGNORE = re.compile(r"#\s*ampdoctor:\s*ignore\b(?:\[(?P<codes>[^\]]*)\])?")
-_CODE = re.compile(r"[A-Za-z]+[0-9]+")
+# Suppression comments (compiled on first use by ``re``: only lines with findings are read).
+_NOQA = r"(?i)#\s*noqa\b(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+|\s+[A-Za-z]+[0-9]+)*))?"
+_IGNORE = r"#\s*ampdoctor:\s*ignore\b(?:\[(?P<codes>[^\]]*)\])?"
+_CODE = r"[A-Za-z]+[0-9]+"
 
 
-@dataclass
-class LintOptions:
+class LintOptions(Record):
     """What to check and how: resolved from config and command line."""
 
-    codes: frozenset[str]
-    fix: bool = False
-    unsafe_fixes: bool = False
-    per_file_ignored: tuple[str, ...] = ()
+    __slots__ = ("codes", "fix", "unsafe_fixes", "per_file_ignored")
+
+    def __init__(self, codes: frozenset[str], fix: bool = False, unsafe_fixes: bool = False,
+                 per_file_ignored: tuple[str, ...] = ()) -> None:
+        self.codes = codes
+        self.fix = fix
+        self.unsafe_fixes = unsafe_fixes
+        self.per_file_ignored = per_file_ignored
 
 
-@dataclass
-class FileResult:
-    path: str  # as shown to the user
-    findings: list[Finding] = field(default_factory=list)
-    suppressed: int = 0
-    fixed: int = 0
-    source: Optional[str] = None  # the checked text (after fixes), when it was read
-    original: Optional[str] = None  # the text before fixes, when fixes changed it
-    cells: dict[int, str] = field(default_factory=dict)  # notebooks: cell number → text
-    parsed: bool = False
-    error: Optional[str] = None  # unreadable / undecodable / unparsable
-    notebook: Optional[tuple] = None  # (original JSON text, NotebookSource) when fixes changed it
-    file_path: str = ""  # where the file is on disk
+class FileResult(Record):
+    """One file's outcome.
+
+    ``path``: as shown to the user; ``file_path``: where the file is on disk. ``source``: the
+    checked text (after fixes), when it was read; ``original``: the text before fixes, when fixes
+    changed it; ``cells``: for notebooks, cell number → text; ``error``: why the file could not
+    be read, decoded or parsed; ``notebook``: (original JSON text, NotebookSource) when fixes
+    changed a notebook.
+    """
+
+    __slots__ = ("path", "findings", "suppressed", "fixed", "source", "original", "cells", "parsed", "error",
+                 "notebook", "file_path")
+
+    def __init__(self, path: str, findings: list[Finding] | None = None, suppressed: int = 0, fixed: int = 0,
+                 source: str | None = None, original: str | None = None, cells: dict[int, str] | None = None,
+                 parsed: bool = False, error: str | None = None, notebook: tuple | None = None,
+                 file_path: str = "") -> None:
+        self.path = path
+        self.findings = [] if findings is None else findings
+        self.suppressed = suppressed
+        self.fixed = fixed
+        self.source = source
+        self.original = original
+        self.cells = {} if cells is None else cells
+        self.parsed = parsed
+        self.error = error
+        self.notebook = notebook
+        self.file_path = file_path
 
     @property
     def changed(self) -> bool:
@@ -111,6 +127,14 @@ def _compiled(pattern: bytes) -> "re.Pattern[bytes]":
 
 def decode_source(data: bytes) -> str:
     """Decode like the interpreter: BOM, PEP 263 cookie, else UTF-8. Raises ValueError."""
+    if not data.startswith(b"\xef\xbb\xbf") and b"coding" not in data[:_two_lines_end(data)]:
+        try:
+            return data.decode("utf-8")  # the common case, without the tokenizer
+        except UnicodeDecodeError:
+            pass  # let the tokenizer say what is wrong, as below
+    import tokenize
+    from io import BytesIO
+
     try:
         encoding, _ = tokenize.detect_encoding(BytesIO(data).readline)
     except SyntaxError as exc:
@@ -123,6 +147,14 @@ def decode_source(data: bytes) -> str:
     except (UnicodeDecodeError, LookupError) as exc:
         raise ValueError(f"cannot decode as {encoding}: {exc.reason if hasattr(exc, 'reason') else exc}") from None
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def _two_lines_end(data: bytes) -> int:
+    """Where the first two lines end: an encoding declaration can only be there."""
+    end = data.find(b"\n")
+    if end >= 0:
+        end = data.find(b"\n", end + 1)
+    return len(data) if end < 0 else end
 
 
 def parse_source(source: str) -> ast.Module:
@@ -190,17 +222,17 @@ def _position(reports, lines: SourceLines, path: str) -> list[Finding]:
     return sorted(findings, key=Finding.sort_key)
 
 
-def _suppressed_codes(line: str) -> Optional[set[str]]:
+def _suppressed_codes(line: str) -> set[str] | None:
     """None: nothing suppressed; empty set: everything; else the codes named."""
     if "#" not in line:
         return None
-    result: Optional[set[str]] = None
+    result: set[str] | None = None
     for pattern in (_NOQA, _IGNORE):
-        for match in pattern.finditer(line):
+        for match in re.finditer(pattern, line):
             codes = match.group("codes")
             if not codes:
                 return set()
-            result = (result or set()) | {c.upper() for c in _CODE.findall(codes)}
+            result = (result or set()) | {c.upper() for c in re.findall(_CODE, codes)}
     return result
 
 
@@ -260,7 +292,7 @@ def fix_source(source: str, path: str, options: LintOptions) -> tuple[str, int, 
 # ---------------------------------------------------------------------------------------
 
 
-def lint_file(path: Path, display: str, options: LintOptions, spec: Optional[PrefilterSpec]) -> FileResult:
+def lint_file(path: Path, display: str, options: LintOptions, spec: PrefilterSpec | None) -> FileResult:
     result = FileResult(display, file_path=str(path))
     try:
         data = path.read_bytes()
@@ -357,7 +389,7 @@ def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, 
             final = read_notebook(_notebook_text(result))
         except NotebookError:
             # A fix would have touched an IPython magic line: leave the notebook as it is.
-            unfixed = dataclasses.replace(options, fix=False)
+            unfixed = LintOptions(options.codes, False, options.unsafe_fixes, options.per_file_ignored)
             result = _check_text(path, display, notebook.source, unfixed, FileResult(display, file_path=str(path)))
     result.findings = [_to_cell(f, notebook if not result.changed else final) for f in result.findings]
     result.cells = {cell.number: final.cell_text(cell.number) for cell in final.cells}
@@ -389,10 +421,10 @@ def _to_cell(finding: Finding, notebook) -> Finding:
             if start_cell != cell or end_cell != cell:
                 edits = None
                 break
-            edits.append(dataclasses.replace(edit, line=start, end_line=end))
-        fix = dataclasses.replace(fix, edits=tuple(edits)) if edits is not None else None
-    location = dataclasses.replace(loc, line=line, end_line=end_line, cell=cell)
-    return dataclasses.replace(finding, location=location, fix=fix)
+            edits.append(edit.replace(line=start, end_line=end))
+        fix = fix.replace(edits=tuple(edits)) if edits is not None else None
+    location = loc.replace(line=line, end_line=end_line, cell=cell)
+    return finding.replace(location=location, fix=fix)
 
 
 def write_result(path: Path, result: FileResult) -> None:

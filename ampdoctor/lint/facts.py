@@ -29,9 +29,10 @@ from __future__ import annotations
 import ast
 import enum
 import re
-from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple, Optional, Sequence, Union
+from collections import namedtuple
+from collections.abc import Iterator, Sequence
 
+from ..records import Record, Value
 from .fixes import SourceLines
 
 # --------------------------------------------------------------------------------------
@@ -87,11 +88,12 @@ HALF_TENSOR_TYPES = {
 }
 # Optimizer classes by their last name, whatever package they come from (torch.optim,
 # apex.optimizers, bitsandbytes, timm.optim, transformers ...).
-_OPTIMIZER_CLASS = re.compile(
-    r"^(Adam|AdamW|SGD|RMSprop|Adagrad|Adadelta|Adamax|NAdam|RAdam|ASGD|Rprop|LBFGS|SparseAdam"
-    r"|Adafactor|Lamb|LAMB|Lion|Adan|FusedAdam|FusedLAMB|FusedSGD|LARS|Shampoo|Muon|Sophia"
-    r"|AdamW8bit|Adam8bit|PagedAdamW|PagedAdamW8bit|Lion8bit|AdaBelief|Novograd|ZeroRedundancyOptimizer)$"
-)
+_OPTIMIZER_CLASS = frozenset({
+    "Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD", "Rprop", "LBFGS",
+    "SparseAdam", "Adafactor", "Lamb", "LAMB", "Lion", "Adan", "FusedAdam", "FusedLAMB", "FusedSGD", "LARS", "Shampoo",
+    "Muon", "Sophia", "AdamW8bit", "Adam8bit", "PagedAdamW", "PagedAdamW8bit", "Lion8bit", "AdaBelief", "Novograd",
+    "ZeroRedundancyOptimizer",
+})
 _OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser|optimizers)(_\w+)?$|^(g|d|gen|disc)_?opt\w*$")
 
 
@@ -121,11 +123,10 @@ class EventKind(str, enum.Enum):
 # Small expression helpers
 # --------------------------------------------------------------------------------------
 
-FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-def dotted(expr: Optional[ast.AST]) -> Optional[str]:
+def dotted(expr: ast.AST | None) -> str | None:
     """``a.b.c`` for Name/Attribute chains, else None."""
     parts = []
     while type(expr) is ast.Attribute:
@@ -137,17 +138,17 @@ def dotted(expr: Optional[ast.AST]) -> Optional[str]:
     return None
 
 
-def string_value(expr: Optional[ast.AST]) -> Optional[str]:
+def string_value(expr: ast.AST | None) -> str | None:
     if type(expr) is ast.Constant and type(expr.value) is str:
         return expr.value
     return None
 
 
-def is_float_literal(expr: Optional[ast.AST]) -> bool:
+def is_float_literal(expr: ast.AST | None) -> bool:
     return type(expr) is ast.Constant and type(expr.value) is float
 
 
-def number_value(expr: Optional[ast.AST]) -> Optional[float]:
+def number_value(expr: ast.AST | None) -> float | None:
     """The value of a numeric literal, with unary minus/plus and ``2**-24``-style powers."""
     kind = type(expr)
     if kind is ast.Constant:
@@ -174,12 +175,14 @@ def number_value(expr: Optional[ast.AST]) -> Optional[float]:
     return None
 
 
-class Arg(NamedTuple):
-    """One argument of a call, in the shape rules ask about."""
+class Arg(namedtuple("Arg", "value keyword star", defaults=(None, ""))):
+    """One argument of a call, in the shape rules ask about.
 
-    value: ast.expr
-    keyword: Optional[str] = None
-    star: str = ""  # "", "*" or "**"
+    ``value``: the argument (``ast.expr``); ``keyword``: its keyword, or None; ``star``: "",
+    "*" or "**".
+    """
+
+    __slots__ = ()
 
 
 def call_args(call: ast.Call) -> list[Arg]:
@@ -189,7 +192,7 @@ def call_args(call: ast.Call) -> list[Arg]:
     return args
 
 
-def get_arg(call: ast.Call, position: Optional[int], keyword: Optional[str]) -> Optional[Arg]:
+def get_arg(call: ast.Call, position: int | None, keyword: str | None) -> Arg | None:
     """The argument passed at ``position`` (counting plain positional args) or by ``keyword``."""
     if position is not None:
         for index, arg in enumerate(call.args):
@@ -209,32 +212,44 @@ def get_arg(call: ast.Call, position: Optional[int], keyword: Optional[str]) -> 
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Block:
+class Block(Value):
     """One step of a path inside a frame: a loop, or one arm of a branch."""
 
-    kind: str  # "loop", "if", "else", "try", "except", "finally", "match"
-    node: ast.AST = field(compare=False, hash=False)
-    ident: int = 0
+    __slots__ = ("kind", "node", "ident")
+    _uncompared = ("node",)
+
+    def __init__(self, kind: str, node: ast.AST, ident: int = 0) -> None:
+        # kind: "loop", "if", "else", "try", "except", "finally", "match"
+        self._set(kind, node, ident)
 
     @property
     def is_loop(self) -> bool:
         return self.kind == "loop"
 
 
-@dataclass
-class Region:
+class Region(Record):
     """An autocast region: a ``with`` item, a decorator, or a ``custom_fwd(cast_inputs=...)``."""
 
-    node: ast.AST  # the autocast call (or the name of the context object)
-    device: Optional[str]  # "cuda", "cpu", ... or None when not literal
-    dtype: Optional[str]  # "float16", "bfloat16", or None when not given/literal
-    dtype_given: bool
-    enabled: Enabled
-    kind: str = "with"  # "with", "decorator", "custom_fwd"
+    __slots__ = ("node", "device", "dtype", "dtype_given", "enabled", "kind")
+
+    def __init__(
+        self,
+        node: ast.AST,
+        device: str | None,
+        dtype: str | None,
+        dtype_given: bool,
+        enabled: Enabled,
+        kind: str = "with",
+    ) -> None:
+        self.node = node  # the autocast call (or the name of the context object)
+        self.device = device  # "cuda", "cpu", ... or None when not literal
+        self.dtype = dtype  # "float16", "bfloat16", or None when not given/literal
+        self.dtype_given = dtype_given
+        self.enabled = enabled
+        self.kind = kind  # "with", "decorator", "custom_fwd"
 
     @property
-    def effective_dtype(self) -> Optional[str]:
+    def effective_dtype(self) -> str | None:
         """The dtype autocast uses: the given one, or the device's default."""
         if self.dtype_given:
             return self.dtype
@@ -249,29 +264,44 @@ class Region:
         return self.enabled.counts_as_on and self.effective_dtype == "float16"
 
 
-@dataclass
-class WithRef:
+class WithRef(Record):
     """A ``with`` item or decorator around a call; resolved to a Region after the walk."""
 
-    expr: ast.expr
-    decorator: bool = False
-    region: Optional[Region] = None
+    __slots__ = ("expr", "decorator", "region")
+
+    def __init__(self, expr: ast.expr, decorator: bool = False, region: Region | None = None) -> None:
+        self.expr = expr
+        self.decorator = decorator
+        self.region = region
 
 
-@dataclass(eq=False)
-class CallSite:
-    node: ast.Call
-    qname: Optional[str]  # resolved dotted name of the callee, when it is a known import
-    receiver: Optional[str]  # dotted spelling of ``x`` in ``x.method(...)``
-    method: Optional[str]
-    frame: "Frame"
-    path: tuple[Block, ...]
-    withs: tuple[WithRef, ...]
-    order: int
-    statement: ast.AST  # the innermost statement that holds the call
+class CallSite(Record):
+    __slots__ = ("node", "qname", "receiver", "method", "frame", "path", "withs", "order", "statement")
+
+    def __init__(
+        self,
+        node: ast.Call,
+        qname: str | None,
+        receiver: str | None,
+        method: str | None,
+        frame: Frame,
+        path: tuple[Block, ...],
+        withs: tuple[WithRef, ...],
+        order: int,
+        statement: ast.AST,
+    ) -> None:
+        self.node = node
+        self.qname = qname  # resolved dotted name of the callee, when it is a known import
+        self.receiver = receiver  # dotted spelling of ``x`` in ``x.method(...)``
+        self.method = method
+        self.frame = frame
+        self.path = path
+        self.withs = withs
+        self.order = order
+        self.statement = statement  # the innermost statement that holds the call
 
     @property
-    def region(self) -> Optional[Region]:
+    def region(self) -> Region | None:
         """The innermost autocast region around the call (on, off or maybe), or None."""
         for ref in reversed(self.withs):
             if ref.region is not None:
@@ -284,25 +314,34 @@ class CallSite:
         return region is not None and region.enabled.counts_as_on
 
     @property
-    def loop(self) -> Optional[Block]:
+    def loop(self) -> Block | None:
         for block in reversed(self.path):
             if block.is_loop:
                 return block
         return None
 
-    def arg(self, position: Optional[int] = None, keyword: Optional[str] = None) -> Optional[Arg]:
+    def arg(self, position: int | None = None, keyword: str | None = None) -> Arg | None:
         return get_arg(self.node, position, keyword)
 
 
-@dataclass(eq=False)
-class Event:
-    kind: EventKind
-    call: CallSite
-    scaler: Optional[str] = None
-    optimizer: Optional[str] = None
-    # For CLIP events: a max_norm of inf (pure norm computation) or the result divided by
-    # the scale (logging a norm of scaled gradients correctly).
-    norm_only: bool = False
+class Event(Record):
+    __slots__ = ("kind", "call", "scaler", "optimizer", "norm_only")
+
+    def __init__(
+        self,
+        kind: EventKind,
+        call: CallSite,
+        scaler: str | None = None,
+        optimizer: str | None = None,
+        norm_only: bool = False,
+    ) -> None:
+        self.kind = kind
+        self.call = call
+        self.scaler = scaler
+        self.optimizer = optimizer
+        # For CLIP events: a max_norm of inf (pure norm computation) or the result divided by
+        # the scale (logging a norm of scaled gradients correctly).
+        self.norm_only = norm_only
 
     @property
     def order(self) -> int:
@@ -313,62 +352,125 @@ class Event:
         return self.call.path
 
 
-@dataclass(eq=False)
-class Frame:
-    node: ast.AST  # FunctionDef, AsyncFunctionDef or Module
-    name: str
-    class_name: Optional[str]
-    parent: Optional["Frame"]
-    calls: list[CallSite] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
+class Frame(Record):
+    __slots__ = ("node", "name", "class_name", "parent", "calls", "events")
+
+    def __init__(
+        self,
+        node: ast.AST,
+        name: str,
+        class_name: str | None,
+        parent: Frame | None,
+        calls: list[CallSite] | None = None,
+        events: list[Event] | None = None,
+    ) -> None:
+        self.node = node  # FunctionDef, AsyncFunctionDef or Module
+        self.name = name
+        self.class_name = class_name
+        self.parent = parent
+        self.calls = [] if calls is None else calls
+        self.events = [] if events is None else events
 
     def events_of(self, *kinds: EventKind) -> list[Event]:
         return [e for e in self.events if e.kind in kinds]
 
 
-@dataclass(eq=False)
-class Assignment:
-    target: str  # dotted spelling of the target
-    value: ast.expr
-    frame: Frame
-    order: int
+class Assignment(Record):
+    __slots__ = ("target", "value", "frame", "order")
+
+    def __init__(self, target: str, value: ast.expr, frame: Frame, order: int) -> None:
+        self.target = target  # dotted spelling of the target
+        self.value = value
+        self.frame = frame
+        self.order = order
 
 
-@dataclass(eq=False)
-class ImportRef:
+class ImportRef(Record):
     """One name bound by an import statement."""
 
-    node: Union[ast.Import, ast.ImportFrom]
-    alias: ast.alias
-    local: str  # the name bound in this module
-    qname: str  # what it stands for
-    module: Optional[str]  # ``from X import ...``: X; plain ``import``: None
-    # Inside an ``except`` handler: a fallback for older library versions.
-    fallback: bool = False
+    __slots__ = ("node", "alias", "local", "qname", "module", "fallback")
+
+    def __init__(
+        self,
+        node: ast.Import | ast.ImportFrom,
+        alias: ast.alias,
+        local: str,
+        qname: str,
+        module: str | None,
+        fallback: bool = False,
+    ) -> None:
+        self.node = node
+        self.alias = alias
+        self.local = local  # the name bound in this module
+        self.qname = qname  # what it stands for
+        self.module = module  # ``from X import ...``: X; plain ``import``: None
+        # Inside an ``except`` handler: a fallback for older library versions.
+        self.fallback = fallback
 
 
-@dataclass(eq=False)
-class AmpFacts:
-    module: ast.Module
-    source: str
-    imports: dict[str, str]
-    import_refs: list[ImportRef]
-    frames: list[Frame]
-    calls: list[CallSite]
-    regions: list[Region]
-    assignments: list[Assignment]
-    references: list[tuple[ast.AST, str]]  # every Name/Attribute chain that resolves
-    classes: list[tuple[ast.ClassDef, tuple[str, ...]]]  # class and its resolved bases
-    functions: list[tuple[FunctionNode, Frame]]
-    scalers: set[str] = field(default_factory=set)
-    scaler_devices: dict[str, Optional[str]] = field(default_factory=dict)
-    optimizers: set[str] = field(default_factory=set)
-    context_objects: dict[str, Region] = field(default_factory=dict)
-    # ``scaled = scaler.scale(loss)``: the variable → the scaler that scaled it.
-    scaled_vars: dict[str, str] = field(default_factory=dict)
-    # ``ckpt["scaler"] = ...``: (mapping spelling, the assignment, its frame), in source order.
-    item_assignments: list[tuple[str, ast.Assign, "Frame"]] = field(default_factory=list)
-    _lines: Optional[SourceLines] = field(default=None, repr=False)
+class AmpFacts(Record):
+    __slots__ = (
+        "module",
+        "source",
+        "imports",
+        "import_refs",
+        "frames",
+        "calls",
+        "regions",
+        "assignments",
+        "references",
+        "classes",
+        "functions",
+        "scalers",
+        "scaler_devices",
+        "optimizers",
+        "context_objects",
+        "scaled_vars",
+        "item_assignments",
+        "_lines",
+    )
+
+    def __init__(
+        self,
+        module: ast.Module,
+        source: str,
+        imports: dict[str, str],
+        import_refs: list[ImportRef],
+        frames: list[Frame],
+        calls: list[CallSite],
+        regions: list[Region],
+        assignments: list[Assignment],
+        references: list[tuple[ast.AST, str]],
+        classes: list[tuple[ast.ClassDef, tuple[str, ...]]],
+        functions: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, Frame]],
+        scalers: set[str] | None = None,
+        scaler_devices: dict[str, str | None] | None = None,
+        optimizers: set[str] | None = None,
+        context_objects: dict[str, Region] | None = None,
+        scaled_vars: dict[str, str] | None = None,
+        item_assignments: list[tuple[str, ast.Assign, Frame]] | None = None,
+        _lines: SourceLines | None = None,
+    ) -> None:
+        self.module = module
+        self.source = source
+        self.imports = imports
+        self.import_refs = import_refs
+        self.frames = frames
+        self.calls = calls
+        self.regions = regions
+        self.assignments = assignments
+        self.references = references  # every Name/Attribute chain that resolves
+        self.classes = classes  # class and its resolved bases
+        self.functions = functions
+        self.scalers = set() if scalers is None else scalers
+        self.scaler_devices = {} if scaler_devices is None else scaler_devices
+        self.optimizers = set() if optimizers is None else optimizers
+        self.context_objects = {} if context_objects is None else context_objects
+        # ``scaled = scaler.scale(loss)``: the variable → the scaler that scaled it.
+        self.scaled_vars = {} if scaled_vars is None else scaled_vars
+        # ``ckpt["scaler"] = ...``: (mapping spelling, the assignment, its frame), in source order.
+        self.item_assignments = [] if item_assignments is None else item_assignments
+        self._lines = _lines
 
     # ---- queries --------------------------------------------------------------------
 
@@ -382,7 +484,7 @@ class AmpFacts:
         """The node's exact source text (without surrounding parentheses)."""
         return self.lines.segment(node)
 
-    def qualify(self, expr: Optional[ast.AST]) -> Optional[str]:
+    def qualify(self, expr: ast.AST | None) -> str | None:
         return qualify(expr, self.imports)
 
     def events(self, *kinds: EventKind) -> Iterator[Event]:
@@ -404,7 +506,7 @@ class AmpFacts:
         return any(r.is_float16 for r in self.regions)
 
 
-def qualify(expr: Optional[ast.AST], imports: dict[str, str]) -> Optional[str]:
+def qualify(expr: ast.AST | None, imports: dict[str, str]) -> str | None:
     name = dotted(expr)
     if name is None:
         return None
@@ -420,7 +522,7 @@ def qualify(expr: Optional[ast.AST], imports: dict[str, str]) -> Optional[str]:
 # --------------------------------------------------------------------------------------
 
 
-def _import_bindings(node: Union[ast.Import, ast.ImportFrom]) -> Iterator[tuple[ast.alias, str, str, Optional[str]]]:
+def _import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[ast.alias, str, str, str | None]]:
     """(alias node, local name, qualified name, from-module) for each name an import binds."""
     if type(node) is ast.Import:
         for alias in node.names:
@@ -501,7 +603,7 @@ class _FactWalk:
         self.assignments: list[Assignment] = []
         self.references: list[tuple[ast.AST, str]] = []
         self.classes: list[tuple[ast.ClassDef, tuple[str, ...]]] = []
-        self.functions: list[tuple[FunctionNode, Frame]] = []
+        self.functions: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, Frame]] = []
         self.item_assignments: list[tuple[str, ast.Assign, Frame]] = []
         self._frame_stack: list[Frame] = []
         self._path_stack: list[list[Block]] = []
@@ -595,7 +697,7 @@ class _FactWalk:
         self._schedule([*node.decorator_list, *node.bases, *node.keywords, *node.body, leave])
         return True
 
-    def _function_def(self, node: FunctionNode) -> bool:
+    def _function_def(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         self._statements.append(node)
         self._decorators(node.decorator_list)
 
@@ -612,7 +714,7 @@ class _FactWalk:
         self._schedule([*head, enter_body, *node.body, self._pop_frame, self._statements.pop])
         return True
 
-    def _loop(self, node: Union[ast.For, ast.AsyncFor, ast.While]) -> bool:
+    def _loop(self, node: ast.For | ast.AsyncFor | ast.While) -> bool:
         self._statements.append(node)
         head = [node.test] if type(node) is ast.While else [node.target, node.iter]
         self._schedule([*head, *self._block("loop", node, node.body), *node.orelse, self._statements.pop])
@@ -644,7 +746,7 @@ class _FactWalk:
         self._schedule([*items, self._statements.pop])
         return True
 
-    def _with(self, node: Union[ast.With, ast.AsyncWith]) -> bool:
+    def _with(self, node: ast.With | ast.AsyncWith) -> bool:
         self._statements.append(node)
         refs = [WithRef(item.context_expr) for item in node.items]
 
@@ -658,7 +760,7 @@ class _FactWalk:
         self._schedule([*heads, enter_body, *node.body, leave_body, self._statements.pop])
         return True
 
-    def _import(self, node: Union[ast.Import, ast.ImportFrom]) -> bool:
+    def _import(self, node: ast.Import | ast.ImportFrom) -> bool:
         if id(node) not in self._seen_imports:
             self._seen_imports.add(id(node))
             fallback = any(block.kind == "except" for block in self._path_stack[-1])
@@ -667,7 +769,7 @@ class _FactWalk:
                 self.import_refs.append(ImportRef(node, alias, local, qname, module, fallback))
         return True
 
-    def _assign(self, node: Union[ast.Assign, ast.AnnAssign]) -> bool:
+    def _assign(self, node: ast.Assign | ast.AnnAssign) -> bool:
         if type(node) is ast.Assign:
             for target in node.targets:
                 self._record_assignment(target, node.value)
@@ -805,7 +907,7 @@ def build_facts(module: ast.Module, source: str) -> AmpFacts:
 # --------------------------------------------------------------------------------------
 
 
-def autocast_region(call: ast.Call, imports: dict[str, str], kind: str = "with") -> Optional[Region]:
+def autocast_region(call: ast.Call, imports: dict[str, str], kind: str = "with") -> Region | None:
     """The Region made by an autocast call, or None when ``call`` is not one."""
     qname = qualify(call.func, imports)
     if qname not in AUTOCAST_NAMES:
@@ -834,13 +936,13 @@ def autocast_region(call: ast.Call, imports: dict[str, str], kind: str = "with")
     return Region(call, device, dtype, dtype_arg is not None, enabled, kind)
 
 
-def _dtype_from_string(expr: ast.expr) -> Optional[str]:
+def _dtype_from_string(expr: ast.expr) -> str | None:
     text = string_value(expr)
     aliases = {"float16": "float16", "half": "float16", "fp16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
     return aliases.get(text or "")
 
 
-def _region_of_expression(expr: ast.expr, facts: AmpFacts) -> Optional[Region]:
+def _region_of_expression(expr: ast.expr, facts: AmpFacts) -> Region | None:
     """Autocast region for a ``with`` item: a call, a context object, or ``a if c else b``."""
     if type(expr) is ast.Call:
         region = autocast_region(expr, facts.imports)
@@ -901,7 +1003,7 @@ def _resolve_regions(facts: AmpFacts) -> None:
     facts.regions = list(regions.values())
 
 
-def _is_scale_call(expr: ast.expr) -> Optional[str]:
+def _is_scale_call(expr: ast.expr) -> str | None:
     """``K.scale(x)`` → ``K``."""
     if type(expr) is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr == "scale":
         return dotted(expr.func.value)
@@ -951,14 +1053,14 @@ def is_optimizer_constructor(call: ast.Call, facts: AmpFacts) -> bool:
     if qname.startswith(_NOT_OPTIMIZERS):
         return False  # schedulers and SWA helpers also have .step()
     last = qname.rsplit(".", 1)[-1]
-    return bool(_OPTIMIZER_CLASS.match(last)) or qname.startswith("torch.optim.") and last[:1].isupper()
+    return last in _OPTIMIZER_CLASS or qname.startswith("torch.optim.") and last[:1].isupper()
 
 
 # Objects with a ``step()`` whose names would otherwise look like optimizers.
 _NOT_OPTIMIZER_NAME = re.compile(r"sched|ema|swa|warmup|lr_|pbar|progress", re.I)
 
 
-def is_optimizer(name: Optional[str], facts: AmpFacts) -> bool:
+def is_optimizer(name: str | None, facts: AmpFacts) -> bool:
     if not name:
         return False
     if name in facts.optimizers:
@@ -976,7 +1078,7 @@ def _classify_events(facts: AmpFacts) -> None:
                 frame.events.append(event)
 
 
-def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> Optional[Event]:
+def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> Event | None:
     method, receiver = site.method, site.receiver
     if site.qname in GRAD_SCALER_NAMES:
         return Event(EventKind.SCALER_NEW, site)
@@ -1012,7 +1114,7 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
     return None
 
 
-def downcast_dtype(site: CallSite, facts: AmpFacts) -> Optional[str]:
+def downcast_dtype(site: CallSite, facts: AmpFacts) -> str | None:
     """float16/bfloat16 when the call is ``.half()``, ``.bfloat16()``, ``.to(<half>)`` or ``.type(<half>)``."""
     call = site.node
     if site.method == "half" and not call.args and not call.keywords:

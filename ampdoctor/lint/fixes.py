@@ -8,10 +8,11 @@ before anything is written.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Optional, Sequence
+from collections.abc import Sequence
 
 from ..findings import Edit, Fix
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
     import ast
 
@@ -53,7 +54,7 @@ class SourceLines:
                 return len(text.encode("utf-8")[:byte_offset].decode("utf-8", errors="replace")) + 1
         return byte_offset + 1
 
-    def span(self, node: "ast.AST") -> Optional[Span]:
+    def span(self, node: "ast.AST") -> Span | None:
         """Where an ``ast`` node is, or None for nodes without positions (``ast.arguments``)."""
         line = getattr(node, "lineno", None)
         end_line = getattr(node, "end_lineno", None)
@@ -84,7 +85,7 @@ class SourceLines:
         return "\n"
 
 
-def resolve_fix(plan: "FixPlan", lines: SourceLines) -> Optional[Fix]:
+def resolve_fix(plan: "FixPlan", lines: SourceLines) -> Fix | None:
     edits = []
     for edit in plan.edits:
         resolved = _resolve_edit(edit, lines)
@@ -94,7 +95,7 @@ def resolve_fix(plan: "FixPlan", lines: SourceLines) -> Optional[Fix]:
     return Fix(plan.description, tuple(sorted(edits)), plan.applicability)
 
 
-def _resolve_edit(edit: "NodeEdit", lines: SourceLines) -> Optional[Edit]:
+def _resolve_edit(edit: "NodeEdit", lines: SourceLines) -> Edit | None:
     if edit.kind == "replace_range":
         if edit.span is None:
             return None
@@ -128,7 +129,7 @@ def _resolve_edit(edit: "NodeEdit", lines: SourceLines) -> Optional[Edit]:
     raise ValueError(f"unknown edit kind {edit.kind!r}")
 
 
-def _indentation(line: str, column: int) -> Optional[str]:
+def _indentation(line: str, column: int) -> str | None:
     prefix = line[:column]
     if prefix.strip():
         return None  # the statement shares its line with other code (``if x: stmt``)

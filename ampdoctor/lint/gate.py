@@ -13,44 +13,65 @@ from __future__ import annotations
 
 import ast
 import collections
-import functools
 import warnings
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional, Union
+from collections.abc import Iterable, Iterator
 
+from ..records import Record, Value
 from .facts import dotted
 
 
-@dataclass(frozen=True)
-class Anchors:
-    """What a module must reference for a rule to be able to fire (either kind suffices)."""
+class Anchors(Value):
+    """What a module must reference for a rule to be able to fire (either kind suffices).
 
-    names: tuple[str, ...] = ()  # qualified names or prefixes, matched at dot boundaries
-    # Method names called anywhere (``x.scale(...)``); ``"half()"`` means called without arguments.
-    methods: tuple[str, ...] = ()
-    # Qualified names used as a cast target: ``.to(X)``, ``.type(X)`` or ``dtype=X`` in a call.
-    casts: tuple[str, ...] = ()
-    # The same, but only as the target of ``.to(...)`` / ``.type(...)`` (positional or dtype=):
-    # a tensor converted, not one created with a dtype.
-    method_casts: tuple[str, ...] = ()
-    # Facts about literals that must *also* hold: "big-fill" (a number beyond float16's 65504
-    # as a fill value or clamp bound), "big-arith" (added or subtracted), "tiny-arith" (a number
-    # below float16's smallest subnormal, 2**-24, added, subtracted or divided by), "tiny-eps"
-    # (passed as ``eps=``).
-    requires: tuple[str, ...] = ()
-    # Methods that must *also* be called somewhere (all of them).
-    requires_methods: tuple[str, ...] = ()
-    # Names (or prefixes) that must *also* be referenced (all of them).
-    requires_names: tuple[str, ...] = ()
+    * ``names``: qualified names or prefixes, matched at dot boundaries.
+    * ``methods``: method names called anywhere (``x.scale(...)``); ``"half()"`` means called
+      without arguments.
+    * ``casts``: qualified names used as a cast target: ``.to(X)``, ``.type(X)`` or ``dtype=X``
+      in a call.
+    * ``method_casts``: the same, but only as the target of ``.to(...)`` / ``.type(...)``
+      (positional or dtype=): a tensor converted, not one created with a dtype.
+    * ``requires``: facts about literals that must *also* hold: "big-fill" (a number beyond
+      float16's 65504 as a fill value or clamp bound), "big-arith" (added or subtracted),
+      "tiny-arith" (a number below float16's smallest subnormal, 2**-24, added, subtracted or
+      divided by), "tiny-eps" (passed as ``eps=``).
+    * ``requires_methods``: methods that must *also* be called somewhere (all of them).
+    * ``requires_names``: names (or prefixes) that must *also* be referenced (all of them).
+    """
+
+    __slots__ = ("names", "methods", "casts", "method_casts", "requires", "requires_methods", "requires_names")
+
+    def __init__(
+        self,
+        names: tuple[str, ...] = (),
+        methods: tuple[str, ...] = (),
+        casts: tuple[str, ...] = (),
+        method_casts: tuple[str, ...] = (),
+        requires: tuple[str, ...] = (),
+        requires_methods: tuple[str, ...] = (),
+        requires_names: tuple[str, ...] = (),
+    ) -> None:
+        self._set(names, methods, casts, method_casts, requires, requires_methods, requires_names)
 
 
-@dataclass(frozen=True)
-class ModuleSummary:
-    names: frozenset[str]
-    methods: frozenset[str]
-    casts: frozenset[str] = frozenset()
-    method_casts: frozenset[str] = frozenset()
-    literals: frozenset[str] = frozenset()
+class ModuleSummary(Record):
+    """What a module references: resolved names, called methods, cast targets, literal flags."""
+
+    __slots__ = ("names", "methods", "casts", "method_casts", "literals", "_prefixes")
+
+    def __init__(
+        self,
+        names: frozenset[str],
+        methods: frozenset[str],
+        casts: frozenset[str] = frozenset(),
+        method_casts: frozenset[str] = frozenset(),
+        literals: frozenset[str] = frozenset(),
+    ) -> None:
+        self.names = names
+        self.methods = methods
+        self.casts = casts
+        self.method_casts = method_casts
+        self.literals = literals
+        self._prefixes: frozenset[str] | None = None  # computed on first use
 
     def has_any(self, anchors: Anchors) -> bool:
         if not self.literals.issuperset(anchors.requires) or not self.methods.issuperset(anchors.requires_methods):
@@ -68,22 +89,20 @@ class ModuleSummary:
         return any(self._references(anchor) for anchor in anchors.names)
 
     def _references(self, anchor: str) -> bool:
+        if self._prefixes is None:
+            # Every name and each of its dotted prefixes: ``a.b.c`` gives ``a``, ``a.b``, ``a.b.c``.
+            found = set()
+            for name in self.names:
+                end = name.find(".")
+                while end != -1:
+                    found.add(name[:end])
+                    end = name.find(".", end + 1)
+                found.add(name)
+            self._prefixes = frozenset(found)
         return anchor in self._prefixes
 
-    @functools.cached_property
-    def _prefixes(self) -> frozenset[str]:
-        """Every name and each of its dotted prefixes: ``a.b.c`` gives ``a``, ``a.b``, ``a.b.c``."""
-        found = set()
-        for name in self.names:
-            end = name.find(".")
-            while end != -1:
-                found.add(name[:end])
-                end = name.find(".", end + 1)
-            found.add(name)
-        return frozenset(found)
 
-
-def summarize(source: str) -> Optional[ModuleSummary]:
+def summarize(source: str) -> ModuleSummary | None:
     """Resolved names and called methods of a module, or None when ``ast`` cannot parse it."""
     try:
         with warnings.catch_warnings():
@@ -184,7 +203,7 @@ _FILL_CALLS = frozenset(
 )
 
 
-def _literal_value(node: ast.expr) -> Optional[float]:
+def _literal_value(node: ast.expr) -> float | None:
     """The value of ``1e9``, ``-1e9``, ``2**-25``; None for anything else or non-finite values."""
     kind = type(node)
     value = None
@@ -209,7 +228,7 @@ def _literal_value(node: ast.expr) -> Optional[float]:
     return value
 
 
-def _classify(values, found: set[str], big: Optional[str], tiny: Optional[str]) -> None:
+def _classify(values, found: set[str], big: str | None, tiny: str | None) -> None:
     """Add the ``big`` / ``tiny`` flag names for the literals among ``values``."""
     for node in values:
         value = _literal_value(node)
@@ -250,12 +269,12 @@ def _resolve(chains: list[str], imports: dict[str, str]) -> frozenset[str]:
     return frozenset(names)
 
 
-# A rule's anchors: one set, alternatives (any may hold), or None (no condition).
-RuleAnchors = Union[None, Anchors, tuple[Anchors, ...]]
+def keeps(module: str | ast.Module, anchors: Iterable[Anchors | tuple[Anchors, ...] | None]) -> bool:
+    """Whether some rule could fire on the module (source text or tree): True when in doubt.
 
-
-def keeps(module: Union[str, ast.Module], anchors: Iterable[RuleAnchors]) -> bool:
-    """Whether some rule could fire on the module (source text or tree): True when in doubt."""
+    ``anchors``: each rule's anchors (``LintRule.anchors``): one set, alternatives (any may
+    hold), or None (no condition).
+    """
     anchors = list(anchors)
     if not anchors or any(a is None for a in anchors):
         return True

@@ -30,33 +30,51 @@ import bisect
 import difflib
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any, Optional
+
+from ..records import Record, Value
 
 
 class NotebookError(Exception):
     """The notebook cannot be read or written back; the message is one line."""
 
 
-@dataclass(frozen=True)
-class CellSpan:
-    number: int  # 1-based position among all cells of the notebook
-    index: int  # 0-based index into the notebook's "cells" list
-    first_line: int  # 1-based line in NotebookSource.source where the cell starts
-    line_count: int
-    text: str  # the cell's source as the user sees it
-    # 1-based lines within the cell that were neutralised, grouped into contiguous regions.
-    magic_regions: tuple[tuple[int, int], ...] = ()
-    cell_magic: bool = False  # the whole cell is a cell magic
+class CellSpan(Value):
+    """One code cell's place in the joined module.
+
+    * ``number``: 1-based position among all cells of the notebook;
+    * ``index``: 0-based index into the notebook's "cells" list;
+    * ``first_line``: 1-based line in NotebookSource.source where the cell starts;
+    * ``line_count``;
+    * ``text``: the cell's source as the user sees it;
+    * ``magic_regions``: 1-based lines within the cell that were neutralised, grouped into
+      contiguous regions;
+    * ``cell_magic``: the whole cell is a cell magic.
+    """
+
+    __slots__ = ("number", "index", "first_line", "line_count", "text", "magic_regions", "cell_magic")
+
+    def __init__(
+        self,
+        number: int,
+        index: int,
+        first_line: int,
+        line_count: int,
+        text: str,
+        magic_regions: tuple[tuple[int, int], ...] = (),
+        cell_magic: bool = False,
+    ) -> None:
+        self._set(number, index, first_line, line_count, text, magic_regions, cell_magic)
 
     def is_magic(self, line: int) -> bool:
         return any(first <= line <= last for first, last in self.magic_regions)
 
 
-@dataclass
-class NotebookSource:
-    source: str  # code cells joined into one Python module
-    cells: list[CellSpan] = field(default_factory=list)  # the code cells, in order
+class NotebookSource(Record):
+    __slots__ = ("source", "cells")
+
+    def __init__(self, source: str, cells: list[CellSpan] | None = None) -> None:
+        self.source = source  # code cells joined into one Python module
+        self.cells = [] if cells is None else cells  # the code cells, in order
 
     def locate(self, line: int) -> tuple[int, int]:
         """Module line -> (cell number, line within the cell). Past the end: the last cell."""
@@ -112,7 +130,7 @@ def read_notebook(text: str) -> NotebookSource:
     return NotebookSource("".join(module_lines), spans)
 
 
-def _load(text: str) -> dict[str, Any]:
+def _load(text: str) -> dict[str, object]:
     try:
         notebook = json.loads(text.lstrip("\ufeff"))
     except json.JSONDecodeError as exc:
@@ -126,7 +144,7 @@ def _load(text: str) -> dict[str, Any]:
     return notebook
 
 
-def _cell_source(cell: dict[str, Any], number: int) -> str:
+def _cell_source(cell: dict[str, object], number: int) -> str:
     source = cell.get("source", "")
     if isinstance(source, str):
         return source
@@ -135,7 +153,7 @@ def _cell_source(cell: dict[str, Any], number: int) -> str:
     raise NotebookError(f"cell {number}: 'source' must be a string or a list of strings")
 
 
-def _is_python(metadata: Any) -> bool:
+def _is_python(metadata: object) -> bool:
     if not isinstance(metadata, dict):
         return True
     for key, name_key in (("language_info", "name"), ("kernelspec", "language")):
@@ -201,7 +219,7 @@ class _Scanner:
     """Just enough of Python's tokenizer to know whether a line starts a statement."""
 
     def __init__(self) -> None:
-        self.quote: Optional[str] = None  # the delimiter of an open string
+        self.quote: str | None = None  # the delimiter of an open string
         self.depth = 0  # open brackets
         self.backslash = False  # the previous line ended with a continuation backslash
 

@@ -26,7 +26,7 @@ on the same bytes object share their work:
 * ``casts_to(data, targets)``: a target (or an import alias of one) as a positional argument of
   ``.to(...)``/``.type(...)`` or as ``dtype=``; ``float16_cast(data)`` for the float16 targets.
 * ``float16_anchor(data)``: the gate's FLOAT16 anchors (autocast name, ``.half()``, cast).
-* ``text_gate(anchors).keeps(data)``: all of the above for rules' anchors (``gate.RuleAnchors``
+* ``text_gate(anchors).keeps(data)``: all of the above for rules' anchors (``LintRule.anchors``
   each): a superset of ``gate.keeps(source, anchors)``; ``may_keep``/``may_have`` are shorthands.
 
 Unlike the gate, these never look for syntax errors: a module the gate would keep because it
@@ -39,7 +39,7 @@ import bisect
 import keyword
 import re
 import unicodedata
-from typing import Iterable, Optional, Union
+from collections.abc import Iterable
 
 __all__ = [
     "LITERAL_FLAGS",
@@ -607,7 +607,7 @@ _ASCII = bytes(range(128))
 _VIEW: tuple = (None, None)
 
 
-def _normalized(data: bytes) -> Optional[bytes]:
+def _normalized(data: bytes) -> bytes | None:
     """``data`` with identifiers as the parser sees them: ``data`` itself when nothing changes
     (the common case), else the text with its identifiers NFKC-normalised; None when it cannot
     be decoded (then every check answers "yes")."""
@@ -615,7 +615,7 @@ def _normalized(data: bytes) -> Optional[bytes]:
     cached = _VIEW
     if cached[0] is data:
         return cached[1]
-    view: Optional[bytes] = data
+    view: bytes | None = data
     end = data.find(b"\n")
     end = data.find(b"\n", end + 1) if end >= 0 else -1
     try:
@@ -631,7 +631,7 @@ def _normalized(data: bytes) -> Optional[bytes]:
     return view
 
 
-def _decode_normalized(data: bytes, chars: Optional[set]) -> Optional[bytes]:
+def _decode_normalized(data: bytes, chars: set | None) -> bytes | None:
     """The text with each identifier NFKC-normalised, as the parser does, but with no new
     punctuation (a fullwidth quote in a string stays what it is): the text keeps its
     structure, and the scanners stay sound on it."""
@@ -802,7 +802,7 @@ def _on_text(check, data: bytes, *args):
 # ---------------------------------------------------------------------------------------
 
 
-def mentions_word(data: bytes, word: Union[bytes, str]) -> bool:
+def mentions_word(data: bytes, word: bytes | str) -> bool:
     """Whether ``word`` occurs as a whole identifier (not inside a longer one)."""
     if isinstance(word, str):
         word = word.encode()
@@ -918,7 +918,7 @@ def _from_module(d: bytes, s: int):
     return b"".join(names)
 
 
-def _ident_at(d: bytes, i: int) -> Optional[bytes]:
+def _ident_at(d: bytes, i: int) -> bytes | None:
     """The identifier starting at ``i`` (None if there is none)."""
     m = _NAME.match(d, i)
     return m.group() if m is not None else None
@@ -1009,7 +1009,7 @@ def _as_bytes(names) -> tuple[bytes, ...]:
     return tuple(n.encode() if isinstance(n, str) else n for n in names)
 
 
-def references(data: bytes, names: Iterable[Union[str, bytes]]) -> bool:
+def references(data: bytes, names: Iterable[str | bytes]) -> bool:
     """Whether the module may reference one of ``names`` (qualified names or prefixes, matched
     at dot boundaries) as the gate resolves names through the module's imports."""
     return _check("names", _as_bytes(names))(data)
@@ -1059,7 +1059,7 @@ def autocast_anchor(data: bytes) -> bool:
     return references(data, _AUTOCAST_NAMES)
 
 
-def calls_method(data: bytes, name: Union[bytes, str]) -> bool:
+def calls_method(data: bytes, name: bytes | str) -> bool:
     """Whether ``<something>.name(`` may be called (the gate's ``methods``)."""
     return _check("method", name.encode() if isinstance(name, str) else name)(data)
 
@@ -1091,14 +1091,14 @@ def _calls_method(d: bytes, name: bytes) -> bool:
 _CAST_METHODS = frozenset({b"to", b"type"})
 
 
-def casts_to(data: bytes, targets: Iterable[Union[str, bytes]]) -> bool:
+def casts_to(data: bytes, targets: Iterable[str | bytes]) -> bool:
     """Whether one of ``targets`` (qualified names, or an import alias of one) may be a
     positional argument of ``.to(...)``/``.type(...)`` or the value of a ``dtype=`` keyword in
     a call (the gate's ``casts``)."""
     return _check("casts", frozenset(_as_bytes(targets)))(data)
 
 
-def method_casts_to(data: bytes, targets: Iterable[Union[str, bytes]]) -> bool:
+def method_casts_to(data: bytes, targets: Iterable[str | bytes]) -> bool:
     """``casts_to`` where only ``.to(...)``/``.type(...)`` count (the gate's ``method_casts``)."""
     return _check("method_casts", frozenset(_as_bytes(targets)))(data)
 
@@ -1202,7 +1202,7 @@ def _cast_context(d: bytes, a: int, b: int, methods_only: bool = False) -> bool:
         return False
 
 
-def _call_keyword(d: bytes, p: int, names: Optional[tuple] = None, calls: Optional[frozenset] = None) -> int:
+def _call_keyword(d: bytes, p: int, names: tuple | None = None, calls: frozenset | None = None) -> int:
     """For the ``=`` at ``p``: 1 if it may be a keyword argument (named one of ``names``, if
     given) of a call (of a function named one of ``calls``, if given), 0 if not; 2 if unsure."""
     if p > 0 and d[p - 1] in b"=!<>:+-*/%&|^@~":
@@ -1220,7 +1220,7 @@ def _call_keyword(d: bytes, p: int, names: Optional[tuple] = None, calls: Option
     return _call_argument(d, q, calls)
 
 
-def _call_argument(d: bytes, q: int, calls: Optional[frozenset]) -> int:
+def _call_argument(d: bytes, q: int, calls: frozenset | None) -> int:
     """For an argument preceded by the ``(`` or ``,`` at ``q``: 1 if it may be an argument of
     a call (of one named in ``calls``, if given), 0 if not, 2 if unsure."""
     if q == UNSURE:
@@ -1285,7 +1285,7 @@ class _Alternative:
 
 
 class TextGate:
-    """The text-level gate for a set of rules' anchors (``gate.RuleAnchors`` each): build it
+    """The text-level gate for a set of rules' anchors (``LintRule.anchors`` each): build it
     once, then ``keeps(data)`` for each module: a superset of ``gate.keeps(source, anchors)``."""
 
     def __init__(self, anchors) -> None:
@@ -1340,16 +1340,16 @@ class _Any:
 
 
 _ANY = _Any()
-Value = Union[None, float, _Any]  # None: not a literal
+# A literal's value in the functions below (``float | _Any | None``): None when not a literal.
 
 
-def _finite(value) -> Value:
+def _finite(value) -> float | _Any | None:
     if isinstance(value, complex) or value != value or abs(value) == float("inf"):
         return None
     return value
 
 
-def _number_value(text: bytes) -> Value:
+def _number_value(text: bytes) -> float | _Any | None:
     """The value the gate gives a number token (None for complex numbers)."""
     last = text[-1]
     if last == 106 or last == 74:  # j, J: complex
@@ -1371,11 +1371,11 @@ def _number_value(text: bytes) -> Value:
 _INF = float("inf")
 
 
-def _negate(value: Value) -> Value:
+def _negate(value: float | _Any | None) -> float | _Any | None:
     return -value if isinstance(value, float) else value
 
 
-def _power(base: Value, exponent: Value) -> Value:
+def _power(base: float | _Any | None, exponent: float | _Any | None) -> float | _Any | None:
     if base is None or exponent is None:
         return None
     if base is _ANY or exponent is _ANY:
@@ -1388,7 +1388,7 @@ def _power(base: Value, exponent: Value) -> Value:
         return None
 
 
-def _factor(d: bytes, i: int, depth: int = 0) -> tuple[int, Value]:
+def _factor(d: bytes, i: int, depth: int = 0) -> tuple[int, float | _Any | None]:
     """Parse a literal factor (``-2``, ``(1e-3)``, ``2 ** -25``) at ``i``: (end, value)."""
     if depth > 50:
         return i, _ANY
@@ -1463,7 +1463,7 @@ class _Scan:
     def done(self) -> bool:
         return self.found >= self.wanted
 
-    def all_for(self, value: Value) -> None:
+    def all_for(self, value: float | _Any | None) -> None:
         """In doubt about the context: every flag the value allows. (In doubt about where the
         literal expression begins, its value is unknown too: ``2 ** 30`` seen from ``30``.)"""
         big, tiny = _sizes(value)
@@ -1495,7 +1495,7 @@ class _Scan:
         self.seen.add(s)
         self.examine(s, m.end(), value)
 
-    def examine(self, a: int, b: int, value: Value) -> None:
+    def examine(self, a: int, b: int, value: float | _Any | None) -> None:
         """Grow the literal expression around ``d[a:b]`` (signs, powers, parentheses) as the
         parser would, then look at what surrounds it."""
         d = self.d
@@ -1570,7 +1570,7 @@ class _Scan:
             break
         self.context(a, b, p, c, binary, value)
 
-    def context(self, a: int, b: int, p: int, c: int, binary: bool, value: Value) -> None:
+    def context(self, a: int, b: int, p: int, c: int, binary: bool, value: float | _Any | None) -> None:
         big, tiny = _sizes(value)
         if not (big or tiny):
             return
@@ -1606,7 +1606,7 @@ class _Scan:
                 self.add("tiny-eps")
 
 
-def _sizes(value: Value) -> tuple[bool, bool]:
+def _sizes(value: float | _Any | None) -> tuple[bool, bool]:
     if value is None:
         return False, False
     if value is _ANY:
@@ -1693,7 +1693,7 @@ def _literal_flags(d: bytes, want: frozenset) -> set[str]:
     return scan.found
 
 
-def _token_start(d: bytes, shaped: bytes, i: int) -> Optional[int]:
+def _token_start(d: bytes, shaped: bytes, i: int) -> int | None:
     """The start of the number token covering ``d[i]``; None if it is part of a name."""
     k = i
     while True:

@@ -16,10 +16,14 @@ A finding whose source is missing is still reported, only without the snippet.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Optional, TextIO
+from collections.abc import Mapping
 
+from ..records import Record
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
+    from typing import TextIO
+
     from ..findings import Finding, Location
 
 FORMATS = ("text", "concise", "json", "sarif", "github")
@@ -34,23 +38,36 @@ _MODULES = {
 }
 
 
-@dataclass
-class ReportContext:
-    findings: list[Finding]  # already sorted and filtered (suppressed findings removed)
-    sources: Mapping[str, str]  # see the module docstring for the keys
-    files_checked: int
-    suppressed: Optional[int] = None  # None unless --show-suppressed
-    fixed: int = 0  # fixed by --fix in this run (with --diff: the fixes the diff shows)
-    unsafe_fixes_available: int = 0  # fixable only with --unsafe-fixes
-    fix_mode: bool = False
-    diff_mode: bool = False
+class ReportContext(Record):
+    """What a report shows.
 
-    def source_for(self, finding: Finding) -> Optional[str]:
+    ``findings``: already sorted and filtered (suppressed findings removed); ``sources``: see the
+    module docstring for the keys; ``suppressed``: None unless --show-suppressed; ``fixed``: fixed
+    by --fix in this run (with --diff: the fixes the diff shows); ``unsafe_fixes_available``:
+    fixable only with --unsafe-fixes.
+    """
+
+    __slots__ = ("findings", "sources", "files_checked", "suppressed", "fixed", "unsafe_fixes_available",
+                 "fix_mode", "diff_mode")
+
+    def __init__(self, findings: list[Finding], sources: Mapping[str, str], files_checked: int,
+                 suppressed: int | None = None, fixed: int = 0, unsafe_fixes_available: int = 0,
+                 fix_mode: bool = False, diff_mode: bool = False) -> None:
+        self.findings = findings
+        self.sources = sources
+        self.files_checked = files_checked
+        self.suppressed = suppressed
+        self.fixed = fixed
+        self.unsafe_fixes_available = unsafe_fixes_available
+        self.fix_mode = fix_mode
+        self.diff_mode = diff_mode
+
+    def source_for(self, finding: Finding) -> str | None:
         loc = finding.location
         return self.sources.get(source_key(loc.path, loc.cell))
 
 
-def source_key(path: str, cell: Optional[int] = None) -> str:
+def source_key(path: str, cell: int | None = None) -> str:
     """The key of ``ReportContext.sources`` for a file, or for one cell of a notebook."""
     return path if cell is None else f"{path}#cell{cell}"
 

@@ -12,62 +12,79 @@ with ``@register``, plus its page in ``rules/``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Iterable, Optional, Union
-
 import ast
+from collections.abc import Callable, Iterable
 
 from ...findings import Applicability
+from ...records import Record, Value
 from ..facts import AUTOCAST_NAMES, GRAD_SCALER_NAMES, AmpFacts
 from ..gate import Anchors
 
 
-@dataclass(frozen=True)
-class NodeEdit:
+class NodeEdit(Value):
     """A text edit expressed against nodes; positions are resolved later.
 
     kind: ``replace`` (node's span ← text), ``insert_before`` / ``insert_after`` (at the
     node's start / end), ``line_before`` / ``line_after`` (a new line with the statement's
     indentation before its first / after its last line), ``replace_span`` (from ``node``'s
     start to ``end_node``'s end ← text), ``replace_range`` (``span`` ← text, no node).
+    span: for ``replace_range``, (line, column, end line, end column), 1-based, in characters.
     """
 
-    kind: str
-    node: Optional[ast.AST] = field(default=None, repr=False)
-    text: str = ""
-    end_node: Optional[ast.AST] = field(default=None, repr=False)
-    # For ``replace_range``: (line, column, end line, end column), 1-based, in characters.
-    span: Optional[tuple[int, int, int, int]] = None
+    __slots__ = ("kind", "node", "text", "end_node", "span")
+
+    def __init__(
+        self,
+        kind: str,
+        node: ast.AST | None = None,
+        text: str = "",
+        end_node: ast.AST | None = None,
+        span: tuple[int, int, int, int] | None = None,
+    ) -> None:
+        self._set(kind, node, text, end_node, span)
 
 
-@dataclass(frozen=True)
-class FixPlan:
-    description: str
-    edits: tuple[NodeEdit, ...]
-    applicability: Applicability = Applicability.SAFE
+class FixPlan(Value):
+    __slots__ = ("description", "edits", "applicability")
+
+    def __init__(
+        self, description: str, edits: tuple[NodeEdit, ...], applicability: Applicability = Applicability.SAFE
+    ) -> None:
+        self._set(description, edits, applicability)
 
 
-@dataclass
-class Report:
-    code: str
-    node: ast.AST = field(repr=False)
-    message: str = ""
-    help: Optional[str] = None
-    fix: Optional[FixPlan] = None
-    # The statement whose first line also accepts a noqa comment for this report.
-    statement: Optional[ast.AST] = field(default=None, repr=False)
-    extra: dict = field(default_factory=dict)
+class Report(Record):
+    __slots__ = ("code", "node", "message", "help", "fix", "statement", "extra")
+
+    def __init__(
+        self,
+        code: str,
+        node: ast.AST,
+        message: str = "",
+        help: str | None = None,
+        fix: FixPlan | None = None,
+        statement: ast.AST | None = None,
+        extra: dict | None = None,
+    ) -> None:
+        self.code = code
+        self.node = node
+        self.message = message
+        self.help = help
+        self.fix = fix
+        # The statement whose first line also accepts a noqa comment for this report.
+        self.statement = statement
+        self.extra = {} if extra is None else extra
 
 
 class LintRule:
-    code: ClassVar[str]
+    code: str  # set by every rule class
     # The file must contain one of these substrings for the rule to be able to fire...
-    tokens: ClassVar[tuple[str, ...]] = ()
+    tokens: tuple[str, ...] = ()
     # ...and also match every one of these regular expressions (on the file's bytes).
-    needs: ClassVar[tuple[bytes, ...]] = ()
+    needs: tuple[bytes, ...] = ()
     # What the module must reference (see gate.py): one set of anchors, a tuple of
     # alternatives, or None for no such condition.
-    anchors: ClassVar[Union[None, Anchors, tuple[Anchors, ...]]] = None
+    anchors: Anchors | tuple[Anchors, ...] | None = None
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         raise NotImplementedError
@@ -85,7 +102,7 @@ FLOAT16 = Anchors(
 )
 
 _REGISTRY: dict[str, LintRule] = {}
-_SORTED: Optional[dict[str, LintRule]] = None  # built once: asked for on every file
+_SORTED: dict[str, LintRule] | None = None  # built once: asked for on every file
 
 
 def register(cls: type[LintRule]) -> type[LintRule]:

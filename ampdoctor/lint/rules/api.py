@@ -16,9 +16,9 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from dataclasses import dataclass
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
+from ...records import Value
 from ..facts import AmpFacts, ImportRef, dotted, iter_nodes
 from ..fixes import SourceLines
 from ..gate import Anchors
@@ -29,17 +29,18 @@ _KINDS = {"autocast": "autocast", "GradScaler": "scaler", "custom_fwd": "custom"
 _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
 
 
-@dataclass(frozen=True)
-class _Deprecated:
-    device: str
-    name: str  # autocast, GradScaler, custom_fwd, custom_bwd
+class _Deprecated(Value):
+    __slots__ = ("device", "name")
+
+    def __init__(self, device: str, name: str) -> None:
+        self._set(device, name)  # name: autocast, GradScaler, custom_fwd, custom_bwd
 
     @property
     def kind(self) -> str:
         return _KINDS[self.name]
 
 
-def _deprecated(qname: Optional[str]) -> Optional[_Deprecated]:
+def _deprecated(qname: str | None) -> _Deprecated | None:
     if not qname:
         return None
     module, _, name = qname.rpartition(".")
@@ -60,7 +61,7 @@ _GAP = " \t\f\\"  # what may separate tokens on a line (a backslash continues th
 _DOTTED_NAME = re.compile(r"\w+(?:(?:[ \t\f]|\\(?:\r\n|\r|\n))*\.(?:[ \t\f]|\\(?:\r\n|\r|\n))*\w+)*")
 
 
-def _next_char(lines: SourceLines, line: int, column: int, skip: str) -> Optional[tuple[int, int, str]]:
+def _next_char(lines: SourceLines, line: int, column: int, skip: str) -> tuple[int, int, str] | None:
     """The first character at or after (line, 1-based column) that is not in ``skip`` nor in a
     comment or line break, as (line, column, character)."""
     while line <= len(lines.lines):
@@ -75,7 +76,7 @@ def _next_char(lines: SourceLines, line: int, column: int, skip: str) -> Optiona
     return None
 
 
-def _argument_starts(lines: SourceLines, call: ast.Call) -> Optional[tuple[tuple[int, int], list[tuple[int, int]]]]:
+def _argument_starts(lines: SourceLines, call: ast.Call) -> tuple[tuple[int, int], list[tuple[int, int]]] | None:
     """(the position just after the call's ``(``, where each argument's text starts, parentheses
     around it included), or None when the text is not laid out as expected."""
     func = lines.span(call.func)
@@ -105,7 +106,7 @@ def _insert(position: tuple[int, int], text: str) -> NodeEdit:
     return NodeEdit("replace_range", text=text, span=(line, column, line, column))
 
 
-def _dotted_name_at(lines: SourceLines, line: int, column: int) -> Optional[ast.Name]:
+def _dotted_name_at(lines: SourceLines, line: int, column: int) -> ast.Name | None:
     """A positioned Name for the dotted name written at (line, 1-based column), so that a
     finding and an edit can point at a module name, which ast keeps only as a string."""
     match = _DOTTED_NAME.match(lines.source, lines.offset(line, column))
@@ -124,14 +125,14 @@ def _byte_offset(lines: SourceLines, line: int, column: int) -> int:
     return len(lines.text(line)[: column - 1].encode("utf-8"))
 
 
-def _module_name(lines: SourceLines, node: ast.ImportFrom) -> Optional[ast.Name]:
+def _module_name(lines: SourceLines, node: ast.ImportFrom) -> ast.Name | None:
     """``torch.cuda.amp`` in ``from torch.cuda.amp import ...``."""
     start = lines.span(node)
     found = _next_char(lines, start[0], start[1] + len("from"), _GAP) if start else None
     return _dotted_name_at(lines, found[0], found[1]) if found else None
 
 
-def _alias_name(lines: SourceLines, alias: ast.alias) -> Optional[ast.Name]:
+def _alias_name(lines: SourceLines, alias: ast.alias) -> ast.Name | None:
     """``torch.cuda.amp`` in ``import torch.cuda.amp as x``."""
     start = lines.span(alias)
     return _dotted_name_at(lines, start[0], start[1]) if start else None
@@ -140,7 +141,7 @@ def _alias_name(lines: SourceLines, alias: ast.alias) -> Optional[ast.Name]:
 # ---- the device argument at a call -------------------------------------------------------
 
 
-def _call_edits(lines: SourceLines, call: ast.Call, target: _Deprecated) -> Optional[list[NodeEdit]]:
+def _call_edits(lines: SourceLines, call: ast.Call, target: _Deprecated) -> list[NodeEdit] | None:
     """Edits that add the device argument to one call (None when it cannot be done safely)."""
     if any(type(a) is ast.Starred for a in call.args) or any(k.arg is None for k in call.keywords):
         return None
@@ -229,7 +230,7 @@ class _Uses:
             if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
                 self._decorators(node.decorator_list)
 
-    def _target(self, expr: ast.expr) -> Optional[str]:
+    def _target(self, expr: ast.expr) -> str | None:
         if type(expr) is ast.Name and expr.id in self.names:
             return expr.id
         if type(expr) is ast.Attribute and type(expr.value) is ast.Name and expr.value.id in self.module_aliases:
@@ -310,7 +311,7 @@ class DeprecatedAmpApi(LintRule):
 
     def _import_fix(
         self, facts: AmpFacts, node: ast.stmt, name: ast.Name, refs: list[ImportRef], device: str
-    ) -> Optional[FixPlan]:
+    ) -> FixPlan | None:
         """Rename the module at the import (``name``: its text) and add the device at every use."""
         names: set[str] = set()
         module_aliases: set[str] = set()
@@ -383,9 +384,9 @@ class DeprecatedAmpApi(LintRule):
         node: ast.expr,
         head: str,
         target: _Deprecated,
-        call: Optional[ast.Call],
+        call: ast.Call | None,
         decorator: bool,
-    ) -> Optional[FixPlan]:
+    ) -> FixPlan | None:
         description = f"Use `torch.amp.{target.name}` with device \"{target.device}\""
         if call is not None:
             edits = _call_edits(facts.lines, call, target)

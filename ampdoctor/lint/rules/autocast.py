@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from ...findings import Applicability
 from ..facts import AmpFacts, CallSite, Enabled, EventKind, downcast_dtype, iter_nodes
@@ -39,7 +39,7 @@ class BackwardInAutocast(LintRule):
                 statement=site.statement,
             )
 
-    def _fix(self, site: CallSite, facts: AmpFacts) -> Optional[FixPlan]:
+    def _fix(self, site: CallSite, facts: AmpFacts) -> FixPlan | None:
         """Dedent the backward out of its ``with`` block when it is the block's last statement."""
         statement = site.statement
         if not (type(statement) is ast.Expr and statement.value is site.node):
@@ -61,7 +61,7 @@ class BackwardInAutocast(LintRule):
         return FixPlan("Move the backward call out of the autocast block", (edit,), Applicability.UNSAFE)
 
 
-def _with_ending_in(module: ast.Module, statement: ast.stmt) -> Optional[ast.With]:
+def _with_ending_in(module: ast.Module, statement: ast.stmt) -> ast.With | None:
     """The (synchronous) ``with`` whose body ends with ``statement``."""
     stack: list[ast.AST] = [module]
     while stack:
@@ -78,7 +78,7 @@ _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 _BLOCK_HOLDERS = (ast.stmt, ast.excepthandler, *((ast.match_case,) if hasattr(ast, "match_case") else ()))
 
 
-def _dedent_last_statement(lines: SourceLines, with_node: ast.With) -> Optional[NodeEdit]:
+def _dedent_last_statement(lines: SourceLines, with_node: ast.With) -> NodeEdit | None:
     """An edit that moves the last statement of the ``with`` body, and the comment lines just
     above it, to the ``with``'s indentation; a comment at the end of the line before stays."""
     statement, previous = with_node.body[-1], with_node.body[-2]
@@ -96,7 +96,7 @@ def _dedent_last_statement(lines: SourceLines, with_node: ast.With) -> Optional[
     return NodeEdit("replace_range", text=newline.join([*moved, text]), span=(first, 1, end[2], end[3]))
 
 
-def _indentation(lines: SourceLines, statement: ast.stmt) -> Optional[str]:
+def _indentation(lines: SourceLines, statement: ast.stmt) -> str | None:
     """The whitespace before a statement, or None when other code precedes it on its line."""
     prefix = lines.text(statement.lineno)[: lines.column(statement.lineno, statement.col_offset) - 1]
     return None if prefix.strip(" \t\f") else prefix
@@ -126,7 +126,7 @@ def _shift(text: str, inner: str, outer: str) -> str:
     return outer + text[len(inner) :] if text.startswith(inner) else text
 
 
-def _moved_statement(lines: SourceLines, statement: ast.stmt, inner: str, outer: str) -> Optional[str]:
+def _moved_statement(lines: SourceLines, statement: ast.stmt, inner: str, outer: str) -> str | None:
     """The statement's text at the ``with``'s indentation."""
     end = lines.span(statement)
     if end is None:
@@ -145,7 +145,7 @@ def _has_multiline_string(statement: ast.stmt) -> bool:
     )
 
 
-def _render_at_indent(text: list[str], indent: str, newline: str) -> Optional[str]:
+def _render_at_indent(text: list[str], indent: str, newline: str) -> str | None:
     """Render a statement (its physical lines, the first one indented) at ``indent`` with libcst,
     which indents continuation lines relative to the block and leaves string contents alone."""
     import libcst as cst

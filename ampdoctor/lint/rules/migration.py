@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..facts import AUTOCAST_NAMES, FUNCTION_TYPES, GRAD_SCALER_NAMES, AmpFacts, autocast_region
 from ..gate import Anchors

@@ -8,17 +8,16 @@ float16 somewhere in the module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import ast
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
+from ...records import Record
 from ..facts import (
     AUTOCAST_NAMES,
     DTYPES,
     AmpFacts,
     CallSite,
     Frame,
-    FunctionNode,
     Region,
     call_args,
     dotted,
@@ -82,7 +81,7 @@ _FILL_FUNCTIONS = {
 _RECEIVER_FIX = {"masked_fill", "masked_fill_", "fill_", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max"}
 
 
-def _overflows(expr: ast.expr) -> Optional[float]:
+def _overflows(expr: ast.expr) -> float | None:
     value = number_value(expr)
     if value is None or not _is_finite(value) or abs(value) <= FLOAT16_MAX:
         return None
@@ -101,7 +100,7 @@ def _explicit_non_half(site: CallSite, facts: AmpFacts) -> bool:
     return name.startswith("torch.") and name[6:] in ("long", "int", "int64", "int32", "bool", "uint8", "int8", "int16")
 
 
-def _torch_name(facts: AmpFacts) -> Optional[str]:
+def _torch_name(facts: AmpFacts) -> str | None:
     names = [local for local, qname in facts.imports.items() if qname == "torch"]
     if "torch" in names:
         return "torch"
@@ -128,7 +127,7 @@ class _AdditiveWalker(RegionWalker):
                 return
 
 
-def _additive_literal(expr: ast.expr) -> Optional[tuple[ast.expr, float]]:
+def _additive_literal(expr: ast.expr) -> tuple[ast.expr, float] | None:
     """A float literal beyond float16's range, alone or as a factor of ``c * mask``."""
     candidates = [expr]
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
@@ -196,7 +195,7 @@ class Float16OverflowConstant(LintRule):
                 )
 
     def _report(
-        self, facts: AmpFacts, literal: ast.expr, value: float, label: str, site: CallSite, torch_name: Optional[str]
+        self, facts: AmpFacts, literal: ast.expr, value: float, label: str, site: CallSite, torch_name: str | None
     ) -> Report:
         bound = "min" if value < 0 else "max"
         if label == "torch.where":
@@ -231,11 +230,13 @@ def _unsafe():
 # --------------------------------------------------------------------------------------
 
 
-@dataclass
-class _HalfModel:
-    name: str
-    frame: Frame
-    order: int
+class _HalfModel(Record):
+    __slots__ = ("name", "frame", "order")
+
+    def __init__(self, name: str, frame: Frame, order: int) -> None:
+        self.name = name
+        self.frame = frame
+        self.order = order
 
 
 def _half_models(facts: AmpFacts) -> list[_HalfModel]:
@@ -254,7 +255,7 @@ def _half_models(facts: AmpFacts) -> list[_HalfModel]:
     return found
 
 
-def _model_of_params(expr: ast.expr) -> Optional[str]:
+def _model_of_params(expr: ast.expr) -> str | None:
     """``M.parameters()`` / ``list(M.parameters())`` / ``[{"params": M.parameters()}]`` → ``M``."""
     if isinstance(expr, ast.Call):
         if isinstance(expr.func, ast.Attribute) and expr.func.attr == "parameters":
@@ -327,7 +328,7 @@ def half_optimizers(facts: AmpFacts) -> Iterable[tuple[CallSite, _HalfModel]]:
 # --------------------------------------------------------------------------------------
 
 
-def _tiny(expr: ast.expr) -> Optional[float]:
+def _tiny(expr: ast.expr) -> float | None:
     value = number_value(expr)
     if value is None or not 0 < value < FLOAT16_SMALLEST:
         return None
@@ -344,16 +345,16 @@ class _EpsilonWalker(RegionWalker):
     def __init__(self, facts: AmpFacts) -> None:
         super().__init__(facts)
         self.layers = layer_instances(facts)
-        self.half: list[dict[str, Optional[Region]]] = [{}]  # name → region that made it (None: a cast)
+        self.half: list[dict[str, Region | None]] = [{}]  # name → region that made it (None: a cast)
         self.found: list[tuple[ast.expr, str]] = []
 
-    def enter_frame(self, node: FunctionNode) -> None:
+    def enter_frame(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.half.append({})
 
-    def leave_frame(self, node: FunctionNode) -> None:
+    def leave_frame(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.half.pop()
 
-    def _origin(self, expr: ast.expr) -> Optional[str]:
+    def _origin(self, expr: ast.expr) -> str | None:
         """How ``expr`` is known to be float16 here: "cast", "autocast", or None."""
         expr = strip_views(expr)
         while (
@@ -393,7 +394,7 @@ class _EpsilonWalker(RegionWalker):
                 self.found.append((constant, "added to" if isinstance(node.op, ast.Add) else "dividing"))
                 return
 
-    def assigned(self, name: str, value: Optional[ast.expr]) -> None:
+    def assigned(self, name: str, value: ast.expr | None) -> None:
         origin = self._origin(value) if value is not None else None
         if origin is None:
             self.half[-1].pop(name, None)

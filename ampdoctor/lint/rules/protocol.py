@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterable, Iterator, Optional
+from collections.abc import Iterable, Iterator
 
 from ..facts import (
     GRAD_SCALER_NAMES,
@@ -45,7 +45,7 @@ _BRANCH_KINDS = ("if", "else")
 _ACCUMULATION_TEST = re.compile(r"%|accum|sync_grad|grad_acc|micro", re.I)
 
 
-def _loop_key(event: Event) -> Optional[int]:
+def _loop_key(event: Event) -> int | None:
     loop = event.call.loop
     return loop.ident if loop is not None else None
 
@@ -77,7 +77,7 @@ def _common_prefix(a: tuple[Block, ...], b: tuple[Block, ...]) -> int:
 _COMPARISONS = {ast.Is: ("is", False), ast.IsNot: ("is", True), ast.Eq: ("==", False), ast.NotEq: ("==", True)}
 
 
-def _condition(block: Block) -> Optional[tuple[str, bool]]:
+def _condition(block: Block) -> tuple[str, bool] | None:
     """(normalised test, truth) that must hold inside an if/else arm.
 
     Tests are compared by structure (``ast.dump``), so spacing and parentheses do not matter.
@@ -110,7 +110,7 @@ def _exclusive(a: Event, b: Event) -> bool:
     return False
 
 
-def _accumulation_gate(facts: AmpFacts, blocks: Iterable[Block]) -> Optional[ast.If]:
+def _accumulation_gate(facts: AmpFacts, blocks: Iterable[Block]) -> ast.If | None:
     for block in blocks:
         if block.kind in _BRANCH_KINDS and isinstance(block.node, ast.If):
             if _ACCUMULATION_TEST.search(facts.text(block.node.test)):
@@ -152,7 +152,7 @@ def _block_orders(frame: Frame, block: Block) -> tuple[int, int]:
 # --------------------------------------------------------------------------------------
 
 
-def _of(frame: Frame, kind: EventKind, scaler: Optional[str] = None) -> list[Event]:
+def _of(frame: Frame, kind: EventKind, scaler: str | None = None) -> list[Event]:
     return [e for e in frame.events if e.kind is kind and (scaler is None or e.scaler == scaler)]
 
 
@@ -170,7 +170,7 @@ def _frameworks(facts: AmpFacts) -> bool:
     return bool(roots & {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "apex", "colossalai"})
 
 
-def _scaler_construction_enabled(call: ast.Call, qname: str) -> Optional[bool]:
+def _scaler_construction_enabled(call: ast.Call, qname: str) -> bool | None:
     """True/False for a literal ``enabled=``, None when it depends on run-time values."""
     arg = get_arg(call, None, "enabled")
     if arg is None:
@@ -185,7 +185,7 @@ def _scaler_construction_enabled(call: ast.Call, qname: str) -> Optional[bool]:
     return None
 
 
-def _scaler_device(call: ast.Call, qname: str) -> Optional[str]:
+def _scaler_device(call: ast.Call, qname: str) -> str | None:
     fixed = GRAD_SCALER_NAMES.get(qname)
     if fixed is not None:
         return fixed
@@ -195,7 +195,7 @@ def _scaler_device(call: ast.Call, qname: str) -> Optional[str]:
     return string_value(arg.value)
 
 
-def _target_of(facts: AmpFacts, call: ast.Call) -> Optional[str]:
+def _target_of(facts: AmpFacts, call: ast.Call) -> str | None:
     for assignment in facts.assignments:
         if assignment.value is call:
             return assignment.target
@@ -460,7 +460,7 @@ class ScalerCallOrder(LintRule):
                 ):
                     yield first, second
 
-    def _between(self, frame: Frame, kind: EventKind, scaler: Optional[str], start: int, end: int) -> bool:
+    def _between(self, frame: Frame, kind: EventKind, scaler: str | None, start: int, end: int) -> bool:
         return any(start < e.order < end for e in _of(frame, kind, scaler))
 
     def _unscale_after_step(self, frame: Frame, facts: AmpFacts) -> Iterator[Report]:
@@ -539,7 +539,7 @@ class UpdatePerOptimizer(LintRule):
                 if report is not None:
                     yield report
 
-    def _between_steps(self, frame: Frame, facts: AmpFacts, update: Event) -> Optional[Report]:
+    def _between_steps(self, frame: Frame, facts: AmpFacts, update: Event) -> Report | None:
         steps = [
             s
             for s in _of(frame, EventKind.SCALER_STEP, update.scaler)
@@ -555,7 +555,7 @@ class UpdatePerOptimizer(LintRule):
             return None  # a new backward: the next step is a new round, not another optimizer
         return self._report(facts, update, f"before `{_label(facts, following)}` of the same iteration")
 
-    def _in_optimizer_loop(self, frame: Frame, facts: AmpFacts, update: Event) -> Optional[Report]:
+    def _in_optimizer_loop(self, frame: Frame, facts: AmpFacts, update: Event) -> Report | None:
         loop = update.call.loop
         if loop is None or not isinstance(loop.node, (ast.For, ast.AsyncFor)):
             return None
@@ -657,7 +657,7 @@ class Float16WithoutScaler(LintRule):
             return True
         return any("scaler" in (site.receiver or "").lower() for site in facts.calls)
 
-    def _statement(self, facts: AmpFacts, node: ast.AST) -> Optional[ast.stmt]:
+    def _statement(self, facts: AmpFacts, node: ast.AST) -> ast.stmt | None:
         for site in facts.calls:
             if site.node is node:
                 return site.statement
@@ -669,10 +669,10 @@ class Float16WithoutScaler(LintRule):
 # --------------------------------------------------------------------------------------
 
 
-def _state_dict_receivers(mapping: ast.expr) -> tuple[list[Optional[str]], bool]:
+def _state_dict_receivers(mapping: ast.expr) -> tuple[list[str | None], bool]:
     """Receivers of ``x.state_dict()`` inside a mapping, and whether ``**other`` spreads into it
     (then the mapping is partly built elsewhere)."""
-    receivers: list[Optional[str]] = []
+    receivers: list[str | None] = []
     opaque = False
     for node in iter_nodes(mapping):
         if isinstance(node, ast.Dict):
@@ -743,7 +743,7 @@ class ScalerStateNotSaved(LintRule):
                 statement=save.statement,
             )
 
-    def _mapping(self, facts: AmpFacts, save: CallSite, expr: ast.expr) -> Optional[ast.expr]:
+    def _mapping(self, facts: AmpFacts, save: CallSite, expr: ast.expr) -> ast.expr | None:
         if _is_mapping_literal(expr):
             return expr
         name = dotted(expr)
@@ -777,7 +777,7 @@ _SHARDED = {
 }
 
 
-def _is_fsdp1(qname: Optional[str]) -> bool:
+def _is_fsdp1(qname: str | None) -> bool:
     return bool(qname) and qname.startswith("torch.distributed.") and qname.endswith(".FullyShardedDataParallel")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterable, Optional, Union
+from collections.abc import Iterable
 
 from ..facts import (
     AUTOCAST_NAMES,
@@ -20,7 +20,6 @@ from ..facts import (
     AmpFacts,
     CallSite,
     Frame,
-    FunctionNode,
     Region,
     autocast_region,
     call_args,
@@ -73,7 +72,7 @@ def strip_views(expr: ast.expr) -> ast.expr:
             return expr
 
 
-def _cast_target(expr: ast.expr, facts: AmpFacts) -> Optional[str]:
+def _cast_target(expr: ast.expr, facts: AmpFacts) -> str | None:
     """The dtype of an explicit cast ``.float()``/``.half()``/``.to(dtype)``/``.type(dtype)``, else None."""
     if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)):
         return None
@@ -103,7 +102,7 @@ def layer_instances(facts: AmpFacts) -> set[str]:
     return found
 
 
-def lowered_op(call: ast.Call, facts: AmpFacts, layers: set[str]) -> Optional[tuple[str, list[ast.expr]]]:
+def lowered_op(call: ast.Call, facts: AmpFacts, layers: set[str]) -> tuple[str, list[ast.expr]] | None:
     """(op label, tensor operands) when autocast runs ``call`` in the lower precision."""
     qname = facts.qualify(call.func)
     operands = [a.value for a in call_args(call) if not a.star]
@@ -138,13 +137,13 @@ class RegionWalker:
 
     def __init__(self, facts: AmpFacts) -> None:
         self.facts = facts
-        self._by_item: dict[int, Optional[Region]] = {}
+        self._by_item: dict[int, Region | None] = {}
         for site in facts.calls:
             for ref in site.withs:
                 self._by_item.setdefault(id(ref.expr), ref.region)
         # Per frame, the regions of the enclosing ``with`` items and decorators (None: not autocast).
-        self._stack: list[list[Optional[Region]]] = [[]]
-        self._wanted: Optional[set[int]] = None
+        self._stack: list[list[Region | None]] = [[]]
+        self._wanted: set[int] | None = None
         self._work: list = []
 
     def walk(self, wanted: Iterable[CallSite]) -> None:
@@ -195,13 +194,13 @@ class RegionWalker:
             self._schedule(children(node))
 
     @property
-    def region(self) -> Optional[Region]:
+    def region(self) -> Region | None:
         for region in reversed(self._stack[-1]):
             if region is not None:
                 return region
         return None
 
-    def _region_of(self, expr: ast.expr) -> Optional[Region]:
+    def _region_of(self, expr: ast.expr) -> Region | None:
         if id(expr) in self._by_item:
             return self._by_item[id(expr)]
         if isinstance(expr, ast.Call):
@@ -211,30 +210,30 @@ class RegionWalker:
 
     # Frames: a function body starts with only its own decorators as regions; decorators,
     # defaults and annotations belong to the enclosing frame.
-    def _function(self, node: FunctionNode) -> None:
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         if self._wanted is not None and id(node) not in self._wanted:
             return
         head = [*node.decorator_list, node.args, *([node.returns] if node.returns is not None else [])]
         self._schedule([*head, (self._enter_function, node), *node.body, (self._leave_function, node)])
 
-    def _enter_function(self, node: FunctionNode) -> None:
+    def _enter_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._stack.append([self._region_of(d) for d in node.decorator_list])
         self.enter_frame(node)
 
-    def _leave_function(self, node: FunctionNode) -> None:
+    def _leave_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.leave_frame(node)
         self._stack.pop()
 
-    def _with(self, node: Union[ast.With, ast.AsyncWith]) -> None:
+    def _with(self, node: ast.With | ast.AsyncWith) -> None:
         self._schedule([*node.items, (self._enter_with, node), *node.body, (self._leave_with, node)])
 
-    def _enter_with(self, node: Union[ast.With, ast.AsyncWith]) -> None:
+    def _enter_with(self, node: ast.With | ast.AsyncWith) -> None:
         self._stack[-1].extend(self._region_of(item.context_expr) for item in node.items)
 
-    def _leave_with(self, node: Union[ast.With, ast.AsyncWith]) -> None:
+    def _leave_with(self, node: ast.With | ast.AsyncWith) -> None:
         del self._stack[-1][-len(node.items):]
 
-    def _assignment(self, node: Union[ast.Assign, ast.AugAssign, ast.AnnAssign]) -> None:
+    def _assignment(self, node: ast.Assign | ast.AugAssign | ast.AnnAssign) -> None:
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 name = dotted(target)
@@ -256,25 +255,25 @@ class RegionWalker:
                     self.assigned(name, None)
 
     # Hooks
-    def enter_frame(self, node: FunctionNode) -> None: ...
+    def enter_frame(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None: ...
 
-    def leave_frame(self, node: FunctionNode) -> None: ...
+    def leave_frame(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None: ...
 
     def binary(self, node: ast.BinOp) -> None: ...
 
     def call(self, node: ast.Call) -> None: ...
 
-    def assigned(self, name: str, value: Optional[ast.expr]) -> None: ...
+    def assigned(self, name: str, value: ast.expr | None) -> None: ...
 
 
-def _add_frames(frames: set[int], frame: Optional[Frame]) -> None:
+def _add_frames(frames: set[int], frame: Frame | None) -> None:
     """Add a frame's function and every function enclosing it."""
     while frame is not None:
         frames.add(id(frame.node))
         frame = frame.parent
 
 
-def lowers(region: Optional[Region]) -> bool:
+def lowers(region: Region | None) -> bool:
     """The region is (or may be) on and runs lowered ops below float32."""
     if region is None or not region.enabled.counts_as_on:
         return False
@@ -293,10 +292,10 @@ class _UpcastWalker(RegionWalker):
         self.upcast: list[dict[str, Region]] = [{}]  # per frame: name → region it was made float32 in
         self.found: list[tuple[ast.expr, str, Region]] = []
 
-    def enter_frame(self, node: FunctionNode) -> None:
+    def enter_frame(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.upcast.append({})
 
-    def leave_frame(self, node: FunctionNode) -> None:
+    def leave_frame(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.upcast.pop()
 
     def _is_float32(self, expr: ast.expr, region: Region) -> bool:
@@ -324,7 +323,7 @@ class _UpcastWalker(RegionWalker):
         if op is not None:
             self._check(*op)
 
-    def assigned(self, name: str, value: Optional[ast.expr]) -> None:
+    def assigned(self, name: str, value: ast.expr | None) -> None:
         region = self.region
         if value is not None and lowers(region) and _cast_target(strip_views(value), self.facts) == "float32":
             assert region is not None
@@ -409,7 +408,7 @@ class UnsafeUnderAutocast(LintRule):
 _DEVICE_LESS = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
 
 
-def _device_of(site_node: ast.Call, qname: str) -> tuple[bool, Optional[str]]:
+def _device_of(site_node: ast.Call, qname: str) -> tuple[bool, str | None]:
     """(device given?, literal device) for an autocast call."""
     fixed = AUTOCAST_NAMES.get(qname)
     if fixed is not None:
@@ -469,7 +468,7 @@ _FUNCTION_BASES = {"torch.autograd.Function", "torch.autograd.function.Function"
 _CUSTOM_BWD_NAMES = {"torch.amp.custom_bwd", "torch.cuda.amp.custom_bwd", "torch.amp.autocast_mode.custom_bwd"}
 
 
-def _decorated_with(function: FunctionNode, names: set[str], facts: AmpFacts) -> bool:
+def _decorated_with(function: ast.FunctionDef | ast.AsyncFunctionDef, names: set[str], facts: AmpFacts) -> bool:
     for expr in function.decorator_list:
         target = expr.func if isinstance(expr, ast.Call) else expr
         qname = facts.qualify(target)
@@ -487,7 +486,7 @@ _NEUTRAL_METHODS = _VIEW_METHODS | {"clone", "detach", "save_for_backward", "mar
 _NEUTRAL_NAMES = {"len", "isinstance", "tuple", "list", "super", "getattr", "setattr", "hasattr", "range", "print"}
 
 
-def _computes(function: FunctionNode, frame: Frame) -> bool:
+def _computes(function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) -> bool:
     """Whether ``forward`` runs any op autocast could cast (a ``@`` or a non-bookkeeping call)."""
     for site in frame.calls:
         if site.method in _NEUTRAL_METHODS or dotted(site.node.func) in _NEUTRAL_NAMES:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from ..facts import AmpFacts, Event, EventKind, Frame, call_args, dotted
 from . import FixPlan, LintRule, NodeEdit, Report, SCALED_BACKWARD, register
@@ -39,7 +39,7 @@ def _scaler_events(frame: Frame, kind: EventKind, scaler: str) -> list[Event]:
     return [e for e in frame.events if e.kind is kind and e.scaler == scaler]
 
 
-def _simple_statement(facts: AmpFacts, event: Event) -> Optional[ast.stmt]:
+def _simple_statement(facts: AmpFacts, event: Event) -> ast.stmt | None:
     """The call's statement when it is a simple statement alone on its lines, so that a line can
     be added before or after it at its indentation (not ``a = 1; clip(...)`` nor ``if c: clip(...)``)."""
     statement = event.call.statement
@@ -67,7 +67,7 @@ class ClipBeforeUnscale(LintRule):
                     if report is not None:
                         yield report
 
-    def _check_clip(self, facts: AmpFacts, frame: Frame, clip: Event) -> Optional[Report]:
+    def _check_clip(self, facts: AmpFacts, frame: Frame, clip: Event) -> Report | None:
         backwards = [e for e in frame.events_of(EventKind.SCALED_BACKWARD) if e.order < clip.order]
         if not backwards:
             return None
@@ -91,7 +91,7 @@ class ClipBeforeUnscale(LintRule):
 
     def _fix(
         self, facts: AmpFacts, clip: Event, scaler: str, steps: list[Event], unscales: list[Event]
-    ) -> Optional[FixPlan]:
+    ) -> FixPlan | None:
         optimizers = {s.optimizer for s in steps}
         statement = _simple_statement(facts, clip)
         if len(optimizers) != 1 or None in optimizers or statement is None:
@@ -133,7 +133,7 @@ class MissingScalerUpdate(LintRule):
                     statement=last.call.statement,
                 )
 
-    def _fix(self, facts: AmpFacts, last: Event, steps: list[Event], scaler: str) -> Optional[FixPlan]:
+    def _fix(self, facts: AmpFacts, last: Event, steps: list[Event], scaler: str) -> FixPlan | None:
         statement = _simple_statement(facts, last)
         if statement is None or any(s.path != last.path for s in steps):
             return None
