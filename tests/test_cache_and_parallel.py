@@ -94,3 +94,14 @@ def test_corrupt_cache_is_ignored(tmp_path: Path):
     for file in (tmp_path / ".ampdoctor_cache").glob("lint-*.json"):
         file.write_text("{not json")
     assert _run([tmp_path], tmp_path, use_cache=True) == first
+
+
+def test_a_tensor_type_named_by_a_string_is_seen_with_the_prefilter(tmp_path):
+    (tmp_path / "train.py").write_text(
+        "import torch\n\nmodel = torch.nn.Linear(4, 4)\nmodel.type('torch.cuda.HalfTensor')\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        encoding="utf-8",
+    )
+    baseline = _run([tmp_path], tmp_path, prefilter=False, jobs=1)
+    assert [finding[3] for finding in baseline] == ["AMP303"]
+    assert _run([tmp_path], tmp_path, prefilter=True, jobs=1) == baseline

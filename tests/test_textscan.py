@@ -165,6 +165,8 @@ FLOAT16_CASES = [
     ("from torch import (\n    float16 as f16,\n)\nx = y.to(f16)\n", True),
     ("from torch import float16\nx = y.to(float16)\n", True),
     ("from torch import cuda\nx = y.type(cuda.HalfTensor)\n", True),
+    ("x = y.type('torch.HalfTensor')\n", True),  # the type named by a string
+    ('x = y.type(dtype="torch.cuda.HalfTensor")\n', True),
     ("import torch.cuda as tc\nx = y.type(tc.HalfTensor)\n", True),
     ("m.half()\n", True),
     ("m = (model\n     .half())\n", True),
@@ -197,6 +199,15 @@ FLOAT16_CASES = [
 def test_float16_anchor(source, expected):
     assert facts(source).has_any(FLOAT16) == expected  # the table itself is right
     assert float16_anchor(source.encode()) == expected
+
+
+@pytest.mark.parametrize("source, on_tree", [
+    ('name = "torch.HalfTensor"\n', False),  # a string, but no .type() call
+    ('x = y.type("torch." "HalfTensor")\n', True),  # implicit concatenation: one string to the parser
+])
+def test_a_tensor_type_string_keeps_the_module_on_text(source, on_tree):
+    assert float16_anchor(source.encode())  # the text check keeps every such module ...
+    assert facts(source).has_any(FLOAT16) == on_tree  # ... the gate only a .type() argument
 
 
 def test_float16_parts():

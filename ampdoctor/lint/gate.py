@@ -27,7 +27,8 @@ class Anchors(Value):
     * ``methods``: method names called anywhere (``x.scale(...)``); ``"half()"`` means called
       without arguments.
     * ``casts``: qualified names used as a cast target: ``.to(X)``, ``.type(X)`` or ``dtype=X``
-      in a call.
+      in a call; a string argument of ``.type(...)`` counts as the name it spells
+      (``.type("torch.HalfTensor")``).
     * ``method_casts``: the same, but only as the target of ``.to(...)`` / ``.type(...)``
       (positional or dtype=): a tensor converted, not one created with a dtype.
     * ``requires``: facts about literals that must *also* hold: "big-fill" (a number beyond
@@ -149,6 +150,7 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
     method_cast_chains: list[str] = []  # the subset that are targets of .to() / .type()
     methods: set[str] = set()
     literals: set[str] = set()
+    type_strings: list[str] = []  # already qualified: strings are not resolved through imports
     for node in walk(tree):
         kind = type(node)
         if kind is ast.Attribute:
@@ -169,6 +171,11 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
                     positional = [c for c in map(dotted, node.args) if c]
                     cast_chains.extend(positional)
                     method_cast_chains.extend(positional + dtypes)
+                if func.attr == "type":
+                    # ``.type("torch.HalfTensor")``: a tensor type named by a string.
+                    for value in [*node.args, *(k.value for k in node.keywords)]:
+                        if type(value) is ast.Constant and type(value.value) is str:
+                            type_strings.append(value.value)
             _call_literals(node, literals)
         elif kind is ast.BinOp:
             _binop_literals(node, literals)
@@ -189,8 +196,8 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
     return ModuleSummary(
         _resolve(chains, imports),
         frozenset(methods),
-        _resolve(cast_chains, imports),
-        _resolve(method_cast_chains, imports),
+        _resolve(cast_chains, imports) | frozenset(type_strings),
+        _resolve(method_cast_chains, imports) | frozenset(type_strings),
         frozenset(literals),
     )
 

@@ -24,7 +24,8 @@ on the same bytes object share their work:
   ``autocast_anchor(data)`` for the autocast names.
 * ``calls_method(data, name)``: ``<x>.name(`` is called; ``half_call(data)`` for ``.half(``.
 * ``casts_to(data, targets)``: a target (or an import alias of one) as a positional argument of
-  ``.to(...)``/``.type(...)`` or as ``dtype=``; ``float16_cast(data)`` for the float16 targets.
+  ``.to(...)``/``.type(...)`` or as ``dtype=``, or a tensor type target spelled in a string
+  (``.type("torch.HalfTensor")``); ``float16_cast(data)`` for the float16 targets.
 * ``float16_anchor(data)``: the gate's FLOAT16 anchors (autocast name, ``.half()``, cast).
 * ``text_gate(anchors).keeps(data)``: all of the above for rules' anchors (``LintRule.anchors``
   each): a superset of ``gate.keeps(source, anchors)``; ``may_keep``/``may_have`` are shorthands.
@@ -1127,6 +1128,11 @@ def _method_casts_to(d: bytes, targets: frozenset) -> bool:
 
 
 def _casts_to(d: bytes, targets: frozenset, methods_only: bool = False) -> bool:
+    for word in {t.rpartition(b".")[2] for t in targets if t.endswith(b"Tensor")}:
+        # ``.type("torch.HalfTensor")``: a tensor type named by a string. Any string that ends
+        # with the type's name counts (also the last piece of ``"torch." "HalfTensor"``).
+        if _contains(d, word + b'"') or _contains(d, word + b"'"):
+            return True
     aliased = False
     for word in {t.rpartition(b".")[2] for t in targets}:
         if not _contains(d, word):
