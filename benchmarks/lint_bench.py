@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_FILE = ROOT / "fixtures" / "lint" / "clean_nanogpt_style.py"
+BUGGY_FILE = ROOT / "fixtures" / "lint" / "buggy_no_update.py"  # three findings, printed with snippets
 
 
 def default_tree() -> Path:
@@ -125,6 +126,14 @@ def main() -> None:
         rows.append((f"ampdoctor lint {ONE_FILE.name} (one file, not cached)", statistics.median(one_times), ""))
         one = timed(plain, cwd, max(args.repeats, 5))
         rows.append((f"ampdoctor lint {ONE_FILE.name} (one file, cached)", one, ""))
+        # The commit a hook blocks: the same, on a file with findings to print.
+        shutil.copy(BUGGY_FILE, cwd / BUGGY_FILE.name)
+        buggy = [*plain[:-1], BUGGY_FILE.name]
+        buggy_times = []
+        for _ in range(max(args.repeats, 5)):
+            clear_cache()
+            buggy_times.append(run_once(buggy, cwd))
+        rows.append((f"ampdoctor lint {BUGGY_FILE.name} (3 findings, not cached)", statistics.median(buggy_times), ""))
         for code in ("pass", "import ast, enum, json, pathlib, re"):
             floor = timed([sys.executable, "-c", code], cwd, max(args.repeats, 5))
             rows.append((f"  for scale: python -c '{code}'", floor, ""))

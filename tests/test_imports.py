@@ -61,3 +61,15 @@ def test_the_pre_commit_path_on_a_clean_file_imports_no_typing_dataclasses_or_ha
     modules = _modules_after(code)
     assert "ampdoctor.lint.facts" in modules  # it did lint
     assert not {"typing", "dataclasses", "inspect", "hashlib", "tokenize", "click", "rich"} & modules
+
+
+def test_the_pre_commit_path_reporting_findings_imports_neither_rich_nor_click(tmp_path):
+    target = tmp_path / "train.py"
+    target.write_text(FIXTURE.read_text(encoding="utf-8"), encoding="utf-8")
+    code = (
+        "import os\nos.chdir({folder!r})\nfrom ampdoctor.entry import main\n"
+        "try:\n    main(['lint', 'train.py'])\nexcept SystemExit as exit:\n    assert exit.code == 1, exit.code\n"
+    ).format(folder=str(tmp_path))
+    modules = _modules_after(code)
+    assert "ampdoctor.report.text" in modules  # the findings were printed with their snippets
+    assert not {"rich", "click", "typing", "dataclasses"} & {m.split(".")[0] for m in modules}

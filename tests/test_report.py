@@ -268,6 +268,51 @@ def test_text_never_wraps_long_lines():
     assert out.splitlines()[0] == f"{'a/' * 60}x.py:1:1: AMP201 {message.strip()}"
 
 
+def _text_for(source: str, finding: Finding, *, color: bool = False) -> list[str]:
+    ctx = ReportContext(findings=[finding], sources={"t.py": source}, files_checked=1)
+    stream = io.StringIO()
+    render("text", ctx, stream, color=color)
+    return stream.getvalue().splitlines()
+
+
+def test_text_carets_count_wide_characters_as_two_cells():
+    source = 'x = "日本"; y = clip(z)\n'
+    column = source.index("clip") + 1
+    finding = Finding("AMP201", Severity.ERROR, "m", Location("t.py", 1, column, 1, column + len("clip(z)")))
+    lines = _text_for(source, finding)
+    assert lines[2] == '1 | x = "日本"; y = clip(z)'
+    # Two wide characters take four cells: the carets start two cells right of the index.
+    assert lines[3] == "  | " + " " * (column - 1 + 2) + "^" * len("clip(z)")
+
+
+def test_text_combining_marks_take_no_cell():
+    source = "s = 'é'; clip(z)\n"
+    column = source.index("clip") + 1
+    finding = Finding("AMP201", Severity.ERROR, "m", Location("t.py", 1, column, 1, column + 7))
+    assert _text_for(source, finding)[3] == "  | " + " " * (column - 2) + "^" * 7
+
+
+def test_text_drops_cursor_control_characters_from_what_it_prints():
+    source = "\x0cclip(z)  # form feed before the code\n"
+    finding = Finding("AMP201", Severity.ERROR, "a\rb\x08c\x07", Location("t.py", 1, 2, 1, 9), help="x\x07y")
+    for color in (False, True):
+        out = "\n".join(_text_for(source, finding, color=color))
+        assert not re.search("[\x07\x08\x0b\x0c\r]", out)
+    lines = _text_for(source, finding)
+    assert lines[0] == "t.py:1:2: AMP201 a bc"  # a line break in a message becomes a space
+    assert lines[2] == "1 | clip(z)  # form feed before the code"
+    assert lines[3] == "  | " + "^" * 7  # the dropped character moves the carets with the code
+    assert lines[5] == "help: xy"
+
+
+def test_text_tabs_expand_to_the_tab_stops_of_the_printed_line_in_both_modes():
+    finding = Finding("AMP201", Severity.ERROR, "a\tb", Location("t.py", 1, 1))
+    plain = _text_for("x\n", finding)[0]
+    assert plain == "t.py:1:1: AMP201 a\tb".expandtabs(4)
+    coloured = _text_for("x\n", finding, color=True)[0]
+    assert coloured != plain and re.sub("\x1b\\[[0-9;]*m", "", coloured) == plain  # escapes take no column
+
+
 def test_text_summary_lists_codes_with_a_generic_hint():
     out = output("text", context())
     assert out.splitlines()[-1].startswith("Codes: AMP201 clip-before-unscale (2), AMP401")

@@ -1,7 +1,8 @@
 """Reporters: lint findings as text, concise lines, JSON, SARIF or GitHub annotations.
 
 ``render(fmt, ctx, stream, color=...)`` is the one entry point; each format lives in its own
-module, imported only when it is used, so importing this package stays cheap (no rich here).
+module, imported only when it is used. None of them imports rich: a report must not cost more
+than the linting it reports on.
 
 Source text for the snippets of the ``text`` format comes from ``ReportContext.sources``:
 
@@ -76,11 +77,6 @@ def render(fmt: str, ctx: ReportContext, stream: TextIO, *, color: bool) -> None
     """Write the report for ``ctx`` in format ``fmt`` (one of ``FORMATS``) to ``stream``."""
     if fmt not in _MODULES:
         raise ValueError(f"unknown output format {fmt!r} (expected one of: {', '.join(FORMATS)})")
-    if fmt == "text" and not ctx.findings and not color:
-        # The common clean run (a pre-commit hook): the summary alone, without loading rich.
-        for line in summary_lines(ctx):
-            stream.write(line + "\n")
-        return
     module = importlib.import_module(f"{__name__}.{_MODULES[fmt]}")
     module.render(ctx, stream, color=color)
 
