@@ -49,27 +49,27 @@ def test_a_warm_cache_does_not_even_import_the_rules(tmp_path):
     assert (tmp_path / ".ampdoctor_cache" / "CACHEDIR.TAG").is_file()
 
 
-def test_the_pre_commit_path_on_a_clean_file_imports_no_typing_dataclasses_or_hashlib(tmp_path):
-    # What ``ampdoctor lint FILE`` costs is mostly start-up: these modules are not needed to lint.
-    target = tmp_path / "train.py"
-    clean = FIXTURE.parent / "clean_nanogpt_style.py"
-    target.write_text(clean.read_text(encoding="utf-8"), encoding="utf-8")
+def _plain_lint_modules(tmp_path, fixture: Path, exit_code: int) -> set[str]:
+    """The modules ``ampdoctor lint FILE`` (the pre-commit invocation) loads for a copy of ``fixture``."""
+    (tmp_path / "train.py").write_text(fixture.read_text(encoding="utf-8"), encoding="utf-8")
     code = (
         "import os\nos.chdir({folder!r})\nfrom ampdoctor.entry import main\n"
-        "try:\n    main(['lint', 'train.py'])\nexcept SystemExit as exit:\n    assert exit.code == 0, exit.code\n"
-    ).format(folder=str(tmp_path))
-    modules = _modules_after(code)
+        "try:\n    main(['lint', 'train.py'])\nexcept SystemExit as exit:\n    assert exit.code == {code}, exit.code\n"
+    ).format(folder=str(tmp_path), code=exit_code)
+    return _modules_after(code)
+
+
+# What ``ampdoctor lint FILE`` costs is mostly start-up: none of these is needed to lint or report.
+NOT_ON_THE_LINT_PATH = {"typing", "dataclasses", "inspect", "hashlib", "tokenize", "click", "rich", "torch", "libcst"}
+
+
+def test_the_pre_commit_path_on_a_clean_file_loads_only_what_linting_needs(tmp_path):
+    modules = _plain_lint_modules(tmp_path, FIXTURE.parent / "clean_nanogpt_style.py", 0)
     assert "ampdoctor.lint.facts" in modules  # it did lint
-    assert not {"typing", "dataclasses", "inspect", "hashlib", "tokenize", "click", "rich"} & modules
+    assert not NOT_ON_THE_LINT_PATH & {m.split(".")[0] for m in modules}
 
 
-def test_the_pre_commit_path_reporting_findings_imports_neither_rich_nor_click(tmp_path):
-    target = tmp_path / "train.py"
-    target.write_text(FIXTURE.read_text(encoding="utf-8"), encoding="utf-8")
-    code = (
-        "import os\nos.chdir({folder!r})\nfrom ampdoctor.entry import main\n"
-        "try:\n    main(['lint', 'train.py'])\nexcept SystemExit as exit:\n    assert exit.code == 1, exit.code\n"
-    ).format(folder=str(tmp_path))
-    modules = _modules_after(code)
+def test_the_pre_commit_path_reporting_findings_loads_only_what_linting_needs(tmp_path):
+    modules = _plain_lint_modules(tmp_path, FIXTURE, 1)
     assert "ampdoctor.report.text" in modules  # the findings were printed with their snippets
-    assert not {"rich", "click", "typing", "dataclasses"} & {m.split(".")[0] for m in modules}
+    assert not NOT_ON_THE_LINT_PATH & {m.split(".")[0] for m in modules}
