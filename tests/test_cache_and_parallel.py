@@ -105,3 +105,20 @@ def test_a_tensor_type_named_by_a_string_is_seen_with_the_prefilter(tmp_path):
     baseline = _run([tmp_path], tmp_path, prefilter=False, jobs=1)
     assert [finding[3] for finding in baseline] == ["AMP303"]
     assert _run([tmp_path], tmp_path, prefilter=True, jobs=1) == baseline
+
+
+def test_a_cold_cached_run_searches_each_file_for_tokens_once(tmp_path: Path, monkeypatch):
+    for name in ("buggy_no_update.py", "clean_nanogpt_style.py"):
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    (tmp_path / "unrelated.py").write_text("x = 1\n", encoding="utf-8")
+    searched: list[int] = []
+    real = engine.passes_prefilter
+
+    def counting(data, spec):
+        searched.append(len(data))
+        return real(data, spec)
+
+    monkeypatch.setattr(engine, "passes_prefilter", counting)
+    findings = _run([tmp_path], tmp_path, use_cache=True, jobs=1)
+    assert len(searched) == 3  # the cache's check is not repeated by the engine
+    assert findings == _run([tmp_path], tmp_path, prefilter=False, jobs=1)

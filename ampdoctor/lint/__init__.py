@@ -59,12 +59,16 @@ def lint_source(
 
 
 class _Job(Record):
-    __slots__ = ("path", "display", "per_file_ignored")
+    """One file to lint. ``prefiltered``: its bytes are known to pass the token prefilter (the
+    cache checked them), so the worker does not search them again."""
 
-    def __init__(self, path: Path, display: str, per_file_ignored: tuple[str, ...]) -> None:
+    __slots__ = ("path", "display", "per_file_ignored", "prefiltered")
+
+    def __init__(self, path: Path, display: str, per_file_ignored: tuple[str, ...], prefiltered: bool = False) -> None:
         self.path = path
         self.display = display
         self.per_file_ignored = per_file_ignored
+        self.prefiltered = prefiltered
 
 
 class LintRequest(Record):
@@ -144,6 +148,7 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
         key = content_key(data, job.per_file_ignored)
         hit = cache.get(job.display, key, stat)
         if hit is None:
+            job.prefiltered = spec is not None
             misses.append(job)
             pending[job.display] = (key, stat)
         else:
@@ -199,5 +204,5 @@ def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list:
     results = []
     for job in jobs:
         options = LintOptions(request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored)
-        results.append(engine.lint_file(job.path, job.display, options, spec))
+        results.append(engine.lint_file(job.path, job.display, options, spec, job.prefiltered))
     return results

@@ -292,7 +292,10 @@ def fix_source(source: str, path: str, options: LintOptions) -> tuple[str, int, 
 # ---------------------------------------------------------------------------------------
 
 
-def lint_file(path: Path, display: str, options: LintOptions, spec: PrefilterSpec | None) -> FileResult:
+def lint_file(path: Path, display: str, options: LintOptions, spec: PrefilterSpec | None,
+              prefiltered: bool = False) -> FileResult:
+    """Lint one file. With ``spec``, a file no selected rule could fire on is not parsed; with
+    ``prefiltered``, its bytes are already known to pass ``spec``'s token search."""
     result = FileResult(display, file_path=str(path))
     try:
         data = path.read_bytes()
@@ -302,7 +305,9 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: PrefilterSpe
         return result
     if path.suffix == ".ipynb":
         return _lint_notebook(path, display, data, options, spec, result)
-    if spec is not None and not (passes_prefilter(data, spec) and _text_gate(options.codes).keeps(data)):
+    if spec is not None and not (
+        (prefiltered or passes_prefilter(data, spec)) and _text_gate(options.codes).keeps(data)
+    ):
         return result
     try:
         source = decode_source(data)
