@@ -531,3 +531,34 @@ def test_a_very_long_line_is_not_lexed_again_for_every_mention():
     line = b"import torch\nT = f(" + b"torch.float16, " * 100000 + b")\n"
     # Conservative either way; the point is that the answer comes (in linear time).
     assert isinstance(float16_anchor(line), bool)
+
+
+def test_a_non_ascii_module_is_scanned_once_for_all_rules(monkeypatch):
+    # Fullwidth punctuation in a comment is not in NFKC form: the normalised view of the module
+    # is computed, but it must not make every check start over (each used to rebuild the
+    # string table and the import table of the module it alternated with).
+    source = (
+        "import torch  # 导入，模型（示例）\n"
+        "DTYPES = [torch.float16, torch.bfloat16]  # 不是转换，只是表格\n"
+        "def f(x, m, scale):\n"
+        "    # autocast 与 .half() 只出现在注释里\n"
+        "    return m.masked_fill(x > 0, -1e9) * scale\n"
+    ).encode("utf-8")
+    built = {"strings": 0, "imports": 0}
+
+    class Strings(textscan._Strings):
+        def __init__(self, d):
+            built["strings"] += 1
+            super().__init__(d)
+
+    class Imports(textscan._Imports):
+        def __init__(self, d):
+            built["imports"] += 1
+            super().__init__(d)
+
+    monkeypatch.setattr(textscan, "_Strings", Strings)
+    monkeypatch.setattr(textscan, "_Imports", Imports)
+    gate = text_gate(rule.anchors for rule in lint_rules().values())
+    assert not gate.keeps(bytes(source))  # no rule can fire: a table of dtypes is no conversion
+    # Once for the module's text, at most once more for its normalised view.
+    assert built["strings"] <= 2 and built["imports"] <= 2, built

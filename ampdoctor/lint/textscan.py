@@ -605,17 +605,17 @@ def _in_code(d: bytes, i: int) -> bool:
 # ---------------------------------------------------------------------------------------
 
 _ASCII = bytes(range(128))
-_VIEW: tuple = (None, None)
 
 
 def _normalized(data: bytes) -> bytes | None:
     """``data`` with identifiers as the parser sees them: ``data`` itself when nothing changes
     (the common case), else the text with its identifiers NFKC-normalised; None when it cannot
-    be decoded (then every check answers "yes")."""
-    global _VIEW
-    cached = _VIEW
-    if cached[0] is data:
-        return cached[1]
+    be decoded (then every check answers "yes"). Made once per module, and kept in the
+    module's memo together with a memo of its own (see ``_memo``)."""
+    memo = _memo(data)
+    found = memo.get("view")
+    if found is not None:
+        return found[0]
     view: bytes | None = data
     end = data.find(b"\n")
     end = data.find(b"\n", end + 1) if end >= 0 else -1
@@ -628,7 +628,9 @@ def _normalized(data: bytes) -> bytes | None:
                 view = _decode_normalized(data, set(others))
     except UnicodeDecodeError:
         view = None
-    _VIEW = (data, view)
+    if view is not None and view is not data and view == data:
+        view = data  # only non-identifier text (say, fullwidth commas in comments) would change
+    memo["view"] = (view, {})
     return view
 
 
@@ -692,7 +694,7 @@ def _normalize_run(run: str) -> str:
     return "".join(out)
 
 
-_MEMO: tuple = (None, None)
+_MEMO: tuple = (None, {})
 
 # Shorter tokens that several quick checks share: a module without "alf" mentions neither
 # half nor HalfTensor, and one pass over the bytes answers for both.
@@ -724,11 +726,17 @@ def _mentions_some(data: bytes, tokens) -> bool:
 
 def _memo(data: bytes) -> dict:
     """What is known about ``data``: the checks of one module share their findings (a token
-    search, a literal scan, an import table is made once). Kept for the last module seen."""
+    search, a literal scan, an import table is made once). Kept for the last module seen; the
+    normalised view of that module (``_normalized``) keeps its own memo inside it, so checks
+    that alternate between the two lose nothing."""
     global _MEMO
     cached = _MEMO
-    if cached[0] is not data:
-        cached = _MEMO = (data, {})
+    if cached[0] is data:
+        return cached[1]
+    view = cached[1].get("view")
+    if view is not None and view[0] is data:
+        return view[1]
+    cached = _MEMO = (data, {})
     return cached[1]
 
 
@@ -760,7 +768,6 @@ class _Check:
                 found = _mentions_some(data, self.tokens) and _on_text(self.scan, data, self.arg)
             except _OverBudget:
                 found = True
-            memo = _memo(data)  # the normalised view of a non-ASCII module has a memo of its own
             memo[self] = found
         return found
 
