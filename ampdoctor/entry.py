@@ -32,27 +32,10 @@ def _plain_lint(args: list[str]) -> bool:
 def _lint_files(paths: list[str]) -> int:
     from pathlib import Path
 
-    from .lintcmd import UsageError, run_lint
+    from .lintcmd import EXIT_ERROR, UsageError, run_lint
 
     try:
-        return run_lint(
-            paths=[Path(p) for p in paths] or [Path(".")],
-            output_format="text",
-            output_file=None,
-            select=(),
-            extend_select=(),
-            ignore=(),
-            fail_on=None,
-            fix=False,
-            unsafe_fixes=False,
-            diff=False,
-            show_suppressed=False,
-            exclude=(),
-            config_file=None,
-            isolated=False,
-            use_cache=True,
-            jobs=None,
-        )
+        return run_lint(paths=[Path(p) for p in paths] or [Path(".")])
     except UsageError as exc:
         print(f"ampdoctor: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR

@@ -43,8 +43,10 @@ def _settings(paths: Sequence[Path], config_file: Path | None, isolated: bool, k
         raise UsageError(str(exc)) from None
 
 
-def run_lint(*, paths, output_format, output_file, select, extend_select, ignore, fail_on, fix, unsafe_fixes, diff,
-          show_suppressed, exclude, config_file, isolated, use_cache, jobs) -> int:
+def run_lint(*, paths, output_format="text", output_file=None, select=(), extend_select=(), ignore=(), fail_on=None,
+             fix=False, unsafe_fixes=False, diff=False, show_suppressed=False, exclude=(), config_file=None,
+             isolated=False, use_cache=True, jobs=None) -> int:
+    """``ampdoctor lint`` with its options; the defaults are the command line's."""
     from .config import ConfigError, validate_codes
     from .findings import Severity
     from .lint import LintRequest, known_codes, lint_paths
