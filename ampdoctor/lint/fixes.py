@@ -29,14 +29,18 @@ class FixError(Exception):
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings, breaking where Python's tokenizer breaks (LF, CRLF, CR):
+    ``str.splitlines`` would also split at form feeds and other separators."""
+    return _LINE.findall(text)
+
+
 class SourceLines:
     """Line/column ↔ offset conversions for one source text (1-based lines and columns)."""
 
     def __init__(self, source: str) -> None:
         self.source = source
-        # Physical lines as the interpreter counts them: only \n, \r\n and \r end a line
-        # (``str.splitlines`` would also split at form feeds and other separators).
-        self.lines = _LINE.findall(source)
+        self.lines = split_lines(source)  # physical lines, as the interpreter counts them
         self.starts = [0]
         for line in self.lines:
             self.starts.append(self.starts[-1] + len(line))

@@ -32,6 +32,7 @@ import json
 import re
 
 from ..records import Record, Value
+from .fixes import split_lines
 
 
 class NotebookError(Exception):
@@ -162,14 +163,6 @@ def _is_python(metadata: object) -> bool:
             if info[name_key].lower() != "python":
                 return False
     return True
-
-
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines with their endings, breaking where Python's tokenizer breaks (LF, CRLF, CR)."""
-    return _LINE.findall(text)
 
 
 # IPython syntax

@@ -13,7 +13,7 @@ with ``@register``, plus its page in ``rules/``.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from ...findings import Applicability
 from ...records import Record, Value
@@ -126,6 +126,3 @@ def lint_rules() -> dict[str, LintRule]:
             importlib.import_module(f"{__name__}.{name}")
         _SORTED = dict(sorted(_REGISTRY.items()))
     return _SORTED
-
-
-Checker = Callable[[AmpFacts], Iterable[Report]]

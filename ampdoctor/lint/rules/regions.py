@@ -499,7 +499,7 @@ def _computes(function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) ->
     )
 
 
-def _opens_autocast(frame: Frame, facts: AmpFacts) -> bool:
+def _opens_autocast(frame: Frame) -> bool:
     return any(site.qname in AUTOCAST_NAMES for site in frame.calls)
 
 
@@ -513,6 +513,7 @@ class CustomFunctionWithoutCustomFwd(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not any(r.enabled.counts_as_on and r.kind != "custom_fwd" for r in facts.regions):
             return
+        frames = {id(node): frame for node, frame in facts.functions}
         for cls, bases in facts.classes:
             if not any(b in _FUNCTION_BASES for b in bases):
                 continue
@@ -520,11 +521,10 @@ class CustomFunctionWithoutCustomFwd(LintRule):
             forward, backward = methods.get("forward"), methods.get("backward")
             if forward is None or backward is None:
                 continue
-            frames = {id(node): frame for node, frame in facts.functions}
             forward_frame, backward_frame = frames.get(id(forward)), frames.get(id(backward))
             if forward_frame is None or backward_frame is None or not _computes(forward, forward_frame):
                 continue  # ``return x.view_as(x)``: autocast has nothing to cast in forward
-            if _opens_autocast(forward_frame, facts) or _opens_autocast(backward_frame, facts):
+            if _opens_autocast(forward_frame) or _opens_autocast(backward_frame):
                 continue  # the Function saves and restores the autocast state itself
             missing = []
             if not _decorated_with(forward, CUSTOM_FWD_NAMES, facts):
