@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ampdoctor.lint import gate, textscan
-from ampdoctor.lint.facts import AUTOCAST_NAMES
 from ampdoctor.lint.gate import Anchors, summarize
 from ampdoctor.lint.rules import AUTOCAST, FLOAT16, lint_rules
 from ampdoctor.lint.textscan import (
@@ -62,13 +61,6 @@ def assert_superset(source: str) -> None:
     assert not (summary.method_casts & set(FLOAT16.casts)) or textscan.method_casts_to(data, FLOAT16.casts), source
     anchors = [rule.anchors for rule in lint_rules().values()]
     assert not gate.keeps(source, anchors) or may_keep(data, anchors), source
-
-
-def test_constants_agree_with_the_gate():
-    assert set(textscan._AUTOCAST_NAMES) == {n.encode() for n in AUTOCAST_NAMES}
-    assert textscan._CAST_TARGETS == {c.encode() for c in FLOAT16.casts}
-    assert textscan._FILL_CALLS == {n.encode() for n in gate._FILL_CALLS}
-    assert (textscan._FLOAT16_MAX, textscan._FLOAT16_TINY) == (gate._FLOAT16_MAX, gate._FLOAT16_TINY)
 
 
 # ---------------------------------------------------------------------------------------

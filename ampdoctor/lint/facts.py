@@ -80,6 +80,11 @@ DTYPES = {
     "torch.float64": "float64",
     "torch.double": "float64",
 }
+# float16's largest finite value and its smallest subnormal (what is nonzero below it is lost).
+FLOAT16_MAX = 65504.0
+FLOAT16_SMALLEST = 2.0**-24
+# What a tensor is converted to float16 with: ``.to(X)``, ``.type(X)``, ``dtype=X``.
+FLOAT16_CASTS = ("torch.float16", "torch.half", "torch.HalfTensor", "torch.cuda.HalfTensor")
 HALF_TENSOR_TYPES = {
     "torch.HalfTensor": "float16",
     "torch.cuda.HalfTensor": "float16",

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 
 from ..records import Record, Value
-from .facts import dotted
+from .facts import FLOAT16_MAX, FLOAT16_SMALLEST, dotted
 
 
 class Anchors(Value):
@@ -202,9 +202,8 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
     )
 
 
-_FLOAT16_MAX = 65504.0
-_FLOAT16_TINY = 2.0**-24
-_FILL_CALLS = frozenset(
+# Calls whose arguments are fill values or clamp bounds.
+FILL_CALLS = frozenset(
     {"masked_fill", "masked_fill_", "fill_", "full", "full_like", "new_full", "where", "clamp", "clamp_", "clip",
      "clip_", "clamp_min", "clamp_max"}
 )
@@ -242,16 +241,16 @@ def _classify(values, found: set[str], big: str | None, tiny: str | None) -> Non
         if value is None:
             continue
         magnitude = abs(value)
-        if big and magnitude > _FLOAT16_MAX:
+        if big and magnitude > FLOAT16_MAX:
             found.add(big)
-        if tiny and 0 < magnitude < _FLOAT16_TINY:
+        if tiny and 0 < magnitude < FLOAT16_SMALLEST:
             found.add(tiny)
 
 
 def _call_literals(node: ast.Call, found: set[str]) -> None:
     func = node.func
     name = func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else None
-    if name in _FILL_CALLS:
+    if name in FILL_CALLS:
         _classify([*node.args, *(k.value for k in node.keywords)], found, big="big-fill", tiny=None)
     _classify([k.value for k in node.keywords if k.arg == "eps"], found, big=None, tiny="tiny-eps")
 

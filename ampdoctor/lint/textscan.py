@@ -42,6 +42,9 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from .facts import AUTOCAST_NAMES, FLOAT16_CASTS, FLOAT16_MAX, FLOAT16_SMALLEST
+from .gate import FILL_CALLS
+
 __all__ = [
     "LITERAL_FLAGS",
     "autocast_anchor",
@@ -62,23 +65,10 @@ __all__ = [
 
 LITERAL_FLAGS = frozenset({"big-fill", "big-arith", "tiny-arith", "tiny-eps"})
 
-# Kept in step with gate.py and facts.py (the tests check that they agree).
-_FLOAT16_MAX = 65504.0
-_FLOAT16_TINY = 2.0**-24
-_FILL_CALLS = frozenset(
-    {b"masked_fill", b"masked_fill_", b"fill_", b"full", b"full_like", b"new_full", b"where", b"clamp", b"clamp_",
-     b"clip", b"clip_", b"clamp_min", b"clamp_max"}
-)
-_AUTOCAST_NAMES = (
-    b"torch.autocast",
-    b"torch.amp.autocast",
-    b"torch.amp.autocast_mode.autocast",
-    b"torch.cuda.amp.autocast",
-    b"torch.cuda.amp.autocast_mode.autocast",
-    b"torch.cpu.amp.autocast",
-    b"torch.cpu.amp.autocast_mode.autocast",
-)
-_CAST_TARGETS = frozenset({b"torch.float16", b"torch.half", b"torch.HalfTensor", b"torch.cuda.HalfTensor"})
+# The vocabulary of facts.py and gate.py, as bytes.
+_FILL_CALLS = frozenset(name.encode() for name in FILL_CALLS)
+_AUTOCAST_NAMES = tuple(name.encode() for name in AUTOCAST_NAMES)
+_CAST_TARGETS = frozenset(name.encode() for name in FLOAT16_CASTS)
 
 # ---------------------------------------------------------------------------------------
 # Characters and small scanners
@@ -1625,7 +1615,7 @@ def _sizes(value: float | _Any | None) -> tuple[bool, bool]:
     if value is _ANY:
         return True, True
     magnitude = abs(value)
-    return magnitude > _FLOAT16_MAX, 0 < magnitude < _FLOAT16_TINY
+    return magnitude > FLOAT16_MAX, 0 < magnitude < FLOAT16_SMALLEST
 
 
 # Where number tokens that may matter start, found with bytes.find on a translated copy:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from ...findings import Applicability
 from ...records import Record, Value
-from ..facts import AUTOCAST_NAMES, GRAD_SCALER_NAMES, AmpFacts
+from ..facts import AUTOCAST_NAMES, FLOAT16_CASTS, GRAD_SCALER_NAMES, AmpFacts
 from ..gate import Anchors
 
 
@@ -98,7 +98,7 @@ SCALER = Anchors(names=tuple(GRAD_SCALER_NAMES), methods=("scale",))
 FLOAT16 = Anchors(
     names=tuple(AUTOCAST_NAMES),
     methods=("half",),
-    casts=("torch.float16", "torch.half", "torch.HalfTensor", "torch.cuda.HalfTensor"),
+    casts=FLOAT16_CASTS,
 )
 
 _REGISTRY: dict[str, LintRule] = {}

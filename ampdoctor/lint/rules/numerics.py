@@ -15,6 +15,8 @@ from ...records import Record
 from ..facts import (
     AUTOCAST_NAMES,
     DTYPES,
+    FLOAT16_MAX,
+    FLOAT16_SMALLEST,
     AmpFacts,
     CallSite,
     Frame,
@@ -31,8 +33,6 @@ from ..gate import Anchors
 from . import AUTOCAST, FLOAT16, FixPlan, LintRule, NodeEdit, Report, register
 from .regions import RegionWalker, _cast_target, layer_instances, lowered_op, strip_views
 
-FLOAT16_MAX = 65504.0
-FLOAT16_SMALLEST = 2.0**-24
 
 
 def _is_finite(value: float) -> bool:
