@@ -237,6 +237,8 @@ class PendingIteration:
     gradient_checks: list["GradientCheck"] = field(default_factory=list)
     # (module, number of gradient elements, slot of boundary_row)
     boundaries: list[tuple[ModuleInfo, int, int]] = field(default_factory=list)
+    # backward.GradEvent: gradients entering and leaving module calls, on watched iterations
+    backward: list = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -273,6 +275,8 @@ class ActivationMonitor:
         self._known: dict[int, tuple[Any, int, int]] = {}
         self._grad_handles: list[Any] = []
         self.record_boundaries = False
+        # backward.BackwardWatch, set by the session: gradient hooks on watched iterations.
+        self.backward_watch: Any = None
 
     def install(self) -> None:
         self._handles = [
@@ -326,7 +330,7 @@ class ActivationMonitor:
 
     def _after_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         try:
-            self._record_output(module, output)
+            self._record_output(module, args, output)
         except Exception as exc:
             self._fail(exc)
 
@@ -349,12 +353,14 @@ class ActivationMonitor:
                 return info, input_slot
         return self._registry.module(module), None
 
-    def _record_output(self, module: torch.nn.Module, output: Any) -> None:
+    def _record_output(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         info, input_slot = self._open_call(module)
         outputs = _float_tensors(output)
         output_slot = self._measure(outputs)
         if output_slot is None:
             return
+        if self.backward_watch is not None and self.backward_watch.active:
+            self.backward_watch.watch(info, module, args, outputs)
         pending = self._session.pending
         pending.activations.append(ActivationRow(info, dtype_name(outputs[0].dtype), input_slot, output_slot))
         if self.record_boundaries:

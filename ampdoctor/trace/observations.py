@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .backward import BackwardOrigin, find_origin, produced_maxima
 from .numerics import GRADIENT_FIELDS, ModuleInfo, ParamInfo, PendingIteration
 
 
@@ -157,6 +158,12 @@ class Observations:
     activations: dict[str, ActivationStats] = field(default_factory=dict)
     boundaries: dict[str, BoundaryStats] = field(default_factory=dict)
     origin: Optional[Origin] = None
+    # The first module whose backward made a finite gradient inf/NaN (see backward.py), and per
+    # module the largest unscaled gradient it produced on watched iterations without overflow.
+    backward_origin: Optional[BackwardOrigin] = None
+    backward_reference: dict[str, float] = field(default_factory=dict)
+    # Skipped steps whose forward pass and loss were finite: overflows born in the backward.
+    backward_skips: int = 0
     ops: Counter = field(default_factory=Counter)
     op_ranges: dict[tuple[Optional[str], str], tuple[float, float]] = field(default_factory=dict)
     op_steps: int = 0
@@ -206,8 +213,14 @@ class Observations:
             self._absorb_gradients(pending, values, record)
         elif losses:
             self.unfinished_loss = sum(losses)
-        self._absorb_activations(pending, values, step)
+        forward_finite = self._absorb_activations(pending, values, step)
         self._absorb_boundaries(pending, values)
+        if record is not None:
+            loss_finite = record.loss is None or math.isfinite(record.loss)
+            if record.skipped and forward_finite and loss_finite:
+                self.backward_skips += 1
+            if pending.backward:
+                self._absorb_backward(pending, values, record, forward_finite and loss_finite)
 
     def _fill_record(self, record: IterationRecord, pending: PendingIteration, values, losses) -> None:
         record.loss = sum(losses) if losses else None
@@ -246,7 +259,9 @@ class Observations:
             self.gradients[info.name] = stats
         return stats
 
-    def _absorb_activations(self, pending: PendingIteration, values, step: int) -> None:
+    def _absorb_activations(self, pending: PendingIteration, values, step: int) -> bool:
+        """Fold in the activation ranges; whether every module output was finite."""
+        all_finite = True
         for row in pending.activations:
             info: ModuleInfo = row.module
             stats = self.activations.get(info.path)
@@ -260,11 +275,24 @@ class Observations:
                     stats.max_abs[row.dtype] = output_max
                     stats.max_abs_step[row.dtype] = step
                 continue
+            all_finite = False
             if stats.first_nonfinite_step is None:
                 stats.first_nonfinite_step = step
             inputs_finite = input_max is None or math.isfinite(input_max)
             if self.origin is None and inputs_finite:
                 self.origin = Origin(step, info.path, info.class_name, info.cls, input_max)
+        return all_finite
+
+    def _absorb_backward(self, pending: PendingIteration, values, record: IterationRecord, forward_finite: bool) -> None:
+        overflowed = record.skipped or bool(record.nonfinite_params)
+        if not overflowed:
+            for module, value in produced_maxima(pending.backward, values, record.scale):
+                if value > self.backward_reference.get(module, -1.0):
+                    self.backward_reference[module] = value
+            return
+        # A non-finite forward or loss explains the gradients (AMP504 forward, AMP503).
+        if self.backward_origin is None and forward_finite:
+            self.backward_origin = find_origin(pending.backward, values, record.step, record.scale)
 
     def _absorb_boundaries(self, pending: PendingIteration, values) -> None:
         for info, numel, slot in pending.boundaries:

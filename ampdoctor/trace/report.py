@@ -125,6 +125,7 @@ class TraceReport:
                 for b in obs.boundaries.values()
             ],
             "origin": _origin_dict(obs),
+            "backward_origin": _backward_origin_dict(obs),
         }
 
     def to_json(self, indent: Optional[int] = 2) -> str:
@@ -201,6 +202,23 @@ def _origin_dict(obs: Observations) -> Optional[dict[str, Any]]:
         "input_max": json_number(origin.input_max),
         "op": origin.op,
         "op_input_max": json_number(origin.op_input_max),
+    }
+
+
+def _backward_origin_dict(obs: Observations) -> Optional[dict[str, Any]]:
+    origin = obs.backward_origin
+    if origin is None:
+        return None
+    from .backward import halvings_needed
+
+    return {
+        "step": origin.step,
+        "module": origin.module,
+        "module_class": origin.module_class,
+        "side": origin.side,
+        "scale": json_number(origin.scale),
+        "output_grad_max": json_number(origin.output_grad_max),
+        "halvings_needed": halvings_needed(obs.backward_reference.get(origin.module), origin.scale),
     }
 
 

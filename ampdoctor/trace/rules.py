@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from ..catalog import severity_of
 from ..findings import Finding, Location
+from .backward import OUTPUT, PARAMETER, halvings_needed
 from .observations import GradientStats, Observations
 
 FLOAT16_MAX = 65504.0
@@ -31,6 +32,9 @@ class Thresholds:
     # AMP502: share of skipped steps among the iterations after the warm-up.
     skip_warmup: int = 20
     skip_share: float = 0.05
+    # AMP504 (backward): skipped steps before an overflow born in the backward is reported (a
+    # skip or two while GradScaler calibrates its scale is how it is meant to work).
+    origin_skips: int = 4
     # AMP505: share of gradient elements that float16 flushes to zero or holds as subnormals at
     # the loss scale in use. Exact zeros count only where at least ``underflow_evidence`` of the
     # elements sit in float16's subnormal band: zeros alone are usually structural (inactive
@@ -131,6 +135,12 @@ def _overflow_source(observations: Observations, step: int) -> tuple[Optional[st
     origin = observations.origin
     if origin is not None and origin.step <= step:
         return origin.module, f"the first non-finite activation came from `{origin.module}` ({origin.module_class})"
+    backward = observations.backward_origin
+    if backward is not None and backward.side != OUTPUT:
+        return backward.module, (
+            f"the first inf/NaN gradient was born in the backward of `{backward.module}` "
+            f"({backward.module_class}), see AMP504"
+        )
     for record in observations.iterations:
         if record.step >= step and record.nonfinite_params:
             name = record.nonfinite_params[0]
@@ -306,9 +316,73 @@ def overflow_origin(observations: Observations, thresholds: Thresholds, locator:
     )
     yield _finding(
         "AMP504", message, locator.location(origin.cls), help,
-        step=origin.step, module=origin.module, module_class=origin.module_class,
+        step=origin.step, phase="forward", module=origin.module, module_class=origin.module_class,
         class_file=class_path, class_line=class_line, op=origin.op,
         input_max=origin.input_max, op_input_max=origin.op_input_max,
+    )
+
+
+def backward_overflow_origin(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    """AMP504, backward: a skipped step whose forward was finite."""
+    origin = observations.backward_origin
+    if origin is None:
+        return
+    skipped = observations.backward_skips
+    if skipped < thresholds.origin_skips:
+        return
+    class_path, class_line = locator.class_source(origin.cls)
+    defined = f", class defined at {class_path}:{class_line}" if class_path and class_line else ""
+    scale = f"loss scale {format_scale(origin.scale)}" if origin.scale else "no loss scale"
+    nan = math.isnan(origin.value)
+    if origin.side == OUTPUT:
+        born = (
+            "became NaN outside every module, in the loss or in code between the model's output and "
+            "the loss (an invalid operation: 0/0, inf - inf, or sqrt/pow at 0, whose derivative is "
+            "infinite; a lower loss scale does not cure it)"
+            if nan
+            else "overflowed outside every module, in the loss or in code between the model's output and the loss"
+        )
+        message = (
+            f"the gradient reaching the output of `{origin.module}` ({origin.module_class}{defined}) was "
+            f"already {'NaN' if nan else 'inf'} at iteration {origin.step} ({scale}), with a finite forward "
+            f"pass: it {born}."
+        )
+        help = (
+            "Make the loss's backward finite: an eps inside sqrt/log/div (`(d + 1e-12).sqrt()`), a clamp; "
+            "compute the loss in float32 (`criterion(output.float(), target)`)."
+            if nan
+            else "Compute the loss in float32 (`criterion(output.float(), target)`) and reduce it with a "
+            "mean rather than a sum over many elements, or lower the GradScaler's `init_scale`."
+        )
+        halvings = None
+    else:
+        produced = "its parameters' gradient" if origin.side == PARAMETER else "the gradient w.r.t. its inputs"
+        received = f" (max |g| {origin.output_grad_max:.6g})" if origin.output_grad_max is not None else ""
+        message = (
+            f"`{origin.module}` ({origin.module_class}{defined}) produced the first inf/NaN in the backward "
+            f"pass at iteration {origin.step}: {produced} overflowed at {scale} while the gradient flowing "
+            f"into its output was finite{received} and the forward pass was finite."
+        )
+        halvings = halvings_needed(observations.backward_reference.get(origin.module), origin.scale)
+        if halvings is not None and origin.scale:
+            lower = origin.scale / 2**halvings
+            message += (
+                f" Lowering the scale by 2**{halvings} (to {format_scale(lower)}) keeps it "
+                "finite, judged from its gradients on iterations without overflow."
+            )
+        else:
+            message += " How far the scale must come down is unknown: it never produced a finite gradient while watched."
+        help = (
+            f"GradScaler backs off by itself, at the cost of skipped steps: start lower with "
+            f"`GradScaler(init_scale=...)`, or keep `{origin.module}` in float32 "
+            "(`with torch.autocast(device, enabled=False):` around it, inputs `.float()`), or scale "
+            "its inputs down (normalise the features feeding it)."
+        )
+    yield _finding(
+        "AMP504", message, locator.location(origin.cls), help,
+        step=origin.step, phase="backward", module=origin.module, module_class=origin.module_class,
+        class_file=class_path, class_line=class_line, side=origin.side, scale=origin.scale,
+        output_grad_max=origin.output_grad_max, halvings_needed=halvings, skipped=skipped,
     )
 
 
@@ -554,6 +628,7 @@ RULES: tuple[Callable[[Observations, Thresholds, Locator], Iterator[Finding]], .
     frequent_skipped_steps,
     non_finite_loss,
     overflow_origin,
+    backward_overflow_origin,
     underflow_prone_gradients,
     activation_overflow_risk,
     float32_matmul_in_autocast,

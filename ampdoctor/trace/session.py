@@ -54,6 +54,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from .backward import BackwardWatch
 from .numerics import ActivationMonitor, GradientMonitor, ModuleRegistry, PendingIteration
 from .observations import IterationRecord, Observations, ScalerConfig
 from .ops import AutocastTracker, OpCensus, dtype_name
@@ -123,6 +124,8 @@ class TraceSession:
         self._exit_stack: Optional[contextlib.ExitStack] = None
         self._census: Optional[OpCensus] = None
         self._activations = ActivationMonitor(self._registry, self)
+        self._backward = BackwardWatch(self)
+        self._activations.backward_watch = self._backward
         self._gradients = GradientMonitor(self._registry, self)
         self._autocast = AutocastTracker(on_enter=self._autocast_entered)
         # Iteration clock.
@@ -168,10 +171,12 @@ class TraceSession:
         stack.callback(self._gradients.release)
         self._activations.install()
         stack.callback(self._activations.remove)
+        stack.callback(self._backward.stop)
         stack.callback(self._stop_census)
         if self.record_ops_steps > 0:
             self._start_census()
             self._activations.record_boundaries = True
+            self._backward.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         global _active
@@ -377,6 +382,7 @@ class TraceSession:
         self._read_pending(record, with_census_ranges=window_ends)
         if record.skipped:
             self._skipped_total += 1
+        self._backward.next_iteration(in_window=step < self.record_ops_steps, skipped=record.skipped)
         if window_ends:
             self._stop_census()
         self._probe_origin_op()

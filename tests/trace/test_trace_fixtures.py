@@ -9,8 +9,8 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
 
 # fixture -> (steps, the finding it provokes, findings that follow from it by nature)
 PROVOKED = {
-    "loss_scale_collapse.py": (12, "AMP501", set()),
-    "skipped_steps.py": (40, "AMP502", set()),
+    "loss_scale_collapse.py": (12, "AMP501", {"AMP504"}),  # AMP504 names where the NaN is born
+    "skipped_steps.py": (40, "AMP502", {"AMP504"}),  # AMP504 names the layer that overflows
     "nonfinite_loss.py": (3, "AMP503", set()),
     "overflow_origin.py": (3, "AMP504", {"AMP503"}),  # the inf reaches the loss
     "underflow_gradients.py": (3, "AMP505", set()),

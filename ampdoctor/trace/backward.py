@@ -1,0 +1,204 @@
+"""Where in the backward pass the first inf/NaN gradient appeared.
+
+A skipped step says that some gradient overflowed; the module whose forward produced a non-finite
+activation (AMP504, forward) explains it when there is one. Often there is none: the forward is
+finite and the overflow happens in the backward, where the loss scale multiplies every gradient.
+The place to act is then the module whose backward turned finite gradients into inf/NaN: the
+gradient flowing into it (w.r.t. its outputs) was finite, the gradient it produced (w.r.t. its
+inputs, or its own parameters) was not.
+
+How it is observed, without full backward hooks (they break in-place modules): while a watched
+iteration runs, the forward post-hook of every module call registers ``register_multi_grad_hook``
+on the call's outputs, on its inputs that require grad, and once per iteration on the module's own
+parameters. Each hook queues max |g| of the gradients it receives on the device (read with the
+iteration's one sync) and a sequence number taken when it fired, so the events keep their backward
+execution order. The hooks are removed when the iteration closes.
+
+Which iterations are watched: the op-recording window, and the iteration after every skipped step
+(at most ``MAX_ARMED_ITERATIONS`` of them): a run that overflows usually keeps overflowing while the
+scale backs off, so the next iteration shows the origin; and the first iteration that no longer
+overflows measures the gradient the origin produces at a lower scale, which tells how many powers
+of two the scale had to come down (``halvings_needed``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+import torch
+from torch.autograd.graph import register_multi_grad_hook
+
+from .numerics import FLOAT16_MAX, ModuleInfo, max_abs
+from .ops import _float_tensors, quiet
+
+# Iterations watched after skipped steps, over the whole run: enough for a collapse from 2**16
+# (each skip halves the scale) and for a few late overflows, bounded for long runs.
+MAX_ARMED_ITERATIONS = 24
+
+OUTPUT, INPUT, PARAMETER = "output", "input", "parameter"
+
+
+@dataclass
+class GradEvent:
+    """One hook firing: which module call, which side, when, and the slot of max |g|."""
+
+    sequence: int
+    call: int
+    module: ModuleInfo
+    side: str
+    slot: int
+
+
+@dataclass
+class BackwardOrigin:
+    """The first module whose backward made a finite gradient non-finite (or, with ``side`` equal
+    to ``OUTPUT``, the module whose outputs already received a non-finite gradient from code
+    outside every module, such as the loss)."""
+
+    step: int
+    module: str
+    module_class: str
+    cls: type
+    side: str
+    scale: Optional[float]
+    # max |g| of the gradient flowing into the module's outputs (finite, at ``scale``).
+    output_grad_max: Optional[float]
+    # inf for an overflow; NaN for an invalid operation (0/0, inf - inf, sqrt's derivative at 0).
+    value: float = math.inf
+
+
+class BackwardWatch:
+    """Installs the per-call gradient hooks on watched iterations and removes them after."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self.active = False
+        self._handles: list[Any] = []
+        self._sequence = 0
+        self._calls = 0
+        self._params_watched: set[int] = set()
+        self.armed_iterations = 0
+
+    def start(self) -> None:
+        self.active = True
+
+    def stop(self) -> None:
+        """End the watched iteration: remove every hook it registered."""
+        self.active = False
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._params_watched.clear()
+
+    def next_iteration(self, in_window: bool, skipped: bool) -> None:
+        """Decide whether the iteration about to start is watched."""
+        self.stop()
+        if in_window:
+            self.start()
+        elif skipped and self.armed_iterations < MAX_ARMED_ITERATIONS:
+            self.armed_iterations += 1
+            self.start()
+
+    def watch(self, info: ModuleInfo, module: torch.nn.Module, args: Any, outputs: list[torch.Tensor]) -> None:
+        """Called from the forward post-hook for every module call of a watched iteration."""
+        watched_outputs = [t for t in outputs if t.requires_grad]
+        if not watched_outputs:
+            return
+        call = self._calls
+        self._calls += 1
+        self._register(watched_outputs, call, info, OUTPUT)
+        inputs = [t for t in _float_tensors(args) if t.requires_grad]
+        if inputs:
+            self._register(inputs, call, info, INPUT)
+        if id(module) not in self._params_watched:
+            self._params_watched.add(id(module))
+            params = [p for p in module._parameters.values() if p is not None and p.requires_grad]
+            if params:
+                self._register(params, call, info, PARAMETER)
+
+    def _register(self, tensors: list[torch.Tensor], call: int, info: ModuleInfo, side: str) -> None:
+        def on_gradients(grads) -> None:
+            try:
+                present = [g for g in grads if g is not None]
+                if not present:
+                    return
+                with torch.no_grad(), quiet():
+                    extremes = max_abs(present)
+                if not extremes:
+                    return
+                self._sequence += 1
+                pending = self._session.pending
+                pending.backward.append(
+                    GradEvent(self._sequence, call, info, side, pending.batch.add_abs_max(extremes))
+                )
+            except Exception as exc:  # runs inside backward: must never raise
+                self.stop()
+                self._session.instrument_failed("backward overflow hooks", exc)
+
+        self._handles.append(register_multi_grad_hook(tensors, on_gradients))
+
+
+def find_origin(
+    events: list[GradEvent], values: list[list[float]], step: int, scale: Optional[float]
+) -> Optional[BackwardOrigin]:
+    """The first module (in backward order) whose produced gradient was non-finite while the
+    gradient it received was finite; None if every gradient was finite."""
+    received: dict[int, float] = {}  # call -> max |g| flowing into its outputs
+    for event in sorted(events, key=lambda e: e.sequence):
+        value = values[event.slot][0]
+        if event.side == OUTPUT:
+            received[event.call] = value
+            if not math.isfinite(value):
+                return _origin(event, step, scale, None, value)
+            continue
+        if math.isfinite(value):
+            continue
+        incoming = received.get(event.call)
+        if event.side == PARAMETER and incoming is None:
+            incoming = _latest_received(events, values, event)
+        if incoming is not None and math.isfinite(incoming):
+            return _origin(event, step, scale, incoming, value)
+    return None
+
+
+def _latest_received(events: list[GradEvent], values: list[list[float]], event: GradEvent) -> Optional[float]:
+    """Parameter hooks are registered once per iteration: pair one with the latest output event
+    of the same module before it."""
+    best: Optional[GradEvent] = None
+    for other in events:
+        if other.side == OUTPUT and other.module is event.module and other.sequence < event.sequence:
+            if best is None or other.sequence > best.sequence:
+                best = other
+    return values[best.slot][0] if best is not None else None
+
+
+def _origin(
+    event: GradEvent, step: int, scale: Optional[float], incoming: Optional[float], value: float
+) -> BackwardOrigin:
+    info = event.module
+    return BackwardOrigin(step, info.path, info.class_name, info.cls, event.side, scale, incoming, value)
+
+
+def produced_maxima(events: list[GradEvent], values: list[list[float]], scale: Optional[float]) -> Iterator[tuple[str, float]]:
+    """(module path, max |g| it produced, unscaled) for the input and parameter gradients of a
+    finite iteration: the reference for how far the scale had to come down."""
+    divisor = scale if scale and scale > 0 else 1.0
+    for event in events:
+        if event.side == OUTPUT:
+            continue
+        value = values[event.slot][0]
+        if math.isfinite(value):
+            yield event.module.path, value / divisor
+
+
+def halvings_needed(unscaled_max: Optional[float], scale: Optional[float]) -> Optional[int]:
+    """How many times the loss scale must be halved so that ``unscaled_max * scale`` fits in
+    float16; None when the gradient was never seen finite."""
+    if not unscaled_max or unscaled_max <= 0 or not math.isfinite(unscaled_max):
+        return None
+    scaled = unscaled_max * (scale if scale else 1.0)
+    if scaled <= FLOAT16_MAX:
+        return 0
+    return math.ceil(math.log2(scaled / FLOAT16_MAX))

@@ -1,0 +1,219 @@
+"""Backward overflow origin (AMP504, phase "backward"): the module whose backward turned finite
+gradients into inf/NaN, and how far the loss scale had to come down."""
+
+import contextlib
+import io
+import math
+import runpy
+
+import pytest
+import torch
+from torch import nn
+
+from ampdoctor.trace.backward import (
+    INPUT,
+    OUTPUT,
+    PARAMETER,
+    BackwardWatch,
+    GradEvent,
+    find_origin,
+    halvings_needed,
+)
+from ampdoctor.trace.numerics import ModuleInfo
+from ampdoctor.trace.session import trace_session
+
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
+
+BACKWARD_FIXTURE = FIXTURES / "backward_overflow.py"
+
+
+def _events(*rows):
+    """GradEvents from (module, side, value) rows in firing order, with their values."""
+    modules: dict[str, ModuleInfo] = {}
+    events, values = [], []
+    for sequence, (path, call, side, value) in enumerate(rows, start=1):
+        info = modules.setdefault(path, ModuleInfo(path, nn.Linear))
+        events.append(GradEvent(sequence, call, info, side, len(values)))
+        values.append([value])
+    return events, values
+
+
+def test_origin_is_the_first_module_that_turns_finite_into_inf():
+    events, values = _events(
+        ("model", 0, OUTPUT, 3.0),
+        ("head", 1, OUTPUT, 3.0),
+        ("head", 1, INPUT, 5.0),
+        ("head", 1, PARAMETER, math.inf),
+        ("body", 2, OUTPUT, 5.0),
+        ("body", 2, PARAMETER, math.nan),  # downstream of head in time: not the origin
+    )
+    origin = find_origin(events, values, step=4, scale=1024.0)
+    assert (origin.module, origin.side, origin.step, origin.scale) == ("head", PARAMETER, 4, 1024.0)
+    assert origin.output_grad_max == 3.0
+
+
+def test_an_inf_arriving_at_a_module_output_is_born_outside_the_modules():
+    events, values = _events(("head", 0, OUTPUT, math.inf), ("head", 0, INPUT, math.nan))
+    origin = find_origin(events, values, step=1, scale=65536.0)
+    assert (origin.module, origin.side, origin.output_grad_max) == ("head", OUTPUT, None)
+
+
+def test_a_module_that_receives_inf_is_not_the_origin():
+    events, values = _events(("a", 0, OUTPUT, 1.0), ("a", 0, INPUT, math.inf), ("b", 1, OUTPUT, math.inf), ("b", 1, INPUT, math.inf))
+    assert find_origin(events, values, 1, 2.0).module == "a"
+
+
+def test_all_finite_has_no_origin():
+    events, values = _events(("a", 0, OUTPUT, 1.0), ("a", 0, INPUT, 2.0), ("a", 0, PARAMETER, 3.0))
+    assert find_origin(events, values, 1, 2.0) is None
+
+
+@pytest.mark.parametrize(
+    "unscaled,scale,expected",
+    [(162.25, 65536.0, 8), (1.0, 65504.0, 0), (1.0, 65536.0, 1), (0.5, 65536.0, 0), (None, 65536.0, None), (0.0, 8.0, None)],
+)
+def test_halvings_needed(unscaled, scale, expected):
+    assert halvings_needed(unscaled, scale) == expected
+
+
+def test_fixture_names_the_head_whose_weight_gradient_overflows(trace_cli):
+    run = trace_cli(str(BACKWARD_FIXTURE), "--steps", "12", "--fail-on", "never")
+    assert run.exit_code == 0, run.stderr
+    findings = [f for f in run.report["findings"] if f["code"] == "AMP504"]
+    assert len(findings) == 1
+    extra = findings[0]["extra"]
+    assert extra["phase"] == "backward"
+    assert (extra["module"], extra["module_class"], extra["side"]) == ("head", "Linear", PARAMETER)
+    assert extra["step"] == 1 and extra["scale"] == 65536.0
+    # The scale backed off from 2**16 to 2**8 before a step went through: eight halvings.
+    assert extra["halvings_needed"] == 8
+    first_applied = next(step for step in range(1, 13) if step not in run.report["skipped"])
+    assert run.report["scale"][first_applied - 1] == 256.0
+    origin = run.report["backward_origin"]
+    assert (origin["module"], origin["side"], origin["halvings_needed"]) == ("head", PARAMETER, 8)
+    assert "backward pass" in findings[0]["message"] and "2**8" in findings[0]["message"]
+
+
+def test_forward_overflow_stays_a_forward_finding(trace_cli):
+    run = trace_cli(str(FIXTURES / "overflow_origin.py"), "--steps", "3", "--fail-on", "never")
+    phases = [f["extra"]["phase"] for f in run.report["findings"] if f["code"] == "AMP504"]
+    assert phases == ["forward"]
+
+
+def test_healthy_float16_run_has_no_backward_origin(trace_cli):
+    run = trace_cli(str(FIXTURES / "healthy_fp16.py"), "--steps", "6", "--fail-on", "info")
+    assert run.report["findings"] == []
+
+
+def test_fixture_losses_are_bit_identical_with_and_without_tracing():
+    plain = io.StringIO()
+    with contextlib.redirect_stdout(plain):
+        runpy.run_path(str(BACKWARD_FIXTURE), run_name="__main__")
+    expected = plain.getvalue().splitlines()[:14]
+    traced = io.StringIO()
+    with contextlib.redirect_stdout(traced), trace_session(steps=14, record_ops_steps=2):
+        runpy.run_path(str(BACKWARD_FIXTURE), run_name="__main__")
+    # The 14th line is printed after the 14th update, where the session stops the script.
+    assert traced.getvalue().splitlines() == expected[:13]
+
+
+class _InPlaceNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+        self.out = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.out(self.act(self.fc(x)))
+
+
+def _train_in_place(steps: int) -> list[float]:
+    torch.manual_seed(0)
+    model = _InPlaceNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24)  # overflows: watched iterations follow
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(torch.randn(16, 8)).float().pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())
+    return losses
+
+
+def test_in_place_modules_train_identically_while_watched():
+    reference = _train_in_place(10)
+    with trace_session(steps=None, record_ops_steps=2) as session:
+        traced = _train_in_place(10)
+    assert traced == reference
+    assert session.observations.steps == 10
+    assert not session.observations.instrument_errors
+
+
+def test_parameter_hooks_are_removed_after_each_watched_iteration():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace_session(steps=None, record_ops_steps=3) as session:
+        scaler = torch.amp.GradScaler("cpu")
+        for _ in range(3):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.randn(8, 4)).float().mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            watch: BackwardWatch = session._backward
+            assert not watch._handles or watch.active  # the next iteration's, if any, only while watched
+    for param in model.parameters():
+        assert not param._backward_hooks
+    assert not session._backward._handles
+
+
+def _float16_loss_training(steps: int, **thresholds):
+    """A float16 loss scaled by 2**16 overflows once (the scale itself does not fit float16):
+    GradScaler skips one step while it calibrates, which is how it is meant to work."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    from ampdoctor.trace.rules import Thresholds
+
+    with trace_session(steps=steps, thresholds=Thresholds(**thresholds)) as session:
+        scaler = torch.amp.GradScaler("cpu")
+        while True:
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.randn(8, 4)).square().mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    return session
+
+
+def test_one_calibration_skip_is_observed_but_not_reported():
+    session = _float16_loss_training(4)
+    origin = session.observations.backward_origin
+    assert (origin.module, origin.side, origin.step) == ("Linear", OUTPUT, 1)
+    assert [r.skipped for r in session.observations.iterations] == [True, False, False, False]
+    assert session.report().findings == []
+
+
+def test_origin_outside_the_modules_is_reported_past_the_threshold():
+    session = _float16_loss_training(4, origin_skips=1)
+    (finding,) = [f for f in session.report().findings if f.code == "AMP504"]
+    assert finding.extra["phase"] == "backward" and finding.extra["side"] == OUTPUT
+    assert "outside every module" in finding.message
+
+
+def test_nan_born_in_the_loss_code_is_named_as_nan(trace_cli):
+    run = trace_cli(str(FIXTURES / "loss_scale_collapse.py"), "--steps", "12", "--fail-on", "never")
+    (finding,) = [f for f in run.report["findings"] if f["code"] == "AMP504"]
+    assert finding["extra"]["phase"] == "backward" and finding["extra"]["side"] == OUTPUT
+    assert "already NaN" in finding["message"] and "lower loss scale does not cure it" in finding["message"]
+    assert finding["module"] == "net.2"  # the last layer: its output receives the NaN from sqrt
