@@ -39,6 +39,7 @@ from torch.autograd.graph import register_multi_grad_hook
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils.weak import WeakIdKeyDictionary
 
+from .compiled import outside_compiled
 from .ops import _float_tensors, dtype_name, quiet
 
 FLOAT16_MAX = 65504.0
@@ -280,8 +281,8 @@ class ActivationMonitor:
 
     def install(self) -> None:
         self._handles = [
-            register_module_forward_pre_hook(self._before_forward),
-            register_module_forward_hook(self._after_forward),
+            register_module_forward_pre_hook(outside_compiled(self._before_forward)),
+            register_module_forward_hook(outside_compiled(self._after_forward)),
         ]
 
     def remove(self) -> None:

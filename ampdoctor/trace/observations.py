@@ -182,6 +182,8 @@ class Observations:
     untraced_scaler: bool = False
     # Instruments that removed themselves after an error (the report says what is missing).
     instrument_errors: list[str] = field(default_factory=list)
+    # torch.compile was called: the op census stopped there (it cannot see into compiled graphs).
+    compiled: bool = False
     # Gradient shares and max |g| are measured on the first iterations (the op-recording window,
     # at least one) and then on every ``gradient_interval``-th; inf/NaN on every iteration.
     gradient_interval: int = 1

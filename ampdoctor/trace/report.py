@@ -269,6 +269,11 @@ def _notes(session: TraceSession) -> list[str]:
             "A GradScaler created before tracing started stepped the optimizer: its loss scale "
             "and skipped steps were not observed (create it inside the trace session)."
         )
+    if obs.compiled:
+        notes.append(
+            "The script uses torch.compile: the op census stopped there and activation ranges are "
+            "measured only outside compiled graphs, whose ops ampdoctor cannot see."
+        )
     notes.extend(f"ampdoctor's {error}; the data it would have collected is missing." for error in obs.instrument_errors)
     if obs.backward_calls == 0 and obs.stepped:
         notes.append("No backward call was seen (gradients came from elsewhere).")

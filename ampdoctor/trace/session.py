@@ -55,6 +55,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from .backward import BackwardWatch
+from .compiled import CompilePatch
 from .numerics import ActivationMonitor, GradientMonitor, ModuleRegistry, PendingIteration
 from .observations import IterationRecord, Observations, ScalerConfig
 from .ops import AutocastTracker, OpCensus, dtype_name
@@ -162,6 +163,9 @@ class TraceSession:
         stack.callback(scalers.remove)
         self._autocast.install()
         stack.callback(self._autocast.remove)
+        compiles = CompilePatch(self._compile_called)
+        compiles.install()
+        stack.callback(compiles.remove)
         self._patch_backward(stack)
         for handle in (
             register_optimizer_step_pre_hook(self._optimizer_pre_step),
@@ -286,17 +290,25 @@ class TraceSession:
             if self._iteration_optimizers is None:
                 self._iteration_optimizers = set(self._stepped)
             self._close_iteration()
-        self._gradients.capture(
-            optimizer, self._label(optimizer), scale=None, grads_scaled=False, full=self._gradient_shares_due()
-        )
+        if not _has_closure(args, kwargs):
+            self._capture_plain_gradients(optimizer)
 
     def _optimizer_post_step(self, optimizer, args, kwargs) -> None:
         if self._in_scaler_step:
             return
+        if _has_closure(args, kwargs):
+            # The closure (Lightning passes one) ran forward and backward inside step(): the
+            # gradients exist only now. The step changed the weights, not the gradients.
+            self._capture_plain_gradients(optimizer)
         self.observations.plain_optimizer_steps += 1
         self._stepped[id(optimizer)] = self._label(optimizer)
         if self._iteration_optimizers is not None and self._iteration_optimizers <= set(self._stepped):
             self._close_iteration()
+
+    def _capture_plain_gradients(self, optimizer) -> None:
+        self._gradients.capture(
+            optimizer, self._label(optimizer), scale=None, grads_scaled=False, full=self._gradient_shares_due()
+        )
 
     # ScalerObserver (called by the traced GradScaler)
 
@@ -363,6 +375,16 @@ class TraceSession:
             )
         )
 
+    def _compile_called(self) -> None:
+        """``torch.compile`` is about to be called: the census must stop for good, because Dynamo
+        runs frames eagerly under a dispatch mode (compiled code would silently run uncompiled)."""
+        self.observations.compiled = True
+        self._origin_probed = True  # no later census to name an origin op either
+        if self._census is not None:
+            self._stop_census()
+            if self.observations.op_steps == 0:
+                self.observations.ops.clear()  # set-up ops only: no iteration was recorded
+
     def instrument_failed(self, what: str, exc: Exception) -> None:
         """An instrument hit something it cannot measure: it removes itself, the script goes on,
         and the report says what is missing."""
@@ -414,6 +436,11 @@ class TraceSession:
         elif not self.pending.empty or census_open:
             self._read_pending(None, with_census_ranges=census_open)
         self._stop_census()
+
+
+def _has_closure(args: tuple, kwargs: dict) -> bool:
+    """Whether ``optimizer.step`` was given a closure that computes the gradients."""
+    return callable(kwargs.get("closure")) or bool(args and callable(args[0]))
 
 
 def _found_no_inf(scaler, optimizer) -> bool:
