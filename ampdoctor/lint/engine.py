@@ -19,7 +19,7 @@ from pathlib import Path
 from ..catalog import severity_of
 from ..findings import Finding, Location
 from ..records import Record
-from .fixes import FixError, SourceLines, apply_edits, edit_spans, overlaps, resolve_fix
+from .fixes import FixError, SourceLines, apply_edits, edit_spans, overlaps, realize_rewrites, resolve_fix
 
 PARSE_ERROR = "AMP000"
 MAX_FIX_PASSES = 10
@@ -265,6 +265,7 @@ def fix_source(source: str, path: str, options: LintOptions) -> tuple[str, int, 
     findings, suppressed, parsed = check_source(source, path, options)
     for _ in range(MAX_FIX_PASSES):
         applicable = [f for f in findings if f.fix and (f.fix.is_safe or options.unsafe_fixes)]
+        applicable = realize_rewrites(applicable, source)  # codemods run only when applied
         if not applicable or not parsed:
             break
         lines = SourceLines(source)

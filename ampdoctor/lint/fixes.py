@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..findings import Edit, Fix
+from ..findings import Applicability, Edit, Fix
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -89,7 +89,50 @@ class SourceLines:
         return "\n"
 
 
-def resolve_fix(plan: "FixPlan", lines: SourceLines) -> Fix | None:
+class ModuleRewrite(Fix):
+    """A fix that rewrites the whole module, computed only when it is applied.
+
+    A codemod (libcst) is too costly to run for every finding that is only reported, and it
+    must stay off the lint path. ``rewrite`` is (module, function, argument): importing the
+    module and calling ``function(source, argument)`` gives the new text, or None when there is
+    nothing to change. Picklable, so worker processes can send it back with their findings.
+    """
+
+    __slots__ = ("description", "edits", "applicability", "rewrite")
+
+    def __init__(self, description: str, edits: tuple[Edit, ...] = (),
+                 applicability: Applicability = Applicability.UNSAFE, rewrite: tuple = ()) -> None:
+        self._set(description, edits, applicability, rewrite)
+
+    def realize(self, source: str) -> Fix | None:
+        """The fix as one edit over the whole text, or None when the rewrite changes nothing."""
+        import importlib
+
+        module, function, argument = self.rewrite
+        new = getattr(importlib.import_module(module), function)(source, argument)
+        if new is None or new == source:
+            return None
+        end = len(split_lines(source)) + 1  # past the last line: the end of the text
+        return Fix(self.description, (Edit(1, 1, end, 1, new),), self.applicability)
+
+
+def realize_rewrites(findings: list, source: str) -> list:
+    """The findings with their module rewrites computed against ``source`` (those that change
+    nothing lose their fix)."""
+    result = []
+    for finding in findings:
+        if isinstance(finding.fix, ModuleRewrite):
+            fix = finding.fix.realize(source)
+            if fix is None:
+                continue
+            finding = finding.replace(fix=fix)
+        result.append(finding)
+    return result
+
+
+def resolve_fix(plan: "FixPlan | Fix", lines: SourceLines) -> Fix | None:
+    if isinstance(plan, Fix):
+        return plan  # already text-level (a module rewrite, computed when applied)
     edits = []
     for edit in plan.edits:
         resolved = _resolve_edit(edit, lines)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..apex_plan import plan_migration
 from ..facts import AUTOCAST_NAMES, FUNCTION_TYPES, GRAD_SCALER_NAMES, AmpFacts, autocast_region
+from ..fixes import ModuleRewrite
 from ..gate import Anchors
 from . import LintRule, Report, register
 
@@ -20,6 +22,12 @@ _APEX_REPLACEMENTS = {
 _APEX_DEFAULT = 'use `torch.autocast("cuda", ...)` and `torch.amp.GradScaler("cuda")`'
 
 
+_PARALLEL_REPLACEMENTS = {
+    "DistributedDataParallel": "`torch.nn.parallel.DistributedDataParallel`",
+    "convert_syncbn_model": "`torch.nn.SyncBatchNorm.convert_sync_batchnorm`",
+}
+
+
 @register
 class ApexAmp(LintRule):
     code = "AMP402"
@@ -27,25 +35,49 @@ class ApexAmp(LintRule):
     anchors = Anchors(names=("apex",))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
-        reported_calls = False
+        reports = list(self._calls(facts))
+        if not reports:
+            yield from self._import(facts)
+            return  # an import alone: nothing to migrate but the import
+        plan = plan_migration(facts)
+        todos = {line for line, _ in plan.todos}
+        for number, report in enumerate(reports):
+            if plan.blocker is not None:
+                report.message += f" (not migrated automatically: {plan.blocker})"
+            elif report.statement is not None and report.statement.lineno in todos:
+                report.message += (" (the fix leaves a `# TODO(ampdoctor)` comment here: it cannot tell which "
+                                   "statements compute the loss)")
+            if number == 0 and plan.blocker is None:
+                report.fix = ModuleRewrite(
+                    "Migrate the module from apex to torch.amp (autocast and GradScaler)",
+                    rewrite=("ampdoctor.lint.apex_migration", "migrate", plan),
+                )
+            yield report
+
+    def _calls(self, facts: AmpFacts) -> Iterable[Report]:
         for site in facts.calls:
             qname = site.qname or ""
-            if not qname.startswith("apex.amp."):
-                continue
-            function = qname[len("apex.amp."):]
-            if "." in function:
-                continue  # ``amp.foo.bar()``: not one of apex.amp's functions
-            reported_calls = True
-            replacement = _APEX_REPLACEMENTS.get(function, _APEX_DEFAULT)
+            package, _, function = qname[len("apex."):].partition(".") if qname.startswith("apex.") else ("", "", "")
+            if "." in function or package not in ("amp", "fp16_utils", "parallel"):
+                continue  # ``amp.foo.bar()``, or apex's optimizers and layers, which are not AMP
+            if package == "amp":
+                replacement = _APEX_REPLACEMENTS.get(function, _APEX_DEFAULT)
+                message = f"`apex.amp.{function}` is NVIDIA's deprecated AMP; torch.amp replaces it: {replacement}"
+            elif package == "parallel":
+                if function not in _PARALLEL_REPLACEMENTS:
+                    continue
+                message = f"`apex.parallel.{function}` is deprecated; use {_PARALLEL_REPLACEMENTS[function]}"
+            else:
+                message = f"`apex.fp16_utils.{function}` is NVIDIA's deprecated mixed precision"
             yield Report(
                 self.code,
                 site.node.func,
-                f"`apex.amp.{function}` is NVIDIA's deprecated AMP; torch.amp replaces it: {replacement}",
+                message,
                 help="Migrate to torch.amp: `torch.autocast` around the forward and `torch.amp.GradScaler` for the loss",
                 statement=site.statement,
             )
-        if reported_calls:
-            return  # every call is reported; the import goes away with them
+
+    def _import(self, facts: AmpFacts) -> Iterable[Report]:
         for ref in facts.import_refs:
             if ref.qname == "apex.amp" or ref.qname.startswith("apex.amp."):
                 yield Report(

@@ -1,0 +1,614 @@
+"""The apex → torch.amp migration: a libcst codemod behind AMP402's fix.
+
+libcst keeps the concrete syntax (comments, blank lines, quoting), so everything the migration
+does not touch stays as the author wrote it. Imported only when the fix is applied.
+
+What it rewrites (apex_plan.py has already decided that the module can be migrated, and which
+statements compute each loss):
+
+* ``m, o = amp.initialize(m, o, opt_level="O1", loss_scale=...)`` → ``scaler =
+  torch.amp.GradScaler("cuda", ...)`` (names rebound only when the targets differ);
+* the loss-computing statements → ``with torch.autocast("cuda", dtype=torch.float16):``;
+* ``with amp.scale_loss(loss, o) as s: s.backward()`` → ``scaler.scale(loss).backward()``;
+* ``o.step()`` → ``scaler.step(o)``, and one ``scaler.update()`` after the last step of the
+  iteration;
+* ``clip_grad_norm_(amp.master_params(o), n)`` → ``scaler.unscale_(o)`` and the clip of the
+  model's parameters; ``amp.state_dict()`` / ``amp.load_state_dict(x)`` → the scaler's;
+* ``apex.parallel.DistributedDataParallel`` / ``convert_syncbn_model`` → torch's;
+* the apex imports that are no longer used go; ``import torch`` is added when missing.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from .apex_plan import DDP_DROPPABLE, MigrationPlan
+
+_CLIPS = ("clip_grad_norm_", "clip_grad_value_")
+_GROUP_ROOTS = (cst.For, cst.While, cst.FunctionDef)
+# Growth never happens within this many steps: what a static apex loss scale meant.
+_NEVER = "2**31 - 1"
+
+
+def migrate(source: str, plan: MigrationPlan) -> str | None:
+    """The migrated module text, or None when the migration does not apply or changes nothing."""
+    if plan.blocker is not None:
+        return None
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError:
+        return None
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    names = _ApexNames(module)
+    if not names.locals:
+        return None
+    migration = _Migration(wrapper, names, plan)
+    migrated = wrapper.module.visit(migration)
+    migrated = _tidy_imports(migrated, names)
+    code = migrated.code
+    return None if code == source else code
+
+
+# ---------------------------------------------------------------------------------------
+# Names
+# ---------------------------------------------------------------------------------------
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr.value}"
+    return None
+
+
+def _import_path(node: cst.BaseExpression) -> str:
+    return _dotted(node) or ""
+
+
+class _ApexNames:
+    """Local names bound to apex by the module's imports → what they are (``apex.amp``, ...)."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.locals: dict[str, str] = {}
+        for node in _walk_imports(module):
+            if isinstance(node, cst.Import):
+                for alias in node.names:
+                    path = _import_path(alias.name)
+                    if path == "apex" or path.startswith("apex."):
+                        if alias.asname is not None:
+                            self.locals[alias.asname.name.value] = path
+                        else:
+                            self.locals["apex"] = "apex"
+            elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+                path = _import_path(node.module)
+                if (path == "apex" or path.startswith("apex.")) and not isinstance(node.names, cst.ImportStar):
+                    for alias in node.names:
+                        local = alias.asname.name.value if alias.asname else alias.name.value
+                        self.locals[local] = f"{path}.{_import_path(alias.name)}"
+
+    def qualify(self, node: cst.BaseExpression) -> str | None:
+        dotted = _dotted(node)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        if head not in self.locals:
+            return None
+        return f"{self.locals[head]}.{rest}" if rest else self.locals[head]
+
+
+def _walk_imports(module: cst.Module):
+    found = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Import(self, node: cst.Import) -> None:
+            found.append(node)
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+            found.append(node)
+
+    module.visit(Collect())
+    return found
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _spelling(node: cst.CSTNode) -> str:
+    """Code without brackets and whitespace, to compare ``(a, b)`` with ``[a, b]``."""
+    return re.sub(r"[\s()\[\]]", "", _code(node))
+
+
+# ---------------------------------------------------------------------------------------
+# What the module holds
+# ---------------------------------------------------------------------------------------
+
+
+def _call_of(node: cst.CSTNode) -> cst.Call | None:
+    if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
+        small = node.body[0]
+        value = getattr(small, "value", None)
+        if isinstance(value, cst.Call):
+            return value
+    return None
+
+
+def _items(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        return [element.value for element in expr.elements]
+    return [expr]
+
+
+class _Initialize:
+    """One ``amp.initialize`` statement and what it says."""
+
+    def __init__(self, statement: cst.SimpleStatementLine, call: cst.Call) -> None:
+        self.statement = statement
+        self.call = call
+        positional = [a for a in call.args if a.keyword is None]
+        self.keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        self.models = positional[0].value if positional else self.keywords.get("models")
+        self.optimizers = positional[1].value if len(positional) > 1 else self.keywords.get("optimizers")
+        small = statement.body[0]
+        self.targets = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
+
+    def target_items(self) -> tuple[list, list]:
+        """(model spellings, optimizer spellings), the arguments' and the targets'."""
+        models = [_code(m) for m in _items(self.models)] if self.models is not None else []
+        optimizers = [_code(o) for o in _items(self.optimizers)] if self.optimizers is not None else []
+        if self.targets is not None:
+            parts = _items(self.targets)
+            if self.optimizers is not None and len(parts) == 2:
+                models += [_code(m) for m in _items(parts[0])]
+                optimizers += [_code(o) for o in _items(parts[1])]
+            elif self.optimizers is None:
+                models += [_code(m) for m in parts]
+        return models, optimizers
+
+
+class _Migration(cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (PositionProvider, ParentNodeProvider)
+
+    def __init__(self, wrapper: MetadataWrapper, names: _ApexNames, plan: MigrationPlan) -> None:
+        super().__init__()
+        self.names = names
+        self.plan = plan
+        self.positions = wrapper.resolve(PositionProvider)
+        self.parents = wrapper.resolve(ParentNodeProvider)
+        self.before: dict[int, list[cst.BaseStatement]] = {}
+        self.after: dict[int, list[cst.BaseStatement]] = {}
+        self.dropped: set[int] = set()
+        self.needs_global: set[int] = set()  # functions that must declare the scaler global
+        self._survey(wrapper.module)
+
+    # -- survey: before anything changes ---------------------------------------------------
+
+    def _survey(self, module: cst.Module) -> None:
+        initializes: list[_Initialize] = []
+        uses: list[cst.CSTNode] = []
+        statements: list[cst.SimpleStatementLine] = []
+        names = self.names
+
+        class Survey(cst.CSTVisitor):
+            def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+                statements.append(node)
+                call = _call_of(node)
+                if call is not None and names.qualify(call.func) == "apex.amp.initialize":
+                    initializes.append(_Initialize(node, call))
+
+            def visit_Call(self, node: cst.Call) -> None:
+                if (names.qualify(node.func) or "").startswith("apex.amp."):
+                    uses.append(node)
+
+        module.visit(Survey())
+        self.initializes = initializes
+        models, optimizers = [], []
+        for init in initializes:
+            found_models, found_optimizers = init.target_items()
+            models += found_models
+            optimizers += found_optimizers
+        self.models = list(dict.fromkeys(models))
+        self.optimizers = list(dict.fromkeys(optimizers))
+        self.single_pair = len(initializes) == 1 and self._single(initializes[0])
+        self.scaler = self._scaler_name(module, initializes)
+        self._plan_globals(initializes, uses)
+        self._plan_updates(statements)
+
+    @staticmethod
+    def _single(init: _Initialize) -> bool:
+        return (init.models is not None and not isinstance(init.models, (cst.List, cst.Tuple))
+                and init.optimizers is not None and not isinstance(init.optimizers, (cst.List, cst.Tuple)))
+
+    def _scaler_name(self, module: cst.Module, initializes: list[_Initialize]) -> str:
+        if initializes and initializes[0].targets is not None:
+            first = _items(initializes[0].targets)[0]
+            if _code(first).startswith("self.") and self._method_of(initializes[0].statement):
+                return "self.scaler"
+        taken = _used_names(module)
+        return "scaler" if "scaler" not in taken else "grad_scaler"
+
+    def _function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        while node is not None:
+            node = self.parents.get(node)
+            if isinstance(node, cst.FunctionDef):
+                return node
+        return None
+
+    def _method_of(self, node: cst.CSTNode) -> bool:
+        function = self._function_of(node)
+        if function is None:
+            return False
+        parent = self.parents.get(self.parents.get(function))
+        return isinstance(parent, cst.ClassDef)
+
+    def _plan_globals(self, initializes: list[_Initialize], uses: list[cst.CSTNode]) -> None:
+        if self.scaler.startswith("self."):
+            return
+        for init in initializes:
+            home = self._function_of(init.statement)
+            if home is not None and any(self._function_of(use) is not home for use in uses):
+                self.needs_global.add(id(home))
+
+    def _plan_updates(self, statements: list[cst.SimpleStatementLine]) -> None:
+        """One ``scaler.update()`` per loop body (or function), after the last statement that
+        holds an optimizer step of that body."""
+        groups: dict[int, list[list[tuple[int, int, cst.CSTNode]]]] = {}
+        for statement in statements:
+            if self._stepped(statement) is None:
+                continue
+            chain, root = self._chain(statement)
+            groups.setdefault(id(root), []).append(chain)
+        for chains in groups.values():
+            depth = 0  # the deepest block that holds every step of the group
+            while (all(len(c) > depth + 1 for c in chains) and len({c[depth][:2] for c in chains}) == 1
+                   and len({c[depth + 1][0] for c in chains}) == 1):
+                depth += 1
+            last = max(chains, key=lambda c: c[depth][1])[depth][2]
+            self.after.setdefault(id(last), []).append(_statement(f"{self.scaler}.update()"))
+
+    def _chain(self, statement: cst.CSTNode):
+        """[(block id, index, statement)] from the group's root block down to ``statement``."""
+        chain = []
+        node = statement
+        while True:
+            block = self.parents.get(node)
+            if isinstance(block, (cst.IndentedBlock, cst.Module)):
+                index = next(i for i, s in enumerate(block.body) if s is node)
+                chain.append((id(block), index, node))
+                if isinstance(block, cst.Module):
+                    return list(reversed(chain)), block
+                owner = self.parents.get(block)
+                if isinstance(owner, _GROUP_ROOTS) and owner.body is block:
+                    return list(reversed(chain)), block
+            if block is None:
+                return list(reversed(chain)), node
+            node = block
+
+    def _stepped(self, statement: cst.CSTNode) -> cst.BaseExpression | None:
+        """The optimizer of an ``optimizer.step()`` statement, for an optimizer amp initialized."""
+        call = _call_of(statement)
+        if call is None or call.args or not isinstance(call.func, cst.Attribute) or call.func.attr.value != "step":
+            return None
+        receiver = call.func.value
+        base = receiver.value if isinstance(receiver, cst.Subscript) else receiver
+        if _code(receiver) in self.optimizers or _code(base) in self.optimizers:
+            return receiver
+        return None
+
+    # -- rewriting --------------------------------------------------------------------------
+
+    def leave_SimpleStatementLine(self, original, updated):
+        if any(original is init.statement for init in self.initializes):
+            init = next(i for i in self.initializes if i.statement is original)
+            return self._replace_initialize(init, updated)
+        optimizer = self._stepped(original)
+        if optimizer is not None:
+            call = cst.parse_expression(f"{self.scaler}.step({_code(optimizer)})")
+            return updated.with_changes(body=[cst.Expr(call)])
+        for optimizer in self._clipped_optimizers(original):
+            self.before.setdefault(id(original), []).append(_statement(f"{self.scaler}.unscale_({optimizer})"))
+        return updated
+
+    def _clipped_optimizers(self, statement: cst.SimpleStatementLine) -> list[str]:
+        found = []
+        names = self.names
+
+        class Clips(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> None:
+                dotted = _dotted(node.func) or ""
+                if dotted.rsplit(".", 1)[-1] not in _CLIPS or not node.args:
+                    return
+                first = node.args[0].value
+                if isinstance(first, cst.Call) and names.qualify(first.func) == "apex.amp.master_params":
+                    if first.args:
+                        found.append(_code(first.args[0].value))
+
+        statement.visit(Clips())
+        return found
+
+    def _replace_initialize(self, init: _Initialize, updated: cst.SimpleStatementLine):
+        lines: list[cst.BaseStatement] = []
+        if init.targets is not None:
+            given = [a for a in (init.models, init.optimizers) if a is not None]
+            values = ", ".join(_code(a) for a in given)
+            if _spelling(init.targets) != re.sub(r"[\s()\[\]]", "", values):
+                lines.append(_statement(f"{_code(init.targets)} = {values}"))
+        if init.optimizers is not None:
+            comments, arguments = self._scaler_arguments(init)
+            scaler = _statement(f'{self.scaler} = torch.amp.GradScaler({", ".join(arguments)})')
+            lines.append(scaler.with_changes(leading_lines=[_comment(c) for c in comments]))
+        if not lines:
+            self.dropped.add(id(init.statement))
+            return updated
+        first = lines[0]
+        lines[0] = first.with_changes(leading_lines=[*updated.leading_lines, *first.leading_lines])
+        self.after.setdefault(id(init.statement), []).extend(lines[1:])
+        return lines[0]
+
+    def _scaler_arguments(self, init: _Initialize) -> tuple[list[str], list[str]]:
+        keywords = init.keywords
+        arguments, comments = ['"cuda"'], []
+        level = keywords.get("opt_level")
+        if isinstance(level, cst.SimpleString) and level.evaluated_value == "O2":
+            comments.append("apex O2 cast the model to float16 and kept float32 master weights; with torch.amp the "
+                            "model stays in float32 (its weights are the master weights) and autocast runs the "
+                            "forward in float16")
+        scale = keywords.get("loss_scale")
+        if isinstance(scale, (cst.Integer, cst.Float)):
+            arguments += [f"init_scale={_code(scale)}", f"growth_interval={_NEVER}"]
+            comments.append(f"a static loss scale: the scale starts at {_code(scale)} and never grows (unlike apex, "
+                            "a step whose gradients overflow is skipped and the scale backs off)")
+        elif scale is not None and not (isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic"):
+            comments.append(f"TODO(ampdoctor): loss_scale={_code(scale)} was not migrated: pass init_scale= (and a "
+                            "large growth_interval=) for a static scale")
+        if "enabled" in keywords:
+            arguments.append(f"enabled={_code(keywords['enabled'])}")
+        dropped = [k for k in keywords if k in ("min_loss_scale", "max_loss_scale", "cast_model_outputs",
+                                                "patch_torch_functions", "cast_model_type")]
+        if dropped:
+            comments.append(f"apex's {', '.join(dropped)} has no torch.amp equivalent and was dropped")
+        return comments, arguments
+
+    def leave_With(self, original, updated):
+        if len(original.items) != 1:
+            return updated
+        call = original.items[0].item
+        if not (isinstance(call, cst.Call) and self.names.qualify(call.func) == "apex.amp.scale_loss" and call.args):
+            return updated
+        loss = _code(call.args[0].value)
+        scaled = f"{self.scaler}.scale({loss})"
+        target = original.items[0].asname
+        name = target.name.value if target is not None and isinstance(target.name, cst.Name) else None
+        body = list(updated.body.body)
+        backward = _call_of(body[0]) if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else None
+        if isinstance(updated.body, cst.SimpleStatementSuite) and len(body) == 1:
+            value = getattr(body[0], "value", None)
+            backward = value if isinstance(value, cst.Call) else None
+            body = [cst.SimpleStatementLine(body=[body[0]])]
+        if (backward is not None and isinstance(backward.func, cst.Attribute) and backward.func.attr.value == "backward"
+                and isinstance(backward.func.value, cst.Name) and backward.func.value.value == name):
+            args = ", ".join(_code(a) for a in backward.args)
+            replacement = _statement(f"{scaled}.backward({args})")
+        else:
+            # The body does more than a backward: keep it, with the scaled loss bound to its name.
+            replacement = _statement(f"{name or '_'} = {scaled}")
+            self.after.setdefault(id(original), []).extend(body)  # libcst re-indents them
+        return replacement.with_changes(leading_lines=updated.leading_lines)
+
+    def leave_Call(self, original, updated):
+        qualified = self.names.qualify(original.func)
+        if qualified is None:
+            return updated
+        if qualified == "apex.amp.state_dict":
+            return updated.with_changes(func=cst.parse_expression(f"{self.scaler}.state_dict"))
+        if qualified == "apex.amp.load_state_dict":
+            return updated.with_changes(func=cst.parse_expression(f"{self.scaler}.load_state_dict"))
+        if qualified == "apex.amp.master_params" and updated.args:
+            return cst.parse_expression(self._parameters(_code(updated.args[0].value)))
+        if qualified == "apex.parallel.convert_syncbn_model":
+            return updated.with_changes(func=cst.parse_expression("torch.nn.SyncBatchNorm.convert_sync_batchnorm"))
+        if qualified == "apex.parallel.DistributedDataParallel":
+            args = [a for a in updated.args if a.keyword is None or a.keyword.value not in DDP_DROPPABLE]
+            if args:
+                args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            func = updated.func
+            if isinstance(func, cst.Attribute):
+                func = cst.parse_expression("torch.nn.parallel.DistributedDataParallel")
+            return updated.with_changes(func=func, args=args)
+        return updated
+
+    def _parameters(self, optimizer: str) -> str:
+        if self.single_pair and len(self.models) >= 1:
+            return f"{self.models[0]}.parameters()"
+        return f'[p for group in {optimizer}.param_groups for p in group["params"]]'
+
+    def leave_FunctionDef(self, original, updated):
+        if id(original) not in self.needs_global:
+            return updated
+        body = list(updated.body.body)
+        at = 1 if body and _is_docstring(body[0]) else 0
+        body.insert(at, _statement(f"global {self.scaler}"))
+        return updated.with_changes(body=updated.body.with_changes(body=body))
+
+    def leave_IndentedBlock(self, original, updated):
+        body = self._block(original.body, updated.body)
+        return updated.with_changes(body=body or [_statement("pass")])
+
+    def leave_Module(self, original, updated):
+        return updated.with_changes(body=self._block(original.body, updated.body))
+
+    def _block(self, originals, updateds) -> list[cst.BaseStatement]:
+        groups = []
+        for original, updated in zip(originals, updateds):
+            if id(original) in self.dropped:
+                continue
+            line = self.positions[original].start.line
+            updated = self._with_todos(updated, line)
+            statements = [*self.before.get(id(original), []), updated, *self.after.get(id(original), [])]
+            groups.append((line, statements))
+        result: list[cst.BaseStatement] = []
+        index = 0
+        while index < len(groups):
+            line, statements = groups[index]
+            end = self._wrap_end(line)
+            if end is None:
+                result.extend(statements)
+                index += 1
+                continue
+            run = []
+            while index < len(groups) and groups[index][0] <= end:
+                run.extend(groups[index][1])
+                index += 1
+            result.append(_autocast(run))
+        return result
+
+    def _wrap_end(self, line: int) -> int | None:
+        return next((last for first, last in self.plan.wraps if first == line), None)
+
+    def _with_todos(self, statement: cst.BaseStatement, line: int) -> cst.BaseStatement:
+        todos = [text for at, text in self.plan.todos if at == line]
+        if not todos:
+            return statement
+        comments = [_comment(f"TODO(ampdoctor): {text}") for text in todos]
+        return statement.with_changes(leading_lines=[*statement.leading_lines, *comments])
+
+
+# ---------------------------------------------------------------------------------------
+# Building nodes
+# ---------------------------------------------------------------------------------------
+
+
+def _statement(code: str) -> cst.SimpleStatementLine:
+    return cst.parse_statement(code + "\n")
+
+
+def _comment(text: str) -> cst.EmptyLine:
+    return cst.EmptyLine(comment=cst.Comment(f"# {text}"))
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString))
+
+
+def _autocast(run: list[cst.BaseStatement]) -> cst.With:
+    first = run[0]
+    leading = list(first.leading_lines)
+    run = [first.with_changes(leading_lines=[]), *run[1:]]
+    template = cst.parse_statement('with torch.autocast("cuda", dtype=torch.float16):\n    pass\n')
+    return template.with_changes(body=cst.IndentedBlock(body=run), leading_lines=leading)
+
+
+# ---------------------------------------------------------------------------------------
+# Imports, once the calls are gone
+# ---------------------------------------------------------------------------------------
+
+
+def _tidy_imports(module: cst.Module, names: _ApexNames) -> cst.Module:
+    used = _used_names(module)
+    tidy = _TidyImports(names, used)
+    module = module.visit(tidy)
+    if "torch" not in _bound_names(module):
+        module = _add_import_torch(module)
+    return module
+
+
+def _used_names(module: cst.Module) -> set[str]:
+    used = set()
+
+    class Uses(cst.CSTVisitor):
+        def visit_Import(self, node) -> bool:
+            return False
+
+        def visit_ImportFrom(self, node) -> bool:
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)  # ``torch.amp``: ``amp`` here is an attribute, not a name
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            used.add(node.value)
+
+    module.visit(Uses())
+    return used
+
+
+def _bound_names(module: cst.Module) -> set[str]:
+    bound = set()
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        bound.add(alias.asname.name.value if alias.asname else _import_path(alias.name).split(".")[0])
+    return bound
+
+
+class _TidyImports(cst.CSTTransformer):
+    def __init__(self, names: _ApexNames, used: set[str]) -> None:
+        super().__init__()
+        self.names = names
+        self.used = used
+
+    def _keep(self, local: str) -> bool:
+        return local not in self.names.locals or local in self.used
+
+    def leave_Import(self, original, updated):
+        kept = [a for a in updated.names if self._keep(a.asname.name.value if a.asname else "apex")]
+        return self._result(updated, kept)
+
+    def leave_ImportFrom(self, original, updated):
+        if isinstance(updated.names, cst.ImportStar):
+            return updated
+        kept = [a for a in updated.names if self._keep(a.asname.name.value if a.asname else a.name.value)]
+        module = _import_path(updated.module) if updated.module is not None else ""
+        if module == "apex.parallel" and kept and all(_import_path(a.name) == "DistributedDataParallel" for a in kept):
+            updated = updated.with_changes(module=cst.parse_expression("torch.nn.parallel"))
+        return self._result(updated, kept)
+
+    @staticmethod
+    def _result(updated, kept):
+        if not kept:
+            return cst.RemoveFromParent()
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(names=kept)
+
+    def leave_SimpleStatementLine(self, original, updated):
+        if not updated.body:
+            return cst.RemoveFromParent()
+        return updated
+
+    def leave_Try(self, original, updated):
+        # ``try: from apex import amp`` / ``except ImportError: ...``: nothing left to guard.
+        if not updated.body.body or all(_is_pass(s) for s in updated.body.body):
+            return cst.RemoveFromParent()
+        return updated
+
+    def leave_IndentedBlock(self, original, updated):
+        return updated if updated.body else updated.with_changes(body=[_statement("pass")])
+
+
+def _is_pass(statement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(isinstance(s, cst.Pass) for s in statement.body)
+
+
+def _add_import_torch(module: cst.Module) -> cst.Module:
+    body = list(module.body)
+    at = 0
+    for index, statement in enumerate(body):
+        if _is_docstring(statement) and index == 0:
+            at = 1
+        elif isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], (cst.Import, cst.ImportFrom)):
+            if isinstance(statement.body[0], cst.ImportFrom) and _import_path(statement.body[0].module or cst.Name("x")) == "__future__":
+                at = index + 1
+                continue
+            at = index
+            break
+    body.insert(at, _statement("import torch"))
+    return module.with_changes(body=body)

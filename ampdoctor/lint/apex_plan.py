@@ -1,0 +1,232 @@
+"""What the apex → torch.amp migration can do for one module, decided on the ``ast``.
+
+The lint path stays on the interpreter's parser: this module reads AmpFacts and answers the
+questions a finding must answer before any fix is computed — can the module be migrated at
+all (an ``opt_level`` torch.amp has no equivalent for, apex objects with no direct torch
+counterpart), and which statements of each iteration compute the loss that goes into
+``amp.scale_loss`` (they are wrapped in autocast), or where a ``# TODO(ampdoctor)`` comment
+goes because they cannot be told. The plan is plain data (line numbers), so the libcst codemod
+(apex_migration.py) can apply it later, in a worker process or not at all.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ..records import Value
+
+# apex names the codemod rewrites (after the ``apex.`` prefix); anything else of apex.amp,
+# apex.fp16_utils or apex.parallel keeps the module from being migrated automatically.
+AMP_FUNCTIONS = ("initialize", "scale_loss", "master_params", "state_dict", "load_state_dict")
+PARALLEL_DIRECT = ("parallel.DistributedDataParallel", "parallel.convert_syncbn_model")
+# apex DistributedDataParallel keywords that torch's DistributedDataParallel does the same
+# without: ``delay_allreduce`` only changes when the all-reduce runs, not the gradients.
+DDP_DROPPABLE = ("delay_allreduce",)
+SUPPORTED_LEVELS = ("O1", "O2")
+
+_UNSUPPORTED_LEVEL = {
+    "O0": "opt_level O0 trains in float32 without mixed precision; remove amp.initialize and "
+    "amp.scale_loss by hand instead of adding torch.amp",
+    "O3": "opt_level O3 runs the model purely in float16 (no float32 master weights); torch.amp has no "
+    "such mode, since autocast keeps the weights in float32: migrate by hand after deciding whether "
+    "O1-style autocast (float32 weights) is acceptable",
+}
+_FP16_UTILS = {
+    "FP16_Optimizer": "apex.fp16_utils.FP16_Optimizer keeps float16 model weights with float32 master "
+    "copies and its own loss scaler; there is no direct torch equivalent: keep the model in float32, "
+    "use the plain optimizer, `torch.autocast` for the forward and a `torch.amp.GradScaler` "
+    "(`optimizer.backward(loss)` → `scaler.scale(loss).backward()`)",
+    "network_to_half": "apex.fp16_utils.network_to_half casts the model to float16 (batch norm kept in "
+    "float32); with torch.amp the model stays float32 and `torch.autocast` picks float16 per op",
+}
+
+
+class MigrationPlan(Value):
+    """``wraps``: (first line, last line) of statement runs to put under autocast; ``todos``:
+    (line, text) comments to leave above a statement; ``blocker``: why the module cannot be
+    migrated automatically, or None."""
+
+    __slots__ = ("wraps", "todos", "blocker")
+
+    def __init__(self, wraps: tuple = (), todos: tuple = (), blocker: str | None = None) -> None:
+        self._set(wraps, todos, blocker)
+
+
+def plan_migration(facts) -> MigrationPlan:
+    blocker = _blocker(facts)
+    if blocker is not None:
+        return MigrationPlan(blocker=blocker)
+    models = _model_spellings(facts)
+    scale_calls = {id(s.node) for s in facts.calls if s.qname == "apex.amp.scale_loss"}
+    wraps, todos = [], []
+    for block in _blocks(facts.module):
+        runs = []
+        for index, statement in enumerate(block):
+            call = _scale_loss_call(statement, scale_calls)
+            if call is None:
+                continue
+            found = _forward_run(block, index, call, models, scale_calls)
+            if isinstance(found, tuple):
+                runs.append(found)
+            else:
+                todos.append((statement.lineno, found))
+        # Two losses computed in one forward give overlapping runs: one autocast block.
+        for first, last in _merged(runs):
+            wraps.append((block[first].lineno, block[last].lineno))
+    for site in facts.calls:
+        if site.qname == "apex.amp.initialize":
+            level = _literal(site.arg(keyword="opt_level"))
+            if site.arg(keyword="opt_level") is not None and level is None:
+                text = ast.unparse(site.arg(keyword="opt_level").value)
+                todos.append((site.statement.lineno, f"opt_level came from `{text}`; migrated as O1 (float16 autocast "
+                                                     "and a GradScaler)"))
+    return MigrationPlan(tuple(sorted(wraps)), tuple(sorted(todos)))
+
+
+def _blocker(facts) -> str | None:
+    for site in facts.calls:
+        qname = site.qname or ""
+        if not qname.startswith("apex."):
+            continue
+        name = qname[len("apex."):]
+        if name.startswith("amp."):
+            function = name[len("amp."):]
+            if function not in AMP_FUNCTIONS:
+                return f"`apex.amp.{function}` has no automatic migration"
+            if function == "initialize":
+                level = _literal(site.arg(keyword="opt_level"))
+                if level in _UNSUPPORTED_LEVEL:
+                    return _UNSUPPORTED_LEVEL[level]
+                if level is not None and level not in SUPPORTED_LEVELS:
+                    return f"unknown opt_level {level!r}"
+                if _is_nested_in_branch(site):
+                    return ("amp.initialize runs under a condition; the scaler and autocast would need the same "
+                            "condition (`enabled=`): migrate by hand")
+        elif name.startswith("fp16_utils."):
+            function = name[len("fp16_utils."):]
+            return _FP16_UTILS.get(function, f"`apex.{name}` has no direct torch equivalent")
+        elif name == "parallel.DistributedDataParallel":
+            extra = [k.arg for k in site.node.keywords if k.arg not in DDP_DROPPABLE]
+            if extra:
+                return (f"apex DistributedDataParallel's `{extra[0]}=` has no equivalent in "
+                        "torch.nn.parallel.DistributedDataParallel")
+        elif name.startswith("parallel.") and name not in PARALLEL_DIRECT:
+            return f"`apex.{name}` has no direct torch equivalent"
+    return None
+
+
+def _is_nested_in_branch(site) -> bool:
+    return any(block.kind in ("if", "else", "except", "match") for block in site.path if hasattr(block, "kind"))
+
+
+def _literal(arg) -> str | None:
+    value = getattr(arg, "value", None)
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return value.value
+    return None
+
+
+def _model_spellings(facts) -> set[str]:
+    """How the models handed to amp.initialize are written (``model``, ``self.net``, ``m1``)."""
+    names = set()
+    for site in facts.calls:
+        if site.qname != "apex.amp.initialize" or not site.node.args:
+            continue
+        first = site.node.args[0]
+        items = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
+        names.update(ast.unparse(item) for item in items)
+        statement = site.statement
+        if isinstance(statement, ast.Assign):
+            target = statement.targets[0]
+            first_target = target.elts[0] if isinstance(target, ast.Tuple) and target.elts else target
+            items = first_target.elts if isinstance(first_target, (ast.List, ast.Tuple)) else [first_target]
+            names.update(ast.unparse(item) for item in items)
+    return names
+
+
+def _blocks(module: ast.Module):
+    """Every statement list of the module."""
+    stack: list[ast.AST] = [module]
+    while stack:
+        node = stack.pop()
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                yield block
+                stack.extend(block)
+        for handler in getattr(node, "handlers", ()):
+            yield handler.body
+            stack.extend(handler.body)
+        for case in getattr(node, "cases", ()):
+            yield case.body
+            stack.extend(case.body)
+
+
+def _scale_loss_call(statement: ast.stmt, scale_calls: set[int]) -> ast.Call | None:
+    if isinstance(statement, ast.With):
+        for item in statement.items:
+            if id(item.context_expr) in scale_calls:
+                return item.context_expr
+    return None
+
+
+def _forward_run(block: list[ast.stmt], index: int, call: ast.Call, models: set[str], scale_calls: set[int]):
+    """(first index, last index) of the statements before ``block[index]`` that compute the
+    loss from a model, or the text of a TODO saying why they cannot be told."""
+    todo = "put the forward pass that computes `{}` under `with torch.autocast(\"cuda\", dtype=torch.float16):`"
+    if not call.args:
+        return todo.format("the loss") + " (the loss is not a positional argument of amp.scale_loss)"
+    loss = call.args[0]
+    todo = todo.format(ast.unparse(loss))
+    names = {n.id for n in ast.walk(loss) if isinstance(n, ast.Name)}
+    start = index
+    while start > 0 and not _is_boundary(block[start - 1], scale_calls):
+        start -= 1
+    end = next((p for p in range(index - 1, start - 1, -1) if _assigns(block[p], names)), None)
+    if end is None:
+        return todo + " (it is not computed in this block)"
+    first = next((p for p in range(start, end + 1) if _mentions(block[p], models)), None)
+    if first is None:
+        return todo + " (no statement before it calls the model given to amp.initialize)"
+    if any(_scale_loss_call(block[p], scale_calls) is not None for p in range(first, end + 1)):
+        return todo + " (it is computed after an earlier backward)"
+    return first, end
+
+
+def _merged(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(runs):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(last, merged[-1][1]))
+        else:
+            merged.append((first, last))
+    return merged
+
+
+def _is_boundary(statement: ast.stmt, scale_calls: set[int]) -> bool:
+    """A statement that ends the previous iteration's work: a plain backward, a step, a
+    zero_grad (an ``amp.scale_loss`` block of another loss of the same forward is not one)."""
+    if _scale_loss_call(statement, scale_calls) is not None:
+        return False
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("backward", "step", "zero_grad"):
+                return True
+    return False
+
+
+def _assigns(statement: ast.stmt, names: set[str]) -> bool:
+    if isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+        targets = [statement.target]
+    else:
+        return False
+    return any(isinstance(n, ast.Name) and n.id in names for t in targets for n in ast.walk(t))
+
+
+def _mentions(statement: ast.stmt, models: set[str]) -> bool:
+    for node in ast.walk(statement):
+        if isinstance(node, (ast.Name, ast.Attribute)) and ast.unparse(node) in models:
+            return True
+    return False
