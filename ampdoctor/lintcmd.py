@@ -77,6 +77,7 @@ def run_lint(*, paths, output_format="text", output_file=None, select=(), extend
     run = lint_paths(paths, request)
     if fix and not diff:
         _write_fixes(run)
+    _print_errors(run)
     if diff:
         return _print_diff(run)
     _report(run, output_format, output_file, show_suppressed, fix_mode=fix)
@@ -87,14 +88,25 @@ def run_lint(*, paths, output_format="text", output_file=None, select=(), extend
 
 
 def _write_fixes(run) -> None:
-    from .lint.engine import write_result
+    """Write every changed file; one that cannot be written is reported and the rest still are."""
+    from .lint.engine import WriteError, write_result
 
     for result in run.results:
         if result.changed:
             try:
                 write_result(Path(result.file_path), result)
-            except OSError as exc:
-                raise UsageError(f"cannot write {result.path}: {exc.strerror or exc}") from None
+            except (OSError, WriteError) as exc:
+                reason = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
+                result.error = f"not fixed: {reason}"
+                result.fixed = 0
+
+
+def _print_errors(run) -> None:
+    """One line per file whose error no AMP000 finding shows (exit code 2 follows)."""
+    for result in run.results:
+        error = result.unreported_error
+        if error is not None:
+            print(f"ampdoctor: error: {result.path}: {error}", file=sys.stderr)
 
 
 def _print_diff(run) -> int:

@@ -155,7 +155,7 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
             results.append(result_from_cache(job.path, job.display, data, *hit))
     for result in _run(misses, request):
         results.append(result)
-        if result.path in pending:
+        if result.path in pending and result.unreported_error is None:
             key, stat = pending[result.path]
             cache.put(result.path, key, result.findings, result.suppressed, stat)
     cache.save()
@@ -204,5 +204,9 @@ def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list:
     results = []
     for job in jobs:
         options = LintOptions(request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored)
-        results.append(engine.lint_file(job.path, job.display, options, spec, job.prefiltered))
+        try:
+            result = engine.lint_file(job.path, job.display, options, spec, job.prefiltered)
+        except Exception as exc:  # a defect of ours on this file: say so, and check the others
+            result = engine.internal_error(job.path, job.display, exc)
+        results.append(result)
     return results

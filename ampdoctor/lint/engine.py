@@ -76,6 +76,21 @@ class FileResult(Record):
     def changed(self) -> bool:
         return self.original is not None and self.original != self.source
 
+    @property
+    def unreported_error(self) -> str | None:
+        """The error, when no AMP000 finding shows it (an internal error, a fix that could not
+        be applied or written): the caller prints it as one line."""
+        if self.error is None or any(f.code == PARSE_ERROR for f in self.findings):
+            return None
+        return self.error
+
+
+def internal_error(path: Path, display: str, exc: BaseException) -> FileResult:
+    """The result for a file whose check failed on a defect of ours: the run goes on."""
+    detail = str(exc).splitlines()[0] if str(exc) else ""
+    reason = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    return FileResult(display, file_path=str(path), error=f"internal error while checking this file ({reason})")
+
 
 # ---------------------------------------------------------------------------------------
 # One source text
@@ -173,16 +188,20 @@ def check_source(source: str, path: str, options: LintOptions) -> tuple[list[Fin
         tree = parse_source(source)
     except Exception as exc:  # SyntaxError, null bytes (ValueError), too deep (RecursionError)
         return [_parse_error(path, exc)], 0, False
-    facts = build_facts(tree, source)
-    rules = lint_rules()
-    reports = []
-    for code in sorted(options.codes):
-        rule = rules.get(code)
-        if rule is not None:
-            reports.extend(rule.check(facts))
-    if not reports:
-        return [], 0, True
-    findings = _position(reports, facts.lines, path)
+    try:
+        facts = build_facts(tree, source)
+        rules = lint_rules()
+        reports = []
+        for code in sorted(options.codes):
+            rule = rules.get(code)
+            if rule is not None:
+                reports.extend(rule.check(facts))
+        if not reports:
+            return [], 0, True
+        findings = _position(reports, facts.lines, path)
+    except RecursionError:  # an expression the parser took but the model's walks cannot descend
+        message = "cannot analyse: an expression is nested too deeply"
+        return [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), message, Location(path, 1, 1))], 0, False
     kept, suppressed = _apply_suppressions(findings, source, options.per_file_ignored)
     return kept, suppressed, True
 
@@ -282,7 +301,7 @@ def fix_source(source: str, path: str, options: LintOptions) -> tuple[str, int, 
         candidate = apply_edits(source, edits)
         new_findings, new_suppressed, new_parsed = check_source(candidate, path, options)
         if not new_parsed:
-            raise FixError(f"{path}: a fix produced code that does not parse; nothing was written")
+            raise FixError("a fix produced code that does not parse; nothing was written")
         source, findings, suppressed, parsed = candidate, new_findings, new_suppressed, new_parsed
         fixed += applied
     return source, fixed, findings, suppressed, parsed
@@ -301,9 +320,24 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: PrefilterSpe
     try:
         data = path.read_bytes()
     except OSError as exc:
-        result.error = f"cannot read: {exc.strerror or exc}"
-        result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
-        return result
+        return _unreadable(result, f"cannot read: {exc.strerror or exc}")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        # Checked before the prefilter, whose tokens cannot match UTF-16 bytes.
+        return _unreadable(result, "cannot decode: UTF-16 source (Python reads UTF-8 or a declared 8-bit encoding)")
+    try:
+        return _lint_data(path, display, data, options, spec, prefiltered, result)
+    except RecursionError:  # a walk in the text gate, the model or a fix went too deep
+        return _unreadable(FileResult(display, file_path=str(path)), "cannot analyse: an expression is nested too deeply")
+
+
+def _unreadable(result: FileResult, error: str) -> FileResult:
+    result.error = error
+    result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), error, Location(result.path))]
+    return result
+
+
+def _lint_data(path: Path, display: str, data: bytes, options: LintOptions, spec: PrefilterSpec | None,
+               prefiltered: bool, result: FileResult) -> FileResult:
     if path.suffix == ".ipynb":
         return _lint_notebook(path, display, data, options, spec, result)
     if spec is not None and not (
@@ -313,9 +347,7 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: PrefilterSpe
     try:
         source = decode_source(data)
     except ValueError as exc:
-        result.error = str(exc)
-        result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), result.error, Location(display))]
-        return result
+        return _unreadable(result, str(exc))
     return _check_text(path, display, source, options, result)
 
 
@@ -433,20 +465,38 @@ def _to_cell(finding: Finding, notebook) -> Finding:
     return finding.replace(location=location, fix=fix)
 
 
+class WriteError(Exception):
+    """A fixed file left as it is: changed on disk since it was read, or the fix cannot be kept."""
+
+
 def write_result(path: Path, result: FileResult) -> None:
-    """Write fixed text atomically: a temporary file beside the original, then a rename."""
+    """Write fixed text atomically: a temporary file beside the original, then a rename.
+
+    Nothing is written unless the new text parses and the file still holds what was read;
+    the file keeps its mode, encoding (declared or UTF-8), byte-order mark and line endings.
+    """
     if not result.changed:
         return
-    text = _notebook_text(result) if path.suffix == ".ipynb" else result.source or ""
-    data = text.encode("utf-8") if path.suffix == ".ipynb" else _encode_like(text, result.original or "")
-    folder = path.parent
+    path = Path(os.path.realpath(path))  # through a symbolic link: replace the file, not the link
+    notebook = path.suffix == ".ipynb"
+    read_text = result.notebook[0] if notebook and result.notebook else result.original
+    text = _notebook_text(result) if notebook else result.source or ""
+    _check_parses(text, notebook)
+    current = path.read_bytes()
+    if not _holds(current, read_text, notebook):
+        raise WriteError("changed on disk since it was read; not overwritten")
+    data = text.encode("utf-8") if notebook else _encode_like(text, current)
     import tempfile
 
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".ampdoctor", dir=folder)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".ampdoctor", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        os.chmod(temp, path.stat().st_mode & 0o7777)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, os.stat(path).st_mode & 0o7777)
+        if path.read_bytes() != current:  # a last look just before the rename
+            raise WriteError("changed on disk since it was read; not overwritten")
         os.replace(temp, path)
     except BaseException:
         if os.path.exists(temp):
@@ -454,14 +504,33 @@ def write_result(path: Path, result: FileResult) -> None:
         raise
 
 
-def _encode_like(text: str, original: str) -> bytes:
-    # Sources are decoded with their declared encoding; write back with the same cookie rules.
-    cookie = re.search(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", "\n".join(original.splitlines()[:2]), re.M)
-    encoding = cookie.group(1) if cookie else "utf-8"
+def _check_parses(text: str, notebook: bool) -> None:
+    from .notebooks import NotebookError, read_notebook
+
+    try:
+        parse_source(read_notebook(text).source if notebook else text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, NotebookError):
+        raise WriteError("the fixed text does not parse; not written") from None
+
+
+def _holds(data: bytes, text: str | None, notebook: bool) -> bool:
+    """Whether ``data`` decodes to the ``text`` that was checked."""
+    try:
+        return (data.decode("utf-8") if notebook else decode_source(data)) == text
+    except (UnicodeDecodeError, ValueError):
+        return False
+
+
+def _encode_like(text: str, current: bytes) -> bytes:
+    """Encode as the file on disk is: its declared encoding, or UTF-8; with its BOM if it has one."""
+    import tokenize
+    from io import BytesIO
+
+    encoding, _ = tokenize.detect_encoding(BytesIO(current).readline)  # "utf-8-sig" with a BOM
     try:
         return text.encode(encoding)
     except (LookupError, UnicodeEncodeError):
-        return text.encode("utf-8")
+        raise WriteError(f"the fixed text cannot be written as {encoding}; not written") from None
 
 
 def unified_diff(result: FileResult) -> str:

@@ -1,0 +1,296 @@
+"""Lint on bad and odd input: every file gets a defined outcome, one line when it cannot be
+checked, exit code 2 when any file could not be, and the other files are still checked."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ampdoctor.cli import main
+from ampdoctor.lint import engine
+from ampdoctor.lint.rules import lint_rules
+
+from helpers import lint_text
+
+# Enough for every file to pass the token prefilter and be parsed: one AMP401 finding on line 2.
+HEADER = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+
+
+def lint(*args: str):
+    result = CliRunner().invoke(
+        main, ["lint", "--isolated", "--no-cache", "--jobs", "1", "--output-format", "concise", *args]
+    )
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def finding_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if ": AMP" in line]
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write(folder: Path, name: str, data: bytes | str) -> Path:
+    path = folder / name
+    path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return path
+
+
+def test_syntax_error_is_amp000_at_the_parsers_line(folder):
+    write(folder, "bad.py", HEADER + "x = 1\nif x\n    pass\n")
+    result = lint("bad.py")
+    assert result.exit_code == 2
+    assert finding_lines(result.output) == ["bad.py:4:5: AMP000 [error] cannot parse: expected ':'"]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (HEADER.encode() + b"name = '\xe9t\xe9'\n", "AMP000 [error] cannot decode as utf-8"),
+        (HEADER.encode("utf-16"), "AMP000 [error] cannot decode: UTF-16 source"),
+        (HEADER.encode("utf-16-be").join([b"\xfe\xff", b""]), "AMP000 [error] cannot decode: UTF-16 source"),
+        (HEADER.encode() + b"x = 1\0\n", "AMP000 [error] cannot parse: source code string cannot contain null bytes"),
+        (HEADER.encode() + b"if x:\n\ty = 1\n        z = 2\n", "AMP000 [error] cannot parse: inconsistent use of tabs"),
+    ],
+    ids=["non-utf8", "utf16-le-bom", "utf16-be-bom", "nul", "mixed-tabs"],
+)
+def test_undecodable_or_unparsable_bytes_are_one_amp000_line(folder, data, message):
+    write(folder, "odd.py", data)
+    write(folder, "ok.py", HEADER)
+    result = lint("odd.py", "ok.py")
+    assert result.exit_code == 2
+    lines = finding_lines(result.output)
+    assert len(lines) == 2 and lines[0].startswith("odd.py:") and message in lines[0], result.output
+    assert lines[1].startswith("ok.py:2:10: AMP401")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"# -*- coding: latin-1 -*-\n" + HEADER.encode() + b"name = '\xe9t\xe9'\n",
+        b"\xef\xbb\xbf" + HEADER.encode(),
+        HEADER.replace("\n", "\r\n").encode(),
+        HEADER.encode() + b"if True:\n\tx = 1\n\tif x:\n\t\ty = 2\n",
+    ],
+    ids=["latin-1-cookie", "utf8-bom", "crlf", "tabs"],
+)
+def test_decodable_variants_are_checked_like_plain_utf8(folder, data):
+    write(folder, "odd.py", data)
+    result = lint("odd.py")
+    assert result.exit_code == 1, result.output
+    line = 3 if data.startswith(b"#") else 2
+    assert finding_lines(result.output) == [f"odd.py:{line}:10: AMP401 [warning] `torch.cuda.amp.GradScaler` is deprecated"
+                                            + finding_lines(result.output)[0].split("is deprecated", 1)[1]]
+
+
+def test_empty_file_and_a_folder_named_like_a_module(folder):
+    write(folder, "empty.py", b"")
+    (folder / "x.py").mkdir()
+    write(folder / "x.py", "inner.py", HEADER)
+    result = lint(".")
+    assert result.exit_code == 1
+    assert [line.split(":")[0] for line in finding_lines(result.output)] == ["x.py/inner.py"]
+    assert lint("empty.py").exit_code == 0
+
+
+def test_a_five_megabyte_file_is_checked(folder):
+    body = "".join(f"y{i} = model(x{i}) * {i}.5  # step {i}\n" for i in range(120_000))
+    path = write(folder, "big.py", HEADER + body + "z = x.masked_fill(mask, -1e9)\n")
+    assert path.stat().st_size > 5_000_000
+    result = lint("big.py")
+    assert result.exit_code == 1
+    assert [line.split(":")[1] for line in finding_lines(result.output)] == ["2"]
+
+
+def test_a_hundred_thousand_element_literal(folder):
+    write(folder, "table.py", HEADER + "TABLE = [" + ", ".join(str(i) for i in range(100_000)) + "]\n")
+    result = lint("table.py")
+    assert result.exit_code == 1 and len(finding_lines(result.output)) == 1
+
+
+# Nesting the parser accepts but a recursive walk cannot follow, and nesting the parser refuses.
+DEEP = {
+    "conditional-expression": "ctx = " + " if a else ".join(["torch.autocast('cuda')"] * 1500),
+    "unary-minus-in-fill": "y = x.masked_fill(m, " + "-" * 1500 + "1e9)",
+    "binary-chain": "x = " + " + ".join(["a"] * 20_000),
+    "attribute-chain": "x = torch" + ".a" * 20_000,
+    "call-chain": "x = scaler" + ".a()" * 3000,
+    "parentheses": "x = " + "(" * 500 + "a" + ")" * 500,
+    "not-chain": "x = " + "not " * 20_000 + "a",
+}
+
+
+@pytest.mark.parametrize("line", DEEP.values(), ids=DEEP.keys())
+def test_deep_nesting_is_one_amp000_line_never_a_recursion_error(folder, line):
+    # Float16 work inside an autocast region: every rule family has something to look at.
+    write(folder, "deep.py", HEADER + "with torch.autocast('cuda'):\n    y = x.half()\n" + line + "\n")
+    write(folder, "ok.py", HEADER)
+    result = lint("deep.py", "ok.py")
+    assert result.exit_code == 2, result.output
+    lines = finding_lines(result.output)
+    deep = [line for line in lines if line.startswith("deep.py:")]
+    assert len(deep) == 1 and "AMP000" in deep[0], lines
+    assert "nested" in deep[0] or "parenthes" in deep[0] or "recursion" in deep[0]
+    assert lines[-1].startswith("ok.py:2:10: AMP401")
+
+
+def _too_deep(*args, **kwargs):
+    raise RecursionError("maximum recursion depth exceeded")
+
+
+@pytest.mark.parametrize("stage", ["text gate", "fact model", "rule", "fix"])
+def test_a_recursion_error_in_any_walk_is_one_amp000_line(folder, monkeypatch, stage):
+    """Whichever walk runs out of stack, the file gets one line and no traceback."""
+    from ampdoctor.lint import facts, fixes, textscan
+
+    if stage == "text gate":
+        monkeypatch.setattr(textscan.TextGate, "keeps", _too_deep)
+    elif stage == "fact model":
+        monkeypatch.setattr(facts, "build_facts", _too_deep)
+    elif stage == "rule":
+        monkeypatch.setattr(lint_rules()["AMP401"], "check", _too_deep)
+    else:
+        monkeypatch.setattr(engine, "apply_edits", _too_deep)
+    write(folder, "deep.py", HEADER)
+    result = lint("--fix", "deep.py") if stage == "fix" else lint("deep.py")
+    assert result.exit_code == 2, result.output
+    assert finding_lines(result.output) == ["deep.py:1:1: AMP000 [error] cannot analyse: an expression is nested too deeply"]
+    assert "Traceback" not in result.output
+    assert (folder / "deep.py").read_text() == HEADER
+
+
+def test_broken_symlink_and_symlink_loop_inside_a_folder(folder):
+    (folder / "dangling.py").symlink_to(folder / "nowhere.py")
+    (folder / "loop.py").symlink_to(folder / "loop.py")
+    write(folder, "ok.py", HEADER)
+    result = lint(".")
+    assert result.exit_code == 2
+    lines = finding_lines(result.output)
+    assert "dangling.py:1:1: AMP000 [error] cannot read: No such file or directory" in lines
+    assert "loop.py:1:1: AMP000 [error] cannot read: Too many levels of symbolic links" in lines
+    assert any(line.startswith("ok.py:2:10: AMP401") for line in lines)
+
+
+@pytest.mark.parametrize("name", ["nowhere.py", "dangling.py"])
+def test_a_path_that_does_not_exist_is_one_line_exit_2(folder, name):
+    (folder / "dangling.py").symlink_to(folder / "gone.py")
+    result = lint(name)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"ampdoctor: error: no such file or folder: {name}"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode; "
+                    "test_a_file_that_cannot_be_read_is_one_line checks the same path")
+def test_a_file_without_read_permission(folder):
+    write(folder, "secret.py", HEADER).chmod(0)
+    write(folder, "ok.py", HEADER)
+    result = lint(".")
+    assert result.exit_code == 2
+    assert "secret.py:1:1: AMP000 [error] cannot read: Permission denied" in finding_lines(result.output)
+
+
+def test_a_file_that_cannot_be_read_is_one_line(folder, monkeypatch):
+    """Reading fails as it does for a file without read permission (even as root, where no mode
+    stops a read)."""
+    write(folder, "secret.py", HEADER)
+    write(folder, "ok.py", HEADER)
+    real = Path.read_bytes
+
+    def refuse(self):
+        if self.name == "secret.py":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    result = lint(".")
+    assert result.exit_code == 2
+    lines = finding_lines(result.output)
+    assert lines[0] == "ok.py:2:10: AMP401 " + lines[0].split("AMP401 ", 1)[1]
+    assert lines[1] == "secret.py:1:1: AMP000 [error] cannot read: Permission denied"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/mem is Linux's")
+def test_a_file_whose_read_fails_on_disk(folder):
+    """A real read error, no mocking: /proc/self/mem cannot be read from its start."""
+    (folder / "mem.py").symlink_to("/proc/self/mem")
+    result = lint("mem.py")
+    assert result.exit_code == 2
+    assert finding_lines(result.output) == ["mem.py:1:1: AMP000 [error] cannot read: Input/output error"]
+
+
+NOTEBOOK_CELL = '{"cell_type": "code", "metadata": {}, "outputs": [], "source": "scaler = torch.cuda.amp.GradScaler()"}'
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{not json, torch.cuda.amp.GradScaler()", "AMP000 [error] cannot read notebook: not valid notebook JSON"),
+        ('{"nbformat": 4, "metadata": {"x": "torch.cuda.amp.GradScaler"}}',
+         "AMP000 [error] cannot read notebook: not a Jupyter notebook: no 'cells' list"),
+        ('[1, 2, "torch.cuda.amp.GradScaler"]', "AMP000 [error] cannot read notebook"),
+    ],
+    ids=["not-json", "no-cells", "not-an-object"],
+)
+def test_broken_notebooks_are_one_amp000_line(folder, text, expected):
+    write(folder, "nb.ipynb", text)
+    write(folder, "ok.py", HEADER)
+    result = lint(".")
+    assert result.exit_code == 2
+    lines = finding_lines(result.output)
+    assert lines[0].startswith("nb.ipynb:1:1: " + expected)
+    assert lines[1].startswith("ok.py:2:10: AMP401")
+
+
+def test_a_notebook_with_non_python_cells_is_not_parsed_as_python(folder):
+    r_kernel = '{"kernelspec": {"language": "R", "name": "ir"}}'
+    write(folder, "r.ipynb", f'{{"nbformat": 4, "metadata": {r_kernel}, "cells": [{NOTEBOOK_CELL}]}}')
+    markdown = NOTEBOOK_CELL.replace('"code"', '"markdown"')
+    write(folder, "md.ipynb", f'{{"nbformat": 4, "metadata": {{}}, "cells": [{markdown}]}}')
+    assert lint("r.ipynb", "md.ipynb").exit_code == 0
+
+
+def test_an_internal_error_is_one_line_naming_the_file_and_the_run_goes_on(folder, monkeypatch):
+    write(folder, "a.py", HEADER)
+    write(folder, "boom.py", HEADER + "# BOOM\n")
+    write(folder, "z.py", HEADER)
+    rule = lint_rules()["AMP401"]
+    real = rule.check
+
+    def broken(facts):
+        if "BOOM" in facts.lines.source:
+            raise KeyError("a defect in a rule")
+        return real(facts)
+
+    monkeypatch.setattr(rule, "check", broken)
+    result = lint(".")
+    assert result.exit_code == 2
+    errors = [line for line in result.output.splitlines() if line.startswith("ampdoctor: error:")]
+    assert errors == ["ampdoctor: error: boom.py: internal error while checking this file (KeyError: 'a defect in a rule')"]
+    assert [line.split(":")[0] for line in finding_lines(result.output)] == ["a.py", "z.py"]
+    assert "Traceback" not in result.output
+
+
+def test_an_internal_error_is_not_cached(folder, monkeypatch):
+    write(folder, "boom.py", HEADER)
+    rule = lint_rules()["AMP401"]
+    real = rule.check
+    monkeypatch.setattr(rule, "check", lambda facts: 1 / 0)
+    run = CliRunner().invoke(main, ["lint", "--isolated", "--jobs", "1", "boom.py"])
+    assert run.exit_code == 2 and "ZeroDivisionError" in run.output
+    monkeypatch.setattr(rule, "check", real)
+    assert CliRunner().invoke(main, ["lint", "--isolated", "--jobs", "1", "boom.py"]).exit_code == 1
+
+
+def test_lint_source_survives_deep_nesting():
+    source = HEADER + "with torch.autocast('cuda'):\n    y = x.half()\n" + DEEP["unary-minus-in-fill"] + "\n"
+    assert [(f.code, f.message) for f in lint_text(source)] == [
+        ("AMP000", "cannot analyse: an expression is nested too deeply")
+    ]
