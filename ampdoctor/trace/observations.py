@@ -184,6 +184,11 @@ class Observations:
     instrument_errors: list[str] = field(default_factory=list)
     # torch.compile was called: the op census stopped there (it cannot see into compiled graphs).
     compiled: bool = False
+    # (file, line) in the user's code: per (module, op, output dtype) the forward statement that
+    # issued the op (op-recording iterations), the first `scaler.step(...)` and backward calls.
+    op_sites: dict[tuple[Optional[str], str, Optional[str]], tuple[str, int]] = field(default_factory=dict)
+    step_site: Optional[tuple[str, int]] = None
+    backward_site: Optional[tuple[str, int]] = None
     # Gradient shares and max |g| are measured on the first iterations (the op-recording window,
     # at least one) and then on every ``gradient_interval``-th; inf/NaN on every iteration.
     gradient_interval: int = 1

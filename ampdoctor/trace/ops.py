@@ -31,6 +31,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
+from .sites import user_site
+
 # aten overload packets (names as ``func.overloadpacket.__name__``) of the ops that autocast
 # exists to speed up. ``linear`` and ``matmul`` decompose into these before dispatch.
 MATMUL_OPS = frozenset(
@@ -332,6 +334,9 @@ class OpCensus:
         self.failed = False
         self._on_error = on_error
         self.ranges: dict[tuple[Optional[str], str], OpRange] = {}
+        # (module, op, output dtype) -> (file, line) of the user's statement that issued it,
+        # captured the first time the combination runs in a forward (sites.py).
+        self.sites: dict[tuple[Optional[str], str, Optional[str]], tuple[str, int]] = {}
         self._autocast = autocast
         self._tracker: Optional[ModuleTracker] = None
         self._mode: Optional[_CensusMode] = None
@@ -383,6 +388,12 @@ class OpCensus:
             self._autocast.state(device),
             self._phase(),
         )
+        if key not in self._tallies and key[5] == FORWARD:
+            site_key = (module, op, key[3])
+            if site_key not in self.sites:
+                site = user_site(skip=2)
+                if site is not None:
+                    self.sites[site_key] = site
         self._tallies[key] += 1
 
     def wants_range(self, func, inputs: list[torch.Tensor], module: Optional[str]) -> bool:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -359,20 +360,24 @@ def _verdict(report: TraceReport) -> str:
 
 
 def _findings_table(findings: list[Finding]):
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="Findings", title_justify="left", show_lines=True, expand=True)
     table.add_column("code", no_wrap=True)
     table.add_column("severity", no_wrap=True)
-    table.add_column("where", overflow="fold")
+    table.add_column("where", overflow="fold", ratio=1)
     table.add_column("what", ratio=3)
     for finding in findings:
         where = []
+        location = finding.location
+        if location is not None and location.path and not location.path.startswith("<"):
+            where.append(escape(f"{os.path.basename(location.path)}:{location.line}"))
         if finding.extra.get("module"):
-            where.append(str(finding.extra["module"]))
+            where.append(escape(str(finding.extra["module"])))
         if finding.extra.get("step"):
             where.append(f"iteration {finding.extra['step']}")
-        what = finding.message + (f"\n[dim]help: {finding.help_text}[/]" if finding.help_text else "")
+        what = escape(finding.message) + (f"\n[dim]help: {escape(finding.help_text)}[/]" if finding.help_text else "")
         table.add_row(
             f"{finding.code}",
             f"[{_SEVERITY_STYLE[finding.severity]}]{finding.severity.label}[/]",

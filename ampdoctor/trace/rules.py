@@ -90,6 +90,13 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+def _defined_at(path: Optional[str], line: Optional[int]) -> str:
+    """", class defined at FILE:LINE" for a class in the user's code; torch's own say nothing."""
+    from .sites import is_user_file
+
+    return f", class defined at {path}:{line}" if path and line and is_user_file(path) else ""
+
+
 def _finding(code: str, message: str, location: Location, help: str, **extra: Any) -> Finding:
     return Finding(
         code=code,
@@ -298,7 +305,7 @@ def overflow_origin(observations: Observations, thresholds: Thresholds, locator:
     if origin is None:
         return
     class_path, class_line = locator.class_source(origin.cls)
-    defined = f", class defined at {class_path}:{class_line}" if class_path and class_line else ""
+    defined = _defined_at(class_path, class_line)
     inputs = f"its inputs were finite (max |x| {origin.input_max:.6g})" if origin.input_max is not None else "it had no floating inputs"
     op = ""
     if origin.op is not None:
@@ -331,7 +338,7 @@ def backward_overflow_origin(observations: Observations, thresholds: Thresholds,
     if skipped < thresholds.origin_skips:
         return
     class_path, class_line = locator.class_source(origin.cls)
-    defined = f", class defined at {class_path}:{class_line}" if class_path and class_line else ""
+    defined = _defined_at(class_path, class_line)
     scale = f"loss scale {format_scale(origin.scale)}" if origin.scale else "no loss scale"
     nan = math.isnan(origin.value)
     if origin.side == OUTPUT:
@@ -639,6 +646,9 @@ RULES: tuple[Callable[[Observations, Thresholds, Locator], Iterator[Finding]], .
 
 
 def evaluate(observations: Observations, thresholds: Thresholds, locator: Locator) -> list[Finding]:
+    from .placing import place_findings
+
     observations.name_origin_op()
     findings = [finding for rule in RULES for finding in rule(observations, thresholds, locator)]
+    findings = place_findings(findings, observations, locator)
     return sorted(findings, key=lambda f: (-f.severity, f.code, f.extra.get("step") or 0))

@@ -59,6 +59,7 @@ from .compiled import CompilePatch
 from .numerics import ActivationMonitor, GradientMonitor, ModuleRegistry, PendingIteration
 from .observations import IterationRecord, Observations, ScalerConfig
 from .ops import AutocastTracker, OpCensus, dtype_name
+from .sites import user_site
 from .rules import Thresholds
 from .scaler import ScalerPatch, _TorchGradScaler
 
@@ -229,6 +230,8 @@ class TraceSession:
         if census is None:
             return
         census.remove()
+        for key, site in census.sites.items():
+            self.observations.op_sites.setdefault(key, site)
         if self._probing_origin:
             self._probing_origin = False  # its counts are not part of the first-K census
             return
@@ -273,6 +276,8 @@ class TraceSession:
     def _backward_started(self, tensors: Any) -> None:
         observations = self.observations
         observations.backward_calls += 1
+        if observations.backward_site is None:
+            observations.backward_site = user_site(skip=3)
         if self._float16_autocast_since_backward:
             observations.float16_backward_calls += 1
             self._float16_autocast_since_backward = False
@@ -332,6 +337,8 @@ class TraceSession:
 
     def scaler_step_started(self, scaler, optimizer, grads_scaled: bool) -> None:
         self._in_scaler_step = True
+        if self.observations.step_site is None:
+            self.observations.step_site = user_site(skip=2)
         if grads_scaled:
             self._gradients.capture(
                 optimizer, self._label(optimizer), scaler._scale, grads_scaled=True, full=self._gradient_shares_due()

@@ -110,3 +110,30 @@ def test_sampled_gradient_shares_find_what_every_iteration_finds(trace_cli, name
     # Iterations 1 and 2 (the window), then 4, 8, ...; every gradient is present on every one.
     assert {g["sampled_iterations"] for g in sampled.report["gradients"]} == {2 + steps // 4}
     assert {g["sampled_iterations"] for g in every.report["gradients"]} == {steps}
+
+
+# What the line a finding points at must contain, by code.
+POINTED_STATEMENT = {
+    "AMP501": "scaler.step(",
+    "AMP502": "scaler.step(",
+    "AMP503": "backward(",
+    "AMP510": "backward(",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROVOKED))
+def test_every_finding_points_at_a_statement_in_the_script(trace_cli, name):
+    steps, _, _ = PROVOKED[name]
+    run = trace_cli(str(FIXTURES / name), "--steps", str(steps), "--fail-on", "never")
+    lines = (FIXTURES / name).read_text().splitlines()
+    for finding in run.report["findings"]:
+        assert finding["path"] == str(FIXTURES / name)
+        statement = lines[finding["line"] - 1]
+        expected = POINTED_STATEMENT.get(finding["code"])
+        if expected is not None:
+            assert expected in statement, (finding["code"], statement)
+        else:  # a module's finding: the forward statement that called it, named in `source`
+            assert finding["extra"]["source"] == f"{FIXTURES / name}:{finding['line']}"
+            # a call of the module, or the op itself when the forward issues it directly
+            assert any(text in statement for text in ("self.", "model(", "softmax(")), (finding["code"], statement)
+            assert finding["extra"]["module_class"]

@@ -195,8 +195,35 @@ def test_python_api_reports_findings_with_locations():
     findings = session.report().findings
     assert [f.code for f in findings if f.code == "AMP510"] == ["AMP510"]
     finding = next(f for f in findings if f.code == "AMP510")
-    assert finding.location.path == "train_in_notebook"
+    # The finding points at the backward call in the caller's own file, whatever `script` says.
+    backward_line = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1) if "            loss.backward()" in line)
+    assert (finding.location.path, finding.location.line) == (str(Path(__file__).resolve()), backward_line)
     assert finding.severity.label == "warning"
+
+
+def test_findings_without_a_user_frame_point_at_the_script():
+    source = (
+        "import torch\n"
+        "from torch import nn\n"
+        "model = nn.Linear(4, 2)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(3):\n"
+        "    optimizer.zero_grad()\n"
+        "    with torch.autocast('cpu', dtype=torch.float16):\n"
+        "        loss = model(torch.randn(8, 4)).float().mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    import threading
+
+    code = compile(source, "<notebook cell>", "exec")
+    with trace_session(steps=None, script="train_in_notebook") as session:
+        # Run from the standard library's frames only, as a notebook kernel runs a cell.
+        cell = threading.Thread(target=exec, args=(code, {}))
+        cell.start()
+        cell.join()
+    finding = next(f for f in session.report().findings if f.code == "AMP510")
+    assert finding.location.path == "train_in_notebook"
 
 
 def test_sessions_do_not_nest():

@@ -1,0 +1,111 @@
+"""Point every runtime finding at the user's code.
+
+The rules decide what is wrong; this module decides where the user acts, from what the session
+captured (``sites.py``):
+
+- loss-scale findings (AMP501, AMP502) point at the line of ``scaler.step(...)``;
+- loss and scaler-less findings (AMP503, AMP510) at the line of the first backward call;
+- findings about a module (AMP504 to AMP509) at the statement in the user's ``forward`` that
+  issued the module's op (the op the finding names when there is one, a matmul-class op before
+  others), else at the module's class definition when it is the user's.
+
+Every finding about a module also carries the module's class and the file:line of that class
+(``class_file``, ``class_line``) and, when known, ``source``: the forward statement as
+``file:line``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from ..findings import Finding, Location
+from .observations import Observations
+from .ops import MATMUL_OPS
+from .sites import format_site, is_user_file
+
+STEP_CODES = frozenset({"AMP501", "AMP502"})
+BACKWARD_CODES = frozenset({"AMP503", "AMP510"})
+
+
+def place_findings(findings: list[Finding], observations: Observations, locator: Any) -> list[Finding]:
+    return [_place(finding, observations, locator) for finding in findings]
+
+
+def _place(finding: Finding, observations: Observations, locator: Any) -> Finding:
+    extra = dict(finding.extra)
+    module = extra.get("module")
+    location: Optional[Location] = None
+    if module:
+        _add_class(extra, module, observations, locator)
+        site = op_site(observations, module, _ops_named(extra))
+        if site is not None:
+            extra.setdefault("source", format_site(site))
+            location = Location(site[0], site[1])
+    if finding.code in STEP_CODES and observations.step_site is not None:
+        extra.setdefault("step_site", format_site(observations.step_site))
+        location = Location(*observations.step_site)
+    elif finding.code in BACKWARD_CODES and observations.backward_site is not None:
+        extra.setdefault("backward_site", format_site(observations.backward_site))
+        location = Location(*observations.backward_site)
+    if location is None:
+        location = _class_location(extra) or finding.location
+    return finding.replace(location=location, extra=extra)
+
+
+def _ops_named(extra: dict) -> list[str]:
+    named = []
+    if extra.get("op"):
+        named.append(extra["op"])
+    if isinstance(extra.get("ops"), dict):
+        named.extend(extra["ops"])
+    return named
+
+
+def op_site(observations: Observations, module: str, preferred_ops: list[str]) -> Optional[tuple[str, int]]:
+    """The user's forward statement that issued an op of ``module``: one of ``preferred_ops``
+    first, then a matmul-class op, then any."""
+    sites = [(op, site) for (mod, op, _), site in observations.op_sites.items() if mod == module]
+    if not sites:
+        return None
+    for wanted in preferred_ops:
+        for op, site in sites:
+            if op == wanted:
+                return site
+    for op, site in sites:
+        if op in MATMUL_OPS:
+            return site
+    return sites[0][1]
+
+
+def _add_class(extra: dict, module: str, observations: Observations, locator: Any) -> None:
+    if "class_file" in extra:
+        return
+    cls = _class_of_module(observations, module, extra.get("module_class"))
+    if cls is None:
+        return
+    extra.setdefault("module_class", cls.__name__)
+    path, line = locator.class_source(cls)
+    if path:
+        extra["class_file"] = path
+    if line:
+        extra["class_line"] = line
+
+
+def _class_of_module(observations: Observations, module: str, class_name: Optional[str]) -> Optional[type]:
+    if class_name is None:
+        stats = observations.activations.get(module)
+        if stats is not None:
+            class_name = stats.module_class
+        else:
+            class_name = next((g.module_class for g in observations.gradients.values() if g.module == module), None)
+    if class_name is None:
+        return None
+    return next((cls for cls in observations.class_files if cls.__name__ == class_name), None)
+
+
+def _class_location(extra: dict) -> Optional[Location]:
+    path, line = extra.get("class_file"), extra.get("class_line")
+    if path and line and is_user_file(path) and os.path.exists(path):
+        return Location(path, line)
+    return None
