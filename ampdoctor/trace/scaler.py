@@ -51,8 +51,9 @@ def _current(scaler: "TracedGradScaler") -> Optional[ScalerObserver]:
     return _observer if scaler.is_enabled() else None
 
 
-class TracedGradScaler(_TorchGradScaler):
-    """``torch.amp.GradScaler`` with observation points; the behaviour is the parent's."""
+class _Observed:
+    """The observation points, mixed in before a GradScaler class; the behaviour is the
+    parent's."""
 
     def scale(self, outputs):  # type: ignore[override]
         scaled = super().scale(outputs)
@@ -104,6 +105,24 @@ class TracedGradScaler(_TorchGradScaler):
         for tensor in tensors[1:]:
             total += tensor
         return total
+
+
+class TracedGradScaler(_Observed, _TorchGradScaler):
+    """``torch.amp.GradScaler`` with observation points; the behaviour is the parent's."""
+
+
+_variants: dict[type, type] = {}
+
+
+def traced_variant(cls: type) -> type:
+    """The observed subclass of a GradScaler class that is not one of ours (a subclass such as
+    FSDP's ``ShardedGradScaler``, or torch's class bound by name before the session began),
+    same name, made once per class."""
+    variant = _variants.get(cls)
+    if variant is None:
+        namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        variant = _variants[cls] = type(cls.__name__, (_Observed, cls), namespace)
+    return variant
 
 
 def _deprecated_scaler(device: str) -> type:
@@ -172,6 +191,19 @@ class ScalerPatch:
         for namespace, name, replacement in _patch_targets():
             self._saved.append((namespace, name, getattr(namespace, name)))
             setattr(namespace, name, replacement)
+        # Classes that do not go through the names above still run torch's __init__: FSDP's
+        # ShardedGradScaler (which subclasses torch's class when its module is imported) and
+        # ``from torch.amp import GradScaler`` done before the session. Their instances become
+        # the observed variant of their own class as they are made.
+        original_init = _TorchGradScaler.__init__
+
+        def observed_init(scaler, *args: Any, **kwargs: Any) -> None:
+            original_init(scaler, *args, **kwargs)
+            if not isinstance(scaler, _Observed):
+                scaler.__class__ = traced_variant(type(scaler))
+
+        self._saved.append((_TorchGradScaler, "__init__", original_init))
+        _TorchGradScaler.__init__ = observed_init
         _observer = self._observer
 
     def remove(self) -> None:
