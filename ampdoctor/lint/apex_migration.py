@@ -21,6 +21,7 @@ statements compute each loss):
 from __future__ import annotations
 
 import re
+import textwrap
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
@@ -216,6 +217,9 @@ class _Migration(cst.CSTTransformer):
         self.optimizers = list(dict.fromkeys(optimizers))
         self.single_pair = len(initializes) == 1 and self._single(initializes[0])
         self.scaler = self._scaler_name(module, initializes)
+        # ``amp.initialize(..., enabled=flag)`` switched both halves: autocast follows the scaler.
+        switched = any("enabled" in init.keywords for init in initializes)
+        self.enabled = f"{self.scaler}.is_enabled()" if switched else None
         self._plan_globals(initializes, uses)
         self._plan_updates(statements)
 
@@ -341,12 +345,14 @@ class _Migration(cst.CSTTransformer):
         if init.optimizers is not None:
             comments, arguments = self._scaler_arguments(init)
             scaler = _statement(f'{self.scaler} = torch.amp.GradScaler({", ".join(arguments)})')
-            lines.append(scaler.with_changes(leading_lines=[_comment(c) for c in comments]))
+            lines.append(scaler.with_changes(leading_lines=[line for c in comments for line in _comments(c)]))
         if not lines:
             self.dropped.add(id(init.statement))
             return updated
         first = lines[0]
         lines[0] = first.with_changes(leading_lines=[*updated.leading_lines, *first.leading_lines])
+        # The comment at the end of the apex line stays with the line that replaces it.
+        lines[-1] = lines[-1].with_changes(trailing_whitespace=updated.trailing_whitespace)
         self.after.setdefault(id(init.statement), []).extend(lines[1:])
         return lines[0]
 
@@ -398,7 +404,8 @@ class _Migration(cst.CSTTransformer):
             # The body does more than a backward: keep it, with the scaled loss bound to its name.
             replacement = _statement(f"{name or '_'} = {scaled}")
             self.after.setdefault(id(original), []).extend(body)  # libcst re-indents them
-        return replacement.with_changes(leading_lines=updated.leading_lines)
+        header = updated.body.header if isinstance(updated.body, cst.IndentedBlock) else replacement.trailing_whitespace
+        return replacement.with_changes(leading_lines=updated.leading_lines, trailing_whitespace=header)
 
     def leave_Call(self, original, updated):
         qualified = self.names.qualify(original.func)
@@ -464,7 +471,7 @@ class _Migration(cst.CSTTransformer):
             while index < len(groups) and groups[index][0] <= end:
                 run.extend(groups[index][1])
                 index += 1
-            result.append(_autocast(run))
+            result.append(_autocast(run, self.enabled))
         return result
 
     def _wrap_end(self, line: int) -> int | None:
@@ -474,7 +481,7 @@ class _Migration(cst.CSTTransformer):
         todos = [text for at, text in self.plan.todos if at == line]
         if not todos:
             return statement
-        comments = [_comment(f"TODO(ampdoctor): {text}") for text in todos]
+        comments = [line for text in todos for line in _comments(f"TODO(ampdoctor): {text}")]
         return statement.with_changes(leading_lines=[*statement.leading_lines, *comments])
 
 
@@ -487,8 +494,10 @@ def _statement(code: str) -> cst.SimpleStatementLine:
     return cst.parse_statement(code + "\n")
 
 
-def _comment(text: str) -> cst.EmptyLine:
-    return cst.EmptyLine(comment=cst.Comment(f"# {text}"))
+def _comments(text: str) -> list[cst.EmptyLine]:
+    """A comment of several lines (continuation lines indented), each at most ~90 characters."""
+    lines = textwrap.wrap(text, 88, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
+    return [cst.EmptyLine(comment=cst.Comment(f"# {line}")) for line in lines]
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:
@@ -496,11 +505,12 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
             and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString))
 
 
-def _autocast(run: list[cst.BaseStatement]) -> cst.With:
+def _autocast(run: list[cst.BaseStatement], enabled: str | None) -> cst.With:
     first = run[0]
     leading = list(first.leading_lines)
     run = [first.with_changes(leading_lines=[]), *run[1:]]
-    template = cst.parse_statement('with torch.autocast("cuda", dtype=torch.float16):\n    pass\n')
+    switch = f", enabled={enabled}" if enabled else ""
+    template = cst.parse_statement(f'with torch.autocast("cuda", dtype=torch.float16{switch}):\n    pass\n')
     return template.with_changes(body=cst.IndentedBlock(body=run), leading_lines=leading)
 
 
@@ -510,7 +520,7 @@ def _autocast(run: list[cst.BaseStatement]) -> cst.With:
 
 
 def _tidy_imports(module: cst.Module, names: _ApexNames) -> cst.Module:
-    used = _used_names(module)
+    used = _used_names(module, names)
     tidy = _TidyImports(names, used)
     module = module.visit(tidy)
     if "torch" not in _bound_names(module):
@@ -518,10 +528,15 @@ def _tidy_imports(module: cst.Module, names: _ApexNames) -> cst.Module:
     return module
 
 
-def _used_names(module: cst.Module) -> set[str]:
+def _used_names(module: cst.Module, names: _ApexNames | None = None) -> set[str]:
+    """Names the module reads (imports aside; with ``names``, a ``try`` that only imports apex
+    and its ``except ImportError`` fallback aside too)."""
     used = set()
 
     class Uses(cst.CSTVisitor):
+        def visit_Try(self, node: cst.Try) -> bool:
+            return names is None or not _guards_apex_import(node, names)
+
         def visit_Import(self, node) -> bool:
             return False
 
@@ -537,6 +552,23 @@ def _used_names(module: cst.Module) -> set[str]:
 
     module.visit(Uses())
     return used
+
+
+def _guards_apex_import(node: cst.Try, names: _ApexNames) -> bool:
+    """``try: from apex import amp`` with nothing else in the ``try`` body."""
+    imports = [small for s in node.body.body if isinstance(s, cst.SimpleStatementLine) for small in s.body]
+    if not imports or len(imports) != len(node.body.body):
+        return False
+    for small in imports:
+        if isinstance(small, cst.ImportFrom) and small.module is not None:
+            if not _import_path(small.module).startswith("apex"):
+                return False
+        elif isinstance(small, cst.Import):
+            if not all(_import_path(a.name).split(".")[0] == "apex" for a in small.names):
+                return False
+        else:
+            return False
+    return True
 
 
 def _bound_names(module: cst.Module) -> set[str]:
@@ -555,12 +587,14 @@ class _TidyImports(cst.CSTTransformer):
         super().__init__()
         self.names = names
         self.used = used
+        self.emptied: set[int] = set()
 
     def _keep(self, local: str) -> bool:
         return local not in self.names.locals or local in self.used
 
     def leave_Import(self, original, updated):
-        kept = [a for a in updated.names if self._keep(a.asname.name.value if a.asname else "apex")]
+        kept = [a for a in updated.names
+                if self._keep(a.asname.name.value if a.asname else _import_path(a.name).split(".")[0])]
         return self._result(updated, kept)
 
     def leave_ImportFrom(self, original, updated):
@@ -580,18 +614,40 @@ class _TidyImports(cst.CSTTransformer):
         return updated.with_changes(names=kept)
 
     def leave_SimpleStatementLine(self, original, updated):
-        if not updated.body:
-            return cst.RemoveFromParent()
+        if not updated.body:  # every import of the line went: the block drops the line
+            emptied = updated.with_changes(body=[cst.Pass()])
+            self.emptied.add(id(emptied))
+            return emptied
         return updated
 
     def leave_Try(self, original, updated):
         # ``try: from apex import amp`` / ``except ImportError: ...``: nothing left to guard.
-        if not updated.body.body or all(_is_pass(s) for s in updated.body.body):
-            return cst.RemoveFromParent()
+        if all(_is_pass(s) for s in updated.body.body):
+            emptied = _statement("pass").with_changes(leading_lines=updated.leading_lines)
+            self.emptied.add(id(emptied))
+            return emptied
         return updated
 
     def leave_IndentedBlock(self, original, updated):
-        return updated if updated.body else updated.with_changes(body=[_statement("pass")])
+        return updated.with_changes(body=self._without_emptied(updated.body) or [_statement("pass")])
+
+    def leave_Module(self, original, updated):
+        return updated.with_changes(body=self._without_emptied(updated.body))
+
+    def _without_emptied(self, body) -> list:
+        """The statements but the emptied ones; their leading blank lines and comments stay."""
+        kept, carried = [], []
+        for statement in body:
+            if id(statement) in self.emptied:
+                carried.extend(statement.leading_lines)
+                continue
+            if carried:
+                if any(line.comment is None for line in statement.leading_lines):
+                    carried = [line for line in carried if line.comment is not None]  # no double gaps
+                statement = statement.with_changes(leading_lines=[*carried, *statement.leading_lines])
+                carried = []
+            kept.append(statement)
+        return kept
 
 
 def _is_pass(statement) -> bool:

@@ -31,12 +31,12 @@ _UNSUPPORTED_LEVEL = {
     "such mode, since autocast keeps the weights in float32: migrate by hand after deciding whether "
     "O1-style autocast (float32 weights) is acceptable",
 }
-_FP16_UTILS = {
-    "FP16_Optimizer": "apex.fp16_utils.FP16_Optimizer keeps float16 model weights with float32 master "
+FP16_UTILS = {
+    "FP16_Optimizer": "FP16_Optimizer keeps float16 model weights with float32 master "
     "copies and its own loss scaler; there is no direct torch equivalent: keep the model in float32, "
     "use the plain optimizer, `torch.autocast` for the forward and a `torch.amp.GradScaler` "
     "(`optimizer.backward(loss)` → `scaler.scale(loss).backward()`)",
-    "network_to_half": "apex.fp16_utils.network_to_half casts the model to float16 (batch norm kept in "
+    "network_to_half": "network_to_half casts the model to float16 (batch norm kept in "
     "float32); with torch.amp the model stays float32 and `torch.autocast` picks float16 per op",
 }
 
@@ -104,7 +104,7 @@ def _blocker(facts) -> str | None:
                             "condition (`enabled=`): migrate by hand")
         elif name.startswith("fp16_utils."):
             function = name[len("fp16_utils."):]
-            return _FP16_UTILS.get(function, f"`apex.{name}` has no direct torch equivalent")
+            return FP16_UTILS.get(function, "it has no direct torch equivalent")
         elif name == "parallel.DistributedDataParallel":
             extra = [k.arg for k in site.node.keywords if k.arg not in DDP_DROPPABLE]
             if extra:
@@ -204,13 +204,13 @@ def _merged(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _is_boundary(statement: ast.stmt, scale_calls: set[int]) -> bool:
-    """A statement that ends the previous iteration's work: a plain backward, a step, a
-    zero_grad (an ``amp.scale_loss`` block of another loss of the same forward is not one)."""
+    """A statement that ends the previous iteration's work: a plain backward or a step (an
+    ``amp.scale_loss`` block of another loss of the same forward is not one)."""
     if _scale_loss_call(statement, scale_calls) is not None:
         return False
     for node in ast.walk(statement):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr in ("backward", "step", "zero_grad"):
+            if node.func.attr in ("backward", "step"):
                 return True
     return False
 

@@ -433,6 +433,7 @@ class AmpFacts(Record):
         "scaled_vars",
         "item_assignments",
         "_lines",
+        "_paths",
     )
 
     def __init__(
@@ -455,6 +456,7 @@ class AmpFacts(Record):
         scaled_vars: dict[str, str] | None = None,
         item_assignments: list[tuple[str, ast.Assign, Frame]] | None = None,
         _lines: SourceLines | None = None,
+        _paths: object = None,
     ) -> None:
         self.module = module
         self.source = source
@@ -476,6 +478,7 @@ class AmpFacts(Record):
         # ``ckpt["scaler"] = ...``: (mapping spelling, the assignment, its frame), in source order.
         self.item_assignments = [] if item_assignments is None else item_assignments
         self._lines = _lines
+        self._paths = _paths  # paths.PathIndex, made on the first question about paths
 
     # ---- queries --------------------------------------------------------------------
 
@@ -484,6 +487,15 @@ class AmpFacts(Record):
         if self._lines is None:
             self._lines = SourceLines(self.source)
         return self._lines
+
+    def paths(self, frame: Frame, node: ast.AST) -> list | None:
+        """The paths of one pass through ``node`` (a loop, or ``frame``'s function): see paths.py.
+        None when there are too many to follow."""
+        if self._paths is None:
+            from .paths import PathIndex
+
+            self._paths = PathIndex()
+        return self._paths.of(frame, node)
 
     def text(self, node: ast.AST) -> str:
         """The node's exact source text (without surrounding parentheses)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..apex_plan import plan_migration
+from ..apex_plan import FP16_UTILS, plan_migration
 from ..facts import AUTOCAST_NAMES, FUNCTION_TYPES, GRAD_SCALER_NAMES, AmpFacts, autocast_region
 from ..fixes import ModuleRewrite
 from ..gate import Anchors
@@ -35,18 +35,18 @@ class ApexAmp(LintRule):
     anchors = Anchors(names=("apex",))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
-        reports = list(self._calls(facts))
-        if not reports:
+        calls = list(self._calls(facts))
+        if not calls:
             yield from self._import(facts)
             return  # an import alone: nothing to migrate but the import
         plan = plan_migration(facts)
-        todos = {line for line, _ in plan.todos}
-        for number, report in enumerate(reports):
+        todos = dict(plan.todos)
+        for number, (report, explained) in enumerate(calls):
             if plan.blocker is not None:
-                report.message += f" (not migrated automatically: {plan.blocker})"
+                if not explained:
+                    report.message += f" (not migrated automatically: {plan.blocker})"
             elif report.statement is not None and report.statement.lineno in todos:
-                report.message += (" (the fix leaves a `# TODO(ampdoctor)` comment here: it cannot tell which "
-                                   "statements compute the loss)")
+                report.message += f" (the fix leaves a `# TODO(ampdoctor)` comment here: {todos[report.statement.lineno]})"
             if number == 0 and plan.blocker is None:
                 report.fix = ModuleRewrite(
                     "Migrate the module from apex to torch.amp (autocast and GradScaler)",
@@ -54,7 +54,8 @@ class ApexAmp(LintRule):
                 )
             yield report
 
-    def _calls(self, facts: AmpFacts) -> Iterable[Report]:
+    def _calls(self, facts: AmpFacts) -> Iterable[tuple[Report, bool]]:
+        """A report per apex call, and whether its message already says why it is not migrated."""
         for site in facts.calls:
             qname = site.qname or ""
             package, _, function = qname[len("apex."):].partition(".") if qname.startswith("apex.") else ("", "", "")
@@ -68,14 +69,17 @@ class ApexAmp(LintRule):
                     continue
                 message = f"`apex.parallel.{function}` is deprecated; use {_PARALLEL_REPLACEMENTS[function]}"
             else:
-                message = f"`apex.fp16_utils.{function}` is NVIDIA's deprecated mixed precision"
-            yield Report(
+                reason = FP16_UTILS.get(function, "it has no direct torch equivalent")
+                message = (f"`apex.fp16_utils.{function}` is NVIDIA's deprecated mixed precision and is not migrated "
+                           f"automatically: {reason}")
+            report = Report(
                 self.code,
                 site.node.func,
                 message,
                 help="Migrate to torch.amp: `torch.autocast` around the forward and `torch.amp.GradScaler` for the loss",
                 statement=site.statement,
             )
+            yield report, package == "fp16_utils"
 
     def _import(self, facts: AmpFacts) -> Iterable[Report]:
         for ref in facts.import_refs:

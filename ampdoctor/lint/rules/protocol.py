@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 from ..facts import (
+    FUNCTION_TYPES,
     GRAD_SCALER_NAMES,
     AmpFacts,
     Block,
@@ -31,10 +32,12 @@ from ..facts import (
     dotted,
     get_arg,
     is_optimizer,
+    is_optimizer_constructor,
     iter_nodes,
     string_value,
 )
 from ..gate import Anchors
+from ..paths import CONTINUE, NEXT, RETURN, Path
 from . import AUTOCAST, LintRule, Report, SCALED_BACKWARD, SCALER, register
 
 # --------------------------------------------------------------------------------------
@@ -43,6 +46,8 @@ from . import AUTOCAST, LintRule, Report, SCALED_BACKWARD, SCALER, register
 
 _BRANCH_KINDS = ("if", "else")
 _ACCUMULATION_TEST = re.compile(r"%|accum|sync_grad|grad_acc|micro", re.I)
+# Tests that skip an optimizer step now and then: a non-finite guard, a skip flag, a step switch.
+_SKIP_TEST = re.compile(r"finite|nan|inf\b|overflow|skip|norm|step|update", re.I)
 
 
 def _loop_key(event: Event) -> int | None:
@@ -145,6 +150,29 @@ def _assigned_in(frame: Frame, facts: AmpFacts, name: str, block: Block) -> bool
 def _block_orders(frame: Frame, block: Block) -> tuple[int, int]:
     inside = [c.order for c in frame.calls if any(b.ident == block.ident for b in c.path)]
     return (min(inside), max(inside)) if inside else (0, -1)
+
+
+def _pass_of(event: Event) -> ast.AST | None:
+    """The body that one iteration runs once and that holds ``event``: its innermost loop, or the
+    function it is in (a step function runs once per iteration of its caller)."""
+    loop = event.call.loop
+    if loop is not None:
+        return loop.node
+    node = event.call.frame.node
+    return node if isinstance(node, FUNCTION_TYPES) else None
+
+
+def _in_pass(event: Event, node: ast.AST) -> bool:
+    """Whether ``event`` sits in ``node``'s body itself, not in a loop nested inside it."""
+    return _pass_of(event) is node
+
+
+def _repeats(path: Path, node: ast.AST) -> bool:
+    """Whether what follows ``path`` is the next pass through ``node``: the end of a loop body or a
+    ``continue``; for a function, its end or a ``return`` (the caller's next iteration)."""
+    if isinstance(node, FUNCTION_TYPES):
+        return path.end in (NEXT, RETURN)
+    return path.end in (NEXT, CONTINUE)
 
 
 # --------------------------------------------------------------------------------------
@@ -321,21 +349,107 @@ class ScalerInLoop(LintRule):
                 target = _target_of(facts, new.call.node)
                 if target is None:
                     continue
-                steps = [
-                    s
-                    for s in _of(frame, EventKind.SCALER_STEP, target)
-                    if s.order > new.order and s.call.loop is not None and s.call.loop.ident == loop.ident
-                ]
-                if not steps:
-                    continue
-                yield Report(
-                    self.code,
-                    new.call.node,
-                    f"a new GradScaler is assigned to `{target}` on every pass of the loop that steps it: the loss "
-                    "scale restarts at its initial value each iteration and never settles",
-                    help="Create the GradScaler once, before the training loop",
-                    statement=new.call.statement,
+                report = (
+                    self._in_stepping_loop(frame, facts, new, target)
+                    or self._in_epoch_loop(frame, facts, new, target)
+                    or self._in_epoch_function(frame, facts, new, target)
                 )
+                if report is not None:
+                    yield report
+
+    def _in_stepping_loop(self, frame: Frame, facts: AmpFacts, new: Event, target: str) -> Report | None:
+        loop = new.call.loop
+        # Only a construction directly in the loop body: ``if scaler is None:`` is lazy set-up.
+        if loop is None or new.path[-1].ident != loop.ident:
+            return None
+        if not any(
+            s.order > new.order and s.call.loop is not None and s.call.loop.ident == loop.ident
+            for s in _of(frame, EventKind.SCALER_STEP, target)
+        ):
+            return None
+        return self._report(
+            facts, new, f"a new GradScaler is assigned to `{target}` on every pass of the loop that steps it",
+            "each iteration", "Create the GradScaler once, before the training loop",
+        )
+
+    def _in_epoch_loop(self, frame: Frame, facts: AmpFacts, new: Event, target: str) -> Report | None:
+        """Built directly in an epoch loop, stepped in the loop nested in it. A loop over folds or
+        trials, or one that also builds its optimizer, is a fresh training run per pass: correct."""
+        loop = new.call.loop
+        if loop is None or new.path[-1].ident != loop.ident or not _is_epoch_loop(facts, loop.node):
+            return None
+        nested = [
+            s
+            for s in _of(frame, EventKind.SCALER_STEP, target)
+            if s.order > new.order and s.call.loop is not None and s.call.loop.ident != loop.ident
+            and any(b.ident == loop.ident for b in s.path)
+        ]
+        if not nested or _builds_optimizer(facts, frame, loop):
+            return None
+        return self._report(
+            facts, new, f"a new GradScaler is assigned to `{target}` on every pass of the epoch loop",
+            "each epoch", "Create the GradScaler once, before the epoch loop",
+        )
+
+    def _in_epoch_function(self, frame: Frame, facts: AmpFacts, new: Event, target: str) -> Report | None:
+        """Built in a function that trains with it and that the module calls from its epoch loop."""
+        if new.call.loop is not None or "." in target or not isinstance(frame.node, FUNCTION_TYPES):
+            return None
+        if not any(s.call.loop is not None for s in _of(frame, EventKind.SCALER_STEP, target)):
+            return None
+        if _builds_optimizer(facts, frame):
+            return None  # a complete training run (a fold, a trial)
+        name = frame.node.name
+        for site in _calls_of(facts, frame):
+            loop = site.loop
+            if loop is not None and (_is_epoch_loop(facts, loop.node) or "epoch" in name.lower()):
+                return self._report(
+                    facts, new,
+                    f"a new GradScaler is assigned to `{target}` on every call of `{name}`, which the loop on line "
+                    f"{loop.node.lineno} calls once per epoch",
+                    "each epoch", f"Create the GradScaler once, before the epoch loop, and pass it to `{name}`",
+                )
+        return None
+
+    def _report(self, facts: AmpFacts, new: Event, what: str, when: str, help: str) -> Report:
+        return Report(
+            self.code,
+            new.call.node,
+            f"{what}: the loss scale restarts at its initial value {when} and never settles",
+            help=help,
+            statement=new.call.statement,
+        )
+
+
+def _is_epoch_loop(facts: AmpFacts, node: ast.AST) -> bool:
+    """A loop whose target or iterable (or ``while`` test) speaks of epochs."""
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        text = f"{facts.text(node.target)} {facts.text(node.iter)}"
+    elif isinstance(node, ast.While):
+        text = facts.text(node.test)
+    else:
+        return False
+    return "epoch" in text.lower()
+
+
+def _builds_optimizer(facts: AmpFacts, frame: Frame, block: Block | None = None) -> bool:
+    """Whether ``frame`` (inside ``block``, when given) constructs an optimizer."""
+    return any(
+        (block is None or any(b.ident == block.ident for b in site.path)) and is_optimizer_constructor(site.node, facts)
+        for site in frame.calls
+    )
+
+
+def _calls_of(facts: AmpFacts, frame: Frame) -> list[CallSite]:
+    """Calls of a module-level function (``f(...)``) or of a method through ``self`` of its class."""
+    node = frame.node
+    if frame.parent is None or frame.parent.parent is not None:
+        return []  # a nested function: called through names the model does not follow
+    if frame.class_name is None:
+        return [c for c in facts.calls if c.receiver is None and isinstance(c.node.func, ast.Name)
+                and c.node.func.id == node.name]
+    return [c for c in facts.calls if c.receiver == "self" and c.method == node.name
+            and c.frame.class_name == frame.class_name]
 
 
 # --------------------------------------------------------------------------------------
@@ -352,7 +466,11 @@ class DoubleUnscale(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
             reported: set[int] = set()
-            for report in (*self._twice_on_one_path(frame, facts), *self._per_micro_step(frame, facts)):
+            for report in (
+                *self._twice_on_one_path(frame, facts),
+                *self._per_micro_step(frame, facts),
+                *self._iteration_without_update(frame, facts),
+            ):
                 if id(report.node) not in reported:
                     reported.add(id(report.node))
                     yield report
@@ -430,6 +548,58 @@ class DoubleUnscale(LintRule):
                     statement=unscale.call.statement,
                 )
                 break
+
+
+    def _iteration_without_update(self, frame: Frame, facts: AmpFacts) -> Iterator[Report]:
+        """An ``unscale_`` on a path of one iteration that ends without ``update()``: the next
+        iteration's ``unscale_`` of the same optimizer raises."""
+        for unscale in frame.events_of(EventKind.UNSCALE):
+            node = _pass_of(unscale)
+            if node is None or not unscale.optimizer:
+                continue
+            updates = [u for u in _of(frame, EventKind.UPDATE, unscale.scaler) if _in_pass(u, node)]
+            if not updates or not any(
+                s.optimizer == unscale.optimizer and _in_pass(s, node) for s in _of(frame, EventKind.SCALER_STEP, unscale.scaler)
+            ):
+                continue  # the protocol is finished somewhere else
+            for path in facts.paths(frame, node) or ():
+                where = path.index(unscale)
+                if where < 0 or not _repeats(path, node):
+                    continue
+                if any(e.kind is EventKind.UPDATE and e.scaler == unscale.scaler for e in path.events[where + 1:]):
+                    continue
+                reason = self._skipped_by(facts, path, where, updates)
+                if reason is None:
+                    continue
+                again = "call" if isinstance(node, FUNCTION_TYPES) else "iteration"
+                yield Report(
+                    self.code,
+                    unscale.call.node,
+                    f"`{_label(facts, unscale)}` can run in a {again} that ends without `{unscale.scaler}.update()` "
+                    f"({reason}): the next {again}'s unscale_ raises 'unscale_() has already been called on this "
+                    "optimizer since the last update()'",
+                    help=f"Call `{unscale.scaler}.update()` on every path after `unscale_` (skip only the step), or "
+                    "move `unscale_` under the same condition as the step and the update",
+                    statement=unscale.call.statement,
+                )
+                break
+
+    def _skipped_by(self, facts: AmpFacts, path: Path, where: int, updates: list[Event]) -> str | None:
+        """What on ``path``, after its event ``where``, kept every update from running; None when it is
+        not a jump or a condition that plainly skips steps (a config flag may match the unscale_'s own)."""
+        if path.jump is not None:
+            return f"`{facts.text(path.jump)}` on line {path.jump.lineno} skips it"
+        for decision in path.decisions:
+            if decision.position <= where:
+                continue
+            for update in updates:
+                for block in update.path:
+                    if block.node is decision.node and (block.kind == "if") != decision.truth:
+                        test = facts.text(decision.node.test)
+                        if _ACCUMULATION_TEST.search(test) or _SKIP_TEST.search(test):
+                            arm = "when" if block.kind == "if" else "unless"
+                            return f"`{update.scaler}.update()` runs only {arm} `{test}`"
+        return None
 
 
 # --------------------------------------------------------------------------------------
@@ -526,6 +696,11 @@ class ScalerCallOrder(LintRule):
 # --------------------------------------------------------------------------------------
 
 
+_PARTIAL_UPDATE = (
+    "the later steps unscale with a scale that was already updated, and each update only sees part of the inf checks"
+)
+
+
 @register
 class UpdatePerOptimizer(LintRule):
     code = "AMP208"
@@ -535,7 +710,11 @@ class UpdatePerOptimizer(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
             for update in frame.events_of(EventKind.UPDATE):
-                report = self._between_steps(frame, facts, update) or self._in_optimizer_loop(frame, facts, update)
+                report = (
+                    self._between_steps(frame, facts, update)
+                    or self._in_optimizer_loop(frame, facts, update)
+                    or self._before_another_round(frame, facts, update)
+                )
                 if report is not None:
                     yield report
 
@@ -569,7 +748,39 @@ class UpdatePerOptimizer(LintRule):
             return self._report(facts, update, f"inside the loop over optimizers (`{_label(facts, step)}`)")
         return None
 
-    def _report(self, facts: AmpFacts, update: Event, where: str) -> Report:
+    def _before_another_round(self, frame: Frame, facts: AmpFacts, update: Event) -> Report | None:
+        """On some path of one iteration, another optimizer steps (after its own scaled backward)
+        once this update has run: a GAN's discriminator and generator halves, each with an update,
+        also when one half is under a condition or the halves sit in different branches."""
+        node = _pass_of(update)
+        if node is None:
+            return None
+        for path in facts.paths(frame, node) or ():
+            where = path.index(update)
+            if where < 0:
+                continue
+            mine = [e for e in path.events if e.scaler == update.scaler and _in_pass(e, node)]
+            before = {e.optimizer for e in mine if e.kind is EventKind.SCALER_STEP and path.index(e) < where}
+            if not before or None in before:
+                continue
+            for later in mine:
+                if (
+                    later.kind is EventKind.SCALER_STEP
+                    and path.index(later) > where
+                    and later.optimizer
+                    and later.optimizer not in before
+                ):
+                    return self._report(
+                        facts,
+                        update,
+                        f"before `{_label(facts, later)}` of the same iteration",
+                        "torch expects one update() per iteration, after every optimizer has stepped: here the scale "
+                        "changes between the optimizers' steps, grows twice as often as it should, and each update "
+                        "sees only one optimizer's inf checks",
+                    )
+        return None
+
+    def _report(self, facts: AmpFacts, update: Event, where: str, why: str = _PARTIAL_UPDATE) -> Report:
         return Report(
             self.code,
             update.call.node,
