@@ -342,10 +342,6 @@ class ScalerInLoop(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
             for new in frame.events_of(EventKind.SCALER_NEW):
-                loop = new.call.loop
-                # Only a construction directly in the loop body: ``if scaler is None:`` is lazy set-up.
-                if loop is None or new.path[-1].ident != loop.ident:
-                    continue
                 target = _target_of(facts, new.call.node)
                 if target is None:
                     continue
@@ -784,8 +780,7 @@ class UpdatePerOptimizer(LintRule):
         return Report(
             self.code,
             update.call.node,
-            f"`{_label(facts, update)}` runs {where}: the later steps unscale with a scale that was already updated, "
-            "and each update only sees part of the inf checks",
+            f"`{_label(facts, update)}` runs {where}: {why}",
             help=f"Call `{update.scaler}.update()` once, after the last `{update.scaler}.step(...)` of the iteration",
             statement=update.call.statement,
         )
