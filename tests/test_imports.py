@@ -60,7 +60,8 @@ def _plain_lint_modules(tmp_path, fixture: Path, exit_code: int) -> set[str]:
 
 
 # What ``ampdoctor lint FILE`` costs is mostly start-up: none of these is needed to lint or report.
-NOT_ON_THE_LINT_PATH = {"typing", "dataclasses", "inspect", "hashlib", "tokenize", "click", "rich", "torch", "libcst"}
+NOT_ON_THE_LINT_PATH = {"typing", "dataclasses", "inspect", "hashlib", "tokenize", "click", "rich", "torch", "libcst",
+                        "pathspec"}
 
 
 def test_the_pre_commit_path_on_a_clean_file_loads_only_what_linting_needs(tmp_path):
@@ -73,3 +74,19 @@ def test_the_pre_commit_path_reporting_findings_loads_only_what_linting_needs(tm
     modules = _plain_lint_modules(tmp_path, FIXTURE, 1)
     assert "ampdoctor.report.text" in modules  # the findings were printed with their snippets
     assert not NOT_ON_THE_LINT_PATH & {m.split(".")[0] for m in modules}
+
+
+def test_gitignore_support_is_loaded_only_to_walk_a_folder_that_has_one(tmp_path):
+    for folder in ("named", "walked"):  # two projects: neither run is served by the other's cache
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "train.py").write_text(FIXTURE.read_text(encoding="utf-8"), encoding="utf-8")
+        (tmp_path / folder / ".gitignore").write_text("build/\n", encoding="utf-8")
+    code = (
+        "import os\nos.chdir({folder!r})\nfrom ampdoctor.entry import main\n"
+        "try:\n    main(['lint', {target!r}])\nexcept SystemExit as exit:\n    assert exit.code == 1, exit.code\n"
+    )
+    named_file = _modules_after(code.format(folder=str(tmp_path / "named"), target="train.py"))
+    walked_folder = _modules_after(code.format(folder=str(tmp_path / "walked"), target="."))
+    assert "ampdoctor.lint.facts" in named_file and "ampdoctor.lint.facts" in walked_folder  # both linted
+    assert "pathspec" not in named_file
+    assert "pathspec" in walked_folder

@@ -7,9 +7,7 @@ project's excludes); folders are walked for ``*.py``, ``*.pyi`` and ``*.ipynb``.
 
 from __future__ import annotations
 
-import fnmatch
 import os
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -41,23 +39,17 @@ DEFAULT_EXCLUDED_DIRS = frozenset(
 SUFFIXES = (".py", ".pyi", ".ipynb")
 
 
-class _IgnoreRule(Record):
-    __slots__ = ("regex", "negated", "directory_only")
-
-    def __init__(self, regex: re.Pattern, negated: bool, directory_only: bool) -> None:
-        self.regex = regex
-        self.negated = negated
-        self.directory_only = directory_only
-
-
 class GitIgnore(Record):
-    """The rules of one .gitignore file, matched against paths relative to its folder."""
+    """The patterns of one .gitignore file, matched against paths relative to its folder with
+    ``pathspec``'s implementation of git's rules (negation, anchoring, ``**``, directory-only
+    patterns, escapes). Imported here, when a walked folder has a .gitignore: linting named
+    files never pays for it."""
 
-    __slots__ = ("base", "rules")
+    __slots__ = ("base", "spec")
 
-    def __init__(self, base: Path, rules: list[_IgnoreRule] | None = None) -> None:
+    def __init__(self, base: Path, spec) -> None:
         self.base = base
-        self.rules = [] if rules is None else rules
+        self.spec = spec
 
     @classmethod
     def load(cls, folder: Path) -> GitIgnore | None:
@@ -66,71 +58,23 @@ class GitIgnore(Record):
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return None
-        ignore = cls(folder)
-        for raw in text.splitlines():
-            line = raw.rstrip()
-            if not line or line.startswith("#"):
-                continue
-            negated = line.startswith("!")
-            if negated:
-                line = line[1:]
-            if line.startswith("\\"):
-                line = line[1:]
-            directory_only = line.endswith("/")
-            line = line.rstrip("/")
-            if not line:
-                continue
-            ignore.rules.append(_IgnoreRule(_compile(line), negated, directory_only))
-        return ignore
+        import pathspec
+
+        return cls(folder, pathspec.GitIgnoreSpec.from_lines(text.splitlines()))
+
+    def sparing(self, folders: Sequence[str]) -> GitIgnore:
+        """This file without the patterns that ignore any of ``folders`` (relative to its base):
+        a folder named on the command line is walked even where a .gitignore above ignores it,
+        and what ignores the folder itself must not ignore everything in it."""
+        import pathspec
+
+        spared = [f"{folder}/" for folder in folders]
+        kept = [p for p in self.spec.patterns if not (p.include and any(p.match_file(f) for f in spared))]
+        return self if len(kept) == len(self.spec.patterns) else GitIgnore(self.base, pathspec.GitIgnoreSpec(kept))
 
     def decision(self, relative: str, is_dir: bool) -> bool | None:
-        """True ignored, False re-included, None no opinion."""
-        result = None
-        for rule in self.rules:
-            if rule.directory_only and not is_dir:
-                continue
-            if rule.regex.match(relative):
-                result = not rule.negated
-        return result
-
-
-def _compile(pattern: str) -> re.Pattern:
-    anchored = "/" in pattern
-    pattern = pattern.lstrip("/")
-    parts = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            parts.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
-            parts.append("/.*")
-            i += 3
-        elif pattern.startswith("**", i):
-            parts.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            parts.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            parts.append("[^/]")
-            i += 1
-        elif pattern[i] == "[":
-            end = pattern.find("]", i + 1)
-            if end < 0:
-                parts.append(re.escape("["))
-                i += 1
-            else:
-                parts.append(fnmatch.translate(pattern[i : end + 1])[4:-3])
-                i = end + 1
-        else:
-            parts.append(re.escape(pattern[i]))
-            i += 1
-    body = "".join(parts)
-    prefix = "" if anchored else "(?:.*/)?"
-    # An exact match on the path itself: parents are judged when the walk reaches them, so a
-    # folder the user names explicitly is linted even when a .gitignore above excludes it.
-    return re.compile(f"^{prefix}{body}$")
+        """True ignored, False re-included, None no opinion (the last matching pattern decides)."""
+        return self.spec.check_file(f"{relative}/" if is_dir else relative).include
 
 
 class Discovery:
@@ -168,7 +112,8 @@ class Discovery:
     def _walk(self, top: str, shown: str) -> Iterator[tuple[str, str]]:
         """(absolute path, spelling) of the files below ``top`` (absolute, real), spelled below
         ``shown`` (the folder as the user gave it)."""
-        inherited = self._ignores_above(top) if self.respect_gitignore else []
+        inherited = [(base, ignore.sparing(_folders_between(base, top))) for base, ignore in self._ignores_above(top)] \
+            if self.respect_gitignore else []
         applicable: dict[str, list[tuple[str, GitIgnore]]] = {}
         for folder, dirs, files in os.walk(top):
             parent = applicable.get(os.path.dirname(folder), inherited)
@@ -197,13 +142,18 @@ class Discovery:
                 yield child, os.path.join(spelled, name)
 
     def _ignores_above(self, top: str) -> list[tuple[str, GitIgnore]]:
-        """.gitignore files of the folders above ``top`` (outermost first)."""
-        found = []
-        for folder in reversed(Path(top).parents):
+        """.gitignore files of the folders above ``top`` (outermost first), up to the root of
+        its git repository, as git reads them (all the way up when there is no repository)."""
+        found: list[tuple[str, GitIgnore]] = []
+        if os.path.exists(os.path.join(top, ".git")):
+            return found
+        for folder in Path(top).parents:
             ignore = self._ignore_for(str(folder))
             if ignore is not None:
                 found.append((str(folder), ignore))
-        return found
+            if os.path.exists(os.path.join(folder, ".git")):
+                break
+        return found[::-1]
 
     def _ignore_for(self, folder: str) -> GitIgnore | None:
         if folder not in self._ignores:
@@ -219,3 +169,9 @@ def _ignored(rules: list[tuple[str, "GitIgnore"]], absolute: str, is_dir: bool) 
         if verdict is not None:
             decision = verdict
     return bool(decision)
+
+
+def _folders_between(base: str, top: str) -> list[str]:
+    """The folders from below ``base`` down to ``top``, relative to ``base``: "a", "a/b", ..."""
+    parts = os.path.relpath(top, base).replace(os.sep, "/").split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]

@@ -60,6 +60,11 @@ def _parse_thresholds(values: tuple[str, ...]) -> dict[str, str]:
               help="Change a rule threshold (e.g. skip_share=0.1); repeatable.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress display on stderr (default: when stderr is a terminal).")
+@click.option("--lint/--no-lint", "lint", default=True, show_default=True,
+              help="Also lint the script and the local modules it imports, into the same report.")
+@click.option("--tensorboard", "tensorboard_dir", type=click.Path(file_okay=False, writable=True),
+              help="Write loss, loss scale, skipped steps and per-parameter underflow shares as "
+              "TensorBoard scalars to this folder (needs the tensorboard package).")
 @click.pass_context
 def trace_command(
     ctx: click.Context,
@@ -74,6 +79,8 @@ def trace_command(
     gradient_interval: int,
     thresholds: tuple[str, ...],
     progress: Optional[bool],
+    lint: bool,
+    tensorboard_dir: Optional[str],
 ) -> None:
     """Run SCRIPT (or -m MODULE) for N training iterations under instrumentation.
 
@@ -109,12 +116,28 @@ def trace_command(
         click.echo(f"ampdoctor trace: {exc}", err=True)
         ctx.exit(2)
 
-    report, outcome = _trace(run, steps or None, record_ops_steps, gradient_interval, limits, output_format, progress)
+    listeners = []
+    if tensorboard_dir:
+        from .tensorboard import TensorBoardLog, TensorBoardUnavailable
+
+        try:
+            listeners.append(TensorBoardLog(tensorboard_dir, limits))
+        except (TensorBoardUnavailable, OSError) as exc:
+            click.echo(f"ampdoctor trace: {exc}", err=True)
+            ctx.exit(2)
+    try:
+        report, outcome = _trace(
+            run, steps or None, record_ops_steps, gradient_interval, limits, output_format, progress,
+            lint=lint, listeners=listeners,
+        )
+    finally:
+        for listener in listeners:
+            listener.close()
     _emit(report, outcome, json_path, output_format)
     ctx.exit(_exit_status(report, outcome, fail_on))
 
 
-def _trace(run, steps, record_ops_steps, gradient_interval, limits, output_format, progress):
+def _trace(run, steps, record_ops_steps, gradient_interval, limits, output_format, progress, lint=False, listeners=()):
     import contextlib
 
     from .runner import run_target
@@ -130,7 +153,9 @@ def _trace(run, steps, record_ops_steps, gradient_interval, limits, output_forma
             script=run.source_path() or run.display,
             argv=[run.display, *run.args],
             progress=on_progress,
+            lint=lint,
         )
+        session.iteration_listeners.extend(listeners)
         redirect = contextlib.redirect_stdout(sys.stderr) if output_format == "json" else contextlib.nullcontext()
         with redirect, session:
             session.outcome = run_target(run)

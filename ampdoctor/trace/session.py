@@ -106,6 +106,7 @@ class TraceSession:
         gradient_interval: int = DEFAULT_GRADIENT_INTERVAL,
     ) -> None:
         if steps is not None and steps < 1:
+        lint: bool = False,
             raise ValueError("steps must be a positive number of iterations, or None")
         if record_ops_steps < 0:
             raise ValueError("record_ops_steps must be 0 or more")
@@ -120,6 +121,12 @@ class TraceSession:
         self.argv = argv
         self.outcome = Outcome()
         self.observations = Observations(gradient_interval=gradient_interval)
+        # Lint the script and the local modules it imported into the report (static.py).
+        self.lint = lint
+        # Called with (IterationRecord, Observations) after every iteration (tensorboard.py).
+        self.iteration_listeners: list[Callable[[IterationRecord, Observations], None]] = []
+        self.local_files: list[str] = []
+        self._modules_before: frozenset[str] = frozenset()
         self.pending = PendingIteration()
         self._progress = progress
         self._registry = ModuleRegistry()
@@ -159,6 +166,7 @@ class TraceSession:
         return self
 
     def _install(self, stack: contextlib.ExitStack) -> None:
+        self._modules_before = frozenset(sys.modules)
         scalers = ScalerPatch(self)
         scalers.install()
         stack.callback(scalers.remove)
@@ -205,6 +213,10 @@ class TraceSession:
     @property
     def class_files(self) -> dict[type, Optional[str]]:
         return self._registry.class_files
+        if self.lint:
+            from .static import imported_local_files
+
+            self.local_files = imported_local_files(self.script, self._modules_before)
 
     # -- installation helpers ----------------------------------------------------------------
 
@@ -447,6 +459,12 @@ class TraceSession:
 
 def _has_closure(args: tuple, kwargs: dict) -> bool:
     """Whether ``optimizer.step`` was given a closure that computes the gradients."""
+        for listener in list(self.iteration_listeners):
+            try:
+                listener(record, self.observations)
+            except Exception as exc:  # a failing writer must not break the script
+                self.iteration_listeners.remove(listener)
+                self.instrument_failed(f"{type(listener).__name__}", exc)
     return callable(kwargs.get("closure")) or bool(args and callable(args[0]))
 
 
