@@ -34,6 +34,8 @@ from collections.abc import Iterator, Sequence
 
 from ..records import Record, Value
 from .fixes import SourceLines
+from .held import delegated_backward, held_region
+from .held import factories as held_factories
 
 # --------------------------------------------------------------------------------------
 # Vocabulary
@@ -115,6 +117,8 @@ class Enabled(str, enum.Enum):
 class EventKind(str, enum.Enum):
     BACKWARD = "backward"
     SCALED_BACKWARD = "scaled_backward"
+    # ``optimizer.backward(loss)``, ``model_engine.backward(loss)``: a framework scales the loss.
+    DELEGATED_BACKWARD = "delegated_backward"
     UNSCALE = "unscale"
     CLIP = "clip"
     SCALER_STEP = "scaler_step"
@@ -235,7 +239,7 @@ class Block(Value):
 class Region(Record):
     """An autocast region: a ``with`` item, a decorator, or a ``custom_fwd(cast_inputs=...)``."""
 
-    __slots__ = ("node", "device", "dtype", "dtype_given", "enabled", "kind")
+    __slots__ = ("node", "device", "dtype", "dtype_given", "enabled", "kind", "flag")
 
     def __init__(
         self,
@@ -245,6 +249,7 @@ class Region(Record):
         dtype_given: bool,
         enabled: Enabled,
         kind: str = "with",
+        flag: ast.expr | None = None,
     ) -> None:
         self.node = node  # the autocast call (or the name of the context object)
         self.device = device  # "cuda", "cpu", ... or None when not literal
@@ -252,6 +257,9 @@ class Region(Record):
         self.dtype_given = dtype_given
         self.enabled = enabled
         self.kind = kind  # "with", "decorator", "custom_fwd"
+        # For a "maybe" region: the expression that turns it on (``enabled=use_amp``, the test of
+        # ``autocast if amp else suppress``), or None when unknown.
+        self.flag = flag
 
     @property
     def effective_dtype(self) -> str | None:
@@ -944,13 +952,14 @@ def autocast_region(call: ast.Call, imports: dict[str, str], kind: str = "with")
     if dtype_arg is not None and dtype is None:
         dtype = _dtype_from_string(dtype_arg.value)
     enabled = Enabled.ON
+    flag = None
     if enabled_arg is not None:
         value = enabled_arg.value
         if type(value) is ast.Constant and type(value.value) is bool:
             enabled = Enabled.ON if value.value else Enabled.OFF
         else:
-            enabled = Enabled.MAYBE
-    return Region(call, device, dtype, dtype_arg is not None, enabled, kind)
+            enabled, flag = Enabled.MAYBE, value
+    return Region(call, device, dtype, dtype_arg is not None, enabled, kind, flag)
 
 
 def _dtype_from_string(expr: ast.expr) -> str | None:
@@ -959,8 +968,9 @@ def _dtype_from_string(expr: ast.expr) -> str | None:
     return aliases.get(text or "")
 
 
-def _region_of_expression(expr: ast.expr, facts: AmpFacts) -> Region | None:
-    """Autocast region for a ``with`` item: a call, a context object, or ``a if c else b``."""
+def _region_of_expression(expr: ast.expr, facts: AmpFacts, held: dict | None = None) -> Region | None:
+    """Autocast region for a ``with`` item: a call, a context object, ``a if c else b``, or a
+    call of a name that holds an autocast factory (held.py)."""
     if type(expr) is ast.Call:
         region = autocast_region(expr, facts.imports)
         if region is not None:
@@ -969,10 +979,10 @@ def _region_of_expression(expr: ast.expr, facts: AmpFacts) -> Region | None:
         if name in CUSTOM_FWD_NAMES and get_arg(expr, None, "cast_inputs") is not None:
             # custom_fwd(cast_inputs=...) runs forward with autocast disabled.
             return Region(expr, None, None, False, Enabled.OFF, "custom_fwd")
-        return None
+        return held_region(expr, facts, held) if held else None
     if type(expr) is ast.IfExp:
         # ``ctx = nullcontext() if cpu else torch.autocast(...)``: on in one arm only.
-        arms = [_region_of_expression(expr.body, facts), _region_of_expression(expr.orelse, facts)]
+        arms = [_region_of_expression(expr.body, facts, held), _region_of_expression(expr.orelse, facts, held)]
         found = [a for a in arms if a is not None]
         if not found:
             return None
@@ -980,7 +990,8 @@ def _region_of_expression(expr: ast.expr, facts: AmpFacts) -> Region | None:
         enabled = first.enabled if len(found) == 2 and first.enabled is Enabled.OFF else Enabled.MAYBE
         if len(found) == 2 and all(a.enabled is Enabled.ON for a in found):
             enabled = Enabled.ON
-        return Region(first.node, first.device, first.dtype, first.dtype_given, enabled, first.kind)
+        flag = expr.test if enabled is Enabled.MAYBE and len(found) == 1 else None
+        return Region(first.node, first.device, first.dtype, first.dtype_given, enabled, first.kind, flag)
     name = dotted(expr)
     if name is not None:
         return facts.context_objects.get(name)
@@ -988,9 +999,10 @@ def _region_of_expression(expr: ast.expr, facts: AmpFacts) -> Region | None:
 
 
 def _resolve_regions(facts: AmpFacts) -> None:
+    held = held_factories(facts, AUTOCAST_NAMES)
     # Context objects: ``ctx = torch.autocast(...)`` anywhere in the module, by spelling.
     for assignment in facts.assignments:
-        region = _region_of_expression(assignment.value, facts)
+        region = _region_of_expression(assignment.value, facts, held)
         if region is not None:
             existing = facts.context_objects.get(assignment.target)
             if existing is not None and existing.enabled is not region.enabled:
@@ -1002,7 +1014,7 @@ def _resolve_regions(facts: AmpFacts) -> None:
             key = id(ref)
             if key in seen or ref.region is not None:
                 continue
-            region = _region_of_expression(ref.expr, facts)
+            region = _region_of_expression(ref.expr, facts, held)
             if region is not None and ref.decorator:
                 region = Region(region.node, region.device, region.dtype, region.dtype_given, region.enabled,
                                 "decorator" if region.kind == "with" else region.kind)
@@ -1030,6 +1042,9 @@ def _is_scale_call(expr: ast.expr) -> str | None:
 def _find_scalers_and_optimizers(facts: AmpFacts) -> None:
     for assignment in facts.assignments:
         value = assignment.value
+        if type(value) is ast.IfExp:
+            # ``scaler = GradScaler() if amp else None``: a scaler whenever one is used.
+            value = next((arm for arm in (value.body, value.orelse) if type(arm) is ast.Call), value)
         if type(value) is ast.Call:
             qname = facts.qualify(value.func)
             if qname in GRAD_SCALER_NAMES:
@@ -1109,6 +1124,8 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
         if scaler is not None:
             return Event(EventKind.SCALED_BACKWARD, site, scaler=scaler)
         return Event(EventKind.BACKWARD, site)
+    if delegated_backward(method, receiver, site.node):
+        return Event(EventKind.DELEGATED_BACKWARD, site)
     if method == "backward" and type(site.node.func) is ast.Attribute:
         target = site.node.func.value
         scaler = _is_scale_call(target) or scaled_vars.get(dotted(target) or "")

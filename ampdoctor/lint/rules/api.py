@@ -359,12 +359,13 @@ class DeprecatedAmpApi(LintRule):
         calls_by_func = {id(site.node.func): site.node for site in facts.calls}
         decorators = {id(d) for function, _frame in facts.functions for d in function.decorator_list}
         bases = {id(base) for class_def, _ in facts.classes for base in class_def.bases}
+        held = _held_references(facts)
         for node, qname in facts.references:
             target = _deprecated(qname)
             spelled = dotted(node)
             if target is None or spelled is None:
                 continue
-            if id(node) not in calls_by_func and id(node) not in decorators and id(node) not in bases:
+            if id(node) not in calls_by_func and id(node) not in decorators and id(node) not in bases and id(node) not in held:
                 continue  # a reference, not a use: ``func is torch.cuda.amp.autocast`` recognises the old name
             head = spelled.split(".", 1)[0]
             if facts.imports.get(head) != "torch":
@@ -396,6 +397,20 @@ class DeprecatedAmpApi(LintRule):
         if decorator and target.kind == "custom":
             return FixPlan(description, (NodeEdit("replace", node, f'{head}.amp.{target.name}(device_type="{target.device}")'),))
         return None
+
+
+def _held_references(facts: AmpFacts) -> set[int]:
+    """Expressions stored to be called later: an assigned value, either arm of an assigned
+    ``a if c else b``, the callable given to ``functools.partial`` in an assignment."""
+    found: set[int] = set()
+    for assignment in facts.assignments:
+        value = assignment.value
+        values = [value.body, value.orelse] if type(value) is ast.IfExp else [value]
+        for item in values:
+            if type(item) is ast.Call and facts.qualify(item.func) == "functools.partial" and item.args:
+                item = item.args[0]
+            found.add(id(item))
+    return found
 
 
 def _device_of(ref: ImportRef) -> str:

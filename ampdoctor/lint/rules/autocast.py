@@ -25,7 +25,8 @@ class BackwardInAutocast(LintRule):
     anchors = AUTOCAST
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
-        for event in facts.events(EventKind.BACKWARD, EventKind.SCALED_BACKWARD):
+        # A backward handed to a framework (``accelerator.backward(loss)``) is still one.
+        for event in facts.events(EventKind.BACKWARD, EventKind.SCALED_BACKWARD, EventKind.DELEGATED_BACKWARD):
             site = event.call
             if not site.in_autocast:
                 continue
@@ -204,9 +205,10 @@ class DowncastInAutocast(LintRule):
             if site.method not in ("half", "bfloat16", "to", "type"):
                 continue
             region = site.region
-            # Only a region that is certainly on: with ``enabled=flag`` a cast is usually the
-            # branch for the configuration that runs without autocast (pure float16, say).
-            if region is None or region.enabled is not Enabled.ON:
+            # A region that is certainly on, or one whose own flag guards the cast. Under a
+            # different flag the cast is usually the branch for a configuration that runs
+            # without autocast (pure float16, say).
+            if region is None or not (region.enabled is Enabled.ON or _guarded_by_own_flag(site, region)):
                 continue
             dtype = downcast_dtype(site, facts)
             if dtype is None:
@@ -220,3 +222,14 @@ class DowncastInAutocast(LintRule):
                 statement=site.statement,
             )
 
+
+
+def _guarded_by_own_flag(site: CallSite, region) -> bool:
+    """``with autocast(enabled=use_amp):`` ... ``if use_amp: y = y.half()``: the cast runs exactly
+    when the region is on. Only the ``if`` arm counts, and only the flag spelled the same way."""
+    if region.enabled is not Enabled.MAYBE or region.flag is None:
+        return False
+    flag = ast.dump(region.flag)
+    return any(
+        block.kind == "if" and type(block.node) is ast.If and ast.dump(block.node.test) == flag for block in site.path
+    )

@@ -28,6 +28,7 @@ from ..facts import (
     Event,
     EventKind,
     Frame,
+    Region,
     call_args,
     dotted,
     get_arg,
@@ -835,6 +836,7 @@ class Float16WithoutScaler(LintRule):
         if not any(r.is_float16 for r in facts.regions) or self._has_scaler(facts) or _frameworks(facts):
             return
         reported: set[int] = set()
+        decorated = _float16_decorated(facts)
         for frame in facts.frames:
             backwards = [
                 b
@@ -846,6 +848,9 @@ class Float16WithoutScaler(LintRule):
             last = backwards[-1].order
             for site in frame.calls:
                 region = site.region
+                if (region is None or not region.is_float16) and decorated:
+                    # The loss comes from a function decorated with float16 autocast.
+                    region = decorated.get(_local_callee(site))
                 if region is None or not region.is_float16 or site.order > last or id(region.node) in reported:
                     continue
                 reported.add(id(region.node))
@@ -868,6 +873,26 @@ class Float16WithoutScaler(LintRule):
             if site.node is node:
                 return site.statement
         return None
+
+
+def _float16_decorated(facts: AmpFacts) -> dict[str, Region]:
+    """Functions of the module whose body runs in float16 autocast by a decorator, by name."""
+    regions = {id(region.node): region for region in facts.regions if region.is_float16}
+    found: dict[str, Region] = {}
+    if regions:
+        for function, _frame in facts.functions:
+            for decorator in function.decorator_list:
+                region = regions.get(id(decorator))
+                if region is not None:
+                    found[function.name] = region
+    return found
+
+
+def _local_callee(site: CallSite) -> str | None:
+    """``f`` for ``f(...)``, ``self.f(...)`` and ``cls.f(...)``: a function of this module, by name."""
+    if type(site.node.func) is ast.Name:
+        return site.node.func.id
+    return site.method if site.receiver in ("self", "cls") else None
 
 
 # --------------------------------------------------------------------------------------

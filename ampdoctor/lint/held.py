@@ -1,0 +1,163 @@
+"""Autocast held in names, and backward passes handed to a framework.
+
+Trainers rarely write ``with torch.autocast(...)`` where they compute the loss. They choose the
+context once and keep it:
+
+* ``self.amp_autocast = partial(torch.autocast, device_type="cuda", dtype=amp_dtype)`` in
+  ``__init__`` (``= suppress`` when AMP is off), then ``with self.amp_autocast():`` elsewhere;
+* ``autocast = torch.cuda.amp.autocast if amp else suppress``, then ``with autocast():``;
+* ``def train_one_epoch(..., amp_autocast=suppress)`` called with the real one.
+
+``factories`` reads those bindings (by spelling, module-wide, like context objects) and
+``held_region`` turns ``with NAME(...):`` into the Region it opens: on when every binding is
+autocast, "maybe" when one of them is a null context or unknown. Where a name is bound only by
+a conditional expression, the condition is the region's flag (see ``Region.flag``).
+
+``delegated_backward`` recognises ``optimizer.backward(loss)``, ``model_engine.backward(loss)``,
+``self.manual_backward(loss)`` and the like: the framework scales the loss inside, so they are
+not plain tensor backward passes.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from ..records import Record
+
+# Context managers that do nothing: the "AMP off" arm of a held autocast.
+NULL_CONTEXTS = frozenset({"contextlib.suppress", "contextlib.nullcontext"})
+_PARTIAL = frozenset({"functools.partial"})
+# A parameter whose name says it holds an autocast context (``amp_autocast=suppress``).
+_AUTOCAST_PARAMETER = re.compile(r"autocast", re.I)
+
+
+class Factory(Record):
+    """One thing a held name may stand for: an autocast callable with the arguments ``partial``
+    bound (``ref`` is the expression naming it), or a null/unknown context (``ref`` None)."""
+
+    __slots__ = ("ref", "args", "keywords")
+
+    def __init__(self, ref: ast.expr | None, args: list | None = None, keywords: list | None = None) -> None:
+        self.ref = ref
+        self.args = [] if args is None else args
+        self.keywords = [] if keywords is None else keywords
+
+    @property
+    def is_autocast(self) -> bool:
+        return self.ref is not None
+
+
+class Held(Record):
+    """What a name may hold (``choices``) and the expression that chooses, when one does."""
+
+    __slots__ = ("choices", "flag", "parameter")
+
+    def __init__(self, choices: list[Factory], flag: ast.expr | None = None, parameter: bool = False) -> None:
+        self.choices = choices
+        self.flag = flag
+        self.parameter = parameter  # a parameter whose caller passes the context
+
+
+def _choices(expr: ast.expr, qualify, autocast_names) -> list[Factory] | None:
+    """The factories an assigned value may be; None when it is no autocast-like value at all."""
+    kind = type(expr)
+    if kind is ast.IfExp:
+        arms = [_choices(expr.body, qualify, autocast_names), _choices(expr.orelse, qualify, autocast_names)]
+        if not any(arm and any(f.is_autocast for f in arm) for arm in arms):
+            return None
+        # An arm the model cannot read is some other context: the region may be off.
+        return [f for arm in arms for f in (arm if arm is not None else [Factory(None)])]
+    if kind is ast.Call:
+        if qualify(expr.func) in _PARTIAL and expr.args and qualify(expr.args[0]) in autocast_names:
+            return [Factory(expr.args[0], list(expr.args[1:]), list(expr.keywords))]
+        return None
+    name = qualify(expr)
+    if name in autocast_names:
+        return [Factory(expr)]
+    if name in NULL_CONTEXTS:
+        return [Factory(None)]
+    return None
+
+
+def factories(facts, autocast_names) -> dict[str, Held]:
+    """Spelling → what it holds, from assignments and from parameters' default values."""
+    held: dict[str, Held] = {}
+
+    def add(target: str, choices: list[Factory], flag: ast.expr | None, parameter: bool = False) -> None:
+        existing = held.get(target)
+        if existing is None:
+            held[target] = Held(choices, flag, parameter)
+        else:  # bound in several places (both arms of an ``if`` in ``__init__``)
+            held[target] = Held(existing.choices + choices, None, existing.parameter or parameter)
+
+    for assignment in facts.assignments:
+        choices = _choices(assignment.value, facts.qualify, autocast_names)
+        if choices is not None:
+            add(assignment.target, choices, assignment.value.test if type(assignment.value) is ast.IfExp else None)
+    for function, _frame in facts.functions:
+        arguments = function.args
+        positional = [*arguments.posonlyargs, *arguments.args]
+        pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+        pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]
+        for parameter, default in pairs:
+            if _AUTOCAST_PARAMETER.search(parameter.arg) and facts.qualify(default) in NULL_CONTEXTS:
+                # ``amp_autocast=suppress``: the caller passes the real context when AMP is on.
+                add(parameter.arg, [Factory(None)], None, parameter=True)
+    return held
+
+
+def held_region(call: ast.Call, facts, held: dict[str, Held]):
+    """The Region that ``with NAME(...):`` opens when NAME holds an autocast factory, else None."""
+    from .facts import Enabled, Region, autocast_region
+
+    spelling = _dotted(call.func)
+    entry = held.get(spelling) if spelling else None
+    if entry is None:
+        return None
+    regions = []
+    for factory in entry.choices:
+        if factory.is_autocast:
+            # The call the factory makes: what ``partial`` bound, then what the ``with`` passes.
+            bound = ast.Call(func=factory.ref, args=[*factory.args, *call.args], keywords=[*factory.keywords, *call.keywords])
+            region = autocast_region(bound, facts.imports)
+            if region is not None:
+                regions.append(region)
+    if not regions:
+        if not entry.parameter:
+            return None  # only ever a null context
+        return Region(call, None, None, False, Enabled.MAYBE)  # the caller's context: some autocast
+    first = regions[0]
+    certain = len(regions) == len(entry.choices) and all(r.enabled is first.enabled for r in regions)
+    enabled = first.enabled if certain or first.enabled is Enabled.OFF else Enabled.MAYBE
+    return Region(call, first.device, first.dtype, first.dtype_given, enabled, flag=None if certain else entry.flag)
+
+
+def _dotted(expr: ast.AST) -> str | None:
+    parts = []
+    while type(expr) is ast.Attribute:
+        parts.append(expr.attr)
+        expr = expr.value
+    if type(expr) is ast.Name:
+        parts.append(expr.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+# ---- delegated backward --------------------------------------------------------------
+
+# Receivers whose ``backward(loss)`` scales the loss itself: DeepSpeed engines (often named
+# ``model``), apex/fairseq-style optimizer wrappers, accelerate, Fabric, Lightning strategies.
+_DELEGATE_RECEIVER = re.compile(
+    r"(^|_)(model|engine|deepspeed|accelerator|fabric|strategy|trainer|booster|optimizer|optimiser|optim|opt)(_\w+)?$",
+    re.I,
+)
+
+
+def delegated_backward(method: str | None, receiver: str | None, call: ast.Call) -> bool:
+    """``X.backward(loss)`` where X is a framework object, or Lightning's ``self.manual_backward(loss)``."""
+    if method == "manual_backward":
+        return True
+    if method != "backward" or not (call.args or call.keywords) or not receiver:
+        return False
+    return bool(_DELEGATE_RECEIVER.search(receiver.rsplit(".", 1)[-1]))
