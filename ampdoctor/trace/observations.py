@@ -61,6 +61,8 @@ class GradientStats:
     healthy_totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_FIELDS[:4], 0.0))
     last_scale: Optional[float] = None
     first_nonfinite_step: Optional[int] = None
+    # (step, shares) of the latest sampled iteration, for listeners such as TensorBoard.
+    last_sampled: Optional[tuple[int, dict[str, float]]] = None
 
     @property
     def numel(self) -> int:
@@ -90,6 +92,7 @@ class GradientStats:
         if shares["nonfinite"] > 0 and self.first_nonfinite_step is None:
             self.first_nonfinite_step = step
         self.last_scale = scale
+        self.last_sampled = (step, shares)
 
     def add_check(self, nonfinite: bool, step: int, scale: Optional[float]) -> None:
         """An iteration without the full statistics: whether the gradient held inf/NaN."""

@@ -79,6 +79,9 @@ class TraceReport:
     thresholds: Thresholds
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # ``ampdoctor lint`` findings in the traced script and the local modules it imported.
+    static_findings: list[Finding] = field(default_factory=list)
+    linted_files: list[str] = field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -127,6 +130,8 @@ class TraceReport:
             ],
             "origin": _origin_dict(obs),
             "backward_origin": _backward_origin_dict(obs),
+            "linted_files": list(self.linted_files),
+            "static_findings": [f.to_dict() for f in self.static_findings],
         }
 
     def to_json(self, indent: Optional[int] = 2) -> str:
@@ -286,6 +291,14 @@ def build_report(session: TraceSession) -> TraceReport:
     obs.class_files = dict(session.class_files)
     locator = Locator(session.script, obs.class_files)
     findings = evaluate(obs, session.thresholds, locator)
+    notes = _notes(session)
+    static: list[Finding] = []
+    if session.lint:
+        from .static import lint_files
+
+        static, problem = lint_files(session.local_files)
+        if problem:
+            notes.append(problem)
     return TraceReport(
         script=session.script,
         argv=session.argv,
@@ -294,7 +307,9 @@ def build_report(session: TraceSession) -> TraceReport:
         observations=obs,
         thresholds=session.thresholds,
         findings=findings,
-        notes=_notes(session),
+        notes=notes,
+        static_findings=static,
+        linted_files=list(session.local_files) if session.lint else [],
     )
 
 
@@ -325,6 +340,8 @@ def render(report: TraceReport, console=None) -> None:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
     if report.findings:
         console.print(_findings_table(report.findings))
+    if report.static_findings:
+        console.print(_static_table(report.static_findings))
     if obs.ops:
         console.print(_ops_table(obs))
     underflow = _underflow_table(report)
@@ -384,6 +401,20 @@ def _findings_table(findings: list[Finding]):
             "\n".join(where) or "-",
             what,
         )
+    return table
+
+
+def _static_table(findings: list[Finding]):
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Static findings in the traced code (ampdoctor lint)", title_justify="left", expand=True)
+    table.add_column("code", no_wrap=True)
+    table.add_column("where", overflow="fold", ratio=1)
+    table.add_column("what", ratio=3)
+    for finding in findings:
+        where = f"{os.path.basename(finding.location.path)}:{finding.location.line}"
+        table.add_row(finding.code, escape(where), escape(finding.message))
     return table
 
 

@@ -104,9 +104,9 @@ class TraceSession:
         argv: Optional[list[str]] = None,
         progress: Optional[ProgressCallback] = None,
         gradient_interval: int = DEFAULT_GRADIENT_INTERVAL,
+        lint: bool = False,
     ) -> None:
         if steps is not None and steps < 1:
-        lint: bool = False,
             raise ValueError("steps must be a positive number of iterations, or None")
         if record_ops_steps < 0:
             raise ValueError("record_ops_steps must be 0 or more")
@@ -119,14 +119,14 @@ class TraceSession:
         # Findings point at this file; by default the running program's main script.
         self.script = script or getattr(sys.modules.get("__main__"), "__file__", None)
         self.argv = argv
-        self.outcome = Outcome()
-        self.observations = Observations(gradient_interval=gradient_interval)
         # Lint the script and the local modules it imported into the report (static.py).
         self.lint = lint
         # Called with (IterationRecord, Observations) after every iteration (tensorboard.py).
         self.iteration_listeners: list[Callable[[IterationRecord, Observations], None]] = []
         self.local_files: list[str] = []
         self._modules_before: frozenset[str] = frozenset()
+        self.outcome = Outcome()
+        self.observations = Observations(gradient_interval=gradient_interval)
         self.pending = PendingIteration()
         self._progress = progress
         self._registry = ModuleRegistry()
@@ -162,11 +162,11 @@ class TraceSession:
             stack.close()
             raise
         self._exit_stack = stack
+        self._modules_before = frozenset(sys.modules)
         _active = self
         return self
 
     def _install(self, stack: contextlib.ExitStack) -> None:
-        self._modules_before = frozenset(sys.modules)
         scalers = ScalerPatch(self)
         scalers.install()
         stack.callback(scalers.remove)
@@ -202,6 +202,10 @@ class TraceSession:
                 stack.close()
         if exc_type is not None and self.outcome.reason == "end":
             self.outcome = _outcome_of(exc_type, exc)
+        if self.lint:
+            from .static import imported_local_files
+
+            self.local_files = imported_local_files(self.script, self._modules_before)
         return exc_type is not None and issubclass(exc_type, StopTracing)
 
     def report(self):
@@ -213,10 +217,6 @@ class TraceSession:
     @property
     def class_files(self) -> dict[type, Optional[str]]:
         return self._registry.class_files
-        if self.lint:
-            from .static import imported_local_files
-
-            self.local_files = imported_local_files(self.script, self._modules_before)
 
     # -- installation helpers ----------------------------------------------------------------
 
@@ -424,6 +424,12 @@ class TraceSession:
         if record.skipped:
             self._skipped_total += 1
         self._backward.next_iteration(in_window=step < self.record_ops_steps, skipped=record.skipped)
+        for listener in list(self.iteration_listeners):
+            try:
+                listener(record, self.observations)
+            except Exception as exc:  # a failing writer must not break the script
+                self.iteration_listeners.remove(listener)
+                self.instrument_failed(f"{type(listener).__name__}", exc)
         if window_ends:
             self._stop_census()
         self._probe_origin_op()
@@ -459,12 +465,6 @@ class TraceSession:
 
 def _has_closure(args: tuple, kwargs: dict) -> bool:
     """Whether ``optimizer.step`` was given a closure that computes the gradients."""
-        for listener in list(self.iteration_listeners):
-            try:
-                listener(record, self.observations)
-            except Exception as exc:  # a failing writer must not break the script
-                self.iteration_listeners.remove(listener)
-                self.instrument_failed(f"{type(listener).__name__}", exc)
     return callable(kwargs.get("closure")) or bool(args and callable(args[0]))
 
 
