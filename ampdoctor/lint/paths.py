@@ -40,16 +40,18 @@ class TooManyPaths(Exception):
 
 
 class Decision(tuple):
-    """An ``if`` on a path: the node, the arm taken (True: body), and how many events preceded it."""
+    """An ``if`` on a path: the node, the arm taken (True: body), how many events preceded it, and
+    its test with names bound to tests replaced by them (``sync`` → ``(i + 1) % accum == 0``)."""
 
     __slots__ = ()
 
-    def __new__(cls, node: ast.If, truth: bool, position: int) -> Decision:
-        return tuple.__new__(cls, (node, truth, position))
+    def __new__(cls, node: ast.If, truth: bool, position: int, test: ast.expr) -> Decision:
+        return tuple.__new__(cls, (node, truth, position, test))
 
     node = property(lambda self: self[0])
     truth = property(lambda self: self[1])
     position = property(lambda self: self[2])
+    test = property(lambda self: self[3])
 
 
 class Path:
@@ -303,10 +305,10 @@ class _Walker:
             position = len(s.events)
             if known is not False:
                 assumed = s.assumptions if known else s.assumptions.assume(test, True)
-                body_in.append(_State(s.events, s.decisions + (Decision(stmt, True, position),), assumed))
+                body_in.append(_State(s.events, s.decisions + (Decision(stmt, True, position, test),), assumed))
             if known is not True:
                 assumed = s.assumptions if known is False else s.assumptions.assume(test, False)
-                else_in.append(_State(s.events, s.decisions + (Decision(stmt, False, position),), assumed))
+                else_in.append(_State(s.events, s.decisions + (Decision(stmt, False, position, test),), assumed))
         body_out, body_jumps = self.block(stmt.body, body_in)
         else_out, else_jumps = self.block(stmt.orelse, else_in)
         return body_out + else_out, body_jumps + else_jumps

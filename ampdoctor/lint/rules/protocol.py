@@ -593,7 +593,8 @@ class DoubleUnscale(LintRule):
                 for block in update.path:
                     if block.node is decision.node and (block.kind == "if") != decision.truth:
                         test = facts.text(decision.node.test)
-                        if _ACCUMULATION_TEST.search(test) or _SKIP_TEST.search(test):
+                        meaning = test if decision.test is decision.node.test else ast.unparse(decision.test)
+                        if any(pattern.search(meaning) for pattern in (_ACCUMULATION_TEST, _SKIP_TEST)):
                             arm = "when" if block.kind == "if" else "unless"
                             return f"`{update.scaler}.update()` runs only {arm} `{test}`"
         return None
