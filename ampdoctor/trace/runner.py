@@ -9,12 +9,15 @@ directory) is first on ``sys.path``, and it runs as ``__main__``. How it ends be
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import importlib.machinery
 import importlib.util
 import os
 import runpy
 import sys
 import traceback
+import types
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Iterator, Optional
@@ -70,10 +73,12 @@ def check_target(target: Target) -> None:
 def run_target(target: Target) -> Outcome:
     """Run the target to its end (or until the session stops it) and say how it ended."""
     try:
-        if target.script is not None:
+        if target.script is not None and os.path.isfile(target.script):
+            with _search_path(_script_folder(target.script)), _argv([target.script, *target.args]):
+                _run_file_as_main(os.path.abspath(target.script))
+        elif target.script is not None:  # a folder or zip archive with __main__.py
             script = os.path.abspath(target.script)
-            folder = script if os.path.isdir(script) else os.path.dirname(script)
-            with _search_path(folder), _argv([target.script, *target.args]):
+            with _search_path(script), _argv([target.script, *target.args]):
                 runpy.run_path(script, run_name="__main__")
         else:
             with _search_path(os.getcwd()), _argv([target.module, *target.args]):
@@ -89,6 +94,37 @@ def run_target(target: Target) -> Outcome:
     except BaseException as exc:  # the script's own error, reported with its traceback
         return Outcome("error", error=_one_line(exc), traceback=script_traceback(exc))
     return Outcome("end")
+
+
+def _script_folder(script: str) -> str:
+    """What ``python SCRIPT`` puts first on ``sys.path``: the folder of the script, symbolic
+    links resolved."""
+    return os.path.dirname(os.path.realpath(script))
+
+
+def _run_file_as_main(path: str) -> None:
+    """Execute a source file in a fresh ``__main__`` module laid out as ``python SCRIPT`` lays it
+    out (``runpy.run_path`` differs in small ways scripts can see: ``sys.argv[0]`` made absolute,
+    ``__package__ == ""``, no ``__loader__``, ``__builtins__`` a dict)."""
+    with open(path, "rb") as handle:
+        source = handle.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    module = types.ModuleType("__main__")
+    module.__dict__.update(
+        __file__=path,
+        __cached__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", path),
+        __package__=None,
+        __spec__=None,
+        __builtins__=builtins,
+        __annotations__={},
+    )
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = module
+    try:
+        exec(code, module.__dict__)
+    finally:
+        sys.modules["__main__"] = saved
 
 
 def _one_line(exc: BaseException) -> str:
