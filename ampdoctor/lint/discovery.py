@@ -8,6 +8,7 @@ project's excludes); folders are walked for ``*.py``, ``*.pyi`` and ``*.ipynb``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -45,11 +46,12 @@ class GitIgnore(Record):
     patterns, escapes). Imported here, when a walked folder has a .gitignore: linting named
     files never pays for it."""
 
-    __slots__ = ("base", "spec")
+    __slots__ = ("base", "spec", "any_pattern")
 
     def __init__(self, base: Path, spec) -> None:
         self.base = base
         self.spec = spec
+        self.any_pattern = _any_of(spec.patterns)
 
     @classmethod
     def load(cls, folder: Path) -> GitIgnore | None:
@@ -74,7 +76,22 @@ class GitIgnore(Record):
 
     def decision(self, relative: str, is_dir: bool) -> bool | None:
         """True ignored, False re-included, None no opinion (the last matching pattern decides)."""
-        return self.spec.check_file(f"{relative}/" if is_dir else relative).include
+        path = f"{relative}/" if is_dir else relative
+        if self.any_pattern is not None and not self.any_pattern.search(path):
+            return None  # most paths match no pattern: one search instead of one per pattern
+        return self.spec.check_file(path).include
+
+
+def _any_of(patterns) -> "re.Pattern[str] | None":
+    """One expression that matches where any of the patterns does (their group names dropped,
+    since an expression may not repeat one); None when they cannot be combined."""
+    alternatives = [re.sub(r"\(\?P<\w+>", "(?:", p.regex.pattern) for p in patterns if p.include is not None]
+    if not alternatives:
+        return re.compile(r"(?!)")
+    try:
+        return re.compile("|".join(f"(?:{a})" for a in alternatives))
+    except re.error:
+        return None
 
 
 class Discovery:
