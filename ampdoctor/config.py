@@ -178,7 +178,8 @@ def find_config(start: Path) -> Path | None:
                 if "tool.ampdoctor" in text:
                     return candidate  # ours, and broken: loading it reports the error
                 continue
-            if "ampdoctor" in data.get("tool", {}):
+            tool = data.get("tool")
+            if isinstance(tool, dict) and "ampdoctor" in tool:
                 return candidate
     return None
 
@@ -195,7 +196,10 @@ def load_settings(path: Path, known_codes: Iterable[str]) -> Settings:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML in {path}: {exc}") from None
-    table = data.get("tool", {}).get("ampdoctor", {})
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"tool in {path} must be a table")
+    table = tool.get("ampdoctor", {})
     if not isinstance(table, dict):
         raise ConfigError(f"tool.ampdoctor in {path} must be a table")
     return settings_from_table(table, known_codes, root=path.parent, source=path)

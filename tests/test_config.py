@@ -89,6 +89,19 @@ def test_explicit_config_file(tmp_path, monkeypatch):
         ("per-file-ignores = ['x']", "tool.ampdoctor.per-file-ignores: expected a table"),
         ("[tool.ampdoctor.per-file-ignores]\n'a/*' = ['AMP77']", "unknown rule code or prefix 'AMP77'"),
         ("select = [", "invalid TOML in"),
+        ("extend-select = ['AMP1', 2]", "tool.ampdoctor.extend-select: expected a list of strings"),
+        ("extend-select = ['NOPE']", "tool.ampdoctor.extend-select: unknown rule code or prefix 'NOPE'"),
+        ("ignore = 'AMP1'", "tool.ampdoctor.ignore: expected a list of strings"),
+        ("ignore = ['AMP1x']", "tool.ampdoctor.ignore: unknown rule code or prefix 'AMP1x'"),
+        ("exclude = 'third_party'", "tool.ampdoctor.exclude: expected a list of strings"),
+        ("extend-exclude = [1]", "tool.ampdoctor.extend-exclude: expected a list of strings"),
+        ("per-file-ignores = { 'a/*' = 'AMP1' }", "tool.ampdoctor.per-file-ignores.'a/*': expected a list of rule codes"),
+        ("respect-gitignore = 1", "tool.ampdoctor.respect-gitignore: expected true or false"),
+        ("fail-on = ['error']", "tool.ampdoctor.fail-on: expected a string"),
+        ("[tool.ampdoctor.select]\nx = 1", "tool.ampdoctor.select: expected a list of strings"),
+        ("select = ['AMP1']\nselect = ['AMP2']", "(at line 6, column 18)"),
+        ("select = ['AMP1'\nfail-on = 'error'", "Unclosed array (at line 6, column 1)"),
+        ("select = ['AMP1'", "Unclosed array (at end of document)"),
     ],
 )
 def test_bad_config_is_one_line_exit_2(tmp_path, monkeypatch, table, message):
@@ -120,4 +133,40 @@ def test_load_settings_reports_the_file(tmp_path):
     path = tmp_path / "pyproject.toml"
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(ConfigError, match="not UTF-8"):
+        load_settings(path, known_codes())
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("tool = 'ampdoctor'\n", None),  # not our table: the defaults apply
+        ("[tool]\nampdoctor = 3\n", "tool.ampdoctor in {path} must be a table"),
+        ("[tool]\nampdoctor = ['select']\n", "tool.ampdoctor in {path} must be a table"),
+        ("[tool.ampdoctor\nselect = []\n", "invalid TOML in {path}: Expected ']' at the end of a table declaration "
+                                              "(at line 1, column 16)"),
+        ("[tool.ampdoctor]\nselect = ['AMP1']\u00a0\n", "invalid TOML in {path}: "),
+    ],
+)
+def test_whole_document_errors_are_one_line(tmp_path, monkeypatch, capsys, document, message):
+    """Through the plain entry point too: what a pre-commit hook shows."""
+    from ampdoctor.entry import main as entry
+
+    (tmp_path / "pyproject.toml").write_text(document, encoding="utf-8")
+    (tmp_path / "train.py").write_text(BUGGY, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit:
+        entry(["lint", "train.py"])
+    err = capsys.readouterr().err
+    if message is None:
+        assert exit.value.code == 1 and err == ""
+        return
+    assert exit.value.code == 2
+    assert err.count("\n") == 1 and err.startswith("ampdoctor: error: ")
+    assert message.format(path=tmp_path / "pyproject.toml") in err
+
+
+def test_a_config_named_with_a_non_table_tool_is_one_line(tmp_path):
+    path = tmp_path / "pyproject.toml"
+    path.write_text("tool = ['ampdoctor']\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^tool in .*pyproject.toml must be a table$"):
         load_settings(path, known_codes())
