@@ -106,7 +106,7 @@ def _result(finding: Finding, rule_index: int) -> dict[str, Any]:
             {"physicalLocation": {"artifactLocation": artifact_location(loc.path), "region": region}}
         ],
     }
-    if finding.fix is not None and loc.cell is None:
+    if finding.fix is not None and finding.fix.edits and loc.cell is None:  # a module rewrite has none until applied
         result["fixes"] = [_fix(finding)]
     properties = {}
     if loc.cell is not None:
