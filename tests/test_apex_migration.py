@@ -311,10 +311,10 @@ def test_loss_not_computed_from_the_model_leaves_a_todo_and_the_finding_says_so(
     after = migrate(before)
     lines = after.splitlines()
     todo = next(i for i, line in enumerate(lines) if "# TODO(ampdoctor)" in line)
-    # At the exact place: right above the backward that replaced the scale_loss block.
+    # At the exact place: right above the statement that computes the loss.
     assert lines[todo].startswith("        # TODO(ampdoctor): put the forward pass that computes `loss`")
     after_comment = next(line for line in lines[todo:] if not line.lstrip().startswith("#"))
-    assert after_comment == "        scaler.scale(loss).backward()"
+    assert after_comment == "        loss = closure(batch)"
     assert "torch.autocast" not in after.replace("torch.autocast(\"cuda\", dtype=torch.float16):`", "")
     assert_sound(after)
 

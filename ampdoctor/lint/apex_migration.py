@@ -478,7 +478,7 @@ class _Migration(cst.CSTTransformer):
         return next((last for first, last in self.plan.wraps if first == line), None)
 
     def _with_todos(self, statement: cst.BaseStatement, line: int) -> cst.BaseStatement:
-        todos = [text for at, text in self.plan.todos if at == line]
+        todos = [text for at, text, _reported in self.plan.todos if at == line]
         if not todos:
             return statement
         comments = [line for text in todos for line in _comments(f"TODO(ampdoctor): {text}")]

@@ -43,7 +43,8 @@ FP16_UTILS = {
 
 class MigrationPlan(Value):
     """``wraps``: (first line, last line) of statement runs to put under autocast; ``todos``:
-    (line, text) comments to leave above a statement; ``blocker``: why the module cannot be
+    (line, text, reported line) comments to leave above the statement at ``line``, about the
+    apex call whose statement starts at ``reported line``; ``blocker``: why the module cannot be
     migrated automatically, or None."""
 
     __slots__ = ("wraps", "todos", "blocker")
@@ -66,10 +67,11 @@ def plan_migration(facts) -> MigrationPlan:
             if call is None:
                 continue
             found = _forward_run(block, index, call, models, scale_calls)
-            if isinstance(found, tuple):
+            if isinstance(found[1], int):
                 runs.append(found)
-            else:
-                todos.append((statement.lineno, found))
+            else:  # the TODO goes above the loss's computation when there is one, else above the backward
+                place = statement if found[0] is None else block[found[0]]
+                todos.append((place.lineno, found[1], statement.lineno))
         # Two losses computed in one forward give overlapping runs: one autocast block.
         for first, last in _merged(runs):
             wraps.append((block[first].lineno, block[last].lineno))
@@ -78,8 +80,8 @@ def plan_migration(facts) -> MigrationPlan:
             level = _literal(site.arg(keyword="opt_level"))
             if site.arg(keyword="opt_level") is not None and level is None:
                 text = ast.unparse(site.arg(keyword="opt_level").value)
-                todos.append((site.statement.lineno, f"opt_level came from `{text}`; migrated as O1 (float16 autocast "
-                                                     "and a GradScaler)"))
+                note = f"opt_level came from `{text}`; migrated as O1 (float16 autocast and a GradScaler)"
+                todos.append((site.statement.lineno, note, site.statement.lineno))
     return MigrationPlan(tuple(sorted(wraps)), tuple(sorted(todos)))
 
 
@@ -172,10 +174,11 @@ def _scale_loss_call(statement: ast.stmt, scale_calls: set[int]) -> ast.Call | N
 
 def _forward_run(block: list[ast.stmt], index: int, call: ast.Call, models: set[str], scale_calls: set[int]):
     """(first index, last index) of the statements before ``block[index]`` that compute the
-    loss from a model, or the text of a TODO saying why they cannot be told."""
+    loss from a model, or (index of the loss's assignment or None, the text of a TODO saying
+    why they cannot be told)."""
     todo = "put the forward pass that computes `{}` under `with torch.autocast(\"cuda\", dtype=torch.float16):`"
     if not call.args:
-        return todo.format("the loss") + " (the loss is not a positional argument of amp.scale_loss)"
+        return None, todo.format("the loss") + " (the loss is not a positional argument of amp.scale_loss)"
     loss = call.args[0]
     todo = todo.format(ast.unparse(loss))
     names = {n.id for n in ast.walk(loss) if isinstance(n, ast.Name)}
@@ -184,12 +187,12 @@ def _forward_run(block: list[ast.stmt], index: int, call: ast.Call, models: set[
         start -= 1
     end = next((p for p in range(index - 1, start - 1, -1) if _assigns(block[p], names)), None)
     if end is None:
-        return todo + " (it is not computed in this block)"
+        return None, todo + " (it is not computed in the block of the backward)"
     first = next((p for p in range(start, end + 1) if _mentions(block[p], models)), None)
     if first is None:
-        return todo + " (no statement before it calls the model given to amp.initialize)"
+        return end, todo + " (it is computed here without a visible call of a model given to amp.initialize)"
     if any(_scale_loss_call(block[p], scale_calls) is not None for p in range(first, end + 1)):
-        return todo + " (it is computed after an earlier backward)"
+        return end, todo + " (it is computed after an earlier backward)"
     return first, end
 
 

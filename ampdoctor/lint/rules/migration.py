@@ -40,13 +40,13 @@ class ApexAmp(LintRule):
             yield from self._import(facts)
             return  # an import alone: nothing to migrate but the import
         plan = plan_migration(facts)
-        todos = dict(plan.todos)
+        todos = {reported: text for _line, text, reported in plan.todos}
         for number, (report, explained) in enumerate(calls):
             if plan.blocker is not None:
                 if not explained:
                     report.message += f" (not migrated automatically: {plan.blocker})"
             elif report.statement is not None and report.statement.lineno in todos:
-                report.message += f" (the fix leaves a `# TODO(ampdoctor)` comment here: {todos[report.statement.lineno]})"
+                report.message += f" (the fix leaves a `# TODO(ampdoctor)` comment: {todos[report.statement.lineno]})"
             if number == 0 and plan.blocker is None:
                 report.fix = ModuleRewrite(
                     "Migrate the module from apex to torch.amp (autocast and GradScaler)",
