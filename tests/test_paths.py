@@ -158,6 +158,22 @@ def test_exception_handlers_are_not_followed():
     assert loop_paths(body) == [(("scaler.step(opt)", "scaler.update()"), NEXT)]
 
 
+def test_a_jump_out_of_a_try_runs_its_finally_block():
+    body = """
+    try:
+        scaler.unscale_(opt)
+        if bad:
+            continue
+        scaler.step(opt)
+    finally:
+        scaler.update()
+    """
+    assert set(loop_paths(body)) == {
+        (("scaler.unscale_(opt)", "scaler.update()"), CONTINUE),
+        (("scaler.unscale_(opt)", "scaler.step(opt)", "scaler.update()"), NEXT),
+    }
+
+
 def test_function_bodies_end_with_return():
     _, found = function_paths(
         """

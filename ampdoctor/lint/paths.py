@@ -335,7 +335,12 @@ class _Walker:
         out, jumps = self.block(stmt.body, states)
         out, else_jumps = self.block(stmt.orelse, out)
         out, final_jumps = self.block(stmt.finalbody, out)
-        return out, jumps + else_jumps + final_jumps
+        # A continue, break or return inside the try runs the finally block on its way out.
+        for state, end, jump in jumps + else_jumps:
+            through, inner = self.block(stmt.finalbody, [state])
+            final_jumps.extend((s, end, jump) for s in through)
+            final_jumps.extend(inner)
+        return out, final_jumps
 
     def _match(self, stmt: ast.AST, states: list[_State]) -> tuple[list[_State], list[tuple]]:
         states = self._emit(stmt, states)
