@@ -146,3 +146,20 @@ class Trainer:
         "            loss = self.model(batch).sum()\n            loss.backward()\n            self.compute_loss(batch)\n",
     )
     assert codes(after) == []
+
+
+def test_a_scaler_chosen_by_a_conditional_expression_is_a_scaler():
+    source = """\
+import torch
+
+def train(model, loader, opt, amp):
+    scaler = torch.amp.GradScaler("cuda") if amp else None
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x)
+        loss.backward()
+        scaler.step(opt)
+        scaler.update()
+"""
+    assert found_pairs(source) == [(8, "AMP204")]
+    assert codes(source.replace("loss.backward()", "scaler.scale(loss).backward()")) == []
