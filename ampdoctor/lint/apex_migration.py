@@ -24,7 +24,7 @@ import re
 import textwrap
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .apex_plan import DDP_DROPPABLE, MigrationPlan
 
@@ -173,14 +173,14 @@ class _Initialize:
 
 
 class _Migration(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (PositionProvider, ParentNodeProvider)
 
     def __init__(self, wrapper: MetadataWrapper, names: _ApexNames, plan: MigrationPlan) -> None:
         super().__init__()
         self.names = names
         self.plan = plan
         self.positions = wrapper.resolve(PositionProvider)
-        self.parents = wrapper.resolve(ParentNodeProvider)
+        # Parents are recorded by the survey's own walk: libcst's provider would walk once more.
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         self.before: dict[int, list[cst.BaseStatement]] = {}
         self.after: dict[int, list[cst.BaseStatement]] = {}
         self.dropped: set[int] = set()
@@ -194,8 +194,19 @@ class _Migration(cst.CSTTransformer):
         uses: list[cst.CSTNode] = []
         statements: list[cst.SimpleStatementLine] = []
         names = self.names
+        parents, stack = self.parents, []
 
         class Survey(cst.CSTVisitor):
+            def on_visit(self, node: cst.CSTNode) -> bool:
+                if stack:
+                    parents[node] = stack[-1]
+                stack.append(node)
+                return super().on_visit(node)
+
+            def on_leave(self, node: cst.CSTNode) -> None:
+                stack.pop()
+                super().on_leave(node)
+
             def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
                 statements.append(node)
                 call = _call_of(node)

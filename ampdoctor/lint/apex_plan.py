@@ -118,7 +118,16 @@ def _blocker(facts) -> str | None:
 
 
 def _is_nested_in_branch(site) -> bool:
-    return any(block.kind in ("if", "else", "except", "match") for block in site.path if hasattr(block, "kind"))
+    return any(block.kind in ("if", "else", "except", "match") and not _is_main_guard(block.node)
+               for block in site.path)
+
+
+def _is_main_guard(node: ast.AST) -> bool:
+    """``if __name__ == "__main__":``: the script's body, not a condition on mixed precision."""
+    test = getattr(node, "test", None)
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == "__main__")
 
 
 def _literal(arg) -> str | None:
