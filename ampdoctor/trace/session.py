@@ -27,11 +27,16 @@ count once (an iteration ends when an optimizer that already stepped in it steps
 set of optimizers per iteration is known, as soon as all of them have stepped).
 
 On entry the session installs, and on exit removes in reverse order even on error: the traced
-GradScaler classes, an autocast-region tracker, a wrapper of ``torch.autograd.backward`` (losses,
-backward count), the global optimizer step hooks, global module forward hooks (activation
-ranges), and for the first ``record_ops_steps`` iterations the op census (``TorchDispatchMode``
-with ``ModuleTracker``) and the float16 boundary-gradient hooks. It keeps numbers, class objects
-and weak references only; the training code's numerics are bit-identical with and without it.
+GradScaler classes (and an observing ``GradScaler.__init__`` for subclasses and early-bound
+names), an autocast-region tracker, wrappers of ``torch.compile`` (which end the op census: see
+compiled.py) and of ``torch.autograd.backward`` (losses, backward count), the global optimizer
+step hooks, global module forward hooks (activation ranges), and for the first
+``record_ops_steps`` iterations the op census (``TorchDispatchMode`` with ``ModuleTracker``) and
+the float16 boundary-gradient hooks. It keeps numbers, class objects and weak references only;
+the training code's numerics are bit-identical with and without it.
+
+An ``optimizer.step(closure)`` (Lightning's way) runs forward and backward inside the step: its
+gradients are measured after the step instead of before.
 
 Gradient statistics are sampled: the per-parameter shares behind AMP505 (zeros, values below
 float16's subnormal and normal ranges at the loss scale) and max |g| are measured on the first
