@@ -1,7 +1,9 @@
 """The instrumented GradScaler that a trace session puts in place of torch's.
 
 While a session is active, ``torch.amp.GradScaler`` (and the deprecated ``torch.cuda.amp`` and
-``torch.cpu.amp`` spellings) name subclasses defined here, so every scaler the script builds is
+``torch.cpu.amp`` spellings) name subclasses defined here, and torch's own ``__init__`` turns any
+other instance (FSDP's ``ShardedGradScaler``, a framework's subclass, the class imported by name
+before the session) into the observed variant of its class, so every scaler the script builds is
 observed. The subclasses call the parent for everything and only report to the session:
 
 - ``scale``: the unscaled loss handed in, so the loss per iteration is known;
