@@ -257,7 +257,14 @@ def test_a_notebook_with_non_python_cells_is_not_parsed_as_python(folder):
     assert lint("r.ipynb", "md.ipynb").exit_code == 0
 
 
-def test_an_internal_error_is_one_line_naming_the_file_and_the_run_goes_on(folder, monkeypatch):
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_an_internal_error_is_one_line_naming_the_file_and_the_run_goes_on(folder, monkeypatch, jobs):
+    if jobs != "1":  # worker processes, forked with the broken rule in place
+        import multiprocessing
+
+        if multiprocessing.get_start_method() != "fork":
+            pytest.skip("the broken rule reaches worker processes only when they are forked")
+        monkeypatch.setattr("ampdoctor.lint.PARALLEL_THRESHOLD", 2)
     write(folder, "a.py", HEADER)
     write(folder, "boom.py", HEADER + "# BOOM\n")
     write(folder, "z.py", HEADER)
@@ -270,7 +277,7 @@ def test_an_internal_error_is_one_line_naming_the_file_and_the_run_goes_on(folde
         return real(facts)
 
     monkeypatch.setattr(rule, "check", broken)
-    result = lint(".")
+    result = lint("--jobs", jobs, ".")
     assert result.exit_code == 2
     errors = [line for line in result.output.splitlines() if line.startswith("ampdoctor: error:")]
     assert errors == ["ampdoctor: error: boom.py: internal error while checking this file (KeyError: 'a defect in a rule')"]
