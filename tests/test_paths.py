@@ -217,7 +217,9 @@ def test_too_many_paths_has_no_answer(monkeypatch):
     assert paths_module.every(None, lambda p: True) is None
 
 
-@pytest.mark.parametrize("predicate, some, every", [(lambda p: p.end == NEXT, True, True), (lambda p: p.events, True, False)])
+@pytest.mark.parametrize(
+    "predicate, some, every", [(lambda p: p.end == NEXT, True, True), (lambda p: p.events, True, False)]
+)
 def test_some_and_every(predicate, some, every):
     source = HEADER + "for x in loader:\n    if c:\n        opt.zero_grad()\n"
     facts = build_facts(ast.parse(source), source)

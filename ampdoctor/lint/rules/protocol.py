@@ -555,9 +555,8 @@ class DoubleUnscale(LintRule):
             if node is None or not unscale.optimizer:
                 continue
             updates = [u for u in _of(frame, EventKind.UPDATE, unscale.scaler) if _in_pass(u, node)]
-            if not updates or not any(
-                s.optimizer == unscale.optimizer and _in_pass(s, node) for s in _of(frame, EventKind.SCALER_STEP, unscale.scaler)
-            ):
+            steps = [s for s in _of(frame, EventKind.SCALER_STEP, unscale.scaler) if _in_pass(s, node)]
+            if not updates or not any(s.optimizer == unscale.optimizer for s in steps):
                 continue  # the protocol is finished somewhere else
             for path in facts.paths(frame, node) or ():
                 where = path.index(unscale)
