@@ -206,3 +206,20 @@ def test_mutated_torch_files_never_make_lint_raise(tmp_path, data):
 @given(data=mutation(NOTEBOOKS))
 def test_mutated_notebooks_never_make_lint_raise(tmp_path, data):
     _lint_bytes(tmp_path, data, suffix=".ipynb")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=mutation(FIXTURES), output_format=st.sampled_from(["text", "concise", "json", "sarif", "github"]))
+def test_mutated_files_through_the_command_and_every_report(tmp_path, data, output_format):
+    """The reporters too: snippets of odd lines (CR, form feeds, NUL, tabs) never raise."""
+    from click.testing import CliRunner
+
+    from ampdoctor.cli import main
+
+    (tmp_path / "mutant.py").write_bytes(data)
+    result = CliRunner().invoke(main, ["lint", "--isolated", "--no-cache", "--jobs", "1", "--output-format",
+                                       output_format, str(tmp_path / "mutant.py")])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code in (0, 1, 2)
+    assert "Traceback" not in result.output
