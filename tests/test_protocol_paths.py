@@ -96,6 +96,23 @@ def test_amp206_unscale_in_an_iteration_without_update(body, reason):
     assert "already been called" in finding.message
 
 
+def test_amp206_conditional_unscale_on_micro_steps_that_update_without_stepping():
+    body = """
+    scaler.scale(loss).backward()
+    if clip_grad:
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+    if (i + 1) % accum == 0:
+        scaler.step(opt)
+    scaler.update()
+    """
+    src = loop(body)
+    (finding,) = findings("AMP206", src)
+    assert finding.location.line == line_containing(src, "unscale_(opt)")
+    assert "`scaler.step(opt)` runs only when `(i + 1) % accum == 0`" in finding.message
+    assert "divides the accumulated gradients by the scale again" in finding.message
+
+
 def test_amp206_step_function_that_returns_before_update():
     src = HEADER + textwrap.dedent(
         """

@@ -548,55 +548,92 @@ class DoubleUnscale(LintRule):
 
 
     def _iteration_without_update(self, frame: Frame, facts: AmpFacts) -> Iterator[Report]:
-        """An ``unscale_`` on a path of one iteration that ends without ``update()``: the next
-        iteration's ``unscale_`` of the same optimizer raises."""
+        """An ``unscale_`` on a path of one iteration that ends without ``update()`` (the next
+        iteration's ``unscale_`` of the same optimizer raises), or that updates without stepping
+        because the step waits for the accumulation step (the next ``unscale_`` divides the
+        accumulated gradients again)."""
         for unscale in frame.events_of(EventKind.UNSCALE):
             node = _pass_of(unscale)
             if node is None or not unscale.optimizer:
                 continue
             updates = [u for u in _of(frame, EventKind.UPDATE, unscale.scaler) if _in_pass(u, node)]
-            steps = [s for s in _of(frame, EventKind.SCALER_STEP, unscale.scaler) if _in_pass(s, node)]
-            if not updates or not any(s.optimizer == unscale.optimizer for s in steps):
+            steps = [
+                s for s in _of(frame, EventKind.SCALER_STEP, unscale.scaler)
+                if _in_pass(s, node) and s.optimizer == unscale.optimizer
+            ]
+            if not updates or not steps:
                 continue  # the protocol is finished somewhere else
             for path in facts.paths(frame, node) or ():
                 where = path.index(unscale)
                 if where < 0 or not _repeats(path, node):
                     continue
-                if any(e.kind is EventKind.UPDATE and e.scaler == unscale.scaler for e in path.events[where + 1:]):
-                    continue
-                reason = self._skipped_by(facts, path, where, updates)
-                if reason is None:
-                    continue
-                again = "call" if isinstance(node, FUNCTION_TYPES) else "iteration"
-                yield Report(
-                    self.code,
-                    unscale.call.node,
-                    f"`{_label(facts, unscale)}` can run in a {again} that ends without `{unscale.scaler}.update()` "
-                    f"({reason}): the next {again}'s unscale_ raises 'unscale_() has already been called on this "
-                    "optimizer since the last update()'",
-                    help=f"Call `{unscale.scaler}.update()` on every path after `unscale_` (skip only the step), or "
-                    "move `unscale_` under the same condition as the step and the update",
-                    statement=unscale.call.statement,
+                report = self._without_update(facts, unscale, node, path, where, updates) or self._without_step(
+                    facts, unscale, path, where, steps
                 )
-                break
+                if report is not None:
+                    yield report
+                    break
 
-    def _skipped_by(self, facts: AmpFacts, path: Path, where: int, updates: list[Event]) -> str | None:
-        """What on ``path``, after its event ``where``, kept every update from running; None when it is
-        not a jump or a condition that plainly skips steps (a config flag may match the unscale_'s own)."""
+    def _without_update(
+        self, facts: AmpFacts, unscale: Event, node: ast.AST, path: Path, where: int, updates: list[Event]
+    ) -> Report | None:
+        if any(e.kind is EventKind.UPDATE and e.scaler == unscale.scaler for e in path.events[where + 1:]):
+            return None
         if path.jump is not None:
-            return f"`{facts.text(path.jump)}` on line {path.jump.lineno} skips it"
-        for decision in path.decisions:
-            if decision.position <= where:
-                continue
-            for update in updates:
-                for block in update.path:
-                    if block.node is decision.node and (block.kind == "if") != decision.truth:
-                        test = facts.text(decision.node.test)
-                        meaning = test if decision.test is decision.node.test else ast.unparse(decision.test)
-                        if any(pattern.search(meaning) for pattern in (_ACCUMULATION_TEST, _SKIP_TEST)):
-                            arm = "when" if block.kind == "if" else "unless"
-                            return f"`{update.scaler}.update()` runs only {arm} `{test}`"
-        return None
+            reason = f"`{facts.text(path.jump)}` on line {path.jump.lineno} skips it"
+        else:
+            reason = _skipped_by(facts, path, where, updates, (_ACCUMULATION_TEST, _SKIP_TEST))
+        if reason is None:
+            return None
+        again = "call" if isinstance(node, FUNCTION_TYPES) else "iteration"
+        return Report(
+            self.code,
+            unscale.call.node,
+            f"`{_label(facts, unscale)}` can run in a {again} that ends without `{unscale.scaler}.update()` "
+            f"({reason}): the next {again}'s unscale_ raises 'unscale_() has already been called on this "
+            "optimizer since the last update()'",
+            help=f"Call `{unscale.scaler}.update()` on every path after `unscale_` (skip only the step), or "
+            "move `unscale_` under the same condition as the step and the update",
+            statement=unscale.call.statement,
+        )
+
+    def _without_step(self, facts: AmpFacts, unscale: Event, path: Path, where: int, steps: list[Event]) -> Report | None:
+        """Unscaled, then updated but not stepped because the step waits for the accumulation step.
+        (A guard that skips a non-finite step is right to update without stepping.)"""
+        later = path.events[where + 1:]
+        if any(e in steps for e in later) or not any(
+            e.kind is EventKind.UPDATE and e.scaler == unscale.scaler for e in later
+        ):
+            return None
+        reason = _skipped_by(facts, path, where, steps, (_ACCUMULATION_TEST,))
+        if reason is None:
+            return None
+        return Report(
+            self.code,
+            unscale.call.node,
+            f"`{_label(facts, unscale)}` can run on a micro-step that updates but does not step ({reason}): "
+            "the next unscale_ divides the accumulated gradients by the scale again",
+            help="Move `unscale_` under the same condition as the step, right before it",
+            statement=unscale.call.statement,
+        )
+
+
+def _skipped_by(facts: AmpFacts, path: Path, where: int, blocked: list[Event], patterns: tuple) -> str | None:
+    """The condition that, on ``path`` after its event ``where``, kept all of ``blocked`` from running,
+    when its test matches one of ``patterns`` (a config flag may be the unscale_'s own condition
+    spelled differently: only a test that plainly gates or skips steps counts)."""
+    for decision in path.decisions:
+        if decision.position <= where:
+            continue
+        for event in blocked:
+            for block in event.path:
+                if block.node is decision.node and (block.kind == "if") != decision.truth:
+                    test = facts.text(decision.node.test)
+                    meaning = test if decision.test is decision.node.test else ast.unparse(decision.test)
+                    if any(pattern.search(meaning) for pattern in patterns):
+                        arm = "when" if block.kind == "if" else "unless"
+                        return f"`{_label(facts, event)}` runs only {arm} `{test}`"
+    return None
 
 
 # --------------------------------------------------------------------------------------
