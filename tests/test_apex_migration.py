@@ -80,6 +80,7 @@ def test_apex_script_reports_exactly_the_marked_calls(path: Path):
 def test_every_migratable_script_has_its_expected_result():
     assert MIGRATABLE == [
         "distributed_syncbn.py",
+        "glue_fp16_flag.py",
         "imagenet_o2_static_scale.py",
         "loss_from_helper.py",
         "train_two_models_o1.py",
@@ -500,3 +501,26 @@ def test_migrated_two_model_script_trains_on_cpu(tmp_path: Path):
                              capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.startswith("step 100 ")
+
+
+def test_amp_behind_a_flag_becomes_a_switched_scaler_and_the_flagged_branches_merge():
+    after = migrate(script("glue_fp16_flag.py"))
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)' in after
+    assert "enabled=scaler.is_enabled()" in after
+    assert "if args.fp16" not in after  # a disabled scaler scales by 1: one code path does both
+    assert "# TODO(ampdoctor): opt_level came from `args.fp16_opt_level`" in after
+    assert "                scaler.step(optimizer)\n                scaler.update()\n" in after
+    assert_sound(after)
+
+
+def test_initialize_under_another_kind_of_condition_is_not_migrated():
+    source = dedent('''
+        from apex import amp
+
+        if args.fp16:
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        else:
+            model = model.float()
+    ''')
+    [finding] = [f for f in lint_text(source) if f.code == "AMP402"]
+    assert finding.fix is None and "runs under a condition" in finding.message

@@ -26,7 +26,7 @@ import textwrap
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .apex_plan import DDP_DROPPABLE, MigrationPlan
+from .apex_plan import DDP_DROPPABLE, MigrationPlan, opt_level_note
 
 _CLIPS = ("clip_grad_norm_", "clip_grad_value_")
 _GROUP_ROOTS = (cst.For, cst.While, cst.FunctionDef)
@@ -157,6 +157,7 @@ class _Initialize:
         self.optimizers = positional[1].value if len(positional) > 1 else self.keywords.get("optimizers")
         small = statement.body[0]
         self.targets = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
+        self.condition: cst.If | None = None  # ``if flag:`` around the call alone: the scaler's switch
 
     def target_items(self) -> tuple[list, list]:
         """(model spellings, optimizer spellings), the arguments' and the targets'."""
@@ -184,6 +185,8 @@ class _Migration(cst.CSTTransformer):
         self.before: dict[int, list[cst.BaseStatement]] = {}
         self.after: dict[int, list[cst.BaseStatement]] = {}
         self.dropped: set[int] = set()
+        self.plain_backwards: dict[str, cst.SimpleStatementLine] = {}  # ``loss.backward()`` → its scaled form
+        self.unscales: set[int] = set()  # the ``scaler.unscale_(opt)`` lines the migration added
         self.needs_global: set[int] = set()  # functions that must declare the scaler global
         self._survey(wrapper.module)
 
@@ -219,6 +222,11 @@ class _Migration(cst.CSTTransformer):
 
         module.visit(Survey())
         self.initializes = initializes
+        for init in initializes:
+            block = self.parents.get(init.statement)
+            guard = self.parents.get(block)
+            if isinstance(guard, cst.If) and guard.body is block and guard.orelse is None and not _is_main_guard(guard):
+                init.condition = guard
         models, optimizers = [], []
         for init in initializes:
             found_models, found_optimizers = init.target_items()
@@ -229,7 +237,9 @@ class _Migration(cst.CSTTransformer):
         self.single_pair = len(initializes) == 1 and self._single(initializes[0])
         self.scaler = self._scaler_name(module, initializes)
         # ``amp.initialize(..., enabled=flag)`` switched both halves: autocast follows the scaler.
-        switched = any("enabled" in init.keywords for init in initializes)
+        switched = any("enabled" in init.keywords or init.condition is not None for init in initializes)
+        self.switches = {_code(init.keywords["enabled"]) if "enabled" in init.keywords else _code(init.condition.test)
+                         for init in initializes if "enabled" in init.keywords or init.condition is not None}
         self.enabled = f"{self.scaler}.is_enabled()" if switched else None
         self._plan_globals(initializes, uses)
         self._plan_updates(statements)
@@ -326,7 +336,9 @@ class _Migration(cst.CSTTransformer):
             call = cst.parse_expression(f"{self.scaler}.step({_code(optimizer)})")
             return updated.with_changes(body=[cst.Expr(call)])
         for optimizer in self._clipped_optimizers(original):
-            self.before.setdefault(id(original), []).append(_statement(f"{self.scaler}.unscale_({optimizer})"))
+            unscale = _statement(f"{self.scaler}.unscale_({optimizer})")
+            self.unscales.add(id(unscale))
+            self.before.setdefault(id(original), []).append(unscale)
         return updated
 
     def _clipped_optimizers(self, statement: cst.SimpleStatementLine) -> list[str]:
@@ -356,7 +368,11 @@ class _Migration(cst.CSTTransformer):
         if init.optimizers is not None:
             comments, arguments = self._scaler_arguments(init)
             scaler = _statement(f'{self.scaler} = torch.amp.GradScaler({", ".join(arguments)})')
-            lines.append(scaler.with_changes(leading_lines=[line for c in comments for line in _comments(c)]))
+            scaler = scaler.with_changes(leading_lines=[line for c in comments for line in _comments(c)])
+            if init.condition is not None:  # created either way, before the ``if``: the flag switches it
+                self.before.setdefault(id(init.condition), []).append(scaler)
+            else:
+                lines.append(scaler)
         if not lines:
             self.dropped.add(id(init.statement))
             return updated
@@ -371,6 +387,8 @@ class _Migration(cst.CSTTransformer):
         keywords = init.keywords
         arguments, comments = ['"cuda"'], []
         level = keywords.get("opt_level")
+        if level is not None and not isinstance(level, cst.SimpleString):
+            comments.append(f"TODO(ampdoctor): {opt_level_note(_code(level))}")
         if isinstance(level, cst.SimpleString) and level.evaluated_value == "O2":
             comments.append("apex O2 cast the model to float16 and kept float32 master weights; with torch.amp the "
                             "model stays in float32 (its weights are the master weights) and autocast runs the "
@@ -385,6 +403,8 @@ class _Migration(cst.CSTTransformer):
                             "large growth_interval=) for a static scale")
         if "enabled" in keywords:
             arguments.append(f"enabled={_code(keywords['enabled'])}")
+        elif init.condition is not None:
+            arguments.append(f"enabled={_code(init.condition.test)}")
         dropped = [k for k in keywords if k in ("min_loss_scale", "max_loss_scale", "cast_model_outputs",
                                                 "patch_torch_functions", "cast_model_type")]
         if dropped:
@@ -411,6 +431,7 @@ class _Migration(cst.CSTTransformer):
                 and isinstance(backward.func.value, cst.Name) and backward.func.value.value == name):
             args = ", ".join(_code(a) for a in backward.args)
             replacement = _statement(f"{scaled}.backward({args})")
+            self.plain_backwards[f"{loss}.backward({args})"] = replacement
         else:
             # The body does more than a backward: keep it, with the scaled loss bound to its name.
             replacement = _statement(f"{name or '_'} = {scaled}")
@@ -445,6 +466,28 @@ class _Migration(cst.CSTTransformer):
             return f"{self.models[0]}.parameters()"
         return f'[p for group in {optimizer}.param_groups for p in group["params"]]'
 
+    def leave_If(self, original, updated):
+        if any(init.condition is original for init in self.initializes):
+            if all(_is_pass(s) for s in updated.body.body):
+                self.dropped.add(id(original))  # ``if flag:`` held only amp.initialize
+            return updated
+        if _code(original.test) not in self.switches or not isinstance(updated.orelse, cst.Else):
+            return updated
+        return self._collapsed(original, updated) or updated
+
+    def _collapsed(self, original: cst.If, updated: cst.If):
+        """``if flag: <scaled> else: <plain>`` where ``flag`` switches the scaler: a disabled scaler
+        scales by 1 and its unscale_ does nothing, so the scaled arm alone does both."""
+        arm, other = list(updated.body.body), list(updated.orelse.body.body)
+        scaled = self.plain_backwards.get(_code(other[0]).strip()) if len(other) == 1 else None
+        if len(arm) == 1 and scaled is not None and _code(arm[0].with_changes(leading_lines=[])) == _code(scaled):
+            return arm[0].with_changes(leading_lines=[*updated.leading_lines, *arm[0].leading_lines])
+        bare = [s for s in arm if id(s) not in self.unscales]
+        if len(bare) < len(arm) and [_code(s) for s in bare] == [_code(s) for s in other]:
+            self.after.setdefault(id(original), []).extend(arm[1:])
+            return arm[0].with_changes(leading_lines=updated.leading_lines)
+        return None
+
     def leave_FunctionDef(self, original, updated):
         if id(original) not in self.needs_global:
             return updated
@@ -463,9 +506,13 @@ class _Migration(cst.CSTTransformer):
     def _block(self, originals, updateds) -> list[cst.BaseStatement]:
         groups = []
         for original, updated in zip(originals, updateds):
-            if id(original) in self.dropped:
-                continue
             line = self.positions[original].start.line
+            extra = [*self.before.get(id(original), []), *self.after.get(id(original), [])]
+            if id(original) in self.dropped:
+                if extra:  # what replaces the statement takes its leading comments
+                    extra[0] = extra[0].with_changes(leading_lines=[*updated.leading_lines, *extra[0].leading_lines])
+                    groups.append((line, extra))
+                continue
             updated = self._with_todos(updated, line)
             statements = [*self.before.get(id(original), []), updated, *self.after.get(id(original), [])]
             groups.append((line, statements))
@@ -598,7 +645,8 @@ class _TidyImports(cst.CSTTransformer):
         super().__init__()
         self.names = names
         self.used = used
-        self.emptied: set[int] = set()
+        # id → node: holding the nodes keeps their ids from being reused by later nodes.
+        self.emptied: dict[int, cst.CSTNode] = {}
 
     def _keep(self, local: str) -> bool:
         return local not in self.names.locals or local in self.used
@@ -627,7 +675,7 @@ class _TidyImports(cst.CSTTransformer):
     def leave_SimpleStatementLine(self, original, updated):
         if not updated.body:  # every import of the line went: the block drops the line
             emptied = updated.with_changes(body=[cst.Pass()])
-            self.emptied.add(id(emptied))
+            self.emptied[id(emptied)] = emptied
             return emptied
         return updated
 
@@ -635,8 +683,17 @@ class _TidyImports(cst.CSTTransformer):
         # ``try: from apex import amp`` / ``except ImportError: ...``: nothing left to guard.
         if all(_is_pass(s) for s in updated.body.body):
             emptied = _statement("pass").with_changes(leading_lines=updated.leading_lines)
-            self.emptied.add(id(emptied))
+            self.emptied[id(emptied)] = emptied
             return emptied
+        return updated
+
+    def leave_If(self, original, updated):
+        # ``if fp16: try: from apex import amp ...``: the ``if`` guarded only what went.
+        emptied = all(_is_pass(s) for s in updated.body.body) and not all(_is_pass(s) for s in original.body.body)
+        if emptied and updated.orelse is None:
+            replacement = _statement("pass").with_changes(leading_lines=updated.leading_lines)
+            self.emptied[id(replacement)] = replacement
+            return replacement
         return updated
 
     def leave_IndentedBlock(self, original, updated):
@@ -659,6 +716,13 @@ class _TidyImports(cst.CSTTransformer):
                 carried = []
             kept.append(statement)
         return kept
+
+
+def _is_main_guard(node: cst.If) -> bool:
+    test = node.test
+    return (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and test.left.value == "__name__"
+            and len(test.comparisons) == 1 and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+            and test.comparisons[0].comparator.evaluated_value == "__main__")
 
 
 def _is_pass(statement) -> bool:

@@ -60,10 +60,20 @@ def plan_migration(facts) -> MigrationPlan:
     models = _model_spellings(facts)
     scale_calls = {id(s.node) for s in facts.calls if s.qname == "apex.amp.scale_loss"}
     wraps, todos = [], []
+    seen: set[int] = set()
     for block in _blocks(facts.module):
         runs = []
         for index, statement in enumerate(block):
             call = _scale_loss_call(statement, scale_calls)
+            if call is None:
+                # ``if fp16: with amp.scale_loss(...)`` / ``else: loss.backward()``: the loss is
+                # computed before the ``if``, in this block.
+                arm = getattr(statement, "body", None) if isinstance(statement, ast.If) else None
+                if arm and len(arm) == 1 and id(arm[0]) not in seen:
+                    call = _scale_loss_call(arm[0], scale_calls)
+                    seen.add(id(arm[0]))
+            elif id(statement) in seen:
+                continue  # planned with the ``if`` around it
             if call is None:
                 continue
             found = _forward_run(block, index, call, models, scale_calls)
@@ -80,9 +90,13 @@ def plan_migration(facts) -> MigrationPlan:
             level = _literal(site.arg(keyword="opt_level"))
             if site.arg(keyword="opt_level") is not None and level is None:
                 text = ast.unparse(site.arg(keyword="opt_level").value)
-                note = f"opt_level came from `{text}`; migrated as O1 (float16 autocast and a GradScaler)"
-                todos.append((site.statement.lineno, note, site.statement.lineno))
+                # The codemod writes this one itself, above the scaler (line 0: placed by no line).
+                todos.append((0, opt_level_note(text), site.statement.lineno))
     return MigrationPlan(tuple(sorted(wraps)), tuple(sorted(todos)))
+
+
+def opt_level_note(text: str) -> str:
+    return f"opt_level came from `{text}`; migrated as O1 (float16 autocast and a GradScaler)"
 
 
 def _blocker(facts) -> str | None:
@@ -102,8 +116,8 @@ def _blocker(facts) -> str | None:
                 if level is not None and level not in SUPPORTED_LEVELS:
                     return f"unknown opt_level {level!r}"
                 if _is_nested_in_branch(site):
-                    return ("amp.initialize runs under a condition; the scaler and autocast would need the same "
-                            "condition (`enabled=`): migrate by hand")
+                    return ("amp.initialize runs under a condition other than one plain `if` around it alone; "
+                            "the scaler and autocast would need the same condition (`enabled=`): migrate by hand")
         elif name.startswith("fp16_utils."):
             function = name[len("fp16_utils."):]
             return FP16_UTILS.get(function, "it has no direct torch equivalent")
@@ -118,8 +132,16 @@ def _blocker(facts) -> str | None:
 
 
 def _is_nested_in_branch(site) -> bool:
-    return any(block.kind in ("if", "else", "except", "match") and not _is_main_guard(block.node)
-               for block in site.path)
+    """Under a condition, other than ``if flag:`` holding the statement directly with no
+    ``else`` (the flag then switches the scaler and autocast: ``enabled=flag``)."""
+    branches = [block for block in site.path
+                if block.kind in ("if", "else", "except", "match") and not _is_main_guard(block.node)]
+    if not branches:
+        return False
+    if len(branches) > 1 or branches[-1] is not site.path[-1] or branches[-1].kind != "if":
+        return True
+    guard = branches[-1].node
+    return bool(guard.orelse) or site.statement not in guard.body
 
 
 def _is_main_guard(node: ast.AST) -> bool:
@@ -238,7 +260,22 @@ def _assigns(statement: ast.stmt, names: set[str]) -> bool:
 
 
 def _mentions(statement: ast.stmt, models: set[str]) -> bool:
+    """Whether the statement runs a model: calls it (or its ``forward``), or hands it to a call.
+    ``model.train()`` or ``model.zero_grad()`` is not a forward pass."""
     for node in ast.walk(statement):
-        if isinstance(node, (ast.Name, ast.Attribute)) and ast.unparse(node) in models:
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "forward":
+            func = func.value
+        if _spelled(func, models) or any(_spelled(a, models) for a in node.args):
+            return True
+        if any(_spelled(k.value, models) for k in node.keywords):
             return True
     return False
+
+
+def _spelled(node: ast.AST, models: set[str]) -> bool:
+    if isinstance(node, ast.Subscript):  # ``models[0](x)``
+        node = node.value
+    return isinstance(node, (ast.Name, ast.Attribute)) and ast.unparse(node) in models
