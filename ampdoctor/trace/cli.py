@@ -4,18 +4,21 @@ This module is imported by ``ampdoctor.cli`` for every command, so it must stay 
 rich and the session are imported inside the command only.
 
 Exit status: 0 no finding at or above ``--fail-on``; 1 findings at or above it, or the script
-raised; n when the script called ``sys.exit(n)`` with n != 0; 130 on Ctrl-C; 2 usage errors
-(script or module not found, bad options, torch missing).
+raised; n when the script called ``sys.exit(n)`` with n != 0; 130 on Ctrl-C; 124 when
+``--timeout`` stopped the script; 2 usage errors (script or module not found, bad options, torch
+missing) and a report file that cannot be written.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Optional
 
 import click
 
+EXIT_TIMEOUT = 124  # as timeout(1)
 TORCH_MISSING = "ampdoctor trace needs torch: pip install 'ampdoctor[trace]'"
 _FAIL_LEVELS = ("info", "warning", "error", "never")
 
@@ -60,6 +63,8 @@ def _parse_thresholds(values: tuple[str, ...]) -> dict[str, str]:
               help="Change a rule threshold (e.g. skip_share=0.1); repeatable.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress display on stderr (default: when stderr is a terminal).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Stop the script after this many seconds, write the report and exit 124.")
 @click.option("--lint/--no-lint", "lint", default=True, show_default=True,
               help="Also lint the script and the local modules it imports, into the same report.")
 @click.option("--tensorboard", "tensorboard_dir", type=click.Path(file_okay=False, writable=True),
@@ -81,6 +86,7 @@ def trace_command(
     progress: Optional[bool],
     lint: bool,
     tensorboard_dir: Optional[str],
+    timeout: Optional[float],
 ) -> None:
     """Run SCRIPT (or -m MODULE) for N training iterations under instrumentation.
 
@@ -109,6 +115,8 @@ def trace_command(
         raise click.BadParameter(str(exc), param_hint="--threshold") from None
     if json_path and not os.path.isdir(os.path.dirname(os.path.abspath(json_path))):
         raise click.BadParameter(f"folder of {json_path!r} does not exist", param_hint="--json")
+    # Relative to where ampdoctor was started, whatever the script does with os.chdir.
+    json_path = os.path.abspath(json_path) if json_path else None
     run = Target(script=target, module=module, args=tuple(script_args))
     try:
         check_target(run)
@@ -116,6 +124,7 @@ def trace_command(
         click.echo(f"ampdoctor trace: {exc}", err=True)
         ctx.exit(2)
 
+    threads_before = set(threading.enumerate())
     listeners = []
     if tensorboard_dir:
         from .tensorboard import TensorBoardLog, TensorBoardUnavailable
@@ -128,20 +137,30 @@ def trace_command(
     try:
         report, outcome = _trace(
             run, steps or None, record_ops_steps, gradient_interval, limits, output_format, progress,
-            lint=lint, listeners=listeners,
+            lint=lint, listeners=listeners, timeout=timeout,
         )
     finally:
         for listener in listeners:
             listener.close()
-    _emit(report, outcome, json_path, output_format)
-    ctx.exit(_exit_status(report, outcome, fail_on))
+    try:
+        _emit(report, outcome, json_path, output_format)
+    except OSError as exc:
+        click.echo(f"ampdoctor trace: cannot write the report: {exc}", err=True)
+        ctx.exit(2)
+    status = _exit_status(report, outcome, fail_on)
+    _end_despite_script_threads(outcome, threads_before, status)
+    ctx.exit(status)
 
 
-def _trace(run, steps, record_ops_steps, gradient_interval, limits, output_format, progress, lint=False, listeners=()):
+def _trace(
+    run, steps, record_ops_steps, gradient_interval, limits, output_format, progress, lint=False, listeners=(),
+    timeout=None,
+):
     import contextlib
 
+    from .deadline import Deadline
     from .runner import run_target
-    from .session import TraceSession
+    from .session import TraceSession, TraceTimeout
 
     show_progress = sys.stderr.isatty() if progress is None else progress
     with _progress_display(show_progress, steps) as on_progress:
@@ -158,20 +177,49 @@ def _trace(run, steps, record_ops_steps, gradient_interval, limits, output_forma
         session.iteration_listeners.extend(listeners)
         redirect = contextlib.redirect_stdout(sys.stderr) if output_format == "json" else contextlib.nullcontext()
         with redirect, session:
-            session.outcome = run_target(run)
+            with Deadline(timeout, TraceTimeout):
+                outcome = run_target(run)
+            session.outcome = outcome
+    if session.in_forked_child:
+        _end_forked_child(session.outcome)
     return session.report(), session.outcome
+
+
+def _end_forked_child(outcome) -> None:
+    """A process the script forked came back through ampdoctor: it ends as it would have ended
+    under ``python``, and only the traced process reports."""
+    if outcome.traceback:
+        sys.stderr.write(outcome.traceback)
+    raise SystemExit({"error": 1, "interrupt": 130}.get(outcome.reason, outcome.exit_code or 0))
 
 
 def _emit(report, outcome, json_path: Optional[str], output_format: str) -> None:
     if outcome.traceback:
         sys.stderr.write(outcome.traceback)
         sys.stderr.flush()
+    write_error = None
     if json_path:
-        report.write_json(json_path)
+        try:
+            report.write_json(json_path)
+        except OSError as exc:  # the report still goes to stdout; the caller says what failed
+            write_error = exc
     if output_format == "json":
         click.echo(report.to_json())
     else:
         report.print()
+    if write_error is not None:
+        raise write_error
+
+
+def _end_despite_script_threads(outcome, threads_before, status: int) -> None:
+    """The script was stopped, but threads it started (a producer feeding a queue forever) are
+    still running and would keep the process alive: end it, as the stop intended."""
+    from .threads import script_threads_left
+
+    if outcome.reason in ("steps", "timeout", "interrupt") and script_threads_left(threads_before):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 def _exit_status(report, outcome, fail_on: str) -> int:
@@ -181,6 +229,8 @@ def _exit_status(report, outcome, fail_on: str) -> int:
         return 1
     if outcome.reason == "interrupt":
         return 130
+    if outcome.reason == "timeout":
+        return EXIT_TIMEOUT
     if outcome.reason == "exit" and outcome.exit_code:
         return outcome.exit_code
     level = None if fail_on.lower() == "never" else Severity.parse(fail_on)

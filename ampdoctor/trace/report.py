@@ -6,8 +6,8 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
 ``tool``               "ampdoctor trace"; ``ampdoctor_version``, ``torch_version``
 ``script``, ``argv``   what ran (a path, or ``-m module``), with its arguments
 ``steps``              iterations traced; ``steps_requested`` the limit or null
-``completed``          false when the script raised or was interrupted
-``stopped``            "steps" | "end" | "exit" | "error" | "interrupt"
+``completed``          false when the script raised, was interrupted or timed out
+``stopped``            "steps" | "end" | "exit" | "error" | "interrupt" | "timeout"
 ``exit_code``          the script's ``sys.exit`` status, else null
 ``error``              "Type: message" when the script raised, else null
 ``notes``              plain statements about the run (no optimizer step, no autocast, ...)
@@ -138,9 +138,10 @@ class TraceReport:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def write_json(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(self.to_json())
-            handle.write("\n")
+        """Write the JSON document atomically: a reader never finds a partial file."""
+        from ..atomic import write_text_atomic
+
+        write_text_atomic(path, self.to_json() + "\n")
 
     def _gradient_dict(self, stats) -> dict[str, Any]:
         means = {name: stats.mean(name) for name in ("zero", "below_subnormal", "subnormal", "nonfinite")}
@@ -254,6 +255,8 @@ def _notes(session: TraceSession) -> list[str]:
         notes.append(f"The script raised {outcome.error}: this report is incomplete.")
     elif outcome.reason == "interrupt":
         notes.append(f"Interrupted after {obs.steps} iteration(s): this report is partial.")
+    elif outcome.reason == "timeout":
+        notes.append(f"Stopped by --timeout after {obs.steps} iteration(s): this report is partial.")
     elif session.steps is not None and obs.steps < session.steps and outcome.completed:
         notes.append(f"The script ended after {obs.steps} of the {session.steps} requested iterations.")
     if not obs.stepped:
@@ -360,6 +363,7 @@ def _headline(report: TraceReport) -> str:
         "exit": f"the script called sys.exit({report.outcome.exit_code})",
         "error": "the script raised",
         "interrupt": "interrupted",
+        "timeout": "stopped by --timeout",
     }[report.outcome.reason]
     return f"[bold]ampdoctor trace[/] {report.script or ''}: {obs.steps} iteration(s) traced ({how})"
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Iterator, Optional
 
-from .session import Outcome, StopTracing, exit_code_of
+from .session import Outcome, StopTracing, TraceTimeout, exit_code_of
 
 
 class UsageError(Exception):
@@ -72,6 +72,17 @@ def check_target(target: Target) -> None:
 
 def run_target(target: Target) -> Outcome:
     """Run the target to its end (or until the session stops it) and say how it ended."""
+    with _own_excepthook() as hooks:
+        outcome = _run(target)
+        if outcome.reason == "error" and hooks.replaced:
+            # The script installed its own sys.excepthook: Python would show the error through it.
+            hooks.show(outcome.exception)
+            outcome.traceback = None
+        outcome.exception = None
+    return outcome
+
+
+def _run(target: Target) -> Outcome:
     try:
         if target.script is not None and os.path.isfile(target.script):
             with _search_path(_script_folder(target.script)), _argv([target.script, *target.args]):
@@ -83,8 +94,8 @@ def run_target(target: Target) -> Outcome:
         else:
             with _search_path(os.getcwd()), _argv([target.module, *target.args]):
                 runpy.run_module(target.module, run_name="__main__", alter_sys=True)
-    except StopTracing:
-        return Outcome("steps")
+    except StopTracing as stop:
+        return Outcome("timeout" if isinstance(stop, TraceTimeout) else "steps")
     except SystemExit as exc:
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
@@ -92,7 +103,7 @@ def run_target(target: Target) -> Outcome:
     except KeyboardInterrupt:
         return Outcome("interrupt", error="KeyboardInterrupt")
     except BaseException as exc:  # the script's own error, reported with its traceback
-        return Outcome("error", error=_one_line(exc), traceback=script_traceback(exc))
+        return Outcome("error", error=_one_line(exc), traceback=script_traceback(exc), exception=exc)
     return Outcome("end")
 
 
@@ -143,6 +154,36 @@ def _without_runner_frames(tb: Optional[TracebackType]) -> Optional[TracebackTyp
     while tb is not None and tb.tb_frame.f_globals.get("__name__") in hidden:
         tb = tb.tb_next
     return tb
+
+
+class _ExceptHooks:
+    def __init__(self) -> None:
+        self.saved = sys.excepthook
+
+    @property
+    def replaced(self) -> bool:
+        return sys.excepthook is not self.saved
+
+    def show(self, exc: BaseException) -> None:
+        hook = sys.excepthook
+        try:
+            hook(type(exc), exc, _without_runner_frames(exc.__traceback__))
+        except BaseException as hook_error:  # as Python does when the hook itself fails
+            print("Error in sys.excepthook:", file=sys.stderr)
+            sys.stderr.write(script_traceback(hook_error))
+            print("\nOriginal exception was:", file=sys.stderr)
+            sys.stderr.write(script_traceback(exc))
+
+
+@contextlib.contextmanager
+def _own_excepthook() -> Iterator[_ExceptHooks]:
+    """The script's ``sys.excepthook`` serves the script's own errors; ampdoctor's run after it
+    with the hook that was there before."""
+    hooks = _ExceptHooks()
+    try:
+        yield hooks
+    finally:
+        sys.excepthook = hooks.saved
 
 
 @contextlib.contextmanager

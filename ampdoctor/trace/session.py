@@ -51,9 +51,10 @@ report states the interval.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
@@ -67,6 +68,7 @@ from .ops import AutocastTracker, OpCensus, dtype_name
 from .sites import user_site
 from .rules import Thresholds
 from .scaler import ScalerPatch, _TorchGradScaler
+from .threads import ThreadStops
 
 DEFAULT_RECORD_OPS_STEPS = 2
 DEFAULT_GRADIENT_INTERVAL = 4
@@ -78,18 +80,24 @@ class StopTracing(BaseException):
     """Raised from a step hook after the last requested iteration; never seen by users."""
 
 
+class TraceTimeout(StopTracing):
+    """Raised in the script when ``--timeout`` expires (deadline.py)."""
+
+
 @dataclass
 class Outcome:
     """How the traced code ended.
 
     ``reason``: ``"steps"`` (stopped after the requested iterations), ``"end"`` (finished by
-    itself), ``"exit"`` (``sys.exit``), ``"error"`` (raised) or ``"interrupt"`` (Ctrl-C).
+    itself), ``"exit"`` (``sys.exit``), ``"error"`` (raised), ``"interrupt"`` (Ctrl-C) or
+    ``"timeout"`` (stopped by ``--timeout``).
     """
 
     reason: str = "end"
     exit_code: Optional[int] = None
     error: Optional[str] = None
     traceback: Optional[str] = None
+    exception: Optional[BaseException] = field(default=None, repr=False, compare=False)  # while the runner shows it
 
     @property
     def completed(self) -> bool:
@@ -136,6 +144,8 @@ class TraceSession:
         self._progress = progress
         self._registry = ModuleRegistry()
         self._exit_stack: Optional[contextlib.ExitStack] = None
+        self.pid: Optional[int] = None  # of the traced process, set on entry
+        self._threads: Optional[ThreadStops] = None
         self._census: Optional[OpCensus] = None
         self._activations = ActivationMonitor(self._registry, self)
         self._backward = BackwardWatch(self)
@@ -167,11 +177,15 @@ class TraceSession:
             stack.close()
             raise
         self._exit_stack = stack
+        self.pid = os.getpid()
         self._modules_before = frozenset(sys.modules)
         _active = self
         return self
 
     def _install(self, stack: contextlib.ExitStack) -> None:
+        self._threads = ThreadStops(StopTracing)
+        self._threads.install()
+        stack.callback(self._threads.remove)
         scalers = ScalerPatch(self)
         scalers.install()
         stack.callback(scalers.remove)
@@ -198,6 +212,10 @@ class TraceSession:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         global _active
+        if self.in_forked_child:
+            return False
+        if self._threads is not None:
+            self._threads.cancel()  # a stop sent from a training thread, not delivered yet
         try:
             self._finish_open_iteration()
         finally:
@@ -212,6 +230,20 @@ class TraceSession:
 
             self.local_files = imported_local_files(self.script, self._modules_before)
         return exc_type is not None and issubclass(exc_type, StopTracing)
+
+    @property
+    def in_forked_child(self) -> bool:
+        """Whether this is a copy of the session in a process forked from the traced one (a
+        DataLoader worker): it observes nothing there and reports nothing."""
+        return self.pid is not None and self.pid != os.getpid()
+
+    def _forget_in_forked_child(self) -> None:
+        global _active
+        _active = None
+        stack, self._exit_stack = self._exit_stack, None
+        if stack is not None:
+            with contextlib.suppress(Exception):
+                stack.close()
 
     def report(self):
         """The findings and data of this session as a ``TraceReport`` (see report.py)."""
@@ -246,7 +278,7 @@ class TraceSession:
         self._activations.stop_boundaries()
         if census is None:
             return
-        census.remove()
+        self._remove_census(census)
         for key, site in census.sites.items():
             self.observations.op_sites.setdefault(key, site)
         if self._probing_origin:
@@ -254,6 +286,16 @@ class TraceSession:
             return
         self.observations.ops = census.counts
         self.observations.op_steps = self.observations.steps
+
+    def _remove_census(self, census: OpCensus) -> None:
+        if self._threads is None or not self._threads.off_session_thread or self._exit_stack is None:
+            census.remove()
+            return
+        # A training thread ended the window: the dispatch mode sits on the session thread's
+        # mode stack, where only that thread can pop it. It counts nothing more from now on
+        # and is popped when the session ends.
+        census.failed = True
+        self._exit_stack.callback(census.remove)
 
     def _probe_origin_op(self) -> None:
         """A non-finite activation appeared after the census window: run the census for one
@@ -442,6 +484,8 @@ class TraceSession:
             scale = record.scale_after if record.scale_after is not None else record.scale
             self._progress(step, self.steps, scale, self._skipped_total)
         if self.steps is not None and step >= self.steps:
+            if self._threads is not None and self._threads.off_session_thread:
+                self._threads.stop_session_thread()
             raise StopTracing()
 
     def _read_pending(self, record: Optional[IterationRecord], with_census_ranges: bool = False) -> None:
@@ -502,6 +546,8 @@ def _stepped_by_untraced_scaler() -> bool:
 
 
 def _outcome_of(exc_type, exc) -> Outcome:
+    if issubclass(exc_type, TraceTimeout):
+        return Outcome("timeout")
     if issubclass(exc_type, StopTracing):
         return Outcome("steps")
     if issubclass(exc_type, KeyboardInterrupt):
@@ -533,3 +579,14 @@ def trace_session(
 
 def active_session() -> Optional[TraceSession]:
     return _active
+
+
+def _forget_session_in_forked_child() -> None:
+    """A forked child (a DataLoader worker with the fork start method) inherits the session's
+    hooks and patched classes: remove them there, so workers run untraced, as spawned ones do."""
+    if _active is not None:
+        _active._forget_in_forked_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_session_in_forked_child)

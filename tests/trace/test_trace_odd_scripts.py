@@ -41,3 +41,166 @@ def test_main_module_file_local_import_and_guard_are_exactly_as_under_python(tmp
     assert expected["guard"] is True and expected["name"] == "__main__"  # the probe really probes
     assert json.loads(traced.stdout.splitlines()[0]) == expected
     assert read_report(tmp_path / "r.json")["steps"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_dataloader_workers_run_untraced_and_the_guard_holds(tmp_path, start_method):
+    report = tmp_path / "r.json"
+    run = ampdoctor("trace", "dataloader_workers.py", "--steps", "5", "--json", str(report), "--", start_method)
+    assert run.returncode == 0, run.stderr
+    assert read_report(report)["steps"] == 5 and read_report(report)["stopped"] == "steps"
+    seen = [line for line in run.stdout.splitlines() if line.startswith("worker hooks")]
+    assert len(seen) == 5 and set(seen) == {"worker hooks 0"}  # no worker process holds a hook
+    assert "finished" not in run.stdout
+    imports = [line for line in run.stderr.splitlines() if line.startswith("imported as")]
+    if start_method == "spawn":  # each worker re-imports the script, whose guard keeps it from training
+        assert imports == ["imported as __main__"] + ["imported as __mp_main__"] * 2
+    else:
+        assert imports == ["imported as __main__"]
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.slow
+def test_a_producer_thread_left_running_does_not_keep_ampdoctor_alive(tmp_path):
+    report = tmp_path / "r.json"
+    run = ampdoctor("trace", "threads.py", "--steps", "5", "--json", str(report), timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert read_report(report)["steps"] == 5
+    assert "iteration(s) traced (stopped after --steps 5)" in " ".join(run.stdout.split())
+
+
+@pytest.mark.slow
+def test_training_in_a_thread_stops_the_whole_script(tmp_path):
+    report = tmp_path / "r.json"
+    run = ampdoctor("trace", "thread_trainer.py", "--steps", "5", "--json", str(report))
+    assert run.returncode == 0, run.stderr
+    assert read_report(report)["steps"] == 5 and read_report(report)["stopped"] == "steps"
+    assert "saved checkpoint" not in run.stdout  # the main thread did not go on after the stop
+    assert "Exception in thread" not in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.slow
+def test_the_scripts_own_excepthook_shows_its_crash_as_under_python(tmp_path):
+    plain = python("excepthook.py", "crash")
+    report = tmp_path / "r.json"
+    traced = ampdoctor("trace", "excepthook.py", "--json", str(report), "--", "crash")
+    assert plain.returncode == traced.returncode == 1
+    assert plain.stderr.strip() == "script hook saw RuntimeError"
+    assert traced.stderr.strip() == "script hook saw RuntimeError"  # its hook, no traceback of ours
+    assert read_report(report)["error"] == "RuntimeError: diverged"
+    assert read_report(report)["steps"] == 3
+
+
+@pytest.mark.slow
+def test_report_path_relative_to_the_start_folder_survives_os_chdir(tmp_path):
+    start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
+    for folder in (start, start / "out", elsewhere):
+        folder.mkdir()
+    run = ampdoctor(
+        "trace", str(ODD / "chdir.py"), "--steps", "3", "--json", "out/report.json", "--", str(elsewhere), cwd=start
+    )
+    assert run.returncode == 0, run.stderr
+    assert read_report(start / "out" / "report.json")["steps"] == 3
+    assert list(elsewhere.iterdir()) == []
+
+
+# In process, through click's runner: scripts that start no process and leave no thread.
+
+
+def odd(name: str) -> str:
+    return str(ODD / name)
+
+
+def test_evaluation_under_no_grad_between_steps_is_no_iteration(trace_cli):
+    run = trace_cli(odd("eval_between.py"), "--steps", "0")
+    assert run.exit_code == 0 and "done" in run.stdout
+    printed = [float(line.split()[2]) for line in run.stdout.splitlines() if line.startswith("train")]
+    assert run.report["steps"] == 6 == len(printed)
+    assert run.report["loss"] == pytest.approx(printed, abs=1e-6)
+    uses = run.report["uses"]
+    # Two models, two optimizers, one scaler made again at iteration 4: still one iteration per update.
+    assert uses["optimizers"] == ["SGD#1", "SGD#2"] and uses["scaler_steps"] == 12
+    assert run.report["scale"] == [65536.0] * 6 and run.report["skipped"] == []
+
+
+def test_a_stop_between_two_models_optimizer_steps_comes_after_the_update(trace_cli):
+    run = trace_cli(odd("eval_between.py"), "--steps", "4")
+    assert run.report["steps"] == 4 and run.report["stopped"] == "steps"
+    assert [line.split()[1] for line in run.stdout.splitlines() if line.startswith("train")] == ["0", "1", "2"]
+
+
+def test_argparse_help_exits_0_and_the_report_says_no_step_was_seen(trace_cli):
+    run = trace_cli(odd("argparse_help.py"), "--", "--help")
+    assert run.exit_code == 0
+    assert "usage: argparse_help.py" in run.stdout
+    assert run.report["stopped"] == "exit" and run.report["exit_code"] == 0 and run.report["steps"] == 0
+    assert any("No optimizer step was seen" in note for note in run.report["notes"])
+
+
+def test_anomaly_detection_does_not_disturb_tracing(trace_cli):
+    import torch
+
+    try:
+        run = trace_cli(odd("anomaly.py"), "--steps", "3")
+    finally:
+        torch.autograd.set_detect_anomaly(False)  # the script set it for this whole process
+    assert run.exit_code == 0, run.stderr
+    assert run.report["steps"] == 3 and run.report["findings"] == []
+
+
+@pytest.mark.parametrize("name", ["never_steps.py", "hang.py"])
+def test_timeout_stops_a_script_that_never_steps_writes_the_report_and_exits_124(trace_cli, name):
+    import signal
+
+    handler = signal.getsignal(signal.SIGALRM)
+    run = trace_cli(odd(name), "--timeout", "2")
+    assert run.exit_code == 124
+    assert run.report["stopped"] == "timeout" and run.report["completed"] is False
+    assert run.report["steps"] == 0
+    assert any("Stopped by --timeout" in note for note in run.report["notes"])
+    assert any("No optimizer step was seen" in note for note in run.report["notes"])
+    assert "stopped by --timeout" in " ".join(run.stdout.split())
+    assert signal.getsignal(signal.SIGALRM) is handler and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_timeout_that_does_not_expire_changes_nothing(trace_cli):
+    run = trace_cli(odd("eval_between.py"), "--steps", "0", "--timeout", "600")
+    assert run.exit_code == 0 and run.report["stopped"] == "end" and run.report["steps"] == 6
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon"])
+def test_timeout_must_be_a_positive_number(value):
+    from click.testing import CliRunner
+
+    from ampdoctor.trace.cli import trace_command
+
+    result = CliRunner().invoke(trace_command, [odd("never_steps.py"), "--timeout", value])
+    assert result.exit_code == 2 and "--timeout" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_scripts_excepthook_is_put_back_after_the_run(trace_cli):
+    before = sys.excepthook
+    run = trace_cli(odd("excepthook.py"), "--", "crash")
+    assert run.exit_code == 1 and run.report["error"] == "RuntimeError: diverged"
+    assert "script hook saw RuntimeError" in run.stderr and "Traceback" not in run.stderr
+    assert sys.excepthook is before
+
+
+def test_a_report_file_that_cannot_be_written_is_one_line_exit_2_and_no_partial_file(tmp_path, monkeypatch):
+    import errno
+
+    from click.testing import CliRunner
+
+    import ampdoctor.atomic
+    from ampdoctor.trace.cli import trace_command
+
+    def no_space(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ampdoctor.atomic.os, "replace", no_space)
+    result = CliRunner().invoke(trace_command, [odd("eval_between.py"), "--steps", "2", "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == ["ampdoctor trace: cannot write the report: [Errno 28] No space left on device"]
+    assert "iteration(s) traced" in result.stdout  # the terminal report was still printed
+    assert os.listdir(tmp_path) == []
