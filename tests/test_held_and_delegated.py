@@ -163,3 +163,48 @@ def train(model, loader, opt, amp):
 """
     assert found_pairs(source) == [(8, "AMP204")]
     assert codes(source.replace("loss.backward()", "scaler.scale(loss).backward()")) == []
+
+
+def test_a_deprecated_autocast_bound_in_an_import_fallback_is_not_reported():
+    source = """\
+import torch
+
+try:
+    from torch.amp import autocast
+except ImportError:
+    autocast = torch.cuda.amp.autocast
+"""
+    assert codes(source) == []
+
+
+def test_keywords_of_the_with_call_override_what_partial_bound():
+    source = """\
+import torch
+from functools import partial
+
+class T:
+    def __init__(self):
+        self.amp_autocast = partial(torch.autocast, device_type="cuda", dtype=torch.bfloat16, enabled=True)
+
+    def step(self, x, opt):
+        with self.amp_autocast():
+            loss = self.model(x)
+            with self.amp_autocast(enabled=False):
+                loss.backward()
+        opt.step()
+"""
+    assert codes(source) == []
+    assert codes(source.replace("enabled=False", "enabled=True")) == ["AMP101"]
+
+
+def test_a_tensor_named_after_the_model_keeps_its_backward():
+    source = """\
+import torch
+
+def step(model, x, opt):
+    with torch.autocast("cuda"):
+        model_output = model(x)
+    model_output.backward(torch.ones_like(model_output))
+    opt.step()
+"""
+    assert codes(source) == ["AMP210"]

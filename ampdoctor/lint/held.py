@@ -119,7 +119,8 @@ def held_region(call: ast.Call, facts, held: dict[str, Held]):
     for factory in entry.choices:
         if factory.is_autocast:
             # The call the factory makes: what ``partial`` bound, then what the ``with`` passes.
-            bound = ast.Call(func=factory.ref, args=[*factory.args, *call.args], keywords=[*factory.keywords, *call.keywords])
+            # The call's keywords come first: they override what ``partial`` bound, as in Python.
+            bound = ast.Call(func=factory.ref, args=[*factory.args, *call.args], keywords=[*call.keywords, *factory.keywords])
             region = autocast_region(bound, facts.imports)
             if region is not None:
                 regions.append(region)
@@ -147,9 +148,10 @@ def _dotted(expr: ast.AST) -> str | None:
 # ---- delegated backward --------------------------------------------------------------
 
 # Receivers whose ``backward(loss)`` scales the loss itself: DeepSpeed engines (often named
-# ``model``), apex/fairseq-style optimizer wrappers, accelerate, Fabric, Lightning strategies.
+# ``model`` or ``model_engine``), apex/fairseq-style optimizer wrappers (``fp16_optimizer``),
+# accelerate, Fabric, Lightning strategies. Only the last word counts: ``model_output`` is a tensor.
 _DELEGATE_RECEIVER = re.compile(
-    r"(^|_)(model|engine|deepspeed|accelerator|fabric|strategy|trainer|booster|optimizer|optimiser|optim|opt)(_\w+)?$",
+    r"^(\w+_)?(model|engine|deepspeed|accelerator|fabric|strategy|trainer|booster|optimizer|optimiser|optim|opt)$",
     re.I,
 )
 

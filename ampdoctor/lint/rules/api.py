@@ -401,7 +401,8 @@ class DeprecatedAmpApi(LintRule):
 
 def _held_references(facts: AmpFacts) -> set[int]:
     """Expressions stored to be called later: an assigned value, either arm of an assigned
-    ``a if c else b``, the callable given to ``functools.partial`` in an assignment."""
+    ``a if c else b``, the callable given to ``functools.partial`` in an assignment. Not in an
+    ``except`` handler: ``except ImportError: autocast = torch.cuda.amp.autocast`` serves old torch."""
     found: set[int] = set()
     for assignment in facts.assignments:
         value = assignment.value
@@ -409,7 +410,12 @@ def _held_references(facts: AmpFacts) -> set[int]:
         for item in values:
             if type(item) is ast.Call and facts.qualify(item.func) == "functools.partial" and item.args:
                 item = item.args[0]
-            found.add(id(item))
+            if _deprecated(facts.qualify(item)):
+                found.add(id(item))
+    if found:
+        handlers = [h for h in iter_nodes(facts.module) if type(h) is ast.ExceptHandler]
+        inside = {id(node) for handler in handlers for node in iter_nodes(handler)}
+        found -= inside
     return found
 
 
