@@ -15,7 +15,8 @@ statements compute each loss):
 * ``clip_grad_norm_(amp.master_params(o), n)`` → ``scaler.unscale_(o)`` and the clip of the
   model's parameters; ``amp.state_dict()`` / ``amp.load_state_dict(x)`` → the scaler's;
 * ``apex.parallel.DistributedDataParallel`` / ``convert_syncbn_model`` → torch's;
-* the apex imports that are no longer used go; ``import torch`` is added when missing.
+* the apex imports that are no longer used go; ``import torch`` is added when missing
+  (apex_imports.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,18 @@ import textwrap
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from .apex_imports import (
+    ApexNames,
+    code_of,
+    dotted_name,
+    is_docstring,
+    is_main_guard,
+    is_pass,
+    parse_line,
+    spelling_of,
+    tidy_imports,
+    used_names,
+)
 from .apex_plan import DDP_DROPPABLE, MigrationPlan, opt_level_note
 
 _CLIPS = ("clip_grad_norm_", "clip_grad_value_")
@@ -43,87 +56,14 @@ def migrate(source: str, plan: MigrationPlan) -> str | None:
     except cst.ParserSyntaxError:
         return None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    names = _ApexNames(module)
+    names = ApexNames(module)
     if not names.locals:
         return None
     migration = _Migration(wrapper, names, plan)
     migrated = wrapper.module.visit(migration)
-    migrated = _tidy_imports(migrated, names)
+    migrated = tidy_imports(migrated, names)
     code = migrated.code
     return None if code == source else code
-
-
-# ---------------------------------------------------------------------------------------
-# Names
-# ---------------------------------------------------------------------------------------
-
-
-def _dotted(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = _dotted(node.value)
-        return None if base is None else f"{base}.{node.attr.value}"
-    return None
-
-
-def _import_path(node: cst.BaseExpression) -> str:
-    return _dotted(node) or ""
-
-
-class _ApexNames:
-    """Local names bound to apex by the module's imports → what they are (``apex.amp``, ...)."""
-
-    def __init__(self, module: cst.Module) -> None:
-        self.locals: dict[str, str] = {}
-        for node in _walk_imports(module):
-            if isinstance(node, cst.Import):
-                for alias in node.names:
-                    path = _import_path(alias.name)
-                    if path == "apex" or path.startswith("apex."):
-                        if alias.asname is not None:
-                            self.locals[alias.asname.name.value] = path
-                        else:
-                            self.locals["apex"] = "apex"
-            elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
-                path = _import_path(node.module)
-                if (path == "apex" or path.startswith("apex.")) and not isinstance(node.names, cst.ImportStar):
-                    for alias in node.names:
-                        local = alias.asname.name.value if alias.asname else alias.name.value
-                        self.locals[local] = f"{path}.{_import_path(alias.name)}"
-
-    def qualify(self, node: cst.BaseExpression) -> str | None:
-        dotted = _dotted(node)
-        if dotted is None:
-            return None
-        head, _, rest = dotted.partition(".")
-        if head not in self.locals:
-            return None
-        return f"{self.locals[head]}.{rest}" if rest else self.locals[head]
-
-
-def _walk_imports(module: cst.Module):
-    found = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> None:
-            found.append(node)
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-            found.append(node)
-
-    module.visit(Collect())
-    return found
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
-
-
-def _spelling(node: cst.CSTNode) -> str:
-    """Code without brackets and whitespace, to compare ``(a, b)`` with ``[a, b]``."""
-    return re.sub(r"[\s()\[\]]", "", _code(node))
-
 
 # ---------------------------------------------------------------------------------------
 # What the module holds
@@ -161,21 +101,21 @@ class _Initialize:
 
     def target_items(self) -> tuple[list, list]:
         """(model spellings, optimizer spellings), the arguments' and the targets'."""
-        models = [_code(m) for m in _items(self.models)] if self.models is not None else []
-        optimizers = [_code(o) for o in _items(self.optimizers)] if self.optimizers is not None else []
+        models = [code_of(m) for m in _items(self.models)] if self.models is not None else []
+        optimizers = [code_of(o) for o in _items(self.optimizers)] if self.optimizers is not None else []
         if self.targets is not None:
             parts = _items(self.targets)
             if self.optimizers is not None and len(parts) == 2:
-                models += [_code(m) for m in _items(parts[0])]
-                optimizers += [_code(o) for o in _items(parts[1])]
+                models += [code_of(m) for m in _items(parts[0])]
+                optimizers += [code_of(o) for o in _items(parts[1])]
             elif self.optimizers is None:
-                models += [_code(m) for m in parts]
+                models += [code_of(m) for m in parts]
         return models, optimizers
 
 
 class _Migration(cst.CSTTransformer):
 
-    def __init__(self, wrapper: MetadataWrapper, names: _ApexNames, plan: MigrationPlan) -> None:
+    def __init__(self, wrapper: MetadataWrapper, names: ApexNames, plan: MigrationPlan) -> None:
         super().__init__()
         self.names = names
         self.plan = plan
@@ -225,7 +165,7 @@ class _Migration(cst.CSTTransformer):
         for init in initializes:
             block = self.parents.get(init.statement)
             guard = self.parents.get(block)
-            if isinstance(guard, cst.If) and guard.body is block and guard.orelse is None and not _is_main_guard(guard):
+            if isinstance(guard, cst.If) and guard.body is block and guard.orelse is None and not is_main_guard(guard):
                 init.condition = guard
         models, optimizers = [], []
         for init in initializes:
@@ -238,7 +178,7 @@ class _Migration(cst.CSTTransformer):
         self.scaler = self._scaler_name(module, initializes)
         # ``amp.initialize(..., enabled=flag)`` switched both halves: autocast follows the scaler.
         switched = any("enabled" in init.keywords or init.condition is not None for init in initializes)
-        self.switches = {_code(init.keywords["enabled"]) if "enabled" in init.keywords else _code(init.condition.test)
+        self.switches = {code_of(init.keywords["enabled"]) if "enabled" in init.keywords else code_of(init.condition.test)
                          for init in initializes if "enabled" in init.keywords or init.condition is not None}
         self.enabled = f"{self.scaler}.is_enabled()" if switched else None
         self._plan_globals(initializes, uses)
@@ -252,9 +192,9 @@ class _Migration(cst.CSTTransformer):
     def _scaler_name(self, module: cst.Module, initializes: list[_Initialize]) -> str:
         if initializes and initializes[0].targets is not None:
             first = _items(initializes[0].targets)[0]
-            if _code(first).startswith("self.") and self._method_of(initializes[0].statement):
+            if code_of(first).startswith("self.") and self._method_of(initializes[0].statement):
                 return "self.scaler"
-        taken = _used_names(module)
+        taken = used_names(module)
         return "scaler" if "scaler" not in taken else "grad_scaler"
 
     def _function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
@@ -294,7 +234,7 @@ class _Migration(cst.CSTTransformer):
                    and len({c[depth + 1][0] for c in chains}) == 1):
                 depth += 1
             last = max(chains, key=lambda c: c[depth][1])[depth][2]
-            self.after.setdefault(id(last), []).append(_statement(f"{self.scaler}.update()"))
+            self.after.setdefault(id(last), []).append(parse_line(f"{self.scaler}.update()"))
 
     def _chain(self, statement: cst.CSTNode):
         """[(block id, index, statement)] from the group's root block down to ``statement``."""
@@ -321,7 +261,7 @@ class _Migration(cst.CSTTransformer):
             return None
         receiver = call.func.value
         base = receiver.value if isinstance(receiver, cst.Subscript) else receiver
-        if _code(receiver) in self.optimizers or _code(base) in self.optimizers:
+        if code_of(receiver) in self.optimizers or code_of(base) in self.optimizers:
             return receiver
         return None
 
@@ -333,10 +273,10 @@ class _Migration(cst.CSTTransformer):
             return self._replace_initialize(init, updated)
         optimizer = self._stepped(original)
         if optimizer is not None:
-            call = cst.parse_expression(f"{self.scaler}.step({_code(optimizer)})")
+            call = cst.parse_expression(f"{self.scaler}.step({code_of(optimizer)})")
             return updated.with_changes(body=[cst.Expr(call)])
         for optimizer in self._clipped_optimizers(original):
-            unscale = _statement(f"{self.scaler}.unscale_({optimizer})")
+            unscale = parse_line(f"{self.scaler}.unscale_({optimizer})")
             self.unscales.add(id(unscale))
             self.before.setdefault(id(original), []).append(unscale)
         return updated
@@ -347,13 +287,13 @@ class _Migration(cst.CSTTransformer):
 
         class Clips(cst.CSTVisitor):
             def visit_Call(self, node: cst.Call) -> None:
-                dotted = _dotted(node.func) or ""
+                dotted = dotted_name(node.func) or ""
                 if dotted.rsplit(".", 1)[-1] not in _CLIPS or not node.args:
                     return
                 first = node.args[0].value
                 if isinstance(first, cst.Call) and names.qualify(first.func) == "apex.amp.master_params":
                     if first.args:
-                        found.append(_code(first.args[0].value))
+                        found.append(code_of(first.args[0].value))
 
         statement.visit(Clips())
         return found
@@ -362,12 +302,12 @@ class _Migration(cst.CSTTransformer):
         lines: list[cst.BaseStatement] = []
         if init.targets is not None:
             given = [a for a in (init.models, init.optimizers) if a is not None]
-            values = ", ".join(_code(a) for a in given)
-            if _spelling(init.targets) != re.sub(r"[\s()\[\]]", "", values):
-                lines.append(_statement(f"{_code(init.targets)} = {values}"))
+            values = ", ".join(code_of(a) for a in given)
+            if spelling_of(init.targets) != re.sub(r"[\s()\[\]]", "", values):
+                lines.append(parse_line(f"{code_of(init.targets)} = {values}"))
         if init.optimizers is not None:
             comments, arguments = self._scaler_arguments(init)
-            scaler = _statement(f'{self.scaler} = torch.amp.GradScaler({", ".join(arguments)})')
+            scaler = parse_line(f'{self.scaler} = torch.amp.GradScaler({", ".join(arguments)})')
             scaler = scaler.with_changes(leading_lines=[line for c in comments for line in _comments(c)])
             if init.condition is not None:  # created either way, before the ``if``: the flag switches it
                 self.before.setdefault(id(init.condition), []).append(scaler)
@@ -388,23 +328,23 @@ class _Migration(cst.CSTTransformer):
         arguments, comments = ['"cuda"'], []
         level = keywords.get("opt_level")
         if level is not None and not isinstance(level, cst.SimpleString):
-            comments.append(f"TODO(ampdoctor): {opt_level_note(_code(level))}")
+            comments.append(f"TODO(ampdoctor): {opt_level_note(code_of(level))}")
         if isinstance(level, cst.SimpleString) and level.evaluated_value == "O2":
             comments.append("apex O2 cast the model to float16 and kept float32 master weights; with torch.amp the "
                             "model stays in float32 (its weights are the master weights) and autocast runs the "
                             "forward in float16")
         scale = keywords.get("loss_scale")
         if isinstance(scale, (cst.Integer, cst.Float)):
-            arguments += [f"init_scale={_code(scale)}", f"growth_interval={_NEVER}"]
-            comments.append(f"a static loss scale: the scale starts at {_code(scale)} and never grows (unlike apex, "
+            arguments += [f"init_scale={code_of(scale)}", f"growth_interval={_NEVER}"]
+            comments.append(f"a static loss scale: the scale starts at {code_of(scale)} and never grows (unlike apex, "
                             "a step whose gradients overflow is skipped and the scale backs off)")
         elif scale is not None and not (isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic"):
-            comments.append(f"TODO(ampdoctor): loss_scale={_code(scale)} was not migrated: pass init_scale= (and a "
+            comments.append(f"TODO(ampdoctor): loss_scale={code_of(scale)} was not migrated: pass init_scale= (and a "
                             "large growth_interval=) for a static scale")
         if "enabled" in keywords:
-            arguments.append(f"enabled={_code(keywords['enabled'])}")
+            arguments.append(f"enabled={code_of(keywords['enabled'])}")
         elif init.condition is not None:
-            arguments.append(f"enabled={_code(init.condition.test)}")
+            arguments.append(f"enabled={code_of(init.condition.test)}")
         dropped = [k for k in keywords if k in ("min_loss_scale", "max_loss_scale", "cast_model_outputs",
                                                 "patch_torch_functions", "cast_model_type")]
         if dropped:
@@ -417,7 +357,7 @@ class _Migration(cst.CSTTransformer):
         call = original.items[0].item
         if not (isinstance(call, cst.Call) and self.names.qualify(call.func) == "apex.amp.scale_loss" and call.args):
             return updated
-        loss = _code(call.args[0].value)
+        loss = code_of(call.args[0].value)
         scaled = f"{self.scaler}.scale({loss})"
         target = original.items[0].asname
         name = target.name.value if target is not None and isinstance(target.name, cst.Name) else None
@@ -429,12 +369,12 @@ class _Migration(cst.CSTTransformer):
             body = [cst.SimpleStatementLine(body=[body[0]])]
         if (backward is not None and isinstance(backward.func, cst.Attribute) and backward.func.attr.value == "backward"
                 and isinstance(backward.func.value, cst.Name) and backward.func.value.value == name):
-            args = ", ".join(_code(a) for a in backward.args)
-            replacement = _statement(f"{scaled}.backward({args})")
+            args = ", ".join(code_of(a) for a in backward.args)
+            replacement = parse_line(f"{scaled}.backward({args})")
             self.plain_backwards[f"{loss}.backward({args})"] = replacement
         else:
             # The body does more than a backward: keep it, with the scaled loss bound to its name.
-            replacement = _statement(f"{name or '_'} = {scaled}")
+            replacement = parse_line(f"{name or '_'} = {scaled}")
             self.after.setdefault(id(original), []).extend(body)  # libcst re-indents them
         header = updated.body.header if isinstance(updated.body, cst.IndentedBlock) else replacement.trailing_whitespace
         return replacement.with_changes(leading_lines=updated.leading_lines, trailing_whitespace=header)
@@ -448,7 +388,7 @@ class _Migration(cst.CSTTransformer):
         if qualified == "apex.amp.load_state_dict":
             return updated.with_changes(func=cst.parse_expression(f"{self.scaler}.load_state_dict"))
         if qualified == "apex.amp.master_params" and updated.args:
-            return cst.parse_expression(self._parameters(_code(updated.args[0].value)))
+            return cst.parse_expression(self._parameters(code_of(updated.args[0].value)))
         if qualified == "apex.parallel.convert_syncbn_model":
             return updated.with_changes(func=cst.parse_expression("torch.nn.SyncBatchNorm.convert_sync_batchnorm"))
         if qualified == "apex.parallel.DistributedDataParallel":
@@ -468,10 +408,10 @@ class _Migration(cst.CSTTransformer):
 
     def leave_If(self, original, updated):
         if any(init.condition is original for init in self.initializes):
-            if all(_is_pass(s) for s in updated.body.body):
+            if all(is_pass(s) for s in updated.body.body):
                 self.dropped.add(id(original))  # ``if flag:`` held only amp.initialize
             return updated
-        if _code(original.test) not in self.switches or not isinstance(updated.orelse, cst.Else):
+        if code_of(original.test) not in self.switches or not isinstance(updated.orelse, cst.Else):
             return updated
         return self._collapsed(original, updated) or updated
 
@@ -479,11 +419,11 @@ class _Migration(cst.CSTTransformer):
         """``if flag: <scaled> else: <plain>`` where ``flag`` switches the scaler: a disabled scaler
         scales by 1 and its unscale_ does nothing, so the scaled arm alone does both."""
         arm, other = list(updated.body.body), list(updated.orelse.body.body)
-        scaled = self.plain_backwards.get(_code(other[0]).strip()) if len(other) == 1 else None
-        if len(arm) == 1 and scaled is not None and _code(arm[0].with_changes(leading_lines=[])) == _code(scaled):
+        scaled = self.plain_backwards.get(code_of(other[0]).strip()) if len(other) == 1 else None
+        if len(arm) == 1 and scaled is not None and code_of(arm[0].with_changes(leading_lines=[])) == code_of(scaled):
             return arm[0].with_changes(leading_lines=[*updated.leading_lines, *arm[0].leading_lines])
         bare = [s for s in arm if id(s) not in self.unscales]
-        if len(bare) < len(arm) and [_code(s) for s in bare] == [_code(s) for s in other]:
+        if len(bare) < len(arm) and [code_of(s) for s in bare] == [code_of(s) for s in other]:
             self.after.setdefault(id(original), []).extend(arm[1:])
             return arm[0].with_changes(leading_lines=updated.leading_lines)
         return None
@@ -492,13 +432,13 @@ class _Migration(cst.CSTTransformer):
         if id(original) not in self.needs_global:
             return updated
         body = list(updated.body.body)
-        at = 1 if body and _is_docstring(body[0]) else 0
-        body.insert(at, _statement(f"global {self.scaler}"))
+        at = 1 if body and is_docstring(body[0]) else 0
+        body.insert(at, parse_line(f"global {self.scaler}"))
         return updated.with_changes(body=updated.body.with_changes(body=body))
 
     def leave_IndentedBlock(self, original, updated):
         body = self._block(original.body, updated.body)
-        return updated.with_changes(body=body or [_statement("pass")])
+        return updated.with_changes(body=body or [parse_line("pass")])
 
     def leave_Module(self, original, updated):
         return updated.with_changes(body=self._block(original.body, updated.body))
@@ -542,25 +482,15 @@ class _Migration(cst.CSTTransformer):
         comments = [line for text in todos for line in _comments(f"TODO(ampdoctor): {text}")]
         return statement.with_changes(leading_lines=[*statement.leading_lines, *comments])
 
-
 # ---------------------------------------------------------------------------------------
 # Building nodes
 # ---------------------------------------------------------------------------------------
-
-
-def _statement(code: str) -> cst.SimpleStatementLine:
-    return cst.parse_statement(code + "\n")
 
 
 def _comments(text: str) -> list[cst.EmptyLine]:
     """A comment of several lines (continuation lines indented), each at most ~90 characters."""
     lines = textwrap.wrap(text, 88, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
     return [cst.EmptyLine(comment=cst.Comment(f"# {line}")) for line in lines]
-
-
-def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString))
 
 
 def _autocast(run: list[cst.BaseStatement], enabled: str | None) -> cst.With:
@@ -570,176 +500,3 @@ def _autocast(run: list[cst.BaseStatement], enabled: str | None) -> cst.With:
     switch = f", enabled={enabled}" if enabled else ""
     template = cst.parse_statement(f'with torch.autocast("cuda", dtype=torch.float16{switch}):\n    pass\n')
     return template.with_changes(body=cst.IndentedBlock(body=run), leading_lines=leading)
-
-
-# ---------------------------------------------------------------------------------------
-# Imports, once the calls are gone
-# ---------------------------------------------------------------------------------------
-
-
-def _tidy_imports(module: cst.Module, names: _ApexNames) -> cst.Module:
-    used = _used_names(module, names)
-    tidy = _TidyImports(names, used)
-    module = module.visit(tidy)
-    if "torch" not in _bound_names(module):
-        module = _add_import_torch(module)
-    return module
-
-
-def _used_names(module: cst.Module, names: _ApexNames | None = None) -> set[str]:
-    """Names the module reads (imports aside; with ``names``, a ``try`` that only imports apex
-    and its ``except ImportError`` fallback aside too)."""
-    used = set()
-
-    class Uses(cst.CSTVisitor):
-        def visit_Try(self, node: cst.Try) -> bool:
-            return names is None or not _guards_apex_import(node, names)
-
-        def visit_Import(self, node) -> bool:
-            return False
-
-        def visit_ImportFrom(self, node) -> bool:
-            return False
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)  # ``torch.amp``: ``amp`` here is an attribute, not a name
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
-            used.add(node.value)
-
-    module.visit(Uses())
-    return used
-
-
-def _guards_apex_import(node: cst.Try, names: _ApexNames) -> bool:
-    """``try: from apex import amp`` with nothing else in the ``try`` body."""
-    imports = [small for s in node.body.body if isinstance(s, cst.SimpleStatementLine) for small in s.body]
-    if not imports or len(imports) != len(node.body.body):
-        return False
-    for small in imports:
-        if isinstance(small, cst.ImportFrom) and small.module is not None:
-            if not _import_path(small.module).startswith("apex"):
-                return False
-        elif isinstance(small, cst.Import):
-            if not all(_import_path(a.name).split(".")[0] == "apex" for a in small.names):
-                return False
-        else:
-            return False
-    return True
-
-
-def _bound_names(module: cst.Module) -> set[str]:
-    bound = set()
-    for statement in module.body:
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.Import):
-                    for alias in small.names:
-                        bound.add(alias.asname.name.value if alias.asname else _import_path(alias.name).split(".")[0])
-    return bound
-
-
-class _TidyImports(cst.CSTTransformer):
-    def __init__(self, names: _ApexNames, used: set[str]) -> None:
-        super().__init__()
-        self.names = names
-        self.used = used
-        # id → node: holding the nodes keeps their ids from being reused by later nodes.
-        self.emptied: dict[int, cst.CSTNode] = {}
-
-    def _keep(self, local: str) -> bool:
-        return local not in self.names.locals or local in self.used
-
-    def leave_Import(self, original, updated):
-        kept = [a for a in updated.names
-                if self._keep(a.asname.name.value if a.asname else _import_path(a.name).split(".")[0])]
-        return self._result(updated, kept)
-
-    def leave_ImportFrom(self, original, updated):
-        if isinstance(updated.names, cst.ImportStar):
-            return updated
-        kept = [a for a in updated.names if self._keep(a.asname.name.value if a.asname else a.name.value)]
-        module = _import_path(updated.module) if updated.module is not None else ""
-        if module == "apex.parallel" and kept and all(_import_path(a.name) == "DistributedDataParallel" for a in kept):
-            updated = updated.with_changes(module=cst.parse_expression("torch.nn.parallel"))
-        return self._result(updated, kept)
-
-    @staticmethod
-    def _result(updated, kept):
-        if not kept:
-            return cst.RemoveFromParent()
-        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(names=kept)
-
-    def leave_SimpleStatementLine(self, original, updated):
-        if not updated.body:  # every import of the line went: the block drops the line
-            emptied = updated.with_changes(body=[cst.Pass()])
-            self.emptied[id(emptied)] = emptied
-            return emptied
-        return updated
-
-    def leave_Try(self, original, updated):
-        # ``try: from apex import amp`` / ``except ImportError: ...``: nothing left to guard.
-        if all(_is_pass(s) for s in updated.body.body):
-            emptied = _statement("pass").with_changes(leading_lines=updated.leading_lines)
-            self.emptied[id(emptied)] = emptied
-            return emptied
-        return updated
-
-    def leave_If(self, original, updated):
-        # ``if fp16: try: from apex import amp ...``: the ``if`` guarded only what went.
-        emptied = all(_is_pass(s) for s in updated.body.body) and not all(_is_pass(s) for s in original.body.body)
-        if emptied and updated.orelse is None:
-            replacement = _statement("pass").with_changes(leading_lines=updated.leading_lines)
-            self.emptied[id(replacement)] = replacement
-            return replacement
-        return updated
-
-    def leave_IndentedBlock(self, original, updated):
-        return updated.with_changes(body=self._without_emptied(updated.body) or [_statement("pass")])
-
-    def leave_Module(self, original, updated):
-        return updated.with_changes(body=self._without_emptied(updated.body))
-
-    def _without_emptied(self, body) -> list:
-        """The statements but the emptied ones; their leading blank lines and comments stay."""
-        kept, carried = [], []
-        for statement in body:
-            if id(statement) in self.emptied:
-                carried.extend(statement.leading_lines)
-                continue
-            if carried:
-                if any(line.comment is None for line in statement.leading_lines):
-                    carried = [line for line in carried if line.comment is not None]  # no double gaps
-                statement = statement.with_changes(leading_lines=[*carried, *statement.leading_lines])
-                carried = []
-            kept.append(statement)
-        return kept
-
-
-def _is_main_guard(node: cst.If) -> bool:
-    test = node.test
-    return (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and test.left.value == "__name__"
-            and len(test.comparisons) == 1 and isinstance(test.comparisons[0].comparator, cst.SimpleString)
-            and test.comparisons[0].comparator.evaluated_value == "__main__")
-
-
-def _is_pass(statement) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and all(isinstance(s, cst.Pass) for s in statement.body)
-
-
-def _add_import_torch(module: cst.Module) -> cst.Module:
-    body = list(module.body)
-    at = 0
-    for index, statement in enumerate(body):
-        if _is_docstring(statement) and index == 0:
-            at = 1
-        elif isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], (cst.Import, cst.ImportFrom)):
-            if isinstance(statement.body[0], cst.ImportFrom) and _import_path(statement.body[0].module or cst.Name("x")) == "__future__":
-                at = index + 1
-                continue
-            at = index
-            break
-    body.insert(at, _statement("import torch"))
-    return module.with_changes(body=body)
