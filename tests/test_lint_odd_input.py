@@ -301,3 +301,23 @@ def test_lint_source_survives_deep_nesting():
     assert [(f.code, f.message) for f in lint_text(source)] == [
         ("AMP000", "cannot analyse: an expression is nested too deeply")
     ]
+
+
+def test_a_folder_that_cannot_be_listed_is_one_line(folder, monkeypatch):
+    """As a folder without read permission does (simulated: root lists any folder)."""
+    write(folder, "ok.py", HEADER)
+    (folder / "locked").mkdir()
+    write(folder / "locked", "hidden.py", HEADER)
+    real = os.scandir
+
+    def refuse(path="."):
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    result = lint(".")
+    assert result.exit_code == 2
+    lines = finding_lines(result.output)
+    assert lines[0] == "locked:1:1: AMP000 [error] cannot list folder: Permission denied"
+    assert lines[1].startswith("ok.py:2:10: AMP401") and len(lines) == 2

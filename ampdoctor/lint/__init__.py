@@ -105,6 +105,10 @@ def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None = N
         results = _run_cached(jobs, request)
     else:
         results = _run(jobs, request)
+    if discovery.unlistable:
+        from .engine import unreadable
+
+        results.extend(unreadable(_display(Path(f), base), f, f"cannot list folder: {why}") for f, why in discovery.unlistable)
     results.sort(key=lambda r: r.path)
     return LintRun(results, files_checked=len(jobs))
 

@@ -41,17 +41,24 @@ SUFFIXES = (".py", ".pyi", ".ipynb")
 
 
 class GitIgnore(Record):
-    """The patterns of one .gitignore file, matched against paths relative to its folder with
-    ``pathspec``'s implementation of git's rules (negation, anchoring, ``**``, directory-only
-    patterns, escapes). Imported here, when a walked folder has a .gitignore: linting named
-    files never pays for it."""
+    """The patterns of one .gitignore file, matched against paths relative to its folder.
 
-    __slots__ = ("base", "spec", "any_pattern")
+    ``pathspec`` reads the patterns (negation, anchoring, ``**``, directory-only patterns,
+    escapes, trailing spaces) into regular expressions; it is imported here, when a walked folder
+    has a .gitignore, so that linting named files never pays for it. Git's rule is then applied
+    as git applies it during a walk: the last pattern that matches a path *itself* decides, and
+    a folder that is ignored is not entered, so nothing below it is looked at. (pathspec's own
+    matching also lets a pattern match through a parent folder, which a walk must not do: a
+    folder named on the command line is linted even when a .gitignore above ignores it.)
+    """
 
-    def __init__(self, base: Path, spec) -> None:
+    __slots__ = ("base", "rules", "any_pattern")
+
+    def __init__(self, base: Path, patterns) -> None:
         self.base = base
-        self.spec = spec
-        self.any_pattern = _any_of(spec.patterns)
+        # Last pattern first: the first that matches decides.
+        self.rules = [_Rule(p.regex, bool(p.include)) for p in reversed(patterns) if p.include is not None]
+        self.any_pattern = _any_of(rule.regex for rule in self.rules)
 
     @classmethod
     def load(cls, folder: Path) -> GitIgnore | None:
@@ -62,30 +69,49 @@ class GitIgnore(Record):
             return None
         import pathspec
 
-        return cls(folder, pathspec.GitIgnoreSpec.from_lines(text.splitlines()))
-
-    def sparing(self, folders: Sequence[str]) -> GitIgnore:
-        """This file without the patterns that ignore any of ``folders`` (relative to its base):
-        a folder named on the command line is walked even where a .gitignore above ignores it,
-        and what ignores the folder itself must not ignore everything in it."""
-        import pathspec
-
-        spared = [f"{folder}/" for folder in folders]
-        kept = [p for p in self.spec.patterns if not (p.include and any(p.match_file(f) for f in spared))]
-        return self if len(kept) == len(self.spec.patterns) else GitIgnore(self.base, pathspec.GitIgnoreSpec(kept))
+        return cls(folder, pathspec.GitIgnoreSpec.from_lines(text.splitlines()).patterns)
 
     def decision(self, relative: str, is_dir: bool) -> bool | None:
-        """True ignored, False re-included, None no opinion (the last matching pattern decides)."""
+        """True ignored, False re-included, None no opinion."""
+        # A folder is spelled with its slash: only then do directory-only patterns match it.
         path = f"{relative}/" if is_dir else relative
         if self.any_pattern is not None and not self.any_pattern.search(path):
             return None  # most paths match no pattern: one search instead of one per pattern
-        return self.spec.check_file(path).include
+        for rule in self.rules:
+            if rule.matches(path, is_dir):
+                return rule.ignored
+        return None
 
 
-def _any_of(patterns) -> "re.Pattern[str] | None":
-    """One expression that matches where any of the patterns does (their group names dropped,
-    since an expression may not repeat one); None when they cannot be combined."""
-    alternatives = [re.sub(r"\(\?P<\w+>", "(?:", p.regex.pattern) for p in patterns if p.include is not None]
+class _Rule(Record):
+    """One pattern as pathspec compiles it, asked whether it matches a path itself.
+
+    pathspec's expression for a pattern also matches everything below a folder the pattern
+    matches: its group ``ps_d`` stands for the slash after that folder. Here the slash must
+    end the path (the path is that folder), so a pattern never matches through a parent folder.
+    Expressions without the group come from a trailing ``/**`` ("everything inside") or a lone
+    ``*`` or ``**``; the first matches below its folder but not the folder itself.
+    """
+
+    __slots__ = ("regex", "ignored", "itself")
+
+    def __init__(self, regex: "re.Pattern[str]", ignored: bool) -> None:
+        self.regex = regex
+        self.ignored = ignored
+        text = regex.pattern
+        self.itself = re.compile(text.replace("(?P<ps_d>/)", "/$"), regex.flags) if "(?P<ps_d>/)" in text else None
+
+    def matches(self, path: str, is_dir: bool) -> bool:
+        if self.itself is not None:
+            return self.itself.search(path) is not None
+        found = self.regex.search(path)
+        return found is not None and not (is_dir and found.end() == len(path))
+
+
+def _any_of(expressions) -> "re.Pattern[str] | None":
+    """One expression that finds a match wherever one of ``expressions`` matches (a superset:
+    their group names dropped, since an expression may not repeat one); None if impossible."""
+    alternatives = [re.sub(r"\(\?P<\w+>", "(?:", regex.pattern) for regex in expressions]
     if not alternatives:
         return re.compile(r"(?!)")
     try:
@@ -102,6 +128,8 @@ class Discovery:
         self.exclude = tuple(exclude)
         self.respect_gitignore = respect_gitignore
         self._ignores: dict[str, GitIgnore | None] = {}
+        # Folders the walk could not list: (the folder as the user would spell it, why).
+        self.unlistable: list[tuple[str, str]] = []
 
     def files(self, paths: Sequence[Path]) -> Iterator[Path]:
         seen: set[str] = set()
@@ -129,10 +157,14 @@ class Discovery:
     def _walk(self, top: str, shown: str) -> Iterator[tuple[str, str]]:
         """(absolute path, spelling) of the files below ``top`` (absolute, real), spelled below
         ``shown`` (the folder as the user gave it)."""
-        inherited = [(base, ignore.sparing(_folders_between(base, top))) for base, ignore in self._ignores_above(top)] \
-            if self.respect_gitignore else []
+        inherited = self._ignores_above(top) if self.respect_gitignore else []
         applicable: dict[str, list[tuple[str, GitIgnore]]] = {}
-        for folder, dirs, files in os.walk(top):
+        def unlistable(exc: OSError) -> None:
+            folder = str(exc.filename or top)
+            spelled = shown if folder == top else os.path.join(shown, folder[len(top) + 1 :])
+            self.unlistable.append((spelled, exc.strerror or str(exc)))
+
+        for folder, dirs, files in os.walk(top, onerror=unlistable):
             parent = applicable.get(os.path.dirname(folder), inherited)
             rules = parent
             if self.respect_gitignore:
@@ -186,9 +218,3 @@ def _ignored(rules: list[tuple[str, "GitIgnore"]], absolute: str, is_dir: bool) 
         if verdict is not None:
             decision = verdict
     return bool(decision)
-
-
-def _folders_between(base: str, top: str) -> list[str]:
-    """The folders from below ``base`` down to ``top``, relative to ``base``: "a", "a/b", ..."""
-    parts = os.path.relpath(top, base).replace(os.sep, "/").split("/")
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]

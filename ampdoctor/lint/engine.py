@@ -330,6 +330,11 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: PrefilterSpe
         return _unreadable(FileResult(display, file_path=str(path)), "cannot analyse: an expression is nested too deeply")
 
 
+def unreadable(display: str, path: str, error: str) -> FileResult:
+    """The result for a file or folder that could not be read: one AMP000 line."""
+    return _unreadable(FileResult(display, file_path=path), error)
+
+
 def _unreadable(result: FileResult, error: str) -> FileResult:
     result.error = error
     result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), error, Location(result.path))]
