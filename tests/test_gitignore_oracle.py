@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ampdoctor.lint.discovery import SUFFIXES, Discovery
@@ -132,6 +132,10 @@ def pattern(draw) -> str:
     files=st.lists(file_path, min_size=1, max_size=12, unique=True),
     ignores=st.dictionaries(st.sampled_from(["", "a", "b", "a/b", "ab"]), st.lists(pattern(), max_size=5), max_size=3),
 )
+# Cases found by this test, kept: matching through a parent folder, and the last pattern winning.
+@example(files=["a/a.py"], ignores={"": ["!/a/", "*/"]})
+@example(files=["a/a.py"], ignores={"": ["!/a/", "!*", "/a/"]})
+@example(files=["a/keep.py", "a/b/x.py"], ignores={"": ["a/**", "!a/keep.py", "*", "!*/"]})
 def test_generated_patterns_agree_with_git(tmp_path_factory, files, ignores):
     root = tmp_path_factory.mktemp("repo")
     # A file and a folder cannot share a name: drop the files that would be folders.
