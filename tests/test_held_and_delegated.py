@@ -208,3 +208,23 @@ def step(model, x, opt):
     opt.step()
 """
     assert codes(source) == ["AMP210"]
+
+
+def test_a_device_type_held_in_a_module_constant():
+    source = """\
+import torch
+
+DEVICE_TYPE = "cuda"
+
+def train(model, loader, opt):
+    for x in loader:
+        with torch.autocast(device_type=DEVICE_TYPE):
+            loss = model(x)
+        loss.backward()
+        opt.step()
+"""
+    assert found_pairs(source) == [(7, "AMP210")]
+    # A parameter of the same name shadows the constant; a name bound twice is no constant.
+    assert codes(source.replace("def train(model, loader, opt):", "def train(model, loader, opt, DEVICE_TYPE):")) == []
+    assert codes(source.replace('DEVICE_TYPE = "cuda"', 'DEVICE_TYPE = "cuda"\nif CPU:\n    DEVICE_TYPE = "cpu"')) == []
+    assert codes(source.replace('"cuda"', '"cpu"')) == []

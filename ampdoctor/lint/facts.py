@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 
 from ..records import Record, Value
 from .fixes import SourceLines
-from .held import delegated_backward, held_region
+from .held import constant_device, delegated_backward, held_region, module_strings
 from .held import factories as held_factories
 
 # --------------------------------------------------------------------------------------
@@ -1029,7 +1029,20 @@ def _resolve_regions(facts: AmpFacts) -> None:
             region = autocast_region(site.node, facts.imports)
             if region is not None:
                 regions[id(site.node)] = region
+    _devices_from_constants(facts, [*facts.context_objects.values(), *seen.values(), *regions.values()])
     facts.regions = list(regions.values())
+
+
+def _devices_from_constants(facts: AmpFacts, found: list[Region | None]) -> None:
+    """``torch.autocast(device_type=DEVICE_TYPE)`` with ``DEVICE_TYPE = "cuda"`` in the module."""
+    unknown = [r for r in found if r is not None and r.device is None]
+    constants = module_strings(facts) if unknown else None
+    if not constants:
+        return
+    frames = {id(site.node): site.frame for site in facts.calls}
+    for region in unknown:
+        if id(region.node) in frames:
+            region.device = constant_device(region.node, frames[id(region.node)], facts, constants)
 
 
 def _is_scale_call(expr: ast.expr) -> str | None:

@@ -163,3 +163,38 @@ def delegated_backward(method: str | None, receiver: str | None, call: ast.Call)
     if method != "backward" or not (call.args or call.keywords) or not receiver:
         return False
     return bool(_DELEGATE_RECEIVER.search(receiver.rsplit(".", 1)[-1]))
+
+
+# ---- a device type held in a module constant ----------------------------------------------
+
+
+def module_strings(facts) -> dict[str, str]:
+    """Plain names bound exactly once in the module, at module level, to a string literal
+    (``DEVICE_TYPE = "cuda"``)."""
+    counts: dict[str, int] = {}
+    for assignment in facts.assignments:
+        counts[assignment.target] = counts.get(assignment.target, 0) + 1
+    return {
+        a.target: a.value.value
+        for a in facts.assignments
+        if a.frame.parent is None and counts[a.target] == 1 and type(a.value) is ast.Constant and type(a.value.value) is str
+    }
+
+
+def constant_device(call: ast.AST, frame, facts, constants: dict[str, str]) -> str | None:
+    """The device of ``torch.autocast(device_type=DEVICE_TYPE)`` when DEVICE_TYPE is a module
+    string constant that no parameter of the enclosing function shadows."""
+    from .facts import AUTOCAST_NAMES, get_arg
+
+    if type(call) is not ast.Call or facts.qualify(call.func) not in AUTOCAST_NAMES:
+        return None
+    device = get_arg(call, 0, "device_type")
+    if device is None or type(device.value) is not ast.Name or device.value.id not in constants:
+        return None
+    name = device.value.id
+    while frame is not None and frame.parent is not None:
+        arguments = getattr(frame.node, "args", None)
+        if arguments is not None and name in {a.arg for a in ast.walk(arguments) if type(a) is ast.arg}:
+            return None
+        frame = frame.parent
+    return constants[name]
