@@ -321,3 +321,19 @@ def test_a_folder_that_cannot_be_listed_is_one_line(folder, monkeypatch):
     lines = finding_lines(result.output)
     assert lines[0] == "locked:1:1: AMP000 [error] cannot list folder: Permission denied"
     assert lines[1].startswith("ok.py:2:10: AMP401") and len(lines) == 2
+
+
+def test_pipes_and_devices_are_not_read(folder):
+    """Reading a named pipe would wait for a writer, and a device may never end."""
+    os.mkfifo(folder / "pipe.py")
+    (folder / "zeros.py").symlink_to("/dev/zero")
+    write(folder, "ok.py", HEADER)
+    for args in ([".", "--no-cache"], ["."], ["pipe.py", "zeros.py", "ok.py"]):
+        result = CliRunner().invoke(main, ["lint", "--isolated", "--jobs", "1", "--output-format", "concise", *args])
+        assert result.exit_code == 2, result.output
+        assert finding_lines(result.output) == [
+            finding_lines(result.output)[0],
+            "pipe.py:1:1: AMP000 [error] cannot read: not a regular file",
+            "zeros.py:1:1: AMP000 [error] cannot read: not a regular file",
+        ]
+        assert finding_lines(result.output)[0].startswith("ok.py:2:10: AMP401")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from stat import S_ISREG
 from pathlib import Path
 
 from ..config import Settings
@@ -130,6 +131,9 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
     for job in jobs:
         try:
             stat = os.stat(job.path)
+            if not S_ISREG(stat.st_mode):
+                misses.append(job)  # the engine says why it is not read
+                continue
             entry = cache.by_stat(job.display, stat)
             if entry is not None and entry.get("skip") and spec is not None:
                 results.append(FileResult(job.display, file_path=str(job.path)))

@@ -318,6 +318,8 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: PrefilterSpe
     ``prefiltered``, its bytes are already known to pass ``spec``'s token search."""
     result = FileResult(display, file_path=str(path))
     try:
+        if not is_regular_file(path):  # a pipe or a device: reading could block or never end
+            return _unreadable(result, "cannot read: not a regular file")
         data = path.read_bytes()
     except OSError as exc:
         return _unreadable(result, f"cannot read: {exc.strerror or exc}")
@@ -333,6 +335,13 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: PrefilterSpe
 def unreadable(display: str, path: str, error: str) -> FileResult:
     """The result for a file or folder that could not be read: one AMP000 line."""
     return _unreadable(FileResult(display, file_path=path), error)
+
+
+def is_regular_file(path: Path | str) -> bool:
+    """Whether ``path`` (through links) is a regular file; raises OSError as ``os.stat`` does."""
+    import stat
+
+    return stat.S_ISREG(os.stat(path).st_mode)
 
 
 def _unreadable(result: FileResult, error: str) -> FileResult:
