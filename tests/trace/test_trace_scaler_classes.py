@@ -68,3 +68,12 @@ def test_sharded_grad_scaler_is_observed(one_process_group):
 def test_classes_are_torch_own_again_after_the_session():
     _train(lambda: torch.amp.GradScaler("cpu"))
     assert not isinstance(BoundBeforeTheSession("cpu"), _Observed)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="torch warns only when CUDA is missing")
+def test_torch_constructor_warnings_still_point_at_the_caller():
+    with trace_session(steps=None, script="train.py"):
+        with pytest.warns(UserWarning, match="CUDA is not available") as record:
+            scaler = BoundBeforeTheSession("cuda")
+    assert isinstance(scaler, _Observed)
+    assert [w.filename for w in record if "CUDA" in str(w.message)] == [__file__]
