@@ -11,10 +11,11 @@ missing) and a report file that cannot be written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
-from typing import Optional
+from typing import Iterator, Optional
 
 import click
 
@@ -134,22 +135,44 @@ def trace_command(
         except (TensorBoardUnavailable, OSError) as exc:
             click.echo(f"ampdoctor trace: {exc}", err=True)
             ctx.exit(2)
-    try:
-        report, outcome = _trace(
-            run, steps or None, record_ops_steps, gradient_interval, limits, output_format, progress,
-            lint=lint, listeners=listeners, timeout=timeout,
-        )
-    finally:
-        for listener in listeners:
-            listener.close()
-    try:
-        _emit(report, outcome, json_path, output_format)
-    except OSError as exc:
-        click.echo(f"ampdoctor trace: cannot write the report: {exc}", err=True)
-        ctx.exit(2)
+    with _one_line_errors(ctx):
+        try:
+            report, outcome = _trace(
+                run, steps or None, record_ops_steps, gradient_interval, limits, output_format, progress,
+                lint=lint, listeners=listeners, timeout=timeout,
+            )
+        finally:
+            for listener in listeners:
+                listener.close()
+        try:
+            _emit(report, outcome, json_path, output_format)
+        except OSError as exc:
+            click.echo(f"ampdoctor trace: cannot write the report: {exc}", err=True)
+            ctx.exit(2)
     status = _exit_status(report, outcome, fail_on)
     _end_despite_script_threads(outcome, threads_before, status)
     ctx.exit(status)
+
+
+@contextlib.contextmanager
+def _one_line_errors(ctx: click.Context) -> Iterator[None]:
+    """ampdoctor's own failures (the script's are in the report) end in one line, not a
+    traceback: exit 2, or 130 for a Ctrl-C once the script is over. AMPDOCTOR_DEBUG=1 re-raises."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo("ampdoctor trace: interrupted while writing the report", err=True)
+        ctx.exit(130)
+    except (click.exceptions.Exit, click.ClickException):
+        raise
+    except Exception as exc:
+        if os.environ.get("AMPDOCTOR_DEBUG"):
+            raise
+        click.echo(
+            f"ampdoctor trace: internal error: {type(exc).__name__}: {exc} (AMPDOCTOR_DEBUG=1 shows the traceback)",
+            err=True,
+        )
+        ctx.exit(2)
 
 
 def _trace(

@@ -204,3 +204,38 @@ def test_a_report_file_that_cannot_be_written_is_one_line_exit_2_and_no_partial_
     assert result.stderr.strip().splitlines() == ["ampdoctor trace: cannot write the report: [Errno 28] No space left on device"]
     assert "iteration(s) traced" in result.stdout  # the terminal report was still printed
     assert os.listdir(tmp_path) == []
+
+
+def test_an_internal_error_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import ampdoctor.trace.report
+    from ampdoctor.trace.cli import trace_command
+
+    def broken(session):
+        raise ValueError("cannot summarise")
+
+    monkeypatch.setattr(ampdoctor.trace.report, "build_report", broken)
+    monkeypatch.delenv("AMPDOCTOR_DEBUG", raising=False)
+    result = CliRunner().invoke(trace_command, [odd("eval_between.py"), "--steps", "1"])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "ampdoctor trace: internal error: ValueError: cannot summarise (AMPDOCTOR_DEBUG=1 shows the traceback)"
+    ]
+
+
+@pytest.mark.slow
+def test_ctrl_c_from_outside_writes_the_report_and_exits_130(tmp_path):
+    import signal
+
+    report = tmp_path / "r.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ampdoctor", "trace", "never_steps.py", "--json", str(report)],
+        cwd=ODD, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert process.stdout.readline().strip() == "started"  # the script is running
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert read_report(report)["stopped"] == "interrupt" and read_report(report)["completed"] is False
+    assert "interrupted" in " ".join(stdout.split()) and "Traceback" not in stderr
