@@ -239,3 +239,14 @@ def test_ctrl_c_from_outside_writes_the_report_and_exits_130(tmp_path):
     assert process.returncode == 130, stderr
     assert read_report(report)["stopped"] == "interrupt" and read_report(report)["completed"] is False
     assert "interrupted" in " ".join(stdout.split()) and "Traceback" not in stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_ends_as_under_python_and_only_the_parent_reports(tmp_path):
+    report = tmp_path / "r.json"
+    run = ampdoctor("trace", "forks.py", "--steps", "0", "--json", str(report))
+    assert run.returncode == 0, run.stderr
+    assert "child ends" in run.stdout and "child status 3" in run.stdout
+    assert " ".join(run.stdout.split()).count("iteration(s) traced") == 1
+    assert read_report(report)["steps"] == 2 and read_report(report)["stopped"] == "end"
