@@ -135,6 +135,8 @@ def pattern(draw) -> str:
 # Cases found by this test, kept: matching through a parent folder, and the last pattern winning.
 @example(files=["a/a.py"], ignores={"": ["!/a/", "*/"]})
 @example(files=["a/a.py"], ignores={"": ["!/a/", "!*", "/a/"]})
+@example(files=["a/a.py"], ignores={"": ["!/a/", "/a/", "!/a/**/"]})
+@example(files=["a/b/x.py", "a/y.py"], ignores={"": ["a/**/"]})
 @example(files=["a/keep.py", "a/b/x.py"], ignores={"": ["a/**", "!a/keep.py", "*", "!*/"]})
 def test_generated_patterns_agree_with_git(tmp_path_factory, files, ignores):
     root = tmp_path_factory.mktemp("repo")

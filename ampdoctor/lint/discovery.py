@@ -57,7 +57,7 @@ class GitIgnore(Record):
     def __init__(self, base: Path, patterns) -> None:
         self.base = base
         # Last pattern first: the first that matches decides.
-        self.rules = [_Rule(p.regex, bool(p.include)) for p in reversed(patterns) if p.include is not None]
+        self.rules = [_Rule(p) for p in reversed(patterns) if p.include is not None]
         self.any_pattern = _any_of(rule.regex for rule in self.rules)
 
     @classmethod
@@ -90,18 +90,27 @@ class _Rule(Record):
     matches: its group ``ps_d`` stands for the slash after that folder. Here the slash must
     end the path (the path is that folder), so a pattern never matches through a parent folder.
     Expressions without the group come from a trailing ``/**`` ("everything inside") or a lone
-    ``*`` or ``**``; the first matches below its folder but not the folder itself.
+    ``*`` or ``**``; the first matches below its folder but not the folder itself. pathspec reads
+    ``X/**/`` as ``X/``, the folder itself; to git it is every folder inside X, so it is read here
+    as ``X/**`` for folders only.
     """
 
-    __slots__ = ("regex", "ignored", "itself")
+    __slots__ = ("regex", "ignored", "itself", "folders_only")
 
-    def __init__(self, regex: "re.Pattern[str]", ignored: bool) -> None:
-        self.regex = regex
-        self.ignored = ignored
+    def __init__(self, pattern) -> None:
+        self.ignored = bool(pattern.include)
+        body = pattern.pattern if self.ignored else pattern.pattern[1:]  # without the "!"
+        body = body.rstrip(" ")
+        self.folders_only = body.endswith("/**/") and bool(body.strip("/*"))
+        if self.folders_only:
+            pattern = type(pattern)(body[:-1])
+        self.regex = regex = pattern.regex
         text = regex.pattern
         self.itself = re.compile(text.replace("(?P<ps_d>/)", "/$"), regex.flags) if "(?P<ps_d>/)" in text else None
 
     def matches(self, path: str, is_dir: bool) -> bool:
+        if self.folders_only and not is_dir:
+            return False
         if self.itself is not None:
             return self.itself.search(path) is not None
         found = self.regex.search(path)
