@@ -105,7 +105,7 @@ def forward_matmul_dtypes(report) -> set[str]:
 
 def test_transformers_trainer_bf16(trace_cli, plain):
     pytest.importorskip("transformers")
-    run = trace(trace_cli, *HF_BF16)
+    run = trace(trace_cli, *HF_BF16, record_ops_steps=1)
     report = run.report
     assert (report["steps"], report["stopped"]) == (3, "end")
     assert report["uses"]["backward_calls"] == 6  # two accumulated micro-batches per step
@@ -164,7 +164,7 @@ def test_lightning_16_mixed_scaler_is_observed(trace_cli, plain):
 def test_accelerate_bf16(trace_cli, plain):
     pytest.importorskip("accelerate")
     pytest.importorskip("transformers")
-    run = trace(trace_cli, *ACCELERATE_BF16)
+    run = trace(trace_cli, *ACCELERATE_BF16, record_ops_steps=1)
     report = run.report
     # AcceleratedOptimizer.step steps the inner optimizer only when gradients are synchronised.
     assert (report["steps"], report["uses"]["backward_calls"], report["uses"]["optimizer_steps"]) == (3, 6, 3)
