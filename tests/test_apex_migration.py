@@ -524,3 +524,23 @@ def test_initialize_under_another_kind_of_condition_is_not_migrated():
     ''')
     [finding] = [f for f in lint_text(source) if f.code == "AMP402"]
     assert finding.fix is None and "runs under a condition" in finding.message
+
+
+def test_a_notebook_is_reported_but_never_rewritten(tmp_path: Path):
+    """A notebook's module joins its cells; an autocast block could straddle two of them."""
+    cells = [
+        ["import torch\n", "from apex import amp\n", 'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")'],
+        ["out = model(x)"],
+        ["loss = criterion(out, y)\n", "with amp.scale_loss(loss, optimizer) as scaled_loss:\n",
+         "    scaled_loss.backward()\n", "optimizer.step()"],
+    ]
+    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": c}
+                          for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    target = tmp_path / "train.ipynb"
+    target.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+    before = target.read_bytes()
+    result = _lint(["--fix", "--unsafe-fixes", "--output-format", "json", str(target)])
+    assert target.read_bytes() == before
+    items = json.loads(result.output)
+    assert [item["code"] for item in items] == ["AMP402", "AMP402"]
+    assert all(item["fix"] is None for item in items)

@@ -19,7 +19,16 @@ from pathlib import Path
 from ..catalog import severity_of
 from ..findings import Finding, Location
 from ..records import Record
-from .fixes import FixError, SourceLines, apply_edits, edit_spans, overlaps, realize_rewrites, resolve_fix
+from .fixes import (
+    FixError,
+    ModuleRewrite,
+    SourceLines,
+    apply_edits,
+    edit_spans,
+    overlaps,
+    realize_rewrites,
+    resolve_fix,
+)
 
 PARSE_ERROR = "AMP000"
 MAX_FIX_PASSES = 10
@@ -284,7 +293,7 @@ def fix_source(source: str, path: str, options: LintOptions) -> tuple[str, int, 
     findings, suppressed, parsed = check_source(source, path, options)
     for _ in range(MAX_FIX_PASSES):
         applicable = [f for f in findings if f.fix and (f.fix.is_safe or options.unsafe_fixes)]
-        applicable = realize_rewrites(applicable, source)  # codemods run only when applied
+        applicable = realize_rewrites(applicable, source, path)  # codemods run only when applied
         if not applicable or not parsed:
             break
         lines = SourceLines(source)
@@ -464,6 +473,8 @@ def _to_cell(finding: Finding, notebook) -> Finding:
         end_cell, end_in_cell = notebook.locate(end_line)
         end_line = end_in_cell if end_cell == cell else line
     fix = finding.fix
+    if isinstance(fix, ModuleRewrite):
+        fix = None  # a rewrite of the whole module cannot be mapped onto cells
     if fix is not None:
         # Edits are shown relative to the finding's cell, like its location.
         edits = []

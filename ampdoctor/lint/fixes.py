@@ -116,13 +116,14 @@ class ModuleRewrite(Fix):
         return Fix(self.description, (Edit(1, 1, end, 1, new),), self.applicability)
 
 
-def realize_rewrites(findings: list, source: str) -> list:
+def realize_rewrites(findings: list, source: str, path: str = "") -> list:
     """The findings with their module rewrites computed against ``source`` (those that change
-    nothing lose their fix)."""
+    nothing lose their fix). A notebook's source joins its cells: a rewrite could move code
+    across cells, so notebooks get none."""
     result = []
     for finding in findings:
         if isinstance(finding.fix, ModuleRewrite):
-            fix = finding.fix.realize(source)
+            fix = None if path.endswith(".ipynb") else finding.fix.realize(source)
             if fix is None:
                 continue
             finding = finding.replace(fix=fix)
