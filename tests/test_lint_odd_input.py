@@ -197,6 +197,54 @@ def test_a_file_without_read_permission(folder):
     assert "secret.py:1:1: AMP000 [error] cannot read: Permission denied" in finding_lines(result.output)
 
 
+def _unprivileged_interpreter() -> str | None:
+    """An interpreter that the user ``nobody`` may run (a virtual environment under /root, say,
+    is out of its reach)."""
+    import shutil
+    import subprocess
+
+    for candidate in dict.fromkeys([sys.executable, shutil.which("python3"), "/usr/bin/python3"]):
+        if candidate is None:
+            continue
+        try:
+            done = subprocess.run([candidate, "-c", "import sys; assert sys.version_info >= (3, 11)"],
+                                  user=65534, group=65534, capture_output=True, cwd="/")
+        except OSError:
+            continue
+        if done.returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops root's privileges; other users: the test above")
+def test_a_file_without_read_permission_for_an_unprivileged_user(tmp_path_factory):
+    """Root reads any file, so lint runs as ``nobody``: the mode stops it for real."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    interpreter = _unprivileged_interpreter()
+    root = Path(__file__).resolve().parent.parent
+    if interpreter is None:
+        pytest.skip("no interpreter the user nobody may run")
+    folder = Path(tempfile.mkdtemp())  # pytest's own folders are closed to other users
+    try:
+        folder.chmod(0o755)  # and not writable by nobody: the result cache cannot be written either
+        write(folder, "secret.py", HEADER).chmod(0)
+        write(folder, "ok.py", HEADER)
+        code = "from ampdoctor.entry import main; main(['lint', 'secret.py', 'ok.py'])"
+        done = subprocess.run([interpreter, "-c", code], user=65534, group=65534, cwd=folder, capture_output=True,
+                              text=True, env={"PYTHONPATH": str(root), "PATH": os.environ.get("PATH", "")})
+    finally:
+        shutil.rmtree(folder)
+    if "No module named" in done.stderr or "Permission denied: '" + str(root) in done.stderr:
+        pytest.skip(f"the user nobody cannot import ampdoctor from {root}")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "secret.py:1:1: AMP000 cannot read: Permission denied" in done.stdout
+    assert "ok.py:2:10: AMP401" in done.stdout
+
+
 def test_a_file_that_cannot_be_read_is_one_line(folder, monkeypatch):
     """Reading fails as it does for a file without read permission (even as root, where no mode
     stops a read)."""
