@@ -544,3 +544,28 @@ def test_a_notebook_is_reported_but_never_rewritten(tmp_path: Path):
     items = json.loads(result.output)
     assert [item["code"] for item in items] == ["AMP402", "AMP402"]
     assert all(item["fix"] is None for item in items)
+
+
+_APEX_TAIL = '''
+
+from apex import amp
+
+apex_model, apex_optimizer = amp.initialize(apex_model, apex_optimizer, opt_level="O1")
+for apex_x, apex_y in apex_loader:
+    apex_loss = apex_criterion(apex_model(apex_x), apex_y)
+    with amp.scale_loss(apex_loss, apex_optimizer) as apex_scaled:
+        apex_scaled.backward()
+    apex_optimizer.step()
+'''
+
+
+@pytest.mark.parametrize("path", sorted((APEX.parent).glob("*.py")), ids=lambda p: p.name)
+def test_migration_of_apex_code_added_to_any_fixture_reparses_and_is_stable(path: Path):
+    """Whatever else a module holds (classes, closures, other AMP code), the migration of the
+    apex part leaves code that parses, and a second run changes nothing."""
+    source = strip_markers(path.read_text(encoding="utf-8")) + _APEX_TAIL
+    after = migrate(source)
+    assert after != source
+    ast.parse(after)
+    assert "amp.initialize" not in after and "amp.scale_loss" not in after
+    assert migrate(after) == after

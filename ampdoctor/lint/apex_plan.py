@@ -100,6 +100,10 @@ def opt_level_note(text: str) -> str:
 
 
 def _blocker(facts) -> str | None:
+    functions = {(s.qname or "")[len("apex.amp."):] for s in facts.calls if (s.qname or "").startswith("apex.amp.")}
+    if functions - {"initialize"} and "initialize" not in functions:
+        return ("amp.initialize is not called in this module, so the migration cannot tell where the "
+                "GradScaler that replaces it should be created")
     for site in facts.calls:
         qname = site.qname or ""
         if not qname.startswith("apex."):
@@ -115,9 +119,13 @@ def _blocker(facts) -> str | None:
                     return _UNSUPPORTED_LEVEL[level]
                 if level is not None and level not in SUPPORTED_LEVELS:
                     return f"unknown opt_level {level!r}"
+                if not _is_whole_statement(site):
+                    return "amp.initialize is part of a larger expression; the migration rewrites it only as a statement"
                 if _is_nested_in_branch(site):
                     return ("amp.initialize runs under a condition other than one plain `if` around it alone; "
                             "the scaler and autocast would need the same condition (`enabled=`): migrate by hand")
+            if function == "scale_loss" and not _is_sole_with_item(site):
+                return "amp.scale_loss is used other than as the only item of a `with` statement"
         elif name.startswith("fp16_utils."):
             function = name[len("fp16_utils."):]
             return FP16_UTILS.get(function, "it has no direct torch equivalent")
@@ -129,6 +137,19 @@ def _blocker(facts) -> str | None:
         elif name.startswith("parallel.") and name not in PARALLEL_DIRECT:
             return f"`apex.{name}` has no direct torch equivalent"
     return None
+
+
+def _is_whole_statement(site) -> bool:
+    """``targets = amp.initialize(...)`` or ``amp.initialize(...)`` on its own line."""
+    statement = site.statement
+    return (isinstance(statement, (ast.Assign, ast.Expr)) and statement.value is site.node
+            and (not isinstance(statement, ast.Assign) or len(statement.targets) == 1))
+
+
+def _is_sole_with_item(site) -> bool:
+    statement = site.statement
+    return (isinstance(statement, ast.With) and len(statement.items) == 1
+            and statement.items[0].context_expr is site.node)
 
 
 def _is_nested_in_branch(site) -> bool:
