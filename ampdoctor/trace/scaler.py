@@ -1,8 +1,8 @@
 """The instrumented GradScaler that a trace session puts in place of torch's.
 
 While a session is active, ``torch.amp.GradScaler`` (and the deprecated ``torch.cuda.amp`` and
-``torch.cpu.amp`` spellings) name subclasses defined here, and ``__new__`` on torch's class makes
-any other instance (FSDP's ``ShardedGradScaler``, a framework's subclass, the class imported by name
+``torch.cpu.amp`` spellings) name subclasses defined here, and torch's ``__init__`` turns any other
+instance (FSDP's ``ShardedGradScaler``, a framework's subclass, the class imported by name
 before the session) into the observed variant of its class, so every scaler the script builds is
 observed. The subclasses call the parent for everything and only report to the session:
 
@@ -112,6 +112,10 @@ class _Observed:
 class TracedGradScaler(_Observed, _TorchGradScaler):
     """``torch.amp.GradScaler`` with observation points; the behaviour is the parent's."""
 
+    # torch's own __init__, not the observing one the session puts on torch's class: no extra
+    # frame, so torch's constructor warnings point at the script's line.
+    __init__ = _TorchGradScaler.__init__
+
 
 _variants: dict[type, type] = {}
 
@@ -181,20 +185,6 @@ def _patch_targets() -> list[tuple[Any, str, type]]:
     ]
 
 
-def _observed_new(cls, *args: Any, **kwargs: Any):
-    if _observer is not None and not issubclass(cls, _Observed):
-        cls = traced_variant(cls)
-    return object.__new__(cls)
-
-
-def _install_observed_new() -> None:
-    """Put ``_observed_new`` on torch's class, once per process. It stays after the session and
-    then does what ``object.__new__`` does: deleting a ``__new__`` set on a class leaves CPython
-    refusing the constructor's arguments."""
-    if vars(_TorchGradScaler).get("__new__") is None:
-        _TorchGradScaler.__new__ = staticmethod(_observed_new)
-
-
 class ScalerPatch:
     """Installs the traced scalers and the observer; ``remove`` puts torch's classes back."""
 
@@ -207,12 +197,19 @@ class ScalerPatch:
         for namespace, name, replacement in _patch_targets():
             self._saved.append((namespace, name, getattr(namespace, name)))
             setattr(namespace, name, replacement)
-        # Classes that do not go through the names above are still made by torch's class:
-        # FSDP's ShardedGradScaler (which subclasses torch's class when its module is imported)
-        # and ``from torch.amp import GradScaler`` done before the session. ``__new__`` makes
-        # their instances the observed variant of their own class; ``__init__`` then runs as
-        # usual, called from the script's own frame (torch's warnings point there).
-        _install_observed_new()
+        # Classes that do not go through the names above still run torch's __init__: FSDP's
+        # ShardedGradScaler (which subclasses torch's class when its module is imported) and
+        # ``from torch.amp import GradScaler`` done before the session. Their instances become
+        # the observed variant of their own class as they are made.
+        original_init = _TorchGradScaler.__init__
+
+        def observed_init(scaler, *args: Any, **kwargs: Any) -> None:
+            original_init(scaler, *args, **kwargs)
+            if not isinstance(scaler, _Observed):
+                scaler.__class__ = traced_variant(type(scaler))
+
+        self._saved.append((_TorchGradScaler, "__init__", original_init))
+        _TorchGradScaler.__init__ = observed_init
         _observer = self._observer
 
     def remove(self) -> None:

@@ -74,6 +74,6 @@ def test_classes_are_torch_own_again_after_the_session():
 def test_torch_constructor_warnings_still_point_at_the_caller():
     with trace_session(steps=None, script="train.py"):
         with pytest.warns(UserWarning, match="CUDA is not available") as record:
-            scaler = BoundBeforeTheSession("cuda")
+            scaler = torch.amp.GradScaler("cuda")
     assert isinstance(scaler, _Observed)
     assert [w.filename for w in record if "CUDA" in str(w.message)] == [__file__]
