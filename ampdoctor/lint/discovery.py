@@ -58,7 +58,7 @@ class GitIgnore(Record):
         self.base = base
         # Last pattern first: the first that matches decides.
         self.rules = [_Rule(p) for p in reversed(patterns) if p.include is not None]
-        self.any_pattern = _any_of(rule.regex for rule in self.rules)
+        self.any_pattern = _any_of(rule.itself or rule.regex for rule in self.rules)
 
     @classmethod
     def load(cls, folder: Path) -> GitIgnore | None:
