@@ -37,7 +37,6 @@ from .apex_imports import (
     parse_line,
     spelling_of,
     tidy_imports,
-    used_names,
 )
 from .apex_plan import DDP_DROPPABLE, MigrationPlan, opt_level_note
 
@@ -113,6 +112,17 @@ class _Initialize:
         return models, optimizers
 
 
+def _clipped_optimizer(node: cst.Call, names: ApexNames) -> str | None:
+    """``o`` of ``clip_grad_norm_(amp.master_params(o), ...)`` (or ``clip_grad_value_``)."""
+    dotted = dotted_name(node.func) or ""
+    if dotted.rsplit(".", 1)[-1] not in _CLIPS or not node.args:
+        return None
+    first = node.args[0].value
+    if isinstance(first, cst.Call) and names.qualify(first.func) == "apex.amp.master_params" and first.args:
+        return code_of(first.args[0].value)
+    return None
+
+
 class _Migration(cst.CSTTransformer):
 
     def __init__(self, wrapper: MetadataWrapper, names: ApexNames, plan: MigrationPlan) -> None:
@@ -128,6 +138,8 @@ class _Migration(cst.CSTTransformer):
         self.plain_backwards: dict[str, cst.SimpleStatementLine] = {}  # ``loss.backward()`` → its scaled form
         self.unscales: set[int] = set()  # the ``scaler.unscale_(opt)`` lines the migration added
         self.needs_global: set[int] = set()  # functions that must declare the scaler global
+        self.clips: dict[int, list[str]] = {}  # statement → optimizers of its ``clip(amp.master_params(o))``
+        self.spelled: set[str] = set()  # every identifier, attributes' included: taken names
         self._survey(wrapper.module)
 
     # -- survey: before anything changes ---------------------------------------------------
@@ -137,7 +149,8 @@ class _Migration(cst.CSTTransformer):
         uses: list[cst.CSTNode] = []
         statements: list[cst.SimpleStatementLine] = []
         names = self.names
-        parents, stack = self.parents, []
+        parents, stack, clips, spelled = self.parents, [], self.clips, self.spelled
+        current: list[cst.SimpleStatementLine] = []
 
         class Survey(cst.CSTVisitor):
             def on_visit(self, node: cst.CSTNode) -> bool:
@@ -151,6 +164,7 @@ class _Migration(cst.CSTTransformer):
                 super().on_leave(node)
 
             def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+                current[:] = [node]
                 statements.append(node)
                 call = _call_of(node)
                 if call is not None and names.qualify(call.func) == "apex.amp.initialize":
@@ -159,6 +173,12 @@ class _Migration(cst.CSTTransformer):
             def visit_Call(self, node: cst.Call) -> None:
                 if (names.qualify(node.func) or "").startswith("apex.amp."):
                     uses.append(node)
+                optimizer = _clipped_optimizer(node, names)
+                if optimizer is not None and current:
+                    clips.setdefault(id(current[0]), []).append(optimizer)
+
+            def visit_Name(self, node: cst.Name) -> None:
+                spelled.add(node.value)
 
         module.visit(Survey())
         self.initializes = initializes
@@ -194,8 +214,7 @@ class _Migration(cst.CSTTransformer):
             first = _items(initializes[0].targets)[0]
             if code_of(first).startswith("self.") and self._method_of(initializes[0].statement):
                 return "self.scaler"
-        taken = used_names(module)
-        return "scaler" if "scaler" not in taken else "grad_scaler"
+        return "scaler" if "scaler" not in self.spelled else "grad_scaler"
 
     def _function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         while node is not None:
@@ -275,28 +294,11 @@ class _Migration(cst.CSTTransformer):
         if optimizer is not None:
             call = cst.parse_expression(f"{self.scaler}.step({code_of(optimizer)})")
             return updated.with_changes(body=[cst.Expr(call)])
-        for optimizer in self._clipped_optimizers(original):
+        for optimizer in self.clips.get(id(original), ()):
             unscale = parse_line(f"{self.scaler}.unscale_({optimizer})")
             self.unscales.add(id(unscale))
             self.before.setdefault(id(original), []).append(unscale)
         return updated
-
-    def _clipped_optimizers(self, statement: cst.SimpleStatementLine) -> list[str]:
-        found = []
-        names = self.names
-
-        class Clips(cst.CSTVisitor):
-            def visit_Call(self, node: cst.Call) -> None:
-                dotted = dotted_name(node.func) or ""
-                if dotted.rsplit(".", 1)[-1] not in _CLIPS or not node.args:
-                    return
-                first = node.args[0].value
-                if isinstance(first, cst.Call) and names.qualify(first.func) == "apex.amp.master_params":
-                    if first.args:
-                        found.append(code_of(first.args[0].value))
-
-        statement.visit(Clips())
-        return found
 
     def _replace_initialize(self, init: _Initialize, updated: cst.SimpleStatementLine):
         lines: list[cst.BaseStatement] = []
