@@ -513,6 +513,12 @@ def test_amp_behind_a_flag_becomes_a_switched_scaler_and_the_flagged_branches_me
     assert_sound(after)
 
 
+def test_initialize_with_unpacked_options_is_not_migrated():
+    source = "from apex import amp\n\nmodel, optimizer = amp.initialize(model, optimizer, **amp_options)\n"
+    [finding] = [f for f in lint_text(source) if f.code == "AMP402"]
+    assert finding.fix is None and "its opt_level cannot be read" in finding.message
+
+
 def test_initialize_under_another_kind_of_condition_is_not_migrated():
     source = dedent('''
         from apex import amp

@@ -119,6 +119,9 @@ def _blocker(facts) -> str | None:
                     return _UNSUPPORTED_LEVEL[level]
                 if level is not None and level not in SUPPORTED_LEVELS:
                     return f"unknown opt_level {level!r}"
+                if any(isinstance(a, ast.Starred) for a in site.node.args) or any(
+                        k.arg is None for k in site.node.keywords):
+                    return "amp.initialize takes arguments from `*`/`**` unpacking, so its opt_level cannot be read"
                 if not _is_whole_statement(site):
                     return "amp.initialize is part of a larger expression; the migration rewrites it only as a statement"
                 if _is_nested_in_branch(site):
