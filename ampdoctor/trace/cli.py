@@ -71,6 +71,12 @@ def _parse_thresholds(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--tensorboard", "tensorboard_dir", type=click.Path(file_okay=False, writable=True),
               help="Write loss, loss scale, skipped steps and per-parameter underflow shares as "
               "TensorBoard scalars to this folder (needs the tensorboard package).")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Trace N processes of the script through torch.distributed.run (torchrun "
+              "--standalone): a report per rank and a merged one (see Distributed training).")
+@click.option("--merge-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              metavar="SECONDS", help="Under torchrun: how long rank 0 waits for the other ranks' "
+              "reports, and they for the merged report.")
 @click.pass_context
 def trace_command(
     ctx: click.Context,
@@ -88,6 +94,8 @@ def trace_command(
     lint: bool,
     tensorboard_dir: Optional[str],
     timeout: Optional[float],
+    nproc_per_node: Optional[int] = None,
+    merge_timeout: float = 300.0,
 ) -> None:
     """Run SCRIPT (or -m MODULE) for N training iterations under instrumentation.
 
@@ -102,9 +110,11 @@ def trace_command(
         click.echo(TORCH_MISSING, err=True)
         ctx.exit(2)
 
+    from .distributed import rank_info
     from .runner import Target, UsageError, check_target
     from .rules import Thresholds
 
+    rank = rank_info()
     if module and target:
         script_args = (target, *script_args)
         target = None
@@ -124,6 +134,8 @@ def trace_command(
     except UsageError as exc:
         click.echo(f"ampdoctor trace: {exc}", err=True)
         ctx.exit(2)
+    if nproc_per_node is not None:
+        _launch_ranks(ctx, nproc_per_node, rank is not None)
 
     threads_before = set(threading.enumerate())
     listeners = []
@@ -135,7 +147,12 @@ def trace_command(
         except (TensorBoardUnavailable, OSError) as exc:
             click.echo(f"ampdoctor trace: {exc}", err=True)
             ctx.exit(2)
-    with _one_line_errors(ctx):
+    sigterm = contextlib.nullcontext()
+    if rank is not None:
+        from .distributed import termination
+
+        sigterm = termination.handling()
+    with _one_line_errors(ctx), sigterm:
         try:
             report, outcome = _trace(
                 run, steps or None, record_ops_steps, gradient_interval, limits, output_format, progress,
@@ -145,13 +162,30 @@ def trace_command(
             for listener in listeners:
                 listener.close()
         try:
-            _emit(report, outcome, json_path, output_format)
+            if rank is None:
+                _emit(report, outcome, json_path, output_format)
+            else:  # under torchrun: this rank's report, and rank 0 the merged one
+                from .distributed import finish_rank
+
+                rank_status = finish_rank(rank, report, outcome, json_path, output_format, fail_on, merge_timeout)
         except OSError as exc:
             click.echo(f"ampdoctor trace: cannot write the report: {exc}", err=True)
             ctx.exit(2)
-    status = _exit_status(report, outcome, fail_on)
+    status = _exit_status(report, outcome, fail_on) if rank is None else rank_status
     _end_despite_script_threads(outcome, threads_before, status)
     ctx.exit(status)
+
+
+def _launch_ranks(ctx: click.Context, nproc: int, under_torchrun: bool) -> None:
+    """``--nproc-per-node N``: the same command, without the option, under torch.distributed.run."""
+    from .distributed import launch_command
+
+    if under_torchrun:
+        raise click.UsageError("--nproc-per-node is for a start outside torchrun; this process is already a rank", ctx=ctx)
+    command = launch_command(ctx, nproc)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
 
 
 @contextlib.contextmanager

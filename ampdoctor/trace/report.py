@@ -334,13 +334,14 @@ _TABLE_ROWS = 15
 
 def render(report: TraceReport, console=None) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
     console = console or Console()
     obs = report.observations
     console.print(_headline(report))
     console.print(_verdict(report))
     for note in report.notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if report.findings:
         console.print(_findings_table(report.findings))
     if report.static_findings:
