@@ -142,6 +142,8 @@ def _hypothesmith_programs():
     return hypothesmith.from_grammar()
 
 
+# hypothesmith compiles what it generates: the interpreter's warnings about that code are noise.
+@pytest.mark.filterwarnings("ignore::SyntaxWarning")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(program=_hypothesmith_programs(), header=st.sampled_from(HEADERS))
 def test_generated_programs_never_make_lint_raise(program, header):
