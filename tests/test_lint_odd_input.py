@@ -237,7 +237,7 @@ def test_a_file_without_read_permission_for_an_unprivileged_user(tmp_path_factor
                               text=True, env={"PYTHONPATH": str(root), "PATH": os.environ.get("PATH", "")})
     finally:
         shutil.rmtree(folder)
-    if "No module named" in done.stderr or "Permission denied: '" + str(root) in done.stderr:
+    if "No module named 'ampdoctor'" in done.stderr:
         pytest.skip(f"the user nobody cannot import ampdoctor from {root}")
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
