@@ -273,6 +273,11 @@ def _notes(session: TraceSession) -> list[str]:
                 else "it trains in full precision, so there is no mixed precision to check."
             )
         )
+    if session.stepped_in_other_thread and obs.op_steps:
+        notes.append(
+            "The training stepped in a thread other than the script's main thread: the op census "
+            "(a dispatch mode, which torch keeps per thread) saw only the main thread's ops."
+        )
     if obs.untraced_scaler:
         notes.append(
             "A GradScaler created before tracing started stepped the optimizer: its loss scale "

@@ -146,6 +146,7 @@ class TraceSession:
         self._exit_stack: Optional[contextlib.ExitStack] = None
         self.pid: Optional[int] = None  # of the traced process, set on entry
         self._threads: Optional[ThreadStops] = None
+        self.stepped_in_other_thread = False  # than the one that entered the session
         self._census: Optional[OpCensus] = None
         self._activations = ActivationMonitor(self._registry, self)
         self._backward = BackwardWatch(self)
@@ -465,6 +466,8 @@ class TraceSession:
 
     def _close_iteration(self) -> None:
         step = self.observations.steps + 1
+        if self._threads is not None and self._threads.off_session_thread:
+            self.stepped_in_other_thread = True
         record = IterationRecord(step=step)
         window_ends = self._census is not None and (self._probing_origin or step >= self.record_ops_steps)
         self._read_pending(record, with_census_ranges=window_ends)

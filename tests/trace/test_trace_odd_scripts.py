@@ -250,3 +250,11 @@ def test_a_forked_child_ends_as_under_python_and_only_the_parent_reports(tmp_pat
     assert "child ends" in run.stdout and "child status 3" in run.stdout
     assert " ".join(run.stdout.split()).count("iteration(s) traced") == 1
     assert read_report(report)["steps"] == 2 and read_report(report)["stopped"] == "end"
+
+
+def test_training_in_a_thread_is_stopped_and_the_census_limit_is_stated(trace_cli):
+    run = trace_cli(odd("thread_trainer.py"), "--steps", "3")
+    assert run.exit_code == 0 and run.report["stopped"] == "steps" and run.report["steps"] == 3
+    assert "saved checkpoint" not in run.stdout and "Exception in thread" not in run.stderr
+    assert any("saw only the main thread's ops" in note for note in run.report["notes"])
+    assert not any("saw only the main thread's ops" in note for note in trace_cli(odd("eval_between.py")).report["notes"])
