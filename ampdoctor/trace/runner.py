@@ -60,6 +60,8 @@ def check_target(target: Target) -> None:
     if target.script is not None:
         if not os.path.exists(target.script):
             raise UsageError(f"can't open file {target.script!r}: No such file or directory")
+        if os.path.isdir(target.script) and not os.path.isfile(os.path.join(target.script, "__main__.py")):
+            raise UsageError(f"can't find '__main__' module in {target.script!r}")
         return
     with _search_path(os.getcwd()):
         try:

@@ -147,6 +147,7 @@ def test_json_output_format_keeps_stdout_pure_json():
     "args,message",
     [
         (["missing_script.py"], "can't open file 'missing_script.py'"),
+        ([str(SCRIPTS / "probe_pkg")], "can't find '__main__' module in"),
         (["-m", "no_such_module_anywhere"], "No module named no_such_module_anywhere"),
         ([], "missing SCRIPT"),
         ([script("early_end.py"), "--steps", "-1"], "--steps"),
