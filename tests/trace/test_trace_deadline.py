@@ -1,0 +1,66 @@
+"""``--timeout``'s deadline: a signal on the main thread, an exception sent to any other thread;
+both withdrawn when the block ends first."""
+
+import signal
+import threading
+import time
+
+import pytest
+
+from ampdoctor.trace.deadline import Deadline
+
+
+class Expired(BaseException):
+    pass
+
+
+def busy_until_stopped(seconds: float) -> str:
+    end = time.monotonic() + seconds
+    with Deadline(0.2, Expired):
+        try:
+            while time.monotonic() < end:
+                pass
+        except Expired:
+            return "stopped"
+    return "ran out"
+
+
+def test_on_the_main_thread_a_blocking_wait_is_interrupted():
+    handler = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(Expired):
+        with Deadline(0.2, Expired):
+            threading.Event().wait(60)
+    assert signal.getsignal(signal.SIGALRM) is handler and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_on_another_thread_the_stop_is_sent_to_that_thread():
+    results = []
+    worker = threading.Thread(target=lambda: results.append(busy_until_stopped(60)))
+    worker.start()
+    worker.join(60)
+    assert results == ["stopped"]
+
+
+@pytest.mark.parametrize("in_thread", [False, True])
+def test_a_block_that_ends_first_is_never_interrupted(in_thread):
+    results = []
+
+    def quick():
+        with Deadline(0.3, Expired):
+            pass
+        time.sleep(0.6)  # past the deadline: nothing may arrive now
+        results.append("fine")
+
+    if in_thread:
+        worker = threading.Thread(target=quick)
+        worker.start()
+        worker.join(60)
+    else:
+        quick()
+    assert results == ["fine"]
+
+
+def test_no_timeout_installs_nothing():
+    handler = signal.getsignal(signal.SIGALRM)
+    with Deadline(None, Expired):
+        assert signal.getsignal(signal.SIGALRM) is handler
