@@ -55,7 +55,7 @@ from typing import Any, Optional
 from ..findings import Finding, Severity
 from .observations import Observations
 from .ops import MATMUL_OPS
-from .rules import FLOAT16_MAX, Locator, Thresholds, evaluate, lost_share
+from .rules import FLOAT16_MAX, Locator, Thresholds, _float16_gradients, evaluate, lost_share
 from .session import Outcome, TraceSession
 
 SCHEMA_VERSION = 1
