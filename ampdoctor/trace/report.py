@@ -453,7 +453,9 @@ def _underflow_table(report: TraceReport):
         share = lost_share(stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), report.thresholds)
         ranked.append((share, stats.mean("subnormal"), stats))
     ranked = [item for item in sorted(ranked, key=lambda item: (-item[0], -item[1])) if item[0] > 0 or item[1] > 0]
-    if not ranked:
+    # The shares say what float16 would lose: without float16 gradients (a bfloat16 or float32
+    # run) they describe no loss that happened and would only mislead.
+    if not ranked or not _float16_gradients(report.observations):
         return None
     table = Table(title="Most underflow-prone gradients (float16 at the loss scale)", title_justify="left")
     for column in ("parameter", "lost", "zero", "< 2**-24", "subnormal", "max |g|"):
