@@ -238,8 +238,12 @@ def scale_disagreement(reports: dict[int, dict[str, Any]], location: Location) -
     for rank, decisions in series.items():
         groups.setdefault(decisions[first], []).append(rank)
     parts = [f"{_rank_list(ranks)}: {_describe(decision)}" for decision, ranks in groups.items()]
-    # The ranks on the minority side are the ones that went their own way.
-    odd = sorted(min(groups.values(), key=len)) if len(groups) == 2 else sorted(series)
+    # With a strict majority, the others went their own way; without one, all ranks are named.
+    largest = max(groups.values(), key=len)
+    if len(largest) * 2 > len(series):
+        odd = sorted(rank for ranks in groups.values() if ranks is not largest for rank in ranks)
+    else:
+        odd = sorted(series)
     message = (
         f"The ranks' loss scaling disagrees from iteration {first + 1} on ({'; '.join(parts)}); "
         f"{len(differing)} of the {common} iterations all ranks traced differ. Under DDP every rank "

@@ -1,0 +1,159 @@
+"""ampdoctor trace under torchrun: a report per rank, rank 0's merged report, AMP511, a rank
+that raises, and the --nproc-per-node shortcut. The end-to-end tests start two gloo processes on
+the CPU (marker ``distributed``); a subprocess timeout guards against any hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampdoctor.catalog import get_rule
+from ampdoctor.findings import Location, Severity
+from ampdoctor.trace.cli import trace_command
+from ampdoctor.trace.distributed import forwarded_arguments, rank_info, rank_path, scale_disagreement
+
+from conftest import FIXTURES
+
+DDP_SCRIPT = FIXTURES / "distributed" / "ddp_train.py"
+SAFETY_TIMEOUT = 240  # seconds: a hang fails the test instead of blocking the suite
+
+
+def _rank_report(scales, skipped):
+    return {"scale": scales, "skipped": skipped}
+
+
+# -- without processes ------------------------------------------------------------------------
+
+
+def test_rank_info_reads_torchrun_environment():
+    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500",
+           "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0"}
+    info = rank_info(env)
+    assert (info.rank, info.world_size, info.master_port, info.agent_store) == (1, 2, 29500, True)
+    assert rank_info({}) is None
+    assert rank_info({"RANK": "0", "WORLD_SIZE": "1"}) is None  # one process: a plain trace
+    assert rank_info({"RANK": "x", "WORLD_SIZE": "2"}) is None
+
+
+def test_rank_path_sits_beside_the_report():
+    assert rank_path("/out/report.json", 3) == "/out/report.rank3.json"
+    assert rank_path("/out/trace", 0) == "/out/trace.rank0.json"
+
+
+def test_scale_disagreement_names_first_iteration_and_ranks():
+    reports = {
+        0: _rank_report([65536.0, 32768.0, 32768.0, 32768.0], [1]),
+        1: _rank_report([65536.0, 32768.0, 16384.0, 16384.0], [1, 2]),
+        2: _rank_report([65536.0, 32768.0, 32768.0, 32768.0], [1]),
+    }
+    finding = scale_disagreement(reports, Location("train.py", 7))
+    assert finding.code == "AMP511" and finding.severity is Severity.ERROR
+    assert finding.extra["step"] == 2 and finding.extra["ranks"] == [1]
+    assert finding.extra["iterations"] == 3
+    assert "iteration 2" in finding.message and "rank 1: scale 32768, step skipped" in finding.message
+    assert "ranks 0, 2: scale 32768, step applied" in finding.message
+
+
+def test_scale_agreement_and_scaler_less_runs_are_silent():
+    same = _rank_report([65536.0, 32768.0, 32768.0], [1])
+    assert scale_disagreement({0: same, 1: dict(same)}, Location("t.py")) is None
+    # A rank that stopped early is compared on the iterations all ranks traced.
+    short = _rank_report([65536.0, 32768.0], [1])
+    assert scale_disagreement({0: same, 1: short}, Location("t.py")) is None
+    plain = _rank_report([None, None], [])
+    assert scale_disagreement({0: plain, 1: dict(plain)}, Location("t.py")) is None
+
+
+def test_shortcut_forwards_every_given_option_but_its_own():
+    ctx = trace_command.make_context(
+        "trace",
+        ["--nproc-per-node", "2", "--steps", "5", "--no-lint", "--threshold", "skip_share=0.2",
+         "--json", "r.json", "train.py", "--", "--lr", "0.1"],
+    )
+    assert forwarded_arguments(ctx) == [
+        "--steps", "5", "--json", "r.json", "--threshold", "skip_share=0.2", "--no-lint",
+        "train.py", "--", "--lr", "0.1",
+    ]
+    module = trace_command.make_context("trace", ["--nproc-per-node", "2", "-m", "pkg.train", "--", "--fast"])
+    assert forwarded_arguments(module) == ["-m", "pkg.train", "--", "--fast"]
+
+
+# -- two gloo processes -----------------------------------------------------------------------
+
+
+def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=SAFETY_TIMEOUT)
+
+
+def _torchrun(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                 "-m", "ampdoctor", "trace", *args], cwd)
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.mark.distributed
+def test_healthy_ddp_through_the_shortcut(tmp_path):
+    result = _run([sys.executable, "-m", "ampdoctor", "trace", "--nproc-per-node", "2", str(DDP_SCRIPT),
+                   "--steps", "6", "--json", "report.json"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    merged = _load(tmp_path / "report.json")
+    ranks = [_load(tmp_path / f"report.rank{rank}.json") for rank in (0, 1)]
+    assert merged["world_size"] == 2 and merged["rank"] is None
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert merged["steps"] == 6 and [r["steps"] for r in ranks] == [6, 6]
+    assert [entry["steps"] for entry in merged["ranks"]] == [6, 6]
+    assert all(entry["reported"] and entry["stopped"] == "steps" for entry in merged["ranks"])
+    assert ranks[0]["scale"] == ranks[1]["scale"] and ranks[0]["skipped"] == ranks[1]["skipped"]
+    assert merged["findings"] == [] and all(r["findings"] == [] for r in ranks)
+    # rank 0 prints the merged report; rank 1 one line
+    assert "Ranks" in result.stdout and "No mixed-precision problems found" in result.stdout
+    assert "ampdoctor trace (rank 1 of 2): 6 iteration(s), 0 findings" in result.stderr
+
+
+@pytest.mark.distributed
+def test_a_rank_that_raises_is_reported_and_nothing_hangs(tmp_path):
+    result = _torchrun(str(DDP_SCRIPT), "--steps", "6", "--json", "report.json", "--",
+                       "--fail-rank", "1", "--fail-at", "3", cwd=tmp_path)
+    assert result.returncode != 0
+    merged = _load(tmp_path / "report.json")
+    crashed = _load(tmp_path / "report.rank1.json")
+    survivor = _load(tmp_path / "report.rank0.json")
+    assert crashed["stopped"] == "error" and "lost its data shard" in crashed["error"] and crashed["steps"] == 2
+    assert survivor["rank"] == 0 and not survivor["completed"]
+    entry = merged["ranks"][1]
+    assert entry["reported"] and entry["stopped"] == "error" and entry["steps"] == 2
+    assert any(note.startswith("Rank 1 raised RuntimeError: rank 1 lost its data shard") for note in merged["notes"])
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("kind", ["bad", "good"])
+def test_rank_scale_disagreement_page_examples(kind, tmp_path):
+    example = next(e for e in get_rule("AMP511").examples if e.kind == kind)
+    assert "torchrun" in example.options
+    (tmp_path / "example.py").write_text(example.source)
+    result = _torchrun("example.py", "--json", "report.json", cwd=tmp_path)
+    merged = _load(tmp_path / "report.json")
+    assert [entry["steps"] for entry in merged["ranks"]] == [8, 8], result.stderr[-3000:]
+    codes = {f["code"] for f in merged["findings"]}
+    if kind == "bad":
+        finding = next(f for f in merged["findings"] if f["code"] == "AMP511")
+        assert finding["severity"] == "error" and finding["step"] == 2
+        assert finding["extra"]["ranks"] == [0, 1]  # two ranks: no majority, both named
+        assert finding["extra"]["decisions"]["1"] == "scale 32768, step skipped"
+        assert "iteration 2" in finding["message"]
+        assert result.returncode == 1
+    else:
+        assert "AMP511" not in codes
+        assert not [f for f in merged["findings"] if f["severity"] in ("warning", "error")]
+        assert merged["ranks"][0]["skipped"] == merged["ranks"][1]["skipped"]
+        assert result.returncode == 0, result.stderr[-3000:]
