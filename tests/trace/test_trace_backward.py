@@ -217,3 +217,13 @@ def test_nan_born_in_the_loss_code_is_named_as_nan(trace_cli):
     assert finding["extra"]["phase"] == "backward" and finding["extra"]["side"] == OUTPUT
     assert "already NaN" in finding["message"] and "lower loss scale does not cure it" in finding["message"]
     assert finding["module"] == "net.2"  # the last layer: its output receives the NaN from sqrt
+
+
+def test_bfloat16_run_shows_no_float16_underflow_table(trace_cli):
+    # Its gradients would lose elements in float16 (nonzero shares in the JSON), but none went
+    # through float16: the table of float16 losses would describe nothing that happened.
+    run = trace_cli(str(FIXTURES / "healthy_bf16.py"), "--steps", "4")
+    assert any(g["lost_share"] > 0 for g in run.report["gradients"])
+    assert "underflow-prone" not in run.stdout
+    fp16 = trace_cli(str(FIXTURES / "underflow_gradients.py"), "--steps", "3", "--fail-on", "never")
+    assert "underflow-prone" in fp16.stdout
