@@ -60,31 +60,9 @@ def plan_migration(facts) -> MigrationPlan:
     models = _model_spellings(facts)
     scale_calls = {id(s.node) for s in facts.calls if s.qname == "apex.amp.scale_loss"}
     wraps, todos = [], []
-    seen: set[int] = set()
-    for block in _blocks(facts.module):
-        runs = []
-        for index, statement in enumerate(block):
-            call = _scale_loss_call(statement, scale_calls)
-            if call is None:
-                # ``if fp16: with amp.scale_loss(...)`` / ``else: loss.backward()``: the loss is
-                # computed before the ``if``, in this block.
-                arm = getattr(statement, "body", None) if isinstance(statement, ast.If) else None
-                if arm and len(arm) == 1 and id(arm[0]) not in seen:
-                    call = _scale_loss_call(arm[0], scale_calls)
-                    seen.add(id(arm[0]))
-            elif id(statement) in seen:
-                continue  # planned with the ``if`` around it
-            if call is None:
-                continue
-            found = _forward_run(block, index, call, models, scale_calls)
-            if isinstance(found[1], int):
-                runs.append(found)
-            else:  # the TODO goes above the loss's computation when there is one, else above the backward
-                place = statement if found[0] is None else block[found[0]]
-                todos.append((place.lineno, found[1], statement.lineno))
-        # Two losses computed in one forward give overlapping runs: one autocast block.
-        for first, last in _merged(runs):
-            wraps.append((block[first].lineno, block[last].lineno))
+    planned: set[int] = set()  # scale_loss blocks planned with the ``if`` around them
+    for block in _blocks(facts.module):  # outer blocks first
+        _plan_block(block, models, scale_calls, planned, wraps, todos)
     for site in facts.calls:
         if site.qname == "apex.amp.initialize":
             level = _literal(site.arg(keyword="opt_level"))
@@ -93,6 +71,31 @@ def plan_migration(facts) -> MigrationPlan:
                 # The codemod writes this one itself, above the scaler (line 0: placed by no line).
                 todos.append((0, opt_level_note(text), site.statement.lineno))
     return MigrationPlan(tuple(sorted(wraps)), tuple(sorted(todos)))
+
+
+def _plan_block(block: list[ast.stmt], models: set[str], scale_calls: set[int], planned: set[int], wraps: list,
+                todos: list) -> None:
+    """The autocast runs and TODOs for the ``amp.scale_loss`` blocks of one statement list."""
+    runs = []
+    for index, statement in enumerate(block):
+        holder = statement
+        if isinstance(statement, ast.If) and len(statement.body) == 1:
+            # ``if fp16: with amp.scale_loss(...)`` / ``else: loss.backward()``: the loss is
+            # computed before the ``if``, in this block.
+            holder = statement.body[0]
+        call = _scale_loss_call(holder, scale_calls)
+        if call is None or id(holder) in planned:
+            continue
+        planned.add(id(holder))
+        found = _forward_run(block, index, call, models, scale_calls)
+        if isinstance(found[1], int):
+            runs.append(found)
+        else:  # the TODO goes above the loss's computation when there is one, else above the backward
+            place = statement if found[0] is None else block[found[0]]
+            todos.append((place.lineno, found[1], holder.lineno))
+    # Two losses computed in one forward give overlapping runs: one autocast block.
+    for first, last in _merged(runs):
+        wraps.append((block[first].lineno, block[last].lineno))
 
 
 def opt_level_note(text: str) -> str:
