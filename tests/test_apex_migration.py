@@ -397,6 +397,7 @@ def test_apex_parallel_maps_to_torch_and_an_unmatched_keyword_blocks_with_a_mess
         model = apex.parallel.DistributedDataParallel(model)
     ''')
     assert migrate(spelled_out) == "import torch\n\nmodel = torch.nn.parallel.DistributedDataParallel(model)\n"
+    assert_sound(migrate(spelled_out))
     blocked = dedent('''
         from apex.parallel import DistributedDataParallel
 
@@ -510,6 +511,33 @@ def test_amp_behind_a_flag_becomes_a_switched_scaler_and_the_flagged_branches_me
     assert "if args.fp16" not in after  # a disabled scaler scales by 1: one code path does both
     assert "# TODO(ampdoctor): opt_level came from `args.fp16_opt_level`" in after
     assert "                scaler.step(optimizer)\n                scaler.update()\n" in after
+    assert_sound(after)
+
+
+def test_a_flagged_backward_whose_loss_cannot_be_placed_gets_one_todo_named_by_its_finding():
+    before = dedent('''
+        import torch
+        from apex import amp
+
+        def main(args, model, optimizer):
+            if args.fp16:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for batch in loader:
+                loss = closure(batch)
+                if args.fp16:
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                else:
+                    loss.backward()
+                optimizer.step()
+    ''')
+    finding = next(f for f in lint_text(before) if f.code == "AMP402" and f.location.line == 10)
+    assert "TODO(ampdoctor)" in finding.message
+    after = migrate(before)
+    assert after.count("# TODO(ampdoctor)") == 1
+    assert "        # TODO(ampdoctor): put the forward pass that computes `loss`" in after
+    assert "        scaler.scale(loss).backward()\n" in after and "loss.backward()\n" not in after.replace(
+        "scaler.scale(loss).backward()", "")
     assert_sound(after)
 
 
