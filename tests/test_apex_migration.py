@@ -541,6 +541,28 @@ def test_a_flagged_backward_whose_loss_cannot_be_placed_gets_one_todo_named_by_i
     assert_sound(after)
 
 
+def test_master_params_read_outside_a_clip_gets_a_todo_about_scaled_gradients():
+    before = dedent('''
+        import torch
+        from apex import amp
+
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            grad_norm = sum(p.grad.norm() ** 2 for p in amp.master_params(optimizer)) ** 0.5
+            optimizer.step()
+    ''')
+    finding = next(f for f in lint_text(before) if f.code == "AMP402" and f.location.line == 9)
+    assert "still scaled" in finding.message
+    after = migrate(before)
+    assert ("    # TODO(ampdoctor): the gradients are still scaled here: call `scaler.unscale_(optimizer)`\n"
+            in after)
+    assert "for p in model.parameters()" in after and "unscale_(optimizer)\n" not in after
+    assert_sound(after)
+
+
 def test_initialize_with_unpacked_options_is_not_migrated():
     source = "from apex import amp\n\nmodel, optimizer = amp.initialize(model, optimizer, **amp_options)\n"
     [finding] = [f for f in lint_text(source) if f.code == "AMP402"]

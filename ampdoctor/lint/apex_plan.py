@@ -63,6 +63,7 @@ def plan_migration(facts) -> MigrationPlan:
     planned: set[int] = set()  # scale_loss blocks planned with the ``if`` around them
     for block in _blocks(facts.module):  # outer blocks first
         _plan_block(block, models, scale_calls, planned, wraps, todos)
+    todos += _scaled_gradient_reads(facts)
     for site in facts.calls:
         if site.qname == "apex.amp.initialize":
             level = _literal(site.arg(keyword="opt_level"))
@@ -96,6 +97,24 @@ def _plan_block(block: list[ast.stmt], models: set[str], scale_calls: set[int], 
     # Two losses computed in one forward give overlapping runs: one autocast block.
     for first, last in _merged(runs):
         wraps.append((block[first].lineno, block[last].lineno))
+
+
+_CLIPS = ("clip_grad_norm_", "clip_grad_value_")
+
+
+def _scaled_gradient_reads(facts) -> list[tuple[int, str, int]]:
+    """``amp.master_params(o)`` other than clipped: apex had unscaled the gradients by then,
+    GradScaler has not (the migration adds ``unscale_`` only before a clip)."""
+    clipped = {id(s.node.args[0]) for s in facts.calls
+               if s.node.args and ((s.qname or s.method or "").rsplit(".", 1)[-1] in _CLIPS)}
+    todos = []
+    for site in facts.calls:
+        if site.qname == "apex.amp.master_params" and id(site.node) not in clipped:
+            optimizer = ast.unparse(site.node.args[0]) if site.node.args else "optimizer"
+            note = (f"the gradients are still scaled here: call `scaler.unscale_({optimizer})` first if they are "
+                    "read (apex had unscaled them), once per step")
+            todos.append((site.statement.lineno, note, site.statement.lineno))
+    return todos
 
 
 def opt_level_note(text: str) -> str:
