@@ -15,6 +15,7 @@ Written as the run goes, one event per iteration (nothing accumulates in memory)
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from .observations import IterationRecord, Observations
@@ -34,7 +35,8 @@ class TensorBoardLog:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise TensorBoardUnavailable(TENSORBOARD_MISSING) from None
-        self._writer = SummaryWriter(log_dir=logdir)
+        # Absolute: the script may os.chdir before the writer flushes.
+        self._writer = SummaryWriter(log_dir=os.path.abspath(logdir))
         self._thresholds = thresholds
 
     def __call__(self, record: IterationRecord, observations: Observations) -> None:
