@@ -10,8 +10,10 @@ script exactly as a single ``ampdoctor trace`` would, and when its script has st
 3. rank 0 waits for every rank's report, up to ``--merge-timeout`` seconds, and writes and prints
    the merged report: its own data, every rank's findings (each naming its ranks), a ``ranks``
    table, AMP511 where ranks' loss scales or skip decisions differ, and a note for every rank
-   that raised, ended early or sent nothing. The other ranks print one line and wait for the
-   merged report before they exit: torchrun ends every rank as soon as one exits with an error.
+   that raised, ended early or sent nothing. The other ranks print one line; those stopped by
+   ``--steps`` wait for the merged report before they exit. Only rank 0's exit status carries
+   the verdict (``--fail-on``); the others exit as their script would have, because torchrun
+   ends every rank as soon as one exits with an error.
 
 Why the store and not a gather on a process group: when ranks diverge (one raised, another is
 blocked in the script's all-reduce) a collective on the script's group pairs with the wrong
@@ -19,8 +21,8 @@ collective, and a fresh group needs every rank to arrive. Keys are posted and aw
 each wait with a deadline, so nothing waits forever, and the script may have destroyed its group.
 The agent's store outlives the workers, so a rank that has gone still has its report read.
 
-A rank whose script raised or ended before the others posts its report and exits at once, as
-it would under ``python``: its connections close, a peer blocked in a collective with it fails
+A rank whose script raised or ended posts its report and exits at once, as it would under
+``python``: its connections close, a peer blocked in a collective with it fails
 instead of hanging, and torchrun sends SIGTERM to the other ranks. Under ampdoctor a SIGTERM
 stops the script like Ctrl-C (the report says "interrupt"), and once the script is over it only
 shortens the wait: torchrun allows 30 seconds before SIGKILL, time enough to write the reports.
@@ -486,7 +488,9 @@ def finish_rank(
             exchange.wait_merged(deadline)
         if write_error is not None:
             raise write_error
-        return _exit_status(report, outcome, fail_on)
+        # The verdict is rank 0's; this rank exits as its script would have, so that torchrun
+        # ends the other ranks only where a script really failed.
+        return _exit_status(report, outcome, "never")
     others_ranks = [r for r in range(info.world_size) if r != info.rank]
     if not in_step and outcome.reason != "end":
         # The others may be blocked in a collective with this rank until it exits.
