@@ -83,6 +83,65 @@ def test_shortcut_forwards_every_given_option_but_its_own():
     assert forwarded_arguments(module) == ["-m", "pkg.train", "--", "--fast"]
 
 
+def _traced_report(tmp_path):
+    import contextlib
+    import io
+
+    from ampdoctor.trace.runner import Target, run_target
+    from ampdoctor.trace.session import TraceSession
+
+    script = tmp_path / "tiny.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "scaler = torch.amp.GradScaler('cpu')\n"
+        "for _ in range(3):\n"
+        "    optimizer.zero_grad()\n"
+        "    with torch.autocast('cpu', dtype=torch.float16):\n"
+        "        loss = model(torch.randn(8, 4)).float().pow(2).mean()\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n"
+    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        with TraceSession(script=str(script), lint=False) as session:
+            session.outcome = run_target(Target(script=str(script)))
+    return session.report()
+
+
+def test_merged_report_names_missing_and_failed_ranks(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from ampdoctor.trace.distributed import RankInfo, merge_reports
+
+    own = _traced_report(tmp_path)
+    own_dict = own.to_dict()
+    assert own_dict["steps"] == 3 and not own.findings
+    crashed = dict(own_dict, steps=1, stopped="error", completed=False, error="RuntimeError: boom",
+                   findings=[{"code": "AMP502", "severity": "warning", "message": "skips", "path": "t.py",
+                              "line": 3, "help": None, "extra": {"step": 1}}])
+    info = RankInfo(rank=0, world_size=3, master_addr=None, master_port=None, agent_store=False, attempt="0")
+    merged = merge_reports(own, own_dict, {1: crashed, 2: None}, info, str(tmp_path / "r.json"), timeout=7.0)
+    assert merged.failed_ranks == [1, 2]
+    assert [entry["reported"] for entry in merged.ranks] == [True, True, False]
+    assert merged.ranks[2]["report"] == str(tmp_path / "r.rank2.json")
+    assert "Rank 1 raised RuntimeError: boom after 1 iteration(s): its report is incomplete." in merged.notes
+    assert any(note.startswith("Rank 2 sent no report within 7 s") for note in merged.notes)
+    finding = next(f for f in merged.findings if f.code == "AMP502")
+    assert finding.extra["ranks"] == [1] and finding.severity is Severity.WARNING
+    # Rank 1's first iteration is compared with rank 0's: both at the same scale, none skipped.
+    assert not [f for f in merged.findings if f.code == "AMP511"]
+    document = json.loads(json.dumps(merged.to_dict(), allow_nan=False))
+    assert document["world_size"] == 3 and document["rank"] is None and len(document["ranks"]) == 3
+    console = Console(file=io.StringIO(), width=120)
+    merged.print(console)
+    text = console.file.getvalue()
+    assert "Ranks" in text and "no report" in text and "Rank 1 raised RuntimeError: boom" in text
+
+
 # -- two gloo processes -----------------------------------------------------------------------
 
 
@@ -122,10 +181,12 @@ def test_healthy_ddp_through_the_shortcut(tmp_path):
 
 @pytest.mark.distributed
 def test_a_rank_that_raises_is_reported_and_nothing_hangs(tmp_path):
-    result = _torchrun(str(DDP_SCRIPT), "--steps", "6", "--json", "report.json", "--",
+    result = _torchrun(str(DDP_SCRIPT), "--steps", "6", "--json", "report.json", "--output-format", "json", "--",
                        "--fail-rank", "1", "--fail-at", "3", cwd=tmp_path)
     assert result.returncode != 0
     merged = _load(tmp_path / "report.json")
+    # With --output-format json, stdout holds rank 0's merged report and nothing else.
+    assert json.loads(result.stdout)["ranks"] == merged["ranks"]
     crashed = _load(tmp_path / "report.rank1.json")
     survivor = _load(tmp_path / "report.rank0.json")
     assert crashed["stopped"] == "error" and "lost its data shard" in crashed["error"] and crashed["steps"] == 2
