@@ -71,6 +71,11 @@ def _parse_thresholds(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--tensorboard", "tensorboard_dir", type=click.Path(file_okay=False, writable=True),
               help="Write loss, loss scale, skipped steps and per-parameter underflow shares as "
               "TensorBoard scalars to this folder (needs the tensorboard package).")
+@click.option("--what-if", "what_if", type=click.Choice(["float16"]), default=None,
+              help="Predict how float16 with a GradScaler would fare on this run (the run itself "
+              "is unchanged): shadow loss scale, underflow, activation overflow and a verdict.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True),
+              help="Also write a self-contained HTML report (charts included) to this file.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=None, metavar="N",
               help="Trace N processes of the script through torch.distributed.run (torchrun "
               "--standalone): a report per rank and a merged one (see Distributed training).")
@@ -96,6 +101,8 @@ def trace_command(
     timeout: Optional[float],
     nproc_per_node: Optional[int] = None,
     merge_timeout: float = 300.0,
+    what_if: Optional[str] = None,
+    html_path: Optional[str] = None,
 ) -> None:
     """Run SCRIPT (or -m MODULE) for N training iterations under instrumentation.
 
@@ -128,6 +135,9 @@ def trace_command(
         raise click.BadParameter(f"folder of {json_path!r} does not exist", param_hint="--json")
     # Relative to where ampdoctor was started, whatever the script does with os.chdir.
     json_path = os.path.abspath(json_path) if json_path else None
+    if html_path and not os.path.isdir(os.path.dirname(os.path.abspath(html_path))):
+        raise click.BadParameter(f"folder of {html_path!r} does not exist", param_hint="--html")
+    html_path = os.path.abspath(html_path) if html_path else None
     run = Target(script=target, module=module, args=tuple(script_args))
     try:
         check_target(run)
@@ -156,12 +166,16 @@ def trace_command(
         try:
             report, outcome = _trace(
                 run, steps or None, record_ops_steps, gradient_interval, limits, output_format, progress,
-                lint=lint, listeners=listeners, timeout=timeout,
+                lint=lint, listeners=listeners, timeout=timeout, what_if=what_if,
             )
         finally:
             for listener in listeners:
                 listener.close()
         try:
+            if html_path:
+                from .html import write_html
+
+                write_html(report, html_path)
             if rank is None:
                 _emit(report, outcome, json_path, output_format)
             else:  # under torchrun: this rank's report, and rank 0 the merged one
@@ -211,7 +225,7 @@ def _one_line_errors(ctx: click.Context) -> Iterator[None]:
 
 def _trace(
     run, steps, record_ops_steps, gradient_interval, limits, output_format, progress, lint=False, listeners=(),
-    timeout=None,
+    timeout=None, what_if=None,
 ):
     import contextlib
 
@@ -232,6 +246,10 @@ def _trace(
             lint=lint,
         )
         session.iteration_listeners.extend(listeners)
+        if what_if:
+            from .whatif import WhatIfFloat16
+
+            session.what_if = WhatIfFloat16(session)
         redirect = contextlib.redirect_stdout(sys.stderr) if output_format == "json" else contextlib.nullcontext()
         with redirect, session:
             with Deadline(timeout, TraceTimeout):

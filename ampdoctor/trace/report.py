@@ -82,6 +82,8 @@ class TraceReport:
     # ``ampdoctor lint`` findings in the traced script and the local modules it imported.
     static_findings: list[Finding] = field(default_factory=list)
     linted_files: list[str] = field(default_factory=list)
+    # ``--what-if float16``: a whatif.WhatIfResult.
+    what_if: Any = None
 
     @property
     def completed(self) -> bool:
@@ -132,6 +134,7 @@ class TraceReport:
             "backward_origin": _backward_origin_dict(obs),
             "linted_files": list(self.linted_files),
             "static_findings": [f.to_dict() for f in self.static_findings],
+            "what_if": self.what_if.to_dict() if self.what_if is not None else None,
         }
 
     def to_json(self, indent: Optional[int] = 2) -> str:
@@ -318,6 +321,7 @@ def build_report(session: TraceSession) -> TraceReport:
         notes=notes,
         static_findings=static,
         linted_files=list(session.local_files) if session.lint else [],
+        what_if=session.what_if.result() if getattr(session, "what_if", None) is not None else None,
     )
 
 
@@ -359,6 +363,10 @@ def render(report: TraceReport, console=None) -> None:
     timeline = _scale_table(obs)
     if timeline is not None:
         console.print(timeline)
+    if report.what_if is not None:
+        from .whatif_text import render_what_if
+
+        render_what_if(report.what_if, console)
 
 
 def _headline(report: TraceReport) -> str:

@@ -136,6 +136,9 @@ class TraceSession:
         self.lint = lint
         # Called with (IterationRecord, Observations) after every iteration (tensorboard.py).
         self.iteration_listeners: list[Callable[[IterationRecord, Observations], None]] = []
+        # Called with (PendingIteration, values read, IterationRecord or None) after each sync
+        # (whatif.py reads its own device values there).
+        self.pending_readers: list[Callable[[PendingIteration, list, Optional[IterationRecord]], None]] = []
         self.local_files: list[str] = []
         self._modules_before: frozenset[str] = frozenset()
         self.outcome = Outcome()
@@ -501,6 +504,8 @@ class TraceSession:
         values = pending.batch.read() if not pending.empty else []
         step = record.step if record is not None else self.observations.steps + 1
         self.observations.absorb(pending, values, record, step)
+        for reader in self.pending_readers:
+            reader(pending, values, record)
         for key, input_slot, output_slot in ranges:
             self.observations.op_ranges[key] = (values[input_slot][0], values[output_slot][0])
 

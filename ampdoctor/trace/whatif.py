@@ -1,0 +1,391 @@
+"""``ampdoctor trace --what-if float16``: would float16 with a GradScaler work for this run?
+
+The script runs unchanged. Every iteration, at the moment its gradients hold their true values
+(where the session measures them), a histogram of the float32 exponent field of |g| per
+parameter and max |g| are queued on the device and read in the iteration's one sync. A shadow
+GradScaler with torch's state machine (``ShadowScaler``) is advanced on whether ``g * scale``
+would overflow float16. Because the histogram bins are powers of two, the share of a gradient
+that float16 would flush to zero is known on the host for any power-of-two scale: the predicted
+one, and the smallest one that keeps every parameter's underflow small (the ``init_scale`` to
+recommend). Module outputs beyond float16's range come from the activation measurements the
+session already takes; the module where the overflow is born (output beyond 65504, inputs
+within) and the smallest enclosing module whose output is back in range say what to keep in
+float32.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .numerics import FLOAT16_MAX
+
+SAFE, SAFE_WITH_CHANGES, UNSAFE = "safe", "safe with changes", "unsafe"
+# A parameter whose gradient loses more than this share of its non-zero elements to zero at a
+# scale "needs" a larger scale.
+UNDERFLOW_TOLERANCE = 0.01
+_EXPONENT_BINS = 256
+_FLOAT32_BIAS = 127
+
+
+@dataclass
+class ShadowScaler:
+    """torch's GradScaler scale update (``_amp_update_scale_``) on host numbers."""
+
+    scale: float = 2.0**16
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    growth_tracker: int = 0
+
+    def update(self, found_inf: bool) -> None:
+        if found_inf:
+            self.scale *= self.backoff_factor
+            self.growth_tracker = 0
+            return
+        successful = self.growth_tracker + 1
+        if successful == self.growth_interval:
+            grown = self.scale * self.growth_factor
+            if math.isfinite(grown):
+                self.scale = grown
+            self.growth_tracker = 0
+        else:
+            self.growth_tracker = successful
+
+
+def underflow_share(histogram: list[float], scale: float) -> float:
+    """Share of the non-zero elements whose |g| * scale is below float16's smallest subnormal
+    (2**-24): they become zero. Exact for a power-of-two scale (bin edges are powers of two)."""
+    nonzero = sum(histogram[1:255])
+    if not nonzero:
+        return 0.0
+    # An element of exponent field e is below 2**(e - 126); it underflows for sure when
+    # 2**(e - 126) * scale <= 2**-24.
+    limit = -24 - math.log2(scale) + 126
+    lost = sum(histogram[e] for e in range(1, 255) if e <= limit)
+    return lost / nonzero
+
+
+def needed_scale(histograms: dict[str, list[float]], tolerance: float = UNDERFLOW_TOLERANCE) -> float:
+    """The smallest power of two at which every parameter loses at most ``tolerance`` of its
+    non-zero gradient elements to zero."""
+    exponent = -24
+    while exponent < 127:
+        scale = 2.0**exponent
+        if all(underflow_share(h, scale) <= tolerance for h in histograms.values()):
+            return scale
+        exponent += 1
+    return math.inf
+
+
+@dataclass
+class ParamWhatIf:
+    name: str
+    module: Optional[str]
+    histogram: list[float] = field(default_factory=lambda: [0.0] * _EXPONENT_BINS)
+    max_abs: float = 0.0
+    # Per iteration: the share lost at that iteration's predicted scale (summed, then averaged).
+    underflow_total: float = 0.0
+    underflow_worst: float = 0.0
+    iterations: int = 0
+
+    @property
+    def underflow_mean(self) -> float:
+        return self.underflow_total / self.iterations if self.iterations else 0.0
+
+
+@dataclass
+class ActivationOverflow:
+    module: str
+    module_class: str
+    max_abs: float
+    step: int
+    # The smallest enclosing module whose output stays within float16 (None: none does).
+    contained_by: Optional[str] = None
+
+
+@dataclass
+class WhatIfResult:
+    target: str
+    verdict: str
+    reasons: list[str]
+    scale: list[float]
+    skipped: list[int]
+    real_scale: list[Optional[float]]
+    real_skipped: list[int]
+    params: list[ParamWhatIf]
+    overflows: list[ActivationOverflow]
+    needed_scale: Optional[float]
+    keep_float32: list[str]
+    init_scale: Optional[float]
+    nonfinite_steps: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        from .report import json_number
+
+        return {
+            "target": self.target,
+            "verdict": self.verdict,
+            "reasons": list(self.reasons),
+            "scale": [json_number(s) for s in self.scale],
+            "skipped": list(self.skipped),
+            "real_scale": [json_number(s) for s in self.real_scale] if any(s is not None for s in self.real_scale) else None,
+            "real_skipped": list(self.real_skipped),
+            "needed_scale": json_number(self.needed_scale),
+            "init_scale": self.init_scale,
+            "keep_float32": list(self.keep_float32),
+            "nonfinite_steps": list(self.nonfinite_steps),
+            "gradients": [
+                {
+                    "name": p.name,
+                    "module": p.module,
+                    "max_abs": json_number(p.max_abs),
+                    "underflow_share": p.underflow_mean,
+                    "underflow_worst": p.underflow_worst,
+                    "overflow_headroom": json_number(FLOAT16_MAX / p.max_abs) if p.max_abs else None,
+                }
+                for p in self.params
+            ],
+            "activation_overflows": [
+                {
+                    "module": o.module,
+                    "module_class": o.module_class,
+                    "max_abs": json_number(o.max_abs),
+                    "step": o.step,
+                    "contained_by": o.contained_by,
+                }
+                for o in self.overflows
+            ],
+        }
+
+
+class _ShadowGradients:
+    """Stands in for the session's gradient monitor: forwards every capture to it and queues
+    the what-if measurements of the same gradients beside it (same moment, same sync)."""
+
+    def __init__(self, inner: Any, what_if: "WhatIfFloat16") -> None:
+        self._inner = inner
+        self._what_if = what_if
+
+    def capture(self, optimizer, label, scale, grads_scaled, full=True, known_finite=False) -> None:
+        self._inner.capture(optimizer, label, scale, grads_scaled, full=full, known_finite=known_finite)
+        self._what_if.capture(self._inner, optimizer, label, scale, grads_scaled)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class WhatIfFloat16:
+    """Installed on a ``TraceSession`` before it is entered; ``result()`` after the run."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.shadow = ShadowScaler()
+        self.scale_trajectory: list[float] = []
+        self.skipped: list[int] = []
+        self.real_scale: list[Optional[float]] = []
+        self.real_skipped: list[int] = []
+        self.params: dict[str, ParamWhatIf] = {}
+        self.overflows: dict[str, ActivationOverflow] = {}
+        self._outputs: dict[str, float] = {}  # per module, the largest output |x| seen
+        # Iterations whose gradients or loss were already inf/NaN in the run itself.
+        self.nonfinite_steps: list[int] = []
+        self._failed = False
+        session._gradients = _ShadowGradients(session._gradients, self)
+        session.pending_readers.append(self._read)
+
+    # -- on the device, at the gradient capture ---------------------------------------------------
+
+    def capture(self, monitor, optimizer, label, scale, grads_scaled) -> None:
+        if self._failed:
+            return
+        import torch
+
+        from .ops import quiet
+
+        try:
+            with torch.no_grad(), quiet():
+                rows = []
+                for info, grad in monitor._gradients(optimizer, label):
+                    magnitude = grad.abs().to(torch.float32)
+                    if grads_scaled and scale is not None:
+                        magnitude = magnitude / scale.to(magnitude.device)
+                    exponents = (magnitude.view(torch.int32) >> 23).reshape(-1).to(torch.int64)
+                    histogram = torch.bincount(exponents, minlength=_EXPONENT_BINS).to(torch.float32)
+                    top = torch.nan_to_num(magnitude, nan=math.inf).amax().reshape(1)
+                    rows.append((info, self.session.pending.batch.add(torch.cat([histogram, top]))))
+            pending = self.session.pending
+            if not hasattr(pending, "what_if_rows"):
+                pending.what_if_rows = []
+            pending.what_if_rows.extend(rows)
+        except Exception as exc:  # never break the script
+            self._failed = True
+            self.session.instrument_failed("what-if gradient statistics", exc)
+
+    # -- on the host, after the iteration's sync ---------------------------------------------------
+
+    def _read(self, pending, values, record) -> None:
+        self._read_activations(pending, values, record)
+        if record is None:
+            return
+        scale = self.shadow.scale
+        nonfinite = record.loss is not None and not math.isfinite(record.loss)
+        overflow = nonfinite
+        for info, slot in getattr(pending, "what_if_rows", []):
+            row = values[slot]
+            histogram, top = row[:_EXPONENT_BINS], row[_EXPONENT_BINS]
+            stats = self.params.get(info.name)
+            if stats is None:
+                stats = self.params[info.name] = ParamWhatIf(info.name, info.module.path if info.module else None)
+            for index, count in enumerate(histogram):
+                stats.histogram[index] += count
+            if math.isfinite(top):
+                stats.max_abs = max(stats.max_abs, top)
+            nonfinite = nonfinite or not math.isfinite(top)
+            if not math.isfinite(top) or top * scale > FLOAT16_MAX:
+                overflow = True
+            share = underflow_share(histogram, scale)
+            stats.underflow_total += share
+            stats.underflow_worst = max(stats.underflow_worst, share)
+            stats.iterations += 1
+        self.scale_trajectory.append(scale)
+        if nonfinite:
+            self.nonfinite_steps.append(record.step)
+        if overflow:
+            self.skipped.append(record.step)
+        self.shadow.update(overflow)
+        self.real_scale.append(record.scale)
+        if record.skipped:
+            self.real_skipped.append(record.step)
+
+    def _read_activations(self, pending, values, record) -> None:
+        step = record.step if record is not None else None
+        for row in pending.activations:
+            output = values[row.output_slot][0]
+            path = row.module.path
+            if math.isfinite(output):
+                self._outputs[path] = max(self._outputs.get(path, 0.0), output)
+            if not output > FLOAT16_MAX:  # NaN too: a non-finite run is its own finding
+                continue
+            given = values[row.input_slot][0] if row.input_slot is not None else 0.0
+            if given > FLOAT16_MAX:
+                continue  # carried in from an earlier module, not born here
+            known = self.overflows.get(path)
+            if known is None:
+                self.overflows[path] = ActivationOverflow(path, row.module.class_name, output, step or 0)
+            elif output > known.max_abs:
+                known.max_abs = output
+
+    # -- the verdict -----------------------------------------------------------------------------
+
+    def result(self) -> WhatIfResult:
+        reasons: list[str] = []
+        unsafe = changes = False
+        keep: list[str] = []
+        for overflow in self._born_overflows():
+            overflow.contained_by = self._container(overflow.module)
+            where = f"{overflow.module} ({overflow.module_class})"
+            if overflow.contained_by is None:
+                unsafe = True
+                reasons.append(
+                    f"{where} outputs |x| up to {overflow.max_abs:.4g} > 65504 (iteration {overflow.step}) and "
+                    "the values stay beyond float16's range up to the model's output: float16 would "
+                    "make them inf"
+                )
+            else:
+                changes = True
+                if overflow.contained_by not in keep:
+                    keep.append(overflow.contained_by)
+                reasons.append(
+                    f"{where} outputs |x| up to {overflow.max_abs:.4g} > 65504: keep {overflow.contained_by} "
+                    "in float32 (torch.autocast(..., enabled=False) around it, inputs cast with .float())"
+                )
+        steps = len(self.scale_trajectory)
+        if steps and len(self.nonfinite_steps) > steps / 4:
+            unsafe = True
+            reasons.append(
+                f"the run itself has inf/NaN loss or gradients in {len(self.nonfinite_steps)} of {steps} "
+                f"iterations (first at {self.nonfinite_steps[0]}): no loss scale helps; see the findings"
+            )
+        histograms = {name: p.histogram for name, p in self.params.items()}
+        needed = needed_scale(histograms) if histograms else None
+        ceiling = max((p.max_abs for p in self.params.values()), default=0.0)
+        init_scale = None
+        # The largest power-of-two scale at which the largest gradient still fits float16.
+        top_scale = 2.0 ** math.floor(math.log2(FLOAT16_MAX / ceiling)) if ceiling > 0 else math.inf
+        if unsafe and self.nonfinite_steps:
+            pass  # the scale advice below would rest on inf/NaN gradients
+        elif needed is not None and needed > top_scale:
+            unsafe = True
+            reasons.append(
+                f"gradients need a scale of at least {_power(needed)} to keep underflow under "
+                f"{UNDERFLOW_TOLERANCE:.0%}, but max |g| = {ceiling:.4g} overflows float16 above {_power(top_scale)}"
+            )
+        elif steps and len(self.skipped) > steps / 4 and math.isfinite(top_scale):
+            changes = True
+            init_scale = top_scale
+            reasons.append(
+                f"max |g| = {ceiling:.4g} overflows float16 at the default scale 2**16: start lower, "
+                f"GradScaler(init_scale={top_scale:g}) (any scale from {_power(needed or top_scale)} "
+                f"to {_power(top_scale)} keeps the gradients in range)"
+            )
+        elif needed is not None and math.isfinite(needed) and needed > self._settled_scale():
+            changes = True
+            init_scale = needed
+            reasons.append(
+                f"gradients need a scale of at least {_power(needed)} (the default scaler would run at "
+                f"{_power(self._settled_scale())}): GradScaler(init_scale={needed:g})"
+            )
+        if self.skipped:
+            reasons.append(
+                f"the shadow scaler skips {len(self.skipped)} of {len(self.scale_trajectory)} steps "
+                f"(first at iteration {self.skipped[0]})"
+            )
+        if not self.scale_trajectory:
+            reasons.append("no optimizer step was traced: nothing to predict from the gradients")
+        verdict = UNSAFE if unsafe else SAFE_WITH_CHANGES if changes else SAFE
+        if verdict == SAFE and self.scale_trajectory:
+            reasons.insert(0, "no activation beyond 65504 and the gradients fit float16 at the predicted scale")
+        params = sorted(self.params.values(), key=lambda p: -p.underflow_mean)
+        return WhatIfResult(
+            "float16", verdict, reasons, list(self.scale_trajectory), list(self.skipped), list(self.real_scale),
+            list(self.real_skipped), params, list(self.overflows.values()), needed, keep, init_scale,
+            list(self.nonfinite_steps),
+        )
+
+    def _born_overflows(self) -> list[ActivationOverflow]:
+        """Overflows of modules that enclose no other overflowing module: a container's output
+        is its last child's, and its input check cannot see inside it. The root module's path
+        is its class name, so it encloses every other path."""
+        found = list(self.overflows.values())
+
+        def encloses(outer: ActivationOverflow) -> bool:
+            is_root = "." not in outer.module and outer.module == outer.module_class
+            return any(
+                other is not outer and (other.module.startswith(outer.module + ".") or is_root) for other in found
+            )
+
+        born = [o for o in found if not encloses(o)]
+        self.overflows = {o.module: o for o in born}
+        return born
+
+    def _settled_scale(self) -> float:
+        return self.scale_trajectory[-1] if self.scale_trajectory else self.shadow.scale
+
+    def _container(self, module: str) -> Optional[str]:
+        """The smallest module enclosing ``module`` (itself excluded) whose output is within
+        float16's range; None when none is."""
+        parts = module.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            parent = ".".join(parts[:cut])
+            if parent in self._outputs and self._outputs[parent] <= FLOAT16_MAX:
+                return parent
+        # Only the whole model (whose path is its class name) would hold it: that is no float16.
+        return None
+
+
+def _power(scale: float) -> str:
+    if scale > 0 and math.isfinite(scale) and math.log2(scale).is_integer():
+        return f"2**{int(math.log2(scale))}"
+    return f"{scale:g}"

@@ -1,0 +1,151 @@
+"""``ampdoctor trace --html``: a self-contained page, escaped, and loaded in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ampdoctor.trace.cli import trace_command
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+
+HOSTILE_SCRIPT = '''
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+model = nn.Sequential()
+model.add_module("<script>alert(1)</script>", Block())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu")
+for _ in range(3):
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = model(torch.randn(8, 4)).float().pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+'''
+
+
+def _trace_html(tmp_path: Path, script: Path, *extra: str) -> str:
+    page = tmp_path / "report.html"
+    result = CliRunner().invoke(
+        trace_command, [str(script), "--html", str(page), "--fail-on", "never", "--no-progress", *extra],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.stderr
+    return page.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def hostile_page(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("hostile")
+    script = folder / "train.py"
+    script.write_text(HOSTILE_SCRIPT)
+    return _trace_html(folder, script, "--what-if", "float16")
+
+
+def test_names_from_the_program_are_escaped(hostile_page):
+    assert "<script" not in hostile_page.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in hostile_page
+
+
+def test_the_page_is_self_contained(hostile_page):
+    # No reference to anything outside the page: no links, sources, imports or URLs to fetch
+    # (the SVG charts refer only to their own elements, by fragment: href="#id", url(#id)).
+    assert not re.search(r"<(link|script|img|iframe|object|embed)\b", hostile_page, re.I)
+    assert not re.search(r"\b(src|href)\s*=\s*[\"'](?!#)", hostile_page, re.I)
+    assert "@import" not in hostile_page and not re.search(r"url\((?!#)", hostile_page)
+    assert not re.search(r"https?://(?!www\.w3\.org/)", hostile_page)  # SVG namespaces only
+
+
+def test_the_page_has_the_sections_and_charts(hostile_page):
+    for section in ('id="verdict"', 'id="what-if"', 'id="findings"', 'id="timeline"', 'id="gradients"', 'id="census"'):
+        assert section in hostile_page
+    assert hostile_page.count("<svg") == 2
+    assert "What if float16?" in hostile_page
+
+
+def test_without_what_if_the_page_has_no_what_if_section(tmp_path):
+    page = _trace_html(tmp_path, FIXTURES / "healthy_bf16.py", "--steps", "3")
+    assert 'id="what-if"' not in page and "<svg" in page
+    assert "bfloat16" in page  # the census table
+
+
+def test_a_missing_folder_is_a_usage_error(tmp_path):
+    result = CliRunner().invoke(
+        trace_command, [str(FIXTURES / "healthy_bf16.py"), "--html", str(tmp_path / "nope" / "r.html")]
+    )
+    assert result.exit_code == 2
+    assert "--html" in result.stderr
+
+
+def test_matplotlib_is_not_imported_without_html(tmp_path):
+    code = (
+        "import sys; from click.testing import CliRunner; from ampdoctor.trace.cli import trace_command;"
+        f"CliRunner().invoke(trace_command, [{str(FIXTURES / 'healthy_bf16.py')!r}, '--steps', '2', '--no-progress']);"
+        "print('matplotlib' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.stdout.strip().splitlines()[-1] == "False"
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    profile = tmp_path / "profile"
+    profile.mkdir(exist_ok=True)
+    command = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def _console_messages(run: subprocess.CompletedProcess) -> list[str]:
+    """What the page wrote to the console, uncaught errors included (the page has no script, so
+    it should write nothing)."""
+    return [line for line in run.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed")
+def test_the_console_check_sees_a_script_error(tmp_path):
+    page = tmp_path / "bad.html"
+    page.write_text("<html><body><script>missingFunction();</script></body></html>")
+    messages = _console_messages(_chromium(tmp_path, "--dump-dom", page.as_uri()))
+    assert any("Uncaught ReferenceError" in line for line in messages)
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed")
+def test_chromium_renders_the_page_with_its_charts_and_no_script_errors(tmp_path, hostile_page):
+    page = tmp_path / "report.html"
+    page.write_text(hostile_page, encoding="utf-8")
+    dom = _chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    # The DOM as the browser built it: the charts are <svg> elements inside the chart sections,
+    # and the hostile module name stayed text.
+    assert len(re.findall(r'<div class="chart"><svg\b', dom.stdout)) == 2
+    assert "<script" not in dom.stdout.lower()
+    assert _console_messages(dom) == []
+    shot = tmp_path / "page.png"
+    taken = _chromium(tmp_path, "--window-size=1100,1600", f"--screenshot={shot}", page.as_uri())
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000

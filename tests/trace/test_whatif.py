@@ -1,0 +1,123 @@
+"""``ampdoctor trace --what-if float16``: the shadow scaler against torch's, the fixtures'
+verdicts, and the report sections."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from ampdoctor.trace.whatif import SAFE, SAFE_WITH_CHANGES, UNSAFE, ShadowScaler, needed_scale, underflow_share
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
+
+WHAT_IF = FIXTURES / "whatif"
+
+
+def _torch_scales(found_inf: list[bool], **options) -> list[float]:
+    """The scale torch's own GradScaler holds after each update, fed the same inf/finite steps."""
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([weight], lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", **options)
+    scales = []
+    for overflow in found_inf:
+        optimizer.zero_grad()
+        scaler.scale(weight.sum()).backward()
+        if overflow:
+            weight.grad[0] = math.inf
+        scaler.step(optimizer)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return scales
+
+
+def _shadow_scales(found_inf: list[bool], **options) -> list[float]:
+    shadow = ShadowScaler(
+        scale=options.get("init_scale", 2.0**16),
+        growth_factor=options.get("growth_factor", 2.0),
+        backoff_factor=options.get("backoff_factor", 0.5),
+        growth_interval=options.get("growth_interval", 2000),
+    )
+    scales = []
+    for overflow in found_inf:
+        shadow.update(overflow)
+        scales.append(shadow.scale)
+    return scales
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_shadow_scaler_follows_torchs_gradscaler(seed):
+    rng = random.Random(seed)
+    steps = [rng.random() < 0.2 for _ in range(60)]
+    options = {"init_scale": 2.0**10, "growth_interval": 3}
+    assert _shadow_scales(steps, **options) == _torch_scales(steps, **options)
+
+
+def test_shadow_scaler_defaults_are_torchs():
+    steps = [True, True] + [False] * 2000 + [True]
+    assert _shadow_scales(steps) == _torch_scales(steps)
+    assert _shadow_scales(steps)[-2] == 2.0**15  # backed off twice, grew once after 2000 clean
+
+
+def test_underflow_share_counts_what_float16_flushes_to_zero():
+    grad = torch.tensor([1e-9, 1e-9, 1e-3, 0.0])
+    histogram = torch.bincount((grad.view(torch.int32) >> 23).long(), minlength=256).float().tolist()
+    # 1e-9 * 2**10 ~ 1e-6 is a float16 subnormal (kept); at 2**0 it is below 2**-24 (lost).
+    assert underflow_share(histogram, 2.0**10) == 0.0
+    assert underflow_share(histogram, 1.0) == pytest.approx(2 / 3)
+    assert (grad[:3] * needed_scale({"g": histogram}) >= 2**-24).all()
+
+
+def _what_if(trace_cli, name: str, *extra: str) -> dict:
+    run = trace_cli(str(WHAT_IF / name), "--what-if", "float16", "--fail-on", "never", "--no-progress", *extra)
+    assert run.exit_code == 0, run.stderr
+    return run.report["what_if"]
+
+
+def test_activations_beyond_float16_are_unsafe_and_name_the_module(trace_cli):
+    what_if = _what_if(trace_cli, "activations_beyond_float16_bf16.py")
+    assert what_if["verdict"] == UNSAFE
+    assert [o["module"] for o in what_if["activation_overflows"]] == ["0.0"]
+    assert what_if["activation_overflows"][0]["max_abs"] > 65504
+    assert any("0.0 (Linear)" in reason for reason in what_if["reasons"])
+
+
+def test_tiny_gradients_need_a_larger_init_scale(trace_cli):
+    what_if = _what_if(trace_cli, "tiny_gradients.py")
+    assert what_if["verdict"] == SAFE_WITH_CHANGES
+    needed = what_if["needed_scale"]
+    assert needed > 2.0**16 and what_if["init_scale"] == needed
+    # At the default scale everything underflows; at the recommended one, the gradients survive.
+    assert all(g["underflow_share"] > 0.99 for g in what_if["gradients"])
+    assert any(f"init_scale={needed:g}" in reason for reason in what_if["reasons"])
+    assert what_if["skipped"] == []
+
+
+def test_healthy_float32_model_is_safe(trace_cli):
+    what_if = _what_if(trace_cli, "healthy.py")
+    assert what_if["verdict"] == SAFE
+    assert what_if["skipped"] == [] and what_if["activation_overflows"] == []
+    assert what_if["scale"] == [2.0**16] * 12
+    assert what_if["real_scale"] is None
+
+
+def test_a_float16_run_shows_the_shadow_beside_the_real_scaler(trace_cli):
+    run = trace_cli(str(FIXTURES / "healthy_fp16.py"), "--what-if", "float16", "--steps", "6", "--no-progress")
+    what_if = run.report["what_if"]
+    assert what_if["real_scale"] == run.report["scale"]
+    assert len(what_if["scale"]) == 6
+    assert "beside" in run.stdout and "real scaler" in run.stdout
+
+
+def test_the_text_report_shows_the_verdict(trace_cli):
+    run = trace_cli(str(WHAT_IF / "tiny_gradients.py"), "--what-if", "float16", "--no-progress")
+    assert "What if float16? safe with changes" in " ".join(run.stdout.split())
+
+
+def test_without_the_option_there_is_no_what_if_section(trace_cli):
+    run = trace_cli(str(WHAT_IF / "healthy.py"), "--steps", "2", "--no-progress")
+    assert run.report["what_if"] is None
+    assert "What if" not in run.stdout
