@@ -185,8 +185,16 @@ class Termination:
         first = self.received_at is None
         if first:
             self.received_at = time.monotonic()
-        if first and self.script_running:
+        if first and self.script_running and _script_running():
             raise KeyboardInterrupt
+
+
+def _script_running() -> bool:
+    """Whether the trace session (so the script) is still running; once it is over, the
+    reports are being built and must not be cut short."""
+    from .session import active_session
+
+    return active_session() is not None
 
 
 termination = Termination()
@@ -348,8 +356,8 @@ def _rank_note(rank: int, report: Optional[dict[str, Any]], reference_steps: int
         if unreachable:
             return f"Rank {rank}'s report could not be gathered ({unreachable})."
         return (
-            f"Rank {rank} sent no report within {timeout:g} s (it was killed, crashed without "
-            "Python's error handling, or is still running): the merged report covers the other ranks."
+            f"Rank {rank} sent no report (it was killed, ended without Python's error handling, or "
+            "was still running when rank 0 stopped waiting): the merged report covers the other ranks."
         )
     steps, reason = report.get("steps", 0), report.get("stopped")
     if reason == "error":
