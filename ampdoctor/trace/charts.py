@@ -45,6 +45,7 @@ def _svg(figure) -> str:
 def _style(axes, title: str) -> None:
     axes.set_title(title, loc="left", fontsize=10, color=_INK, fontweight="bold")
     axes.grid(True, color=_GRID, linewidth=0.6)
+    axes.set_axisbelow(True)
     for side in ("top", "right"):
         axes.spines[side].set_visible(False)
     axes.tick_params(colors=_INK, labelsize=8)
@@ -115,7 +116,10 @@ def gradient_bars_svg(names: Sequence[str], underflow: Sequence[float], headroom
     left.set_yticks(positions, labels=list(names))
     left.invert_yaxis()
     left.set_xlim(0, max(1.0, max(100.0 * share for share in underflow) * 1.15))
-    left.set_xlabel("% of elements lost (zero or flushed)", color=_INK)
+    left.set_xlabel("% of elements below float16's normal range", color=_INK)
+    if not any(share > 0 for share in underflow):
+        left.text(0.5, 0.5, "no parameter loses gradient elements", ha="center", va="center",
+                  transform=left.transAxes, color="#16a34a")
     _style(left, "Gradient underflow")
     right = figure.add_subplot(1, 2, 2, sharey=left)
     values = [h if h is not None and math.isfinite(h) and h > 0 else math.nan for h in headroom]
@@ -123,7 +127,7 @@ def gradient_bars_svg(names: Sequence[str], underflow: Sequence[float], headroom
     right.barh(positions, values, color=colors, height=0.6)
     right.set_xscale("log")
     right.axvline(1.0, color=_INK, linewidth=0.8)
-    right.set_xlabel("overflow headroom (65504 / (max |g| x scale))", color=_INK)
+    right.set_xlabel("65504 / (max |g| x scale); below 1 overflows", color=_INK)
     right.tick_params(labelleft=False)
     _style(right, "Overflow headroom")
     return _svg(figure)

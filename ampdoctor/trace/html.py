@@ -52,6 +52,7 @@ section h2 { font-size: 16px; margin: 0 0 10px; }
 .finding pre { background: #f9fafb; border: 1px solid #e5e7eb; border-radius: 6px; padding: 6px 10px;
                margin: 6px 0; overflow-x: auto; }
 .finding details { color: #374151; font-size: 13px; }
+.finding details p { margin: 4px 0 0 16px; }
 .chart svg { width: 100%; height: auto; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #e5e7eb; }
@@ -151,7 +152,7 @@ def _finding(finding: Finding) -> str:
     if rule is not None:
         why = _section_text(rule.body, "Why")
         explanation = (
-            f"<details><summary>{e(rule.code)} {e(rule.name)}: {e(rule.summary)}</summary>"
+            f"<details open><summary>{e(rule.code)} {e(rule.name)}: {e(rule.summary)}</summary>"
             f"<p>{e(why)}</p></details>"
         )
     return (
@@ -209,7 +210,7 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
     if what_if is not None and what_if.params:
         scale = what_if.scale[-1] if what_if.scale else 2.0**16
         rows = [
-            (p.name, p.underflow_mean, FLOAT16_MAX / (p.max_abs * scale) if p.max_abs else None) for p in what_if.params
+            (p.name, p.below_normal_mean, FLOAT16_MAX / (p.max_abs * scale) if p.max_abs else None) for p in what_if.params
         ]
     else:
         from .rules import lost_share
@@ -324,5 +325,5 @@ def _comparison_table(result, real: list[float]) -> str:
             + cells([scale_text(real[0]), scale_text(real[-1]), f"{len(result.real_skipped)} of {len(result.real_scale)}"])
             + "</tr>"
         )
-    needed = "" if result.needed_scale is None else f"<p>Smallest scale that keeps every parameter's underflow under 1%: <b>{scale_text(result.needed_scale)}</b></p>"
+    needed = "" if result.needed_scale is None else f"<p>Smallest loss scale that keeps 99% of every parameter's gradient elements in float16's normal range: <b>{scale_text(result.needed_scale)}</b></p>"
     return f"<table><thead><tr>{''.join(columns)}</tr></thead><tbody>{''.join(rows)}</tbody></table>{needed}"

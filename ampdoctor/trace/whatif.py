@@ -54,26 +54,27 @@ class ShadowScaler:
             self.growth_tracker = successful
 
 
-def underflow_share(histogram: list[float], scale: float) -> float:
-    """Share of the non-zero elements whose |g| * scale is below float16's smallest subnormal
-    (2**-24): they become zero. Exact for a power-of-two scale (bin edges are powers of two)."""
+def underflow_share(histogram: list[float], scale: float, floor_exponent: int = -24) -> float:
+    """Share of the non-zero elements whose |g| * scale is below 2**floor_exponent: with -24
+    (float16's smallest subnormal) they become zero, with -14 (its smallest normal) they lose
+    precision at least. Exact for a power-of-two scale (bin edges are powers of two)."""
     nonzero = sum(histogram[1:255])
     if not nonzero:
         return 0.0
-    # An element of exponent field e is below 2**(e - 126); it underflows for sure when
-    # 2**(e - 126) * scale <= 2**-24.
-    limit = -24 - math.log2(scale) + 126
+    # An element of exponent field e is below 2**(e - 126); it is under the floor for sure
+    # when 2**(e - 126) * scale <= 2**floor_exponent.
+    limit = floor_exponent - math.log2(scale) + 126
     lost = sum(histogram[e] for e in range(1, 255) if e <= limit)
     return lost / nonzero
 
 
 def needed_scale(histograms: dict[str, list[float]], tolerance: float = UNDERFLOW_TOLERANCE) -> float:
-    """The smallest power of two at which every parameter loses at most ``tolerance`` of its
-    non-zero gradient elements to zero."""
+    """The smallest power of two at which at most ``tolerance`` of every parameter's non-zero
+    gradient elements fall below float16's normal range (flushed to zero or subnormal)."""
     exponent = -24
     while exponent < 127:
         scale = 2.0**exponent
-        if all(underflow_share(h, scale) <= tolerance for h in histograms.values()):
+        if all(underflow_share(h, scale, -14) <= tolerance for h in histograms.values()):
             return scale
         exponent += 1
     return math.inf
@@ -88,7 +89,13 @@ class ParamWhatIf:
     # Per iteration: the share lost at that iteration's predicted scale (summed, then averaged).
     underflow_total: float = 0.0
     underflow_worst: float = 0.0
+    # The same for elements below float16's normal range (2**-14): zero or subnormal.
+    below_normal_total: float = 0.0
     iterations: int = 0
+
+    @property
+    def below_normal_mean(self) -> float:
+        return self.below_normal_total / self.iterations if self.iterations else 0.0
 
     @property
     def underflow_mean(self) -> float:
@@ -143,6 +150,7 @@ class WhatIfResult:
                     "max_abs": json_number(p.max_abs),
                     "underflow_share": p.underflow_mean,
                     "underflow_worst": p.underflow_worst,
+                    "below_normal_share": p.below_normal_mean,
                     "overflow_headroom": json_number(FLOAT16_MAX / p.max_abs) if p.max_abs else None,
                 }
                 for p in self.params
@@ -248,6 +256,7 @@ class WhatIfFloat16:
             share = underflow_share(histogram, scale)
             stats.underflow_total += share
             stats.underflow_worst = max(stats.underflow_worst, share)
+            stats.below_normal_total += underflow_share(histogram, scale, -14)
             stats.iterations += 1
         self.scale_trajectory.append(scale)
         if nonfinite:
@@ -320,7 +329,7 @@ class WhatIfFloat16:
             unsafe = True
             reasons.append(
                 f"gradients need a scale of at least {_power(needed)} to keep underflow under "
-                f"{UNDERFLOW_TOLERANCE:.0%}, but max |g| = {ceiling:.4g} overflows float16 above {_power(top_scale)}"
+                f"{UNDERFLOW_TOLERANCE:.0%} below float16's normal range, but max |g| = {ceiling:.4g} overflows float16 above {_power(top_scale)}"
             )
         elif steps and len(self.skipped) > steps / 4 and math.isfinite(top_scale):
             changes = True
@@ -334,7 +343,8 @@ class WhatIfFloat16:
             changes = True
             init_scale = needed
             reasons.append(
-                f"gradients need a scale of at least {_power(needed)} (the default scaler would run at "
+                f"gradients need a scale of at least {_power(needed)} to keep {1 - UNDERFLOW_TOLERANCE:.0%} of "
+                f"every parameter's elements in float16's normal range (the default scaler would run at "
                 f"{_power(self._settled_scale())}): GradScaler(init_scale={needed:g})"
             )
         if self.skipped:
@@ -347,7 +357,7 @@ class WhatIfFloat16:
         verdict = UNSAFE if unsafe else SAFE_WITH_CHANGES if changes else SAFE
         if verdict == SAFE and self.scale_trajectory:
             reasons.insert(0, "no activation beyond 65504 and the gradients fit float16 at the predicted scale")
-        params = sorted(self.params.values(), key=lambda p: -p.underflow_mean)
+        params = sorted(self.params.values(), key=lambda p: (-p.underflow_mean, -p.below_normal_mean))
         return WhatIfResult(
             "float16", verdict, reasons, list(self.scale_trajectory), list(self.skipped), list(self.real_scale),
             list(self.real_skipped), params, list(self.overflows.values()), needed, keep, init_scale,

@@ -49,9 +49,12 @@ def render_what_if(result, console) -> None:
         grads = Table(title="Gradients at the predicted scale")
         grads.add_column("parameter")
         grads.add_column("underflow to zero", justify="right")
+        grads.add_column("below normal", justify="right")
         grads.add_column("max |g|", justify="right")
         for param in result.params[:_ROWS]:
-            grads.add_row(escape(param.name), f"{param.underflow_mean:.2%}", f"{param.max_abs:.3g}")
+            grads.add_row(
+                escape(param.name), f"{param.underflow_mean:.2%}", f"{param.below_normal_mean:.2%}", f"{param.max_abs:.3g}"
+            )
         console.print(grads)
     if result.overflows:
         acts = Table(title="Activations beyond float16 (65504)")
