@@ -350,7 +350,7 @@ def _merge_findings(own: TraceReport, others: dict[int, dict[str, Any]], own_ran
     return list(merged.values())
 
 
-def _rank_note(rank: int, report: Optional[dict[str, Any]], reference_steps: int, timeout: float,
+def _rank_note(rank: int, report: Optional[dict[str, Any]], reference_steps: int,
                unreachable: Optional[str]) -> Optional[str]:
     if report is None:
         if unreachable:
@@ -395,7 +395,6 @@ def merge_reports(
     others: dict[int, Optional[dict[str, Any]]],
     info: RankInfo,
     json_path: Optional[str],
-    timeout: float,
     unreachable: Optional[str] = None,
 ) -> MergedReport:
     """Rank 0's merged report from its own report and the other ranks' (None: none came)."""
@@ -417,7 +416,7 @@ def merge_reports(
         entries.append(_rank_entry(rank, report, path))
         if rank == info.rank:
             continue
-        note = _rank_note(rank, report, own.observations.steps, timeout, unreachable)
+        note = _rank_note(rank, report, own.observations.steps, unreachable)
         if note:
             notes.append(note)
         if report is None or report.get("stopped") in ("error", "interrupt"):
@@ -499,28 +498,39 @@ def finish_rank(
         # The verdict is rank 0's; this rank exits as its script would have, so that torchrun
         # ends the other ranks only where a script really failed.
         return _exit_status(report, outcome, "never")
-    others_ranks = [r for r in range(info.world_size) if r != info.rank]
     if not in_step and outcome.reason != "end":
         # The others may be blocked in a collective with this rank until it exits.
         deadline = min(deadline, time.monotonic() + EARLY_END_WAIT)
+    return _merge_as_rank_zero(info, report, own, exchange, unreachable, deadline, json_path, output_format,
+                               fail_on, write_error)
+
+
+def _merge_as_rank_zero(info, report, own, exchange, unreachable, deadline, json_path, output_format, fail_on,
+                        write_error) -> int:
+    """Gather the other ranks' reports, write and print the merged report; the exit status."""
+    import click
+
+    from .cli import _exit_status
+
+    others_ranks = [r for r in range(info.world_size) if r != info.rank]
     others = exchange.collect(others_ranks, deadline) if exchange is not None else dict.fromkeys(others_ranks)
-    merged = merge_reports(report, own, others, info, json_path, timeout, unreachable)
+    merged = merge_reports(report, own, others, info, json_path, unreachable)
+    document = merged.to_dict()
     try:
         if json_path:
-            _write(json_path, merged.to_dict())
+            _write(json_path, document)
     except OSError as exc:
         write_error = write_error or exc
     if output_format == "json":
-        click.echo(json.dumps(merged.to_dict(), indent=2, allow_nan=False))
+        click.echo(json.dumps(document, indent=2, allow_nan=False))
     else:
         merged.print()
     if exchange is not None:
         exchange.mark_merged()
     if write_error is not None:
         raise write_error
-    status = _exit_status(merged, outcome, fail_on)
+    status = _exit_status(merged, report.outcome, fail_on)
     return 1 if status == 0 and merged.failed_ranks else status
-
 
 
 # -- the --nproc-per-node shortcut ------------------------------------------------------------
