@@ -81,6 +81,10 @@ def test_the_page_has_the_sections_and_charts(hostile_page):
         assert section in hostile_page
     assert hostile_page.count("<svg") == 2
     assert "What if float16?" in hostile_page
+    # The census rows are coloured by dtype: float16 autocast ops in the module with the odd name.
+    census = hostile_page[hostile_page.index('id="census"'):]
+    row = census[census.index("&lt;script&gt;alert(1)&lt;/script&gt;.inner"):].split("</tr>")[0]
+    assert "background:#fef3c7" in row and "float16" in row
 
 
 def test_without_what_if_the_page_has_no_what_if_section(tmp_path):

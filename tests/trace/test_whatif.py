@@ -121,3 +121,15 @@ def test_without_the_option_there_is_no_what_if_section(trace_cli):
     run = trace_cli(str(WHAT_IF / "healthy.py"), "--steps", "2", "--no-progress")
     assert run.report["what_if"] is None
     assert "What if" not in run.stdout
+
+
+def test_the_what_if_leaves_the_run_unchanged(trace_cli):
+    """The script's own printed losses are the same with and without the shadow measurements,
+    and its ops are not counted in the census."""
+    plain = trace_cli(str(WHAT_IF / "tiny_gradients.py"), "--no-progress", "--fail-on", "never", "--gradient-interval", "1")
+    shadowed = trace_cli(str(WHAT_IF / "tiny_gradients.py"), "--no-progress", "--fail-on", "never", "--what-if", "float16")
+    losses = [line for line in plain.stdout.splitlines() if line.startswith("iteration ")]
+    assert len(losses) == 12
+    assert losses == [line for line in shadowed.stdout.splitlines() if line.startswith("iteration ")]
+    assert plain.report["loss"] == shadowed.report["loss"]
+    assert {op["op"] for op in shadowed.report["ops"]} == {op["op"] for op in plain.report["ops"]}
