@@ -1,137 +1,32 @@
-"""Runtime rules: ``Observations`` → ``Finding`` (AMP501–AMP510).
+"""Runtime rules: ``Observations`` → ``Finding`` (AMP501–AMP510), and ``evaluate``, which runs
+them all.
 
-Each rule is a function of the observations, the thresholds and a ``Locator`` that turns a module
-class into a ``Location``. Severities come from the rule pages (``rules/AMP5xx.md``). Every message
-says what was measured and every help text says what to change, in the training script's terms.
+Each rule is a function of the observations, the thresholds and a ``Locator`` (``rulebase.py``).
+Every message says what was measured and every help text says what to change, in the training
+script's terms. The non-finite rules (AMP503, AMP504) live in ``rules_nonfinite.py``.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections import defaultdict
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
-from ..catalog import severity_of
-from ..findings import Finding, Location
-from .backward import OUTPUT, PARAMETER, halvings_needed
+from ..findings import Finding
+from .backward import OUTPUT
 from .observations import GradientStats, Observations
-
-FLOAT16_MAX = 65504.0
-FLOAT32_SMALLEST_NORMAL = 2.0**-126
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Rule thresholds; every one can be changed (``--threshold NAME=VALUE`` on the CLI)."""
-
-    # AMP501: the scale fell below this, or backed off this many times in a row.
-    collapse_scale: float = 1.0
-    collapse_backoffs: int = 10
-    # AMP502: share of skipped steps among the iterations after the warm-up.
-    skip_warmup: int = 20
-    skip_share: float = 0.05
-    # AMP504 (backward): skipped steps before an overflow born in the backward is reported (a
-    # skip or two while GradScaler calibrates its scale is how it is meant to work).
-    origin_skips: int = 4
-    # AMP505: share of gradient elements that float16 flushes to zero or holds as subnormals at
-    # the loss scale in use. Exact zeros count only where at least ``underflow_evidence`` of the
-    # elements sit in float16's subnormal band: zeros alone are usually structural (inactive
-    # ReLU units, unused embedding rows) and do not depend on precision.
-    underflow_share: float = 0.01
-    underflow_evidence: float = 0.001
-    # AMP506: float16 outputs above FLOAT16_MAX / activation_headroom.
-    activation_headroom: float = 4.0
-
-    @classmethod
-    def names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
-
-    def with_overrides(self, overrides: dict[str, str]) -> "Thresholds":
-        values = asdict(self)
-        for name, text in overrides.items():
-            if name not in values:
-                raise ValueError(f"unknown threshold {name!r} (known: {', '.join(self.names())})")
-            kind = type(values[name])
-            try:
-                values[name] = kind(float(text)) if kind is int else kind(text)
-            except ValueError:
-                raise ValueError(f"threshold {name} needs a number, got {text!r}") from None
-        return Thresholds(**values)
-
-
-class Locator:
-    """Locations for runtime findings: the traced script, at a module class's line when that
-    class is defined in the script."""
-
-    def __init__(self, script: Optional[str], class_files: dict[type, Optional[str]]) -> None:
-        self.script = script or "<trace>"
-        self._class_files = class_files
-
-    def class_source(self, cls: Optional[type]) -> tuple[Optional[str], Optional[int]]:
-        from .numerics import class_source
-
-        if cls is None:
-            return None, None
-        return class_source(cls, self._class_files)
-
-    def location(self, cls: Optional[type] = None) -> Location:
-        path, line = self.class_source(cls)
-        if path and line and _same_file(path, self.script):
-            return Location(self.script, line)
-        return Location(self.script, 1)
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _defined_at(path: Optional[str], line: Optional[int]) -> str:
-    """", class defined at FILE:LINE" for a class in the user's code; torch's own say nothing."""
-    from .sites import is_user_file
-
-    return f", class defined at {path}:{line}" if path and line and is_user_file(path) else ""
-
-
-def _finding(code: str, message: str, location: Location, help: str, **extra: Any) -> Finding:
-    return Finding(
-        code=code,
-        severity=severity_of(code),
-        message=message,
-        location=location,
-        help=help,
-        extra={k: v for k, v in extra.items() if v is not None},
-    )
-
-
-def format_scale(scale: float) -> str:
-    if scale <= 0 or not math.isfinite(scale):
-        return repr(scale)
-    exponent = math.log2(scale)
-    if exponent.is_integer():
-        return f"{scale:g} (2**{int(exponent)})" if abs(exponent) > 16 or scale < 1 else f"{scale:g}"
-    return f"{scale:.4g}"
-
-
-def _modules_of(observations: Observations) -> dict[str, type]:
-    classes: dict[str, type] = {}
-    for cls in observations.class_files:
-        classes.setdefault(cls.__name__, cls)
-    return classes
-
-
-def _class_of(observations: Observations, class_name: Optional[str]) -> Optional[type]:
-    return _modules_of(observations).get(class_name) if class_name else None
-
-
-def _module_location(locator: Locator, observations: Observations, module: Optional[str]):
-    """Where a finding about ``module`` points: its class's definition in the script, if found."""
-    return locator.location(_class_of(observations, _module_class(observations, module)))
-
+from .rulebase import (  # noqa: F401  (Locator, Thresholds and format_scale are used from here too)
+    FLOAT16_MAX,
+    FLOAT32_SMALLEST_NORMAL,
+    Locator,
+    Thresholds,
+    _class_of,
+    _finding,
+    _module_class,
+    _module_location,
+    format_scale,
+)
+from .rules_nonfinite import backward_overflow_origin, non_finite_loss, overflow_origin
 
 # -- AMP501 / AMP502: the loss scale ------------------------------------------------------------
 
@@ -214,18 +109,6 @@ def loss_scale_collapse(observations: Observations, thresholds: Thresholds, loca
     )
 
 
-def _module_class(observations: Observations, module: Optional[str]) -> Optional[str]:
-    if module is None:
-        return None
-    stats = observations.activations.get(module)
-    if stats is not None:
-        return stats.module_class
-    for grad in observations.gradients.values():
-        if grad.module == module:
-            return grad.module_class
-    return None
-
-
 def frequent_skipped_steps(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
     later = [r for r in observations.iterations[thresholds.skip_warmup :] if r.scale is not None]
     skipped = [r.step for r in later if r.skipped]
@@ -259,137 +142,6 @@ def _skip_help(observations: Observations) -> str:
     return (
         "An op overflows float16 now and then: find it (see the gradients table), keep it in float32 "
         "with `torch.autocast(device, enabled=False)`, or normalise its inputs."
-    )
-
-
-# -- AMP503 / AMP504: non-finite values ---------------------------------------------------------
-
-
-def non_finite_loss(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
-    bad = [r.step for r in observations.iterations if r.loss is not None and not math.isfinite(r.loss)]
-    unfinished = observations.unfinished_loss
-    if unfinished is not None and not math.isfinite(unfinished):
-        bad.append(observations.steps + 1)
-    if not bad:
-        return
-    first = bad[0]
-    value = next(
-        (r.loss for r in observations.iterations if r.step == first),
-        unfinished,
-    )
-    measured = sum(1 for r in observations.iterations if r.loss is not None) + (unfinished is not None)
-    message = f"the loss was {_nonfinite_name(value)} at iteration {first}; {len(bad)} of {measured} losses were not finite."
-    origin = observations.origin
-    if origin is not None and origin.step <= first:
-        message += f" It started in `{origin.module}` ({origin.module_class}), see AMP504."
-    help = (
-        "Compute the loss in float32 (inside autocast, or `criterion(output.float(), target)`), "
-        "add an eps to log/div/sqrt, and check the inputs for inf/NaN; a GradScaler skips these "
-        "steps but cannot repair the loss."
-    )
-    yield _finding(
-        "AMP503", message, locator.location(), help,
-        step=first, module=origin.module if origin is not None and origin.step <= first else None,
-        count=len(bad),
-    )
-
-
-def _nonfinite_name(value: Optional[float]) -> str:
-    if value is None or math.isnan(value):
-        return "NaN"
-    return "inf" if value > 0 else "-inf"
-
-
-def overflow_origin(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
-    origin = observations.origin
-    if origin is None:
-        return
-    class_path, class_line = locator.class_source(origin.cls)
-    defined = _defined_at(class_path, class_line)
-    inputs = f"its inputs were finite (max |x| {origin.input_max:.6g})" if origin.input_max is not None else "it had no floating inputs"
-    op = ""
-    if origin.op is not None:
-        op = f"; the op was `{origin.op}`"
-        if origin.op_input_max is not None:
-            op += f" with inputs up to |x| {origin.op_input_max:.6g}"
-    message = (
-        f"`{origin.module}` ({origin.module_class}{defined}) produced the first inf/NaN output at "
-        f"iteration {origin.step} while {inputs}{op}."
-    )
-    help = (
-        f"float16 cannot hold values above {FLOAT16_MAX:g}: keep `{origin.module}` in float32 "
-        "(`with torch.autocast(device, enabled=False):` around it, inputs `.float()`), scale its "
-        "inputs or weights down (normalisation, smaller init), or use bfloat16 autocast."
-    )
-    yield _finding(
-        "AMP504", message, locator.location(origin.cls), help,
-        step=origin.step, phase="forward", module=origin.module, module_class=origin.module_class,
-        class_file=class_path, class_line=class_line, op=origin.op,
-        input_max=origin.input_max, op_input_max=origin.op_input_max,
-    )
-
-
-def backward_overflow_origin(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
-    """AMP504, backward: a skipped step whose forward was finite."""
-    origin = observations.backward_origin
-    if origin is None:
-        return
-    skipped = observations.backward_skips
-    if skipped < thresholds.origin_skips:
-        return
-    class_path, class_line = locator.class_source(origin.cls)
-    defined = _defined_at(class_path, class_line)
-    scale = f"loss scale {format_scale(origin.scale)}" if origin.scale else "no loss scale"
-    nan = math.isnan(origin.value)
-    if origin.side == OUTPUT:
-        born = (
-            "became NaN outside every module, in the loss or in code between the model's output and "
-            "the loss (an invalid operation: 0/0, inf - inf, or sqrt/pow at 0, whose derivative is "
-            "infinite; a lower loss scale does not cure it)"
-            if nan
-            else "overflowed outside every module, in the loss or in code between the model's output and the loss"
-        )
-        message = (
-            f"the gradient reaching the output of `{origin.module}` ({origin.module_class}{defined}) was "
-            f"already {'NaN' if nan else 'inf'} at iteration {origin.step} ({scale}), with a finite forward "
-            f"pass: it {born}."
-        )
-        help = (
-            "Make the loss's backward finite: an eps inside sqrt/log/div (`(d + 1e-12).sqrt()`), a clamp; "
-            "compute the loss in float32 (`criterion(output.float(), target)`)."
-            if nan
-            else "Compute the loss in float32 (`criterion(output.float(), target)`) and reduce it with a "
-            "mean rather than a sum over many elements, or lower the GradScaler's `init_scale`."
-        )
-        halvings = None
-    else:
-        produced = "its parameters' gradient" if origin.side == PARAMETER else "the gradient w.r.t. its inputs"
-        received = f" (max |g| {origin.output_grad_max:.6g})" if origin.output_grad_max is not None else ""
-        message = (
-            f"`{origin.module}` ({origin.module_class}{defined}) produced the first inf/NaN in the backward "
-            f"pass at iteration {origin.step}: {produced} overflowed at {scale} while the gradient flowing "
-            f"into its output was finite{received} and the forward pass was finite."
-        )
-        halvings = halvings_needed(observations.backward_reference.get(origin.module), origin.scale)
-        if halvings is not None and origin.scale:
-            lower = origin.scale / 2**halvings
-            message += (
-                f" Lowering the scale by 2**{halvings} (to {format_scale(lower)}) keeps it "
-                "finite, judged from its gradients on iterations without overflow."
-            )
-        else:
-            message += " How far the scale must come down is unknown: it never produced a finite gradient while watched."
-        help = (
-            f"GradScaler backs off by itself, at the cost of skipped steps: start lower with "
-            f"`GradScaler(init_scale=...)`, or keep `{origin.module}` in float32 "
-            "(`with torch.autocast(device, enabled=False):` around it, inputs `.float()`), or scale "
-            "its inputs down (normalise the features feeding it)."
-        )
-    yield _finding(
-        "AMP504", message, locator.location(origin.cls), help,
-        step=origin.step, phase="backward", module=origin.module, module_class=origin.module_class,
-        class_file=class_path, class_line=class_line, side=origin.side, scale=origin.scale,
-        output_grad_max=origin.output_grad_max, halvings_needed=halvings, skipped=skipped,
     )
 
 

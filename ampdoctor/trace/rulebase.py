@@ -1,0 +1,142 @@
+"""What every runtime rule shares: thresholds, where findings point, how a finding is made.
+
+A rule is a function of the observations, the thresholds and a ``Locator`` that turns a module
+class into a ``Location``; severities come from the rule pages (``rules/AMP5xx.md``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Optional
+
+from ..catalog import severity_of
+from ..findings import Finding, Location
+from .observations import Observations
+
+FLOAT16_MAX = 65504.0
+FLOAT32_SMALLEST_NORMAL = 2.0**-126
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Rule thresholds; every one can be changed (``--threshold NAME=VALUE`` on the CLI)."""
+
+    # AMP501: the scale fell below this, or backed off this many times in a row.
+    collapse_scale: float = 1.0
+    collapse_backoffs: int = 10
+    # AMP502: share of skipped steps among the iterations after the warm-up.
+    skip_warmup: int = 20
+    skip_share: float = 0.05
+    # AMP504 (backward): skipped steps before an overflow born in the backward is reported (a
+    # skip or two while GradScaler calibrates its scale is how it is meant to work).
+    origin_skips: int = 4
+    # AMP505: share of gradient elements that float16 flushes to zero or holds as subnormals at
+    # the loss scale in use. Exact zeros count only where at least ``underflow_evidence`` of the
+    # elements sit in float16's subnormal band: zeros alone are usually structural (inactive
+    # ReLU units, unused embedding rows) and do not depend on precision.
+    underflow_share: float = 0.01
+    underflow_evidence: float = 0.001
+    # AMP506: float16 outputs above FLOAT16_MAX / activation_headroom.
+    activation_headroom: float = 4.0
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def with_overrides(self, overrides: dict[str, str]) -> "Thresholds":
+        values = asdict(self)
+        for name, text in overrides.items():
+            if name not in values:
+                raise ValueError(f"unknown threshold {name!r} (known: {', '.join(self.names())})")
+            kind = type(values[name])
+            try:
+                values[name] = kind(float(text)) if kind is int else kind(text)
+            except ValueError:
+                raise ValueError(f"threshold {name} needs a number, got {text!r}") from None
+        return Thresholds(**values)
+
+
+class Locator:
+    """Locations for runtime findings: the traced script, at a module class's line when that
+    class is defined in the script."""
+
+    def __init__(self, script: Optional[str], class_files: dict[type, Optional[str]]) -> None:
+        self.script = script or "<trace>"
+        self._class_files = class_files
+
+    def class_source(self, cls: Optional[type]) -> tuple[Optional[str], Optional[int]]:
+        from .numerics import class_source
+
+        if cls is None:
+            return None, None
+        return class_source(cls, self._class_files)
+
+    def location(self, cls: Optional[type] = None) -> Location:
+        path, line = self.class_source(cls)
+        if path and line and _same_file(path, self.script):
+            return Location(self.script, line)
+        return Location(self.script, 1)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _defined_at(path: Optional[str], line: Optional[int]) -> str:
+    """", class defined at FILE:LINE" for a class in the user's code; torch's own say nothing."""
+    from .sites import is_user_file
+
+    return f", class defined at {path}:{line}" if path and line and is_user_file(path) else ""
+
+
+def _finding(code: str, message: str, location: Location, help: str, **extra: Any) -> Finding:
+    return Finding(
+        code=code,
+        severity=severity_of(code),
+        message=message,
+        location=location,
+        help=help,
+        extra={k: v for k, v in extra.items() if v is not None},
+    )
+
+
+def format_scale(scale: float) -> str:
+    if scale <= 0 or not math.isfinite(scale):
+        return repr(scale)
+    exponent = math.log2(scale)
+    if exponent.is_integer():
+        return f"{scale:g} (2**{int(exponent)})" if abs(exponent) > 16 or scale < 1 else f"{scale:g}"
+    return f"{scale:.4g}"
+
+
+def _modules_of(observations: Observations) -> dict[str, type]:
+    classes: dict[str, type] = {}
+    for cls in observations.class_files:
+        classes.setdefault(cls.__name__, cls)
+    return classes
+
+
+def _class_of(observations: Observations, class_name: Optional[str]) -> Optional[type]:
+    return _modules_of(observations).get(class_name) if class_name else None
+
+
+def _module_location(locator: Locator, observations: Observations, module: Optional[str]):
+    """Where a finding about ``module`` points: its class's definition in the script, if found."""
+    return locator.location(_class_of(observations, _module_class(observations, module)))
+
+
+def _module_class(observations: Observations, module: Optional[str]) -> Optional[str]:
+    if module is None:
+        return None
+    stats = observations.activations.get(module)
+    if stats is not None:
+        return stats.module_class
+    for grad in observations.gradients.values():
+        if grad.module == module:
+            return grad.module_class
+    return None

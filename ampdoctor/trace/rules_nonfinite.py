@@ -1,0 +1,140 @@
+"""Runtime rules for non-finite values: the loss (AMP503) and where the first inf/NaN was born,
+in the forward or in the backward pass (AMP504)."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator, Optional
+
+from ..findings import Finding
+from .backward import OUTPUT, PARAMETER, halvings_needed
+from .observations import Observations
+from .rulebase import FLOAT16_MAX, Locator, Thresholds, _defined_at, _finding, format_scale
+
+
+def non_finite_loss(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    bad = [r.step for r in observations.iterations if r.loss is not None and not math.isfinite(r.loss)]
+    unfinished = observations.unfinished_loss
+    if unfinished is not None and not math.isfinite(unfinished):
+        bad.append(observations.steps + 1)
+    if not bad:
+        return
+    first = bad[0]
+    value = next(
+        (r.loss for r in observations.iterations if r.step == first),
+        unfinished,
+    )
+    measured = sum(1 for r in observations.iterations if r.loss is not None) + (unfinished is not None)
+    message = f"the loss was {_nonfinite_name(value)} at iteration {first}; {len(bad)} of {measured} losses were not finite."
+    origin = observations.origin
+    if origin is not None and origin.step <= first:
+        message += f" It started in `{origin.module}` ({origin.module_class}), see AMP504."
+    help = (
+        "Compute the loss in float32 (inside autocast, or `criterion(output.float(), target)`), "
+        "add an eps to log/div/sqrt, and check the inputs for inf/NaN; a GradScaler skips these "
+        "steps but cannot repair the loss."
+    )
+    yield _finding(
+        "AMP503", message, locator.location(), help,
+        step=first, module=origin.module if origin is not None and origin.step <= first else None,
+        count=len(bad),
+    )
+
+
+def _nonfinite_name(value: Optional[float]) -> str:
+    if value is None or math.isnan(value):
+        return "NaN"
+    return "inf" if value > 0 else "-inf"
+
+
+def overflow_origin(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    origin = observations.origin
+    if origin is None:
+        return
+    class_path, class_line = locator.class_source(origin.cls)
+    defined = _defined_at(class_path, class_line)
+    inputs = f"its inputs were finite (max |x| {origin.input_max:.6g})" if origin.input_max is not None else "it had no floating inputs"
+    op = ""
+    if origin.op is not None:
+        op = f"; the op was `{origin.op}`"
+        if origin.op_input_max is not None:
+            op += f" with inputs up to |x| {origin.op_input_max:.6g}"
+    message = (
+        f"`{origin.module}` ({origin.module_class}{defined}) produced the first inf/NaN output at "
+        f"iteration {origin.step} while {inputs}{op}."
+    )
+    help = (
+        f"float16 cannot hold values above {FLOAT16_MAX:g}: keep `{origin.module}` in float32 "
+        "(`with torch.autocast(device, enabled=False):` around it, inputs `.float()`), scale its "
+        "inputs or weights down (normalisation, smaller init), or use bfloat16 autocast."
+    )
+    yield _finding(
+        "AMP504", message, locator.location(origin.cls), help,
+        step=origin.step, phase="forward", module=origin.module, module_class=origin.module_class,
+        class_file=class_path, class_line=class_line, op=origin.op,
+        input_max=origin.input_max, op_input_max=origin.op_input_max,
+    )
+
+
+def backward_overflow_origin(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    """AMP504, backward: a skipped step whose forward was finite."""
+    origin = observations.backward_origin
+    if origin is None:
+        return
+    skipped = observations.backward_skips
+    if skipped < thresholds.origin_skips:
+        return
+    class_path, class_line = locator.class_source(origin.cls)
+    defined = _defined_at(class_path, class_line)
+    scale = f"loss scale {format_scale(origin.scale)}" if origin.scale else "no loss scale"
+    nan = math.isnan(origin.value)
+    if origin.side == OUTPUT:
+        born = (
+            "became NaN outside every module, in the loss or in code between the model's output and "
+            "the loss (an invalid operation: 0/0, inf - inf, or sqrt/pow at 0, whose derivative is "
+            "infinite; a lower loss scale does not cure it)"
+            if nan
+            else "overflowed outside every module, in the loss or in code between the model's output and the loss"
+        )
+        message = (
+            f"the gradient reaching the output of `{origin.module}` ({origin.module_class}{defined}) was "
+            f"already {'NaN' if nan else 'inf'} at iteration {origin.step} ({scale}), with a finite forward "
+            f"pass: it {born}."
+        )
+        help = (
+            "Make the loss's backward finite: an eps inside sqrt/log/div (`(d + 1e-12).sqrt()`), a clamp; "
+            "compute the loss in float32 (`criterion(output.float(), target)`)."
+            if nan
+            else "Compute the loss in float32 (`criterion(output.float(), target)`) and reduce it with a "
+            "mean rather than a sum over many elements, or lower the GradScaler's `init_scale`."
+        )
+        halvings = None
+    else:
+        produced = "its parameters' gradient" if origin.side == PARAMETER else "the gradient w.r.t. its inputs"
+        received = f" (max |g| {origin.output_grad_max:.6g})" if origin.output_grad_max is not None else ""
+        message = (
+            f"`{origin.module}` ({origin.module_class}{defined}) produced the first inf/NaN in the backward "
+            f"pass at iteration {origin.step}: {produced} overflowed at {scale} while the gradient flowing "
+            f"into its output was finite{received} and the forward pass was finite."
+        )
+        halvings = halvings_needed(observations.backward_reference.get(origin.module), origin.scale)
+        if halvings is not None and origin.scale:
+            lower = origin.scale / 2**halvings
+            message += (
+                f" Lowering the scale by 2**{halvings} (to {format_scale(lower)}) keeps it "
+                "finite, judged from its gradients on iterations without overflow."
+            )
+        else:
+            message += " How far the scale must come down is unknown: it never produced a finite gradient while watched."
+        help = (
+            f"GradScaler backs off by itself, at the cost of skipped steps: start lower with "
+            f"`GradScaler(init_scale=...)`, or keep `{origin.module}` in float32 "
+            "(`with torch.autocast(device, enabled=False):` around it, inputs `.float()`), or scale "
+            "its inputs down (normalise the features feeding it)."
+        )
+    yield _finding(
+        "AMP504", message, locator.location(origin.cls), help,
+        step=origin.step, phase="backward", module=origin.module, module_class=origin.module_class,
+        class_file=class_path, class_line=class_line, side=origin.side, scale=origin.scale,
+        output_grad_max=origin.output_grad_max, halvings_needed=halvings, skipped=skipped,
+    )
