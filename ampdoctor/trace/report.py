@@ -38,6 +38,18 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
 ``boundaries``         per module (op-recording window): {module, module_class, zero, subnormal}
 ``origin``             the first non-finite activation: {step, module, module_class, input_max,
                        op, op_input_max} or null
+``backward_origin``    the first module whose backward made a finite gradient inf/NaN, on a
+                       skipped step with a finite forward: {step, module, module_class, side
+                       ("parameter" | "input" | "output": born outside the modules), scale,
+                       output_grad_max, halvings_needed} or null
+``linted_files``       the script and the local modules it imported, linted into the report
+``static_findings``    their ``ampdoctor lint`` findings (Finding.to_dict())
+``world_size``, ``rank``, ``ranks``   under torchrun only: the merged report's ranks (see
+                       ``distributed.py``)
+
+Runtime findings carry, where known, ``extra.source`` (the forward statement that issued the
+module's op, as FILE:LINE), ``extra.class_file``/``class_line``, ``extra.step_site`` (AMP501/502:
+``scaler.step``) and ``extra.backward_site`` (AMP503/510), and their ``path``/``line`` point there.
 
 Non-finite numbers are written as the strings "NaN", "Infinity" and "-Infinity" so the document
 stays valid JSON.
