@@ -325,5 +325,5 @@ def _comparison_table(result, real: list[float]) -> str:
             + cells([scale_text(real[0]), scale_text(real[-1]), f"{len(result.real_skipped)} of {len(result.real_scale)}"])
             + "</tr>"
         )
-    needed = "" if result.needed_scale is None else f"<p>Smallest loss scale that keeps 99% of every parameter's gradient elements in float16's normal range: <b>{scale_text(result.needed_scale)}</b></p>"
+    needed = "" if result.needed_scale is None else f"<p>Smallest loss scale that keeps 99% of the gradient elements in float16's normal range: <b>{scale_text(result.needed_scale)}</b></p>"
     return f"<table><thead><tr>{''.join(columns)}</tr></thead><tbody>{''.join(rows)}</tbody></table>{needed}"

@@ -69,12 +69,15 @@ def underflow_share(histogram: list[float], scale: float, floor_exponent: int = 
 
 
 def needed_scale(histograms: dict[str, list[float]], tolerance: float = UNDERFLOW_TOLERANCE) -> float:
-    """The smallest power of two at which at most ``tolerance`` of every parameter's non-zero
-    gradient elements fall below float16's normal range (flushed to zero or subnormal)."""
+    """The smallest power of two at which at most ``tolerance`` of all non-zero gradient
+    elements fall below float16's normal range (flushed to zero or subnormal). Over all
+    parameters together: one parameter with negligible gradients (a saturated gate) must not
+    demand a scale the others cannot take; the per-parameter shares are reported beside."""
+    combined = [sum(bins) for bins in zip(*histograms.values())]
     exponent = -24
     while exponent < 127:
         scale = 2.0**exponent
-        if all(underflow_share(h, scale, -14) <= tolerance for h in histograms.values()):
+        if underflow_share(combined, scale, -14) <= tolerance:
             return scale
         exponent += 1
     return math.inf
@@ -329,7 +332,7 @@ class WhatIfFloat16:
             unsafe = True
             reasons.append(
                 f"gradients need a scale of at least {_power(needed)} to keep underflow under "
-                f"{UNDERFLOW_TOLERANCE:.0%} below float16's normal range, but max |g| = {ceiling:.4g} overflows float16 above {_power(top_scale)}"
+                f"{UNDERFLOW_TOLERANCE:.0%} of the elements below float16's normal range, but max |g| = {ceiling:.4g} overflows float16 above {_power(top_scale)}"
             )
         elif steps and len(self.skipped) > steps / 4 and math.isfinite(top_scale):
             changes = True
@@ -344,7 +347,7 @@ class WhatIfFloat16:
             init_scale = needed
             reasons.append(
                 f"gradients need a scale of at least {_power(needed)} to keep {1 - UNDERFLOW_TOLERANCE:.0%} of "
-                f"every parameter's elements in float16's normal range (the default scaler would run at "
+                f"the gradient elements in float16's normal range (the default scaler would run at "
                 f"{_power(self._settled_scale())}): GradScaler(init_scale={needed:g})"
             )
         if self.skipped:

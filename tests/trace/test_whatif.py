@@ -85,6 +85,14 @@ def test_activations_beyond_float16_are_unsafe_and_name_the_module(trace_cli):
     assert any("0.0 (Linear)" in reason for reason in what_if["reasons"])
 
 
+def test_an_overflow_contained_in_a_block_keeps_that_block_in_float32(trace_cli):
+    what_if = _what_if(trace_cli, "contained_overflow_bf16.py")
+    assert what_if["verdict"] == SAFE_WITH_CHANGES
+    assert [o["module"] for o in what_if["activation_overflows"]] == ["project.linear"]
+    assert what_if["activation_overflows"][0]["contained_by"] == "project"
+    assert what_if["keep_float32"] == ["project"]
+
+
 def test_tiny_gradients_need_a_larger_init_scale(trace_cli):
     what_if = _what_if(trace_cli, "tiny_gradients.py")
     assert what_if["verdict"] == SAFE_WITH_CHANGES
