@@ -350,6 +350,12 @@ class WhatIfFloat16:
                 f"the gradient elements in float16's normal range (the default scaler would run at "
                 f"{_power(self._settled_scale())}): GradScaler(init_scale={needed:g})"
             )
+        real = [value for value in self.real_scale if value is not None]
+        if real and needed is not None and math.isfinite(needed) and real[-1] < needed:
+            reasons.append(
+                f"this run's own GradScaler ends at {_power(real[-1])}, below the {_power(needed)} its gradients "
+                "need in float16; the shadow (torch's defaults) does not"
+            )
         if self.skipped:
             reasons.append(
                 f"the shadow scaler skips {len(self.skipped)} of {len(self.scale_trajectory)} steps "

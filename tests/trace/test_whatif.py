@@ -141,3 +141,12 @@ def test_the_what_if_leaves_the_run_unchanged(trace_cli):
     assert losses == [line for line in shadowed.stdout.splitlines() if line.startswith("iteration ")]
     assert plain.report["loss"] == shadowed.report["loss"]
     assert {op["op"] for op in shadowed.report["ops"]} == {op["op"] for op in plain.report["ops"]}
+
+
+def test_a_float16_scaler_kept_too_low_is_named_beside_the_shadow(trace_cli):
+    run = trace_cli(str(FIXTURES / "underflow_gradients.py"), "--what-if", "float16", "--steps", "6", "--no-progress",
+                    "--fail-on", "never")
+    what_if = run.report["what_if"]
+    assert what_if["real_scale"] == [1.0] * 6 and what_if["scale"] == [2.0**16] * 6
+    assert what_if["verdict"] == SAFE
+    assert any("own GradScaler ends at 2**0" in reason for reason in what_if["reasons"])
