@@ -173,9 +173,11 @@ def trace_command(
                 listener.close()
         try:
             if html_path:
+                from .distributed import rank_path
                 from .html import write_html
 
-                write_html(report, html_path)
+                # Under torchrun each rank writes its own page beside the others (as --json).
+                write_html(report, html_path if rank is None else rank_path(html_path, rank.rank))
             if rank is None:
                 _emit(report, outcome, json_path, output_format)
             else:  # under torchrun: this rank's report, and rank 0 the merged one
