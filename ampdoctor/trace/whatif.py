@@ -237,6 +237,15 @@ class WhatIfFloat16:
     # -- on the host, after the iteration's sync ---------------------------------------------------
 
     def _read(self, pending, values, record) -> None:
+        if self._failed:
+            return
+        try:
+            self._absorb(pending, values, record)
+        except Exception as exc:  # runs inside the script's optimizer step: must never raise
+            self._failed = True
+            self.session.instrument_failed("what-if prediction", exc)
+
+    def _absorb(self, pending, values, record) -> None:
         self._read_activations(pending, values, record)
         if record is None:
             return
@@ -363,6 +372,8 @@ class WhatIfFloat16:
             )
         if not self.scale_trajectory:
             reasons.append("no optimizer step was traced: nothing to predict from the gradients")
+        if self._failed:
+            reasons.append("the what-if measurements stopped early (see the notes): the prediction is partial")
         verdict = UNSAFE if unsafe else SAFE_WITH_CHANGES if changes else SAFE
         if verdict == SAFE and self.scale_trajectory:
             reasons.insert(0, "no activation beyond 65504 and the gradients fit float16 at the predicted scale")

@@ -150,3 +150,16 @@ def test_a_float16_scaler_kept_too_low_is_named_beside_the_shadow(trace_cli):
     assert what_if["real_scale"] == [1.0] * 6 and what_if["scale"] == [2.0**16] * 6
     assert what_if["verdict"] == SAFE
     assert any("own GradScaler ends at 2**0" in reason for reason in what_if["reasons"])
+
+
+def test_a_failing_prediction_stops_itself_and_the_script_goes_on(trace_cli, monkeypatch):
+    from ampdoctor.trace import whatif
+
+    def broken(self, pending, values, record):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(whatif.WhatIfFloat16, "_absorb", broken)
+    run = trace_cli(str(WHAT_IF / "healthy.py"), "--what-if", "float16", "--no-progress", "--fail-on", "never")
+    assert run.exit_code == 0 and run.report["steps"] == 12
+    assert any("what-if prediction stopped: RuntimeError: boom" in note for note in run.report["notes"])
+    assert any("prediction is partial" in reason for reason in run.report["what_if"]["reasons"])
