@@ -22,6 +22,7 @@ from typing import Any, Optional
 from .numerics import FLOAT16_MAX
 
 SAFE, SAFE_WITH_CHANGES, UNSAFE = "safe", "safe with changes", "unsafe"
+UNKNOWN = "unknown"  # no optimizer step was traced and nothing overflowed: no evidence either way
 # A parameter whose gradient loses more than this share of its non-zero elements to zero at a
 # scale "needs" a larger scale.
 UNDERFLOW_TOLERANCE = 0.01
@@ -374,7 +375,7 @@ class WhatIfFloat16:
             reasons.append("no optimizer step was traced: nothing to predict from the gradients")
         if self._failed:
             reasons.append("the what-if measurements stopped early (see the notes): the prediction is partial")
-        verdict = UNSAFE if unsafe else SAFE_WITH_CHANGES if changes else SAFE
+        verdict = UNSAFE if unsafe else SAFE_WITH_CHANGES if changes else SAFE if self.scale_trajectory else UNKNOWN
         if verdict == SAFE and self.scale_trajectory:
             reasons.insert(0, "no activation beyond 65504 and the gradients fit float16 at the predicted scale")
         params = sorted(self.params.values(), key=lambda p: (-p.underflow_mean, -p.below_normal_mean))

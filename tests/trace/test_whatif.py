@@ -163,3 +163,14 @@ def test_a_failing_prediction_stops_itself_and_the_script_goes_on(trace_cli, mon
     assert run.exit_code == 0 and run.report["steps"] == 12
     assert any("what-if prediction stopped: RuntimeError: boom" in note for note in run.report["notes"])
     assert any("prediction is partial" in reason for reason in run.report["what_if"]["reasons"])
+
+
+def test_a_script_that_never_steps_gets_no_verdict(trace_cli, tmp_path):
+    script = tmp_path / "forward_only.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\nm = nn.Linear(4, 4)\n"
+        "for _ in range(3):\n    m(torch.randn(2, 4)).sum().backward()\n"
+    )
+    run = trace_cli(str(script), "--what-if", "float16", "--no-progress", "--fail-on", "never")
+    assert run.report["what_if"]["verdict"] == "unknown"
+    assert run.report["what_if"]["scale"] == []
