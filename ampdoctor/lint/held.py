@@ -109,9 +109,9 @@ def factories(facts, autocast_names) -> dict[str, Held]:
 
 def held_region(call: ast.Call, facts, held: dict[str, Held]):
     """The Region that ``with NAME(...):`` opens when NAME holds an autocast factory, else None."""
-    from .facts import Enabled, Region, autocast_region
+    from .facts import Enabled, Region, autocast_region, dotted
 
-    spelling = _dotted(call.func)
+    spelling = dotted(call.func)
     entry = held.get(spelling) if spelling else None
     if entry is None:
         return None
@@ -132,17 +132,6 @@ def held_region(call: ast.Call, facts, held: dict[str, Held]):
     certain = len(regions) == len(entry.choices) and all(r.enabled is first.enabled for r in regions)
     enabled = first.enabled if certain or first.enabled is Enabled.OFF else Enabled.MAYBE
     return Region(call, first.device, first.dtype, first.dtype_given, enabled, flag=None if certain else entry.flag)
-
-
-def _dotted(expr: ast.AST) -> str | None:
-    parts = []
-    while type(expr) is ast.Attribute:
-        parts.append(expr.attr)
-        expr = expr.value
-    if type(expr) is ast.Name:
-        parts.append(expr.id)
-        return ".".join(reversed(parts))
-    return None
 
 
 # ---- delegated backward --------------------------------------------------------------

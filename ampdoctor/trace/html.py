@@ -97,15 +97,10 @@ def render_html(report) -> str:
 
 
 def _header(report) -> str:
+    from .report import how_it_ended
+
     obs = report.observations
-    how = {
-        "steps": f"stopped after --steps {report.steps_requested}",
-        "end": "the script ended",
-        "exit": f"the script called sys.exit({report.outcome.exit_code})",
-        "error": "the script raised",
-        "interrupt": "interrupted",
-        "timeout": "stopped by --timeout",
-    }.get(report.outcome.reason, report.outcome.reason)
+    how = how_it_ended(report)
     uses = obs.to_summary()
     autocast = ", ".join(uses["autocast"]) or "none"
     scaler = "yes" if uses["grad_scaler"] else "no"

@@ -381,17 +381,21 @@ def render(report: TraceReport, console=None) -> None:
         render_what_if(report.what_if, console)
 
 
-def _headline(report: TraceReport) -> str:
-    obs = report.observations
-    how = {
+def how_it_ended(report: TraceReport) -> str:
+    """How the traced run ended, in words (the terminal and HTML headlines)."""
+    return {
         "steps": f"stopped after --steps {report.steps_requested}",
         "end": "the script ended",
         "exit": f"the script called sys.exit({report.outcome.exit_code})",
         "error": "the script raised",
         "interrupt": "interrupted",
         "timeout": "stopped by --timeout",
-    }[report.outcome.reason]
-    return f"[bold]ampdoctor trace[/] {report.script or ''}: {obs.steps} iteration(s) traced ({how})"
+    }.get(report.outcome.reason, report.outcome.reason)
+
+
+def _headline(report: TraceReport) -> str:
+    how = how_it_ended(report)
+    return f"[bold]ampdoctor trace[/] {report.script or ''}: {report.observations.steps} iteration(s) traced ({how})"
 
 
 def _verdict(report: TraceReport) -> str:
