@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import linecache
 import math
+import os
 from collections import defaultdict
 from typing import Any, Iterable, Optional
 
@@ -86,7 +87,7 @@ def render_html(report) -> str:
         _gradient_section(report),
         _census_section(report.observations),
     ]
-    title = f"ampdoctor trace: {report.script or ''}"
+    title = f"ampdoctor trace: {_shown_path(report.script)}"
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -94,6 +95,18 @@ def render_html(report) -> str:
         + "\n".join(part for part in parts if part)
         + "\n<footer>ampdoctor trace report</footer></main></body></html>\n"
     )
+
+
+def _shown_path(path: Optional[str]) -> str:
+    """A path relative to the current folder when it lies inside it (as lint prints paths), so a
+    page shared from a project does not carry the author's home folder."""
+    if not path:
+        return ""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive
+        return path
+    return path if relative.startswith(os.pardir) else relative
 
 
 def _header(report) -> str:
@@ -105,7 +118,7 @@ def _header(report) -> str:
     autocast = ", ".join(uses["autocast"]) or "none"
     scaler = "yes" if uses["grad_scaler"] else "no"
     return (
-        f"<header><h1>ampdoctor trace <code>{e(report.script)}</code></h1>"
+        f"<header><h1>ampdoctor trace <code>{e(_shown_path(report.script))}</code></h1>"
         f"<p>{obs.steps} iteration(s) traced ({e(how)}) &middot; autocast: {e(autocast)} &middot; "
         f"GradScaler: {scaler}</p></header>"
     )
@@ -139,7 +152,7 @@ def _finding(finding: Finding) -> str:
     rule = get_rule(finding.code)
     css = _SEVERITY_CLASS.get(finding.severity, "info")
     location = finding.location
-    where = f"{location.path}:{location.line}" if location.path else ""
+    where = f"{_shown_path(location.path)}:{location.line}" if location.path else ""
     source = _source_line(location.path, location.line)
     source_html = f"<pre>{e(location.line)} | {e(source)}</pre>" if source else ""
     help_html = f"<div><b>help:</b> {e(finding.help_text)}</div>" if finding.help_text else ""

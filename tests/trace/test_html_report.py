@@ -153,3 +153,15 @@ def test_chromium_renders_the_page_with_its_charts_and_no_script_errors(tmp_path
     taken = _chromium(tmp_path, "--window-size=1100,1600", f"--screenshot={shot}", page.as_uri())
     assert taken.returncode == 0, taken.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_paths_inside_the_current_folder_are_shown_relative(tmp_path, monkeypatch):
+    # A page made in a project shows the project's paths as lint does, not the author's folders.
+    project = tmp_path / "project"
+    project.mkdir()
+    script = project / "train.py"
+    script.write_text((Path(__file__).resolve().parents[2] / "fixtures" / "trace" / "underflow_gradients.py").read_text())
+    monkeypatch.chdir(project)
+    page = _trace_html(tmp_path, Path("train.py"), "--steps", "3")
+    assert "<code>train.py</code>" in page and "train.py:23" in page
+    assert str(project) not in page
