@@ -22,6 +22,7 @@ from typing import Any, Optional
 from ..findings import Finding, Location
 from .observations import Observations
 from .ops import MATMUL_OPS
+from .rulebase import _class_of, _module_class
 from .sites import format_site, is_user_file
 
 STEP_CODES = frozenset({"AMP501", "AMP502"})
@@ -81,7 +82,7 @@ def op_site(observations: Observations, module: str, preferred_ops: list[str]) -
 def _add_class(extra: dict, module: str, observations: Observations, locator: Any) -> None:
     if "class_file" in extra:
         return
-    cls = _class_of_module(observations, module, extra.get("module_class"))
+    cls = _class_of(observations, extra.get("module_class") or _module_class(observations, module))
     if cls is None:
         return
     extra.setdefault("module_class", cls.__name__)
@@ -90,18 +91,6 @@ def _add_class(extra: dict, module: str, observations: Observations, locator: An
         extra["class_file"] = path
     if line:
         extra["class_line"] = line
-
-
-def _class_of_module(observations: Observations, module: str, class_name: Optional[str]) -> Optional[type]:
-    if class_name is None:
-        stats = observations.activations.get(module)
-        if stats is not None:
-            class_name = stats.module_class
-        else:
-            class_name = next((g.module_class for g in observations.gradients.values() if g.module == module), None)
-    if class_name is None:
-        return None
-    return next((cls for cls in observations.class_files if cls.__name__ == class_name), None)
 
 
 def _class_location(extra: dict) -> Optional[Location]:
