@@ -118,3 +118,14 @@ def test_no_import_circle_in_lint_and_the_top_level_modules():
     graph = import_graph()
     outside_trace = [c for c in circles(graph) if not any(m.startswith("ampdoctor.trace") for m in c)]
     assert outside_trace == []
+
+
+def test_no_lint_module_past_six_hundred_lines():
+    """A module past about 600 lines is a sign to split it (the lint half holds to it)."""
+    long = {}
+    for name, (path, _) in _modules().items():
+        if name.startswith("ampdoctor.lint") or name.count(".") == 1:
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+            if lines > 600:
+                long[name] = lines
+    assert long == {}

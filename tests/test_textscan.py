@@ -278,7 +278,7 @@ def _string_and_comment_spans(data: bytes) -> list[tuple[int, int]]:
 
 
 def _check_lexer(data: bytes) -> None:
-    strings = textscan._Strings(data)
+    strings = textscan.strings._Strings(data)
     strings.excluded(len(data))
     allowed = _string_and_comment_spans(data)
     for start, end in zip(strings.starts, strings.ends):
@@ -295,7 +295,7 @@ def test_lexer_against_tokenize():
         "z = b'\\x00' # done\n"
     )
     _check_lexer(source.encode())
-    strings = textscan._Strings(source.encode())
+    strings = textscan.strings._Strings(source.encode())
     data = source.encode()
     assert not strings.excluded(data.index(b"a['k']"))
     assert strings.excluded(data.index(b"torch.float16"))
@@ -512,7 +512,7 @@ def test_amp302_arithmetic_needs_a_conversion_not_a_dtype_table():
 def test_a_module_with_more_mentions_than_the_budget_is_kept_for_parsing():
     # One mention per line, 40,000 lines: looking at each would cost more than parsing.
     dense = b"import torch\nT = [\n" + b"    (torch.float16, 1e-30),\n" * 40000 + b"]\n"
-    assert textscan._MENTION_BUDGET < 40000
+    assert textscan.lexer._MENTION_BUDGET < 40000
     assert float16_anchor(dense)
     assert literal_flags(dense) == textscan.LITERAL_FLAGS
     sparse = b"import torch\nT = [\n" + b"    (torch.float16, 1e-3),\n" * 100 + b"]\n"
@@ -538,18 +538,18 @@ def test_a_non_ascii_module_is_scanned_once_for_all_rules(monkeypatch):
     ).encode("utf-8")
     built = {"strings": 0, "imports": 0}
 
-    class Strings(textscan._Strings):
+    class Strings(textscan.strings._Strings):
         def __init__(self, d):
             built["strings"] += 1
             super().__init__(d)
 
-    class Imports(textscan._Imports):
+    class Imports(textscan.names._Imports):
         def __init__(self, d):
             built["imports"] += 1
             super().__init__(d)
 
-    monkeypatch.setattr(textscan, "_Strings", Strings)
-    monkeypatch.setattr(textscan, "_Imports", Imports)
+    monkeypatch.setattr(textscan.strings, "_Strings", Strings)
+    monkeypatch.setattr(textscan.names, "_Imports", Imports)
     gate = text_gate(rule.anchors for rule in lint_rules().values())
     assert not gate.keeps(bytes(source))  # no rule can fire: a table of dtypes is no conversion
     # Once for the module's text, at most once more for its normalised view.
