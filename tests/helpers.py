@@ -1,11 +1,21 @@
-"""Shared test helpers: lint a text with every rule, apply fixes, read ``# expect:`` markers."""
+"""Shared test helpers: lint a text with every rule, apply fixes, read ``# expect:`` markers.
+
+``check_source`` skips what the command line does before it: the token prefilter and the text
+gate. So every finding ``lint_text`` returns is also checked to survive both, with its rule
+alone selected (``assert_kept_on_the_command_line``): a rule whose ``tokens``, ``needs`` or
+``anchors`` miss its own examples fails its tests instead of losing findings on the command line.
+"""
 
 from __future__ import annotations
 
 import re
 
-from ampdoctor.lint import known_codes
-from ampdoctor.lint.engine import LintOptions, check_source, fix_source
+from collections.abc import Iterable
+
+from ampdoctor.lint import gate, known_codes
+from ampdoctor.lint.engine import LintOptions, check_source, fix_source, passes_prefilter, prefilter_spec
+from ampdoctor.lint.rules import lint_rules
+from ampdoctor.lint.textscan import text_gate
 
 _EXPECT_SUFFIX = re.compile(r"[ \t]*#\s*expect:\s*AMP\d{3}(?:[\s,]+AMP\d{3})*[ \t]*$", re.M)
 _EXPECT = re.compile(r"#\s*expect:\s*((?:AMP\d{3}[\s,]*)+)")
@@ -17,7 +27,23 @@ def all_options(**kwargs) -> LintOptions:
 
 def lint_text(source: str, path: str = "example.py", **kwargs):
     findings, _suppressed, _parsed = check_source(source, path, all_options(**kwargs))
+    assert_kept_on_the_command_line(source, {f.code for f in findings})
     return findings
+
+
+def assert_kept_on_the_command_line(source: str, codes: Iterable[str]) -> None:
+    """For each rule code: with that rule alone selected, the token prefilter (``tokens`` and
+    ``needs``), the gate on the syntax tree and the text gate (``anchors``) all keep the file, as
+    ``ampdoctor lint --select CODE`` needs them to for the rule to report anything."""
+    data = source.encode("utf-8")
+    rules = lint_rules()
+    for code in sorted(codes):
+        rule = rules.get(code)
+        if rule is None:
+            continue  # AMP000: not a rule's finding
+        assert passes_prefilter(data, prefilter_spec([code])), f"{code}: the token prefilter drops this file"
+        assert gate.keeps(source, [rule.anchors]), f"{code}: the gate (the rule's anchors) drops this file"
+        assert text_gate((rule.anchors,)).keeps(data), f"{code}: the text gate drops this file"
 
 
 def found_pairs(source: str, path: str = "example.py") -> list[tuple[int, str]]:

@@ -14,6 +14,7 @@ from ampdoctor.catalog import (
     load_rule,
     rules_dir,
 )
+from ampdoctor.lint.gate import Anchors
 from ampdoctor.lint.rules import lint_rules
 
 RULES = list(all_rules().values())
@@ -62,6 +63,25 @@ def test_bad_example_reports_exactly_the_marked_codes(rule: Rule, index: int):
     assert found_pairs(example.source) == expected_pairs(example.source), (
         f"{rule.path.name}:{example.page_line}"
     )
+
+
+@pytest.mark.parametrize(
+    "declaration,value,complaint",
+    [
+        ("tokens", ("no_such_token",), "token prefilter"),
+        ("needs", (rb"no_such_pattern",), "token prefilter"),
+        ("anchors", Anchors(names=("no_such_module.thing",)), "the gate"),
+    ],
+)
+def test_a_rule_whose_declarations_miss_its_own_example_fails_its_tests(monkeypatch, declaration, value, complaint):
+    """check_source runs the rules on any text; the command line first drops files by each rule's
+    tokens, needs and anchors. The shared helper checks those too, so wrong ones cannot pass."""
+    page = find_rule("AMP201")
+    source = next(e.source for e in page.examples if e.kind == "bad")
+    assert ("AMP201" in {code for _, code in found_pairs(source)})  # as declared: found and kept
+    monkeypatch.setattr(lint_rules()["AMP201"], declaration, value)
+    with pytest.raises(AssertionError, match=complaint):
+        found_pairs(source)
 
 
 @pytest.mark.parametrize("rule,index", list(_examples("good")) + list(_examples("fixed")))

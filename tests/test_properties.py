@@ -1,4 +1,6 @@
-"""Properties over generated training code: lint never crashes; --fix reparses and is idempotent."""
+"""Properties over generated training code: lint never crashes; --fix reparses and is idempotent;
+the text gate keeps every program the gate on the syntax tree keeps (rule by rule), and every
+finding survives the prefilter and both gates (``lint_text`` checks that)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import fix_text, lint_text
+
+from ampdoctor.lint import gate
+from ampdoctor.lint.rules import lint_rules
+from ampdoctor.lint.textscan import text_gate
 
 HEADERS = [
     "import torch",
@@ -103,6 +109,10 @@ def test_lint_never_crashes_and_fixes_are_stable(parts):
     cst.parse_module(source)  # the generator only makes valid Python
     findings = lint_text(source)
     assert all(f.code != "AMP000" for f in findings)
+    data = source.encode("utf-8")
+    for code, rule in lint_rules().items():
+        if gate.keeps(source, [rule.anchors]):
+            assert text_gate((rule.anchors,)).keeps(data), f"{code}: the text gate drops what the gate keeps"
     for unsafe in (False, True):
         fixed = fix_text(source, unsafe=unsafe)
         cst.parse_module(fixed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import assert_kept_on_the_command_line
 
 from ampdoctor.lint.engine import LintOptions, check_source
 from ampdoctor.lint import known_codes
@@ -22,6 +23,7 @@ for x in data:
 
 def check(source):
     findings, suppressed, _ = check_source(source, "t.py", LintOptions(frozenset(known_codes())))
+    assert_kept_on_the_command_line(source, {f.code for f in findings})
     return [f.code for f in findings], suppressed
 
 
