@@ -1,7 +1,7 @@
 """The lint pipeline: files → prefilter → parse → AmpFacts → rules → findings → suppressions.
 
 Cheap steps first. A file that contains none of the tokens of any selected rule, or whose text
-shows that none of their anchors can hold (textscan.py: a text-level superset of the anchors
+shows that none of their anchors can hold (textscan/: a text-level superset of the anchors
 in gate.py), is never decoded or parsed. Parsing is the interpreter's own ``ast``: it is fast,
 needs no import, and its nodes carry the positions that findings and fixes need.
 """
@@ -376,7 +376,7 @@ def _lint_data(path: Path, display: str, data: bytes, options: LintOptions, spec
 
 @functools.lru_cache(maxsize=8)
 def _text_gate(codes: frozenset[str]):
-    """The gate's anchors checked on the bytes (textscan.py): most files are never parsed.
+    """The gate's anchors checked on the bytes (textscan/): most files are never parsed.
     Made once per rule selection, not per file."""
     from .rules import lint_rules
     from .textscan import text_gate

@@ -3,8 +3,8 @@
 A rule declares its anchors (``Anchors``): resolved names (``torch.autocast``,
 ``torch.cuda.amp``), called methods (``x.scale(...)``, ``m.half()``), float16 cast targets,
 and literal facts (a number beyond float16's range used as a fill value...). This module
-defines them and evaluates them exactly on a parsed module (``summarize``/``keeps``): that is
-the reference semantics. The engine evaluates them on the file's bytes instead, before any
+evaluates them exactly on a parsed module (``summarize``/``keeps``): that is the reference
+semantics (``Anchors`` itself is in anchors.py, which the rules import without this module). The engine evaluates them on the file's bytes instead, before any
 parse (textscan.py); the tests check that the text answer is a superset of this one, so that
 skipping a file never loses a finding.
 """
@@ -16,43 +16,12 @@ import collections
 import warnings
 from collections.abc import Iterable, Iterator
 
-from ..records import Record, Value
+from ..records import Record
+from .anchors import Anchors
 from .syntax import dotted
-from .vocabulary import FLOAT16_MAX, FLOAT16_SMALLEST
+from .vocabulary import FILL_CALLS, FLOAT16_MAX, FLOAT16_SMALLEST
 
-
-class Anchors(Value):
-    """What a module must reference for a rule to be able to fire (either kind suffices).
-
-    * ``names``: qualified names or prefixes, matched at dot boundaries.
-    * ``methods``: method names called anywhere (``x.scale(...)``); ``"half()"`` means called
-      without arguments.
-    * ``casts``: qualified names used as a cast target: ``.to(X)``, ``.type(X)`` or ``dtype=X``
-      in a call; a string argument of ``.type(...)`` counts as the name it spells
-      (``.type("torch.HalfTensor")``).
-    * ``method_casts``: the same, but only as the target of ``.to(...)`` / ``.type(...)``
-      (positional or dtype=): a tensor converted, not one created with a dtype.
-    * ``requires``: facts about literals that must *also* hold: "big-fill" (a number beyond
-      float16's 65504 as a fill value or clamp bound), "big-arith" (added or subtracted),
-      "tiny-arith" (a number below float16's smallest subnormal, 2**-24, added, subtracted or
-      divided by), "tiny-eps" (passed as ``eps=``).
-    * ``requires_methods``: methods that must *also* be called somewhere (all of them).
-    * ``requires_names``: names (or prefixes) that must *also* be referenced (all of them).
-    """
-
-    __slots__ = ("names", "methods", "casts", "method_casts", "requires", "requires_methods", "requires_names")
-
-    def __init__(
-        self,
-        names: tuple[str, ...] = (),
-        methods: tuple[str, ...] = (),
-        casts: tuple[str, ...] = (),
-        method_casts: tuple[str, ...] = (),
-        requires: tuple[str, ...] = (),
-        requires_methods: tuple[str, ...] = (),
-        requires_names: tuple[str, ...] = (),
-    ) -> None:
-        self._set(names, methods, casts, method_casts, requires, requires_methods, requires_names)
+__all__ = ["FILL_CALLS", "Anchors", "ModuleSummary", "keeps", "summarize", "summarize_tree"]
 
 
 class ModuleSummary(Record):
@@ -201,13 +170,6 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
         _resolve(method_cast_chains, imports) | frozenset(type_strings),
         frozenset(literals),
     )
-
-
-# Calls whose arguments are fill values or clamp bounds.
-FILL_CALLS = frozenset(
-    {"masked_fill", "masked_fill_", "fill_", "full", "full_like", "new_full", "where", "clamp", "clamp_", "clip",
-     "clip_", "clamp_min", "clamp_max"}
-)
 
 
 def _literal_value(node: ast.expr) -> float | None:

@@ -20,8 +20,11 @@ import re
 from collections.abc import Iterable, Iterator
 
 from .model import AmpFacts, Block, Event, Frame
-from .paths import CONTINUE, NEXT, RETURN, Path
 from .syntax import FUNCTION_TYPES
+
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .paths import Path
 
 _BRANCH_KINDS = ("if", "else")
 ACCUMULATION_TEST = re.compile(r"%|accum|sync_grad|grad_acc|micro", re.I)
@@ -147,6 +150,8 @@ def in_pass(event: Event, node: ast.AST) -> bool:
 def repeats(path: Path, node: ast.AST) -> bool:
     """Whether what follows ``path`` is the next pass through ``node``: the end of a loop body or a
     ``continue``; for a function, its end or a ``return`` (the caller's next iteration)."""
+    from .paths import CONTINUE, NEXT, RETURN  # loaded already: ``path`` came from there
+
     if isinstance(node, FUNCTION_TYPES):
         return path.end in (NEXT, RETURN)
     return path.end in (NEXT, CONTINUE)

@@ -53,6 +53,11 @@ DTYPES = {
 # float16's largest finite value and its smallest subnormal (what is nonzero below it is lost).
 FLOAT16_MAX = 65504.0
 FLOAT16_SMALLEST = 2.0**-24
+# Calls whose arguments are fill values or clamp bounds.
+FILL_CALLS = frozenset(
+    {"masked_fill", "masked_fill_", "fill_", "full", "full_like", "new_full", "where", "clamp", "clamp_", "clip",
+     "clip_", "clamp_min", "clamp_max"}
+)
 # What a tensor is converted to float16 with: ``.to(X)``, ``.type(X)``, ``dtype=X``.
 FLOAT16_CASTS = ("torch.float16", "torch.half", "torch.HalfTensor", "torch.cuda.HalfTensor")
 HALF_TENSOR_TYPES = {

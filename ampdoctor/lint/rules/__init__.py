@@ -20,8 +20,8 @@ import ast
 from collections.abc import Iterable
 
 from ...records import Record
+from ..anchors import Anchors
 from ..fixes import FixPlan, NodeEdit
-from ..gate import Anchors
 from ..model import AmpFacts
 from ..vocabulary import AUTOCAST_NAMES, FLOAT16_CASTS, GRAD_SCALER_NAMES
 

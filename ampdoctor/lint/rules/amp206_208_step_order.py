@@ -12,7 +12,7 @@ import ast
 import re
 from collections.abc import Iterable, Iterator
 
-from ..gate import Anchors
+from ..anchors import Anchors
 from ..iteration import (
     ACCUMULATION_TEST,
     accumulation_gate,
@@ -28,7 +28,6 @@ from ..iteration import (
     same_iteration,
 )
 from ..model import AmpFacts, Event, Frame
-from ..paths import Path, paths_of
 from ..syntax import FUNCTION_TYPES
 from ..vocabulary import EventKind
 from . import SCALER, LintRule, Report, register
@@ -36,6 +35,10 @@ from .scaler_queries import (
     event_text,
     scaler_events,
 )
+
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from ..paths import Path
 
 # Tests that skip an optimizer step now and then: a non-finite guard, a skip flag, a step switch.
 _SKIP_TEST = re.compile(r"finite|nan|inf\b|overflow|skip|norm|step|update", re.I)
@@ -155,6 +158,8 @@ class DoubleUnscale(LintRule):
             ]
             if not updates or not steps:
                 continue  # the protocol is finished somewhere else
+            from ..paths import paths_of  # computed only for bodies where the question arises
+
             for path in paths_of(facts, frame, node) or ():
                 where = path.index(unscale)
                 if where < 0 or not repeats(path, node):
@@ -381,6 +386,8 @@ class UpdatePerOptimizer(LintRule):
         node = pass_of(update)
         if node is None:
             return None
+        from ..paths import paths_of  # computed only for bodies where the question arises
+
         for path in paths_of(facts, frame, node) or ():
             where = path.index(update)
             if where < 0:

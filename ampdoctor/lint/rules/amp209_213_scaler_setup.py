@@ -10,7 +10,7 @@ import ast
 import re
 from collections.abc import Iterable
 
-from ..gate import Anchors
+from ..anchors import Anchors
 from ..iteration import (
     exclusive,
     feeds,

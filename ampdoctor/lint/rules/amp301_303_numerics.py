@@ -12,7 +12,7 @@ import ast
 from collections.abc import Iterable
 
 from ...records import Record
-from ..gate import Anchors
+from ..anchors import Anchors
 from ..model import AmpFacts, CallSite, Frame, Region
 from ..passes import downcast_dtype, is_optimizer_constructor
 from ..syntax import call_args, dotted, is_float_literal, number_value, string_value

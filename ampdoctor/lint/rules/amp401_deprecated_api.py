@@ -17,11 +17,10 @@ import ast
 from collections.abc import Iterable
 
 from ...records import Value
+from ..anchors import Anchors
 from ..fixes import SourceLines
-from ..gate import Anchors
 from ..model import AmpFacts, ImportRef
 from ..syntax import dotted, iter_nodes
-from ..textpos import argument_starts, import_alias_name, import_from_module, insert_at
 from . import FixPlan, LintRule, NodeEdit, Report, register
 
 _DEPRECATED_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
@@ -55,6 +54,8 @@ def _deprecated(qname: str | None) -> _Deprecated | None:
 
 def _call_edits(lines: SourceLines, call: ast.Call, target: _Deprecated) -> list[NodeEdit] | None:
     """Edits that add the device argument to one call (None when it cannot be done safely)."""
+    from ..textpos import argument_starts, insert_at  # only for a deprecated call: most files have none
+
     if any(type(a) is ast.Starred for a in call.args) or any(k.arg is None for k in call.keywords):
         return None
     found = argument_starts(lines, call)
@@ -202,6 +203,8 @@ class DeprecatedAmpApi(LintRule):
                 ref.module or ""
             ).startswith(tuple(f"{m}." for m in _DEPRECATED_MODULES)):
                 by_statement.setdefault(id(ref.node), []).append(ref)
+        if by_statement:
+            from ..textpos import import_alias_name, import_from_module
         for refs in by_statement.values():
             node = refs[0].node
             if type(node) is ast.ImportFrom:

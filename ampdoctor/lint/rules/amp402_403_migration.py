@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..apex.plan import FP16_UTILS, plan_migration
+from ..anchors import Anchors
 from ..fixes import ModuleRewrite
-from ..gate import Anchors
 from ..model import AmpFacts, autocast_region
 from ..syntax import FUNCTION_TYPES
 from ..vocabulary import AUTOCAST_NAMES, GRAD_SCALER_NAMES
@@ -41,6 +40,8 @@ class ApexAmp(LintRule):
         if not calls:
             yield from self._import(facts)
             return  # an import alone: nothing to migrate but the import
+        from ..apex.plan import plan_migration  # only for a module that calls apex
+
         plan = plan_migration(facts)
         todos = {reported: text for _line, text, reported in plan.todos}
         for number, (report, explained) in enumerate(calls):
@@ -71,6 +72,8 @@ class ApexAmp(LintRule):
                     continue
                 message = f"`apex.parallel.{function}` is deprecated; use {_PARALLEL_REPLACEMENTS[function]}"
             else:
+                from ..apex.plan import FP16_UTILS
+
                 reason = FP16_UTILS.get(function, "it has no direct torch equivalent")
                 message = (f"`apex.fp16_utils.{function}` is NVIDIA's deprecated mixed precision and is not migrated "
                            f"automatically: {reason}")

@@ -43,7 +43,6 @@ private to the package.
 
 from __future__ import annotations
 
-from .literals import LITERAL_FLAGS, literal_flags
 from .names import (
     autocast_anchor,
     calls_method,
@@ -74,3 +73,14 @@ __all__ = [
     "text_gate",
     "TextGate",
 ]
+
+
+def __getattr__(name: str):
+    """``literal_flags`` and ``LITERAL_FLAGS``, from literals.py on first use: the text gate
+    imports that module only when a rule's anchors require a literal fact, and most files are
+    decided before."""
+    if name in ("literal_flags", "LITERAL_FLAGS"):
+        from . import literals
+
+        return getattr(literals, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,8 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ..gate import FILL_CALLS
-from ..vocabulary import FLOAT16_MAX, FLOAT16_SMALLEST
+from ..vocabulary import FILL_CALLS, FLOAT16_MAX, FLOAT16_SMALLEST
 from .lexer import (
     _C_PAREN,
     _COMMA,
