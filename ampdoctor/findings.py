@@ -49,6 +49,11 @@ class Edit(Value):
     """
 
     __slots__ = ("line", "column", "end_line", "end_column", "content")
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    content: str
 
     def __init__(self, line: int, column: int, end_line: int, end_column: int, content: str) -> None:
         self._set(line, column, end_line, end_column, content)
@@ -65,6 +70,9 @@ class Edit(Value):
 
 class Fix(Value):
     __slots__ = ("description", "edits", "applicability")
+    description: str
+    edits: tuple[Edit, ...]
+    applicability: Applicability
 
     def __init__(self, description: str, edits: tuple[Edit, ...],
                  applicability: Applicability = Applicability.SAFE) -> None:
@@ -87,6 +95,12 @@ class Location(Value):
     line within that cell)."""
 
     __slots__ = ("path", "line", "column", "end_line", "end_column", "cell")
+    path: str
+    line: int
+    column: int
+    end_line: int | None
+    end_column: int | None
+    cell: int | None
 
     def __init__(self, path: str, line: int = 1, column: int = 1, end_line: int | None = None,
                  end_column: int | None = None, cell: int | None = None) -> None:
@@ -112,6 +126,13 @@ class Finding(Value):
     """
 
     __slots__ = ("code", "severity", "message", "location", "fix", "help", "extra")
+    code: str
+    severity: Severity
+    message: str
+    location: Location
+    fix: Fix | None
+    help: str | None
+    extra: dict[str, object]
     _uncompared = ("extra",)
 
     def __init__(self, code: str, severity: Severity, message: str, location: Location, fix: Fix | None = None,

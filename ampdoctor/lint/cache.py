@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 try:  # the hash itself, without hashlib's OpenSSL bindings (a noticeable share of start-up)
     from _blake2 import blake2b
@@ -51,7 +52,7 @@ def build_fingerprint() -> str:
         (os.path.join(package, "_rules"), ".md", False),
         (os.path.join(os.path.dirname(package), "rules"), ".md", False),
     ):
-        found = []
+        found: list[str] = []
         for folder, subfolders, names in os.walk(root):
             if not recurse:
                 subfolders.clear()
@@ -156,7 +157,7 @@ class ResultCache:
             old.unlink(missing_ok=True)
 
 
-def decode_entry(entry: dict[str, object]) -> tuple[list[Finding], int] | None:
+def decode_entry(entry: dict[str, Any]) -> tuple[list[Finding], int] | None:
     try:
         return [_finding(item) for item in entry["findings"]], int(entry["suppressed"])
     except (KeyError, TypeError, ValueError):
@@ -169,7 +170,7 @@ def _encode_prefilter(spec: tuple | None) -> list | None:
     return [[[t.decode("latin-1") for t in tokens], [p.decode("latin-1") for p in patterns]] for tokens, patterns in spec]
 
 
-def _decode_prefilter(raw: object) -> tuple | None:
+def _decode_prefilter(raw: Any) -> tuple | None:
     try:
         return tuple(
             (tuple(t.encode("latin-1") for t in tokens), tuple(p.encode("latin-1") for p in patterns))
@@ -198,7 +199,7 @@ def _encode(finding: Finding) -> dict[str, object]:
     }
 
 
-def _finding(item: dict[str, object]) -> Finding:
+def _finding(item: dict[str, Any]) -> Finding:
     fix = None
     if item["fix"] is not None:
         raw = item["fix"]

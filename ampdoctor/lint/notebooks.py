@@ -30,6 +30,7 @@ import bisect
 import difflib
 import json
 import re
+from typing import Any
 
 from ..records import Record, Value
 from .fixes import split_lines
@@ -53,6 +54,13 @@ class CellSpan(Value):
     """
 
     __slots__ = ("number", "index", "first_line", "line_count", "text", "magic_regions", "cell_magic")
+    number: int
+    index: int
+    first_line: int
+    line_count: int
+    text: str
+    magic_regions: tuple[tuple[int, int], ...]
+    cell_magic: bool
 
     def __init__(
         self,
@@ -131,7 +139,7 @@ def read_notebook(text: str) -> NotebookSource:
     return NotebookSource("".join(module_lines), spans)
 
 
-def _load(text: str) -> dict[str, object]:
+def _load(text: str) -> dict[str, Any]:
     try:
         notebook = json.loads(text.lstrip("\ufeff"))
     except json.JSONDecodeError as exc:
