@@ -168,10 +168,25 @@ def test_the_graph_sees_module_level_deferred_and_relative_imports():
     graph = import_graph()
     assert "ampdoctor.records" in graph["ampdoctor.findings"]  # module level, relative
     assert "ampdoctor.catalog" in graph["ampdoctor.findings"]  # inside a method
-    assert "ampdoctor" in graph["ampdoctor.trace.static"]  # ``from .. import lint_paths``, in a function
+    assert "ampdoctor.findings" in graph["ampdoctor.lint.rules.numerics"]  # ``from ...findings``, in a function
     assert "ampdoctor.lint.engine" in graph["ampdoctor.lint"]  # ``from . import engine``: the submodule
     assert strongly_connected({"a": {"b": [1]}, "b": {"a": [1]}, "c": {"a": [1]}}) == [["a", "b"], ["c"]]
     assert cycles({"a": {"a": [1]}, "b": {}}) == [["a"]]
+
+
+def test_relative_imports_resolve_to_the_module_they_load():
+    known = {"ampdoctor", "ampdoctor.api", "ampdoctor.trace", "ampdoctor.trace.ops"}
+
+    def targets(statement: str, module: str = "ampdoctor.trace.static", package: bool = False) -> list[str]:
+        return list(_targets(ast.parse(statement).body[0], module, package, known))
+
+    assert targets("from .. import lint_paths") == ["ampdoctor"]  # a name of the package
+    assert targets("from .. import api") == ["ampdoctor.api"]  # a module of the package
+    assert targets("from ..api import lint_paths") == ["ampdoctor.api"]
+    assert targets("from . import ops") == ["ampdoctor.trace.ops"]
+    assert targets("from .ops import quiet", "ampdoctor.trace", package=True) == ["ampdoctor.trace.ops"]
+    assert targets("import ampdoctor.api, json") == ["ampdoctor.api"]
+    assert targets("from json import loads") == []
 
 
 def test_imports_are_told_module_level_or_deferred():

@@ -134,6 +134,7 @@ def test_the_checks_see_an_installed_session():
         ("keepalive_probe.py", ("1",), 1, None, "steps"),  # stopped inside the census window
     ],
 )
+@pytest.mark.slow
 def test_no_hook_patch_or_wrapper_remains_however_the_script_ends(name, args, steps, timeout, reason):
     before = global_hooks()
     session = trace(name, *args, steps=steps, timeout=timeout)
@@ -142,6 +143,7 @@ def test_no_hook_patch_or_wrapper_remains_however_the_script_ends(name, args, st
     assert ampdoctor_objects_in_torch() == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,reason", [(("3",), "steps"), (("1",), "end"), (("1", "crash"), "error")])
 def test_nothing_the_script_made_outlives_the_trace(args, reason):
     session = trace("keepalive_probe.py", *args, steps=3)

@@ -17,6 +17,9 @@ import pytest
 
 ODD = Path(__file__).resolve().parent / "scripts" / "odd"
 
+# Every script here is a real training run, most in their own interpreter: none is quick.
+pytestmark = pytest.mark.slow
+
 
 def ampdoctor(*args: str, cwd: Path = ODD, timeout: float = 240) -> subprocess.CompletedProcess:
     """``python -m ampdoctor ARGS`` (the installed command's code path) in a subprocess."""
