@@ -21,7 +21,6 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 try:  # the hash itself, without hashlib's OpenSSL bindings (a noticeable share of start-up)
     from _blake2 import blake2b
@@ -30,6 +29,10 @@ except ImportError:  # pragma: no cover - interpreters built without it
 
 from .._version import __version__
 from ..findings import Applicability, Edit, Finding, Fix, Location, Severity
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 CACHE_DIR = ".ampdoctor_cache"
 _KEEP_FILES = 8

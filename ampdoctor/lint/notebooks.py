@@ -30,10 +30,13 @@ import bisect
 import difflib
 import json
 import re
-from typing import Any
 
 from ..records import Record, Value
 from .fixes import split_lines
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class NotebookError(Exception):
