@@ -15,20 +15,26 @@ if TYPE_CHECKING:
     from .lint import LintRun
 
 
-def lint_source(source: str, path: str = "<string>", *, select: Iterable[str] = ("AMP",),
-                ignore: Iterable[str] = ()) -> list[Finding]:
+def lint_source(
+    source: str, path: str = "<string>", *, select: Iterable[str] = ("AMP",), ignore: Iterable[str] = ()
+) -> list[Finding]:
     """Lint one Python source text; returns its findings, ``# noqa`` comments honoured."""
     from .lint import lint_source as _lint_source
 
     return _lint_source(source, path, select=tuple(select), ignore=tuple(ignore))
 
 
-def lint_paths(paths: Iterable[str | Path], *, select: Iterable[str] | None = None,
-               ignore: Iterable[str] = (), config: str | Path | None = None) -> LintRun:
+def lint_paths(
+    paths: Iterable[str | Path],
+    *,
+    select: Iterable[str] | None = None,
+    ignore: Iterable[str] = (),
+    config: str | Path | None = None,
+) -> LintRun:
     """Lint files and folders like ``ampdoctor lint`` (pyproject.toml config is discovered)."""
     from pathlib import Path
 
-    from .config import find_config, load_settings, Settings, validate_codes
+    from .config import Settings, find_config, load_settings, validate_codes
     from .lint import LintRequest, known_codes
     from .lint import lint_paths as _lint_paths
 
