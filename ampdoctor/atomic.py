@@ -15,7 +15,7 @@ import time
 from typing import Callable, TextIO
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[TextIO], None]) -> None:
+def write_atomic(path: str | os.PathLike, write: Callable[[TextIO], object]) -> None:
     """Call ``write(handle)`` on a temporary text file, then rename it to ``path``."""
     target = os.fspath(path)
     folder, name = os.path.split(os.path.abspath(target))

@@ -42,6 +42,11 @@ class Example(Value):
     """
 
     __slots__ = ("kind", "source", "page_line", "expected", "options")
+    kind: str
+    source: str
+    page_line: int
+    expected: tuple[tuple[int, str], ...]
+    options: tuple[str, ...]
 
     def __init__(self, kind: str, source: str, page_line: int, expected: tuple[tuple[int, str], ...] = (),
                  options: tuple[str, ...] = ()) -> None:
@@ -53,6 +58,15 @@ class Rule(Value):
     (``body_line``: lines before the body in the page)."""
 
     __slots__ = ("code", "name", "severity", "fixable", "origin", "summary", "body", "path", "body_line")
+    code: str
+    name: str
+    severity: Severity
+    fixable: str
+    origin: str
+    summary: str
+    body: str
+    path: Path
+    body_line: int
 
     def __init__(self, code: str, name: str, severity: Severity, fixable: str, origin: str, summary: str,
                  body: str, path: Path, body_line: int = 0) -> None:
@@ -103,7 +117,7 @@ def _parse_examples(body: str, line_offset: int) -> tuple[Example, ...]:
         if len(words) < 2 or words[0] != "python" or words[1] not in ("bad", "good", "fixed"):
             continue
         source = match.group(2)
-        expected = []
+        expected: list[tuple[int, str]] = []
         for number, line in enumerate(source.splitlines(), start=1):
             marker = re.search(_EXPECT, line)
             if marker:

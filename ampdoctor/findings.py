@@ -1,4 +1,4 @@
-"""The vocabulary shared by lint and trace: Finding, Severity, Location, Fix.
+"""The vocabulary shared by lint and trace: Finding, Severity (defined in ``severity.py``), Location, Fix.
 
 A finding is plain data: both halves of ampdoctor produce it and every reporter consumes it.
 Positions are 1-based lines and 1-based columns, as editors and ruff print them; end positions
@@ -29,6 +29,11 @@ class Edit(Value):
     """
 
     __slots__ = ("line", "column", "end_line", "end_column", "content")
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    content: str
 
     def __init__(self, line: int, column: int, end_line: int, end_column: int, content: str) -> None:
         self._set(line, column, end_line, end_column, content)
@@ -45,6 +50,9 @@ class Edit(Value):
 
 class Fix(Value):
     __slots__ = ("description", "edits", "applicability")
+    description: str
+    edits: tuple[Edit, ...]
+    applicability: Applicability
 
     def __init__(self, description: str, edits: tuple[Edit, ...],
                  applicability: Applicability = Applicability.SAFE) -> None:
@@ -67,6 +75,12 @@ class Location(Value):
     line within that cell)."""
 
     __slots__ = ("path", "line", "column", "end_line", "end_column", "cell")
+    path: str
+    line: int
+    column: int
+    end_line: int | None
+    end_column: int | None
+    cell: int | None
 
     def __init__(self, path: str, line: int = 1, column: int = 1, end_line: int | None = None,
                  end_column: int | None = None, cell: int | None = None) -> None:
@@ -92,6 +106,13 @@ class Finding(Value):
     """
 
     __slots__ = ("code", "severity", "message", "location", "fix", "help", "extra")
+    code: str
+    severity: Severity
+    message: str
+    location: Location
+    fix: Fix | None
+    help: str | None
+    extra: dict[str, object]
     _uncompared = ("extra",)
 
     def __init__(self, code: str, severity: Severity, message: str, location: Location, fix: Fix | None = None,

@@ -34,13 +34,13 @@ def _repr(obj: Record | Value) -> str:
 
 
 class Record:
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()
 
     __repr__ = _repr
 
 
 class Value:
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()
     # Fields left out of equality, hashing and ordering (data that rides along, such as a node).
     _uncompared: tuple = ()
     _compared: tuple = ()

@@ -1,6 +1,6 @@
-"""Severity: how bad a finding is. Its own module because the rule catalog reads it from the rule
-pages, and a finding asks the catalog for its rule's name: both import this, neither the other.
-"""
+"""How bad a finding is: its own module, so that the rule catalog (which gives each code its
+severity) and the findings (which name their rule through the catalog) need not import each
+other."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ class Severity(enum.IntEnum):
     ERROR = 3
 
     @classmethod
-    def parse(cls, text: str) -> "Severity":
+    def parse(cls, text: str) -> Severity:
         try:
             return cls[text.strip().upper()]
         except KeyError:

@@ -1,5 +1,15 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests of the training frameworks, of several processes and in a browser are slow by nature:
+    the fast lane (``pytest -m "not slow"``) leaves them out without each test saying so twice."""
+    for item in items:
+        if any(item.get_closest_marker(name) for name in ("frameworks", "distributed", "browser")):
+            item.add_marker(pytest.mark.slow)

@@ -616,6 +616,7 @@ for apex_x, apex_y in apex_loader:
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", sorted((APEX.parent).glob("*.py")), ids=lambda p: p.name)
 def test_migration_of_apex_code_added_to_any_fixture_reparses_and_is_stable(path: Path):
     """Whatever else a module holds (classes, closures, other AMP code), the migration of the

@@ -51,6 +51,7 @@ def corpus(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_prefilter_parallel_and_cache_do_not_change_results(corpus: Path, monkeypatch):
     monkeypatch.setattr("ampdoctor.lint.PARALLEL_THRESHOLD", 2)
     baseline = _run([corpus], corpus, prefilter=False, jobs=1)

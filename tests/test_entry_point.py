@@ -63,6 +63,7 @@ def _both(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, subp
     [["buggy_no_update.py"], ["clean_gan_two_optimizers.py"], ["buggy_no_update.py", "clean_gan_two_optimizers.py"],
      ["missing.py"], []],
 )
+@pytest.mark.slow
 def test_plain_file_names_behave_like_the_click_command(tmp_path, names):
     project = tmp_path / "project"
     project.mkdir()

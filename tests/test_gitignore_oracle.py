@@ -133,6 +133,7 @@ def pattern(draw) -> str:
     ignores=st.dictionaries(st.sampled_from(["", "a", "b", "a/b", "ab"]), st.lists(pattern(), max_size=5), max_size=3),
 )
 # Cases found by this test, kept: matching through a parent folder, and the last pattern winning.
+@pytest.mark.slow
 @example(files=["a/a.py"], ignores={"": ["!/a/", "*/"]})
 @example(files=["a/a.py"], ignores={"": ["!/a/", "!*", "/a/"]})
 @example(files=["a/a.py"], ignores={"": ["!/a/", "/a/", "!/a/**/"]})

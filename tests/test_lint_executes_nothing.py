@@ -43,6 +43,7 @@ def _script() -> str:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["lint", "."], ["lint", "--no-cache", "--fix", "."], ["lint", "train.py", "nb.ipynb"]])
 def test_the_console_script_runs_nothing_it_lints(tmp_path, args):
     plant(tmp_path)

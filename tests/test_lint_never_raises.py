@@ -70,6 +70,7 @@ def _parses(text: str) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CORPUS, ids=[_id(p) for p in CORPUS])
 def test_every_fix_parses_and_a_second_run_changes_nothing(path):
     source = path.read_text(encoding="utf-8")
@@ -143,6 +144,7 @@ def _hypothesmith_programs():
 
 
 # hypothesmith compiles what it generates: the interpreter's warnings about that code are noise.
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::SyntaxWarning")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(program=_hypothesmith_programs(), header=st.sampled_from(HEADERS))
@@ -189,6 +191,7 @@ def mutation(draw, corpus: list[Path]):
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
+@pytest.mark.slow
 @given(data=mutation(FIXTURES))
 @example(data=b"import torch\n" + b"x = " + b"-" * 1500 + b"1e9\n")
 def test_mutated_fixtures_never_make_lint_raise(tmp_path, data):

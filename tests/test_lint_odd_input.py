@@ -101,6 +101,7 @@ def test_empty_file_and_a_folder_named_like_a_module(folder):
     assert lint("empty.py").exit_code == 0
 
 
+@pytest.mark.slow
 def test_a_five_megabyte_file_is_checked(folder):
     body = "".join(f"y{i} = model(x{i}) * {i}.5  # step {i}\n" for i in range(120_000))
     path = write(folder, "big.py", HEADER + body + "z = x.masked_fill(mask, -1e9)\n")
@@ -110,6 +111,7 @@ def test_a_five_megabyte_file_is_checked(folder):
     assert [line.split(":")[1] for line in finding_lines(result.output)] == ["2"]
 
 
+@pytest.mark.slow
 def test_a_hundred_thousand_element_literal(folder):
     write(folder, "table.py", HEADER + "TABLE = [" + ", ".join(str(i) for i in range(100_000)) + "]\n")
     result = lint("table.py")

@@ -5,6 +5,7 @@ finding survives the prefilter and both gates (``lint_text`` checks that)."""
 from __future__ import annotations
 
 import libcst as cst
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -102,6 +103,7 @@ def _source(parts) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program)
 def test_lint_never_crashes_and_fixes_are_stable(parts):

@@ -324,6 +324,7 @@ def test_sound_on_fixtures(path):
         _check_lexer(path.read_bytes())
 
 
+@pytest.mark.slow
 def test_sound_on_installed_torch():
     files = _torch_sample(20)
     if not files:
@@ -476,6 +477,7 @@ USES = [
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(IMPORTS), max_size=3), st.lists(st.tuples(st.sampled_from(USES),
        st.sampled_from(TARGETS)), min_size=1, max_size=3))
+@pytest.mark.slow
 def test_generated_casts_are_covered(imports, uses):
     source = "".join(line + "\n" for line in imports) + "".join(use.replace("{T}", t) for use, t in uses)
     assert_superset(source)

@@ -30,6 +30,10 @@ except ImportError:  # pragma: no cover - interpreters built without it
 from .._version import __version__
 from ..findings import Applicability, Edit, Finding, Fix, Location, Severity
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
 CACHE_DIR = ".ampdoctor_cache"
 _KEEP_FILES = 8
 _FORMAT = 4
@@ -51,7 +55,7 @@ def build_fingerprint() -> str:
         (os.path.join(package, "_rules"), ".md", False),
         (os.path.join(os.path.dirname(package), "rules"), ".md", False),
     ):
-        found = []
+        found: list[str] = []
         for folder, subfolders, names in os.walk(root):
             if not recurse:
                 subfolders.clear()
@@ -156,7 +160,7 @@ class ResultCache:
             old.unlink(missing_ok=True)
 
 
-def decode_entry(entry: dict[str, object]) -> tuple[list[Finding], int] | None:
+def decode_entry(entry: dict[str, Any]) -> tuple[list[Finding], int] | None:
     try:
         return [_finding(item) for item in entry["findings"]], int(entry["suppressed"])
     except (KeyError, TypeError, ValueError):
@@ -169,7 +173,7 @@ def _encode_prefilter(spec: tuple | None) -> list | None:
     return [[[t.decode("latin-1") for t in tokens], [p.decode("latin-1") for p in patterns]] for tokens, patterns in spec]
 
 
-def _decode_prefilter(raw: object) -> tuple | None:
+def _decode_prefilter(raw: Any) -> tuple | None:
     try:
         return tuple(
             (tuple(t.encode("latin-1") for t in tokens), tuple(p.encode("latin-1") for p in patterns))
@@ -198,7 +202,7 @@ def _encode(finding: Finding) -> dict[str, object]:
     }
 
 
-def _finding(item: dict[str, object]) -> Finding:
+def _finding(item: dict[str, Any]) -> Finding:
     fix = None
     if item["fix"] is not None:
         raw = item["fix"]

@@ -130,6 +130,7 @@ class ModuleRewrite(Fix):
     """
 
     __slots__ = ("description", "edits", "applicability", "rewrite")
+    rewrite: tuple
 
     def __init__(self, description: str, edits: tuple[Edit, ...] = (),
                  applicability: Applicability = Applicability.UNSAFE, rewrite: tuple = ()) -> None:

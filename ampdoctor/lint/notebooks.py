@@ -34,6 +34,10 @@ import re
 from ..records import Record, Value
 from .fixes import split_lines
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class NotebookError(Exception):
     """The notebook cannot be read or written back; the message is one line."""
@@ -53,6 +57,13 @@ class CellSpan(Value):
     """
 
     __slots__ = ("number", "index", "first_line", "line_count", "text", "magic_regions", "cell_magic")
+    number: int
+    index: int
+    first_line: int
+    line_count: int
+    text: str
+    magic_regions: tuple[tuple[int, int], ...]
+    cell_magic: bool
 
     def __init__(
         self,
@@ -131,7 +142,7 @@ def read_notebook(text: str) -> NotebookSource:
     return NotebookSource("".join(module_lines), spans)
 
 
-def _load(text: str) -> dict[str, object]:
+def _load(text: str) -> dict[str, Any]:
     try:
         notebook = json.loads(text.lstrip("\ufeff"))
     except json.JSONDecodeError as exc:

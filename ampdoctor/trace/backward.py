@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 from torch.autograd.graph import register_multi_grad_hook
@@ -118,7 +118,7 @@ class BackwardWatch:
             if params:
                 self._register(params, call, info, PARAMETER)
 
-    def _register(self, tensors: list[torch.Tensor], call: int, info: ModuleInfo, side: str) -> None:
+    def _register(self, tensors: Sequence[torch.Tensor], call: int, info: ModuleInfo, side: str) -> None:
         def on_gradients(grads) -> None:
             try:
                 present = [g for g in grads if g is not None]

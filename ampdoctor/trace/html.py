@@ -267,7 +267,7 @@ def _census_section(obs) -> str:
     header = "".join(f"<th>{e(d)}</th>" for d in dtypes)
     body = []
     for module, counts in rows:
-        dominant = max(counts, key=counts.get)
+        dominant = max(counts, key=counts.__getitem__)
         colour = _DTYPE_COLOURS.get(dominant, "#f3f4f6")
         cells = "".join(
             f"<td class=\"num\" style=\"background:{_DTYPE_COLOURS.get(d, '#f3f4f6') if counts.get(d) else 'transparent'}\">"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+from types import FrameType
 from typing import Optional
 
 _AMPDOCTOR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,7 +45,7 @@ def user_site(skip: int = 1, limit: int = 64) -> Optional[tuple[str, int]]:
     """(file, line) of the innermost frame in the user's code, skipping ``skip`` frames; None
     when the stack holds none within ``limit`` frames (backward ops run from the autograd
     engine, with no Python caller)."""
-    frame = sys._getframe(skip)
+    frame: Optional[FrameType] = sys._getframe(skip)
     for _ in range(limit):
         if frame is None:
             return None

@@ -42,7 +42,7 @@ def lint_files(files: list[str]) -> tuple[list[Finding], Optional[str]]:
     ``[tool.ampdoctor]`` configuration, say): the trace report goes on without them."""
     if not files:
         return [], None
-    from .. import lint_paths
+    from ..api import lint_paths
 
     try:
         run = lint_paths(files)

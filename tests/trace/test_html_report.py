@@ -14,6 +14,10 @@ from click.testing import CliRunner
 from ampdoctor.trace.cli import trace_command
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
+
+# Each test traces a script and writes its page, or renders one in a browser.
+pytestmark = pytest.mark.slow
+
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
 HOSTILE_SCRIPT = '''
@@ -101,6 +105,7 @@ def test_a_missing_folder_is_a_usage_error(tmp_path):
     assert "--html" in result.stderr
 
 
+@pytest.mark.slow
 def test_matplotlib_is_not_imported_without_html(tmp_path):
     code = (
         "import sys; from click.testing import CliRunner; from ampdoctor.trace.cli import trace_command;"

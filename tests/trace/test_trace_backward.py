@@ -107,6 +107,7 @@ def test_healthy_float16_run_has_no_backward_origin(trace_cli):
     assert run.report["findings"] == []
 
 
+@pytest.mark.slow
 def test_fixture_losses_are_bit_identical_with_and_without_tracing():
     plain = io.StringIO()
     with contextlib.redirect_stdout(plain):

@@ -41,6 +41,7 @@ def test_on_another_thread_the_stop_is_sent_to_that_thread():
     assert results == ["stopped"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("in_thread", [False, True])
 def test_a_block_that_ends_first_is_never_interrupted(in_thread):
     results = []

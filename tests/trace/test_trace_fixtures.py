@@ -22,6 +22,7 @@ PROVOKED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PROVOKED))
 def test_fixture_provokes_its_finding(trace_cli, name):
     steps, code, companions = PROVOKED[name]
@@ -35,6 +36,7 @@ def test_fixture_provokes_its_finding(trace_cli, name):
     assert finding["path"] == str(FIXTURES / name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,steps,autocast", [("healthy_fp16.py", 15, "float16"), ("healthy_bf16.py", 15, "bfloat16")])
 def test_healthy_fixture_reports_nothing(trace_cli, name, steps, autocast):
     run = trace_cli(str(FIXTURES / name), "--steps", str(steps), "--fail-on", "info")
@@ -96,6 +98,7 @@ def _finding_keys(run):
     return keys
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PROVOKED) + ["healthy_fp16.py", "healthy_bf16.py"])
 def test_sampled_gradient_shares_find_what_every_iteration_finds(trace_cli, name):
     """The default samples the gradient shares (the op-recording window, then every 4th
@@ -121,6 +124,7 @@ POINTED_STATEMENT = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PROVOKED))
 def test_every_finding_points_at_a_statement_in_the_script(trace_cli, name):
     steps, _, _ = PROVOKED[name]

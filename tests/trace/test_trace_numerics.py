@@ -267,6 +267,7 @@ def test_op_ranges_are_measured_inside_modules_only_and_all_ops_are_counted():
     assert sum(c for k, c in counts.items() if k.op == "addmm" and k.phase == "forward") == 4
 
 
+@pytest.mark.slow
 def test_overhead_benchmark_runs_and_prints_its_table(tmp_path):
     command = [
         sys.executable, str(ROOT / "benchmarks" / "trace_overhead.py"),

@@ -94,6 +94,7 @@ def test_census_window_ends_after_k_iterations_and_hooks_follow():
     assert addmm == {"0": 1, "2": 1}  # two Linear layers, one iteration
 
 
+@pytest.mark.slow
 def test_losses_and_weights_are_bit_identical_with_and_without_tracing():
     reference = io.StringIO()
     with contextlib.redirect_stdout(reference):
@@ -233,6 +234,7 @@ def test_sessions_do_not_nest():
                 pass
 
 
+@pytest.mark.slow
 def test_session_keeps_no_module_or_tensor_alive():
     import gc
     import weakref
@@ -355,6 +357,7 @@ def test_overflow_after_the_census_window_still_names_the_op():
     "interval, record_ops_steps, sampled",
     [(4, 2, [1, 2, 4, 8]), (1, 2, list(range(1, 10))), (3, 0, [1, 3, 6, 9]), (5, 4, [1, 2, 3, 4, 5])],
 )
+@pytest.mark.slow
 def test_gradient_shares_are_sampled_on_the_documented_iterations(interval, record_ops_steps, sampled):
     session, _ = run_script("loop_forever.py", steps=9, record_ops_steps=record_ops_steps, gradient_interval=interval)
     stats = session.observations.gradients

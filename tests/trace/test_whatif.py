@@ -56,6 +56,7 @@ def test_shadow_scaler_follows_torchs_gradscaler(seed):
     assert _shadow_scales(steps, **options) == _torch_scales(steps, **options)
 
 
+@pytest.mark.slow
 def test_shadow_scaler_defaults_are_torchs():
     steps = [True, True] + [False] * 2000 + [True]
     assert _shadow_scales(steps) == _torch_scales(steps)
@@ -144,6 +145,7 @@ def test_the_what_if_leaves_the_run_unchanged(trace_cli):
     assert {op["op"] for op in shadowed.report["ops"]} == {op["op"] for op in plain.report["ops"]}
 
 
+@pytest.mark.slow
 def test_a_float16_scaler_kept_too_low_is_named_beside_the_shadow(trace_cli):
     run = trace_cli(str(FIXTURES / "underflow_gradients.py"), "--what-if", "float16", "--steps", "6", "--no-progress",
                     "--fail-on", "never")

@@ -48,6 +48,9 @@ class MigrationPlan(Value):
     migrated automatically, or None."""
 
     __slots__ = ("wraps", "todos", "blocker")
+    wraps: tuple[tuple[int, int], ...]
+    todos: tuple[tuple[int, str, int], ...]
+    blocker: str | None
 
     def __init__(self, wraps: tuple = (), todos: tuple = (), blocker: str | None = None) -> None:
         self._set(wraps, todos, blocker)
@@ -59,7 +62,8 @@ def plan_migration(facts) -> MigrationPlan:
         return MigrationPlan(blocker=blocker)
     models = _model_spellings(facts)
     scale_calls = {id(s.node) for s in facts.calls if s.qname == "apex.amp.scale_loss"}
-    wraps, todos = [], []
+    wraps: list[tuple[int, int]] = []
+    todos: list[tuple[int, str, int]] = []
     planned: set[int] = set()  # scale_loss blocks planned with the ``if`` around them
     for block in _blocks(facts.module):  # outer blocks first
         _plan_block(block, models, scale_calls, planned, wraps, todos)
@@ -207,7 +211,7 @@ def _literal(arg) -> str | None:
 
 def _model_spellings(facts) -> set[str]:
     """How the models handed to amp.initialize are written (``model``, ``self.net``, ``m1``)."""
-    names = set()
+    names: set[str] = set()
     for site in facts.calls:
         if site.qname != "apex.amp.initialize" or not site.node.args:
             continue
@@ -244,7 +248,7 @@ def _blocks(module: ast.Module):
 def _scale_loss_call(statement: ast.stmt, scale_calls: set[int]) -> ast.Call | None:
     if isinstance(statement, ast.With):
         for item in statement.items:
-            if id(item.context_expr) in scale_calls:
+            if id(item.context_expr) in scale_calls and isinstance(item.context_expr, ast.Call):
                 return item.context_expr
     return None
 
