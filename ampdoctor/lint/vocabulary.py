@@ -51,8 +51,8 @@ DTYPES = {
     "torch.double": "float64",
 }
 # float16's largest finite value and its smallest subnormal (what is nonzero below it is lost).
-FLOAT16_MAX = 65504.0
-FLOAT16_SMALLEST = 2.0**-24
+from ..float16 import FLOAT16_MAX  # noqa: E402,F401  (one definition for both halves)
+from ..float16 import FLOAT16_SMALLEST_SUBNORMAL as FLOAT16_SMALLEST  # noqa: E402,F401
 # Calls whose arguments are fill values or clamp bounds.
 FILL_CALLS = frozenset(
     {"masked_fill", "masked_fill_", "fill_", "full", "full_like", "new_full", "where", "clamp", "clamp_", "clip",
