@@ -1,0 +1,57 @@
+"""Which project a set of linted paths belongs to.
+
+``ampdoctor lint src/`` lints a tree: the tree is the project. A pre-commit hook hands over only
+the changed files; their project is the nearest folder above them (or the folder itself) that
+holds ``pyproject.toml``, ``setup.cfg`` or ``.git``. Files of the project that were not named
+still take part through their summaries (read from the cache while they are unchanged), but
+only the named files are reported.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+MARKERS = ("pyproject.toml", "setup.cfg", ".git")
+
+
+def marked_folder(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` holding one of ``MARKERS``."""
+    folder = start if start.is_dir() else start.parent
+    for candidate in (folder, *folder.parents):
+        for marker in MARKERS:
+            if os.path.exists(os.path.join(candidate, marker)):
+                return candidate
+    return None
+
+
+def project_root(paths: Iterable[Path]) -> Path | None:
+    """The project of the linted paths: the marked folder above them all, when they share one.
+
+    None when a path is outside every marked folder or the paths belong to different projects:
+    then each file is linted on its own (with the summaries of the files that were named).
+    """
+    roots = set()
+    for path in paths:
+        absolute = Path(os.path.realpath(path))
+        root = marked_folder(absolute)
+        if root is None:
+            return None
+        roots.add(root)
+        if len(roots) > 1:
+            return None
+    return roots.pop() if roots else None
+
+
+def module_name(path: Path, root: Path) -> str | None:
+    """``pkg.sub.mod`` for ``root/pkg/sub/mod.py`` (``pkg.sub`` for its ``__init__.py``)."""
+    try:
+        parts = list(path.relative_to(root).with_suffix("").parts)
+    except ValueError:
+        return None
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    if not parts or not all(p.isidentifier() for p in parts):
+        return None
+    return ".".join(parts)

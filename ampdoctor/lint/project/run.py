@@ -1,0 +1,132 @@
+"""The project pass: after every file has been linted on its own, link the project and add the
+cross-module findings to the files being reported.
+
+The project is the marked folder above the linted paths (``root.py``), or their common folder
+when there is none. Its files are listed with the run's own exclusions; the linted files are the
+*targets* (the only ones reported), the others take part through their summaries.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...catalog import severity_of
+from ...findings import Finding, Location, Related
+from .checks import CrossReport, run_checks
+from .link import Project
+from .root import project_root
+from .store import SummaryStore
+
+CACHE_DIR = ".ampdoctor_cache"
+
+
+def project_folder(paths: Sequence[Path]) -> Path | None:
+    """The project the linted files belong to (None: nothing to link)."""
+    if not paths:
+        return None
+    root = project_root(paths)
+    if root is not None:
+        return root
+    folders = [os.path.realpath(p.parent) for p in paths]
+    return Path(os.path.commonpath(folders)) if folders else None
+
+
+def link_results(results: list, settings, codes: frozenset[str], use_cache: bool, cwd: Path,
+                 extra_exclude: Sequence[str] = ()) -> None:
+    """Add the cross-module findings to ``results`` (engine.FileResult objects), in place."""
+    targets = {}
+    for result in results:
+        if result.file_path.endswith(".py") and result.error is None:
+            targets[os.path.realpath(result.file_path)] = result
+    if not targets:
+        return
+    root = project_folder([Path(p) for p in targets])
+    if root is None:
+        return
+    files = _project_files(root, settings, extra_exclude, targets)
+    store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
+    project = Project(set(files), store.summary)
+    target_rels = {rel: targets[os.path.realpath(root / rel)] for rel in files if os.path.realpath(root / rel) in targets}
+    callers = [rel for rel in files if store.is_caller(rel)]
+    reports = run_checks(project, target_rels, callers, codes)
+    if use_cache:
+        store.forget_missing(set(files))
+        store.save()
+        _tag_folder(Path(settings.root) / CACHE_DIR)
+    if reports:
+        _attach(reports, target_rels, root, cwd)
+
+
+def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: dict) -> list[str]:
+    """Project-relative POSIX paths of the project's Python files (the linted ones included)."""
+    from ..discovery import Discovery
+
+    discovery = Discovery(settings.root, tuple(settings.exclude) + tuple(extra_exclude), settings.respect_gitignore)
+    found = set()
+    for path in discovery.files([root]):
+        if path.suffix == ".py":
+            found.add(Path(os.path.relpath(os.path.realpath(path), root)).as_posix())
+    for path in targets:
+        rel = os.path.relpath(path, root)
+        if not rel.startswith(".."):
+            found.add(Path(rel).as_posix())
+    return sorted(found)
+
+
+def _display(path: Path, cwd: Path) -> str:
+    base = os.path.realpath(cwd) + os.sep
+    absolute = os.path.realpath(path)
+    return absolute[len(base):].replace(os.sep, "/") if absolute.startswith(base) else path.as_posix()
+
+
+def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path) -> None:
+    from ..engine import _apply_suppressions, decode_source
+
+    by_module: dict[str, list[CrossReport]] = {}
+    for report in reports:
+        by_module.setdefault(report.module, []).append(report)
+    for rel, group in by_module.items():
+        result = targets[rel]
+        taken = {(f.code, f.location.line) for f in result.findings}
+        findings = []
+        for report in group:
+            line, column, end_line, end_column = report.at
+            if (report.code, line) in taken:
+                continue  # the file-local rule already says it there
+            taken.add((report.code, line))
+            related = tuple(
+                Related(result.path if module == rel else _display(root / module, cwd), at[0], at[1], message)
+                for module, at, message in report.related
+            )
+            findings.append(Finding(
+                report.code, severity_of(report.code), report.message,
+                Location(result.path, line, column, end_line, end_column),
+                help=report.help, extra={"_noqa_lines": [line]}, related=related,
+            ))
+        if not findings:
+            continue
+        source = result.source
+        if source is None:
+            try:
+                source = decode_source(Path(result.file_path).read_bytes())
+            except (OSError, ValueError):
+                continue
+            result.source = source
+        kept, suppressed = _apply_suppressions(findings, source, ())
+        result.findings = sorted([*result.findings, *kept], key=Finding.sort_key)
+        result.suppressed += suppressed
+        result.parsed = True
+
+
+def _tag_folder(folder: Path) -> None:
+    """The cache folder is ignored by git and tagged as a cache, as the result cache does."""
+    try:
+        if folder.is_dir() and not (folder / ".gitignore").exists():
+            (folder / ".gitignore").write_text("# Created by ampdoctor\n*\n", encoding="utf-8")
+            (folder / "CACHEDIR.TAG").write_text(
+                "Signature: 8a477f597d28d172789f06886806bc55\n# ampdoctor result cache\n", encoding="utf-8"
+            )
+    except OSError:
+        pass

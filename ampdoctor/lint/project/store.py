@@ -1,0 +1,160 @@
+"""The summaries of a project's files, cached by content beside the result cache.
+
+``<cache folder>/summaries-<build>.json`` maps each project file (its path relative to the
+project root) to the size and modification time it had, the hash of its bytes, whether it is a
+*caller* module (one that mentions a scaler, autocast or an epoch: its calls are always
+linked), and its summary once made. As in the result cache, a file whose size and modification
+time are unchanged (and not "racy": modified within two seconds of the cache being written) is
+trusted without being read; otherwise its bytes are hashed and compared. Summaries of other
+files are made only when a call resolves into them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+try:
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - interpreters built without it
+    from hashlib import blake2b
+
+from .summary import FORMAT
+
+_RACY_NS = 2_000_000_000
+# Bytes that make a module a caller: its calls may carry a scaler, run in autocast, or loop
+# over epochs (b"caler" matches scaler, Scaler, GradScaler, loss_scaler).
+CALLER_TOKENS = (b"caler", b"autocast", b"epoch")
+# Bytes without which a module's functions do nothing the cross-module rules ask about.
+HELPER_TOKENS = (b"save", b"clip_grad", b"backward", b"step", *CALLER_TOKENS)
+
+
+def is_caller(data: bytes) -> bool:
+    return any(token in data for token in CALLER_TOKENS)
+
+
+def summarize_bytes(data: bytes) -> dict | None:
+    """Parse ``data`` and summarize it; None when it cannot be decoded or parsed, or when no
+    helper token appears in it."""
+    if not any(token in data for token in HELPER_TOKENS):
+        return None
+    from ..engine import decode_source, parse_source
+    from ..facts import build_facts
+    from .summary import summarize
+
+    try:
+        source = decode_source(data)
+        return summarize(build_facts(parse_source(source), source))
+    except Exception:  # SyntaxError, ValueError, RecursionError: such a file links to nothing
+        return None
+
+
+def content_hash(data: bytes) -> str:
+    return blake2b(data, digest_size=16).hexdigest()
+
+
+class SummaryStore:
+    """Summaries by project-relative path; ``save()`` writes what changed."""
+
+    def __init__(self, root: Path, folder: Path | None) -> None:
+        self.root = root
+        self.path = None
+        self.entries: dict[str, dict] = {}
+        self.written_ns = 0
+        self.dirty = False
+        self._data: dict[str, bytes] = {}
+        if folder is not None:
+            from ..cache import build_fingerprint
+
+            key = blake2b(f"{build_fingerprint()}|summaries|{FORMAT}".encode(), digest_size=12).hexdigest()
+            self.path = folder / f"summaries-{key}.json"
+            self._load()
+
+    def _load(self) -> None:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("files"), dict):
+            self.entries = data["files"]
+            self.written_ns = int(data.get("written_ns") or 0)
+
+    def _fresh(self, rel: str) -> dict | None:
+        """The entry for ``rel`` when it matches the file on disk (re-hashed when in doubt)."""
+        try:
+            stat = os.stat(self.root / rel)
+        except OSError:
+            return None
+        entry = self.entries.get(rel)
+        signature = [stat.st_size, stat.st_mtime_ns]
+        if entry is not None and entry.get("stat") == signature and stat.st_mtime_ns < self.written_ns - _RACY_NS:
+            return entry
+        try:
+            data = (self.root / rel).read_bytes()
+        except OSError:
+            return None
+        key = content_hash(data)
+        if entry is None or entry.get("key") != key:
+            entry = {"key": key, "caller": is_caller(data)}
+            self._data[rel] = data
+        entry["stat"] = signature
+        self.entries[rel] = entry
+        self.dirty = True
+        return entry
+
+    def is_caller(self, rel: str) -> bool:
+        entry = self._fresh(rel)
+        return bool(entry and entry.get("caller"))
+
+    def summary(self, rel: str) -> dict | None:
+        entry = self._fresh(rel)
+        if entry is None:
+            return None
+        if "summary" not in entry:
+            data = self._data.pop(rel, None)
+            if data is None:
+                try:
+                    data = (self.root / rel).read_bytes()
+                except OSError:
+                    return None
+                if content_hash(data) != entry["key"]:
+                    entry = {"key": content_hash(data), "caller": is_caller(data), "stat": entry.get("stat")}
+                    self.entries[rel] = entry
+            entry["summary"] = summarize_bytes(data)
+            self.dirty = True
+        return entry["summary"]
+
+    def put(self, rel: str, data: bytes, summary: dict | None) -> None:
+        """A summary made by the lint pass itself (from the facts its rules used)."""
+        try:
+            stat = os.stat(self.root / rel)
+        except OSError:
+            return
+        self.entries[rel] = {
+            "key": content_hash(data),
+            "caller": is_caller(data),
+            "stat": [stat.st_size, stat.st_mtime_ns],
+            "summary": summary,
+        }
+        self.dirty = True
+
+    def forget_missing(self, files: set[str]) -> None:
+        for rel in [r for r in self.entries if r not in files]:
+            del self.entries[rel]
+            self.dirty = True
+
+    def save(self) -> None:
+        if self.path is None or not self.dirty:
+            return
+        try:
+            self.path.parent.mkdir(exist_ok=True)
+            temp = self.path.parent / f".summaries-{os.getpid()}-{time.monotonic_ns()}.tmp"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"format": FORMAT, "written_ns": time.time_ns(), "files": self.entries}, handle,
+                          separators=(",", ":"))
+            os.replace(temp, self.path)
+        except OSError:
+            pass  # a read-only project still lints; it just is not cached
