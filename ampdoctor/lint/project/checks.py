@@ -51,6 +51,8 @@ def run_checks(project: Project, targets: Iterable[str], callers: Iterable[str],
         reports.extend(_backward_under_autocast(project, targets))
     if "AMP205" in codes:
         reports.extend(_scaler_per_call(project, targets, callers))
+    if "AMP209" in codes:
+        reports.extend(_bfloat16_scaler_factory(project, targets, callers))
     return reports
 
 
@@ -288,3 +290,44 @@ def _scaler_per_call(project: Project, targets: list[str], callers: list[str]) -
                     [(caller, call["at"], f"`{short}` is called here, in a loop")],
                 )
                 break
+
+
+# ---------------------------------------------------------------------------------------
+# AMP209: a factory builds a GradScaler for a script whose autocast is all bfloat16
+# ---------------------------------------------------------------------------------------
+
+
+def _bfloat16_scaler_factory(project: Project, targets: list[str], callers: list[str]) -> Iterator[CrossReport]:
+    for module in targets:
+        summary = project.summary(module)
+        if summary is None or summary.get("float16_code"):
+            continue
+        for name, function in summary.get("functions", {}).items():
+            at = function.get("returns_scaler")
+            if at is None:
+                continue
+            uses = []
+            for caller, call, _target in _callers_of(project, callers, module, name):
+                caller_summary = project.summary(caller) or {}
+                regions = caller_summary.get("regions", [])
+                if (caller_summary.get("float16_code") or not regions or not call.get("assigned")
+                        or any(r.get("dtype") != "bfloat16" for r in regions)):
+                    uses = []
+                    break  # a caller that may run float16 (or that we cannot judge): silence
+                uses.append((caller, call, regions[0]))
+            if not uses:
+                continue
+            caller, call, region = uses[0]
+            short = _short(name)
+            yield CrossReport(
+                "AMP209",
+                module,
+                at,
+                f"`{short}` builds a GradScaler for code whose autocast regions all use bfloat16: bfloat16 has "
+                "float32's exponent range, its gradients do not underflow, and the scaler only adds work",
+                "Drop the scaler and call `loss.backward()` and `optimizer.step()` directly",
+                [
+                    (caller, call["at"], f"the scaler from `{short}` is taken here"),
+                    (caller, region["at"], "the bfloat16 autocast region it is used with"),
+                ],
+            )

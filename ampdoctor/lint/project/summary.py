@@ -84,6 +84,10 @@ def summarize(facts: AmpFacts) -> dict:
             functions[name] = _function(facts, function, frame)
     return {
         "format": FORMAT,
+        "regions": [
+            {"at": position(r.node), "dtype": r.effective_dtype} for r in facts.regions if r.enabled.counts_as_on
+        ],
+        "float16_code": float16_in_code(facts),
         "imports": imports,
         "aliases": _aliases(facts),
         "classes": _classes(facts),
@@ -207,6 +211,9 @@ def _function(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef,
     backward = _own_backward(frame)
     if backward is not None:
         summary["backward"] = backward
+    returned = _returned_scaler(facts, function, frame)
+    if returned is not None:
+        summary["returns_scaler"] = returned
     new_scaler = _local_scaler(facts, frame)
     if new_scaler is not None:
         summary["new_scaler"] = new_scaler
@@ -336,6 +343,69 @@ def _own_backward(frame: Frame) -> list[int] | None:
     return None
 
 
+def _returned_scaler(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[int] | None:
+    """Where the GradScaler is built that the function returns (``return GradScaler(...)``, or
+    a local bound to one and returned), when it is enabled whatever the arguments."""
+    made = {}
+    for new in frame.events_of(EventKind.SCALER_NEW):
+        if not _enabled_for_sure(new.call.node, new.call.qname or ""):
+            continue
+        statement = new.call.statement
+        if isinstance(statement, ast.Return) and statement.value is new.call.node:
+            return position(new.call.node)
+        if (isinstance(statement, ast.Assign) and statement.value is new.call.node and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)):
+            made[statement.targets[0].id] = new.call.node
+    if not made:
+        return None
+    for node in iter_nodes(function):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Name) and node.value.id in made:
+            return position(made[node.value.id])
+    return None
+
+
+def _enabled_for_sure(call: ast.Call, qname: str) -> bool:
+    """A GradScaler construction with no ``enabled=`` or ``enabled=True``."""
+    from ..facts import GRAD_SCALER_NAMES, get_arg
+
+    arg = get_arg(call, None, "enabled")
+    if arg is None:
+        arg = get_arg(call, 4 if GRAD_SCALER_NAMES.get(qname) is not None else 5, None)
+    if arg is None:
+        return True
+    return isinstance(arg.value, ast.Constant) and arg.value.value is True
+
+
+_FLOAT16_TEXT = re.compile(r"\bfloat16|\bfp16|\bhalf\b|HalfTensor", re.I)
+
+
+def float16_in_code(facts: AmpFacts) -> bool:
+    """Whether the module's code (not its comments or docstrings) speaks of float16: a dtype, a
+    ``--fp16`` option, ``.half()``."""
+    if not _FLOAT16_TEXT.search(facts.source):
+        return False
+    import io
+    import tokenize
+
+    docstrings = set()
+    for node in iter_nodes(facts.module):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                docstrings.add((first.value.lineno, first.value.col_offset))
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(facts.source).readline):
+            if token.type == tokenize.COMMENT:
+                continue
+            if token.type == tokenize.STRING and (token.start[0], token.start[1]) in docstrings:
+                continue
+            if _FLOAT16_TEXT.search(token.string):
+                return True
+    except (tokenize.TokenError, SyntaxError):
+        return True  # in doubt: as if it did
+    return False
+
+
 def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
     """A GradScaler built into a local of this function (not in a loop of its own) and stepped here."""
     for new in frame.events_of(EventKind.SCALER_NEW):
@@ -386,6 +456,9 @@ def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict])
         region = site.region
         if region is not None and region.enabled.counts_as_on:
             record["region"] = {"at": position(region.node), "dtype": region.effective_dtype}
+        statement = site.statement
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is site.node:
+            record["assigned"] = True
         if site.loop is not None:
             record["loop"] = position(site.loop.node)[:2]
             if _is_epoch_loop(facts, site.loop.node):
