@@ -16,8 +16,8 @@ import os
 import re
 from pathlib import Path
 
-from .findings import Severity
 from .records import Value
+from .severity import Severity
 
 _FRONT_KEYS = {"code", "name", "severity", "fixable", "origin", "summary"}
 _FIXABLE = {"no", "safe", "unsafe", "sometimes"}

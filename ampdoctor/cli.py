@@ -15,9 +15,8 @@ from typing import Sequence
 import click
 
 from ._version import __version__
-
-from .lintcmd import EXIT_ERROR, UsageError, run_lint
-from .lintcmd import use_color as _use_color
+from .lint.command import EXIT_ERROR, UsageError, run_lint
+from .lint.command import use_color as _use_color
 
 _SEVERITIES = ("info", "warning", "error")
 

@@ -32,7 +32,7 @@ def _plain_lint(args: list[str]) -> bool:
 def _lint_files(paths: list[str]) -> int:
     from pathlib import Path
 
-    from .lintcmd import EXIT_ERROR, UsageError, run_lint
+    from .lint.command import EXIT_ERROR, UsageError, run_lint
 
     try:
         return run_lint(paths=[Path(p) for p in paths] or [Path(".")])

@@ -1,4 +1,4 @@
-"""AMP402's fix: apex AMP migrated to torch.amp by a libcst codemod (ampdoctor/lint/apex_migration.py).
+"""AMP402's fix: apex AMP migrated to torch.amp by a libcst codemod (ampdoctor/lint/apex/migration.py).
 
 Every migration is checked the same way: the result is the expected text, parses, lints without
 an AMP2xx (GradScaler protocol) or AMP402 finding, and a second run changes nothing.
@@ -17,10 +17,10 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from click.testing import CliRunner
+from helpers import all_options, expected_pairs, found_pairs, lint_text, strip_markers
 
 from ampdoctor.cli import main
 from ampdoctor.lint.engine import fix_source
-from helpers import all_options, expected_pairs, found_pairs, lint_text, strip_markers
 
 APEX = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "apex"
 MIGRATED = APEX / "migrated"
@@ -466,9 +466,9 @@ def test_linting_an_apex_script_does_not_import_libcst(tmp_path: Path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     modules = set(json.loads(out.splitlines()[-1]))
-    assert "ampdoctor.lint.apex_plan" in modules  # the plan was made, on the ast
+    assert "ampdoctor.lint.apex.plan" in modules  # the plan was made, on the ast
     assert not {m for m in modules if m.split(".")[0] == "libcst"}
-    assert "ampdoctor.lint.apex_migration" not in modules
+    assert "ampdoctor.lint.apex.migration" not in modules
 
 
 _LOSS = re.compile(r"^step (\d+) loss ([-+0-9.eEinfa]+)$", re.M)

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import libcst as cst
 import pytest
+from helpers import expected_pairs, fix_text, found_pairs, strip_markers
 
-from ampdoctor.catalog import Rule, all_rules, find_rule, load_rule, rules_dir, CatalogError
+from ampdoctor.catalog import (
+    CatalogError,
+    Rule,
+    all_rules,
+    find_rule,
+    load_rule,
+    rules_dir,
+)
 from ampdoctor.lint.rules import lint_rules
-from helpers import expected_pairs, found_pairs, fix_text, strip_markers
 
 RULES = list(all_rules().values())
 LINT_RULES = [r for r in RULES if r.origin == "lint"]
@@ -112,4 +119,27 @@ def test_every_rule_family_module_is_loaded():
 
     from ampdoctor.lint import rules
 
-    assert sorted(rules.FAMILIES) == sorted(info.name for info in pkgutil.iter_modules(rules.__path__))
+    family_modules = [info.name for info in pkgutil.iter_modules(rules.__path__) if info.name.startswith("amp")]
+    assert sorted(rules.FAMILIES) == sorted(family_modules)
+
+
+def test_a_rule_code_leads_to_its_file():
+    """Each rule sits in the family module whose name carries its code range (``amp203_205_...``
+    holds AMP203 to AMP205); the helper modules without the ``amp`` prefix hold no rule."""
+    import re
+
+    from ampdoctor.lint import rules
+
+    for code, rule in lint_rules().items():
+        module = type(rule).__module__.rsplit(".", 1)[-1]
+        found = re.match(r"amp(\d{3})(?:_(\d{3}))?_[a-z_]+$", module)
+        assert found, (code, module)
+        first, last = int(found.group(1)), int(found.group(2) or found.group(1))
+        assert first <= int(code[3:]) <= last, (code, module)
+        assert module in rules.FAMILIES
+    # and every range is used: no module names a code it does not hold
+    for module in rules.FAMILIES:
+        first, _, rest = module[3:].partition("_")
+        last = rest.split("_", 1)[0] if rest[:3].isdigit() else first
+        held = {int(code[3:]) for code, rule in lint_rules().items() if type(rule).__module__.endswith("." + module)}
+        assert held == set(range(int(first), int(last) + 1)), module

@@ -72,7 +72,7 @@ def test_the_pre_commit_path_on_a_clean_file_loads_only_what_linting_needs(tmp_p
 
 def test_the_pre_commit_path_reporting_findings_loads_only_what_linting_needs(tmp_path):
     modules = _plain_lint_modules(tmp_path, FIXTURE, 1)
-    assert "ampdoctor.report.text" in modules  # the findings were printed with their snippets
+    assert "ampdoctor.lint.report.text" in modules  # the findings were printed with their snippets
     assert not NOT_ON_THE_LINT_PATH & {m.split(".")[0] for m in modules}
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from ampdoctor.lint import paths as paths_module
 from ampdoctor.lint.facts import build_facts
-from ampdoctor.lint.paths import BREAK, CONTINUE, NEXT, RAISE, RETURN
+from ampdoctor.lint.paths import BREAK, CONTINUE, NEXT, RAISE, RETURN, paths_of
 
 HEADER = "import torch\nscaler = torch.amp.GradScaler('cuda')\n"
 
@@ -20,7 +20,7 @@ def loop_paths(body: str) -> list[tuple[tuple[str, ...], str]]:
     source = HEADER + "for i, batch in enumerate(loader):\n" + textwrap.indent(textwrap.dedent(body), "    ")
     facts = build_facts(ast.parse(source), source)
     loop = next(node for node in facts.module.body if isinstance(node, ast.For))
-    found = facts.paths(facts.frames[0], loop)
+    found = paths_of(facts, facts.frames[0], loop)
     assert found is not None
     return sorted({(tuple(facts.text(e.call.node) for e in p.events), p.end) for p in found})
 
@@ -29,7 +29,7 @@ def function_paths(source: str):
     source = HEADER + textwrap.dedent(source)
     facts = build_facts(ast.parse(source), source)
     frame = next(f for f in facts.frames if f.name == "step")
-    return facts, facts.paths(frame, frame.node)
+    return facts, paths_of(facts, frame, frame.node)
 
 
 def test_branches_make_paths_and_a_plain_body_one():
@@ -212,7 +212,7 @@ def test_too_many_paths_has_no_answer(monkeypatch):
     source = HEADER + "for x in loader:\n" + "".join(f"    if c{n}:\n        opt.zero_grad()\n" for n in range(6))
     facts = build_facts(ast.parse(source), source)
     loop = next(node for node in facts.module.body if isinstance(node, ast.For))
-    assert facts.paths(facts.frames[0], loop) is None
+    assert paths_of(facts, facts.frames[0], loop) is None
     assert paths_module.some(None, lambda p: True) is False
     assert paths_module.every(None, lambda p: True) is None
 
@@ -224,7 +224,7 @@ def test_some_and_every(predicate, some, every):
     source = HEADER + "for x in loader:\n    if c:\n        opt.zero_grad()\n"
     facts = build_facts(ast.parse(source), source)
     loop = next(node for node in facts.module.body if isinstance(node, ast.For))
-    found = facts.paths(facts.frames[0], loop)
+    found = paths_of(facts, facts.frames[0], loop)
     assert paths_module.some(found, predicate) is some
     assert paths_module.every(found, lambda p: bool(predicate(p))) is every
 
@@ -233,4 +233,4 @@ def test_paths_are_computed_once_per_body():
     source = HEADER + "for x in loader:\n    scaler.step(opt)\n"
     facts = build_facts(ast.parse(source), source)
     loop = next(node for node in facts.module.body if isinstance(node, ast.For))
-    assert facts.paths(facts.frames[0], loop) is facts.paths(facts.frames[0], loop)
+    assert paths_of(facts, facts.frames[0], loop) is paths_of(facts, facts.frames[0], loop)

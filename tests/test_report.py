@@ -15,7 +15,7 @@ import pytest
 from ampdoctor._version import __version__
 from ampdoctor.catalog import get_rule, rule_name
 from ampdoctor.findings import Applicability, Edit, Finding, Fix, Location, Severity
-from ampdoctor.report import FORMATS, ReportContext, render, source_key
+from ampdoctor.lint.report import FORMATS, ReportContext, render, source_key
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSI = re.compile(r"\x1b\[")
@@ -117,8 +117,8 @@ def test_source_key_names_the_cell():
 
 def test_importing_the_package_does_not_import_rich_or_the_formats():
     code = (
-        "import sys, ampdoctor.report\n"
-        "loaded = [m for m in sys.modules if m == 'rich' or m.startswith(('rich.', 'ampdoctor.report.'))]\n"
+        "import sys, ampdoctor.lint.report\n"
+        "loaded = [m for m in sys.modules if m == 'rich' or m.startswith(('rich.', 'ampdoctor.lint.report.'))]\n"
         "print(loaded)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -11,15 +11,46 @@ import re
 from collections.abc import Sequence
 
 from ..findings import Applicability, Edit, Fix
+from ..records import Value
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
     import ast
 
-    from .rules import FixPlan, NodeEdit
-
 # (line, column, end line, end column): 1-based lines, 1-based character columns.
 Span = tuple[int, int, int, int]
+
+
+class NodeEdit(Value):
+    """A text edit expressed against nodes; positions are resolved later.
+
+    kind: ``replace`` (node's span ← text), ``insert_before`` / ``insert_after`` (at the
+    node's start / end), ``line_before`` / ``line_after`` (a new line with the statement's
+    indentation before its first / after its last line), ``replace_span`` (from ``node``'s
+    start to ``end_node``'s end ← text), ``replace_range`` (``span`` ← text, no node).
+    span: for ``replace_range``, (line, column, end line, end column), 1-based, in characters.
+    """
+
+    __slots__ = ("kind", "node", "text", "end_node", "span")
+
+    def __init__(
+        self,
+        kind: str,
+        node: ast.AST | None = None,
+        text: str = "",
+        end_node: ast.AST | None = None,
+        span: tuple[int, int, int, int] | None = None,
+    ) -> None:
+        self._set(kind, node, text, end_node, span)
+
+
+class FixPlan(Value):
+    __slots__ = ("description", "edits", "applicability")
+
+    def __init__(
+        self, description: str, edits: tuple[NodeEdit, ...], applicability: Applicability = Applicability.SAFE
+    ) -> None:
+        self._set(description, edits, applicability)
 
 
 class FixError(Exception):
@@ -131,7 +162,7 @@ def realize_rewrites(findings: list, source: str, path: str = "") -> list:
     return result
 
 
-def resolve_fix(plan: "FixPlan | Fix", lines: SourceLines) -> Fix | None:
+def resolve_fix(plan: FixPlan | Fix, lines: SourceLines) -> Fix | None:
     if isinstance(plan, Fix):
         return plan  # already text-level (a module rewrite, computed when applied)
     edits = []
@@ -143,7 +174,7 @@ def resolve_fix(plan: "FixPlan | Fix", lines: SourceLines) -> Fix | None:
     return Fix(plan.description, tuple(sorted(edits)), plan.applicability)
 
 
-def _resolve_edit(edit: "NodeEdit", lines: SourceLines) -> Edit | None:
+def _resolve_edit(edit: NodeEdit, lines: SourceLines) -> Edit | None:
     if edit.kind == "replace_range":
         if edit.span is None:
             return None

@@ -17,7 +17,8 @@ import warnings
 from collections.abc import Iterable, Iterator
 
 from ..records import Record, Value
-from .facts import FLOAT16_MAX, FLOAT16_SMALLEST, dotted
+from .syntax import dotted
+from .vocabulary import FLOAT16_MAX, FLOAT16_SMALLEST
 
 
 class Anchors(Value):

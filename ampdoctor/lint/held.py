@@ -24,6 +24,9 @@ import ast
 import re
 
 from ..records import Record
+from .model import Region, autocast_region
+from .syntax import dotted, get_arg
+from .vocabulary import AUTOCAST_NAMES, Enabled
 
 # Context managers that do nothing: the "AMP off" arm of a held autocast.
 NULL_CONTEXTS = frozenset({"contextlib.suppress", "contextlib.nullcontext"})
@@ -109,8 +112,6 @@ def factories(facts, autocast_names) -> dict[str, Held]:
 
 def held_region(call: ast.Call, facts, held: dict[str, Held]):
     """The Region that ``with NAME(...):`` opens when NAME holds an autocast factory, else None."""
-    from .facts import Enabled, Region, autocast_region, dotted
-
     spelling = dotted(call.func)
     entry = held.get(spelling) if spelling else None
     if entry is None:
@@ -173,8 +174,6 @@ def module_strings(facts) -> dict[str, str]:
 def constant_device(call: ast.AST, frame, facts, constants: dict[str, str]) -> str | None:
     """The device of ``torch.autocast(device_type=DEVICE_TYPE)`` when DEVICE_TYPE is a module
     string constant that no parameter of the enclosing function shadows."""
-    from .facts import AUTOCAST_NAMES, get_arg
-
     if type(call) is not ast.Call or facts.qualify(call.func) not in AUTOCAST_NAMES:
         return None
     device = get_arg(call, 0, "device_type")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Sequence
 
-from .facts import Event, Frame
+from .model import AmpFacts, Event, Frame
 
 # Beyond this many distinct paths through one body the question has no answer.
 MAX_PATHS = 256
@@ -436,6 +436,14 @@ class PathIndex:
         paths = body_paths(frame, body)
         self._paths[id(node)] = (node, paths)
         return paths
+
+
+def paths_of(facts: AmpFacts, frame: Frame, node: ast.AST) -> list[Path] | None:
+    """The paths of one pass through ``node`` (a loop, or ``frame``'s function) in ``facts``'
+    module; None when there are too many to follow. Computed on the first question and kept."""
+    if facts._paths is None:
+        facts._paths = PathIndex()
+    return facts._paths.of(frame, node)
 
 
 def some(paths: Iterable[Path] | None, predicate) -> bool:

@@ -42,8 +42,8 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-from .facts import AUTOCAST_NAMES, FLOAT16_CASTS, FLOAT16_MAX, FLOAT16_SMALLEST
 from .gate import FILL_CALLS
+from .vocabulary import AUTOCAST_NAMES, FLOAT16_CASTS, FLOAT16_MAX, FLOAT16_SMALLEST
 
 __all__ = [
     "LITERAL_FLAGS",
@@ -65,7 +65,7 @@ __all__ = [
 
 LITERAL_FLAGS = frozenset({"big-fill", "big-arith", "tiny-arith", "tiny-eps"})
 
-# The vocabulary of facts.py and gate.py, as bytes.
+# The vocabulary of vocabulary.py and gate.py, as bytes.
 _FILL_CALLS = frozenset(name.encode() for name in FILL_CALLS)
 _AUTOCAST_NAMES = tuple(name.encode() for name in AUTOCAST_NAMES)
 _CAST_TARGETS = frozenset(name.encode() for name in FLOAT16_CASTS)

@@ -6,8 +6,12 @@ also match); the engine skips parsing files that no selected rule could fire on.
 yields ``Report`` objects that point at ``ast`` nodes; the engine turns them into Findings
 with positions and text edits.
 
-Adding a rule: a class in a family module of this package (listed in ``FAMILIES``), decorated
-with ``@register``, plus its page in ``rules/``.
+A rule lives in the family module whose name carries its code range: AMP205 is in
+``amp203_205_scaler_use.py``. Modules without the ``amp`` prefix hold helpers that several
+families share (``region_walker.py``, ``scaler_queries.py``) and no rules.
+
+Adding a rule: a class in the family module of its code range (listed in ``FAMILIES``; a new
+range gets a new module), decorated with ``@register``, plus its page in ``rules/``.
 """
 
 from __future__ import annotations
@@ -15,42 +19,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
-from ...findings import Applicability
-from ...records import Record, Value
-from ..facts import AUTOCAST_NAMES, FLOAT16_CASTS, GRAD_SCALER_NAMES, AmpFacts
+from ...records import Record
+from ..fixes import FixPlan, NodeEdit
 from ..gate import Anchors
+from ..model import AmpFacts
+from ..vocabulary import AUTOCAST_NAMES, FLOAT16_CASTS, GRAD_SCALER_NAMES
 
-
-class NodeEdit(Value):
-    """A text edit expressed against nodes; positions are resolved later.
-
-    kind: ``replace`` (node's span ← text), ``insert_before`` / ``insert_after`` (at the
-    node's start / end), ``line_before`` / ``line_after`` (a new line with the statement's
-    indentation before its first / after its last line), ``replace_span`` (from ``node``'s
-    start to ``end_node``'s end ← text), ``replace_range`` (``span`` ← text, no node).
-    span: for ``replace_range``, (line, column, end line, end column), 1-based, in characters.
-    """
-
-    __slots__ = ("kind", "node", "text", "end_node", "span")
-
-    def __init__(
-        self,
-        kind: str,
-        node: ast.AST | None = None,
-        text: str = "",
-        end_node: ast.AST | None = None,
-        span: tuple[int, int, int, int] | None = None,
-    ) -> None:
-        self._set(kind, node, text, end_node, span)
-
-
-class FixPlan(Value):
-    __slots__ = ("description", "edits", "applicability")
-
-    def __init__(
-        self, description: str, edits: tuple[NodeEdit, ...], applicability: Applicability = Applicability.SAFE
-    ) -> None:
-        self._set(description, edits, applicability)
+__all__ = ["AUTOCAST", "FLOAT16", "SCALED_BACKWARD", "SCALER", "FixPlan", "LintRule", "NodeEdit", "Report", "lint_rules", "register"]
 
 
 class Report(Record):
@@ -112,8 +87,19 @@ def register(cls: type[LintRule]) -> type[LintRule]:
     return cls
 
 
-# The family modules of this package (a test checks that the list names every one of them).
-FAMILIES = ("api", "autocast", "migration", "numerics", "protocol", "regions", "scaler")
+# The family modules of this package, the ones that hold rules (a test checks that the list names
+# every ``amp*`` module, and that each rule sits in the module whose range holds its code).
+FAMILIES = (
+    "amp101_103_autocast",
+    "amp104_107_regions",
+    "amp201_202_scaler",
+    "amp203_205_scaler_use",
+    "amp206_208_step_order",
+    "amp209_213_scaler_setup",
+    "amp301_303_numerics",
+    "amp401_deprecated_api",
+    "amp402_403_migration",
+)
 
 
 def lint_rules() -> dict[str, LintRule]:

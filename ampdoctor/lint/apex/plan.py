@@ -6,14 +6,14 @@ all (an ``opt_level`` torch.amp has no equivalent for, apex objects with no dire
 counterpart), and which statements of each iteration compute the loss that goes into
 ``amp.scale_loss`` (they are wrapped in autocast), or where a ``# TODO(ampdoctor)`` comment
 goes because they cannot be told. The plan is plain data (line numbers), so the libcst codemod
-(apex_migration.py) can apply it later, in a worker process or not at all.
+(migration.py) can apply it later, in a worker process or not at all.
 """
 
 from __future__ import annotations
 
 import ast
 
-from ..records import Value
+from ...records import Value
 
 # apex names the codemod rewrites (after the ``apex.`` prefix); anything else of apex.amp,
 # apex.fp16_utils or apex.parallel keeps the module from being migrated automatically.

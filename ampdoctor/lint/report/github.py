@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TextIO
 
-from ..catalog import rule_name
-from ..findings import Finding, Severity
+from ...catalog import rule_name
+from ...findings import Finding, Severity
 from . import ReportContext
 
 _COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}

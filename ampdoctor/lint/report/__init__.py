@@ -19,13 +19,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 
-from ..records import Record
+from ...records import Record
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from typing import TextIO
 
-    from ..findings import Finding, Location
+    from ...findings import Finding, Location
 
 FORMATS = ("text", "concise", "json", "sarif", "github")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from ..findings import Finding, Severity
+from ...findings import Finding, Severity
 from . import ReportContext, location_label, one_line, summary_lines
 
 # ANSI SGR sequences: bold red, bold yellow, bold cyan.

@@ -20,9 +20,9 @@ from pathlib import Path, PurePath
 from typing import Any, Optional, TextIO
 from urllib.parse import quote
 
-from .._version import __version__
-from ..catalog import Rule, get_rule
-from ..findings import Edit, Finding, Severity
+from ..._version import __version__
+from ...catalog import Rule, get_rule
+from ...findings import Edit, Finding, Severity
 from . import ReportContext
 from .json_ import jsonable
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..apex_plan import FP16_UTILS, plan_migration
-from ..facts import AUTOCAST_NAMES, FUNCTION_TYPES, GRAD_SCALER_NAMES, AmpFacts, autocast_region
+from ..apex.plan import FP16_UTILS, plan_migration
 from ..fixes import ModuleRewrite
 from ..gate import Anchors
+from ..model import AmpFacts, autocast_region
+from ..syntax import FUNCTION_TYPES
+from ..vocabulary import AUTOCAST_NAMES, GRAD_SCALER_NAMES
 from . import LintRule, Report, register
 
 # apex.amp function → what replaces it in torch.amp
@@ -50,7 +52,7 @@ class ApexAmp(LintRule):
             if number == 0 and plan.blocker is None:
                 report.fix = ModuleRewrite(
                     "Migrate the module from apex to torch.amp (autocast and GradScaler)",
-                    rewrite=("ampdoctor.lint.apex_migration", "migrate", plan),
+                    rewrite=("ampdoctor.lint.apex.migration", "migrate", plan),
                 )
             yield report
 

@@ -12,27 +12,19 @@ import ast
 from collections.abc import Iterable
 
 from ...records import Record
-from ..facts import (
-    AUTOCAST_NAMES,
-    DTYPES,
-    FLOAT16_MAX,
-    FLOAT16_SMALLEST,
-    AmpFacts,
-    CallSite,
-    Frame,
-    Region,
-    call_args,
-    dotted,
-    downcast_dtype,
-    is_float_literal,
-    is_optimizer_constructor,
-    number_value,
-    string_value,
-)
 from ..gate import Anchors
+from ..model import AmpFacts, CallSite, Frame, Region
+from ..passes import downcast_dtype, is_optimizer_constructor
+from ..syntax import call_args, dotted, is_float_literal, number_value, string_value
+from ..vocabulary import AUTOCAST_NAMES, DTYPES, FLOAT16_MAX, FLOAT16_SMALLEST
 from . import AUTOCAST, FLOAT16, FixPlan, LintRule, NodeEdit, Report, register
-from .regions import RegionWalker, _cast_target, layer_instances, lowered_op, strip_views
-
+from .region_walker import (
+    RegionWalker,
+    cast_target,
+    layer_instances,
+    lowered_op,
+    strip_views,
+)
 
 
 def _is_finite(value: float) -> bool:
@@ -281,7 +273,7 @@ def _model_of_params(expr: ast.expr) -> str | None:
 def _restored_to_float(facts: AmpFacts, model: _HalfModel, until: int) -> bool:
     for site in model.frame.calls:
         if model.order < site.order < until and site.receiver == model.name and site.method in ("float", "to"):
-            if _cast_target(site.node, facts) == "float32":
+            if cast_target(site.node, facts) == "float32":
                 return True
     return False
 
@@ -364,7 +356,7 @@ class _EpsilonWalker(RegionWalker):
             and not (expr.args or expr.keywords)
         ):
             expr = strip_views(expr.func.value)
-        if _cast_target(expr, self.facts) == "float16":
+        if cast_target(expr, self.facts) == "float16":
             return "cast"
         region = self.region
         in_half_region = region is not None and region.is_float16

@@ -18,8 +18,10 @@ import ast
 import re
 from collections.abc import Iterable
 
-from ..facts import AmpFacts, Event, EventKind, Frame, call_args, dotted
-from . import FixPlan, LintRule, NodeEdit, Report, SCALED_BACKWARD, register
+from ..model import AmpFacts, Event, Frame
+from ..syntax import call_args, dotted
+from ..vocabulary import EventKind
+from . import SCALED_BACKWARD, FixPlan, LintRule, NodeEdit, Report, register
 
 # Statements with a body, when the call sits in their header: a line added after one would
 # follow the whole block. (Match and TryStar exist only on newer Pythons.)

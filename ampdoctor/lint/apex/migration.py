@@ -3,7 +3,7 @@
 libcst keeps the concrete syntax (comments, blank lines, quoting), so everything the migration
 does not touch stays as the author wrote it. Imported only when the fix is applied.
 
-What it rewrites (apex_plan.py has already decided that the module can be migrated, and which
+What it rewrites (plan.py has already decided that the module can be migrated, and which
 statements compute each loss):
 
 * ``m, o = amp.initialize(m, o, opt_level="O1", loss_scale=...)`` → ``scaler =
@@ -16,7 +16,7 @@ statements compute each loss):
   model's parameters; ``amp.state_dict()`` / ``amp.load_state_dict(x)`` → the scaler's;
 * ``apex.parallel.DistributedDataParallel`` / ``convert_syncbn_model`` → torch's;
 * the apex imports that are no longer used go; ``import torch`` is added when missing
-  (apex_imports.py).
+  (imports.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import textwrap
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .apex_imports import (
+from .imports import (
     ApexNames,
     code_of,
     dotted_name,
@@ -38,7 +38,7 @@ from .apex_imports import (
     spelling_of,
     tidy_imports,
 )
-from .apex_plan import DDP_DROPPABLE, MigrationPlan, opt_level_note
+from .plan import DDP_DROPPABLE, MigrationPlan, opt_level_note
 
 _CLIPS = ("clip_grad_norm_", "clip_grad_value_")
 _GROUP_ROOTS = (cst.For, cst.While, cst.FunctionDef)

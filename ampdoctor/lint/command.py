@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -28,7 +28,7 @@ def use_color(stream) -> bool:
 
 
 def _settings(paths: Sequence[Path], config_file: Path | None, isolated: bool, known: list[str]):
-    from .config import ConfigError, Settings, find_config, load_settings
+    from ..config import ConfigError, Settings, find_config, load_settings
 
     try:
         if isolated:
@@ -47,9 +47,9 @@ def run_lint(*, paths, output_format="text", output_file=None, select=(), extend
              fix=False, unsafe_fixes=False, diff=False, show_suppressed=False, exclude=(), config_file=None,
              isolated=False, use_cache=True, jobs=None) -> int:
     """``ampdoctor lint`` with its options; the defaults are the command line's."""
-    from .config import ConfigError, validate_codes
-    from .findings import Severity
-    from .lint import LintRequest, known_codes, lint_paths
+    from ..config import ConfigError, validate_codes
+    from ..findings import Severity
+    from . import LintRequest, known_codes, lint_paths
 
     missing = [p for p in paths if not p.exists()]
     if missing:
@@ -89,7 +89,7 @@ def run_lint(*, paths, output_format="text", output_file=None, select=(), extend
 
 def _write_fixes(run) -> None:
     """Write every changed file; one that cannot be written is reported and the rest still are."""
-    from .lint.engine import WriteError, write_result
+    from .engine import WriteError, write_result
 
     for result in run.results:
         if result.changed:
@@ -110,7 +110,7 @@ def _print_errors(run) -> None:
 
 
 def _print_diff(run) -> int:
-    from .lint.engine import unified_diff
+    from .engine import unified_diff
 
     changed = 0
     for result in run.results:
@@ -129,7 +129,7 @@ def _print_diff(run) -> int:
 
 
 def _report(run, output_format: str, output_file: Path | None, show_suppressed: bool, fix_mode: bool) -> None:
-    from .findings import Finding
+    from ..findings import Finding
     from .report import ReportContext, render, source_key
 
     findings = sorted(run.findings, key=Finding.sort_key)

@@ -14,14 +14,14 @@ file keeps working with the same behaviour:
 from __future__ import annotations
 
 import ast
-import bisect
-import re
 from collections.abc import Iterable
 
 from ...records import Value
-from ..facts import AmpFacts, ImportRef, dotted, iter_nodes
 from ..fixes import SourceLines
 from ..gate import Anchors
+from ..model import AmpFacts, ImportRef
+from ..syntax import dotted, iter_nodes
+from ..textpos import argument_starts, import_alias_name, import_from_module, insert_at
 from . import FixPlan, LintRule, NodeEdit, Report, register
 
 _DEPRECATED_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
@@ -50,94 +50,6 @@ def _deprecated(qname: str | None) -> _Deprecated | None:
     return _Deprecated(device, name)
 
 
-# ---- where things are in the text ------------------------------------------------------
-#
-# ast positions leave out the parentheses around an expression and the punctuation between
-# arguments, and an import's module is a plain string; these helpers find them in the source.
-# Between the places they scan there is only whitespace, comments, line continuations and
-# parentheses, never a string.
-
-_GAP = " \t\f\\"  # what may separate tokens on a line (a backslash continues the line)
-_DOTTED_NAME = re.compile(r"\w+(?:(?:[ \t\f]|\\(?:\r\n|\r|\n))*\.(?:[ \t\f]|\\(?:\r\n|\r|\n))*\w+)*")
-
-
-def _next_char(lines: SourceLines, line: int, column: int, skip: str) -> tuple[int, int, str] | None:
-    """The first character at or after (line, 1-based column) that is not in ``skip`` nor in a
-    comment or line break, as (line, column, character)."""
-    while line <= len(lines.lines):
-        text = lines.text(line)
-        for index in range(column - 1, len(text)):
-            char = text[index]
-            if char == "#":
-                break
-            if char not in skip:
-                return line, index + 1, char
-        line, column = line + 1, 1
-    return None
-
-
-def _argument_starts(lines: SourceLines, call: ast.Call) -> tuple[tuple[int, int], list[tuple[int, int]]] | None:
-    """(the position just after the call's ``(``, where each argument's text starts, parentheses
-    around it included), or None when the text is not laid out as expected."""
-    func = lines.span(call.func)
-    paren = _next_char(lines, func[2], func[3], _GAP + ")") if func else None
-    if paren is None or paren[2] != "(":
-        return None
-    inside = (paren[0], paren[1] + 1)
-    line, column = inside
-    starts = []
-    for index, arg in enumerate([*call.args, *call.keywords]):
-        span = lines.span(arg)
-        if index:  # after the previous argument and its closing parentheses: a comma
-            comma = _next_char(lines, line, column, _GAP + ")")
-            if comma is None or comma[2] != ",":
-                return None
-            line, column = comma[0], comma[1] + 1
-        start = _next_char(lines, line, column, _GAP)
-        if span is None or start is None or start[:2] > span[:2]:
-            return None  # ``f(x for x in y)``: the generator shares the call's parentheses
-        starts.append(start[:2])
-        line, column = span[2], span[3]
-    return inside, starts
-
-
-def _insert(position: tuple[int, int], text: str) -> NodeEdit:
-    line, column = position
-    return NodeEdit("replace_range", text=text, span=(line, column, line, column))
-
-
-def _dotted_name_at(lines: SourceLines, line: int, column: int) -> ast.Name | None:
-    """A positioned Name for the dotted name written at (line, 1-based column), so that a
-    finding and an edit can point at a module name, which ast keeps only as a string."""
-    match = _DOTTED_NAME.match(lines.source, lines.offset(line, column))
-    if match is None:
-        return None
-    end_line = bisect.bisect_right(lines.starts, match.end() - 1)
-    end_column = match.end() - lines.starts[end_line - 1] + 1
-    name = ast.Name(id=match.group(), ctx=ast.Load())
-    name.lineno, name.col_offset = line, _byte_offset(lines, line, column)
-    name.end_lineno, name.end_col_offset = end_line, _byte_offset(lines, end_line, end_column)
-    return name
-
-
-def _byte_offset(lines: SourceLines, line: int, column: int) -> int:
-    """The UTF-8 byte offset (what ast stores) of a 1-based character column."""
-    return len(lines.text(line)[: column - 1].encode("utf-8"))
-
-
-def _module_name(lines: SourceLines, node: ast.ImportFrom) -> ast.Name | None:
-    """``torch.cuda.amp`` in ``from torch.cuda.amp import ...``."""
-    start = lines.span(node)
-    found = _next_char(lines, start[0], start[1] + len("from"), _GAP) if start else None
-    return _dotted_name_at(lines, found[0], found[1]) if found else None
-
-
-def _alias_name(lines: SourceLines, alias: ast.alias) -> ast.Name | None:
-    """``torch.cuda.amp`` in ``import torch.cuda.amp as x``."""
-    start = lines.span(alias)
-    return _dotted_name_at(lines, start[0], start[1]) if start else None
-
-
 # ---- the device argument at a call -------------------------------------------------------
 
 
@@ -145,26 +57,26 @@ def _call_edits(lines: SourceLines, call: ast.Call, target: _Deprecated) -> list
     """Edits that add the device argument to one call (None when it cannot be done safely)."""
     if any(type(a) is ast.Starred for a in call.args) or any(k.arg is None for k in call.keywords):
         return None
-    found = _argument_starts(lines, call)
+    found = argument_starts(lines, call)
     if found is None:
         return None
     inside, starts = found
     device = f'"{target.device}"'
     if target.kind == "custom":
         if not starts:
-            return [_insert(inside, f"device_type={device}")]
+            return [insert_at(inside, f"device_type={device}")]
         if call.args:
             return None  # a keyword cannot go before a positional argument
-        return [_insert(starts[0], f"device_type={device}, ")]
+        return [insert_at(starts[0], f"device_type={device}, ")]
     if not starts:
-        return [_insert(inside, device)]
+        return [insert_at(inside, device)]
     if target.kind != "autocast" or not call.args:
-        return [_insert(starts[0], f"{device}, ")]
+        return [insert_at(starts[0], f"{device}, ")]
     if len(call.args) > len(_AUTOCAST_POSITIONAL):
         return None
     # One insertion per point: the device goes in front of the first keyword-to-be.
-    edits = [_insert(start, f"{name}=") for start, name in zip(starts, _AUTOCAST_POSITIONAL[: len(call.args)])]
-    edits[0] = _insert(starts[0], f"{device}, {_AUTOCAST_POSITIONAL[0]}=")
+    edits = [insert_at(start, f"{name}=") for start, name in zip(starts, _AUTOCAST_POSITIONAL[: len(call.args)])]
+    edits[0] = insert_at(starts[0], f"{device}, {_AUTOCAST_POSITIONAL[0]}=")
     return edits
 
 
@@ -293,11 +205,11 @@ class DeprecatedAmpApi(LintRule):
         for refs in by_statement.values():
             node = refs[0].node
             if type(node) is ast.ImportFrom:
-                name = _module_name(facts.lines, node)
+                name = import_from_module(facts.lines, node)
                 anchor = name or node
                 old = refs[0].module
             else:
-                name = _alias_name(facts.lines, refs[0].alias)
+                name = import_alias_name(facts.lines, refs[0].alias)
                 anchor = refs[0].alias if name is not None else node  # aliases have positions from 3.10
                 old = refs[0].qname
             device = _device_of(refs[0])

@@ -6,8 +6,11 @@ import ast
 from collections.abc import Iterable
 
 from ...findings import Applicability
-from ..facts import AmpFacts, CallSite, Enabled, EventKind, downcast_dtype, iter_nodes
 from ..fixes import SourceLines
+from ..model import AmpFacts, CallSite
+from ..passes import downcast_dtype
+from ..syntax import iter_nodes
+from ..vocabulary import Enabled, EventKind
 from . import AUTOCAST, FixPlan, LintRule, NodeEdit, Report, register
 
 

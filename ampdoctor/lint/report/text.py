@@ -27,8 +27,8 @@ import re
 import unicodedata
 from collections import Counter
 
-from ..catalog import rule_name
-from ..findings import Finding, Severity
+from ...catalog import rule_name
+from ...findings import Finding, Severity
 from . import ReportContext, location_label, one_line, summary_lines
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing

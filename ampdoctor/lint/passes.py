@@ -1,0 +1,275 @@
+"""After the walk: the passes that complete a module's AmpFacts once every call is recorded.
+
+* regions: each ``with`` item, decorator and context object resolved to the autocast Region it
+  opens (held autocast names through held.py, devices held in module constants);
+* roles: which receivers hold a GradScaler or an optimizer, by construction and by use;
+* events: each call classified as a training-step event (backward, unscale_, step, update ...).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from .held import constant_device, delegated_backward, held_region, module_strings
+from .held import factories as held_factories
+from .model import AmpFacts, CallSite, Event, Region, autocast_region
+from .syntax import call_args, dotted, get_arg, qualify, string_value
+from .vocabulary import (
+    AUTOCAST_NAMES,
+    AUTOGRAD_BACKWARD,
+    CLIP_NAMES,
+    CUSTOM_FWD_NAMES,
+    DTYPES,
+    GRAD_SCALER_NAMES,
+    HALF_TENSOR_TYPES,
+    Enabled,
+    EventKind,
+)
+
+# Optimizer classes by their last name, whatever package they come from (torch.optim,
+# apex.optimizers, bitsandbytes, timm.optim, transformers ...).
+_OPTIMIZER_CLASS = frozenset({
+    "Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD", "Rprop", "LBFGS",
+    "SparseAdam", "Adafactor", "Lamb", "LAMB", "Lion", "Adan", "FusedAdam", "FusedLAMB", "FusedSGD", "LARS", "Shampoo",
+    "Muon", "Sophia", "AdamW8bit", "Adam8bit", "PagedAdamW", "PagedAdamW8bit", "Lion8bit", "AdaBelief", "Novograd",
+    "ZeroRedundancyOptimizer",
+})
+_OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser|optimizers)(_\w+)?$|^(g|d|gen|disc)_?opt\w*$")
+
+
+def _region_of_expression(expr: ast.expr, facts: AmpFacts, held: dict | None = None) -> Region | None:
+    """Autocast region for a ``with`` item: a call, a context object, ``a if c else b``, or a
+    call of a name that holds an autocast factory (held.py)."""
+    if type(expr) is ast.Call:
+        region = autocast_region(expr, facts.imports)
+        if region is not None:
+            return region
+        name = qualify(expr.func, facts.imports)
+        if name in CUSTOM_FWD_NAMES and get_arg(expr, None, "cast_inputs") is not None:
+            # custom_fwd(cast_inputs=...) runs forward with autocast disabled.
+            return Region(expr, None, None, False, Enabled.OFF, "custom_fwd")
+        return held_region(expr, facts, held) if held else None
+    if type(expr) is ast.IfExp:
+        # ``ctx = nullcontext() if cpu else torch.autocast(...)``: on in one arm only.
+        arms = [_region_of_expression(expr.body, facts, held), _region_of_expression(expr.orelse, facts, held)]
+        found = [a for a in arms if a is not None]
+        if not found:
+            return None
+        first = found[0]
+        enabled = first.enabled if len(found) == 2 and first.enabled is Enabled.OFF else Enabled.MAYBE
+        if len(found) == 2 and all(a.enabled is Enabled.ON for a in found):
+            enabled = Enabled.ON
+        flag = expr.test if enabled is Enabled.MAYBE and len(found) == 1 else None
+        return Region(first.node, first.device, first.dtype, first.dtype_given, enabled, first.kind, flag)
+    name = dotted(expr)
+    if name is not None:
+        return facts.context_objects.get(name)
+    return None
+
+
+def resolve_regions(facts: AmpFacts) -> None:
+    held = held_factories(facts, AUTOCAST_NAMES)
+    # Context objects: ``ctx = torch.autocast(...)`` anywhere in the module, by spelling.
+    for assignment in facts.assignments:
+        region = _region_of_expression(assignment.value, facts, held)
+        if region is not None:
+            existing = facts.context_objects.get(assignment.target)
+            if existing is not None and existing.enabled is not region.enabled:
+                region = Region(region.node, region.device, region.dtype, region.dtype_given, Enabled.MAYBE)
+            facts.context_objects[assignment.target] = region
+    seen: dict[int, Region] = {}
+    for site in facts.calls:
+        for ref in site.withs:
+            key = id(ref)
+            if key in seen or ref.region is not None:
+                continue
+            region = _region_of_expression(ref.expr, facts, held)
+            if region is not None and ref.decorator:
+                region = Region(region.node, region.device, region.dtype, region.dtype_given, region.enabled,
+                                "decorator" if region.kind == "with" else region.kind)
+            ref.region = region
+            seen[key] = region
+    regions: dict[int, Region] = {}
+    for region in list(facts.context_objects.values()) + [r for r in seen.values() if r is not None]:
+        regions.setdefault(id(region.node), region)
+    # Regions that enclose no call at all (``with autocast(): pass``) still count as uses.
+    for site in facts.calls:
+        if id(site.node) not in regions:
+            region = autocast_region(site.node, facts.imports)
+            if region is not None:
+                regions[id(site.node)] = region
+    _devices_from_constants(facts, [*facts.context_objects.values(), *seen.values(), *regions.values()])
+    facts.regions = list(regions.values())
+
+
+def _devices_from_constants(facts: AmpFacts, found: list[Region | None]) -> None:
+    """``torch.autocast(device_type=DEVICE_TYPE)`` with ``DEVICE_TYPE = "cuda"`` in the module."""
+    unknown = [r for r in found if r is not None and r.device is None]
+    constants = module_strings(facts) if unknown else None
+    if not constants:
+        return
+    frames = {id(site.node): site.frame for site in facts.calls}
+    for region in unknown:
+        if id(region.node) in frames:
+            region.device = constant_device(region.node, frames[id(region.node)], facts, constants)
+
+
+def _is_scale_call(expr: ast.expr) -> str | None:
+    """``K.scale(x)`` → ``K``."""
+    if type(expr) is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr == "scale":
+        return dotted(expr.func.value)
+    return None
+
+
+def find_scalers_and_optimizers(facts: AmpFacts) -> None:
+    for assignment in facts.assignments:
+        value = assignment.value
+        if type(value) is ast.IfExp:
+            # ``scaler = GradScaler() if amp else None``: a scaler whenever one is used.
+            value = next((arm for arm in (value.body, value.orelse) if type(arm) is ast.Call), value)
+        if type(value) is ast.Call:
+            qname = facts.qualify(value.func)
+            if qname in GRAD_SCALER_NAMES:
+                facts.scalers.add(assignment.target)
+                device_arg = get_arg(value, 0, "device")
+                device = GRAD_SCALER_NAMES[qname] or (string_value(device_arg.value) if device_arg else "cuda")
+                facts.scaler_devices[assignment.target] = device
+            elif is_optimizer_constructor(value, facts):
+                facts.optimizers.add(assignment.target)
+    # By use: whatever has ``.scale(x).backward()`` called on it is a scaler.
+    scaled_vars: dict[str, str] = {}
+    for assignment in facts.assignments:
+        scaler = _is_scale_call(assignment.value)
+        if scaler is not None:
+            scaled_vars[assignment.target] = scaler
+    for site in facts.calls:
+        if site.method == "backward":
+            scaler = _is_scale_call(site.node.func.value) if type(site.node.func) is ast.Attribute else None
+            if scaler is not None:
+                facts.scalers.add(scaler)
+    for site in facts.calls:
+        if site.receiver in facts.scalers and site.method in ("step", "unscale_"):
+            opt = site.arg(0, "optimizer")
+            name = dotted(opt.value) if opt else None
+            if name:
+                facts.optimizers.add(name)
+    for site in facts.calls:
+        if site.method == "zero_grad" and site.receiver and _OPTIMIZER_NAME.search(site.receiver.rsplit(".", 1)[-1]):
+            facts.optimizers.add(site.receiver)
+    facts.scaled_vars = scaled_vars
+
+
+_NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+
+
+def is_optimizer_constructor(call: ast.Call, facts: AmpFacts) -> bool:
+    qname = facts.qualify(call.func) or dotted(call.func) or ""
+    if qname.startswith(_NOT_OPTIMIZERS):
+        return False  # schedulers and SWA helpers also have .step()
+    last = qname.rsplit(".", 1)[-1]
+    return last in _OPTIMIZER_CLASS or qname.startswith("torch.optim.") and last[:1].isupper()
+
+
+# Objects with a ``step()`` whose names would otherwise look like optimizers.
+_NOT_OPTIMIZER_NAME = re.compile(r"sched|ema|swa|warmup|lr_|pbar|progress", re.I)
+
+
+def is_optimizer(name: str | None, facts: AmpFacts) -> bool:
+    if not name:
+        return False
+    if name in facts.optimizers:
+        return True
+    last = name.rsplit(".", 1)[-1]
+    return bool(_OPTIMIZER_NAME.search(last)) and not _NOT_OPTIMIZER_NAME.search(last)
+
+
+def classify_events(facts: AmpFacts) -> None:
+    scaled_vars = facts.scaled_vars
+    for frame in facts.frames:
+        for site in frame.calls:
+            event = _event_for(site, facts, scaled_vars)
+            if event is not None:
+                frame.events.append(event)
+
+
+def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> Event | None:
+    method, receiver = site.method, site.receiver
+    if site.qname in GRAD_SCALER_NAMES:
+        return Event(EventKind.SCALER_NEW, site)
+    if site.qname in CLIP_NAMES:
+        return Event(EventKind.CLIP, site, norm_only=_is_norm_only(site, facts))
+    if site.qname in AUTOGRAD_BACKWARD:
+        tensors = site.arg(0, "tensors")
+        scaler = _is_scale_call(tensors.value) if tensors else None
+        if scaler is None and tensors is not None:
+            scaler = scaled_vars.get(dotted(tensors.value) or "")
+        if scaler is not None:
+            return Event(EventKind.SCALED_BACKWARD, site, scaler=scaler)
+        return Event(EventKind.BACKWARD, site)
+    if delegated_backward(method, receiver, site.node):
+        return Event(EventKind.DELEGATED_BACKWARD, site)
+    if method == "backward" and type(site.node.func) is ast.Attribute:
+        target = site.node.func.value
+        scaler = _is_scale_call(target) or scaled_vars.get(dotted(target) or "")
+        if scaler is not None:
+            return Event(EventKind.SCALED_BACKWARD, site, scaler=scaler)
+        if receiver is not None and ("accelerator" in receiver.lower() or receiver.endswith("fabric")):
+            return None  # accelerate / Lightning Fabric objects scale inside backward()
+        return Event(EventKind.BACKWARD, site)
+    if receiver in facts.scalers:
+        opt_arg = site.arg(0, "optimizer")
+        optimizer = dotted(opt_arg.value) if opt_arg else None
+        kind = {"step": EventKind.SCALER_STEP, "unscale_": EventKind.UNSCALE, "update": EventKind.UPDATE}.get(method or "")
+        if kind is not None:
+            return Event(kind, site, scaler=receiver, optimizer=optimizer if kind is not EventKind.UPDATE else None)
+        return None
+    if method == "step" and not site.node.args and not site.node.keywords and is_optimizer(receiver, facts):
+        return Event(EventKind.OPTIMIZER_STEP, site, optimizer=receiver)
+    if method == "zero_grad":
+        return Event(EventKind.ZERO_GRAD, site, optimizer=receiver)
+    return None
+
+
+def downcast_dtype(site: CallSite, facts: AmpFacts) -> str | None:
+    """float16/bfloat16 when the call is ``.half()``, ``.bfloat16()``, ``.to(<half>)`` or ``.type(<half>)``."""
+    call = site.node
+    if site.method == "half" and not call.args and not call.keywords:
+        return "float16"
+    if site.method == "bfloat16" and not call.args and not call.keywords:
+        return "bfloat16"
+    if site.method == "to":
+        for arg in call_args(call):
+            if arg.star or (arg.keyword is not None and arg.keyword != "dtype"):
+                continue
+            dtype = DTYPES.get(facts.qualify(arg.value) or "")
+            if dtype in ("float16", "bfloat16"):
+                return dtype
+        return None
+    if site.method == "type" and (call.args or call.keywords):
+        arg = call_args(call)[0]
+        name = facts.qualify(arg.value) or ""
+        dtype = HALF_TENSOR_TYPES.get(name) or DTYPES.get(name)
+        if dtype is None:
+            text = string_value(arg.value) or ""
+            dtype = HALF_TENSOR_TYPES.get(text)
+        if dtype in ("float16", "bfloat16"):
+            return dtype
+    return None
+
+
+def _is_norm_only(site: CallSite, facts: AmpFacts) -> bool:
+    """``clip_grad_norm_(params, inf)`` only measures; a norm divided by the scale is logging."""
+    if "get_scale" in facts.text(site.statement):
+        return True
+    max_norm = site.arg(1, "max_norm") or site.arg(1, "clip_value")
+    if max_norm is not None:
+        value = max_norm.value
+        if type(value) is ast.Call and dotted(value.func) == "float":
+            arg = get_arg(value, 0, None)
+            if arg is not None and (string_value(arg.value) or "").lower() in ("inf", "+inf"):
+                return True
+        name = dotted(value) or ""
+        if name in ("math.inf", "torch.inf", "np.inf", "numpy.inf", "inf", "float_inf"):
+            return True
+    return False

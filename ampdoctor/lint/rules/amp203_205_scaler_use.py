@@ -1,0 +1,236 @@
+"""AMP203–AMP205: what goes through the GradScaler. An optimizer stepped beside the scaler
+(AMP203), a backward pass the scaler never scaled (AMP204), a scaler built anew inside the
+training loop (AMP205).
+
+Events are compared within one frame (a function body or the module body); iteration.py answers
+"same iteration" and "exclusive branches", scaler_queries.py the small questions.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+from ..iteration import (
+    exclusive,
+    feeds,
+)
+from ..model import AmpFacts, Block, CallSite, Event, Frame
+from ..passes import is_optimizer_constructor
+from ..syntax import FUNCTION_TYPES
+from ..vocabulary import EventKind
+from . import SCALED_BACKWARD, SCALER, LintRule, Report, register
+from .scaler_queries import (
+    event_text,
+    framework_backward,
+    scaler_enabled,
+    scaler_events,
+    target_of,
+    uses_framework,
+)
+
+# --------------------------------------------------------------------------------------
+# AMP203 step-bypasses-scaler
+# --------------------------------------------------------------------------------------
+
+
+@register
+class StepBypassesScaler(LintRule):
+    code = "AMP203"
+    tokens = (".scale(",)
+    anchors = SCALED_BACKWARD
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if uses_framework(facts):
+            return
+        for frame in facts.frames:
+            backwards = frame.events_of(EventKind.BACKWARD, EventKind.SCALED_BACKWARD)
+            if not any(b.kind is EventKind.SCALED_BACKWARD for b in backwards):
+                continue
+            stepped = {(e.scaler, e.optimizer) for e in scaler_events(frame, EventKind.SCALER_STEP)}
+            for step in frame.events_of(EventKind.OPTIMIZER_STEP):
+                feeding = [b for b in backwards if feeds(b, step) and not exclusive(b, step)]
+                if not feeding or feeding[-1].kind is not EventKind.SCALED_BACKWARD:
+                    continue
+                backward = feeding[-1]
+                scaler = backward.scaler
+                if (scaler, step.optimizer) in stepped:
+                    continue  # the scaler steps this optimizer too: the plain step is another branch
+                if any(
+                    u.optimizer == step.optimizer and backward.order < u.order < step.order
+                    for u in scaler_events(frame, EventKind.UNSCALE, scaler)
+                ):
+                    continue  # unscaled by hand: the step sees true gradients
+                yield Report(
+                    self.code,
+                    step.call.node,
+                    f"`{event_text(facts, step)}` applies gradients that `{scaler}.scale(...).backward()` multiplied by "
+                    f"the loss scale, and it is not skipped when they overflow",
+                    help=f"Call `{scaler}.step({step.optimizer})` instead, then `{scaler}.update()`",
+                    statement=step.call.statement,
+                )
+
+
+# --------------------------------------------------------------------------------------
+# AMP204 unscaled-backward
+# --------------------------------------------------------------------------------------
+
+
+@register
+class UnscaledBackward(LintRule):
+    code = "AMP204"
+    tokens = ("GradScaler", ".scale(")
+    anchors = SCALER
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        disabled = {
+            target
+            for event in facts.events(EventKind.SCALER_NEW)
+            if (target := target_of(facts, event.call.node)) is not None
+            and scaler_enabled(event.call.node, event.call.qname or "") is False
+        }
+        for frame in facts.frames:
+            steps = [s for s in scaler_events(frame, EventKind.SCALER_STEP) if s.scaler not in disabled]
+            if not steps or frame.events_of(EventKind.SCALED_BACKWARD):
+                continue
+            # Any ``K.scale(...)`` in the function (a scaled loss divided later, a list of scaled
+            # losses) means scaling happens here in a form the model does not follow.
+            if any(site.method == "scale" and site.receiver in facts.scalers for site in frame.calls):
+                continue
+            for backward in frame.events_of(EventKind.BACKWARD):
+                site = backward.call
+                if framework_backward(site) or "scale" in (site.receiver or "").lower():
+                    continue
+                fed = [s for s in steps if feeds(backward, s) and not exclusive(backward, s)]
+                if not fed:
+                    continue
+                step = fed[0]
+                yield Report(
+                    self.code,
+                    site.node,
+                    f"plain `{event_text(facts, backward)}` before `{event_text(facts, step)}`: the gradients were never "
+                    f"multiplied by the loss scale, so `{step.scaler}.step` divides them by it and float16 gradients "
+                    "underflow",
+                    help=f"Scale the loss first: `{step.scaler}.scale(loss).backward()`",
+                    statement=site.statement,
+                )
+
+
+# --------------------------------------------------------------------------------------
+# AMP205 scaler-in-loop
+# --------------------------------------------------------------------------------------
+
+
+@register
+class ScalerInLoop(LintRule):
+    code = "AMP205"
+    tokens = ("GradScaler",)
+    anchors = SCALER
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        for frame in facts.frames:
+            for new in frame.events_of(EventKind.SCALER_NEW):
+                target = target_of(facts, new.call.node)
+                if target is None:
+                    continue
+                report = (
+                    self._in_stepping_loop(frame, facts, new, target)
+                    or self._in_epoch_loop(frame, facts, new, target)
+                    or self._in_epoch_function(frame, facts, new, target)
+                )
+                if report is not None:
+                    yield report
+
+    def _in_stepping_loop(self, frame: Frame, facts: AmpFacts, new: Event, target: str) -> Report | None:
+        loop = new.call.loop
+        # Only a construction directly in the loop body: ``if scaler is None:`` is lazy set-up.
+        if loop is None or new.path[-1].ident != loop.ident:
+            return None
+        if not any(
+            s.order > new.order and s.call.loop is not None and s.call.loop.ident == loop.ident
+            for s in scaler_events(frame, EventKind.SCALER_STEP, target)
+        ):
+            return None
+        return self._report(
+            facts, new, f"a new GradScaler is assigned to `{target}` on every pass of the loop that steps it",
+            "each iteration", "Create the GradScaler once, before the training loop",
+        )
+
+    def _in_epoch_loop(self, frame: Frame, facts: AmpFacts, new: Event, target: str) -> Report | None:
+        """Built directly in an epoch loop, stepped in the loop nested in it. A loop over folds or
+        trials, or one that also builds its optimizer, is a fresh training run per pass: correct."""
+        loop = new.call.loop
+        if loop is None or new.path[-1].ident != loop.ident or not _is_epoch_loop(facts, loop.node):
+            return None
+        nested = [
+            s
+            for s in scaler_events(frame, EventKind.SCALER_STEP, target)
+            if s.order > new.order and s.call.loop is not None and s.call.loop.ident != loop.ident
+            and any(b.ident == loop.ident for b in s.path)
+        ]
+        if not nested or _builds_optimizer(facts, frame, loop):
+            return None
+        return self._report(
+            facts, new, f"a new GradScaler is assigned to `{target}` on every pass of the epoch loop",
+            "each epoch", "Create the GradScaler once, before the epoch loop",
+        )
+
+    def _in_epoch_function(self, frame: Frame, facts: AmpFacts, new: Event, target: str) -> Report | None:
+        """Built in a function that trains with it and that the module calls from its epoch loop."""
+        if new.call.loop is not None or "." in target or not isinstance(frame.node, FUNCTION_TYPES):
+            return None
+        if not any(s.call.loop is not None for s in scaler_events(frame, EventKind.SCALER_STEP, target)):
+            return None
+        if _builds_optimizer(facts, frame):
+            return None  # a complete training run (a fold, a trial)
+        name = frame.node.name
+        for site in _calls_of(facts, frame):
+            loop = site.loop
+            if loop is not None and (_is_epoch_loop(facts, loop.node) or "epoch" in name.lower()):
+                return self._report(
+                    facts, new,
+                    f"a new GradScaler is assigned to `{target}` on every call of `{name}`, which the loop on line "
+                    f"{loop.node.lineno} calls once per epoch",
+                    "each epoch", f"Create the GradScaler once, before the epoch loop, and pass it to `{name}`",
+                )
+        return None
+
+    def _report(self, facts: AmpFacts, new: Event, what: str, when: str, help: str) -> Report:
+        return Report(
+            self.code,
+            new.call.node,
+            f"{what}: the loss scale restarts at its initial value {when} and never settles",
+            help=help,
+            statement=new.call.statement,
+        )
+
+
+def _is_epoch_loop(facts: AmpFacts, node: ast.AST) -> bool:
+    """A loop whose target or iterable (or ``while`` test) speaks of epochs."""
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        text = f"{facts.text(node.target)} {facts.text(node.iter)}"
+    elif isinstance(node, ast.While):
+        text = facts.text(node.test)
+    else:
+        return False
+    return "epoch" in text.lower()
+
+
+def _builds_optimizer(facts: AmpFacts, frame: Frame, block: Block | None = None) -> bool:
+    """Whether ``frame`` (inside ``block``, when given) constructs an optimizer."""
+    return any(
+        (block is None or any(b.ident == block.ident for b in site.path)) and is_optimizer_constructor(site.node, facts)
+        for site in frame.calls
+    )
+
+
+def _calls_of(facts: AmpFacts, frame: Frame) -> list[CallSite]:
+    """Calls of a module-level function (``f(...)``) or of a method through ``self`` of its class."""
+    node = frame.node
+    if frame.parent is None or frame.parent.parent is not None:
+        return []  # a nested function: called through names the model does not follow
+    if frame.class_name is None:
+        return [c for c in facts.calls if c.receiver is None and isinstance(c.node.func, ast.Name)
+                and c.node.func.id == node.name]
+    return [c for c in facts.calls if c.receiver == "self" and c.method == node.name
+            and c.frame.class_name == frame.class_name]

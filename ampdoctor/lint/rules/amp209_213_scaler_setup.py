@@ -1,0 +1,319 @@
+"""AMP209–AMP213: the scaler's configuration and its place in a training script. A scaler with
+bfloat16 (AMP209), float16 autocast without one (AMP210), checkpoints that leave its state out
+(AMP211), a plain GradScaler under FSDP (AMP212), gradients zeroed between backward and step
+(AMP213).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable
+
+from ..gate import Anchors
+from ..iteration import (
+    exclusive,
+    feeds,
+    is_prefix,
+)
+from ..model import AmpFacts, CallSite, Region
+from ..passes import is_optimizer
+from ..syntax import call_args, dotted, iter_nodes
+from ..vocabulary import GRAD_SCALER_NAMES, EventKind
+from . import AUTOCAST, SCALED_BACKWARD, SCALER, LintRule, Report, register
+from .scaler_queries import (
+    event_text,
+    framework_backward,
+    mentions,
+    scaler_device,
+    scaler_enabled,
+    scaler_events,
+    uses_framework,
+)
+
+# --------------------------------------------------------------------------------------
+# AMP209 scaler-with-bfloat16
+# --------------------------------------------------------------------------------------
+
+_FLOAT16_TEXT = re.compile(r"\bfloat16|\bfp16|\bhalf\b|HalfTensor", re.I)
+
+
+@register
+class ScalerWithBfloat16(LintRule):
+    code = "AMP209"
+    tokens = ("GradScaler",)
+    anchors = SCALER
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if not facts.regions or _FLOAT16_TEXT.search(facts.source):
+            return
+        for new in facts.events(EventKind.SCALER_NEW):
+            qname = new.call.qname or ""
+            if scaler_enabled(new.call.node, qname) is not True:
+                continue
+            device = scaler_device(new.call.node, qname)
+            regions = [r for r in facts.regions if r.enabled.counts_as_on and (r.device == device or r.device is None)]
+            if not regions or any(r.effective_dtype != "bfloat16" for r in regions):
+                continue
+            yield Report(
+                self.code,
+                new.call.node,
+                "GradScaler in a module whose autocast regions all use bfloat16: bfloat16 has float32's exponent "
+                "range, its gradients do not underflow, and the scaler only adds work",
+                help="Drop the scaler and call `loss.backward()` and `optimizer.step()` directly",
+                statement=new.call.statement,
+            )
+
+
+# --------------------------------------------------------------------------------------
+# AMP210 float16-without-scaler
+# --------------------------------------------------------------------------------------
+
+
+@register
+class Float16WithoutScaler(LintRule):
+    code = "AMP210"
+    tokens = ("autocast",)
+    anchors = AUTOCAST
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if not any(r.is_float16 for r in facts.regions) or self._has_scaler(facts) or uses_framework(facts):
+            return
+        reported: set[int] = set()
+        decorated = _float16_decorated(facts)
+        for frame in facts.frames:
+            backwards = [
+                b
+                for b in frame.events_of(EventKind.BACKWARD)
+                if not framework_backward(b.call) and "scale" not in (b.call.receiver or "").lower()
+            ]
+            if not backwards:
+                continue
+            last = backwards[-1].order
+            for site in frame.calls:
+                region = site.region
+                if (region is None or not region.is_float16) and decorated:
+                    # The loss comes from a function decorated with float16 autocast.
+                    region = decorated.get(_local_callee(site))
+                if region is None or not region.is_float16 or site.order > last or id(region.node) in reported:
+                    continue
+                reported.add(id(region.node))
+                yield Report(
+                    self.code,
+                    region.node,
+                    "float16 autocast with a backward pass and no GradScaler in the module: small float16 "
+                    "gradients underflow to zero",
+                    help="Scale the loss with `torch.amp.GradScaler` (scale, step, update), or use bfloat16",
+                    statement=self._statement(facts, region.node),
+                )
+
+    def _has_scaler(self, facts: AmpFacts) -> bool:
+        if facts.scalers or mentions(facts, "GradScaler"):
+            return True
+        return any("scaler" in (site.receiver or "").lower() for site in facts.calls)
+
+    def _statement(self, facts: AmpFacts, node: ast.AST) -> ast.stmt | None:
+        for site in facts.calls:
+            if site.node is node:
+                return site.statement
+        return None
+
+
+def _float16_decorated(facts: AmpFacts) -> dict[str, Region]:
+    """Functions of the module whose body runs in float16 autocast by a decorator, by name."""
+    regions = {id(region.node): region for region in facts.regions if region.is_float16}
+    found: dict[str, Region] = {}
+    if regions:
+        for function, _frame in facts.functions:
+            for decorator in function.decorator_list:
+                region = regions.get(id(decorator))
+                if region is not None:
+                    found[function.name] = region
+    return found
+
+
+def _local_callee(site: CallSite) -> str | None:
+    """``f`` for ``f(...)``, ``self.f(...)`` and ``cls.f(...)``: a function of this module, by name."""
+    if type(site.node.func) is ast.Name:
+        return site.node.func.id
+    return site.method if site.receiver in ("self", "cls") else None
+
+
+# --------------------------------------------------------------------------------------
+# AMP211 scaler-state-not-saved
+# --------------------------------------------------------------------------------------
+
+
+def _state_dict_receivers(mapping: ast.expr) -> tuple[list[str | None], bool]:
+    """Receivers of ``x.state_dict()`` inside a mapping, and whether ``**other`` spreads into it
+    (then the mapping is partly built elsewhere)."""
+    receivers: list[str | None] = []
+    opaque = False
+    for node in iter_nodes(mapping):
+        if isinstance(node, ast.Dict):
+            # ``{**other, ...}``: a None key marks the spread entry.
+            opaque = opaque or any(key is None for key in node.keys)
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict":
+                receivers.append(dotted(node.func.value))
+            if dotted(node.func) == "dict" and any(a.star for a in call_args(node)):
+                opaque = True
+    return receivers, opaque
+
+
+def _scaler_in_reach(facts: AmpFacts, save: CallSite) -> bool:
+    """Whether the function that saves trains with a scaler it could save.
+
+    A module-level scaler (a script), a scaler used in the saving function itself, or a
+    ``self.`` scaler of the saving method's class. A large module with one AMP test and an
+    unrelated checkpoint elsewhere is not a resume bug.
+    """
+    frame = save.frame
+    for assignment in facts.assignments:
+        if assignment.target in facts.scalers and assignment.frame.parent is None:
+            return True  # constructed in the module body
+    spelled = {site.receiver for site in frame.calls} | {e.scaler for e in frame.events}
+    if spelled & facts.scalers:
+        return True
+    if frame.class_name is not None:
+        own = [f for f in facts.frames if f.class_name == frame.class_name]
+        return any(
+            (site.receiver or "") in facts.scalers and (site.receiver or "").startswith("self.")
+            for f in own
+            for site in f.calls
+        )
+    return False
+
+
+def _is_mapping_literal(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and dotted(expr.func) == "dict")
+
+
+@register
+class ScalerStateNotSaved(LintRule):
+    code = "AMP211"
+    tokens = ("GradScaler", ".scale(")
+    needs = (rb"save\(",)
+    anchors = SCALER
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if not facts.scalers and not any(True for _ in facts.events(EventKind.SCALER_NEW)):
+            return
+        for save in facts.calls_to("torch.save"):
+            arg = save.arg(0, "obj")
+            if arg is None or not _scaler_in_reach(facts, save):
+                continue
+            mapping = self._mapping(facts, save, arg.value)
+            if mapping is None or "scaler" in facts.text(mapping).lower():
+                continue
+            receivers, opaque = _state_dict_receivers(mapping)
+            if opaque or not any(is_optimizer(r, facts) or "optim" in (r or "").lower() for r in receivers):
+                continue
+            yield Report(
+                self.code,
+                save.node,
+                "checkpoint saves the optimizer's state but not the GradScaler's: on resume the loss scale restarts "
+                "at its initial value (65536) and the first steps are skipped while it backs off",
+                help="Add `\"scaler\": scaler.state_dict()` to the checkpoint and `scaler.load_state_dict(...)` on resume",
+                statement=save.statement,
+            )
+
+    def _mapping(self, facts: AmpFacts, save: CallSite, expr: ast.expr) -> ast.expr | None:
+        if _is_mapping_literal(expr):
+            return expr
+        name = dotted(expr)
+        if name is None:
+            return None
+        frame = save.frame
+        earlier = [a for a in facts.assignments if a.frame is frame and a.target == name and a.order < save.order]
+        if not earlier or not _is_mapping_literal(earlier[-1].value):
+            return None
+        built = earlier[-1].order
+        # The mapping is completed elsewhere: a method call on it, or handed to a helper.
+        for site in frame.calls:
+            if built < site.order < save.order and site is not save:
+                if site.receiver == name or any(dotted(a.value) == name for a in call_args(site.node)):
+                    return None
+        added = [
+            facts.text(node) for target, node, where in facts.item_assignments if where is frame and target == name
+        ]
+        if any("scaler" in text.lower() for text in added):
+            return None
+        return earlier[-1].value
+
+
+# --------------------------------------------------------------------------------------
+# AMP212 fsdp-plain-grad-scaler
+# --------------------------------------------------------------------------------------
+
+_SHARDED = {
+    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+    "torch.distributed.fsdp.ShardedGradScaler",
+}
+
+
+def _is_fsdp1(qname: str | None) -> bool:
+    return bool(qname) and qname.startswith("torch.distributed.") and qname.endswith(".FullyShardedDataParallel")
+
+
+@register
+class FsdpPlainGradScaler(LintRule):
+    code = "AMP212"
+    tokens = ("FullyShardedDataParallel",)
+    anchors = Anchors(names=tuple(GRAD_SCALER_NAMES), requires_names=("torch.distributed.fsdp",))
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if not any(_is_fsdp1(site.qname) for site in facts.calls):
+            return
+        if mentions(facts, "ShardedGradScaler"):
+            return
+        for new in facts.events(EventKind.SCALER_NEW):
+            qname = new.call.qname or ""
+            if qname in _SHARDED or scaler_enabled(new.call.node, qname) is False:
+                continue
+            yield Report(
+                self.code,
+                new.call.node,
+                "plain GradScaler in a module that shards with FullyShardedDataParallel: each rank checks only its "
+                "own shard for infs, so ranks disagree on skipping a step and the replicas drift apart",
+                help="Use `torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler`",
+                statement=new.call.statement,
+            )
+
+
+# --------------------------------------------------------------------------------------
+# AMP213 zero-grad-before-step
+# --------------------------------------------------------------------------------------
+
+
+@register
+class ZeroGradBeforeStep(LintRule):
+    code = "AMP213"
+    tokens = (".scale(",)  # a scaled backward is the anchor
+    anchors = SCALED_BACKWARD
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        for frame in facts.frames:
+            zeroes = [z for z in frame.events_of(EventKind.ZERO_GRAD) if z.optimizer]
+            if not zeroes:
+                continue
+            for step in scaler_events(frame, EventKind.SCALER_STEP):
+                backwards = [b for b in scaler_events(frame, EventKind.SCALED_BACKWARD, step.scaler) if feeds(b, step)]
+                if not backwards:
+                    continue
+                backward = backwards[-1]
+                for zero in zeroes:
+                    if zero.optimizer != step.optimizer or not backward.order < zero.order < step.order:
+                        continue
+                    # Only a zero_grad that runs whenever the step does; a guarded one is a deliberate skip.
+                    if not is_prefix(zero.path, step.path) or exclusive(backward, zero):
+                        continue
+                    yield Report(
+                        self.code,
+                        zero.call.node,
+                        f"`{event_text(facts, zero)}` between `{event_text(facts, backward)}` and `{event_text(facts, step)}`: "
+                        "the gradients are cleared before the step uses them",
+                        help="Zero the gradients before the forward pass or after the step",
+                        statement=zero.call.statement,
+                    )
+                    break

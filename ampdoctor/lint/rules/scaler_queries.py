@@ -1,0 +1,71 @@
+"""Small queries over AmpFacts that the GradScaler protocol rules (AMP203–AMP213) share: a frame's
+events of one kind, frameworks that own the loss scaling, how a GradScaler is constructed."""
+
+from __future__ import annotations
+
+import ast
+
+from ..model import AmpFacts, CallSite, Event, Frame
+from ..syntax import get_arg, string_value
+from ..vocabulary import GRAD_SCALER_NAMES, EventKind
+
+
+def scaler_events(frame: Frame, kind: EventKind, scaler: str | None = None) -> list[Event]:
+    return [e for e in frame.events if e.kind is kind and (scaler is None or e.scaler == scaler)]
+
+
+def framework_backward(site: CallSite) -> bool:
+    """``engine.backward(loss)`` of DeepSpeed, Lightning strategies and the like scale by themselves."""
+    receiver = (site.receiver or "").lower()
+    return bool(site.node.args or site.node.keywords) and any(
+        word in receiver for word in ("engine", "deepspeed", "strategy", "trainer", "booster", "accelerator", "fabric")
+    )
+
+
+def uses_framework(facts: AmpFacts) -> bool:
+    """Modules built on a framework that owns the loss scaling (accelerate, Lightning, DeepSpeed, apex)."""
+    roots = {q.split(".", 1)[0] for q in facts.imports.values()}
+    return bool(roots & {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "apex", "colossalai"})
+
+
+def scaler_enabled(call: ast.Call, qname: str) -> bool | None:
+    """True/False for a literal ``enabled=``, None when it depends on run-time values."""
+    arg = get_arg(call, None, "enabled")
+    if arg is None:
+        # torch.cuda.amp.GradScaler(init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+        fixed = GRAD_SCALER_NAMES.get(qname) is not None
+        arg = get_arg(call, 4 if fixed else 5, None)
+    if arg is None:
+        return True
+    value = arg.value
+    if isinstance(value, ast.Constant) and isinstance(value.value, bool):
+        return value.value
+    return None
+
+
+def scaler_device(call: ast.Call, qname: str) -> str | None:
+    fixed = GRAD_SCALER_NAMES.get(qname)
+    if fixed is not None:
+        return fixed
+    arg = get_arg(call, 0, "device")
+    if arg is None:
+        return "cuda"
+    return string_value(arg.value)
+
+
+def target_of(facts: AmpFacts, call: ast.Call) -> str | None:
+    for assignment in facts.assignments:
+        if assignment.value is call:
+            return assignment.target
+    return None
+
+
+def mentions(facts: AmpFacts, class_name: str) -> bool:
+    """Whether an import or a resolved name of the module ends in ``class_name`` (``ShardedGradScaler``
+    ends in ``GradScaler``)."""
+    names = [ref.qname for ref in facts.import_refs] + [name for _, name in facts.references]
+    return any(name.rsplit(".", 1)[-1].endswith(class_name) for name in names)
+
+
+def event_text(facts: AmpFacts, event: Event) -> str:
+    return facts.text(event.call.node)

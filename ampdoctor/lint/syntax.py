@@ -1,0 +1,150 @@
+"""Small helpers over ``ast`` nodes that the fact model, the gate and the rules share: dotted
+names, literal values, call arguments, qualified names through an import table, and an
+iterative walk over a node's children in source order."""
+
+from __future__ import annotations
+
+import ast
+from collections import namedtuple
+from collections.abc import Iterator
+
+FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def dotted(expr: ast.AST | None) -> str | None:
+    """``a.b.c`` for Name/Attribute chains, else None."""
+    parts = []
+    while type(expr) is ast.Attribute:
+        parts.append(expr.attr)
+        expr = expr.value
+    if type(expr) is ast.Name:
+        parts.append(expr.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def string_value(expr: ast.AST | None) -> str | None:
+    if type(expr) is ast.Constant and type(expr.value) is str:
+        return expr.value
+    return None
+
+
+def is_float_literal(expr: ast.AST | None) -> bool:
+    return type(expr) is ast.Constant and type(expr.value) is float
+
+
+def number_value(expr: ast.AST | None) -> float | None:
+    """The value of a numeric literal, with unary minus/plus and ``2**-24``-style powers."""
+    kind = type(expr)
+    if kind is ast.Constant:
+        if type(expr.value) in (int, float):
+            try:
+                return float(expr.value)
+            except OverflowError:
+                return None
+        return None
+    if kind is ast.UnaryOp and type(expr.op) in (ast.USub, ast.UAdd):
+        inner = number_value(expr.operand)
+        if inner is None:
+            return None
+        return -inner if type(expr.op) is ast.USub else inner
+    if kind is ast.BinOp and type(expr.op) is ast.Pow:
+        base, exp = number_value(expr.left), number_value(expr.right)
+        if base is None or exp is None or abs(exp) > 1024:
+            return None
+        try:
+            value = base**exp
+        except (OverflowError, ZeroDivisionError, ValueError):
+            return None
+        return float(value) if not isinstance(value, complex) else None
+    return None
+
+
+class Arg(namedtuple("Arg", "value keyword star", defaults=(None, ""))):
+    """One argument of a call, in the shape rules ask about.
+
+    ``value``: the argument (``ast.expr``); ``keyword``: its keyword, or None; ``star``: "",
+    "*" or "**".
+    """
+
+    __slots__ = ()
+
+
+def call_args(call: ast.Call) -> list[Arg]:
+    """Positional arguments in order (``*x`` with star "*"), then keywords (``**x``: star "**")."""
+    args = [Arg(a.value, None, "*") if type(a) is ast.Starred else Arg(a) for a in call.args]
+    args.extend(Arg(k.value, k.arg, "" if k.arg is not None else "**") for k in call.keywords)
+    return args
+
+
+def get_arg(call: ast.Call, position: int | None, keyword: str | None) -> Arg | None:
+    """The argument passed at ``position`` (counting plain positional args) or by ``keyword``."""
+    if position is not None:
+        for index, arg in enumerate(call.args):
+            if type(arg) is ast.Starred:
+                break  # positions after ``*args`` are unknown
+            if index == position:
+                return Arg(arg)
+    if keyword is not None:
+        for kw in call.keywords:
+            if kw.arg == keyword:
+                return Arg(kw.value, keyword)
+    return None
+
+
+def qualify(expr: ast.AST | None, imports: dict[str, str]) -> str | None:
+    name = dotted(expr)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    base = imports.get(head)
+    if base is None:
+        return None
+    return f"{base}.{rest}" if rest else base
+
+
+# Fields that hold no code a rule looks at: expression contexts and operator singletons.
+_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "type_comment", "kind"})
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = tuple(name for name in cls._fields if name not in _SKIPPED_FIELDS)
+        if cls is ast.IfExp:
+            names = ("body", "test", "orelse")  # source order
+        _FIELDS[cls] = names
+    return names
+
+
+def children(node: ast.AST) -> list[ast.AST]:
+    """The child nodes of ``node``, in source order."""
+    if type(node) is ast.Dict:
+        found: list[ast.AST] = []
+        for key, value in zip(node.keys, node.values):
+            if key is not None:
+                found.append(key)
+            found.append(value)
+        return found
+    found = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            found.append(value)
+        elif type(value) is list:
+            found.extend(item for item in value if isinstance(item, ast.AST))
+    return found
+
+
+def iter_nodes(root: ast.AST, prune: tuple[type, ...] = ()) -> Iterator[ast.AST]:
+    """Every node under ``root`` (included), in source order, without recursion.
+
+    Nodes of the ``prune`` types are yielded but not entered.
+    """
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        if not (prune and isinstance(node, prune)):
+            stack.extend(reversed(children(node)))
