@@ -7,7 +7,7 @@ import io
 import json
 
 from ampdoctor.findings import Finding, Location, Related, Severity
-from ampdoctor.report import ReportContext, render
+from ampdoctor.lint.report import ReportContext, render
 
 SOURCE = "from utils import save_checkpoint\n\nsave_checkpoint(model, optimizer, path)\n"
 

@@ -34,17 +34,10 @@ import ast
 import builtins
 import re
 
-from ..facts import (
-    AmpFacts,
-    CallSite,
-    EventKind,
-    Frame,
-    call_args,
-    dotted,
-    is_optimizer,
-    is_optimizer_constructor,
-    iter_nodes,
-)
+from ..model import AmpFacts, CallSite, Frame
+from ..passes import is_optimizer, is_optimizer_constructor
+from ..syntax import call_args, dotted, get_arg, iter_nodes
+from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
 FORMAT = 1
 _SCALER_TEXT = re.compile(r"scaler", re.I)
@@ -366,8 +359,6 @@ def _returned_scaler(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[i
 
 def _enabled_for_sure(call: ast.Call, qname: str) -> bool:
     """A GradScaler construction with no ``enabled=`` or ``enabled=True``."""
-    from ..facts import GRAD_SCALER_NAMES, get_arg
-
     arg = get_arg(call, None, "enabled")
     if arg is None:
         arg = get_arg(call, 4 if GRAD_SCALER_NAMES.get(qname) is not None else 5, None)
