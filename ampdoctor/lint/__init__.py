@@ -75,11 +75,12 @@ class _Job(Record):
 class LintRequest(Record):
     """What to lint and how: the settings, the enabled codes and the command line's options."""
 
-    __slots__ = ("settings", "codes", "fix", "unsafe_fixes", "jobs", "prefilter", "use_cache", "extra_exclude")
+    __slots__ = ("settings", "codes", "fix", "unsafe_fixes", "jobs", "prefilter", "use_cache", "extra_exclude",
+                 "project")
 
     def __init__(self, settings: Settings, codes: frozenset[str], fix: bool = False, unsafe_fixes: bool = False,
                  jobs: int | None = None, prefilter: bool = True, use_cache: bool = False,
-                 extra_exclude: Sequence[str] = ()) -> None:
+                 extra_exclude: Sequence[str] = (), project: bool = True) -> None:
         self.settings = settings
         self.codes = codes
         self.fix = fix
@@ -88,6 +89,12 @@ class LintRequest(Record):
         self.prefilter = prefilter
         self.use_cache = use_cache
         self.extra_exclude = extra_exclude
+        # Follow calls across functions and modules (lint/project); also needs settings.project.
+        self.project = project
+
+    @property
+    def links_project(self) -> bool:
+        return self.project and self.settings.project
 
 
 def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None = None) -> LintRun:
@@ -110,6 +117,11 @@ def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None = N
         from .engine import unreadable
 
         results.extend(unreadable(_display(Path(f), base), f, f"cannot list folder: {why}") for f, why in discovery.unlistable)
+    if request.links_project:
+        from .project.run import link_results
+
+        link_results(results, settings, request.codes, request.use_cache and not request.fix, cwd,
+                     request.extra_exclude)
     results.sort(key=lambda r: r.path)
     return LintRun(results, files_checked=len(jobs))
 
@@ -211,7 +223,8 @@ def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list:
     spec = prefilter_spec(request.codes) if request.prefilter else None
     results = []
     for job in jobs:
-        options = LintOptions(request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored)
+        options = LintOptions(request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored,
+                              summaries=request.links_project)
         try:
             result = engine.lint_file(job.path, job.display, options, spec, job.prefiltered)
         except Exception as exc:  # a defect of ours on this file: say so, and check the others

@@ -38,7 +38,8 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
     """Add the cross-module findings to ``results`` (engine.FileResult objects), in place."""
     targets = {}
     for result in results:
-        if result.file_path.endswith(".py") and result.error is None:
+        # A file that fixes changed is judged again on the next run, against its new text.
+        if result.file_path.endswith(".py") and result.error is None and not result.changed:
             targets[os.path.realpath(result.file_path)] = result
     if not targets:
         return
@@ -49,6 +50,13 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
     store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
     project = Project(set(files), store.summary)
     target_rels = {rel: targets[os.path.realpath(root / rel)] for rel in files if os.path.realpath(root / rel) in targets}
+    for rel, result in target_rels.items():
+        if result.summary is not None:  # made by the lint pass from the facts its rules used
+            try:
+                store.put(rel, (root / rel).read_bytes(), result.summary)
+            except OSError:
+                pass
+            result.summary = None  # the reporters have no use for it
     callers = [rel for rel in files if store.is_caller(rel)]
     reports = run_checks(project, target_rels, callers, codes)
     if use_cache:
@@ -56,7 +64,7 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
         store.save()
         _tag_folder(Path(settings.root) / CACHE_DIR)
     if reports:
-        _attach(reports, target_rels, root, cwd)
+        _attach(reports, target_rels, root, cwd, settings)
 
 
 def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: dict) -> list[str]:
@@ -81,7 +89,7 @@ def _display(path: Path, cwd: Path) -> str:
     return absolute[len(base):].replace(os.sep, "/") if absolute.startswith(base) else path.as_posix()
 
 
-def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path) -> None:
+def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, settings) -> None:
     from ..engine import _apply_suppressions, decode_source
 
     by_module: dict[str, list[CrossReport]] = {}
@@ -114,7 +122,8 @@ def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path) ->
             except (OSError, ValueError):
                 continue
             result.source = source
-        kept, suppressed = _apply_suppressions(findings, source, ())
+        ignored = settings.ignored_for(Path(result.file_path)) if settings.per_file_ignores else ()
+        kept, suppressed = _apply_suppressions(findings, source, ignored)
         result.findings = sorted([*result.findings, *kept], key=Finding.sort_key)
         result.suppressed += suppressed
         result.parsed = True

@@ -37,6 +37,7 @@ import re
 from ..model import AmpFacts, CallSite, Frame
 from ..passes import is_optimizer, is_optimizer_constructor
 from ..syntax import call_args, dotted, get_arg, iter_nodes
+from ..rules.scaler_queries import float16_in_code
 from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
 FORMAT = 1
@@ -365,36 +366,6 @@ def _enabled_for_sure(call: ast.Call, qname: str) -> bool:
     if arg is None:
         return True
     return isinstance(arg.value, ast.Constant) and arg.value.value is True
-
-
-_FLOAT16_TEXT = re.compile(r"\bfloat16|\bfp16|\bhalf\b|HalfTensor", re.I)
-
-
-def float16_in_code(facts: AmpFacts) -> bool:
-    """Whether the module's code (not its comments or docstrings) speaks of float16: a dtype, a
-    ``--fp16`` option, ``.half()``."""
-    if not _FLOAT16_TEXT.search(facts.source):
-        return False
-    import io
-    import tokenize
-
-    docstrings = set()
-    for node in iter_nodes(facts.module):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-                docstrings.add((first.value.lineno, first.value.col_offset))
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(facts.source).readline):
-            if token.type == tokenize.COMMENT:
-                continue
-            if token.type == tokenize.STRING and (token.start[0], token.start[1]) in docstrings:
-                continue
-            if _FLOAT16_TEXT.search(token.string):
-                return True
-    except (tokenize.TokenError, SyntaxError):
-        return True  # in doubt: as if it did
-    return False
 
 
 def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:

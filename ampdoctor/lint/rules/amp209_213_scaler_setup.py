@@ -7,7 +7,6 @@ bfloat16 (AMP209), float16 autocast without one (AMP210), checkpoints that leave
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterable
 
 from ..gate import Anchors
@@ -19,10 +18,12 @@ from ..iteration import (
 from ..model import AmpFacts, CallSite, Region
 from ..passes import is_optimizer
 from ..syntax import call_args, dotted, iter_nodes
-from ..vocabulary import GRAD_SCALER_NAMES, EventKind
+from ..vocabulary import GRAD_SCALER_NAMES, Enabled, EventKind
 from . import AUTOCAST, SCALED_BACKWARD, SCALER, LintRule, Report, register
 from .scaler_queries import (
     event_text,
+    float16_in_code,
+    scaler_enabled_arg,
     framework_backward,
     mentions,
     scaler_device,
@@ -35,9 +36,6 @@ from .scaler_queries import (
 # AMP209 scaler-with-bfloat16
 # --------------------------------------------------------------------------------------
 
-_FLOAT16_TEXT = re.compile(r"\bfloat16|\bfp16|\bhalf\b|HalfTensor", re.I)
-
-
 @register
 class ScalerWithBfloat16(LintRule):
     code = "AMP209"
@@ -45,15 +43,20 @@ class ScalerWithBfloat16(LintRule):
     anchors = SCALER
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
-        if not facts.regions or _FLOAT16_TEXT.search(facts.source):
+        # float16 named in the code (a dtype, an ``--fp16`` option) means a float16 path may
+        # exist; in a comment or a docstring it does not.
+        if not facts.regions or float16_in_code(facts):
             return
         for new in facts.events(EventKind.SCALER_NEW):
             qname = new.call.qname or ""
-            if scaler_enabled(new.call.node, qname) is not True:
-                continue
             device = scaler_device(new.call.node, qname)
             regions = [r for r in facts.regions if r.enabled.counts_as_on and (r.device == device or r.device is None)]
             if not regions or any(r.effective_dtype != "bfloat16" for r in regions):
+                continue
+            enabled = scaler_enabled(new.call.node, qname)
+            if enabled is None and not _same_flag(facts, new.call.node, qname, regions):
+                continue
+            if enabled is False:
                 continue
             yield Report(
                 self.code,
@@ -63,6 +66,16 @@ class ScalerWithBfloat16(LintRule):
                 help="Drop the scaler and call `loss.backward()` and `optimizer.step()` directly",
                 statement=new.call.statement,
             )
+
+
+def _same_flag(facts: AmpFacts, call: ast.Call, qname: str, regions: list[Region]) -> bool:
+    """``GradScaler(enabled=use_bf16)`` beside ``autocast(dtype=torch.bfloat16, enabled=use_bf16)``:
+    the scaler is on exactly when the (bfloat16) regions are."""
+    arg = scaler_enabled_arg(call, qname)
+    if arg is None:
+        return False
+    flag = facts.text(arg.value)
+    return all(r.enabled is Enabled.MAYBE and r.flag is not None and facts.text(r.flag) == flag for r in regions)
 
 
 # --------------------------------------------------------------------------------------
@@ -110,7 +123,11 @@ class Float16WithoutScaler(LintRule):
     def _has_scaler(self, facts: AmpFacts) -> bool:
         if facts.scalers or mentions(facts, "GradScaler"):
             return True
-        return any("scaler" in (site.receiver or "").lower() for site in facts.calls)
+        # ``scaler.scale(loss)``, or a loss scaler handed in and called: ``loss_scaler(loss, optimizer)``.
+        return any(
+            "scaler" in (site.receiver or "").lower() or "scaler" in (dotted(site.node.func) or "").lower()
+            for site in facts.calls
+        )
 
     def _statement(self, facts: AmpFacts, node: ast.AST) -> ast.stmt | None:
         for site in facts.calls:
