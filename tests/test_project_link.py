@@ -16,7 +16,6 @@ from ampdoctor.lint.facts import build_facts
 from ampdoctor.lint.project import store as store_module
 from ampdoctor.lint.project.link import Project
 from ampdoctor.lint.project.root import module_name, project_root
-from ampdoctor.lint.project.run import link_results
 from ampdoctor.lint.project.store import SummaryStore
 from ampdoctor.lint.project.summary import summarize
 
@@ -43,8 +42,7 @@ def project_of(files: dict[str, str]) -> Project:
 def lint_tree(root: Path, paths=None, use_cache=False) -> list:
     settings = Settings(root=root)
     codes = settings.enabled_codes(known_codes())
-    run = lint_paths(paths or [root], LintRequest(settings, codes), cwd=root)
-    link_results(run.results, settings, codes, use_cache, root)
+    run = lint_paths(paths or [root], LintRequest(settings, codes, use_cache=use_cache), cwd=root)
     return sorted((f.location.path, f.location.line, f.code) for f in run.findings)
 
 
@@ -125,6 +123,11 @@ def test_project_root_is_the_nearest_marked_folder_shared_by_all_paths(tmp_path:
 # ---- link ---------------------------------------------------------------------------------
 
 
+def test_summary_leaves_out_calls_no_cross_module_rule_asks_about():
+    summary = summary_of("import utils\n" + "".join(f"y{i} = model(x{i})\n" for i in range(200)))
+    assert summary["calls"] == []
+
+
 def _call(project: Project, module: str, callee: str) -> dict:
     return next(c for c in project.calls(module) if c["callee"] == callee)
 
@@ -133,8 +136,10 @@ def test_link_follows_relative_imports_reexports_and_aliases():
     project = project_of({
         "pkg/__init__.py": "from .io import save_checkpoint\n",
         "pkg/io.py": HELPER,
+        # (in a loop: the summary keeps only the calls a cross-module rule may ask about)
         "pkg/train.py": "from . import io\nfrom pkg import save_checkpoint\nsave = io.save_checkpoint\n"
-                        "save_checkpoint(m, o, p)\nio.save_checkpoint(m, o, p)\nsave(m, o, p)\n",
+                        "for epoch in range(3):\n    save_checkpoint(m, o, p)\n    io.save_checkpoint(m, o, p)\n"
+                        "    save(m, o, p)\n",
     })
     for callee in ("save_checkpoint", "io.save_checkpoint", "save"):
         target = project.resolve_call("pkg/train.py", _call(project, "pkg/train.py", callee))
@@ -146,8 +151,8 @@ def test_link_follows_self_methods_base_classes_and_objects_of_project_classes()
         "base.py": "class Base:\n    def save(self, path):\n        pass\n",
         "trainer.py": "from base import Base\nfrom saver import Saver\n"
                       "class Trainer(Base):\n    def __init__(self):\n        self.saver = Saver()\n"
-                      "    def fit(self):\n        self.save('p')\n        self.saver.write(1)\n"
-                      "        local = Saver()\n        local.write(2)\n",
+                      "    def fit(self):\n        local = Saver()\n        for step in range(3):\n"
+                      "            self.save('p')\n            self.saver.write(1)\n            local.write(2)\n",
         "saver.py": "class Saver:\n    def write(self, epoch):\n        pass\n",
     })
     calls = {c["callee"]: project.resolve_call("trainer.py", c) for c in project.calls("trainer.py")}
@@ -159,10 +164,12 @@ def test_link_follows_self_methods_base_classes_and_objects_of_project_classes()
 def test_link_resolves_nothing_it_cannot_be_sure_of():
     project = project_of({
         "train.py": "import json\nimport torch\nfrom thirdparty import save\n"
-                    "def f(saver, cls_name):\n    saver.save(1)\n    save(2)\n    getattr(saver, cls_name)(3)\n"
-                    "    torch.save(4, 'x')\n    json.dump(5)\n",
+                    "def f(saver, cls_name):\n  for i in range(3):\n    saver.save(1)\n    save(2)\n"
+                    "    getattr(saver, cls_name)(3)\n    torch.save(4, 'x')\n    json.dump(5)\n",
     })
-    assert all(project.resolve_call("train.py", c) is None for c in project.calls("train.py"))
+    calls = project.calls("train.py")
+    assert {c["callee"] for c in calls} == {"saver.save", "save", "json.dump"}
+    assert all(project.resolve_call("train.py", c) is None for c in calls)
 
 
 # ---- cross-module checks, end to end on small projects ----------------------------------

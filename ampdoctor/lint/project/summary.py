@@ -240,7 +240,8 @@ def _changed_in(facts: AmpFacts, frame: Frame, name: str, before: CallSite) -> b
     return any(site.receiver == name and site.order < before.order for site in frame.calls)
 
 
-def mapping_of(facts: AmpFacts, frame: Frame, expr: ast.expr, order: int) -> ast.expr | None:
+def mapping_of(facts: AmpFacts, frame: Frame, expr: ast.expr, order: int,
+               index: "_AssignmentIndex | None" = None) -> ast.expr | None:
     """The dict literal (or ``dict(...)`` call) that ``expr`` is or names, when the frame builds
     it in one piece before ``order`` and completes it nowhere else; otherwise None."""
     if _is_mapping_literal(expr):
@@ -248,7 +249,10 @@ def mapping_of(facts: AmpFacts, frame: Frame, expr: ast.expr, order: int) -> ast
     name = dotted(expr)
     if name is None:
         return None
-    earlier = [a for a in facts.assignments if a.frame is frame and a.target == name and a.order < order]
+    candidates = index.of(frame, name) if index is not None else [
+        a for a in facts.assignments if a.frame is frame and a.target == name
+    ]
+    earlier = [a for a in candidates if a.order < order]
     if len(earlier) != 1 or not _is_mapping_literal(earlier[0].value):
         return None
     built = earlier[0].order
@@ -389,8 +393,13 @@ def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
 
 
 def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict]) -> list[dict]:
+    """The calls a cross-module rule may ask about: those made with a scaler in reach, inside
+    an autocast region, in a loop, passing a scaler, a checkpoint mapping or one of the
+    function's own parameters on, or whose result a module with autocast keeps."""
     records = []
+    index = _AssignmentIndex(facts)
     reach_cache: dict[int, list[int] | None] = {}
+    mentions_scaler = bool(_SCALER_TEXT.search(facts.source))
     for site in facts.calls:
         callee = _callee(site, imports, functions)
         if callee is None:
@@ -399,34 +408,76 @@ def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict])
         if frame_name is None:
             continue
         record: dict = {"callee": callee, "frame": frame_name, "at": position(site.node)}
-        args = _arguments(facts, site)
-        if args:
-            record["args"] = args
-        if any(a.star for a in call_args(site.node)):
-            record["star"] = True
-        if _SCALER_TEXT.search(facts.text(site.node)) or any(
-            dotted(a.value) in facts.scalers for a in call_args(site.node)
-        ):
-            record["scaler"] = True
         key = id(site.frame)
         if key not in reach_cache:
-            # A frame that saves its scaler's state some other way is not judged.
-            saved = any(s.method == "state_dict" and _SCALER_TEXT.search(s.receiver or "") for s in site.frame.calls)
-            reach_cache[key] = None if saved else scaler_in_reach(facts, site.frame)
+            reach_cache[key] = _reach(facts, site.frame, index) if mentions_scaler else None
+        relevant = False
         if reach_cache[key] is not None:
             record["reach"] = reach_cache[key]
+            relevant = True
         region = site.region
         if region is not None and region.enabled.counts_as_on:
             record["region"] = {"at": position(region.node), "dtype": region.effective_dtype}
-        statement = site.statement
-        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is site.node:
-            record["assigned"] = True
+            relevant = True
         if site.loop is not None:
             record["loop"] = position(site.loop.node)[:2]
             if _is_epoch_loop(facts, site.loop.node):
                 record["epoch_loop"] = True
+            relevant = True
+        statement = site.statement
+        if (isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is site.node
+                and facts.regions):
+            record["assigned"] = True
+            relevant = True
+        args = _arguments(facts, site, index)
+        params = _param_names(site.frame)
+        if any("is_scaler" in a or "map" in a or a.get("name") in params for a in args):
+            relevant = True
+        if not relevant:
+            continue
+        if args:
+            record["args"] = args
+        if any(a.star for a in call_args(site.node)):
+            record["star"] = True
+        if (mentions_scaler and _SCALER_TEXT.search(facts.text(site.node))) or any(
+            dotted(a.value) in facts.scalers for a in call_args(site.node)
+        ):
+            record["scaler"] = True
         records.append(record)
     return records
+
+
+def _param_names(frame: Frame) -> frozenset[str]:
+    node = frame.node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return frozenset()
+    return frozenset(_params(node)[0])
+
+
+class _AssignmentIndex:
+    """Assignments by (frame, target), in order: the summary's questions about one name must
+    not scan the whole module each time (a generated module has a hundred thousand of them)."""
+
+    def __init__(self, facts: AmpFacts) -> None:
+        self.by_target: dict[tuple[int, str], list] = {}
+        self.scalers_made: dict[str, ast.AST] = {}
+        self.module_scaler: ast.AST | None = None
+        for assignment in facts.assignments:
+            self.by_target.setdefault((id(assignment.frame), assignment.target), []).append(assignment)
+            if assignment.target in facts.scalers:
+                self.scalers_made.setdefault(assignment.target, assignment)
+                if assignment.frame.parent is None and self.module_scaler is None:
+                    self.module_scaler = assignment.value
+
+    def of(self, frame: Frame, target: str) -> list:
+        return self.by_target.get((id(frame), target), [])
+
+
+def _reach(facts: AmpFacts, frame: Frame, index: _AssignmentIndex) -> list[int] | None:
+    # A frame that saves its scaler's state some other way is not judged.
+    if any(s.method == "state_dict" and _SCALER_TEXT.search(s.receiver or "") for s in frame.calls):
+        return None
+    return scaler_in_reach(facts, frame, index)
 
 
 def _is_epoch_loop(facts: AmpFacts, node: ast.AST) -> bool:
@@ -457,7 +508,7 @@ def _callee(site: CallSite, imports: dict[str, str], functions: dict[str, dict])
     return spelled
 
 
-def _arguments(facts: AmpFacts, site: CallSite) -> list[dict]:
+def _arguments(facts: AmpFacts, site: CallSite, index: "_AssignmentIndex | None" = None) -> list[dict]:
     """Per argument: its position or keyword, its spelling, whether it is a known scaler, and
     what a checkpoint mapping passed there holds; ``state`` (for the scalers it passes) tells
     whether a scaled backward came before the call with no ``unscale_`` since."""
@@ -475,7 +526,7 @@ def _arguments(facts: AmpFacts, site: CallSite) -> list[dict]:
             if name in facts.scalers:
                 item["is_scaler"] = True
                 item["state"] = _scaler_state(site, name)
-        mapping = mapping_of(facts, site.frame, arg.value, site.order)
+        mapping = mapping_of(facts, site.frame, arg.value, site.order, index)
         if mapping is not None:
             item["map"] = state_of(facts, mapping)
         out.append(item)
@@ -496,21 +547,17 @@ def _scaler_state(site: CallSite, scaler: str) -> dict:
     return {"kind": "unscaled" if unscaled else "scaled", "backward": position(last.call.node)}
 
 
-def scaler_in_reach(facts: AmpFacts, frame: Frame) -> list[int] | None:
+def scaler_in_reach(facts: AmpFacts, frame: Frame, index: _AssignmentIndex) -> list[int] | None:
     """Where the scaler that ``frame`` trains with is made, when it has one: a module-level
-    scaler, one the frame itself uses, or a ``self.`` scaler of its class. None otherwise."""
-    made: dict[str, ast.AST] = {}
-    for assignment in facts.assignments:
-        if assignment.target in facts.scalers and assignment.target not in made:
-            made[assignment.target] = assignment.value
-    for assignment in facts.assignments:
-        if assignment.target in facts.scalers and assignment.frame.parent is None:
-            return position(assignment.value)
+    scaler, one the frame itself uses (or receives as a parameter), or a ``self.`` scaler of
+    its class. None otherwise."""
+    if index.module_scaler is not None:
+        return position(index.module_scaler)
     spelled = {site.receiver for site in frame.calls} | {e.scaler for e in frame.events}
     for name in sorted(n for n in spelled if n in facts.scalers):
-        node = made.get(name)
-        if node is not None:
-            return position(node)
+        made = index.scalers_made.get(name)
+        if made is not None:
+            return position(made.value)
         use = next((s for s in frame.calls if s.receiver == name), None)
         if use is not None:
             return position(use.node)
@@ -519,9 +566,7 @@ def scaler_in_reach(facts: AmpFacts, frame: Frame) -> list[int] | None:
             if arg.arg in facts.scalers:
                 return position(arg)  # handed in by the caller, which made it
     if frame.class_name is not None:
-        for name, node in made.items():
-            if name.startswith("self."):
-                owner = next((a.frame for a in facts.assignments if a.target == name), None)
-                if owner is not None and owner.class_name == frame.class_name:
-                    return position(node)
+        for name, made in index.scalers_made.items():
+            if name.startswith("self.") and made.frame.class_name == frame.class_name:
+                return position(made.value)
     return None

@@ -189,16 +189,16 @@ class DeprecatedAmpApi(LintRule):
     anchors = Anchors(names=("torch.cuda.amp", "torch.cpu.amp"))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
-        gated = _version_gated(facts)
+        gated = _Gated(facts)
         yield from self._imports(facts, gated)
         yield from self._star_imports(facts, gated)
         yield from self._attribute_chains(facts, gated)
 
     # ---- ``from torch.cuda.amp import *``: every name it binds is the deprecated one
 
-    def _star_imports(self, facts: AmpFacts, gated: set[int]) -> Iterable[Report]:
-        for node in iter_nodes(facts.module):
-            if (type(node) is not ast.ImportFrom or node.level or node.module not in _DEPRECATED_MODULES
+    def _star_imports(self, facts: AmpFacts, gated: "_Gated") -> Iterable[Report]:
+        for node in _module_level_imports(facts.module.body):
+            if (node.level or node.module not in _DEPRECATED_MODULES
                     or not any(alias.name == "*" for alias in node.names) or id(node) in gated):
                 continue
             device = _DEPRECATED_MODULES[node.module]
@@ -211,7 +211,7 @@ class DeprecatedAmpApi(LintRule):
 
     # ---- ``from torch.cuda.amp import ...`` / ``from torch.cuda import amp`` / ``import torch.cuda.amp as x``
 
-    def _imports(self, facts: AmpFacts, gated: set[int]) -> Iterable[Report]:
+    def _imports(self, facts: AmpFacts, gated: "_Gated") -> Iterable[Report]:
         by_statement: dict[int, list[ImportRef]] = {}
         for ref in facts.import_refs:
             if ref.fallback or id(ref.node) in gated:
@@ -240,7 +240,7 @@ class DeprecatedAmpApi(LintRule):
             )
 
     def _import_fix(
-        self, facts: AmpFacts, node: ast.stmt, name: ast.Name, refs: list[ImportRef], device: str, gated: set[int]
+        self, facts: AmpFacts, node: ast.stmt, name: ast.Name, refs: list[ImportRef], device: str, gated: "_Gated"
     ) -> FixPlan | None:
         """Rename the module at the import (``name``: its text) and add the device at every use."""
         names: set[str] = set()
@@ -287,7 +287,7 @@ class DeprecatedAmpApi(LintRule):
 
     # ---- ``torch.cuda.amp.autocast(...)`` spelled out -----------------------------------
 
-    def _attribute_chains(self, facts: AmpFacts, gated: set[int]) -> Iterable[Report]:
+    def _attribute_chains(self, facts: AmpFacts, gated: "_Gated") -> Iterable[Report]:
         calls_by_func = {id(site.node.func): site.node for site in facts.calls}
         decorators = {id(d) for function, _frame in facts.functions for d in function.decorator_list}
         bases = {id(base) for class_def, _ in facts.classes for base in class_def.bases}
@@ -373,6 +373,37 @@ def _original_name(local: str, refs: list[ImportRef]) -> str:
 # takes: ``torch.amp.GradScaler if _TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler``,
 # ``if hasattr(torch.amp, "GradScaler"): ... else: ...``, ``try: ... except AttributeError: ...``.
 # That is correct code; rewriting the old branch would drop old-torch support.
+
+class _Gated:
+    """``id(node) in gated``: whether a node is inside a branch kept for old torch. The module is
+    walked for its gates on the first question only: most modules never ask."""
+
+    def __init__(self, facts: AmpFacts) -> None:
+        self.facts = facts
+        self._ids: set[int] | None = None
+
+    def __contains__(self, node_id: int) -> bool:
+        if self._ids is None:
+            self._ids = _version_gated(self.facts)
+        return node_id in self._ids
+
+
+def _module_level_imports(body: list) -> Iterable[ast.ImportFrom]:
+    """``from ... import`` statements at module level (also in top-level ``if``/``try``): the only
+    places a star import is allowed."""
+    for statement in body:
+        kind = type(statement)
+        if kind is ast.ImportFrom:
+            yield statement
+        elif kind is ast.If:
+            yield from _module_level_imports(statement.body)
+            yield from _module_level_imports(statement.orelse)
+        elif kind is ast.Try or kind is getattr(ast, "TryStar", None):
+            yield from _module_level_imports(statement.body)
+            for handler in statement.handlers:
+                yield from _module_level_imports(handler.body)
+            yield from _module_level_imports(statement.orelse)
+
 
 _VERSION_TEST = re.compile(r"version|TORCH_(GREATER|LESS|GE|LT|VER)|_GE_|_LT_|hasattr\(\s*torch", re.I)
 _FALLBACK_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "Exception"}
