@@ -268,3 +268,34 @@ def test_store_survives_a_broken_cache_file(tmp_path: Path):
     folder.mkdir()
     store.path.write_text("{not json", encoding="utf-8")
     assert SummaryStore(tmp_path, folder).summary("utils.py")["functions"]["save_checkpoint"]
+
+
+TRAINER = """\
+import torch
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self.scaler = None
+
+    def train_epoch(self, loader):
+        {make}
+        for x in loader:
+            with torch.autocast("cuda"):
+                loss = self.model(x)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+    def fit(self, loader, epochs):
+        for epoch in range(epochs):
+            self.train_epoch(loader)
+"""
+
+
+def test_scaler_rebuilt_on_self_by_a_method_called_per_epoch(tmp_path: Path):
+    write(tmp_path, {"trainer.py": TRAINER.format(make='self.scaler = torch.amp.GradScaler("cuda")')})
+    assert lint_tree(tmp_path) == [("trainer.py", 9, "AMP205")]
+    lazy = 'if self.scaler is None:\n            self.scaler = torch.amp.GradScaler("cuda")'
+    write(tmp_path, {"trainer.py": TRAINER.format(make=lazy)})
+    assert lint_tree(tmp_path) == []

@@ -373,15 +373,19 @@ def _enabled_for_sure(call: ast.Call, qname: str) -> bool:
 
 
 def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
-    """A GradScaler built into a local of this function (not in a loop of its own) and stepped here."""
+    """A GradScaler built into a local of this function (not in a loop of its own), or into a
+    ``self.`` attribute at the top of a method's body, and stepped in the function."""
     for new in frame.events_of(EventKind.SCALER_NEW):
         if new.call.loop is not None:
             continue
         statement = new.call.statement
-        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name) and statement.value is new.call.node):
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and statement.value is new.call.node):
             continue
-        target = statement.targets[0].id
+        target = dotted(statement.targets[0])
+        if target is None or (type(statement.targets[0]) is not ast.Name and not (
+            target.count(".") == 1 and target.startswith("self.") and not new.call.path and frame.class_name
+        )):
+            continue  # ``if self.scaler is None: self.scaler = ...`` is set-up done once
         if any(s.receiver == target and s.method == "step" for s in frame.calls):
             return {"at": position(new.call.node), "name": target}
     return None
