@@ -121,7 +121,7 @@ def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None = N
         from .project.run import link_results
 
         link_results(results, settings, request.codes, request.use_cache and not request.fix, cwd,
-                     request.extra_exclude)
+                     request.extra_exclude, request.jobs)
     results.sort(key=lambda r: r.path)
     return LintRun(results, files_checked=len(jobs))
 

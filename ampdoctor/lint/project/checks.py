@@ -1,8 +1,8 @@
 """The cross-module rules: queries over linked summaries.
 
 Each check looks at the modules being reported (``targets``) and, where it needs the other
-half, at the callers anywhere in the project (``callers``: the modules that mention a scaler,
-autocast or an epoch, whose summaries are always made). Every condition must hold with
+half, at the callers anywhere in the project (``Callers``: the modules whose text names the
+function and holds what the rule needs, summarized only when asked for). Every condition must hold with
 certainty; a call the linker cannot resolve, a helper that also mentions a scaler, an argument
 spread with ``*``/``**``: silence.
 
@@ -13,7 +13,7 @@ every call) and carries related locations for the other half.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from ...records import Record
 from .link import Project, Target
@@ -38,10 +38,27 @@ class CrossReport(Record):
         self.related = related
 
 
-def run_checks(project: Project, targets: Iterable[str], callers: Iterable[str],
+class Callers:
+    """The modules that may call a function, found lazily: those whose text holds the token
+    class a rule needs (``store.TOKEN_CLASSES``) and the function's name."""
+
+    def __init__(self, files: Iterable[str], classes: Callable[[str], list[str]],
+                 mentions: Callable[[str, str], bool]) -> None:
+        self.files = sorted(files)
+        self.classes = classes
+        self.mentions = mentions
+        self._by_class: dict[str, list[str]] = {}
+
+    def of(self, kind: str, name: str) -> list[str]:
+        if kind not in self._by_class:
+            self._by_class[kind] = [rel for rel in self.files if kind in self.classes(rel)]
+        short = name.rsplit(".", 1)[-1]
+        return [rel for rel in self._by_class[kind] if self.mentions(rel, short)]
+
+
+def run_checks(project: Project, targets: Iterable[str], callers: Callers,
                codes: frozenset[str]) -> list[CrossReport]:
     targets = sorted(set(targets))
-    callers = sorted(set(callers) | set(targets))
     reports: list[CrossReport] = []
     if "AMP211" in codes:
         reports.extend(_checkpoints(project, targets))
@@ -150,8 +167,9 @@ def _forward_args(target: Target, call: dict, inner: dict) -> dict | None:
 # ---------------------------------------------------------------------------------------
 
 
-def _callers_of(project: Project, callers: list[str], module: str, name: str) -> Iterator[tuple[str, dict, Target]]:
-    for caller in callers:
+def _callers_of(project: Project, callers: Callers, kind: str, module: str,
+                name: str) -> Iterator[tuple[str, dict, Target]]:
+    for caller in callers.of(kind, name):
         for call in project.calls(caller):
             if name.rsplit(".", 1)[-1] not in call["callee"]:
                 continue  # cheap: the spelling must at least end in the function's name
@@ -160,7 +178,7 @@ def _callers_of(project: Project, callers: list[str], module: str, name: str) ->
                 yield caller, call, target
 
 
-def _clips_in_helpers(project: Project, targets: list[str], callers: list[str]) -> Iterator[CrossReport]:
+def _clips_in_helpers(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
     for module in targets:
         summary = project.summary(module)
         if summary is None:
@@ -172,12 +190,12 @@ def _clips_in_helpers(project: Project, targets: list[str], callers: list[str]) 
                     yield report
 
 
-def _clip_report(project: Project, callers: list[str], module: str, name: str, function: dict,
+def _clip_report(project: Project, callers: Callers, module: str, name: str, function: dict,
                  clip: dict) -> CrossReport | None:
     params = function.get("params", [])
     index = params.index(clip["param"])
     scaled: list[tuple[str, dict, dict]] = []
-    for caller, call, target in _callers_of(project, callers, module, name):
+    for caller, call, target in _callers_of(project, callers, "scaler", module, name):
         if call.get("star"):
             return None
         arg = target.arg_for(call, index)
@@ -265,7 +283,7 @@ def _backward_under_autocast(project: Project, targets: list[str]) -> Iterator[C
 # ---------------------------------------------------------------------------------------
 
 
-def _scaler_per_call(project: Project, targets: list[str], callers: list[str]) -> Iterator[CrossReport]:
+def _scaler_per_call(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
     for module in targets:
         summary = project.summary(module)
         if summary is None:
@@ -274,7 +292,7 @@ def _scaler_per_call(project: Project, targets: list[str], callers: list[str]) -
             new = function.get("new_scaler")
             if new is None or function.get("builds_optimizer"):
                 continue
-            for caller, call, _target in _callers_of(project, callers, module, name):
+            for caller, call, _target in _callers_of(project, callers, "epoch", module, name):
                 if "loop" not in call or (caller == module and call.get("frame") == "<module>"):
                     continue  # a loop of the same module body: the file-local rule judges it
                 if not call.get("epoch_loop") and "epoch" not in _short(name).lower():
@@ -297,20 +315,20 @@ def _scaler_per_call(project: Project, targets: list[str], callers: list[str]) -
 # ---------------------------------------------------------------------------------------
 
 
-def _bfloat16_scaler_factory(project: Project, targets: list[str], callers: list[str]) -> Iterator[CrossReport]:
+def _bfloat16_scaler_factory(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
     for module in targets:
         summary = project.summary(module)
-        if summary is None or summary.get("float16_code"):
+        if summary is None or summary.get("float16_code") is not False:
             continue
         for name, function in summary.get("functions", {}).items():
             at = function.get("returns_scaler")
             if at is None:
                 continue
             uses = []
-            for caller, call, _target in _callers_of(project, callers, module, name):
+            for caller, call, _target in _callers_of(project, callers, "autocast", module, name):
                 caller_summary = project.summary(caller) or {}
                 regions = caller_summary.get("regions", [])
-                if (caller_summary.get("float16_code") or not regions or not call.get("assigned")
+                if (caller_summary.get("float16_code") is not False or not regions or not call.get("assigned")
                         or any(r.get("dtype") != "bfloat16" for r in regions)):
                     uses = []
                     break  # a caller that may run float16 (or that we cannot judge): silence

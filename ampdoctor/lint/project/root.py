@@ -9,6 +9,7 @@ only the named files are reported.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,6 +20,12 @@ MARKERS = ("pyproject.toml", "setup.cfg", ".git")
 def marked_folder(start: Path) -> Path | None:
     """The nearest folder at or above ``start`` holding one of ``MARKERS``."""
     folder = start if start.is_dir() else start.parent
+    return _marked(str(folder))
+
+
+@functools.lru_cache(maxsize=4096)
+def _marked(folder_text: str) -> Path | None:
+    folder = Path(folder_text)
     for candidate in (folder, *folder.parents):
         for marker in MARKERS:
             if os.path.exists(os.path.join(candidate, marker)):
@@ -30,12 +37,16 @@ def project_root(paths: Iterable[Path]) -> Path | None:
     """The project of the linted paths: the marked folder above them all, when they share one.
 
     None when a path is outside every marked folder or the paths belong to different projects:
-    then each file is linted on its own (with the summaries of the files that were named).
+    then the linted files' common folder is the project.
     """
     roots = set()
+    seen: set[str] = set()
     for path in paths:
-        absolute = Path(os.path.realpath(path))
-        root = marked_folder(absolute)
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder in seen:
+            continue  # a tree's files share few folders: each is looked up once
+        seen.add(folder)
+        root = marked_folder(Path(folder))
         if root is None:
             return None
         roots.add(root)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...catalog import severity_of
 from ...findings import Finding, Location, Related
-from .checks import CrossReport, run_checks
+from .checks import Callers, CrossReport, run_checks
 from .link import Project
 from .root import project_root
 from .store import SummaryStore
@@ -29,18 +29,18 @@ def project_folder(paths: Sequence[Path]) -> Path | None:
     root = project_root(paths)
     if root is not None:
         return root
-    folders = [os.path.realpath(p.parent) for p in paths]
+    folders = list({os.path.dirname(os.path.abspath(p)) for p in paths})
     return Path(os.path.commonpath(folders)) if folders else None
 
 
 def link_results(results: list, settings, codes: frozenset[str], use_cache: bool, cwd: Path,
-                 extra_exclude: Sequence[str] = ()) -> None:
+                 extra_exclude: Sequence[str] = (), jobs: int | None = None) -> None:
     """Add the cross-module findings to ``results`` (engine.FileResult objects), in place."""
     targets = {}
     for result in results:
         # A file that fixes changed is judged again on the next run, against its new text.
         if result.file_path.endswith(".py") and result.error is None and not result.changed:
-            targets[os.path.realpath(result.file_path)] = result
+            targets[os.path.abspath(result.file_path)] = result
     if not targets:
         return
     root = project_folder([Path(p) for p in targets])
@@ -49,7 +49,12 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
     files = _project_files(root, settings, extra_exclude, targets)
     store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
     project = Project(set(files), store.summary)
-    target_rels = {rel: targets[os.path.realpath(root / rel)] for rel in files if os.path.realpath(root / rel) in targets}
+    base = str(root)
+    target_rels = {}
+    for rel in files:
+        result = targets.get(os.path.join(base, rel))
+        if result is not None:
+            target_rels[rel] = result
     for rel, result in target_rels.items():
         if result.summary is not None:  # made by the lint pass from the facts its rules used
             try:
@@ -57,8 +62,14 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
             except OSError:
                 pass
             result.summary = None  # the reporters have no use for it
-    callers = [rel for rel in files if store.is_caller(rel)]
-    reports = run_checks(project, target_rels, callers, codes)
+    # A named file can hold a cross-module finding when the lint pass parsed it (its rules'
+    # anchors hold: it has a scaler, autocast ...) or when it clips gradients (an update
+    # helper); the other files are summarized only when a rule asks about them.
+    checked = [rel for rel, result in target_rels.items()
+               if (result.parsed and result.error is None) or "clip" in store.classes(rel)]
+    store.prefetch(checked, jobs)
+    callers = Callers(files, store.classes, store.mentions)
+    reports = run_checks(project, checked, callers, codes)
     if use_cache:
         store.forget_missing(set(files))
         store.save()
@@ -75,7 +86,7 @@ def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: 
     found = set()
     for path in discovery.files([root]):
         if path.suffix == ".py":
-            found.add(Path(os.path.relpath(os.path.realpath(path), root)).as_posix())
+            found.add(Path(os.path.relpath(os.path.abspath(path), root)).as_posix())
     for path in targets:
         rel = os.path.relpath(path, root)
         if not rel.startswith(".."):

@@ -24,15 +24,23 @@ except ImportError:  # pragma: no cover - interpreters built without it
 from .summary import FORMAT
 
 _RACY_NS = 2_000_000_000
-# Bytes that make a module a caller: its calls may carry a scaler, run in autocast, or loop
-# over epochs (b"caler" matches scaler, Scaler, GradScaler, loss_scaler).
-CALLER_TOKENS = (b"caler", b"autocast", b"epoch")
+# Below this many summaries to make, worker processes cost more than they save.
+_PARALLEL_SUMMARIES = 24
+# What a module's bytes must hold to take part in a cross-module rule, by role: it makes or uses
+# a GradScaler ("scaler": its calls may carry one, or write a checkpoint beside one), runs
+# autocast, loops over epochs, or clips gradients (an update helper).
+TOKEN_CLASSES = {
+    "scaler": (b"GradScaler", b".scale("),
+    "autocast": (b"autocast",),
+    "epoch": (b"epoch",),
+    "clip": (b"clip_grad",),
+}
 # Bytes without which a module's functions do nothing the cross-module rules ask about.
-HELPER_TOKENS = (b"save", b"clip_grad", b"backward", b"step", *CALLER_TOKENS)
+HELPER_TOKENS = (b"save", b"clip_grad", b"backward", b"step", *(t for ts in TOKEN_CLASSES.values() for t in ts))
 
 
-def is_caller(data: bytes) -> bool:
-    return any(token in data for token in CALLER_TOKENS)
+def token_classes(data: bytes) -> list[str]:
+    return [name for name, tokens in TOKEN_CLASSES.items() if any(token in data for token in tokens)]
 
 
 def summarize_bytes(data: bytes) -> dict | None:
@@ -97,16 +105,27 @@ class SummaryStore:
             return None
         key = content_hash(data)
         if entry is None or entry.get("key") != key:
-            entry = {"key": key, "caller": is_caller(data)}
+            entry = {"key": key, "classes": token_classes(data)}
             self._data[rel] = data
         entry["stat"] = signature
         self.entries[rel] = entry
         self.dirty = True
         return entry
 
-    def is_caller(self, rel: str) -> bool:
+    def classes(self, rel: str) -> list[str]:
+        """The token classes of the file (``TOKEN_CLASSES``), from the cache while it is unchanged."""
         entry = self._fresh(rel)
-        return bool(entry and entry.get("caller"))
+        return entry.get("classes", []) if entry else []
+
+    def mentions(self, rel: str, name: str) -> bool:
+        """Whether the file's text contains ``name`` (a cheap test before linking its calls)."""
+        data = self._data.get(rel)
+        if data is None:
+            try:
+                data = (self.root / rel).read_bytes()
+            except OSError:
+                return False
+        return name.encode() in data
 
     def summary(self, rel: str) -> dict | None:
         entry = self._fresh(rel)
@@ -120,11 +139,38 @@ class SummaryStore:
                 except OSError:
                     return None
                 if content_hash(data) != entry["key"]:
-                    entry = {"key": content_hash(data), "caller": is_caller(data), "stat": entry.get("stat")}
+                    entry = {"key": content_hash(data), "classes": token_classes(data), "stat": entry.get("stat")}
                     self.entries[rel] = entry
             entry["summary"] = summarize_bytes(data)
             self.dirty = True
         return entry["summary"]
+
+    def prefetch(self, rels: list[str], jobs: int | None) -> None:
+        """Make the summaries of ``rels`` that are missing, in worker processes when there are
+        many (a whole tree linted cold): one parse each, as the lint pass does."""
+        missing = []
+        for rel in rels:
+            entry = self._fresh(rel)
+            if entry is not None and "summary" not in entry:
+                missing.append(rel)
+        workers = jobs if jobs is not None else (os.cpu_count() or 1)
+        if len(missing) < _PARALLEL_SUMMARIES or workers <= 1:
+            return  # made on demand, one by one
+        from concurrent.futures import ProcessPoolExecutor
+
+        datas = []
+        for rel in missing:
+            data = self._data.pop(rel, None)
+            if data is None:
+                try:
+                    data = (self.root / rel).read_bytes()
+                except OSError:
+                    data = b""
+            datas.append(data)
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for rel, summary in zip(missing, pool.map(summarize_bytes, datas, chunksize=4)):
+                self.entries[rel]["summary"] = summary
+        self.dirty = True
 
     def put(self, rel: str, data: bytes, summary: dict | None) -> None:
         """A summary made by the lint pass itself (from the facts its rules used)."""
@@ -134,7 +180,7 @@ class SummaryStore:
             return
         self.entries[rel] = {
             "key": content_hash(data),
-            "caller": is_caller(data),
+            "classes": token_classes(data),
             "stat": [stat.st_size, stat.st_mtime_ns],
             "summary": summary,
         }

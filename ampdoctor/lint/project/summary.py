@@ -40,7 +40,7 @@ from ..syntax import call_args, dotted, get_arg, iter_nodes
 from ..rules.scaler_queries import float16_in_code
 from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
-FORMAT = 1
+FORMAT = 4
 _SCALER_TEXT = re.compile(r"scaler", re.I)
 # Saved values that are plain bookkeeping, never a container of training state.
 _SCALAR_NAME = re.compile(
@@ -76,12 +76,14 @@ def summarize(facts: AmpFacts) -> dict:
         name = qualname(frame)
         if name is not None:
             functions[name] = _function(facts, function, frame)
+    regions = [{"at": position(r.node), "dtype": r.effective_dtype} for r in facts.regions if r.enabled.counts_as_on]
+    # Asked only by AMP209 (a scaler factory for bfloat16 code): tokenizing costs, so only there.
+    bfloat16_only = bool(regions) and all(r["dtype"] == "bfloat16" for r in regions)
+    returns_scaler = any("returns_scaler" in f for f in functions.values())
     return {
         "format": FORMAT,
-        "regions": [
-            {"at": position(r.node), "dtype": r.effective_dtype} for r in facts.regions if r.enabled.counts_as_on
-        ],
-        "float16_code": float16_in_code(facts),
+        "regions": regions,
+        "float16_code": float16_in_code(facts) if bfloat16_only or returns_scaler else None,
         "imports": imports,
         "aliases": _aliases(facts),
         "classes": _classes(facts),

@@ -43,10 +43,9 @@ class ScalerWithBfloat16(LintRule):
     anchors = SCALER
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
-        # float16 named in the code (a dtype, an ``--fp16`` option) means a float16 path may
-        # exist; in a comment or a docstring it does not.
-        if not facts.regions or float16_in_code(facts):
+        if not facts.regions:
             return
+        checked_text = False
         for new in facts.events(EventKind.SCALER_NEW):
             qname = new.call.qname or ""
             device = scaler_device(new.call.node, qname)
@@ -58,6 +57,12 @@ class ScalerWithBfloat16(LintRule):
                 continue
             if enabled is False:
                 continue
+            if not checked_text:
+                # float16 named in the code (a dtype, an ``--fp16`` option) means a float16 path
+                # may exist; in a comment or a docstring it does not.
+                if float16_in_code(facts):
+                    return
+                checked_text = True
             yield Report(
                 self.code,
                 new.call.node,
