@@ -79,19 +79,45 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
 
 
 def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: dict) -> list[str]:
-    """Project-relative POSIX paths of the project's Python files (the linted ones included)."""
-    from ..discovery import Discovery
+    """Project-relative POSIX paths of the project's Python modules (the linted ones included).
 
-    discovery = Discovery(settings.root, tuple(settings.exclude) + tuple(extra_exclude), settings.respect_gitignore)
+    Files the run excludes from linting are still part of the project: a call may land in them,
+    and nothing is reported there. Folders that hold no project code are skipped: the
+    tool folders lint never walks (``.venv``, ``build``, ``site-packages`` ...), hidden folders,
+    and the folders named in the root's ``.gitignore`` (``wandb/``, ``outputs/``). A plain walk
+    of names, without path objects: a pre-commit run lists thousands of files to lint one.
+    """
+    from ..discovery import DEFAULT_EXCLUDED_DIRS
+
+    skipped = set(DEFAULT_EXCLUDED_DIRS) | _ignored_folders(root)
     found = set()
-    for path in discovery.files([root]):
-        if path.suffix == ".py":
-            found.add(Path(os.path.relpath(os.path.abspath(path), root)).as_posix())
+    base = str(root)
+    cut = len(base) + 1
+    for folder, subfolders, names in os.walk(base):
+        subfolders[:] = [d for d in subfolders if d not in skipped and not d.startswith(".")]
+        prefix = folder[cut:].replace(os.sep, "/")
+        for name in names:
+            if name.endswith(".py"):
+                found.add(f"{prefix}/{name}" if prefix else name)
     for path in targets:
         rel = os.path.relpath(path, root)
         if not rel.startswith(".."):
             found.add(Path(rel).as_posix())
     return sorted(found)
+
+
+def _ignored_folders(root: Path) -> set[str]:
+    """Plain folder names the root's ``.gitignore`` ignores (``wandb/``, ``/outputs``)."""
+    try:
+        text = (root / ".gitignore").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return set()
+    names = set()
+    for line in text.splitlines():
+        line = line.strip().strip("/")
+        if line and not line.startswith(("#", "!")) and "/" not in line and not any(c in line for c in "*?[]"):
+            names.add(line)
+    return names
 
 
 def _display(path: Path, cwd: Path) -> str:
