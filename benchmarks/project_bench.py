@@ -7,6 +7,9 @@ utility modules, training scripts that use a GradScaler and checkpoint through h
 modules) in a temporary folder, then times the installed ``ampdoctor`` command as a fresh
 process, as a pre-commit hook runs it, on one training script:
 
+Two files: a training script (its calls resolve into a checkpoint helper) and an update helper
+(judged by its callers: every module that names it is summarized). For each:
+
 * cold: no cache at all (the project's summaries are made on this run);
 * warm: the same file changed by one line, every other file unchanged since the cache was written;
 * warm, ``project = false`` in the project's ``pyproject.toml``: the file alone, for comparison
@@ -37,6 +40,7 @@ import torch
 from torch import nn
 
 from pkg.common.ckpt_{k} import save_checkpoint
+from pkg.common.update import clip_and_step
 from pkg.models.net_{m} import Net{m}
 
 
@@ -53,9 +57,7 @@ def main():
                 loss = nn.functional.cross_entropy(model(x), y)
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(optimizer)
-            scaler.update()
+            clip_and_step(model, optimizer, scaler)
             optimizer.zero_grad(set_to_none=True)
         save_checkpoint(model, optimizer, scaler, epoch, "out")
 
@@ -81,6 +83,15 @@ def load_checkpoint(model, optimizer, scaler, path):
     optimizer.load_state_dict(state["optimizer"])
     scaler.load_state_dict(state["scaler"])
     return state["epoch"]
+'''
+UPDATE = '''\
+import torch
+
+
+def clip_and_step(model, optimizer, scaler, max_norm=1.0):
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
 '''
 MODEL = '''\
 import torch
@@ -172,6 +183,8 @@ def build(root: Path, files: int) -> Path:
             written += 1
     for k in range(helpers):
         (root / f"pkg/common/ckpt_{k}.py").write_text(CKPT.format(k=k), encoding="utf-8")
+    (root / "pkg/common/update.py").write_text(UPDATE, encoding="utf-8")
+    written += 1
     for m in range(models):
         (root / f"pkg/models/net_{m}.py").write_text(MODEL.format(m=m), encoding="utf-8")
     for i in range(scripts):
@@ -196,6 +209,36 @@ def timed(command: list[str], cwd: Path) -> float:
     return (time.perf_counter() - start) * 1000
 
 
+def run_rows(exe: str, root: Path, target: Path, repeats: int) -> list[tuple[str, list[float]]]:
+    """Cold, warm, and warm without the project analysis, for one changed file."""
+    rel = str(target.relative_to(root))
+    cache = root / ".ampdoctor_cache"
+    original = target.read_text(encoding="utf-8")
+
+    def cold() -> float:
+        shutil.rmtree(cache, ignore_errors=True)
+        return timed([exe, "lint", rel], root)
+
+    def warm() -> float:
+        timed([exe, "lint", rel], root)  # fill the cache for this configuration
+        past = time.time() - 10  # older than the cache by more than its racy margin
+        for path in root.rglob("*.py"):
+            os.utime(path, (past, past))
+        timed([exe, "lint", rel], root)  # record the new times
+        target.write_text(original + f"# edit {time.monotonic_ns()}\n", encoding="utf-8")
+        return timed([exe, "lint", rel], root)
+
+    pyproject = root / "pyproject.toml"
+    project_on = pyproject.read_text(encoding="utf-8")
+    rows = [(f"`{rel}` cold: no cache", [cold() for _ in range(repeats)])]
+    rows.append((f"`{rel}` warm: this file changed, the rest cached", [warm() for _ in range(repeats)]))
+    pyproject.write_text(project_on + "\n[tool.ampdoctor]\nproject = false\n", encoding="utf-8")
+    rows.append((f"`{rel}` warm, `project = false`: the file alone", [warm() for _ in range(repeats)]))
+    pyproject.write_text(project_on, encoding="utf-8")
+    target.write_text(original, encoding="utf-8")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=3000)
@@ -209,32 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(folder) / "project"
         target = build(root, args.files)
         count = sum(1 for _ in root.rglob("*.py"))
-        rel = str(target.relative_to(root))
-        cache = root / ".ampdoctor_cache"
-        original = target.read_text(encoding="utf-8")
-
-        def cold() -> float:
-            shutil.rmtree(cache, ignore_errors=True)
-            return timed([exe, "lint", rel], root)
-
-        def warm() -> float:
-            timed([exe, "lint", rel], root)  # fill the cache for this configuration
-            past = time.time() - 10  # older than the cache by more than its racy margin
-            for path in root.rglob("*.py"):
-                os.utime(path, (past, past))
-            timed([exe, "lint", rel], root)  # record the new times
-            edited = original + f"# edit {time.monotonic_ns()}\n"
-            target.write_text(edited, encoding="utf-8")
-            return timed([exe, "lint", rel], root)
-
-        pyproject = root / "pyproject.toml"
-        project_on = pyproject.read_text(encoding="utf-8")
-        rows = [("cold: no cache", [cold() for _ in range(args.repeats)])]
-        rows.append(("warm: this file changed, the rest cached", [warm() for _ in range(args.repeats)]))
-        pyproject.write_text(project_on + "\n[tool.ampdoctor]\nproject = false\n", encoding="utf-8")
-        rows.append(("warm, `project = false`: the file alone", [warm() for _ in range(args.repeats)]))
-        pyproject.write_text(project_on, encoding="utf-8")
-    print(f"{count} Python files; `ampdoctor lint {rel}` as a fresh process, {args.repeats} runs each\n")
+        rows = run_rows(exe, root, target, args.repeats)
+        # A helper whose findings depend on its callers: every module that names it is read.
+        rows += run_rows(exe, root, root / "pkg" / "common" / "update.py", args.repeats)
+    print(f"{count} Python files; `ampdoctor lint FILE` as a fresh process, {args.repeats} runs each\n")
     print("| run | median ms | min ms |")
     print("|---|---:|---:|")
     for label, times in rows:

@@ -299,3 +299,14 @@ def test_scaler_rebuilt_on_self_by_a_method_called_per_epoch(tmp_path: Path):
     lazy = 'if self.scaler is None:\n            self.scaler = torch.amp.GradScaler("cuda")'
     write(tmp_path, {"trainer.py": TRAINER.format(make=lazy)})
     assert lint_tree(tmp_path) == []
+
+
+def test_lint_source_follows_calls_between_the_texts_own_functions():
+    import ampdoctor
+
+    source = TRAINER.format(make='self.scaler = torch.amp.GradScaler("cuda")')
+    (finding,) = ampdoctor.lint_source(source, "trainer.py")
+    assert (finding.code, finding.location.line) == ("AMP205", 9)
+    assert [(r.path, r.line) for r in finding.related] == [("trainer.py", 19)]
+    noqa = source.replace('GradScaler("cuda")', 'GradScaler("cuda")  # noqa: AMP205')
+    assert ampdoctor.lint_source(noqa, "trainer.py") == []

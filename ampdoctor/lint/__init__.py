@@ -50,12 +50,19 @@ def lint_source(
     select: Sequence[str] = ("AMP",),
     ignore: Sequence[str] = (),
 ) -> list[Finding]:
-    """Lint one Python source text and return its findings (suppression comments honoured)."""
+    """Lint one Python source text and return its findings (suppression comments honoured).
+    Calls between the text's own functions and methods are followed as in a project of one
+    module."""
     from .engine import LintOptions, check_source
 
     settings = Settings(select=tuple(select), ignore=tuple(ignore))
-    options = LintOptions(codes=settings.enabled_codes(known_codes()))
-    findings, _, _ = check_source(source, path, options)
+    options = LintOptions(codes=settings.enabled_codes(known_codes()), summaries=True)
+    summary: list = []
+    findings, _, parsed = check_source(source, path, options, summary)
+    if parsed and summary:
+        from .project.run import link_source
+
+        findings = link_source(findings, summary[0], source, path, options.codes)
     return findings
 
 

@@ -166,6 +166,34 @@ def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, se
         result.parsed = True
 
 
+def link_source(findings: list, summary: dict, source: str, path: str, codes: frozenset[str]) -> list:
+    """``findings`` of one source text (``lint_source``) with what the cross-function rules find
+    between its own functions and methods: the text is a project of one module."""
+    from ..engine import _apply_suppressions
+    from .store import token_classes
+
+    rel = "module.py"
+    project = Project({rel}, {rel: summary}.get)
+    classes = token_classes(source.encode("utf-8", "replace"))
+    callers = Callers([rel], lambda _rel: classes, lambda _rel, name: name in source)
+    taken = {(f.code, f.location.line) for f in findings}
+    added = []
+    for report in run_checks(project, [rel], callers, codes):
+        line, column, end_line, end_column = report.at
+        if (report.code, line) in taken:
+            continue
+        taken.add((report.code, line))
+        added.append(Finding(
+            report.code, severity_of(report.code), report.message, Location(path, line, column, end_line, end_column),
+            help=report.help, extra={"_noqa_lines": [line]},
+            related=tuple(Related(path, at[0], at[1], message) for _module, at, message in report.related),
+        ))
+    if not added:
+        return findings
+    kept, _suppressed = _apply_suppressions(added, source, ())
+    return sorted([*findings, *kept], key=Finding.sort_key)
+
+
 def _tag_folder(folder: Path) -> None:
     """The cache folder is ignored by git and tagged as a cache, as the result cache does."""
     try:
