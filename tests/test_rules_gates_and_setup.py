@@ -177,3 +177,42 @@ else:
 '''
     (finding,) = lint_text(source)
     assert finding.location.line == 2 and finding.fix is None
+
+
+WRAPPER = '''\
+import torch
+
+
+class AmpOptimizer:
+    """Wraps an optimizer with loss scaling."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.grad_scaler = torch.amp.GradScaler("cuda")
+
+    def backward(self, loss):
+        self.grad_scaler.scale(loss).backward()
+
+    def step(self):
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state):
+        self.optimizer.load_state_dict(state)
+'''
+
+
+def test_amp211_optimizer_wrapper_whose_state_dict_leaves_out_its_scaler():
+    assert found_pairs(WRAPPER) == [(19, "AMP211")]
+    (finding,) = lint_text(WRAPPER)
+    assert "`AmpOptimizer.state_dict()`" in finding.message and "self.grad_scaler" in finding.message
+    complete = WRAPPER.replace(
+        "        return self.optimizer.state_dict()",
+        '        return {"optimizer": self.optimizer.state_dict(), "scaler": self.grad_scaler.state_dict()}',
+    )
+    assert found_pairs(complete) == []
+    # A wrapper without a scaler of its own is not judged.
+    assert found_pairs(WRAPPER.replace('self.grad_scaler = torch.amp.GradScaler("cuda")', "self.grad_scaler = None")) == []

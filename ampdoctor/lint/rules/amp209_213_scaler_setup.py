@@ -207,6 +207,43 @@ def _scaler_in_reach(facts: AmpFacts, save: CallSite) -> bool:
     return False
 
 
+def _wrapper_state_dicts(facts: AmpFacts) -> Iterable[Report]:
+    """An optimizer wrapper that owns a GradScaler (``self.scaler = GradScaler(...)``) and steps
+    an optimizer, but whose ``state_dict()`` returns the optimizer's state without the scaler's:
+    every checkpoint made through it loses the loss scale."""
+    owned: dict[str, str] = {}
+    for assignment in facts.assignments:
+        target, value = assignment.target, assignment.value
+        if (target.startswith("self.") and assignment.frame.class_name and type(value) is ast.Call
+                and facts.qualify(value.func) in GRAD_SCALER_NAMES):
+            owned.setdefault(assignment.frame.class_name, target)
+    for function, frame in facts.functions:
+        scaler = owned.get(frame.class_name or "")
+        if scaler is None or function.name != "state_dict" or frame.parent is None or frame.parent.parent is not None:
+            continue
+        text = facts.text(function)
+        if "scaler" in text.lower() or scaler.split(".", 1)[1] in text:
+            continue
+        returns = [n for n in iter_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
+        if len(returns) != 1:
+            continue
+        value = returns[0].value
+        receivers = [
+            dotted(n.func.value) for n in iter_nodes(value)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "state_dict"
+        ]
+        if not receivers or not all(is_optimizer(r, facts) or "optim" in (r or "").lower() for r in receivers):
+            continue
+        yield Report(
+            ScalerStateNotSaved.code,
+            value,
+            f"`{frame.class_name}.state_dict()` returns the optimizer's state but not that of the GradScaler it owns "
+            f"(`{scaler}`): checkpoints made through it restart the loss scale at 65536 on resume",
+            help=f"Include `{scaler}.state_dict()` and restore it in `load_state_dict`",
+            statement=returns[0],
+        )
+
+
 def _is_mapping_literal(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and dotted(expr.func) == "dict")
 
@@ -215,12 +252,13 @@ def _is_mapping_literal(expr: ast.expr) -> bool:
 class ScalerStateNotSaved(LintRule):
     code = "AMP211"
     tokens = ("GradScaler", ".scale(")
-    needs = (rb"save\(",)
+    needs = (rb"save\(|def state_dict\(",)
     anchors = SCALER
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not facts.scalers and not any(True for _ in facts.events(EventKind.SCALER_NEW)):
             return
+        yield from _wrapper_state_dicts(facts)
         for save in facts.calls_to("torch.save"):
             arg = save.arg(0, "obj")
             if arg is None or not _scaler_in_reach(facts, save):
