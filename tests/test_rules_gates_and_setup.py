@@ -5,7 +5,6 @@ version-gated fallbacks for old torch."""
 from __future__ import annotations
 
 import pytest
-
 from helpers import found_pairs, lint_text
 
 SAME_FLAG = '''\

@@ -26,7 +26,7 @@ class CrossReport(Record):
     """A finding before it has a display path: module (project-relative), position, message,
     help, and related locations as (module, position, message)."""
 
-    __slots__ = ("code", "module", "at", "message", "help", "related")
+    __slots__ = ("at", "code", "help", "message", "module", "related")
 
     def __init__(self, code: str, module: str, at: list[int], message: str, help: str,
                  related: list[tuple[str, list[int], str]]) -> None:

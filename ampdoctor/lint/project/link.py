@@ -32,7 +32,7 @@ class Target(Record):
     """A resolved call: the module (project-relative POSIX path), the function's qualified name
     in it, its summary, and how many leading parameters the call does not pass (``self``)."""
 
-    __slots__ = ("module", "name", "function", "skip")
+    __slots__ = ("function", "module", "name", "skip")
 
     def __init__(self, module: str, name: str, function: dict, skip: int) -> None:
         self.module = module
@@ -67,7 +67,7 @@ class Project(Record):
     one of them (read from the cache or made on demand), None when it cannot be read or parsed.
     """
 
-    __slots__ = ("files", "load", "_summaries")
+    __slots__ = ("_summaries", "files", "load")
 
     def __init__(self, files: set[str], load: SummaryLoader) -> None:
         self.files = files

@@ -55,7 +55,7 @@ def summarize_bytes(data: bytes) -> dict | None:
     try:
         source = decode_source(data)
         return summarize(build_facts(parse_source(source), source))
-    except Exception:  # SyntaxError, ValueError, RecursionError: such a file links to nothing
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # such a file links to nothing
         return None
 
 

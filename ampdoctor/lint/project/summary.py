@@ -36,17 +36,17 @@ import re
 
 from ..model import AmpFacts, CallSite, Frame
 from ..passes import is_optimizer, is_optimizer_constructor
-from ..syntax import call_args, dotted, get_arg, iter_nodes
 from ..rules.scaler_queries import float16_in_code
+from ..syntax import call_args, dotted, get_arg, iter_nodes
 from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
 FORMAT = 4
-_SCALER_TEXT = re.compile(r"scaler", re.I)
+_SCALER_TEXT = re.compile(r"scaler", re.IGNORECASE)
 # Saved values that are plain bookkeeping, never a container of training state.
 _SCALAR_NAME = re.compile(
     r"(^|_)(epoch|epochs|step|steps|iter|iters|iteration|global_step|loss|best\w*|acc\w*|metric\w*|score|lr|"
     r"args|config|cfg|hparams|path|name|arch|version|seed)$",
-    re.I,
+    re.IGNORECASE,
 )
 # Callees that are never project code (builtins and common containers).
 _BUILTINS = frozenset(dir(builtins))
@@ -243,7 +243,7 @@ def _changed_in(facts: AmpFacts, frame: Frame, name: str, before: CallSite) -> b
 
 
 def mapping_of(facts: AmpFacts, frame: Frame, expr: ast.expr, order: int,
-               index: "_AssignmentIndex | None" = None) -> ast.expr | None:
+               index: _AssignmentIndex | None = None) -> ast.expr | None:
     """The dict literal (or ``dict(...)`` call) that ``expr`` is or names, when the frame builds
     it in one piece before ``order`` and completes it nowhere else; otherwise None."""
     if _is_mapping_literal(expr):
@@ -259,9 +259,10 @@ def mapping_of(facts: AmpFacts, frame: Frame, expr: ast.expr, order: int,
         return None
     built = earlier[0].order
     for site in frame.calls:
-        if built < site.order < order:
-            if site.receiver == name or any(dotted(a.value) == name for a in call_args(site.node)):
-                return None  # completed elsewhere: ``state.update(...)``, ``add_extra(state)``
+        if built < site.order < order and (
+            site.receiver == name or any(dotted(a.value) == name for a in call_args(site.node))
+        ):
+            return None  # completed elsewhere: ``state.update(...)``, ``add_extra(state)``
     if any(where is frame and target == name for target, _node, where in facts.item_assignments):
         return None
     return earlier[0].value
@@ -514,7 +515,7 @@ def _callee(site: CallSite, imports: dict[str, str], functions: dict[str, dict])
     return spelled
 
 
-def _arguments(facts: AmpFacts, site: CallSite, index: "_AssignmentIndex | None" = None) -> list[dict]:
+def _arguments(facts: AmpFacts, site: CallSite, index: _AssignmentIndex | None = None) -> list[dict]:
     """Per argument: its position or keyword, its spelling, whether it is a known scaler, and
     what a checkpoint mapping passed there holds; ``state`` (for the scalers it passes) tells
     whether a scaled backward came before the call with no ``unscale_`` since."""
