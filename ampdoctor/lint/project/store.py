@@ -117,6 +117,11 @@ class SummaryStore:
         entry = self._fresh(rel)
         return entry.get("classes", []) if entry else []
 
+    def has_summary(self, rel: str) -> bool:
+        """Whether the file's summary is known (made by this run's lint pass or an earlier one)."""
+        entry = self._fresh(rel)
+        return bool(entry and entry.get("summary") is not None)
+
     def mentions(self, rel: str, name: str) -> bool:
         """Whether the file's text contains ``name`` (a cheap test before linking its calls)."""
         data = self._data.get(rel)
