@@ -42,16 +42,16 @@ class Callers:
     """The modules that may call a function, found lazily: those whose text holds the token
     class a rule needs (``store.TOKEN_CLASSES``) and the function's name."""
 
-    def __init__(self, files: Iterable[str], classes: Callable[[str], list[str]],
+    def __init__(self, files: Iterable[str], has_class: Callable[[str, str], bool],
                  mentions: Callable[[str, str], bool]) -> None:
         self.files = sorted(files)
-        self.classes = classes
+        self.has_class = has_class
         self.mentions = mentions
         self._by_class: dict[str, list[str]] = {}
 
     def of(self, kind: str, name: str) -> list[str]:
         if kind not in self._by_class:
-            self._by_class[kind] = [rel for rel in self.files if kind in self.classes(rel)]
+            self._by_class[kind] = [rel for rel in self.files if self.has_class(rel, kind)]
         short = name.rsplit(".", 1)[-1]
         return [rel for rel in self._by_class[kind] if self.mentions(rel, short)]
 

@@ -65,9 +65,9 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
     # A named file can hold a cross-module finding when the lint pass parsed it, now or in an
     # earlier run (its rules' anchors hold: it has a scaler, autocast ...), or when it clips
     # gradients (an update helper); the other files are summarized only when a rule asks.
-    checked = [rel for rel in target_rels if store.has_summary(rel) or "clip" in store.classes(rel)]
+    checked = [rel for rel in target_rels if store.has_summary(rel) or store.has_class(rel, "clip")]
     store.prefetch(checked, jobs)
-    callers = Callers(files, store.classes, store.mentions)
+    callers = Callers(files, store.has_class, store.mentions)
     reports = run_checks(project, checked, callers, codes)
     if use_cache:
         store.forget_missing(set(files))
@@ -169,12 +169,13 @@ def link_source(findings: list, summary: dict, source: str, path: str, codes: fr
     """``findings`` of one source text (``lint_source``) with what the cross-function rules find
     between its own functions and methods: the text is a project of one module."""
     from ..engine import _apply_suppressions
-    from .store import token_classes
+    from .store import TOKEN_CLASSES
 
     rel = "module.py"
     project = Project({rel}, {rel: summary}.get)
-    classes = token_classes(source.encode("utf-8", "replace"))
-    callers = Callers([rel], lambda _rel: classes, lambda _rel, name: name in source)
+    data = source.encode("utf-8", "replace")
+    callers = Callers([rel], lambda _rel, kind: any(t in data for t in TOKEN_CLASSES[kind]),
+                      lambda _rel, name: name in source)
     taken = {(f.code, f.location.line) for f in findings}
     added = []
     for report in run_checks(project, [rel], callers, codes):

@@ -39,10 +39,6 @@ TOKEN_CLASSES = {
 HELPER_TOKENS = (b"save", b"clip_grad", b"backward", b"step", *(t for ts in TOKEN_CLASSES.values() for t in ts))
 
 
-def token_classes(data: bytes) -> list[str]:
-    return [name for name, tokens in TOKEN_CLASSES.items() if any(token in data for token in tokens)]
-
-
 def summarize_bytes(data: bytes) -> dict | None:
     """Parse ``data`` and summarize it; None when it cannot be decoded or parsed, or when no
     helper token appears in it."""
@@ -73,6 +69,8 @@ class SummaryStore:
         self.written_ns = 0
         self.dirty = False
         self._data: dict[str, bytes] = {}
+        self._verified: set[str] = set()
+        self._base = str(root)
         if folder is not None:
             from ..cache import build_fingerprint
 
@@ -90,9 +88,14 @@ class SummaryStore:
             self.written_ns = int(data.get("written_ns") or 0)
 
     def _fresh(self, rel: str) -> dict | None:
-        """The entry for ``rel`` when it matches the file on disk (re-hashed when in doubt)."""
+        """The entry for ``rel`` when it matches the file on disk (re-hashed when in doubt);
+        each file is checked once per run."""
+        if rel in self._verified:
+            return self.entries.get(rel)
+        self._verified.add(rel)
+        path = os.path.join(self._base, rel)
         try:
-            stat = os.stat(self.root / rel)
+            stat = os.stat(path)
         except OSError:
             return None
         entry = self.entries.get(rel)
@@ -100,22 +103,37 @@ class SummaryStore:
         if entry is not None and entry.get("stat") == signature and stat.st_mtime_ns < self.written_ns - _RACY_NS:
             return entry
         try:
-            data = (self.root / rel).read_bytes()
+            with open(path, "rb") as handle:
+                data = handle.read()
         except OSError:
             return None
-        key = content_hash(data)
-        if entry is None or entry.get("key") != key:
-            entry = {"key": key, "classes": token_classes(data)}
-            self._data[rel] = data
+        key = content_hash(data) if self.path is not None else ""
+        if entry is None or entry.get("key") != key or not key:
+            entry = {"key": key, "classes": {}}
+            self._data[rel] = data  # its token classes are looked up when a rule asks
         entry["stat"] = signature
         self.entries[rel] = entry
         self.dirty = True
         return entry
 
-    def classes(self, rel: str) -> list[str]:
-        """The token classes of the file (``TOKEN_CLASSES``), from the cache while it is unchanged."""
+    def has_class(self, rel: str, kind: str) -> bool:
+        """Whether the file holds a token of class ``kind`` (``TOKEN_CLASSES``); looked up once
+        per file content and kept in the cache."""
         entry = self._fresh(rel)
-        return entry.get("classes", []) if entry else []
+        if entry is None:
+            return False
+        known = entry.setdefault("classes", {})
+        if kind not in known:
+            data = self._data.get(rel)
+            if data is None:
+                try:
+                    with open(os.path.join(self._base, rel), "rb") as handle:
+                        data = handle.read()
+                except OSError:
+                    return False
+            known[kind] = any(token in data for token in TOKEN_CLASSES[kind])
+            self.dirty = True
+        return known[kind]
 
     def has_summary(self, rel: str) -> bool:
         """Whether the file's summary is known (made by this run's lint pass or an earlier one)."""
@@ -127,7 +145,8 @@ class SummaryStore:
         data = self._data.get(rel)
         if data is None:
             try:
-                data = (self.root / rel).read_bytes()
+                with open(os.path.join(self._base, rel), "rb") as handle:
+                    data = handle.read()
             except OSError:
                 return False
         return name.encode() in data
@@ -144,7 +163,7 @@ class SummaryStore:
                 except OSError:
                     return None
                 if content_hash(data) != entry["key"]:
-                    entry = {"key": content_hash(data), "classes": token_classes(data), "stat": entry.get("stat")}
+                    entry = {"key": content_hash(data), "classes": {}, "stat": entry.get("stat")}
                     self.entries[rel] = entry
             entry["summary"] = summarize_bytes(data)
             self.dirty = True
@@ -183,12 +202,14 @@ class SummaryStore:
             stat = os.stat(self.root / rel)
         except OSError:
             return
+        self._data[rel] = data
         self.entries[rel] = {
-            "key": content_hash(data),
-            "classes": token_classes(data),
+            "key": content_hash(data) if self.path is not None else "",
+            "classes": {},
             "stat": [stat.st_size, stat.st_mtime_ns],
             "summary": summary,
         }
+        self._verified.add(rel)
         self.dirty = True
 
     def forget_missing(self, files: set[str]) -> None:
