@@ -310,3 +310,11 @@ def test_lint_source_follows_calls_between_the_texts_own_functions():
     assert [(r.path, r.line) for r in finding.related] == [("trainer.py", 19)]
     noqa = source.replace('GradScaler("cuda")', 'GradScaler("cuda")  # noqa: AMP205')
     assert ampdoctor.lint_source(noqa, "trainer.py") == []
+
+
+def test_a_marked_folder_too_large_to_be_a_project_links_nothing(tmp_path: Path, monkeypatch):
+    from ampdoctor.lint.project import run as run_module
+
+    write(tmp_path, {"train.py": SCRIPT, "utils.py": HELPER})
+    monkeypatch.setattr(run_module, "MAX_PROJECT_FILES", 1)
+    assert lint_tree(tmp_path) == []

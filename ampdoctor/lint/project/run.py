@@ -20,6 +20,9 @@ from .root import project_root
 from .store import SummaryStore
 
 CACHE_DIR = ".ampdoctor_cache"
+# More Python files than any project holds: the marked folder is something else (a home folder
+# kept in git), and listing it would cost more than the lint itself.
+MAX_PROJECT_FILES = 50_000
 
 
 def project_folder(paths: Sequence[Path]) -> Path | None:
@@ -47,6 +50,8 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
     if root is None:
         return
     files = _project_files(root, settings, extra_exclude, targets)
+    if files is None:
+        return
     store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
     project = Project(set(files), store.summary)
     base = str(root)
@@ -77,7 +82,7 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
         _attach(reports, target_rels, root, cwd, settings)
 
 
-def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: dict) -> list[str]:
+def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: dict) -> list[str] | None:
     """Project-relative POSIX paths of the project's Python modules (the linted ones included).
 
     Files the run excludes from linting are still part of the project: a call may land in them,
@@ -98,6 +103,8 @@ def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: 
         for name in names:
             if name.endswith(".py"):
                 found.add(f"{prefix}/{name}" if prefix else name)
+        if len(found) > MAX_PROJECT_FILES:
+            return None  # a home folder under version control, not a project: link nothing
     for path in targets:
         rel = os.path.relpath(path, root)
         if not rel.startswith(".."):
