@@ -376,6 +376,12 @@ def _lint_data(path: Path, display: str, data: bytes, options: LintOptions, spec
     if spec is not None and not (
         (prefiltered or passes_prefilter(data, spec)) and _text_gate(options.codes).keeps(data)
     ):
+        if options.summaries and b"clip_grad" in data:
+            # No rule of its own can fire, but an update helper's clip may be judged by its
+            # callers (lint/project): summarize it here, in the worker that has its bytes.
+            from .project.store import summarize_bytes
+
+            result.summary = summarize_bytes(data)
         return result
     try:
         source = decode_source(data)

@@ -67,10 +67,10 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
             except OSError:
                 pass
             result.summary = None  # the reporters have no use for it
-    # A named file can hold a cross-module finding when the lint pass parsed it, now or in an
-    # earlier run (its rules' anchors hold: it has a scaler, autocast ...), or when it clips
-    # gradients (an update helper); the other files are summarized only when a rule asks.
-    checked = [rel for rel in target_rels if store.has_summary(rel) or store.has_class(rel, "clip")]
+    # A named file can hold a cross-module finding when the lint pass summarized it, now or in
+    # an earlier run: it parsed it (its rules' anchors hold: it has a scaler, autocast ...), or
+    # the file clips gradients (an update helper). Other files are summarized only on demand.
+    checked = [rel for rel in target_rels if store.has_summary(rel)]
     store.prefetch(checked, jobs)
     callers = Callers(files, store.has_class, store.mentions)
     reports = run_checks(project, checked, callers, codes)

@@ -136,7 +136,11 @@ class SummaryStore:
         return known[kind]
 
     def has_summary(self, rel: str) -> bool:
-        """Whether the file's summary is known (made by this run's lint pass or an earlier one)."""
+        """Whether the file's summary is known (made by this run's lint pass or an earlier one).
+        A file the cache has never summarized is not read to find out."""
+        known = self.entries.get(rel)
+        if known is None or known.get("summary") is None:
+            return False
         entry = self._fresh(rel)
         return bool(entry and entry.get("summary") is not None)
 
