@@ -163,3 +163,25 @@ def test_installed_command_on_one_changed_file_uses_the_cache_for_the_rest(tmp_p
         assert "engine.py:28:5: AMP211" in done.stdout
         assert "--> lib/checkpoint.py:8:5" in done.stdout
     assert list((twin / ".ampdoctor_cache").glob("summaries-*.json"))
+
+
+def test_cached_runs_over_different_roots_sharing_one_cache_report_the_same(tmp_path: Path):
+    # One cache folder (the settings root) serves runs whose projects differ: a twin alone, and
+    # the folder of all projects. Served from the result cache, a file's summary still counts.
+    import shutil
+
+    copy = tmp_path / "projects"
+    shutil.copytree(PROJECTS, copy)
+    settings = Settings(root=tmp_path)
+    codes = settings.enabled_codes(known_codes())
+
+    def run(paths):
+        findings = lint_paths(paths, LintRequest(settings, codes, use_cache=True), cwd=tmp_path).findings
+        return sorted((f.location.path, f.location.line, f.code) for f in findings)
+
+    everything = run([copy])
+    assert len(everything) == len(set().union(*(expected(t) for t in TWINS)))
+    twin = run([copy / "checkpoint_helper" / "buggy"])
+    assert twin == [("projects/checkpoint_helper/buggy/train.py", 37, "AMP211")]
+    assert run([copy]) == everything
+    assert run([copy / "checkpoint_helper" / "buggy"]) == twin

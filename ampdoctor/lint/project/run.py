@@ -60,6 +60,7 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
         result = targets.get(os.path.join(base, rel))
         if result is not None:
             target_rels[rel] = result
+    unknown = []
     for rel, result in target_rels.items():
         if result.summary is not None:  # made by the lint pass from the facts its rules used
             try:
@@ -67,6 +68,12 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
             except OSError:
                 pass
             result.summary = None  # the reporters have no use for it
+        elif not result.parsed:
+            store.note(rel)  # read and passed over by the lint pass: nothing to link
+        elif not store.known(rel):
+            unknown.append(rel)  # served from the result cache, its summary lost: make it again
+    for rel in unknown:
+        store.summary(rel)
     # A named file can hold a cross-module finding when the lint pass summarized it, now or in
     # an earlier run: it parsed it (its rules' anchors hold: it has a scaler, autocast ...), or
     # the file clips gradients (an update helper). Other files are summarized only on demand.

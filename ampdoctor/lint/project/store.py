@@ -74,7 +74,8 @@ class SummaryStore:
         if folder is not None:
             from ..cache import build_fingerprint
 
-            key = blake2b(f"{build_fingerprint()}|summaries|{FORMAT}".encode(), digest_size=12).hexdigest()
+            # One file per project root: paths in it are relative to the root.
+            key = blake2b(f"{build_fingerprint()}|summaries|{FORMAT}|{root}".encode(), digest_size=12).hexdigest()
             self.path = folder / f"summaries-{key}.json"
             self._load()
 
@@ -134,6 +135,16 @@ class SummaryStore:
             known[kind] = any(token in data for token in TOKEN_CLASSES[kind])
             self.dirty = True
         return known[kind]
+
+    def known(self, rel: str) -> bool:
+        """Whether the cache has an entry for the file as it is on disk."""
+        return rel in self.entries and self._fresh(rel) is not None
+
+    def note(self, rel: str) -> None:
+        """Record a file the lint pass read but did not summarize (no rule of its own could fire
+        on it), so that a later run served from the result cache knows it has nothing to link."""
+        if self.path is not None:
+            self._fresh(rel)
 
     def has_summary(self, rel: str) -> bool:
         """Whether the file's summary is known (made by this run's lint pass or an earlier one).

@@ -40,7 +40,7 @@ from ..rules.scaler_queries import float16_in_code
 from ..syntax import call_args, dotted, get_arg, iter_nodes
 from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
-FORMAT = 5
+FORMAT = 6
 _SCALER_TEXT = re.compile(r"scaler", re.IGNORECASE)
 # Saved values that are plain bookkeeping, never a container of training state.
 _SCALAR_NAME = re.compile(
