@@ -318,3 +318,14 @@ def test_a_marked_folder_too_large_to_be_a_project_links_nothing(tmp_path: Path,
     write(tmp_path, {"train.py": SCRIPT, "utils.py": HELPER})
     monkeypatch.setattr(run_module, "MAX_PROJECT_FILES", 1)
     assert lint_tree(tmp_path) == []
+
+
+def test_dict_literal_handed_straight_to_a_helper_that_saves_it(tmp_path: Path):
+    helper = "import torch\n\ndef save_checkpoint(state, filename='c.pth'):\n    torch.save(state, filename)\n"
+    call = 'save_checkpoint(model, optimizer, "ckpt.pt")'
+    literal = 'save_checkpoint({"state_dict": model.state_dict(), "optimizer": optimizer.state_dict()})'
+    write(tmp_path, {"train.py": SCRIPT.replace(call, literal), "utils.py": helper})
+    assert lint_tree(tmp_path) == [("train.py", 11, "AMP211")]
+    with_scaler = literal.replace("})", ', "scaler": scaler.state_dict()})')
+    write(tmp_path, {"train.py": SCRIPT.replace(call, with_scaler)})
+    assert lint_tree(tmp_path) == []
