@@ -40,7 +40,6 @@ from ..rules.scaler_queries import float16_in_code
 from ..syntax import call_args, dotted, get_arg, iter_nodes
 from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
-FORMAT = 6
 _SCALER_TEXT = re.compile(r"scaler", re.IGNORECASE)
 # Saved values that are plain bookkeeping, never a container of training state.
 _SCALAR_NAME = re.compile(
@@ -81,7 +80,6 @@ def summarize(facts: AmpFacts) -> dict:
     bfloat16_only = bool(regions) and all(r["dtype"] == "bfloat16" for r in regions)
     returns_scaler = any("returns_scaler" in f for f in functions.values())
     return {
-        "format": FORMAT,
         "regions": regions,
         "float16_code": float16_in_code(facts) if bfloat16_only or returns_scaler else None,
         "imports": imports,
