@@ -379,15 +379,25 @@ def _lint_data(path: Path, display: str, data: bytes, options: LintOptions, spec
         if options.summaries and b"clip_grad" in data:
             # No rule of its own can fire, but an update helper's clip may be judged by its
             # callers (lint/project): summarize it here, in the worker that has its bytes.
-            from .project.store import summarize_bytes
-
-            result.summary = summarize_bytes(data)
+            result.summary = _summary_only(data)
         return result
     try:
         source = decode_source(data)
     except ValueError as exc:
         return _unreadable(result, str(exc))
     return _check_text(path, display, source, options, result)
+
+
+def _summary_only(data: bytes) -> dict | None:
+    """The project summary of a module no selected rule needs to check (None: it does not parse)."""
+    from .facts import build_facts
+    from .project.summary import summarize
+
+    try:
+        source = decode_source(data)
+        return summarize(build_facts(parse_source(source), source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 @functools.lru_cache(maxsize=8)
