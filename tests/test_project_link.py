@@ -329,3 +329,21 @@ def test_dict_literal_handed_straight_to_a_helper_that_saves_it(tmp_path: Path):
     with_scaler = literal.replace("})", ', "scaler": scaler.state_dict()})')
     write(tmp_path, {"train.py": SCRIPT.replace(call, with_scaler)})
     assert lint_tree(tmp_path) == []
+
+
+def test_without_a_marked_folder_the_project_is_the_linted_files(tmp_path: Path):
+    folder = tmp_path / "scripts"
+    folder.mkdir()
+    (folder / "train.py").write_text(SCRIPT, encoding="utf-8")
+    (folder / "utils.py").write_text(HELPER, encoding="utf-8")
+    settings = Settings(root=tmp_path)
+    codes = settings.enabled_codes(known_codes())
+
+    def run(paths):
+        findings = lint_paths(paths, LintRequest(settings, codes), cwd=tmp_path).findings
+        return sorted((f.location.path, f.location.line, f.code) for f in findings)
+
+    # No pyproject.toml, setup.cfg or .git above: the folder linted is the project...
+    assert run([folder]) == [("scripts/train.py", 11, "AMP211")]
+    # ...and a file linted alone has no other module to link to.
+    assert run([folder / "train.py"]) == []

@@ -9,7 +9,8 @@ one module; this package follows what crosses a module or function boundary:
   that may land in the project's own code. Built from the module's ``AmpFacts`` (the same walk
   the rules use) and stored as plain JSON-able data, so the cache can keep it per file content.
 * ``root.py`` — the project a list of files belongs to (pre-commit hands over only the changed
-  ones): the nearest folder above them with ``pyproject.toml``, ``setup.cfg`` or ``.git``.
+  ones): the nearest folder above them with ``pyproject.toml``, ``setup.cfg`` or ``.git``
+  (without one, the linted files themselves).
 * ``store.py`` — the summaries of a project's files, cached by content hash beside the result
   cache; unchanged files are never read again.
 * ``link.py`` — resolves a call to the function it lands in, through the project's own imports

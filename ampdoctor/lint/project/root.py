@@ -37,7 +37,7 @@ def project_root(paths: Iterable[Path]) -> Path | None:
     """The project of the linted paths: the marked folder above them all, when they share one.
 
     None when a path is outside every marked folder or the paths belong to different projects:
-    then the linted files' common folder is the project.
+    then the linted files alone are the project.
     """
     roots = set()
     seen: set[str] = set()

@@ -25,15 +25,17 @@ CACHE_DIR = ".ampdoctor_cache"
 MAX_PROJECT_FILES = 50_000
 
 
-def project_folder(paths: Sequence[Path]) -> Path | None:
-    """The project the linted files belong to (None: nothing to link)."""
+def project_folder(paths: Sequence[Path]) -> tuple[Path, bool] | None:
+    """The project the linted files belong to, and whether it is a marked folder (whose other
+    files take part) or only the linted files' common folder (then the project is the files
+    that were linted: a folder without a marker may be a home folder or ``/tmp``)."""
     if not paths:
         return None
     root = project_root(paths)
     if root is not None:
-        return root
+        return root, True
     folders = list({os.path.dirname(os.path.abspath(p)) for p in paths})
-    return Path(os.path.commonpath(folders)) if folders else None
+    return Path(os.path.commonpath(folders)), False
 
 
 def link_results(results: list, settings, codes: frozenset[str], use_cache: bool, cwd: Path,
@@ -46,12 +48,16 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
             targets[os.path.abspath(result.file_path)] = result
     if not targets:
         return
-    root = project_folder([Path(p) for p in targets])
-    if root is None:
+    found = project_folder([Path(p) for p in targets])
+    if found is None:
         return
-    files = _project_files(root, settings, extra_exclude, targets)
-    if files is None:
-        return
+    root, marked = found
+    if marked:
+        files = _project_files(root, settings, extra_exclude, targets)
+        if files is None:
+            return
+    else:
+        files = sorted(Path(os.path.relpath(path, root)).as_posix() for path in targets)
     store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
     project = Project(set(files), store.summary)
     base = str(root)
