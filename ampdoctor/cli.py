@@ -66,9 +66,11 @@ def main() -> None:
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="Use this pyproject.toml.")
 @click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache (.ampdoctor_cache/).")
+@click.option("--no-project", is_flag=True,
+              help="Check each file on its own: do not follow calls into the project's other modules.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes [default: CPU count].")
 def lint_command(paths, output_format, output_file, select, extend_select, ignore, fail_on, fix, unsafe_fixes,
-                 diff, show_suppressed, exclude, config_file, isolated, no_cache, jobs) -> None:
+                 diff, show_suppressed, exclude, config_file, isolated, no_cache, no_project, jobs) -> None:
     """Check Python files and notebooks for mixed-precision mistakes."""
     try:
         code = run_lint(
@@ -88,6 +90,7 @@ def lint_command(paths, output_format, output_file, select, extend_select, ignor
             isolated=isolated,
             use_cache=not no_cache,
             jobs=jobs,
+            project=not no_project,
         )
     except UsageError as exc:
         raise _fail(str(exc)) from None

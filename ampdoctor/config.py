@@ -47,6 +47,7 @@ _KNOWN_KEYS = {
     "extend-exclude",
     "fail-on",
     "respect-gitignore",
+    "project",
 }
 
 
@@ -59,7 +60,7 @@ class Settings(Record):
     current directory); ``source``: the pyproject.toml it came from, if any."""
 
     __slots__ = ("select", "extend_select", "ignore", "per_file_ignores", "exclude", "fail_on",
-                 "respect_gitignore", "root", "source")
+                 "respect_gitignore", "root", "source", "project")
 
     def __init__(
         self,
@@ -72,6 +73,7 @@ class Settings(Record):
         respect_gitignore: bool = True,
         root: Path | None = None,
         source: Path | None = None,
+        project: bool = True,
     ) -> None:
         self.select = select
         self.extend_select = extend_select
@@ -82,6 +84,9 @@ class Settings(Record):
         self.respect_gitignore = respect_gitignore
         self.root = Path.cwd() if root is None else root
         self.source = source
+        # Follow calls into the project's other functions and modules (``project = false``,
+        # or ``--no-project``: each file on its own).
+        self.project = project
 
     def enabled_codes(self, known: Iterable[str]) -> frozenset[str]:
         return frozenset(c for c in known if c in ALWAYS_ON or _is_enabled(c, self.select + self.extend_select, self.ignore))
@@ -233,6 +238,11 @@ def settings_from_table(table: dict[str, object], known_codes: Iterable[str], ro
         if not isinstance(value, bool):
             raise ConfigError("tool.ampdoctor.respect-gitignore: expected true or false")
         settings.respect_gitignore = value
+    if "project" in table:
+        value = table["project"]
+        if not isinstance(value, bool):
+            raise ConfigError("tool.ampdoctor.project: expected true or false")
+        settings.project = value
     return settings
 
 

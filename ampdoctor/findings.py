@@ -97,15 +97,29 @@ class Location(Value):
         }
 
 
+class Related(Value):
+    """Another place that explains a finding: where the scaler was made, the backward that a
+    call runs, the helper that writes the checkpoint. Shown as a ``note:`` line."""
+
+    __slots__ = ("path", "line", "column", "message")
+
+    def __init__(self, path: str, line: int, column: int, message: str) -> None:
+        self._set(path, line, column, message)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"path": self.path, "line": self.line, "column": self.column, "message": self.message}
+
+
 class Finding(Value):
     """One diagnostic.
 
     ``help``: a short instruction shown after ``help:`` (falls back to the fix description).
     ``extra``: free-form structured data for machine readers (runtime findings: module, step,
-    values); not part of equality.
+    values); not part of equality. ``related``: other locations that explain the finding (in
+    other functions or modules); the finding itself stays where the fix goes.
     """
 
-    __slots__ = ("code", "severity", "message", "location", "fix", "help", "extra")
+    __slots__ = ("code", "severity", "message", "location", "fix", "help", "extra", "related")
     code: str
     severity: Severity
     message: str
@@ -113,11 +127,13 @@ class Finding(Value):
     fix: Fix | None
     help: str | None
     extra: dict[str, object]
+    related: tuple[Related, ...]
     _uncompared = ("extra",)
 
     def __init__(self, code: str, severity: Severity, message: str, location: Location, fix: Fix | None = None,
-                 help: str | None = None, extra: dict[str, object] | None = None) -> None:
-        self._set(code, severity, message, location, fix, help, {} if extra is None else extra)
+                 help: str | None = None, extra: dict[str, object] | None = None,
+                 related: tuple[Related, ...] = ()) -> None:
+        self._set(code, severity, message, location, fix, help, {} if extra is None else extra, tuple(related))
 
     @property
     def help_text(self) -> str | None:
@@ -142,6 +158,7 @@ class Finding(Value):
         data.update(self.location.to_dict())
         data["help"] = self.help_text
         data["fix"] = self.fix.to_dict() if self.fix else None
+        data["related"] = [r.to_dict() for r in self.related]
         if self.extra:
             data["extra"] = self.extra
         return data

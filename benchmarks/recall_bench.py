@@ -3,7 +3,9 @@
     python benchmarks/recall_bench.py [CORPUS] [--by-code] [--details]
 
 CORPUS defaults to benchmarks/recall/. Every ``# expect: AMPxxx`` marker names a mistake lint
-should report on that line; a file without markers is clean. A finding counts as found when
+should report on that line; a file without markers is clean. A folder with a ``pyproject.toml``
+is a multi-module project: it is linted as a whole, as ``ampdoctor lint FOLDER`` would, so that
+mistakes that take a second module to see are scored too; other files are linted one by one. A finding counts as found when
 its code and line match a marker; any other finding is a false alarm; a marker with no finding
 is a miss. The table gives, per rule family and overall: expected mistakes, findings, found,
 false alarms, misses, precision (found / findings) and recall (found / expected), in Markdown.
@@ -45,6 +47,28 @@ def found_marks(source: str, path: str) -> Counter:
     import ampdoctor
 
     return Counter((f.location.line, f.code) for f in ampdoctor.lint_source(source, path))
+
+
+def project_folders(corpus: Path) -> list[Path]:
+    """The multi-module projects in the corpus (folders with a pyproject.toml), outermost only."""
+    folders: list[Path] = []
+    for marker in sorted(corpus.rglob("pyproject.toml")):
+        folder = marker.parent
+        if not any(folder.is_relative_to(outer) for outer in folders):
+            folders.append(folder)
+    return folders
+
+
+def project_marks(folder: Path) -> dict[Path, Counter]:
+    """Per file of a project: (line, code) of each finding, the project linted as a whole."""
+    import ampdoctor
+
+    run = ampdoctor.lint_paths([folder], config=folder / "pyproject.toml")
+    marks: dict[Path, Counter] = {}
+    for result in run.results:
+        path = Path(result.file_path).resolve()
+        marks[path] = Counter((f.location.line, f.code) for f in result.findings)
+    return marks
 
 
 def score_file(expected: Counter, found: Counter) -> tuple[Counter, Counter, Counter]:
@@ -92,9 +116,16 @@ def score_corpus(corpus: Path) -> tuple[dict[str, Score], list[str], int]:
     per_code: dict[str, Score] = {}
     notes: list[str] = []
     files = sorted(corpus.rglob("*.py"))
+    in_projects: dict[Path, Counter] = {}
+    for folder in project_folders(corpus):
+        in_projects.update(project_marks(folder))
+        in_projects.update((p.resolve(), in_projects.get(p.resolve(), Counter())) for p in folder.rglob("*.py"))
     for path in files:
         source = path.read_text(encoding="utf-8")
-        expected, found = expected_marks(source), found_marks(source, str(path))
+        expected = expected_marks(source)
+        found = in_projects.get(path.resolve())
+        if found is None:
+            found = found_marks(source, str(path))
         hits, false_alarms, misses = score_file(expected, found)
         for code in hits.keys() | false_alarms.keys() | misses.keys():
             per_code.setdefault(code, Score()).add(hits[code], false_alarms[code], misses[code])

@@ -50,12 +50,19 @@ def lint_source(
     select: Sequence[str] = ("AMP",),
     ignore: Sequence[str] = (),
 ) -> list[Finding]:
-    """Lint one Python source text and return its findings (suppression comments honoured)."""
+    """Lint one Python source text and return its findings (suppression comments honoured).
+    Calls between the text's own functions and methods are followed as in a project of one
+    module."""
     from .engine import LintOptions, check_source
 
     settings = Settings(select=tuple(select), ignore=tuple(ignore))
-    options = LintOptions(codes=settings.enabled_codes(known_codes()))
-    findings, _, _ = check_source(source, path, options)
+    options = LintOptions(codes=settings.enabled_codes(known_codes()), summaries=True)
+    summary: list = []
+    findings, _, parsed = check_source(source, path, options, summary)
+    if parsed and summary:
+        from .project.run import link_source
+
+        findings = link_source(findings, summary[0], source, path, options.codes)
     return findings
 
 
@@ -75,11 +82,12 @@ class _Job(Record):
 class LintRequest(Record):
     """What to lint and how: the settings, the enabled codes and the command line's options."""
 
-    __slots__ = ("settings", "codes", "fix", "unsafe_fixes", "jobs", "prefilter", "use_cache", "extra_exclude")
+    __slots__ = ("settings", "codes", "fix", "unsafe_fixes", "jobs", "prefilter", "use_cache", "extra_exclude",
+                 "project")
 
     def __init__(self, settings: Settings, codes: frozenset[str], fix: bool = False, unsafe_fixes: bool = False,
                  jobs: int | None = None, prefilter: bool = True, use_cache: bool = False,
-                 extra_exclude: Sequence[str] = ()) -> None:
+                 extra_exclude: Sequence[str] = (), project: bool = True) -> None:
         self.settings = settings
         self.codes = codes
         self.fix = fix
@@ -88,6 +96,12 @@ class LintRequest(Record):
         self.prefilter = prefilter
         self.use_cache = use_cache
         self.extra_exclude = extra_exclude
+        # Follow calls across functions and modules (lint/project); also needs settings.project.
+        self.project = project
+
+    @property
+    def links_project(self) -> bool:
+        return self.project and self.settings.project
 
 
 def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None = None) -> LintRun:
@@ -110,6 +124,14 @@ def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None = N
         from .engine import unreadable
 
         results.extend(unreadable(_display(Path(f), base), f, f"cannot list folder: {why}") for f, why in discovery.unlistable)
+    if request.links_project:
+        from .project.run import link_results
+
+        try:
+            link_results(results, settings, request.codes, request.use_cache and not request.fix, cwd,
+                         request.extra_exclude, request.jobs)
+        except Exception:  # noqa: BLE001 - a defect of ours in the project pass: the files' own findings stand
+            pass
     results.sort(key=lambda r: r.path)
     return LintRun(results, files_checked=len(jobs))
 
@@ -211,7 +233,8 @@ def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list:
     spec = prefilter_spec(request.codes) if request.prefilter else None
     results = []
     for job in jobs:
-        options = LintOptions(request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored)
+        options = LintOptions(request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored,
+                              summaries=request.links_project)
         try:
             result = engine.lint_file(job.path, job.display, options, spec, job.prefiltered)
         except Exception as exc:  # a defect of ours on this file: say so, and check the others

@@ -45,7 +45,7 @@ def _settings(paths: Sequence[Path], config_file: Path | None, isolated: bool, k
 
 def run_lint(*, paths, output_format="text", output_file=None, select=(), extend_select=(), ignore=(), fail_on=None,
              fix=False, unsafe_fixes=False, diff=False, show_suppressed=False, exclude=(), config_file=None,
-             isolated=False, use_cache=True, jobs=None) -> int:
+             isolated=False, use_cache=True, jobs=None, project=True) -> int:
     """``ampdoctor lint`` with its options; the defaults are the command line's."""
     from ..config import ConfigError, validate_codes
     from ..findings import Severity
@@ -73,6 +73,7 @@ def run_lint(*, paths, output_format="text", output_file=None, select=(), extend
         jobs=jobs,
         extra_exclude=tuple(exclude),
         use_cache=use_cache,
+        project=project,
     )
     run = lint_paths(paths, request)
     if fix and not diff:

@@ -42,14 +42,16 @@ _CODE = r"[A-Za-z]+[0-9]+"
 class LintOptions(Record):
     """What to check and how: resolved from config and command line."""
 
-    __slots__ = ("codes", "fix", "unsafe_fixes", "per_file_ignored")
+    __slots__ = ("codes", "fix", "unsafe_fixes", "per_file_ignored", "summaries")
 
     def __init__(self, codes: frozenset[str], fix: bool = False, unsafe_fixes: bool = False,
-                 per_file_ignored: tuple[str, ...] = ()) -> None:
+                 per_file_ignored: tuple[str, ...] = (), summaries: bool = False) -> None:
         self.codes = codes
         self.fix = fix
         self.unsafe_fixes = unsafe_fixes
         self.per_file_ignored = per_file_ignored
+        # Also summarize the module for the project analysis (lint/project), from the same facts.
+        self.summaries = summaries
 
 
 class FileResult(Record):
@@ -59,16 +61,17 @@ class FileResult(Record):
     checked text (after fixes), when it was read; ``original``: the text before fixes, when fixes
     changed it; ``cells``: for notebooks, cell number → text; ``error``: why the file could not
     be read, decoded or parsed; ``notebook``: (original JSON text, NotebookSource) when fixes
-    changed a notebook.
+    changed a notebook; ``summary``: the module's project summary, when the run asked for it and
+    the file was parsed.
     """
 
     __slots__ = ("path", "findings", "suppressed", "fixed", "source", "original", "cells", "parsed", "error",
-                 "notebook", "file_path")
+                 "notebook", "file_path", "summary")
 
     def __init__(self, path: str, findings: list[Finding] | None = None, suppressed: int = 0, fixed: int = 0,
                  source: str | None = None, original: str | None = None, cells: dict[int, str] | None = None,
                  parsed: bool = False, error: str | None = None, notebook: tuple | None = None,
-                 file_path: str = "") -> None:
+                 file_path: str = "", summary: dict | None = None) -> None:
         self.path = path
         self.findings = [] if findings is None else findings
         self.suppressed = suppressed
@@ -80,6 +83,7 @@ class FileResult(Record):
         self.error = error
         self.notebook = notebook
         self.file_path = file_path
+        self.summary = summary
 
     @property
     def changed(self) -> bool:
@@ -188,8 +192,10 @@ def parse_source(source: str) -> ast.Module:
         return ast.parse(source)
 
 
-def check_source(source: str, path: str, options: LintOptions) -> tuple[list[Finding], int, bool]:
-    """Findings (suppressions applied), the number suppressed, and whether it parsed."""
+def check_source(source: str, path: str, options: LintOptions,
+                 summary: list | None = None) -> tuple[list[Finding], int, bool]:
+    """Findings (suppressions applied), the number suppressed, and whether it parsed. With
+    ``options.summaries``, the module's project summary is appended to ``summary``."""
     from .facts import build_facts
     from .rules import lint_rules
 
@@ -199,6 +205,10 @@ def check_source(source: str, path: str, options: LintOptions) -> tuple[list[Fin
         return [_parse_error(path, exc)], 0, False
     try:
         facts = build_facts(tree, source)
+        if options.summaries and summary is not None:
+            from .project.summary import summarize
+
+            summary.append(summarize(facts))
         rules = lint_rules()
         reports = []
         for code in sorted(options.codes):
@@ -366,12 +376,28 @@ def _lint_data(path: Path, display: str, data: bytes, options: LintOptions, spec
     if spec is not None and not (
         (prefiltered or passes_prefilter(data, spec)) and _text_gate(options.codes).keeps(data)
     ):
+        if options.summaries and b"clip_grad" in data:
+            # No rule of its own can fire, but an update helper's clip may be judged by its
+            # callers (lint/project): summarize it here, in the worker that has its bytes.
+            result.summary = _summary_only(data)
         return result
     try:
         source = decode_source(data)
     except ValueError as exc:
         return _unreadable(result, str(exc))
     return _check_text(path, display, source, options, result)
+
+
+def _summary_only(data: bytes) -> dict | None:
+    """The project summary of a module no selected rule needs to check (None: it does not parse)."""
+    from .facts import build_facts
+    from .project.summary import summarize
+
+    try:
+        source = decode_source(data)
+        return summarize(build_facts(parse_source(source), source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 @functools.lru_cache(maxsize=8)
@@ -420,7 +446,10 @@ def _check_text(path: Path, display: str, source: str, options: LintOptions, res
             result.source = new_source
         result.fixed = fixed
     else:
-        findings, suppressed, parsed = check_source(source, display, options)
+        summary: list = []
+        findings, suppressed, parsed = check_source(source, display, options, summary)
+        if summary and path.suffix == ".py":
+            result.summary = summary[0]
     result.findings, result.suppressed, result.parsed = findings, suppressed, parsed
     if not parsed:
         result.error = findings[0].message

@@ -149,6 +149,9 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
             _call_literals(node, literals)
         elif kind is ast.BinOp:
             _binop_literals(node, literals)
+        elif kind is ast.Assign and any(type(t) is ast.Subscript for t in node.targets):
+            # ``logits[mask] = -1e10``: a fill written as an index assignment
+            _classify((node.value,), literals, big="big-fill", tiny=None)
         elif kind is ast.Import:
             for alias in node.names:
                 if alias.asname:

@@ -3,7 +3,8 @@
 Each object has ``code``, ``name``, ``severity``, ``message``, ``path``, ``line``, ``column``,
 ``end_line``, ``end_column``, ``cell`` (null outside notebooks), ``help`` (null or text) and
 ``fix`` (null or ``{description, applicability, edits: [{line, column, end_line, end_column,
-content}]}``); runtime findings add ``extra``. The output is strict JSON: non-finite numbers
+content}]}``), ``related`` (a list, empty unless another function or module explains the
+finding: ``[{path, line, column, message}]``); runtime findings add ``extra``. The output is strict JSON: non-finite numbers
 become the strings ``"inf"``, ``"-inf"`` and ``"nan"``.
 """
 

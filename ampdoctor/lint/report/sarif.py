@@ -8,7 +8,8 @@ are exclusive, exactly as SARIF defines them. Paths are relative POSIX URIs unde
 Notebooks: SARIF has no cells, and a notebook finding's line counts within its cell, so the
 result's message names the cell and line and ``properties`` carries ``cell``; the region holds
 the line and column within the cell. Fixes of notebook findings are left out, since their
-positions do not address lines of the ``.ipynb`` file.
+positions do not address lines of the ``.ipynb`` file. A finding's related locations (another
+function or module that explains it) become ``relatedLocations``.
 """
 
 from __future__ import annotations
@@ -106,6 +107,18 @@ def _result(finding: Finding, rule_index: int) -> dict[str, Any]:
             {"physicalLocation": {"artifactLocation": artifact_location(loc.path), "region": region}}
         ],
     }
+    if finding.related:
+        result["relatedLocations"] = [
+            {
+                "id": number,
+                "physicalLocation": {
+                    "artifactLocation": artifact_location(related.path),
+                    "region": {"startLine": max(related.line, 1), "startColumn": max(related.column, 1)},
+                },
+                "message": {"text": related.message},
+            }
+            for number, related in enumerate(finding.related)
+        ]
     if finding.fix is not None and finding.fix.edits and loc.cell is None:  # a module rewrite has none until applied
         result["fixes"] = [_fix(finding)]
     properties = {}

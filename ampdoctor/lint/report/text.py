@@ -9,6 +9,9 @@
       |
     help: Insert `scaler.unscale_(optimizer)` before clipping
 
+A finding whose cause lies in another function or module adds its related locations before
+``help:``, one ``note:`` line each, followed by ``  --> path:line:column``.
+
 Each line is built as (text, style) pieces. Without colour the pieces are joined as they are:
 plain text, no escape codes, nothing wrapped. With colour each styled piece is wrapped in an
 ANSI SGR sequence, as the ``concise`` format does. Nothing the user wrote (paths, messages,
@@ -83,6 +86,10 @@ def finding_block(finding: Finding, source_lines: list[str] | None) -> list[list
     """The lines for one finding: header, snippet, help, and a blank separator."""
     lines = [_header(finding)]
     lines.extend(_snippet(finding, source_lines))
+    for related in finding.related:
+        # As rustc prints a secondary note: what it says, then where.
+        lines.append([("note", "bold cyan"), (": " + one_line(related.message), None)])
+        lines.append([("  --> ", _GUTTER), (f"{related.path}:{related.line}:{related.column}", None)])
     help_text = finding.help_text
     if help_text:
         lines.append([("help", "bold cyan"), (": " + one_line(help_text), None)])

@@ -7,7 +7,6 @@ bfloat16 (AMP209), float16 autocast without one (AMP210), checkpoints that leave
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterable
 
 from ..anchors import Anchors
@@ -19,10 +18,12 @@ from ..iteration import (
 from ..model import AmpFacts, CallSite, Region
 from ..passes import is_optimizer
 from ..syntax import call_args, dotted, iter_nodes
-from ..vocabulary import GRAD_SCALER_NAMES, EventKind
+from ..vocabulary import GRAD_SCALER_NAMES, Enabled, EventKind
 from . import AUTOCAST, SCALED_BACKWARD, SCALER, LintRule, Report, register
 from .scaler_queries import (
     event_text,
+    float16_in_code,
+    scaler_enabled_arg,
     framework_backward,
     mentions,
     scaler_device,
@@ -35,9 +36,6 @@ from .scaler_queries import (
 # AMP209 scaler-with-bfloat16
 # --------------------------------------------------------------------------------------
 
-_FLOAT16_TEXT = re.compile(r"\bfloat16|\bfp16|\bhalf\b|HalfTensor", re.I)
-
-
 @register
 class ScalerWithBfloat16(LintRule):
     code = "AMP209"
@@ -45,16 +43,26 @@ class ScalerWithBfloat16(LintRule):
     anchors = SCALER
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
-        if not facts.regions or _FLOAT16_TEXT.search(facts.source):
+        if not facts.regions:
             return
+        checked_text = False
         for new in facts.events(EventKind.SCALER_NEW):
             qname = new.call.qname or ""
-            if scaler_enabled(new.call.node, qname) is not True:
-                continue
             device = scaler_device(new.call.node, qname)
             regions = [r for r in facts.regions if r.enabled.counts_as_on and (r.device == device or r.device is None)]
             if not regions or any(r.effective_dtype != "bfloat16" for r in regions):
                 continue
+            enabled = scaler_enabled(new.call.node, qname)
+            if enabled is None and not _same_flag(facts, new.call.node, qname, regions):
+                continue
+            if enabled is False:
+                continue
+            if not checked_text:
+                # float16 named in the code (a dtype, an ``--fp16`` option) means a float16 path
+                # may exist; in a comment or a docstring it does not.
+                if float16_in_code(facts):
+                    return
+                checked_text = True
             yield Report(
                 self.code,
                 new.call.node,
@@ -63,6 +71,16 @@ class ScalerWithBfloat16(LintRule):
                 help="Drop the scaler and call `loss.backward()` and `optimizer.step()` directly",
                 statement=new.call.statement,
             )
+
+
+def _same_flag(facts: AmpFacts, call: ast.Call, qname: str, regions: list[Region]) -> bool:
+    """``GradScaler(enabled=use_bf16)`` beside ``autocast(dtype=torch.bfloat16, enabled=use_bf16)``:
+    the scaler is on exactly when the (bfloat16) regions are."""
+    arg = scaler_enabled_arg(call, qname)
+    if arg is None:
+        return False
+    flag = facts.text(arg.value)
+    return all(r.enabled is Enabled.MAYBE and r.flag is not None and facts.text(r.flag) == flag for r in regions)
 
 
 # --------------------------------------------------------------------------------------
@@ -110,7 +128,11 @@ class Float16WithoutScaler(LintRule):
     def _has_scaler(self, facts: AmpFacts) -> bool:
         if facts.scalers or mentions(facts, "GradScaler"):
             return True
-        return any("scaler" in (site.receiver or "").lower() for site in facts.calls)
+        # ``scaler.scale(loss)``, or a loss scaler handed in and called: ``loss_scaler(loss, optimizer)``.
+        return any(
+            "scaler" in (site.receiver or "").lower() or "scaler" in (dotted(site.node.func) or "").lower()
+            for site in facts.calls
+        )
 
     def _statement(self, facts: AmpFacts, node: ast.AST) -> ast.stmt | None:
         for site in facts.calls:
@@ -185,6 +207,43 @@ def _scaler_in_reach(facts: AmpFacts, save: CallSite) -> bool:
     return False
 
 
+def _wrapper_state_dicts(facts: AmpFacts) -> Iterable[Report]:
+    """An optimizer wrapper that owns a GradScaler (``self.scaler = GradScaler(...)``) and steps
+    an optimizer, but whose ``state_dict()`` returns the optimizer's state without the scaler's:
+    every checkpoint made through it loses the loss scale."""
+    owned: dict[str, str] = {}
+    for assignment in facts.assignments:
+        target, value = assignment.target, assignment.value
+        if (target.startswith("self.") and assignment.frame.class_name and type(value) is ast.Call
+                and facts.qualify(value.func) in GRAD_SCALER_NAMES):
+            owned.setdefault(assignment.frame.class_name, target)
+    for function, frame in facts.functions:
+        scaler = owned.get(frame.class_name or "")
+        if scaler is None or function.name != "state_dict" or frame.parent is None or frame.parent.parent is not None:
+            continue
+        text = facts.text(function)
+        if "scaler" in text.lower() or scaler.split(".", 1)[1] in text:
+            continue
+        returns = [n for n in iter_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
+        if len(returns) != 1:
+            continue
+        value = returns[0].value
+        receivers = [
+            dotted(n.func.value) for n in iter_nodes(value)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "state_dict"
+        ]
+        if not receivers or not all(is_optimizer(r, facts) or "optim" in (r or "").lower() for r in receivers):
+            continue
+        yield Report(
+            ScalerStateNotSaved.code,
+            value,
+            f"`{frame.class_name}.state_dict()` returns the optimizer's state but not that of the GradScaler it owns "
+            f"(`{scaler}`): checkpoints made through it restart the loss scale at 65536 on resume",
+            help=f"Include `{scaler}.state_dict()` and restore it in `load_state_dict`",
+            statement=returns[0],
+        )
+
+
 def _is_mapping_literal(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and dotted(expr.func) == "dict")
 
@@ -193,12 +252,13 @@ def _is_mapping_literal(expr: ast.expr) -> bool:
 class ScalerStateNotSaved(LintRule):
     code = "AMP211"
     tokens = ("GradScaler", ".scale(")
-    needs = (rb"save\(",)
+    needs = (rb"save\(|def state_dict\(",)
     anchors = SCALER
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not facts.scalers and not any(True for _ in facts.events(EventKind.SCALER_NEW)):
             return
+        yield from _wrapper_state_dicts(facts)
         for save in facts.calls_to("torch.save"):
             arg = save.arg(0, "obj")
             if arg is None or not _scaler_in_reach(facts, save):

@@ -174,6 +174,14 @@ class Float16OverflowConstant(LintRule):
                     continue
                 label = site.qname or f".{site.method}()"
                 yield self._report(facts, arg.value, value, label, site, torch_name)
+        for target, value in _stores_into_float16(facts):
+            yield Report(
+                self.code,
+                value,
+                f"`{facts.text(value)}` stored into `{target}`, which comes out of a float16 autocast region, does "
+                "not fit in float16 (max 65504): it becomes ±inf, and a softmax over it makes NaN",
+                help=f"Use `torch.finfo({target}.dtype).min` (or `.max`), which is right for every dtype",
+            )
         if facts.uses_float16:
             walker = _AdditiveWalker(facts)
             walker.walk(site for site in facts.calls if site.in_autocast or site.qname in AUTOCAST_NAMES)
@@ -209,6 +217,25 @@ class Float16OverflowConstant(LintRule):
             fix=fix,
             statement=site.statement,
         )
+
+
+def _stores_into_float16(facts: AmpFacts) -> Iterable[tuple[str, ast.expr]]:
+    """``logits[idx] = -1e10`` where ``logits`` was last bound, in the same function, to the
+    result of a call made inside a float16 autocast region."""
+    if not facts.item_assignments or not facts.uses_float16:
+        return
+    made_in_float16 = {
+        id(site.statement.value)
+        for site in facts.calls
+        if site.region is not None and site.region.is_float16 and type(site.statement) is ast.Assign
+    }
+    for target, assign, frame in facts.item_assignments:
+        if _overflows(assign.value) is None:
+            continue
+        earlier = [a for a in facts.assignments
+                   if a.frame is frame and a.target == target and a.value.lineno < assign.lineno]
+        if earlier and id(earlier[-1].value) in made_in_float16:
+            yield target, assign.value
 
 
 def _unsafe():

@@ -14,6 +14,7 @@ file keeps working with the same behaviour:
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 
 from ...records import Value
@@ -189,16 +190,35 @@ class DeprecatedAmpApi(LintRule):
     anchors = Anchors(names=("torch.cuda.amp", "torch.cpu.amp"))
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
-        yield from self._imports(facts)
-        yield from self._attribute_chains(facts)
+        gated = _Gated(facts)
+        yield from self._imports(facts, gated)
+        yield from self._star_imports(facts, gated)
+        yield from self._attribute_chains(facts, gated)
+
+    # ---- ``from torch.cuda.amp import *``: every name it binds is the deprecated one
+
+    def _star_imports(self, facts: AmpFacts, gated: "_Gated") -> Iterable[Report]:
+        for node in _module_level_imports(facts.module.body):
+            if (node.level or node.module not in _DEPRECATED_MODULES
+                    or not any(alias.name == "*" for alias in node.names) or id(node) in gated):
+                continue
+            device = _DEPRECATED_MODULES[node.module]
+            from ..textpos import import_from_module
+
+            yield Report(
+                self.code,
+                import_from_module(facts.lines, node) or node,
+                f"`{node.module}` is deprecated since torch 2.4: use `torch.amp` with device \"{device}\"",
+                help=f'Import the names you use from `torch.amp` and pass "{device}" as the device',
+            )
 
     # ---- ``from torch.cuda.amp import ...`` / ``from torch.cuda import amp`` / ``import torch.cuda.amp as x``
 
-    def _imports(self, facts: AmpFacts) -> Iterable[Report]:
+    def _imports(self, facts: AmpFacts, gated: "_Gated") -> Iterable[Report]:
         by_statement: dict[int, list[ImportRef]] = {}
         for ref in facts.import_refs:
-            if ref.fallback:
-                continue  # ``except ImportError:`` fallback for old torch versions
+            if ref.fallback or id(ref.node) in gated:
+                continue  # ``except ImportError:`` fallback or version-gated import for old torch versions
             if _deprecated(ref.qname) or ref.qname in _DEPRECATED_MODULES or (
                 ref.module or ""
             ).startswith(tuple(f"{m}." for m in _DEPRECATED_MODULES)):
@@ -221,11 +241,11 @@ class DeprecatedAmpApi(LintRule):
                 anchor,
                 f"`{old}` is deprecated since torch 2.4: use `torch.amp` with device \"{device}\"",
                 help=f'Import from `torch.amp` and pass "{device}" as the device',
-                fix=self._import_fix(facts, node, name, refs, device) if name is not None else None,
+                fix=self._import_fix(facts, node, name, refs, device, gated) if name is not None else None,
             )
 
     def _import_fix(
-        self, facts: AmpFacts, node: ast.stmt, name: ast.Name, refs: list[ImportRef], device: str
+        self, facts: AmpFacts, node: ast.stmt, name: ast.Name, refs: list[ImportRef], device: str, gated: "_Gated"
     ) -> FixPlan | None:
         """Rename the module at the import (``name``: its text) and add the device at every use."""
         names: set[str] = set()
@@ -253,6 +273,8 @@ class DeprecatedAmpApi(LintRule):
         uses.scan(facts.module)
         if uses.other:
             return None  # a use we cannot rewrite (``isinstance(x, GradScaler)``, ``cls = autocast``)
+        if any(id(call) in gated for call, _local in uses.calls):
+            return None  # a use in a branch kept for old torch: rewriting it changes what that branch does
         edits = [rename]
         for call, local in uses.calls:
             original = _original_name(local, refs)
@@ -270,7 +292,7 @@ class DeprecatedAmpApi(LintRule):
 
     # ---- ``torch.cuda.amp.autocast(...)`` spelled out -----------------------------------
 
-    def _attribute_chains(self, facts: AmpFacts) -> Iterable[Report]:
+    def _attribute_chains(self, facts: AmpFacts, gated: "_Gated") -> Iterable[Report]:
         calls_by_func = {id(site.node.func): site.node for site in facts.calls}
         decorators = {id(d) for function, _frame in facts.functions for d in function.decorator_list}
         bases = {id(base) for class_def, _ in facts.classes for base in class_def.bases}
@@ -278,7 +300,7 @@ class DeprecatedAmpApi(LintRule):
         for node, qname in facts.references:
             target = _deprecated(qname)
             spelled = dotted(node)
-            if target is None or spelled is None:
+            if target is None or spelled is None or id(node) in gated:
                 continue
             if id(node) not in calls_by_func and id(node) not in decorators and id(node) not in bases and id(node) not in held:
                 continue  # a reference, not a use: ``func is torch.cuda.amp.autocast`` recognises the old name
@@ -348,3 +370,82 @@ def _original_name(local: str, refs: list[ImportRef]) -> str:
         if ref.local == local:
             return ref.qname.rsplit(".", 1)[-1]
     return local
+
+
+# ---- version gates ------------------------------------------------------------------------
+#
+# Code that supports old torch keeps the deprecated spelling in a branch that only old torch
+# takes: ``torch.amp.GradScaler if _TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler``,
+# ``if hasattr(torch.amp, "GradScaler"): ... else: ...``, ``try: ... except AttributeError: ...``.
+# That is correct code; rewriting the old branch would drop old-torch support.
+
+class _Gated:
+    """``id(node) in gated``: whether a node is inside a branch kept for old torch. The module is
+    walked for its gates on the first question only: most modules never ask."""
+
+    def __init__(self, facts: AmpFacts) -> None:
+        self.facts = facts
+        self._ids: set[int] | None = None
+
+    def __contains__(self, node_id: int) -> bool:
+        if self._ids is None:
+            self._ids = _version_gated(self.facts)
+        return node_id in self._ids
+
+
+def _module_level_imports(body: list) -> Iterable[ast.ImportFrom]:
+    """``from ... import`` statements at module level (also in top-level ``if``/``try``): the only
+    places a star import is allowed."""
+    for statement in body:
+        kind = type(statement)
+        if kind is ast.ImportFrom:
+            yield statement
+        elif kind is ast.If:
+            yield from _module_level_imports(statement.body)
+            yield from _module_level_imports(statement.orelse)
+        elif kind is ast.Try or kind is getattr(ast, "TryStar", None):
+            yield from _module_level_imports(statement.body)
+            for handler in statement.handlers:
+                yield from _module_level_imports(handler.body)
+            yield from _module_level_imports(statement.orelse)
+
+
+_VERSION_TEST = re.compile(r"version|TORCH_(GREATER|LESS|GE|LT|VER)|_GE_|_LT_|hasattr\(\s*torch", re.I)
+_FALLBACK_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "Exception"}
+
+
+def _version_gated(facts: AmpFacts) -> set[int]:
+    """ids of the nodes inside a branch kept for old torch versions."""
+    gated: set[int] = set()
+    for node in iter_nodes(facts.module):
+        kind = type(node)
+        if kind is ast.IfExp or kind is ast.If:
+            body = [node.body] if kind is ast.IfExp else node.body
+            orelse = [node.orelse] if kind is ast.IfExp else node.orelse
+            new_body, new_else = _uses_new_api(facts, body), _uses_new_api(facts, orelse)
+            if (new_body or new_else) and (_VERSION_TEST.search(facts.text(node.test)) or (kind is ast.IfExp)):
+                for arm in ([orelse] if new_body else []) + ([body] if new_else else []):
+                    gated.update(id(inner) for part in arm for inner in iter_nodes(part))
+        elif kind is ast.ExceptHandler and _catches_fallback(node):
+            gated.update(id(inner) for part in node.body for inner in iter_nodes(part))
+    return gated
+
+
+def _uses_new_api(facts: AmpFacts, statements: list) -> bool:
+    """Whether the statements name ``torch.amp``'s autocast or GradScaler (not the deprecated ones)."""
+    for statement in statements:
+        for inner in iter_nodes(statement):
+            if type(inner) is ast.ImportFrom and inner.module == "torch.amp":
+                return True
+            if type(inner) is ast.Attribute:
+                qname = facts.qualify(inner) or ""
+                if qname.startswith("torch.amp.") and qname.rsplit(".", 1)[-1] in _KINDS:
+                    return True
+    return False
+
+
+def _catches_fallback(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    names = handler.type.elts if type(handler.type) is ast.Tuple else [handler.type]
+    return any((dotted(n) or "").rsplit(".", 1)[-1] in _FALLBACK_ERRORS for n in names)

@@ -4,9 +4,10 @@ events of one kind, frameworks that own the loss scaling, how a GradScaler is co
 from __future__ import annotations
 
 import ast
+import re
 
 from ..model import AmpFacts, CallSite, Event, Frame
-from ..syntax import get_arg, string_value
+from ..syntax import get_arg, iter_nodes, string_value
 from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
 
@@ -28,13 +29,19 @@ def uses_framework(facts: AmpFacts) -> bool:
     return bool(roots & {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "apex", "colossalai"})
 
 
-def scaler_enabled(call: ast.Call, qname: str) -> bool | None:
-    """True/False for a literal ``enabled=``, None when it depends on run-time values."""
+def scaler_enabled_arg(call: ast.Call, qname: str):
+    """The ``enabled`` argument of a GradScaler construction (an ``Arg``), or None."""
     arg = get_arg(call, None, "enabled")
     if arg is None:
         # torch.cuda.amp.GradScaler(init_scale, growth_factor, backoff_factor, growth_interval, enabled)
         fixed = GRAD_SCALER_NAMES.get(qname) is not None
         arg = get_arg(call, 4 if fixed else 5, None)
+    return arg
+
+
+def scaler_enabled(call: ast.Call, qname: str) -> bool | None:
+    """True/False for a literal ``enabled=``, None when it depends on run-time values."""
+    arg = scaler_enabled_arg(call, qname)
     if arg is None:
         return True
     value = arg.value
@@ -69,3 +76,34 @@ def mentions(facts: AmpFacts, class_name: str) -> bool:
 
 def event_text(facts: AmpFacts, event: Event) -> str:
     return facts.text(event.call.node)
+
+
+_FLOAT16_TEXT = re.compile(r"\bfloat16|\bfp16|\bhalf\b|HalfTensor", re.I)
+
+
+def float16_in_code(facts: AmpFacts) -> bool:
+    """Whether the module's code (not its comments or docstrings) speaks of float16: a dtype, a
+    ``--fp16`` option, ``.half()``. Tokenized only when the text mentions it at all."""
+    if not _FLOAT16_TEXT.search(facts.source):
+        return False
+    import io
+    import tokenize
+
+    docstrings = set()
+    for node in iter_nodes(facts.module):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                docstrings.add((first.value.lineno, first.value.col_offset))
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(facts.source).readline):
+            if token.type == tokenize.COMMENT:
+                continue
+            if token.type == tokenize.STRING and token.start in docstrings:
+                continue
+            if _FLOAT16_TEXT.search(token.string):
+                return True
+    except (tokenize.TokenError, SyntaxError):
+        return True  # in doubt: as if it did
+    return False

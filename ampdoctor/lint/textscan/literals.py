@@ -309,6 +309,10 @@ class _Scan:
                 self.add("big-arith")
             if tiny:
                 self.add("tiny-arith")
+        if big and c == _EQUAL and "big-fill" in self.wanted and p > 0 and d[p - 1] not in _NOT_ASSIGN:
+            q = _prev(d, p)
+            if q == UNSURE or _at(d, q) == 93:  # "]": ``x[i] = -1e10``, an index assignment
+                self.add("big-fill")
         if cn != _COMMA and cn != _C_PAREN:
             return
         if big and "big-fill" in self.wanted and "big-fill" not in self.found:
@@ -321,6 +325,10 @@ class _Scan:
         if tiny and c == _EQUAL and "tiny-eps" in self.wanted and "tiny-eps" not in self.found:
             if _call_keyword(d, p, (b"eps",)):
                 self.add("tiny-eps")
+
+
+# Characters before ``=`` that make it a comparison or an augmented assignment.
+_NOT_ASSIGN = frozenset(b"=!<>+-*/%&|^@:")
 
 
 def _sizes(value: float | _Any | None) -> tuple[bool, bool]:

@@ -1,0 +1,351 @@
+"""The cross-module rules: queries over linked summaries.
+
+Each check looks at the modules being reported (``targets``) and, where it needs the other
+half, at the callers anywhere in the project (``Callers``: the modules whose text names the
+function and holds what the rule needs, summarized only when asked for). Every condition must hold with
+certainty; a call the linker cannot resolve, a helper that also mentions a scaler, an argument
+spread with ``*``/``**``: silence.
+
+A finding is anchored where the fix goes (the call that writes an incomplete checkpoint, the
+clip that needs an ``unscale_`` before it, the call made inside autocast, the scaler built on
+every call) and carries related locations for the other half.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from ...records import Record
+from .link import Project, Target
+
+# How far a checkpoint handed from helper to helper is followed.
+_SAVE_DEPTH = 2
+
+
+class CrossReport(Record):
+    """A finding before it has a display path: module (project-relative), position, message,
+    help, and related locations as (module, position, message)."""
+
+    __slots__ = ("at", "code", "help", "message", "module", "related")
+
+    def __init__(self, code: str, module: str, at: list[int], message: str, help: str,
+                 related: list[tuple[str, list[int], str]]) -> None:
+        self.code = code
+        self.module = module
+        self.at = at
+        self.message = message
+        self.help = help
+        self.related = related
+
+
+class Callers:
+    """The modules that may call a function, found lazily: those whose text holds the token
+    class a rule needs (``store.TOKEN_CLASSES``) and the function's name."""
+
+    def __init__(self, files: Iterable[str], has_class: Callable[[str, str], bool],
+                 mentions: Callable[[str, str], bool]) -> None:
+        self.files = sorted(files)
+        self.has_class = has_class
+        self.mentions = mentions
+        self._by_class: dict[str, list[str]] = {}
+
+    def of(self, kind: str, name: str) -> list[str]:
+        if kind not in self._by_class:
+            self._by_class[kind] = [rel for rel in self.files if self.has_class(rel, kind)]
+        short = name.rsplit(".", 1)[-1]
+        return [rel for rel in self._by_class[kind] if self.mentions(rel, short)]
+
+
+def run_checks(project: Project, targets: Iterable[str], callers: Callers,
+               codes: frozenset[str]) -> list[CrossReport]:
+    targets = sorted(set(targets))
+    reports: list[CrossReport] = []
+    if "AMP211" in codes:
+        reports.extend(_checkpoints(project, targets))
+    if "AMP201" in codes:
+        reports.extend(_clips_in_helpers(project, targets, callers))
+    if "AMP101" in codes:
+        reports.extend(_backward_under_autocast(project, targets))
+    if "AMP205" in codes:
+        reports.extend(_scaler_per_call(project, targets, callers))
+    if "AMP209" in codes:
+        reports.extend(_bfloat16_scaler_factory(project, targets, callers))
+    return reports
+
+
+def _name(target: Target) -> str:
+    return target.name.rsplit(".", 1)[-1]
+
+
+# ---------------------------------------------------------------------------------------
+# AMP211: a checkpoint written through a helper, without the scaler
+# ---------------------------------------------------------------------------------------
+
+
+def _checkpoints(project: Project, targets: list[str]) -> Iterator[CrossReport]:
+    for module in targets:
+        for call in project.calls(module):
+            if "reach" not in call or call.get("scaler") or call.get("star"):
+                continue
+            target = project.resolve_call(module, call)
+            if target is None:
+                continue
+            save = _incomplete_save(project, target, call, 0)
+            if save is None:
+                continue
+            where, at = save
+            name = call["callee"]
+            yield CrossReport(
+                "AMP211",
+                module,
+                call["at"],
+                f"`{name}(...)` writes a checkpoint with the optimizer's state but not the GradScaler's: on resume "
+                "the loss scale restarts at its initial value (65536) and the first steps are skipped while it "
+                "backs off",
+                f"Hand `scaler.state_dict()` to `{name}` and save it with the checkpoint; restore it with "
+                "`scaler.load_state_dict(...)` on resume",
+                [
+                    (where, at, "the checkpoint is written here, without the scaler's state"),
+                    (module, call["reach"], "the GradScaler whose state is left out"),
+                ],
+            )
+
+
+def _incomplete_save(project: Project, target: Target, call: dict, depth: int) -> tuple[str, list[int]] | None:
+    """Where ``target`` (called by ``call``) writes a checkpoint that holds an optimizer's state
+    and certainly not the scaler's; None when it does not, or when that is not certain."""
+    function = target.function
+    if function.get("scaler") or function.get("star"):
+        return None
+    for save in function.get("saves", []):
+        if "param" in save:
+            arg = target.arg_for(call, save["param"])
+            state = arg.get("map") if arg else None
+        else:
+            state = save.get("state")
+        if state and state.get("optim") and not state.get("scaler") and not state.get("opaque"):
+            return target.module, save["at"]
+    if depth >= _SAVE_DEPTH:
+        return None
+    # The helper hands its checkpoint argument on to another helper that writes it.
+    for inner in project.calls(target.module):
+        if inner.get("frame") != target.name or inner.get("star"):
+            continue
+        next_target = project.resolve_call(target.module, inner)
+        if next_target is None:
+            continue
+        forwarded = _forward_args(target, call, inner)
+        if forwarded is None:
+            continue
+        found = _incomplete_save(project, next_target, forwarded, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _forward_args(target: Target, call: dict, inner: dict) -> dict | None:
+    """``inner`` (a call made by ``target``) with each argument that is one of ``target``'s
+    parameters replaced by what ``call`` passed for it."""
+    params = target.function.get("params", [])
+    args = []
+    for arg in inner.get("args", []):
+        name = arg.get("name")
+        if name in params:
+            outer = target.arg_for(call, params.index(name))
+            if outer is None:
+                return None
+            replaced = {k: v for k, v in outer.items() if k not in ("pos", "kw")}
+            replaced.update({k: arg[k] for k in ("pos", "kw") if k in arg})
+            args.append(replaced)
+        else:
+            args.append(arg)
+    return {**inner, "args": args}
+
+
+# ---------------------------------------------------------------------------------------
+# AMP201: a helper clips before unscale_, the scaled backward is in its callers
+# ---------------------------------------------------------------------------------------
+
+
+def _callers_of(project: Project, callers: Callers, kind: str, module: str,
+                name: str) -> Iterator[tuple[str, dict, Target]]:
+    for caller in callers.of(kind, name):
+        for call in project.calls(caller):
+            if name.rsplit(".", 1)[-1] not in call["callee"]:
+                continue  # cheap: the spelling must at least end in the function's name
+            target = project.resolve_call(caller, call)
+            if target is not None and target.module == module and target.name == name:
+                yield caller, call, target
+
+
+def _clips_in_helpers(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
+    for module in targets:
+        summary = project.summary(module)
+        if summary is None:
+            continue
+        for name, function in summary.get("functions", {}).items():
+            for clip in function.get("clips", []):
+                report = _clip_report(project, callers, module, name, function, clip)
+                if report is not None:
+                    yield report
+
+
+def _clip_report(project: Project, callers: Callers, module: str, name: str, function: dict,
+                 clip: dict) -> CrossReport | None:
+    params = function.get("params", [])
+    index = params.index(clip["param"])
+    scaled: list[tuple[str, dict, dict]] = []
+    for caller, call, target in _callers_of(project, callers, "scaler", module, name):
+        if call.get("star"):
+            return None
+        arg = target.arg_for(call, index)
+        if arg is None:
+            return None  # called without the scaler where we can see it: not certain
+        if not arg.get("is_scaler"):
+            continue  # a caller that passes something else (a wrapper, None): not judged
+        state = arg.get("state", {})
+        if state.get("kind") != "scaled":
+            return None  # a caller unscales first (or has no backward of its own): silence
+        scaled.append((caller, call, state))
+    if not scaled:
+        return None
+    caller, call, state = scaled[0]
+    scaler = clip["param"]
+    optimizer = clip.get("optimizer") or "optimizer"
+    return CrossReport(
+        "AMP201",
+        module,
+        clip["clip"],
+        f"gradients are clipped while still multiplied by the loss scale: `{_short(name)}` receives the scaler as "
+        f"`{scaler}` after a scaled backward and never calls `{scaler}.unscale_({optimizer})` before clipping",
+        f"Insert `{scaler}.unscale_({optimizer})` before the clip",
+        [
+            (caller, call["at"], f"`{_short(name)}` is called here after the scaled backward, with no `unscale_`"),
+            (caller, state["backward"], "the scaled backward"),
+        ],
+    )
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+# ---------------------------------------------------------------------------------------
+# AMP101: a helper runs backward, its caller calls it inside autocast
+# ---------------------------------------------------------------------------------------
+
+
+def _backward_of(project: Project, target: Target, depth: int = 0) -> tuple[str, list[int]] | None:
+    at = target.function.get("backward")
+    if at is not None:
+        return target.module, at
+    if depth >= 1:
+        return None
+    for inner in project.calls(target.module):
+        if inner.get("frame") != target.name or "region" in inner:
+            continue
+        next_target = project.resolve_call(target.module, inner)
+        if next_target is not None:
+            found = _backward_of(project, next_target, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _backward_under_autocast(project: Project, targets: list[str]) -> Iterator[CrossReport]:
+    for module in targets:
+        for call in project.calls(module):
+            if "region" not in call:
+                continue
+            target = project.resolve_call(module, call)
+            if target is None:
+                continue
+            found = _backward_of(project, target)
+            if found is None:
+                continue
+            name = call["callee"]
+            yield CrossReport(
+                "AMP101",
+                module,
+                call["at"],
+                f"`{name}(...)` runs a backward pass and is called inside an autocast region; backward ops would "
+                "reuse the forward's autocast dtypes",
+                f"Call `{name}` after the `with autocast(...)` block, or move its backward out of the region",
+                [
+                    (found[0], found[1], f"the backward that `{name}` runs"),
+                    (module, call["region"]["at"], "the autocast region around the call"),
+                ],
+            )
+
+
+# ---------------------------------------------------------------------------------------
+# AMP205: a function that builds its own GradScaler, called from a loop elsewhere
+# ---------------------------------------------------------------------------------------
+
+
+def _scaler_per_call(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
+    for module in targets:
+        summary = project.summary(module)
+        if summary is None:
+            continue
+        for name, function in summary.get("functions", {}).items():
+            new = function.get("new_scaler")
+            if new is None or function.get("builds_optimizer"):
+                continue
+            for caller, call, _target in _callers_of(project, callers, "epoch", module, name):
+                if "loop" not in call or (caller == module and call.get("frame") == "<module>"):
+                    continue  # a loop of the same module body: the file-local rule judges it
+                if not call.get("epoch_loop") and "epoch" not in _short(name).lower():
+                    continue  # a loop over folds or trials may well want a fresh scaler each time
+                short = _short(name)
+                yield CrossReport(
+                    "AMP205",
+                    module,
+                    new["at"],
+                    f"a new GradScaler is assigned to `{new['name']}` on every call of `{short}`, which a loop calls "
+                    "repeatedly: the loss scale restarts at its initial value on every call and never settles",
+                    f"Create the GradScaler once, before the loop, and pass it to `{short}`",
+                    [(caller, call["at"], f"`{short}` is called here, in a loop")],
+                )
+                break
+
+
+# ---------------------------------------------------------------------------------------
+# AMP209: a factory builds a GradScaler for a script whose autocast is all bfloat16
+# ---------------------------------------------------------------------------------------
+
+
+def _bfloat16_scaler_factory(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
+    for module in targets:
+        summary = project.summary(module)
+        if summary is None or summary.get("float16_code") is not False:
+            continue
+        for name, function in summary.get("functions", {}).items():
+            at = function.get("returns_scaler")
+            if at is None:
+                continue
+            uses = []
+            for caller, call, _target in _callers_of(project, callers, "autocast", module, name):
+                caller_summary = project.summary(caller) or {}
+                regions = caller_summary.get("regions", [])
+                if (caller_summary.get("float16_code") is not False or not regions or not call.get("assigned")
+                        or any(r.get("dtype") != "bfloat16" for r in regions)):
+                    uses = []
+                    break  # a caller that may run float16 (or that we cannot judge): silence
+                uses.append((caller, call, regions[0]))
+            if not uses:
+                continue
+            caller, call, region = uses[0]
+            short = _short(name)
+            yield CrossReport(
+                "AMP209",
+                module,
+                at,
+                f"`{short}` builds a GradScaler for code whose autocast regions all use bfloat16: bfloat16 has "
+                "float32's exponent range, its gradients do not underflow, and the scaler only adds work",
+                "Drop the scaler and call `loss.backward()` and `optimizer.step()` directly",
+                [
+                    (caller, call["at"], f"the scaler from `{short}` is taken here"),
+                    (caller, region["at"], "the bfloat16 autocast region it is used with"),
+                ],
+            )

@@ -1,0 +1,225 @@
+"""The link step: from a call in one module to the function of the project it lands in.
+
+Resolution follows only what the project itself shows, to a bounded depth:
+
+* a function of the same module, or a name imported from a module of the project (absolute
+  imports are looked up beside the importing file, at the project root and under ``src/``, as
+  running a script or an installed package would find them; relative imports from the
+  importer's package), through re-exports (``from .io import save_checkpoint`` in a package's
+  ``__init__``) and module-level aliases (``save = utils.save_checkpoint``);
+* ``module.f(...)`` for an imported module of the project;
+* ``self.m(...)`` and ``cls.m(...)`` in a method: the class's own method or one of its bases'
+  (bases defined or imported in the project);
+* ``x.m(...)`` where ``x = SomeClass(...)`` is bound once in the same function or at module
+  level, and ``self.x.m(...)`` where a method of the class binds ``self.x = SomeClass(...)``.
+
+Anything else (a parameter's method, a dynamic attribute, a name bound twice, a class from a
+library) resolves to nothing, and the cross-module rules stay silent about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...records import Record
+
+MAX_DEPTH = 4
+
+SummaryLoader = Callable[[str], "dict | None"]
+
+
+class Target(Record):
+    """A resolved call: the module (project-relative POSIX path), the function's qualified name
+    in it, its summary, and how many leading parameters the call does not pass (``self``)."""
+
+    __slots__ = ("function", "module", "name", "skip")
+
+    def __init__(self, module: str, name: str, function: dict, skip: int) -> None:
+        self.module = module
+        self.name = name
+        self.function = function
+        self.skip = skip
+
+    def param_for(self, arg: dict) -> str | None:
+        """The parameter an argument record (``pos`` or ``kw``) binds to, when certain."""
+        params = self.function.get("params", [])
+        if "kw" in arg:
+            return arg["kw"] if arg["kw"] in params else None
+        index = arg["pos"] + self.skip
+        return params[index] if index < len(params) else None
+
+    def arg_for(self, call: dict, param_index: int) -> dict | None:
+        """The argument record of ``call`` bound to the parameter at ``param_index``."""
+        params = self.function.get("params", [])
+        if param_index >= len(params):
+            return None
+        name = params[param_index]
+        for arg in call.get("args", []):
+            if arg.get("kw") == name or ("pos" in arg and arg["pos"] + self.skip == param_index):
+                return arg
+        return None
+
+
+class Project(Record):
+    """The files of one project and a way to read their summaries.
+
+    ``files``: project-relative POSIX paths of every Python module; ``load(rel)``: the summary of
+    one of them (read from the cache or made on demand), None when it cannot be read or parsed.
+    """
+
+    __slots__ = ("_summaries", "files", "load")
+
+    def __init__(self, files: set[str], load: SummaryLoader) -> None:
+        self.files = files
+        self.load = load
+        self._summaries: dict[str, dict | None] = {}
+
+    def summary(self, rel: str) -> dict | None:
+        if rel not in self._summaries:
+            self._summaries[rel] = self.load(rel) if rel in self.files else None
+        return self._summaries[rel]
+
+    # ---- modules ----------------------------------------------------------------------------
+
+    def find_module(self, importer: str, target: str) -> tuple[str, list[str]] | None:
+        """The module file ``target`` (a dotted import target) names, seen from ``importer``,
+        and the attribute parts left after it: ``("pkg/utils.py", ["save_checkpoint"])``."""
+        if target.startswith("."):
+            level = len(target) - len(target.lstrip("."))
+            parts = [p for p in target[level:].split(".") if p]
+            base = importer.split("/")[:-1]
+            if level - 1 > len(base):
+                return None
+            bases = ["/".join(base[: len(base) - (level - 1)])]
+        else:
+            parts = target.split(".")
+            here = "/".join(importer.split("/")[:-1])
+            bases = list(dict.fromkeys([here, "", "src"]))
+        for base in bases:
+            for count in range(len(parts), 0, -1):
+                stem = "/".join(filter(None, [base, *parts[:count]]))
+                for candidate in (f"{stem}.py", f"{stem}/__init__.py"):
+                    if candidate in self.files and candidate != importer:
+                        return candidate, parts[count:]
+        return None
+
+    # ---- names --------------------------------------------------------------------------------
+
+    def resolve_name(self, module: str, parts: list[str], depth: int = 0) -> tuple[str, str, str] | None:
+        """What ``parts`` (an attribute path) names in ``module``: ``(module, qualname, kind)``
+        with kind ``"function"`` or ``"class"``."""
+        summary = self.summary(module)
+        if summary is None or not parts or depth > MAX_DEPTH:
+            return None
+        head = parts[0]
+        functions = summary.get("functions", {})
+        classes = summary.get("classes", {})
+        if len(parts) == 1 and head in functions:
+            return module, head, "function"
+        if head in classes:
+            if len(parts) == 1:
+                return module, head, "class"
+            if len(parts) == 2 and f"{head}.{parts[1]}" in functions:
+                return module, f"{head}.{parts[1]}", "function"
+            return None
+        alias = summary.get("aliases", {}).get(head)
+        if alias is not None:
+            return self.resolve_spelled(module, alias.split(".") + parts[1:], depth + 1)
+        target = summary.get("imports", {}).get(head)
+        if target is not None:
+            found = self.find_module(module, target)
+            if found is None:
+                return None
+            other, rest = found
+            return self.resolve_name(other, rest + parts[1:], depth + 1) if rest + parts[1:] else None
+        return None
+
+    def resolve_spelled(self, module: str, parts: list[str], depth: int = 0) -> tuple[str, str, str] | None:
+        """Like ``resolve_name``, for a spelling that may start with an imported module
+        (``utils.save_checkpoint``) or with a submodule of one (``pkg.utils.f``)."""
+        if depth > MAX_DEPTH:
+            return None
+        found = self.resolve_name(module, parts, depth)
+        if found is not None:
+            return found
+        summary = self.summary(module)
+        if summary is None:
+            return None
+        target = summary.get("imports", {}).get(parts[0])
+        if target is None:
+            return None
+        located = self.find_module(module, ".".join([target, *parts[1:-1]]) if len(parts) > 1 else target)
+        if located is None:
+            return None
+        other, rest = located
+        return self.resolve_name(other, rest + parts[-1:], depth + 1) if len(parts) > 1 else None
+
+    def method(self, module: str, class_name: str, name: str, depth: int = 0) -> tuple[str, str] | None:
+        """``Class.name`` in the class or, in order, its bases (project classes only)."""
+        summary = self.summary(module)
+        if summary is None or depth > MAX_DEPTH:
+            return None
+        if f"{class_name}.{name}" in summary.get("functions", {}):
+            return module, f"{class_name}.{name}"
+        info = summary.get("classes", {}).get(class_name)
+        if info is None:
+            return None
+        for base in info.get("bases", []):
+            found = self.resolve_spelled(module, base.split("."), depth + 1)
+            if found is not None and found[2] == "class":
+                result = self.method(found[0], found[1], name, depth + 1)
+                if result is not None:
+                    return result
+        return None
+
+    # ---- calls ----------------------------------------------------------------------------------
+
+    def resolve_call(self, module: str, call: dict) -> Target | None:
+        """The project function a call record of ``module`` lands in, or None."""
+        summary = self.summary(module)
+        if summary is None:
+            return None
+        parts = call["callee"].split(".")
+        frame = call.get("frame", "<module>")
+        own_class = frame.split(".", 1)[0] if "." in frame else None
+        found: tuple[str, str] | None = None
+        skip = 0
+        if parts[0] in ("self", "cls") and own_class is not None:
+            if len(parts) == 2:
+                found, skip = self.method(module, own_class, parts[1]), 1
+            elif len(parts) == 3:
+                spelled = summary.get("instances", {}).get(f"{own_class}.self.{parts[1]}")
+                found, skip = self._instance_method(module, spelled, parts[2]), 1
+        elif len(parts) == 2 and (
+            f"{frame}:{parts[0]}" in summary.get("instances", {}) or f"<module>:{parts[0]}" in summary.get("instances", {})
+        ):
+            instances = summary["instances"]
+            spelled = instances.get(f"{frame}:{parts[0]}") or instances.get(f"<module>:{parts[0]}")
+            found, skip = self._instance_method(module, spelled, parts[1]), 1
+        else:
+            named = self.resolve_spelled(module, parts)
+            if named is not None and named[2] == "function":
+                found = named[0], named[1]
+                # ``Class.method(obj, ...)`` passes self explicitly; a plain function has none.
+        if found is None:
+            return None
+        other, name = found
+        target_summary = self.summary(other)
+        function = target_summary.get("functions", {}).get(name) if target_summary else None
+        if function is None:
+            return None
+        if skip and not function.get("params"):
+            return None  # a static method: arguments do not shift
+        return Target(other, name, function, skip)
+
+    def _instance_method(self, module: str, spelled: str | None, name: str) -> tuple[str, str] | None:
+        if spelled is None:
+            return None
+        found = self.resolve_spelled(module, spelled.split("."))
+        if found is None or found[2] != "class":
+            return None
+        return self.method(found[0], found[1], name)
+
+    def calls(self, module: str) -> list[dict]:
+        summary = self.summary(module)
+        return summary.get("calls", []) if summary else []

@@ -1,0 +1,68 @@
+"""Which project a set of linted paths belongs to.
+
+``ampdoctor lint src/`` lints a tree: the tree is the project. A pre-commit hook hands over only
+the changed files; their project is the nearest folder above them (or the folder itself) that
+holds ``pyproject.toml``, ``setup.cfg`` or ``.git``. Files of the project that were not named
+still take part through their summaries (read from the cache while they are unchanged), but
+only the named files are reported.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+MARKERS = ("pyproject.toml", "setup.cfg", ".git")
+
+
+def marked_folder(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` holding one of ``MARKERS``."""
+    folder = start if start.is_dir() else start.parent
+    return _marked(str(folder))
+
+
+@functools.lru_cache(maxsize=4096)
+def _marked(folder_text: str) -> Path | None:
+    folder = Path(folder_text)
+    for candidate in (folder, *folder.parents):
+        for marker in MARKERS:
+            if os.path.exists(os.path.join(candidate, marker)):
+                return candidate
+    return None
+
+
+def project_root(paths: Iterable[Path]) -> Path | None:
+    """The project of the linted paths: the marked folder above them all, when they share one.
+
+    None when a path is outside every marked folder or the paths belong to different projects:
+    then the linted files alone are the project.
+    """
+    roots = set()
+    seen: set[str] = set()
+    for path in paths:
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder in seen:
+            continue  # a tree's files share few folders: each is looked up once
+        seen.add(folder)
+        root = marked_folder(Path(folder))
+        if root is None:
+            return None
+        roots.add(root)
+        if len(roots) > 1:
+            return None
+    return roots.pop() if roots else None
+
+
+def module_name(path: Path, root: Path) -> str | None:
+    """``pkg.sub.mod`` for ``root/pkg/sub/mod.py`` (``pkg.sub`` for its ``__init__.py``)."""
+    try:
+        parts = list(path.relative_to(root).with_suffix("").parts)
+    except ValueError:
+        return None
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    if not parts or not all(p.isidentifier() for p in parts):
+        return None
+    return ".".join(parts)

@@ -1,0 +1,226 @@
+"""The project pass: after every file has been linted on its own, link the project and add the
+cross-module findings to the files being reported.
+
+The project is the marked folder above the linted paths (``root.py``), or their common folder
+when there is none. Its files are listed with the run's own exclusions; the linted files are the
+*targets* (the only ones reported), the others take part through their summaries.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...catalog import severity_of
+from ...findings import Finding, Location, Related
+from .checks import Callers, CrossReport, run_checks
+from .link import Project
+from .root import project_root
+from .store import SummaryStore
+
+CACHE_DIR = ".ampdoctor_cache"
+# More Python files than any project holds: the marked folder is something else (a home folder
+# kept in git), and listing it would cost more than the lint itself.
+MAX_PROJECT_FILES = 50_000
+
+
+def project_folder(paths: Sequence[Path]) -> tuple[Path, bool] | None:
+    """The project the linted files belong to, and whether it is a marked folder (whose other
+    files take part) or only the linted files' common folder (then the project is the files
+    that were linted: a folder without a marker may be a home folder or ``/tmp``)."""
+    if not paths:
+        return None
+    root = project_root(paths)
+    if root is not None:
+        return root, True
+    folders = list({os.path.dirname(os.path.abspath(p)) for p in paths})
+    return Path(os.path.commonpath(folders)), False
+
+
+def link_results(results: list, settings, codes: frozenset[str], use_cache: bool, cwd: Path,
+                 extra_exclude: Sequence[str] = (), jobs: int | None = None) -> None:
+    """Add the cross-module findings to ``results`` (engine.FileResult objects), in place."""
+    targets = {}
+    for result in results:
+        # A file that fixes changed is judged again on the next run, against its new text.
+        if result.file_path.endswith(".py") and result.error is None and not result.changed:
+            targets[os.path.abspath(result.file_path)] = result
+    if not targets:
+        return
+    found = project_folder([Path(p) for p in targets])
+    if found is None:
+        return
+    root, marked = found
+    if marked:
+        files = _project_files(root, settings, extra_exclude, targets)
+        if files is None:
+            return
+    else:
+        files = sorted(Path(os.path.relpath(path, root)).as_posix() for path in targets)
+    store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
+    project = Project(set(files), store.summary)
+    base = str(root)
+    target_rels = {}
+    for rel in files:
+        result = targets.get(os.path.join(base, rel))
+        if result is not None:
+            target_rels[rel] = result
+    unknown = []
+    for rel, result in target_rels.items():
+        if result.summary is not None:  # made by the lint pass from the facts its rules used
+            try:
+                store.put(rel, (root / rel).read_bytes(), result.summary)
+            except OSError:
+                pass
+            result.summary = None  # the reporters have no use for it
+        elif not result.parsed:
+            store.note(rel)  # read and passed over by the lint pass: nothing to link
+        elif not store.known(rel):
+            unknown.append(rel)  # served from the result cache, its summary lost: make it again
+    for rel in unknown:
+        store.summary(rel)
+    # A named file can hold a cross-module finding when the lint pass summarized it, now or in
+    # an earlier run: it parsed it (its rules' anchors hold: it has a scaler, autocast ...), or
+    # the file clips gradients (an update helper). Other files are summarized only on demand.
+    checked = [rel for rel in target_rels if store.has_summary(rel)]
+    store.prefetch(checked, jobs)
+    callers = Callers(files, store.has_class, store.mentions)
+    reports = run_checks(project, checked, callers, codes)
+    if use_cache:
+        store.forget_missing(set(files))
+        store.save()
+        _tag_folder(Path(settings.root) / CACHE_DIR)
+    if reports:
+        _attach(reports, target_rels, root, cwd, settings)
+
+
+def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: dict) -> list[str] | None:
+    """Project-relative POSIX paths of the project's Python modules (the linted ones included).
+
+    Files the run excludes from linting are still part of the project: a call may land in them,
+    and nothing is reported there. Folders that hold no project code are skipped: the
+    tool folders lint never walks (``.venv``, ``build``, ``site-packages`` ...), hidden folders,
+    and the folders named in the root's ``.gitignore`` (``wandb/``, ``outputs/``). A plain walk
+    of names, without path objects: a pre-commit run lists thousands of files to lint one.
+    """
+    from ..discovery import DEFAULT_EXCLUDED_DIRS
+
+    skipped = set(DEFAULT_EXCLUDED_DIRS) | _ignored_folders(root)
+    found = set()
+    base = str(root)
+    cut = len(base) + 1
+    for folder, subfolders, names in os.walk(base):
+        subfolders[:] = [d for d in subfolders if d not in skipped and not d.startswith(".")]
+        prefix = folder[cut:].replace(os.sep, "/")
+        for name in names:
+            if name.endswith(".py"):
+                found.add(f"{prefix}/{name}" if prefix else name)
+        if len(found) > MAX_PROJECT_FILES:
+            return None  # a home folder under version control, not a project: link nothing
+    for path in targets:
+        rel = os.path.relpath(path, root)
+        if not rel.startswith(".."):
+            found.add(Path(rel).as_posix())
+    return sorted(found)
+
+
+def _ignored_folders(root: Path) -> set[str]:
+    """Plain folder names the root's ``.gitignore`` ignores (``wandb/``, ``/outputs``)."""
+    try:
+        text = (root / ".gitignore").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return set()
+    names = set()
+    for line in text.splitlines():
+        line = line.strip().strip("/")
+        if line and not line.startswith(("#", "!")) and "/" not in line and not any(c in line for c in "*?[]"):
+            names.add(line)
+    return names
+
+
+def _display(path: Path, cwd: Path) -> str:
+    base = os.path.realpath(cwd) + os.sep
+    absolute = os.path.realpath(path)
+    return absolute[len(base):].replace(os.sep, "/") if absolute.startswith(base) else path.as_posix()
+
+
+def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, settings) -> None:
+    from ..engine import _apply_suppressions, decode_source
+
+    by_module: dict[str, list[CrossReport]] = {}
+    for report in reports:
+        by_module.setdefault(report.module, []).append(report)
+    for rel, group in by_module.items():
+        result = targets[rel]
+        taken = {(f.code, f.location.line) for f in result.findings}
+        findings = []
+        for report in group:
+            line, column, end_line, end_column = report.at
+            if (report.code, line) in taken:
+                continue  # the file-local rule already says it there
+            taken.add((report.code, line))
+            related = tuple(
+                Related(result.path if module == rel else _display(root / module, cwd), at[0], at[1], message)
+                for module, at, message in report.related
+            )
+            findings.append(Finding(
+                report.code, severity_of(report.code), report.message,
+                Location(result.path, line, column, end_line, end_column),
+                help=report.help, extra={"_noqa_lines": [line]}, related=related,
+            ))
+        if not findings:
+            continue
+        source = result.source
+        if source is None:
+            try:
+                source = decode_source(Path(result.file_path).read_bytes())
+            except (OSError, ValueError):
+                continue
+            result.source = source
+        ignored = settings.ignored_for(Path(result.file_path)) if settings.per_file_ignores else ()
+        kept, suppressed = _apply_suppressions(findings, source, ignored)
+        result.findings = sorted([*result.findings, *kept], key=Finding.sort_key)
+        result.suppressed += suppressed
+        result.parsed = True
+
+
+def link_source(findings: list, summary: dict, source: str, path: str, codes: frozenset[str]) -> list:
+    """``findings`` of one source text (``lint_source``) with what the cross-function rules find
+    between its own functions and methods: the text is a project of one module."""
+    from ..engine import _apply_suppressions
+    from .store import TOKEN_CLASSES
+
+    rel = "module.py"
+    project = Project({rel}, {rel: summary}.get)
+    data = source.encode("utf-8", "replace")
+    callers = Callers([rel], lambda _rel, kind: any(t in data for t in TOKEN_CLASSES[kind]),
+                      lambda _rel, name: name in source)
+    taken = {(f.code, f.location.line) for f in findings}
+    added = []
+    for report in run_checks(project, [rel], callers, codes):
+        line, column, end_line, end_column = report.at
+        if (report.code, line) in taken:
+            continue
+        taken.add((report.code, line))
+        added.append(Finding(
+            report.code, severity_of(report.code), report.message, Location(path, line, column, end_line, end_column),
+            help=report.help, extra={"_noqa_lines": [line]},
+            related=tuple(Related(path, at[0], at[1], message) for _module, at, message in report.related),
+        ))
+    if not added:
+        return findings
+    kept, _suppressed = _apply_suppressions(added, source, ())
+    return sorted([*findings, *kept], key=Finding.sort_key)
+
+
+def _tag_folder(folder: Path) -> None:
+    """The cache folder is ignored by git and tagged as a cache, as the result cache does."""
+    try:
+        if folder.is_dir() and not (folder / ".gitignore").exists():
+            (folder / ".gitignore").write_text("# Created by ampdoctor\n*\n", encoding="utf-8")
+            (folder / "CACHEDIR.TAG").write_text(
+                "Signature: 8a477f597d28d172789f06886806bc55\n# ampdoctor result cache\n", encoding="utf-8"
+            )
+    except OSError:
+        pass

@@ -1,0 +1,249 @@
+"""The summaries of a project's files, cached by content beside the result cache.
+
+``<cache folder>/summaries-<build>.json`` maps each project file (its path relative to the
+project root) to the size and modification time it had, the hash of its bytes, whether it is a
+*caller* module (one that mentions a scaler, autocast or an epoch: its calls are always
+linked), and its summary once made. As in the result cache, a file whose size and modification
+time are unchanged (and not "racy": modified within two seconds of the cache being written) is
+trusted without being read; otherwise its bytes are hashed and compared. Summaries of other
+files are made only when a call resolves into them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+try:
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - interpreters built without it
+    from hashlib import blake2b
+
+# The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
+# not in summary.py: a warm run reads summaries without importing the fact model or the rules.
+FORMAT = 6
+
+_RACY_NS = 2_000_000_000
+# Below this many summaries to make, worker processes cost more than they save.
+_PARALLEL_SUMMARIES = 24
+# What a module's bytes must hold to take part in a cross-module rule, by role: it makes or uses
+# a GradScaler ("scaler": its calls may carry one, or write a checkpoint beside one), runs
+# autocast, loops over epochs, or clips gradients (an update helper).
+TOKEN_CLASSES = {
+    "scaler": (b"GradScaler", b".scale("),
+    "autocast": (b"autocast",),
+    "epoch": (b"epoch",),
+    "clip": (b"clip_grad",),
+}
+# Bytes without which a module's functions do nothing the cross-module rules ask about.
+HELPER_TOKENS = (b"save", b"clip_grad", b"backward", b"step", *(t for ts in TOKEN_CLASSES.values() for t in ts))
+
+
+def summarize_bytes(data: bytes) -> dict | None:
+    """Parse ``data`` and summarize it; None when it cannot be decoded or parsed, or when no
+    helper token appears in it."""
+    if not any(token in data for token in HELPER_TOKENS):
+        return None
+    from ..engine import decode_source, parse_source
+    from ..facts import build_facts
+    from .summary import summarize
+
+    try:
+        source = decode_source(data)
+        return summarize(build_facts(parse_source(source), source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # such a file links to nothing
+        return None
+
+
+def content_hash(data: bytes) -> str:
+    return blake2b(data, digest_size=16).hexdigest()
+
+
+class SummaryStore:
+    """Summaries by project-relative path; ``save()`` writes what changed."""
+
+    def __init__(self, root: Path, folder: Path | None) -> None:
+        self.root = root
+        self.path = None
+        self.entries: dict[str, dict] = {}
+        self.written_ns = 0
+        self.dirty = False
+        self._data: dict[str, bytes] = {}
+        self._verified: set[str] = set()
+        self._base = str(root)
+        if folder is not None:
+            from ..cache import build_fingerprint
+
+            # One file per project root: paths in it are relative to the root.
+            key = blake2b(f"{build_fingerprint()}|summaries|{FORMAT}|{root}".encode(), digest_size=12).hexdigest()
+            self.path = folder / f"summaries-{key}.json"
+            self._load()
+
+    def _load(self) -> None:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("files"), dict):
+            self.entries = data["files"]
+            self.written_ns = int(data.get("written_ns") or 0)
+
+    def _fresh(self, rel: str) -> dict | None:
+        """The entry for ``rel`` when it matches the file on disk (re-hashed when in doubt);
+        each file is checked once per run."""
+        if rel in self._verified:
+            return self.entries.get(rel)
+        self._verified.add(rel)
+        path = os.path.join(self._base, rel)
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        entry = self.entries.get(rel)
+        signature = [stat.st_size, stat.st_mtime_ns]
+        if entry is not None and entry.get("stat") == signature and stat.st_mtime_ns < self.written_ns - _RACY_NS:
+            return entry
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return None
+        key = content_hash(data) if self.path is not None else ""
+        if entry is None or entry.get("key") != key or not key:
+            entry = {"key": key, "classes": {}}
+            self._data[rel] = data  # its token classes are looked up when a rule asks
+        entry["stat"] = signature
+        self.entries[rel] = entry
+        self.dirty = True
+        return entry
+
+    def has_class(self, rel: str, kind: str) -> bool:
+        """Whether the file holds a token of class ``kind`` (``TOKEN_CLASSES``); looked up once
+        per file content and kept in the cache."""
+        entry = self._fresh(rel)
+        if entry is None:
+            return False
+        known = entry.setdefault("classes", {})
+        if kind not in known:
+            data = self._data.get(rel)
+            if data is None:
+                try:
+                    with open(os.path.join(self._base, rel), "rb") as handle:
+                        data = handle.read()
+                except OSError:
+                    return False
+            known[kind] = any(token in data for token in TOKEN_CLASSES[kind])
+            self.dirty = True
+        return known[kind]
+
+    def known(self, rel: str) -> bool:
+        """Whether the cache has an entry for the file as it is on disk."""
+        return rel in self.entries and self._fresh(rel) is not None
+
+    def note(self, rel: str) -> None:
+        """Record a file the lint pass read but did not summarize (no rule of its own could fire
+        on it), so that a later run served from the result cache knows it has nothing to link."""
+        if self.path is not None:
+            self._fresh(rel)
+
+    def has_summary(self, rel: str) -> bool:
+        """Whether the file's summary is known (made by this run's lint pass or an earlier one).
+        A file the cache has never summarized is not read to find out."""
+        known = self.entries.get(rel)
+        if known is None or known.get("summary") is None:
+            return False
+        entry = self._fresh(rel)
+        return bool(entry and entry.get("summary") is not None)
+
+    def mentions(self, rel: str, name: str) -> bool:
+        """Whether the file's text contains ``name`` (a cheap test before linking its calls)."""
+        data = self._data.get(rel)
+        if data is None:
+            try:
+                with open(os.path.join(self._base, rel), "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                return False
+        return name.encode() in data
+
+    def summary(self, rel: str) -> dict | None:
+        entry = self._fresh(rel)
+        if entry is None:
+            return None
+        if "summary" not in entry:
+            data = self._data.pop(rel, None)
+            if data is None:
+                try:
+                    data = (self.root / rel).read_bytes()
+                except OSError:
+                    return None
+                if content_hash(data) != entry["key"]:
+                    entry = {"key": content_hash(data), "classes": {}, "stat": entry.get("stat")}
+                    self.entries[rel] = entry
+            entry["summary"] = summarize_bytes(data)
+            self.dirty = True
+        return entry["summary"]
+
+    def prefetch(self, rels: list[str], jobs: int | None) -> None:
+        """Make the summaries of ``rels`` that are missing, in worker processes when there are
+        many (a whole tree linted cold): one parse each, as the lint pass does."""
+        missing = []
+        for rel in rels:
+            entry = self._fresh(rel)
+            if entry is not None and "summary" not in entry:
+                missing.append(rel)
+        workers = jobs if jobs is not None else (os.cpu_count() or 1)
+        if len(missing) < _PARALLEL_SUMMARIES or workers <= 1:
+            return  # made on demand, one by one
+        from concurrent.futures import ProcessPoolExecutor
+
+        datas = []
+        for rel in missing:
+            data = self._data.pop(rel, None)
+            if data is None:
+                try:
+                    data = (self.root / rel).read_bytes()
+                except OSError:
+                    data = b""
+            datas.append(data)
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for rel, summary in zip(missing, pool.map(summarize_bytes, datas, chunksize=4)):
+                self.entries[rel]["summary"] = summary
+        self.dirty = True
+
+    def put(self, rel: str, data: bytes, summary: dict | None) -> None:
+        """A summary made by the lint pass itself (from the facts its rules used)."""
+        try:
+            stat = os.stat(self.root / rel)
+        except OSError:
+            return
+        self._data[rel] = data
+        self.entries[rel] = {
+            "key": content_hash(data) if self.path is not None else "",
+            "classes": {},
+            "stat": [stat.st_size, stat.st_mtime_ns],
+            "summary": summary,
+        }
+        self._verified.add(rel)
+        self.dirty = True
+
+    def forget_missing(self, files: set[str]) -> None:
+        for rel in [r for r in self.entries if r not in files]:
+            del self.entries[rel]
+            self.dirty = True
+
+    def save(self) -> None:
+        if self.path is None or not self.dirty:
+            return
+        try:
+            self.path.parent.mkdir(exist_ok=True)
+            temp = self.path.parent / f".summaries-{os.getpid()}-{time.monotonic_ns()}.tmp"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"format": FORMAT, "written_ns": time.time_ns(), "files": self.entries}, handle,
+                          separators=(",", ":"))
+            os.replace(temp, self.path)
+        except OSError:
+            pass  # a read-only project still lints; it just is not cached

@@ -1,0 +1,577 @@
+"""Per-module summaries: what each function does that another module may need to know.
+
+A summary is plain data (dicts, lists, strings, ints), so that the cache stores it as JSON and
+the link step reads it without the module's tree. Positions are ``[line, column, end_line,
+end_column]`` (1-based, end exclusive), as findings use them.
+
+Per function (``"Class.method"`` for methods, ``"name"`` for module-level functions; nested
+functions are left out, since nothing outside reaches them by name):
+
+``at``        where the ``def`` is
+``params``    parameter names in order (``self`` included), and ``star`` when it takes ``*``/``**``
+``scaler``    whether the body mentions a scaler at all (any spelling with "scaler", a GradScaler)
+``saves``     each ``torch.save``: which parameter it writes unchanged (``param``), or what the
+              mapping it writes holds (``state``: an optimizer's state, a scaler's, or something
+              opaque such as ``**extra`` or a parameter that may carry anything)
+``clips``     a clip of gradients followed by ``P.step(optimizer)`` on a parameter ``P``, with no
+              ``P.unscale_`` before the clip and no scaled backward in the function: the scaled
+              backward must be in a caller (AMP201 across functions)
+``backward``  the first backward the function runs outside any autocast region of its own
+              (a scaled, plain or framework ``backward``): AMP101 when a caller runs it in autocast
+``new_scaler`` a GradScaler built into a local variable and stepped in the function (AMP205)
+
+Per module: ``imports`` (local name → dotted target, with ``.`` prefixes kept for relative
+imports), ``aliases`` (module-level ``name = other.name``), ``classes`` (bases, and the
+attributes assigned instances of other classes in methods: ``self.saver = Saver(...)``),
+``instances`` (module- and function-level ``x = SomeClass(...)``), and ``calls``: the calls that
+may land in project code, each with what the linker and the rules need about its arguments and
+its context (the scalers in reach, the autocast region around it, whether it runs in a loop).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+
+from ..model import AmpFacts, CallSite, Frame
+from ..passes import is_optimizer, is_optimizer_constructor
+from ..rules.scaler_queries import float16_in_code
+from ..syntax import call_args, dotted, get_arg, iter_nodes
+from ..vocabulary import GRAD_SCALER_NAMES, EventKind
+
+_SCALER_TEXT = re.compile(r"scaler", re.IGNORECASE)
+# Saved values that are plain bookkeeping, never a container of training state.
+_SCALAR_NAME = re.compile(
+    r"(^|_)(epoch|epochs|step|steps|iter|iters|iteration|global_step|loss|best\w*|acc\w*|metric\w*|score|lr|"
+    r"args|config|cfg|hparams|path|name|arch|version|seed)$",
+    re.IGNORECASE,
+)
+# Callees that are never project code (builtins and common containers).
+_BUILTINS = frozenset(dir(builtins))
+
+
+def position(node: ast.AST) -> list[int]:
+    """``[line, column, end_line, end_column]``, 1-based columns (ast columns are 0-based)."""
+    end_line = getattr(node, "end_lineno", None) or node.lineno
+    end_col = getattr(node, "end_col_offset", None)
+    return [node.lineno, node.col_offset + 1, end_line, (end_col if end_col is not None else node.col_offset) + 1]
+
+
+def qualname(frame: Frame) -> str | None:
+    """``f``, ``Class.f`` or ``<module>``; None for a nested function."""
+    if frame.parent is None:
+        return "<module>"
+    if frame.parent.parent is not None:
+        return None
+    return f"{frame.class_name}.{frame.name}" if frame.class_name else frame.name
+
+
+def summarize(facts: AmpFacts) -> dict:
+    """The module's summary (see the module docstring)."""
+    imports = _project_imports(facts.module)
+    functions: dict[str, dict] = {}
+    for function, frame in facts.functions:
+        name = qualname(frame)
+        if name is not None:
+            functions[name] = _function(facts, function, frame)
+    regions = [{"at": position(r.node), "dtype": r.effective_dtype} for r in facts.regions if r.enabled.counts_as_on]
+    # Asked only by AMP209 (a scaler factory for bfloat16 code): tokenizing costs, so only there.
+    bfloat16_only = bool(regions) and all(r["dtype"] == "bfloat16" for r in regions)
+    returns_scaler = any("returns_scaler" in f for f in functions.values())
+    return {
+        "regions": regions,
+        "float16_code": float16_in_code(facts) if bfloat16_only or returns_scaler else None,
+        "imports": imports,
+        "aliases": _aliases(facts),
+        "classes": _classes(facts),
+        "instances": _instances(facts),
+        "functions": functions,
+        "calls": _calls(facts, imports, functions),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Module level
+# ---------------------------------------------------------------------------------------
+
+
+def _project_imports(module: ast.Module) -> dict[str, str]:
+    """Local name → dotted target for every import at module level (also inside a top-level
+    ``if``/``try``). Relative imports keep their dots: ``from .utils import f`` → ``.utils.f``."""
+    found: dict[str, str] = {}
+
+    def scan(body: list[ast.stmt]) -> None:
+        for stmt in body:
+            if isinstance(stmt, ast.Import):
+                for alias in stmt.names:
+                    if alias.asname:
+                        found.setdefault(alias.asname, alias.name)
+                    else:
+                        head = alias.name.split(".", 1)[0]
+                        found.setdefault(head, head)
+            elif isinstance(stmt, ast.ImportFrom):
+                base = "." * stmt.level + (stmt.module or "")
+                for alias in stmt.names:
+                    if alias.name == "*":
+                        continue
+                    target = f"{base}.{alias.name}" if stmt.module else f"{base}{alias.name}"
+                    found.setdefault(alias.asname or alias.name, target)
+            elif isinstance(stmt, ast.If):
+                scan(stmt.body)
+                scan(stmt.orelse)
+            elif isinstance(stmt, ast.Try):
+                scan(stmt.body)
+
+    scan(module.body)
+    return found
+
+
+def _aliases(facts: AmpFacts) -> dict[str, str]:
+    """``save = utils.save_checkpoint`` at module level, bound once."""
+    counts: dict[str, int] = {}
+    found: dict[str, str] = {}
+    for assignment in facts.assignments:
+        if assignment.frame.parent is not None:
+            continue
+        counts[assignment.target] = counts.get(assignment.target, 0) + 1
+        if type(assignment.value) in (ast.Name, ast.Attribute):
+            spelled = dotted(assignment.value)
+            if spelled:
+                found[assignment.target] = spelled
+    return {name: target for name, target in found.items() if counts[name] == 1 and "." not in name}
+
+
+def _instances(facts: AmpFacts) -> dict[str, str]:
+    """``x = Name(...)`` / ``self.x = Name(...)`` with a capitalised callee, bound once:
+    spelling (prefixed with the frame's name for locals) → the class as spelled."""
+    counts: dict[str, int] = {}
+    found: dict[str, str] = {}
+    for assignment in facts.assignments:
+        key = _binding_key(assignment.target, assignment.frame)
+        if key is None:
+            continue
+        counts[key] = counts.get(key, 0) + 1
+        value = assignment.value
+        if type(value) is ast.Call:
+            spelled = dotted(value.func)
+            if spelled and spelled.rsplit(".", 1)[-1][:1].isupper() and not spelled.startswith("torch."):
+                found[key] = spelled
+    return {key: cls for key, cls in found.items() if counts[key] == 1}
+
+
+def _binding_key(target: str, frame: Frame) -> str | None:
+    if target.startswith("self.") and frame.class_name:
+        return f"{frame.class_name}.{target}"  # an attribute of the class's instances
+    if "." in target:
+        return None
+    name = qualname(frame)
+    return None if name is None else f"{name}:{target}"
+
+
+def _classes(facts: AmpFacts) -> dict[str, dict]:
+    return {
+        node.name: {"at": position(node), "bases": [dotted(b) for b in node.bases if dotted(b)]}
+        for node, _bases in facts.classes
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Functions
+# ---------------------------------------------------------------------------------------
+
+
+def _params(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str], bool]:
+    args = function.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    return names, args.vararg is not None or args.kwarg is not None
+
+
+def _function(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) -> dict:
+    params, star = _params(function)
+    text = facts.text(function)
+    summary: dict = {
+        "at": position(function),
+        "params": params,
+        "star": star,
+        "scaler": bool(_SCALER_TEXT.search(text)) or "GradScaler" in text,
+    }
+    saves = [_save(facts, site, frame, params) for site in frame.calls if site.qname == "torch.save"]
+    if saves:
+        summary["saves"] = saves
+    clips = _clips_before_param_step(facts, frame, params)
+    if clips:
+        summary["clips"] = clips
+    backward = _own_backward(frame)
+    if backward is not None:
+        summary["backward"] = backward
+    returned = _returned_scaler(facts, function, frame)
+    if returned is not None:
+        summary["returns_scaler"] = returned
+    new_scaler = _local_scaler(facts, frame)
+    if new_scaler is not None:
+        summary["new_scaler"] = new_scaler
+        if any(is_optimizer_constructor(site.node, facts) for site in frame.calls):
+            summary["builds_optimizer"] = True
+    return summary
+
+
+def _save(facts: AmpFacts, site: CallSite, frame: Frame, params: list[str]) -> dict:
+    record: dict = {"at": position(site.node)}
+    arg = site.arg(0, "obj")
+    if arg is None or arg.star:
+        record["state"] = {"opaque": True}
+        return record
+    name = dotted(arg.value)
+    if name in params and not _changed_in(facts, frame, name, site):
+        record["param"] = params.index(name)
+        return record
+    mapping = mapping_of(facts, frame, arg.value, site.order)
+    record["state"] = state_of(facts, mapping, params) if mapping is not None else {"opaque": True}
+    return record
+
+
+def _changed_in(facts: AmpFacts, frame: Frame, name: str, before: CallSite) -> bool:
+    """Whether ``name`` is rebound, has items set, or has a method called on it in the frame."""
+    if any(a.frame is frame and a.target == name for a in facts.assignments):
+        return True
+    if any(where is frame and target == name for target, _node, where in facts.item_assignments):
+        return True
+    return any(site.receiver == name and site.order < before.order for site in frame.calls)
+
+
+def mapping_of(facts: AmpFacts, frame: Frame, expr: ast.expr, order: int,
+               index: _AssignmentIndex | None = None) -> ast.expr | None:
+    """The dict literal (or ``dict(...)`` call) that ``expr`` is or names, when the frame builds
+    it in one piece before ``order`` and completes it nowhere else; otherwise None."""
+    if _is_mapping_literal(expr):
+        return expr
+    name = dotted(expr)
+    if name is None:
+        return None
+    candidates = index.of(frame, name) if index is not None else [
+        a for a in facts.assignments if a.frame is frame and a.target == name
+    ]
+    earlier = [a for a in candidates if a.order < order]
+    if len(earlier) != 1 or not _is_mapping_literal(earlier[0].value):
+        return None
+    built = earlier[0].order
+    for site in frame.calls:
+        if built < site.order < order and (
+            site.receiver == name or any(dotted(a.value) == name for a in call_args(site.node))
+        ):
+            return None  # completed elsewhere: ``state.update(...)``, ``add_extra(state)``
+    if any(where is frame and target == name for target, _node, where in facts.item_assignments):
+        return None
+    return earlier[0].value
+
+
+def _is_mapping_literal(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and dotted(expr.func) == "dict")
+
+
+def state_of(facts: AmpFacts, mapping: ast.expr, params: list[str] | None = None) -> dict:
+    """What a checkpoint mapping holds: ``optim`` (an optimizer's ``state_dict()``), ``scaler``
+    (anything that mentions a scaler), ``opaque`` (a ``**spread``, or a value that may carry
+    state built elsewhere: a parameter or a name that is not plain bookkeeping)."""
+    text = facts.text(mapping)
+    optim = False
+    opaque = False
+    for node in iter_nodes(mapping):
+        if isinstance(node, ast.Dict):
+            if any(key is None for key in node.keys):
+                opaque = True
+            for value in node.values:
+                opaque = opaque or _may_carry_state(value, params)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr == "state_dict":
+                receiver = dotted(func.value)
+                if is_optimizer(receiver, facts) or "optim" in (receiver or "").lower():
+                    optim = True
+            if dotted(func) == "dict":
+                if any(a.star for a in call_args(node)):
+                    opaque = True
+                opaque = opaque or any(_may_carry_state(k.value, params) for k in node.keywords if k.arg)
+    return {"optim": optim, "scaler": bool(_SCALER_TEXT.search(text)), "opaque": opaque}
+
+
+def _may_carry_state(value: ast.expr, params: list[str] | None) -> bool:
+    """A bare name or attribute as a saved value: a container built elsewhere, unless its name
+    says it is bookkeeping (``epoch``, ``best_acc``, ``args``)."""
+    if type(value) not in (ast.Name, ast.Attribute):
+        return False
+    last = (dotted(value) or "").rsplit(".", 1)[-1]
+    return not _SCALAR_NAME.search(last)
+
+
+def _clips_before_param_step(facts: AmpFacts, frame: Frame, params: list[str]) -> list[dict]:
+    if frame.events_of(EventKind.SCALED_BACKWARD) or not params:
+        return []
+    found = []
+    for clip in frame.events_of(EventKind.CLIP):
+        if clip.norm_only:
+            continue
+        for site in frame.calls:
+            if site.order <= clip.order or site.method != "step" or site.receiver not in params:
+                continue
+            scaler = site.receiver
+            unscaled = any(
+                s.receiver == scaler and s.method == "unscale_" and s.order < clip.order for s in frame.calls
+            )
+            if unscaled:
+                continue
+            optimizer = site.arg(0, "optimizer")
+            found.append({
+                "param": scaler,
+                "clip": position(clip.call.node),
+                "optimizer": dotted(optimizer.value) if optimizer else None,
+            })
+            break
+    return found
+
+
+def _own_backward(frame: Frame) -> list[int] | None:
+    kinds = (EventKind.BACKWARD, EventKind.SCALED_BACKWARD, EventKind.DELEGATED_BACKWARD)
+    for event in frame.events_of(*kinds):
+        if event.call.region is None:
+            return position(event.call.node)
+    for site in frame.calls:  # ``accelerator.backward(loss)``: a backward the model leaves out of its events
+        if site.method == "backward" and site.region is None and "accelerator" in (site.receiver or "").lower():
+            return position(site.node)
+    return None
+
+
+def _returned_scaler(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[int] | None:
+    """Where the GradScaler is built that the function returns (``return GradScaler(...)``, or
+    a local bound to one and returned), when it is enabled whatever the arguments."""
+    made = {}
+    for new in frame.events_of(EventKind.SCALER_NEW):
+        if not _enabled_for_sure(new.call.node, new.call.qname or ""):
+            continue
+        statement = new.call.statement
+        if isinstance(statement, ast.Return) and statement.value is new.call.node:
+            return position(new.call.node)
+        if (isinstance(statement, ast.Assign) and statement.value is new.call.node and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)):
+            made[statement.targets[0].id] = new.call.node
+    if not made:
+        return None
+    for node in iter_nodes(function):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Name) and node.value.id in made:
+            return position(made[node.value.id])
+    return None
+
+
+def _enabled_for_sure(call: ast.Call, qname: str) -> bool:
+    """A GradScaler construction with no ``enabled=`` or ``enabled=True``."""
+    arg = get_arg(call, None, "enabled")
+    if arg is None:
+        arg = get_arg(call, 4 if GRAD_SCALER_NAMES.get(qname) is not None else 5, None)
+    if arg is None:
+        return True
+    return isinstance(arg.value, ast.Constant) and arg.value.value is True
+
+
+def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
+    """A GradScaler built into a local of this function (not in a loop of its own), or into a
+    ``self.`` attribute at the top of a method's body, and stepped in the function."""
+    for new in frame.events_of(EventKind.SCALER_NEW):
+        if new.call.loop is not None:
+            continue
+        statement = new.call.statement
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and statement.value is new.call.node):
+            continue
+        target = dotted(statement.targets[0])
+        if target is None or (type(statement.targets[0]) is not ast.Name and not (
+            target.count(".") == 1 and target.startswith("self.") and not new.call.path and frame.class_name
+        )):
+            continue  # ``if self.scaler is None: self.scaler = ...`` is set-up done once
+        if any(s.receiver == target and s.method == "step" for s in frame.calls):
+            return {"at": position(new.call.node), "name": target}
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Calls that may land in project code
+# ---------------------------------------------------------------------------------------
+
+
+def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict]) -> list[dict]:
+    """The calls a cross-module rule may ask about: those made with a scaler in reach, inside
+    an autocast region, in a loop, passing a scaler, a checkpoint mapping or one of the
+    function's own parameters on, or whose result a module with autocast keeps."""
+    records = []
+    index = _AssignmentIndex(facts)
+    reach_cache: dict[int, list[int] | None] = {}
+    mentions_scaler = bool(_SCALER_TEXT.search(facts.source))
+    for site in facts.calls:
+        callee = _callee(site, imports, functions)
+        if callee is None:
+            continue
+        frame_name = qualname(site.frame)
+        if frame_name is None:
+            continue
+        record: dict = {"callee": callee, "frame": frame_name, "at": position(site.node)}
+        key = id(site.frame)
+        if key not in reach_cache:
+            reach_cache[key] = _reach(facts, site.frame, index) if mentions_scaler else None
+        relevant = False
+        if reach_cache[key] is not None:
+            record["reach"] = reach_cache[key]
+            relevant = True
+        region = site.region
+        if region is not None and region.enabled.counts_as_on:
+            record["region"] = {"at": position(region.node), "dtype": region.effective_dtype}
+            relevant = True
+        if site.loop is not None:
+            record["loop"] = position(site.loop.node)[:2]
+            if _is_epoch_loop(facts, site.loop.node):
+                record["epoch_loop"] = True
+            relevant = True
+        statement = site.statement
+        if (isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is site.node
+                and facts.regions):
+            record["assigned"] = True
+            relevant = True
+        args = _arguments(facts, site, index)
+        params = _param_names(site.frame)
+        if any("is_scaler" in a or "map" in a or a.get("name") in params for a in args):
+            relevant = True
+        if not relevant:
+            continue
+        if args:
+            record["args"] = args
+        if any(a.star for a in call_args(site.node)):
+            record["star"] = True
+        if (mentions_scaler and _SCALER_TEXT.search(facts.text(site.node))) or any(
+            dotted(a.value) in facts.scalers for a in call_args(site.node)
+        ):
+            record["scaler"] = True
+        records.append(record)
+    return records
+
+
+def _param_names(frame: Frame) -> frozenset[str]:
+    node = frame.node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return frozenset()
+    return frozenset(_params(node)[0])
+
+
+class _AssignmentIndex:
+    """Assignments by (frame, target), in order: the summary's questions about one name must
+    not scan the whole module each time (a generated module has a hundred thousand of them)."""
+
+    def __init__(self, facts: AmpFacts) -> None:
+        self.by_target: dict[tuple[int, str], list] = {}
+        self.scalers_made: dict[str, ast.AST] = {}
+        self.module_scaler: ast.AST | None = None
+        for assignment in facts.assignments:
+            self.by_target.setdefault((id(assignment.frame), assignment.target), []).append(assignment)
+            if assignment.target in facts.scalers:
+                self.scalers_made.setdefault(assignment.target, assignment)
+                if assignment.frame.parent is None and self.module_scaler is None:
+                    self.module_scaler = assignment.value
+
+    def of(self, frame: Frame, target: str) -> list:
+        return self.by_target.get((id(frame), target), [])
+
+
+def _reach(facts: AmpFacts, frame: Frame, index: _AssignmentIndex) -> list[int] | None:
+    # A frame that saves its scaler's state some other way is not judged.
+    if any(s.method == "state_dict" and _SCALER_TEXT.search(s.receiver or "") for s in frame.calls):
+        return None
+    return scaler_in_reach(facts, frame, index)
+
+
+def _is_epoch_loop(facts: AmpFacts, node: ast.AST) -> bool:
+    """A loop whose target or iterable (or ``while`` test) speaks of epochs."""
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        text = f"{facts.text(node.target)} {facts.text(node.iter)}"
+    elif isinstance(node, ast.While):
+        text = facts.text(node.test)
+    else:
+        return False
+    return "epoch" in text.lower()
+
+
+def _callee(site: CallSite, imports: dict[str, str], functions: dict[str, dict]) -> str | None:
+    """The callee as spelled, when it may be project code: a name of this module or an import
+    that is not torch's, ``self.m``/``cls.m``, or a method of a local object."""
+    if site.qname is not None and (site.qname == "torch" or site.qname.startswith("torch.")):
+        return None
+    spelled = dotted(site.node.func)
+    if spelled is None:
+        return None
+    head = spelled.split(".", 1)[0]
+    if head in _BUILTINS and head not in imports and head not in functions:
+        return None
+    target = imports.get(head)
+    if target is not None and (target == "torch" or target.startswith(("torch.", "numpy", "math", "os", "sys"))):
+        return None
+    return spelled
+
+
+def _arguments(facts: AmpFacts, site: CallSite, index: _AssignmentIndex | None = None) -> list[dict]:
+    """Per argument: its position or keyword, its spelling, whether it is a known scaler, and
+    what a checkpoint mapping passed there holds; ``state`` (for the scalers it passes) tells
+    whether a scaled backward came before the call with no ``unscale_`` since."""
+    out = []
+    position_index = 0
+    for arg in call_args(site.node):
+        if arg.star:
+            continue
+        item: dict = {"kw": arg.keyword} if arg.keyword else {"pos": position_index}
+        if not arg.keyword:
+            position_index += 1
+        name = dotted(arg.value)
+        if name:
+            item["name"] = name
+            if name in facts.scalers:
+                item["is_scaler"] = True
+                item["state"] = _scaler_state(site, name)
+        mapping = mapping_of(facts, site.frame, arg.value, site.order, index)
+        if mapping is not None:
+            item["map"] = state_of(facts, mapping)
+        out.append(item)
+    return [item for item in out if len(item) > 1]
+
+
+def _scaler_state(site: CallSite, scaler: str) -> dict:
+    """``scaled``: the scaler's last backward before the call in this frame has not been
+    unscaled since; ``unscaled``: it has; ``none``: no scaled backward before the call."""
+    frame = site.frame
+    backwards = [e for e in frame.events_of(EventKind.SCALED_BACKWARD) if e.scaler == scaler and e.order < site.order]
+    if not backwards:
+        return {"kind": "none"}
+    last = backwards[-1]
+    unscaled = any(
+        e.scaler == scaler and last.order < e.order < site.order for e in frame.events_of(EventKind.UNSCALE)
+    )
+    return {"kind": "unscaled" if unscaled else "scaled", "backward": position(last.call.node)}
+
+
+def scaler_in_reach(facts: AmpFacts, frame: Frame, index: _AssignmentIndex) -> list[int] | None:
+    """Where the scaler that ``frame`` trains with is made, when it has one: a module-level
+    scaler, one the frame itself uses (or receives as a parameter), or a ``self.`` scaler of
+    its class. None otherwise."""
+    if index.module_scaler is not None:
+        return position(index.module_scaler)
+    spelled = {site.receiver for site in frame.calls} | {e.scaler for e in frame.events}
+    for name in sorted(n for n in spelled if n in facts.scalers):
+        made = index.scalers_made.get(name)
+        if made is not None:
+            return position(made.value)
+        use = next((s for s in frame.calls if s.receiver == name), None)
+        if use is not None:
+            return position(use.node)
+    if isinstance(frame.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for arg in (*frame.node.args.posonlyargs, *frame.node.args.args, *frame.node.args.kwonlyargs):
+            if arg.arg in facts.scalers:
+                return position(arg)  # handed in by the caller, which made it
+    if frame.class_name is not None:
+        for name, made in index.scalers_made.items():
+            if name.startswith("self.") and made.frame.class_name == frame.class_name:
+                return position(made.value)
+    return None

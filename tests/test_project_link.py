@@ -1,0 +1,349 @@
+"""The pieces of the project analysis: summaries, the root of a file list, the link step, the
+summary cache, and the cross-module checks' silence where the link is not certain."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, known_codes, lint_paths
+from ampdoctor.lint.engine import parse_source
+from ampdoctor.lint.facts import build_facts
+from ampdoctor.lint.project import store as store_module
+from ampdoctor.lint.project.link import Project
+from ampdoctor.lint.project.root import module_name, project_root
+from ampdoctor.lint.project.store import SummaryStore
+from ampdoctor.lint.project.summary import summarize
+
+
+def summary_of(source: str) -> dict:
+    source = textwrap.dedent(source)
+    return summarize(build_facts(parse_source(source), source))
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "p"\n', encoding="utf-8")
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+def project_of(files: dict[str, str]) -> Project:
+    summaries = {rel: summary_of(text) for rel, text in files.items()}
+    return Project(set(files), summaries.get)
+
+
+def lint_tree(root: Path, paths=None, use_cache=False) -> list:
+    settings = Settings(root=root)
+    codes = settings.enabled_codes(known_codes())
+    run = lint_paths(paths or [root], LintRequest(settings, codes, use_cache=use_cache), cwd=root)
+    return sorted((f.location.path, f.location.line, f.code) for f in run.findings)
+
+
+SCRIPT = """\
+import torch
+from utils import save_checkpoint
+
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    with torch.autocast("cuda"):
+        loss = model(x)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    save_checkpoint(model, optimizer, "ckpt.pt")
+"""
+HELPER = """\
+import torch
+
+def save_checkpoint(model, optimizer, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""
+
+
+# ---- summaries ------------------------------------------------------------------------
+
+
+def test_summary_is_plain_json_data_and_names_parameters_and_saves():
+    summary = summary_of(HELPER)
+    assert json.loads(json.dumps(summary)) == summary
+    function = summary["functions"]["save_checkpoint"]
+    assert function["params"] == ["model", "optimizer", "path"]
+    (save,) = function["saves"]
+    assert save["state"] == {"optim": True, "scaler": False, "opaque": False}
+
+
+def test_summary_sees_a_spread_or_a_container_argument_as_opaque():
+    summary = summary_of("""\
+        import torch
+        def save(model, optimizer, extra, path):
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **extra}, path)
+        def save2(model, optimizer, extra_state, epoch, path):
+            torch.save({"optimizer": optimizer.state_dict(), "extra": extra_state, "epoch": epoch}, path)
+        """)
+    assert summary["functions"]["save"]["saves"][0]["state"]["opaque"] is True
+    assert summary["functions"]["save2"]["saves"][0]["state"]["opaque"] is True
+
+
+def test_summary_records_a_clip_before_a_parameter_step_only_without_unscale():
+    summary = summary_of("""\
+        import torch
+        def step(model, optimizer, scaler):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+        def step_unscaled(model, optimizer, scaler):
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+        """)
+    assert summary["functions"]["step"]["clips"][0]["param"] == "scaler"
+    assert "clips" not in summary["functions"]["step_unscaled"]
+
+
+# ---- root ---------------------------------------------------------------------------------
+
+
+def test_project_root_is_the_nearest_marked_folder_shared_by_all_paths(tmp_path: Path):
+    write(tmp_path / "a", {"pkg/train.py": "", "pkg/utils.py": ""})
+    write(tmp_path / "b", {"x.py": ""})
+    assert project_root([tmp_path / "a/pkg/train.py", tmp_path / "a/pkg/utils.py"]) == (tmp_path / "a").resolve()
+    assert project_root([tmp_path / "a/pkg/train.py", tmp_path / "b/x.py"]) is None
+    assert module_name(tmp_path / "a/pkg/__init__.py", tmp_path / "a") == "pkg"
+    assert module_name(tmp_path / "a/pkg/utils.py", tmp_path / "a") == "pkg.utils"
+
+
+# ---- link ---------------------------------------------------------------------------------
+
+
+def test_summary_leaves_out_calls_no_cross_module_rule_asks_about():
+    summary = summary_of("import utils\n" + "".join(f"y{i} = model(x{i})\n" for i in range(200)))
+    assert summary["calls"] == []
+
+
+def _call(project: Project, module: str, callee: str) -> dict:
+    return next(c for c in project.calls(module) if c["callee"] == callee)
+
+
+def test_link_follows_relative_imports_reexports_and_aliases():
+    project = project_of({
+        "pkg/__init__.py": "from .io import save_checkpoint\n",
+        "pkg/io.py": HELPER,
+        # (in a loop: the summary keeps only the calls a cross-module rule may ask about)
+        "pkg/train.py": "from . import io\nfrom pkg import save_checkpoint\nsave = io.save_checkpoint\n"
+                        "for epoch in range(3):\n    save_checkpoint(m, o, p)\n    io.save_checkpoint(m, o, p)\n"
+                        "    save(m, o, p)\n",
+    })
+    for callee in ("save_checkpoint", "io.save_checkpoint", "save"):
+        target = project.resolve_call("pkg/train.py", _call(project, "pkg/train.py", callee))
+        assert (target.module, target.name, target.skip) == ("pkg/io.py", "save_checkpoint", 0), callee
+
+
+def test_link_follows_self_methods_base_classes_and_objects_of_project_classes():
+    project = project_of({
+        "base.py": "class Base:\n    def save(self, path):\n        pass\n",
+        "trainer.py": "from base import Base\nfrom saver import Saver\n"
+                      "class Trainer(Base):\n    def __init__(self):\n        self.saver = Saver()\n"
+                      "    def fit(self):\n        local = Saver()\n        for step in range(3):\n"
+                      "            self.save('p')\n            self.saver.write(1)\n            local.write(2)\n",
+        "saver.py": "class Saver:\n    def write(self, epoch):\n        pass\n",
+    })
+    calls = {c["callee"]: project.resolve_call("trainer.py", c) for c in project.calls("trainer.py")}
+    assert (calls["self.save"].module, calls["self.save"].name, calls["self.save"].skip) == ("base.py", "Base.save", 1)
+    assert calls["self.saver.write"].name == "Saver.write"
+    assert calls["local.write"].name == "Saver.write"
+
+
+def test_link_resolves_nothing_it_cannot_be_sure_of():
+    project = project_of({
+        "train.py": "import json\nimport torch\nfrom thirdparty import save\n"
+                    "def f(saver, cls_name):\n  for i in range(3):\n    saver.save(1)\n    save(2)\n"
+                    "    getattr(saver, cls_name)(3)\n    torch.save(4, 'x')\n    json.dump(5)\n",
+    })
+    calls = project.calls("train.py")
+    assert {c["callee"] for c in calls} == {"saver.save", "save", "json.dump"}
+    assert all(project.resolve_call("train.py", c) is None for c in calls)
+
+
+# ---- cross-module checks, end to end on small projects ----------------------------------
+
+
+def test_helper_without_the_scaler_is_reported_at_the_call(tmp_path: Path):
+    write(tmp_path, {"train.py": SCRIPT, "utils.py": HELPER})
+    assert lint_tree(tmp_path) == [("train.py", 11, "AMP211")]
+
+
+@pytest.mark.parametrize("helper", [
+    HELPER.replace("path):", "path, scaler=None):"),  # the helper knows about scalers
+    HELPER.replace("def save_checkpoint(model, optimizer, path)", "def save_checkpoint(model, optimizer, path, **kw)"),
+    HELPER.replace('optimizer.state_dict()}', 'optimizer.state_dict(), **EXTRA}'),
+])
+def test_helper_that_may_carry_the_scaler_is_not_reported(tmp_path: Path, helper: str):
+    write(tmp_path, {"train.py": SCRIPT, "utils.py": helper})
+    assert lint_tree(tmp_path) == []
+
+
+def test_call_that_passes_the_scaler_or_spreads_arguments_is_not_reported(tmp_path: Path):
+    script = SCRIPT.replace('save_checkpoint(model, optimizer, "ckpt.pt")', 'save_checkpoint(*parts)')
+    write(tmp_path, {"train.py": script, "utils.py": HELPER})
+    assert lint_tree(tmp_path) == []
+    script = SCRIPT + 'torch.save(scaler.state_dict(), "scaler.pt")\n'
+    write(tmp_path, {"train.py": script, "utils.py": HELPER})
+    assert lint_tree(tmp_path) == []
+
+
+UPDATE = """\
+import torch
+
+def update(model, optimizer, scaler):
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+"""
+CALLER = """\
+import torch
+from helpers import update
+
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    with torch.autocast("cuda"):
+        loss = model(x)
+    scaler.scale(loss).backward()
+    {unscale}update(model, optimizer, scaler)
+"""
+
+
+def test_update_helper_is_silent_when_any_caller_unscales_first(tmp_path: Path):
+    write(tmp_path, {
+        "helpers.py": UPDATE,
+        "a.py": CALLER.format(unscale=""),
+        "b.py": CALLER.format(unscale="scaler.unscale_(optimizer)\n    "),
+    })
+    assert lint_tree(tmp_path) == []
+    write(tmp_path, {"b.py": CALLER.format(unscale="")})
+    assert lint_tree(tmp_path) == [("helpers.py", 4, "AMP201")]
+
+
+def test_noqa_on_the_anchor_line_suppresses_a_cross_module_finding(tmp_path: Path):
+    write(tmp_path, {"train.py": SCRIPT.replace('"ckpt.pt")', '"ckpt.pt")  # noqa: AMP211'), "utils.py": HELPER})
+    assert lint_tree(tmp_path) == []
+
+
+# ---- the summary cache --------------------------------------------------------------------
+
+
+def test_unchanged_files_are_summarized_once_and_a_changed_one_again(tmp_path: Path, monkeypatch):
+    write(tmp_path, {"train.py": SCRIPT, "utils.py": HELPER})
+    assert lint_tree(tmp_path, use_cache=True) == [("train.py", 11, "AMP211")]
+    made = []
+    original = store_module.summarize_bytes
+    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: made.append(data) or original(data))
+    # The files' modification times must be older than the cache by the racy margin.
+    import os
+    import time
+
+    old = time.time() - 10
+    for name in ("train.py", "utils.py"):
+        os.utime(tmp_path / name, (old, old))
+    lint_tree(tmp_path, use_cache=True)  # re-hashes the touched files once, records their new times
+    made.clear()
+    assert lint_tree(tmp_path, [tmp_path / "train.py"], use_cache=True) == [("train.py", 11, "AMP211")]
+    assert made == []
+    (tmp_path / "utils.py").write_text(HELPER.replace("path):", "path, scaler):"), encoding="utf-8")
+    assert lint_tree(tmp_path, [tmp_path / "train.py"], use_cache=True) == []
+    assert len(made) == 1
+
+
+def test_store_survives_a_broken_cache_file(tmp_path: Path):
+    write(tmp_path, {"train.py": SCRIPT, "utils.py": HELPER})
+    folder = tmp_path / ".ampdoctor_cache"
+    store = SummaryStore(tmp_path, folder)
+    folder.mkdir()
+    store.path.write_text("{not json", encoding="utf-8")
+    assert SummaryStore(tmp_path, folder).summary("utils.py")["functions"]["save_checkpoint"]
+
+
+TRAINER = """\
+import torch
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self.scaler = None
+
+    def train_epoch(self, loader):
+        {make}
+        for x in loader:
+            with torch.autocast("cuda"):
+                loss = self.model(x)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+    def fit(self, loader, epochs):
+        for epoch in range(epochs):
+            self.train_epoch(loader)
+"""
+
+
+def test_scaler_rebuilt_on_self_by_a_method_called_per_epoch(tmp_path: Path):
+    write(tmp_path, {"trainer.py": TRAINER.format(make='self.scaler = torch.amp.GradScaler("cuda")')})
+    assert lint_tree(tmp_path) == [("trainer.py", 9, "AMP205")]
+    lazy = 'if self.scaler is None:\n            self.scaler = torch.amp.GradScaler("cuda")'
+    write(tmp_path, {"trainer.py": TRAINER.format(make=lazy)})
+    assert lint_tree(tmp_path) == []
+
+
+def test_lint_source_follows_calls_between_the_texts_own_functions():
+    import ampdoctor
+
+    source = TRAINER.format(make='self.scaler = torch.amp.GradScaler("cuda")')
+    (finding,) = ampdoctor.lint_source(source, "trainer.py")
+    assert (finding.code, finding.location.line) == ("AMP205", 9)
+    assert [(r.path, r.line) for r in finding.related] == [("trainer.py", 19)]
+    noqa = source.replace('GradScaler("cuda")', 'GradScaler("cuda")  # noqa: AMP205')
+    assert ampdoctor.lint_source(noqa, "trainer.py") == []
+
+
+def test_a_marked_folder_too_large_to_be_a_project_links_nothing(tmp_path: Path, monkeypatch):
+    from ampdoctor.lint.project import run as run_module
+
+    write(tmp_path, {"train.py": SCRIPT, "utils.py": HELPER})
+    monkeypatch.setattr(run_module, "MAX_PROJECT_FILES", 1)
+    assert lint_tree(tmp_path) == []
+
+
+def test_dict_literal_handed_straight_to_a_helper_that_saves_it(tmp_path: Path):
+    helper = "import torch\n\ndef save_checkpoint(state, filename='c.pth'):\n    torch.save(state, filename)\n"
+    call = 'save_checkpoint(model, optimizer, "ckpt.pt")'
+    literal = 'save_checkpoint({"state_dict": model.state_dict(), "optimizer": optimizer.state_dict()})'
+    write(tmp_path, {"train.py": SCRIPT.replace(call, literal), "utils.py": helper})
+    assert lint_tree(tmp_path) == [("train.py", 11, "AMP211")]
+    with_scaler = literal.replace("})", ', "scaler": scaler.state_dict()})')
+    write(tmp_path, {"train.py": SCRIPT.replace(call, with_scaler)})
+    assert lint_tree(tmp_path) == []
+
+
+def test_without_a_marked_folder_the_project_is_the_linted_files(tmp_path: Path):
+    folder = tmp_path / "scripts"
+    folder.mkdir()
+    (folder / "train.py").write_text(SCRIPT, encoding="utf-8")
+    (folder / "utils.py").write_text(HELPER, encoding="utf-8")
+    settings = Settings(root=tmp_path)
+    codes = settings.enabled_codes(known_codes())
+
+    def run(paths):
+        findings = lint_paths(paths, LintRequest(settings, codes), cwd=tmp_path).findings
+        return sorted((f.location.path, f.location.line, f.code) for f in findings)
+
+    # No pyproject.toml, setup.cfg or .git above: the folder linted is the project...
+    assert run([folder]) == [("scripts/train.py", 11, "AMP211")]
+    # ...and a file linted alone has no other module to link to.
+    assert run([folder / "train.py"]) == []
