@@ -163,3 +163,20 @@ def test_installed_command_on_one_changed_file_uses_the_cache_for_the_rest(tmp_p
         assert "engine.py:28:5: AMP211" in done.stdout
         assert "--> lib/checkpoint.py:8:5" in done.stdout
     assert list((twin / ".ampdoctor_cache").glob("summaries-*.json"))
+
+
+def test_a_checkpoint_method_judged_by_its_own_file_is_reported_once(tmp_path: Path):
+    # The saving method's class holds the scaler (self.scaler): the file's own AMP211 reports the
+    # incomplete torch.save there, and the call to the method is not a second finding.
+    import shutil
+
+    from ampdoctor.lint import lint_source
+
+    fixture = ROOT / "fixtures" / "lint" / "protocol_buggy_checkpoint_method.py"
+    source = fixture.read_text(encoding="utf-8")
+    want = set(expected_pairs(source))
+    assert want == {(20, "AMP211")}
+    assert {(f.location.line, f.code) for f in lint_source(source, "trainer.py")} == want
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    shutil.copy(fixture, tmp_path / "trainer.py")
+    assert {(f.location.line, f.code) for f in lint([tmp_path])} == want

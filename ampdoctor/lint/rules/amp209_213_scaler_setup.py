@@ -26,6 +26,7 @@ from .scaler_queries import (
     scaler_enabled_arg,
     framework_backward,
     mentions,
+    saver_has_scaler,
     scaler_device,
     scaler_enabled,
     scaler_events,
@@ -183,30 +184,6 @@ def _state_dict_receivers(mapping: ast.expr) -> tuple[list[str | None], bool]:
     return receivers, opaque
 
 
-def _scaler_in_reach(facts: AmpFacts, save: CallSite) -> bool:
-    """Whether the function that saves trains with a scaler it could save.
-
-    A module-level scaler (a script), a scaler used in the saving function itself, or a
-    ``self.`` scaler of the saving method's class. A large module with one AMP test and an
-    unrelated checkpoint elsewhere is not a resume bug.
-    """
-    frame = save.frame
-    for assignment in facts.assignments:
-        if assignment.target in facts.scalers and assignment.frame.parent is None:
-            return True  # constructed in the module body
-    spelled = {site.receiver for site in frame.calls} | {e.scaler for e in frame.events}
-    if spelled & facts.scalers:
-        return True
-    if frame.class_name is not None:
-        own = [f for f in facts.frames if f.class_name == frame.class_name]
-        return any(
-            (site.receiver or "") in facts.scalers and (site.receiver or "").startswith("self.")
-            for f in own
-            for site in f.calls
-        )
-    return False
-
-
 def _wrapper_state_dicts(facts: AmpFacts) -> Iterable[Report]:
     """An optimizer wrapper that owns a GradScaler (``self.scaler = GradScaler(...)``) and steps
     an optimizer, but whose ``state_dict()`` returns the optimizer's state without the scaler's:
@@ -261,7 +238,7 @@ class ScalerStateNotSaved(LintRule):
         yield from _wrapper_state_dicts(facts)
         for save in facts.calls_to("torch.save"):
             arg = save.arg(0, "obj")
-            if arg is None or not _scaler_in_reach(facts, save):
+            if arg is None or not saver_has_scaler(facts, save):
                 continue
             mapping = self._mapping(facts, save, arg.value)
             if mapping is None or "scaler" in facts.text(mapping).lower():
