@@ -221,6 +221,16 @@ def _wrapper_state_dicts(facts: AmpFacts) -> Iterable[Report]:
         )
 
 
+def _holds_scaler_state(facts: AmpFacts, save: CallSite, mapping: ast.expr) -> bool:
+    """A value of the mapping is a name the saving function bound to something that mentions a
+    scaler (``amp_state = scaler.state_dict()`` saved as ``"amp_state": amp_state``)."""
+    names = {dotted(node) for node in iter_nodes(mapping) if isinstance(node, ast.Name)}
+    return any(
+        a.frame is save.frame and a.target in names and a.order < save.order and "scaler" in facts.text(a.value).lower()
+        for a in facts.assignments
+    )
+
+
 def _is_mapping_literal(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and dotted(expr.func) == "dict")
 
@@ -241,7 +251,7 @@ class ScalerStateNotSaved(LintRule):
             if arg is None or not saver_has_scaler(facts, save):
                 continue
             mapping = self._mapping(facts, save, arg.value)
-            if mapping is None or "scaler" in facts.text(mapping).lower():
+            if mapping is None or "scaler" in facts.text(mapping).lower() or _holds_scaler_state(facts, save, mapping):
                 continue
             receivers, opaque = _state_dict_receivers(mapping)
             if opaque or not any(is_optimizer(r, facts) or "optim" in (r or "").lower() for r in receivers):
