@@ -109,6 +109,7 @@ class Float16WithoutScaler(LintRule):
             if not backwards:
                 continue
             last = backwards[-1].order
+            without_grad: set[int] | None = None
             for site in frame.calls:
                 region = site.region
                 if (region is None or not region.is_float16) and decorated:
@@ -116,6 +117,10 @@ class Float16WithoutScaler(LintRule):
                     region = decorated.get(_local_callee(site))
                 if region is None or not region.is_float16 or site.order > last or id(region.node) in reported:
                     continue
+                if without_grad is None:
+                    without_grad = _under_no_grad(facts, frame)
+                if id(region.node) in without_grad:
+                    continue  # a frozen forward: no gradient flows through its float16 ops
                 reported.add(id(region.node))
                 yield Report(
                     self.code,
@@ -140,6 +145,23 @@ class Float16WithoutScaler(LintRule):
             if site.node is node:
                 return site.statement
         return None
+
+
+_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad",
+            "torch.autograd.grad_mode.inference_mode"}
+
+
+def _under_no_grad(facts: AmpFacts, frame) -> set[int]:
+    """Ids of the nodes the frame runs inside ``with torch.no_grad():`` (or ``inference_mode``)."""
+    inside: set[int] = set()
+    for node in iter_nodes(frame.node):
+        if isinstance(node, (ast.With, ast.AsyncWith)) and any(
+            isinstance(item.context_expr, ast.Call) and facts.qualify(item.context_expr.func) in _NO_GRAD
+            for item in node.items
+        ):
+            for statement in node.body:
+                inside.update(id(n) for n in iter_nodes(statement))
+    return inside
 
 
 def _float16_decorated(facts: AmpFacts) -> dict[str, Region]:
