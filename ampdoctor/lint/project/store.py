@@ -71,7 +71,15 @@ class SummaryStore:
         self._data: dict[str, bytes] = {}
         self._verified: set[str] = set()
         self._base = str(root)
+        # Entries are keyed by the path from the cache's folder, not from this run's project
+        # root: a run over one sub-project and a run over the whole tree share them.
+        self._prefix = ""
         if folder is not None:
+            try:
+                above = Path(os.path.relpath(root, folder.parent)).as_posix()
+            except ValueError:  # another drive
+                above = root.as_posix()
+            self._prefix = "" if above == "." else f"{above}/"
             from ..cache import build_fingerprint
 
             key = blake2b(f"{build_fingerprint()}|summaries|{FORMAT}".encode(), digest_size=12).hexdigest()
@@ -91,14 +99,14 @@ class SummaryStore:
         """The entry for ``rel`` when it matches the file on disk (re-hashed when in doubt);
         each file is checked once per run."""
         if rel in self._verified:
-            return self.entries.get(rel)
+            return self.entries.get(self._prefix + rel)
         self._verified.add(rel)
         path = os.path.join(self._base, rel)
         try:
             stat = os.stat(path)
         except OSError:
             return None
-        entry = self.entries.get(rel)
+        entry = self.entries.get(self._prefix + rel)
         signature = [stat.st_size, stat.st_mtime_ns]
         if entry is not None and entry.get("stat") == signature and stat.st_mtime_ns < self.written_ns - _RACY_NS:
             return entry
@@ -112,7 +120,7 @@ class SummaryStore:
             entry = {"key": key, "classes": {}}
             self._data[rel] = data  # its token classes are looked up when a rule asks
         entry["stat"] = signature
-        self.entries[rel] = entry
+        self.entries[self._prefix + rel] = entry
         self.dirty = True
         return entry
 
@@ -164,7 +172,7 @@ class SummaryStore:
                     return None
                 if content_hash(data) != entry["key"]:
                     entry = {"key": content_hash(data), "classes": {}, "stat": entry.get("stat")}
-                    self.entries[rel] = entry
+                    self.entries[self._prefix + rel] = entry
             entry["summary"] = summarize_bytes(data)
             self.dirty = True
         return entry["summary"]
@@ -193,7 +201,7 @@ class SummaryStore:
             datas.append(data)
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for rel, summary in zip(missing, pool.map(summarize_bytes, datas, chunksize=4)):
-                self.entries[rel]["summary"] = summary
+                self.entries[self._prefix + rel]["summary"] = summary
         self.dirty = True
 
     def put(self, rel: str, data: bytes, summary: dict | None) -> None:
@@ -203,7 +211,7 @@ class SummaryStore:
         except OSError:
             return
         self._data[rel] = data
-        self.entries[rel] = {
+        self.entries[self._prefix + rel] = {
             "key": content_hash(data) if self.path is not None else "",
             "classes": {},
             "stat": [stat.st_size, stat.st_mtime_ns],
@@ -213,8 +221,10 @@ class SummaryStore:
         self.dirty = True
 
     def forget_missing(self, files: set[str]) -> None:
-        for rel in [r for r in self.entries if r not in files]:
-            del self.entries[rel]
+        """Drop the entries of this project's files that are gone (other projects' stay)."""
+        cut = len(self._prefix)
+        for key in [k for k in self.entries if k.startswith(self._prefix) and k[cut:] not in files]:
+            del self.entries[key]
             self.dirty = True
 
     def save(self) -> None:
