@@ -185,3 +185,48 @@ def test_cached_runs_over_different_roots_sharing_one_cache_report_the_same(tmp_
     assert twin == [("projects/checkpoint_helper/buggy/train.py", 37, "AMP211")]
     assert run([copy]) == everything
     assert run([copy / "checkpoint_helper" / "buggy"]) == twin
+
+
+def test_a_checkpoint_method_judged_by_its_own_file_is_reported_once(tmp_path: Path):
+    # The saving method's class holds the scaler (self.scaler): the file's own AMP211 reports the
+    # incomplete torch.save there, and the call to the method is not a second finding.
+    import shutil
+
+    from ampdoctor.lint import lint_source
+
+    fixture = ROOT / "fixtures" / "lint" / "protocol_buggy_checkpoint_method.py"
+    source = fixture.read_text(encoding="utf-8")
+    want = set(expected_pairs(source))
+    assert want == {(20, "AMP211")}
+    assert {(f.location.line, f.code) for f in lint_source(source, "trainer.py")} == want
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    shutil.copy(fixture, tmp_path / "trainer.py")
+    assert {(f.location.line, f.code) for f in lint([tmp_path])} == want
+
+
+def test_a_warm_cache_from_a_sub_project_keeps_the_whole_tree_findings(tmp_path: Path):
+    # One sub-project linted first (its own project root), then the tree above it with the same
+    # cache folder (--isolated: the cache sits in the working folder for both): the tree's result cache is warm, and the summaries made under the other
+    # root still count, so the cross-module finding is there as it is cold.
+    import os
+    import shutil
+
+    from click.testing import CliRunner
+
+    from ampdoctor.cli import main
+
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    shutil.copytree(PROJECTS / "checkpoint_helper" / "buggy", tmp_path / "apps" / "classifier")
+    (tmp_path / "tools.py").write_text("import torch\n\nprint(torch.__version__)\n", encoding="utf-8")
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        runs = [
+            CliRunner().invoke(main, ["lint", "--isolated", "--output-format", "concise", *args],
+                               catch_exceptions=False).output
+            for args in (["apps/classifier"], ["."], ["apps/classifier/train.py"], ["."])
+        ]
+    finally:
+        os.chdir(old)
+    for output in runs:
+        assert "apps/classifier/train.py:37:9: AMP211" in output, output

@@ -121,6 +121,8 @@ def _incomplete_save(project: Project, target: Target, call: dict, depth: int) -
         if "param" in save:
             arg = target.arg_for(call, save["param"])
             state = arg.get("map") if arg else None
+        elif save.get("local"):
+            continue  # the file's own AMP211 reports this save where it is written
         else:
             state = save.get("state")
         if state and state.get("optim") and not state.get("scaler") and not state.get("opaque"):

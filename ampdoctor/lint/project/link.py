@@ -3,9 +3,9 @@
 Resolution follows only what the project itself shows, to a bounded depth:
 
 * a function of the same module, or a name imported from a module of the project (absolute
-  imports are looked up beside the importing file, at the project root and under ``src/``, as
-  running a script or an installed package would find them; relative imports from the
-  importer's package), through re-exports (``from .io import save_checkpoint`` in a package's
+  imports are looked up beside the importing file, above the importer's own top-level package
+  when the import names it, at the project root and under ``src/``, as running a script or an
+  installed package would find them; relative imports from the importer's package), through re-exports (``from .io import save_checkpoint`` in a package's
   ``__init__``) and module-level aliases (``save = utils.save_checkpoint``);
 * ``module.f(...)`` for an imported module of the project;
 * ``self.m(...)`` and ``cls.m(...)`` in a method: the class's own method or one of its bases'
@@ -93,8 +93,12 @@ class Project(Record):
             bases = ["/".join(base[: len(base) - (level - 1)])]
         else:
             parts = target.split(".")
-            here = "/".join(importer.split("/")[:-1])
-            bases = list(dict.fromkeys([here, "", "src"]))
+            folders = importer.split("/")[:-1]
+            # The importer's own top-level package, wherever the project keeps it (one of many
+            # examples in a repository): ``import pkg.mod`` in ``apps/x/pkg/train.py`` runs with
+            # ``apps/x`` on the path and finds ``apps/x/pkg/mod.py``.
+            own = ["/".join(folders[:i]) for i in range(len(folders) - 1, 0, -1) if folders[i] == parts[0]]
+            bases = list(dict.fromkeys(["/".join(folders), *own, "", "src"]))
         for base in bases:
             for count in range(len(parts), 0, -1):
                 stem = "/".join(filter(None, [base, *parts[:count]]))

@@ -12,7 +12,9 @@ functions are left out, since nothing outside reaches them by name):
 ``scaler``    whether the body mentions a scaler at all (any spelling with "scaler", a GradScaler)
 ``saves``     each ``torch.save``: which parameter it writes unchanged (``param``), or what the
               mapping it writes holds (``state``: an optimizer's state, a scaler's, or something
-              opaque such as ``**extra`` or a parameter that may carry anything)
+              opaque such as ``**extra`` or a parameter that may carry anything), and ``local``
+              when the saving function has a scaler of its own in reach (the file's own AMP211
+              judges that save where it is written)
 ``clips``     a clip of gradients followed by ``P.step(optimizer)`` on a parameter ``P``, with no
               ``P.unscale_`` before the clip and no scaled backward in the function: the scaled
               backward must be in a caller (AMP201 across functions)
@@ -36,7 +38,7 @@ import re
 
 from ..model import AmpFacts, CallSite, Frame
 from ..passes import is_optimizer, is_optimizer_constructor
-from ..rules.scaler_queries import float16_in_code
+from ..rules.scaler_queries import float16_in_code, saver_has_scaler
 from ..syntax import call_args, dotted, get_arg, iter_nodes
 from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
@@ -228,6 +230,8 @@ def _save(facts: AmpFacts, site: CallSite, frame: Frame, params: list[str]) -> d
         return record
     mapping = mapping_of(facts, frame, arg.value, site.order)
     record["state"] = state_of(facts, mapping, params) if mapping is not None else {"opaque": True}
+    if saver_has_scaler(facts, site):
+        record["local"] = True  # judged where it is written, by the file's own AMP211
     return record
 
 

@@ -125,9 +125,10 @@ class UnsafeUnderAutocast(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not facts.uses_autocast:
             return
-        losses = {
-            a.target for a in facts.assignments if isinstance(a.value, ast.Call) and facts.qualify(a.value.func) in _BCE_MODULES
-        }
+        losses = [
+            a for a in facts.assignments if isinstance(a.value, ast.Call) and facts.qualify(a.value.func) in _BCE_MODULES
+        ]
+        names = {a.target for a in losses}
         for site in facts.calls:
             region = site.region
             if region is None or not region.enabled.counts_as_on or region.device == "cpu":
@@ -135,7 +136,9 @@ class UnsafeUnderAutocast(LintRule):
             func = site.node.func
             if site.qname in _BCE_FUNCTIONS:
                 what = "binary_cross_entropy"
-            elif dotted(func) in losses or (isinstance(func, ast.Call) and facts.qualify(func.func) in _BCE_MODULES):
+            elif (dotted(func) in names and _bound_to_bce(facts, dotted(func), site.frame, losses)) or (
+                isinstance(func, ast.Call) and facts.qualify(func.func) in _BCE_MODULES
+            ):
                 what = "nn.BCELoss"
             else:
                 continue
@@ -148,6 +151,27 @@ class UnsafeUnderAutocast(LintRule):
                 "`nn.BCEWithLogitsLoss`, or call it under `torch.autocast(..., enabled=False)` with `.float()` inputs",
                 statement=site.statement,
             )
+
+
+def _bound_to_bce(facts: AmpFacts, name: str, frame: Frame, losses: list) -> bool:
+    """Whether ``name`` called in ``frame`` is one of the BCELoss bindings ``losses``: ``self.x``
+    bound to one in a method of the same class; a plain name bound to one in the nearest
+    enclosing scope that binds it (a parameter of that name, or another function's
+    ``loss_fn = nn.BCELoss()``, is a different object)."""
+    if name.startswith("self."):
+        return any(a.target == name and a.frame.class_name == frame.class_name for a in losses)
+    scope: Frame | None = frame
+    while scope is not None:
+        node = scope.node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and name in {
+            a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
+        }:
+            return False
+        bound = [a for a in facts.assignments if a.frame is scope and a.target == name]
+        if bound:
+            return any(a in losses for a in bound)
+        scope = scope.parent
+    return False
 
 
 # --------------------------------------------------------------------------------------

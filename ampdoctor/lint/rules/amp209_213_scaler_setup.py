@@ -26,6 +26,7 @@ from .scaler_queries import (
     scaler_enabled_arg,
     framework_backward,
     mentions,
+    saver_has_scaler,
     scaler_device,
     scaler_enabled,
     scaler_events,
@@ -108,6 +109,7 @@ class Float16WithoutScaler(LintRule):
             if not backwards:
                 continue
             last = backwards[-1].order
+            without_grad: set[int] | None = None
             for site in frame.calls:
                 region = site.region
                 if (region is None or not region.is_float16) and decorated:
@@ -115,6 +117,10 @@ class Float16WithoutScaler(LintRule):
                     region = decorated.get(_local_callee(site))
                 if region is None or not region.is_float16 or site.order > last or id(region.node) in reported:
                     continue
+                if without_grad is None:
+                    without_grad = _under_no_grad(facts, frame)
+                if id(region.node) in without_grad:
+                    continue  # a frozen forward: no gradient flows through its float16 ops
                 reported.add(id(region.node))
                 yield Report(
                     self.code,
@@ -139,6 +145,23 @@ class Float16WithoutScaler(LintRule):
             if site.node is node:
                 return site.statement
         return None
+
+
+_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad",
+            "torch.autograd.grad_mode.inference_mode"}
+
+
+def _under_no_grad(facts: AmpFacts, frame) -> set[int]:
+    """Ids of the nodes the frame runs inside ``with torch.no_grad():`` (or ``inference_mode``)."""
+    inside: set[int] = set()
+    for node in iter_nodes(frame.node):
+        if isinstance(node, (ast.With, ast.AsyncWith)) and any(
+            isinstance(item.context_expr, ast.Call) and facts.qualify(item.context_expr.func) in _NO_GRAD
+            for item in node.items
+        ):
+            for statement in node.body:
+                inside.update(id(n) for n in iter_nodes(statement))
+    return inside
 
 
 def _float16_decorated(facts: AmpFacts) -> dict[str, Region]:
@@ -183,30 +206,6 @@ def _state_dict_receivers(mapping: ast.expr) -> tuple[list[str | None], bool]:
     return receivers, opaque
 
 
-def _scaler_in_reach(facts: AmpFacts, save: CallSite) -> bool:
-    """Whether the function that saves trains with a scaler it could save.
-
-    A module-level scaler (a script), a scaler used in the saving function itself, or a
-    ``self.`` scaler of the saving method's class. A large module with one AMP test and an
-    unrelated checkpoint elsewhere is not a resume bug.
-    """
-    frame = save.frame
-    for assignment in facts.assignments:
-        if assignment.target in facts.scalers and assignment.frame.parent is None:
-            return True  # constructed in the module body
-    spelled = {site.receiver for site in frame.calls} | {e.scaler for e in frame.events}
-    if spelled & facts.scalers:
-        return True
-    if frame.class_name is not None:
-        own = [f for f in facts.frames if f.class_name == frame.class_name]
-        return any(
-            (site.receiver or "") in facts.scalers and (site.receiver or "").startswith("self.")
-            for f in own
-            for site in f.calls
-        )
-    return False
-
-
 def _wrapper_state_dicts(facts: AmpFacts) -> Iterable[Report]:
     """An optimizer wrapper that owns a GradScaler (``self.scaler = GradScaler(...)``) and steps
     an optimizer, but whose ``state_dict()`` returns the optimizer's state without the scaler's:
@@ -244,6 +243,16 @@ def _wrapper_state_dicts(facts: AmpFacts) -> Iterable[Report]:
         )
 
 
+def _holds_scaler_state(facts: AmpFacts, save: CallSite, mapping: ast.expr) -> bool:
+    """A value of the mapping is a name the saving function bound to something that mentions a
+    scaler (``amp_state = scaler.state_dict()`` saved as ``"amp_state": amp_state``)."""
+    names = {dotted(node) for node in iter_nodes(mapping) if isinstance(node, ast.Name)}
+    return any(
+        a.frame is save.frame and a.target in names and a.order < save.order and "scaler" in facts.text(a.value).lower()
+        for a in facts.assignments
+    )
+
+
 def _is_mapping_literal(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and dotted(expr.func) == "dict")
 
@@ -261,10 +270,10 @@ class ScalerStateNotSaved(LintRule):
         yield from _wrapper_state_dicts(facts)
         for save in facts.calls_to("torch.save"):
             arg = save.arg(0, "obj")
-            if arg is None or not _scaler_in_reach(facts, save):
+            if arg is None or not saver_has_scaler(facts, save):
                 continue
             mapping = self._mapping(facts, save, arg.value)
-            if mapping is None or "scaler" in facts.text(mapping).lower():
+            if mapping is None or "scaler" in facts.text(mapping).lower() or _holds_scaler_state(facts, save, mapping):
                 continue
             receivers, opaque = _state_dict_receivers(mapping)
             if opaque or not any(is_optimizer(r, facts) or "optim" in (r or "").lower() for r in receivers):

@@ -92,6 +92,22 @@ def _explicit_non_half(site: CallSite, facts: AmpFacts) -> bool:
     return name.startswith("torch.") and name[6:] in ("long", "int", "int64", "int32", "bool", "uint8", "int8", "int16")
 
 
+_FACTORIES = {"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.tensor", "torch.zeros_like",
+              "torch.ones_like", "torch.empty_like", "torch.full_like", "torch.arange", "torch.rand", "torch.randn"}
+
+
+def _made_non_half(site: CallSite, facts: AmpFacts) -> bool:
+    """``torch.zeros(n, dtype=torch.float).fill_(-1e5)``: the method's receiver is made right there
+    by a torch factory that names a dtype other than float16."""
+    func = site.node.func
+    receiver = func.value if isinstance(func, ast.Attribute) else None
+    if not isinstance(receiver, ast.Call) or facts.qualify(receiver.func) not in _FACTORIES:
+        return False
+    dtype = next((k.value for k in receiver.keywords if k.arg == "dtype"), None)
+    named = DTYPES.get(facts.qualify(dtype) or "") if dtype is not None else None
+    return named is not None and named != "float16"
+
+
 def _torch_name(facts: AmpFacts) -> str | None:
     names = [local for local, qname in facts.imports.items() if qname == "torch"]
     if "torch" in names:
@@ -164,6 +180,8 @@ class Float16OverflowConstant(LintRule):
             if site.qname in ("torch.full", "torch.full_like") and _explicit_non_half(site, facts):
                 continue
             if site.method == "new_full" and _explicit_non_half(site, facts):
+                continue
+            if site.qname is None and _made_non_half(site, facts):
                 continue
             for position, keyword in slots:
                 arg = site.arg(position, keyword)

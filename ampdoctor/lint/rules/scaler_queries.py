@@ -107,3 +107,27 @@ def float16_in_code(facts: AmpFacts) -> bool:
     except (tokenize.TokenError, SyntaxError):
         return True  # in doubt: as if it did
     return False
+
+
+def saver_has_scaler(facts: AmpFacts, save: CallSite) -> bool:
+    """Whether the function that ``torch.save``s (``save``) trains with a scaler it could save.
+
+    A module-level scaler (a script), a scaler used in the saving function itself, or a
+    ``self.`` scaler of the saving method's class. A large module with one AMP test and an
+    unrelated checkpoint elsewhere is not a resume bug.
+    """
+    frame = save.frame
+    for assignment in facts.assignments:
+        if assignment.target in facts.scalers and assignment.frame.parent is None:
+            return True  # constructed in the module body
+    spelled = {site.receiver for site in frame.calls} | {e.scaler for e in frame.events}
+    if spelled & facts.scalers:
+        return True
+    if frame.class_name is not None:
+        own = [f for f in facts.frames if f.class_name == frame.class_name]
+        return any(
+            (site.receiver or "") in facts.scalers and (site.receiver or "").startswith("self.")
+            for f in own
+            for site in f.calls
+        )
+    return False
