@@ -42,7 +42,8 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
 ``backward_origin``    the first module whose backward made a finite gradient inf/NaN, on a
                        skipped step with a finite forward: {step, module, module_class, side
                        ("parameter" | "input" | "inside": born in the module's own code, before
-                       ``submodule`` | "output": born outside the modules), scale,
+                       ``submodule`` | "output": born outside the modules), scale, loss_grad_max
+                       (max |g| of the first gradient, leaving the loss, at the scale),
                        output_grad_max, halvings_needed} or null
 ``linted_files``       the script and the local modules it imported, linted into the report
 ``static_findings``    their ``ampdoctor lint`` findings (Finding.to_dict())
@@ -262,6 +263,7 @@ def _backward_origin_dict(obs: Observations) -> Optional[dict[str, Any]]:
         "module_class": origin.module_class,
         "side": origin.side,
         "submodule": origin.submodule,
+        "loss_grad_max": json_number(origin.loss_grad_max),
         "scale": json_number(origin.scale),
         "output_grad_max": json_number(origin.output_grad_max),
         "halvings_needed": halvings_needed(obs.backward_reference.get(origin.module), origin.scale),
