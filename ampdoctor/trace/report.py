@@ -117,6 +117,25 @@ class TraceReport:
         mixed precision can be concluded."""
         return self.observations.stepped
 
+    def verdict(self) -> tuple[str, str, str]:
+        """The line under the headline, for the terminal and the page: (lead, rest, kind). What
+        the findings (runtime and static) add up to, and nothing about the training when no
+        iteration ran. ``kind``: "ok", "untrained" or the worst severity's label."""
+        findings = self.all_findings
+        counts = {severity: 0 for severity in Severity}
+        for finding in findings:
+            counts[finding.severity] += 1
+        parts = [f"{n} {s.label}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(), reverse=True) if n]
+        found = f"Found {', '.join(parts)}." if findings else ""
+        if not self.trained:
+            ended = {"error": "The script raised", "timeout": "--timeout stopped the script",
+                     "interrupt": "The script was interrupted"}.get(self.outcome.reason, "The script ended")
+            rest = " no training iteration ran, so nothing is concluded about its mixed precision."
+            return f"{ended} before its first optimizer step:", rest + (f" {found}" if found else ""), "untrained"
+        if not findings:
+            return "No mixed-precision problems found", f" in {self.observations.steps} iteration(s).", "ok"
+        return found, "", self.worst_severity().label
+
     def worst_severity(self) -> Optional[Severity]:
         return max((f.severity for f in self.all_findings), default=None)
 
