@@ -123,15 +123,9 @@ def _header(report) -> str:
 
 
 def _verdict(report) -> str:
-    findings = report.findings
-    if not findings:
-        text, css = f"No mixed-precision problems found in {report.observations.steps} iteration(s).", "ok"
-    else:
-        counts: dict[Severity, int] = defaultdict(int)
-        for finding in findings:
-            counts[finding.severity] += 1
-        parts = [f"{n} {s.label}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(), reverse=True)]
-        text, css = f"Found {', '.join(parts)}.", _SEVERITY_CLASS[report.worst_severity()]
+    lead, rest, kind = report.verdict()
+    text = lead + rest
+    css = {"ok": "ok", "untrained": "warning"}.get(kind) or _SEVERITY_CLASS[report.worst_severity()]
     notes = "".join(f"<li>{e(note)}</li>" for note in report.notes)
     notes_html = f"<ul class=\"reasons\">{notes}</ul>" if notes else ""
     return f"<section class=\"verdict {css}\" id=\"verdict\">{e(text)}{notes_html}</section>"
@@ -235,6 +229,15 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
 def _gradient_section(report) -> str:
     from .charts import gradient_bars_svg
 
+    from .rules.underflow import float16_gradients
+
+    if report.what_if is None:
+        # float16's range says nothing about a bfloat16 or float32 run (the terminal hides its
+        # table too), and nothing about gradients a protocol mistake changed.
+        if not float16_gradients(report.observations):
+            return ""
+        if any("AMP505" in f.extra.get("invalidates", ()) for f in report.findings):
+            return ""
     rows = _gradient_rows(report)
     if not rows:
         return ""

@@ -41,7 +41,9 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
                        op, op_input_max} or null
 ``backward_origin``    the first module whose backward made a finite gradient inf/NaN, on a
                        skipped step with a finite forward: {step, module, module_class, side
-                       ("parameter" | "input" | "output": born outside the modules), scale,
+                       ("parameter" | "input" | "inside": born in the module's own code, before
+                       ``submodule`` | "output": born outside the modules), scale, loss_grad_max
+                       (max |g| of the first gradient, leaving the loss, at the scale),
                        output_grad_max, halvings_needed} or null
 ``linted_files``       the script and the local modules it imported, linted into the report
 ``static_findings``    their ``ampdoctor lint`` findings (Finding.to_dict())
@@ -60,6 +62,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -103,8 +106,38 @@ class TraceReport:
     def completed(self) -> bool:
         return self.outcome.completed
 
+    @property
+    def all_findings(self) -> list[Finding]:
+        """The runtime findings and the static ones (``ampdoctor lint`` on the traced code)."""
+        return [*self.findings, *self.static_findings]
+
+    @property
+    def trained(self) -> bool:
+        """Whether at least one optimizer step ran: without one nothing about the training's
+        mixed precision can be concluded."""
+        return self.observations.stepped
+
+    def verdict(self) -> tuple[str, str, str]:
+        """The line under the headline, for the terminal and the page: (lead, rest, kind). What
+        the findings (runtime and static) add up to, and nothing about the training when no
+        iteration ran. ``kind``: "ok", "untrained" or the worst severity's label."""
+        findings = self.all_findings
+        counts = {severity: 0 for severity in Severity}
+        for finding in findings:
+            counts[finding.severity] += 1
+        parts = [f"{n} {s.label}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(), reverse=True) if n]
+        found = f"Found {', '.join(parts)}." if findings else ""
+        if not self.trained:
+            ended = {"error": "The script raised", "timeout": "--timeout stopped the script",
+                     "interrupt": "The script was interrupted"}.get(self.outcome.reason, "The script ended")
+            rest = " no training iteration ran, so nothing is concluded about its mixed precision."
+            return f"{ended} before its first optimizer step:", rest + (f" {found}" if found else ""), "untrained"
+        if not findings:
+            return "No mixed-precision problems found", f" in {self.observations.steps} iteration(s).", "ok"
+        return found, "", self.worst_severity().label
+
     def worst_severity(self) -> Optional[Severity]:
-        return max((f.severity for f in self.findings), default=None)
+        return max((f.severity for f in self.all_findings), default=None)
 
     def fails(self, level: Optional[Severity]) -> bool:
         worst = self.worst_severity()
@@ -248,6 +281,8 @@ def _backward_origin_dict(obs: Observations) -> Optional[dict[str, Any]]:
         "module": origin.module,
         "module_class": origin.module_class,
         "side": origin.side,
+        "submodule": origin.submodule,
+        "loss_grad_max": json_number(origin.loss_grad_max),
         "scale": json_number(origin.scale),
         "output_grad_max": json_number(origin.output_grad_max),
         "halvings_needed": halvings_needed(obs.backward_reference.get(origin.module), origin.scale),
@@ -284,6 +319,8 @@ def _notes(session: Any) -> list[str]:
             "No optimizer step was seen, so no training iteration was traced: ampdoctor trace "
             "counts `scaler.step(...)` and `optimizer.step()` calls."
         )
+    if not obs.stepped:
+        return notes + [f"ampdoctor's {error}." for error in obs.instrument_errors]
     if not obs.autocast_used:
         notes.append(
             "The script never entered torch.autocast: "
@@ -315,12 +352,34 @@ def _notes(session: Any) -> list[str]:
     return notes
 
 
+def _seen_both_ways(findings: list[Finding], static: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """A mistake seen at run time that lint also reports at the same line is one finding: the
+    runtime one, which says so."""
+    def key(finding: Finding) -> tuple:
+        return finding.code, os.path.abspath(finding.location.path), finding.location.line
+
+    runtime = {key(f): i for i, f in enumerate(findings) if f.location and f.location.path}
+    kept = []
+    findings = list(findings)
+    for finding in static:
+        key_ = key(finding)
+        index = runtime.get(key_)
+        if index is None:
+            kept.append(finding)
+            continue
+        seen = findings[index]
+        findings[index] = seen.replace(extra={**seen.extra, "lint": True})
+    return findings, kept
+
+
 def build_report(session: Any) -> TraceReport:
     obs = session.observations
     obs.class_files = dict(session.class_files)
     locator = Locator(session.script, obs.class_files)
     from .rules import evaluate
 
+    if session.outcome.reason == "error" and session.outcome.error:
+        obs.script_error = (session.outcome.error, session.outcome.error_site)
     findings = evaluate(obs, session.thresholds, locator)
     notes = _notes(session)
     static: list[Finding] = []
@@ -330,6 +389,7 @@ def build_report(session: Any) -> TraceReport:
         static, problem = lint_files(session.local_files)
         if problem:
             notes.append(problem)
+        findings, static = _seen_both_ways(findings, static)
     return TraceReport(
         script=session.script,
         argv=session.argv,
