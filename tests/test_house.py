@@ -234,3 +234,17 @@ def test_the_license_file_is_the_one_the_package_declares():
     assert project["license"] == "MIT"  # the build backend ships LICENSE with it
     assert text.startswith("MIT License\n")
     assert all(f"Copyright (c) 2026 {author['name']}" in text for author in project["authors"])
+
+
+def test_float16_range_is_defined_once_in_a_module_that_imports_nothing():
+    """Both halves read float16's range from ``ampdoctor/float16.py``; lint must stay torch-free."""
+    definitions = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Name) and t.id == "FLOAT16_MAX" for t in targets):
+                    definitions.append(path.relative_to(PACKAGE).as_posix())
+    assert definitions == ["float16.py"]
+    tree = ast.parse((PACKAGE / "float16.py").read_text(encoding="utf-8"))
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
