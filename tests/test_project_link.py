@@ -236,6 +236,25 @@ def test_noqa_on_the_anchor_line_suppresses_a_cross_module_finding(tmp_path: Pat
     assert lint_tree(tmp_path) == []
 
 
+def test_a_failing_project_pass_is_said_in_one_line_and_the_files_own_findings_stand(tmp_path: Path, monkeypatch,
+                                                                                     capsys):
+    from ampdoctor.lint.project import run as run_module
+
+    buggy = (Path(__file__).parent.parent / "fixtures" / "lint" / "buggy_no_update.py").read_text(encoding="utf-8")
+    write(tmp_path, {"train.py": SCRIPT, "utils.py": HELPER, "buggy.py": buggy})
+    own = [f for f in lint_tree(tmp_path) if f[2] != "AMP211"]
+    assert own  # the file-local findings the failed pass must leave standing
+    capsys.readouterr()
+
+    def broken(*args, **kwargs):
+        raise KeyError("functions")
+
+    monkeypatch.setattr(run_module, "link_results", broken)
+    assert lint_tree(tmp_path) == own
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["ampdoctor: the project analysis failed (KeyError: 'functions'); file-local findings only"]
+
+
 # ---- the summary cache --------------------------------------------------------------------
 
 
