@@ -208,8 +208,10 @@ class SummaryStore:
 
     def note(self, rel: str) -> None:
         """Record a file the lint pass read but did not summarize (no rule of its own could fire
-        on it), so that a later run served from the result cache knows it has nothing to link."""
-        if self.path is not None:
+        on it), so that a later run served from the result cache knows it has nothing to link.
+        An entry the cache already holds is checked against the file only when a rule asks about
+        it (a warm run of a whole tree would otherwise look at every file twice)."""
+        if self.path is not None and rel not in self.entries:
             self._fresh(rel)
 
     def has_summary(self, rel: str) -> bool:
