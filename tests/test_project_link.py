@@ -236,6 +236,25 @@ def test_noqa_on_the_anchor_line_suppresses_a_cross_module_finding(tmp_path: Pat
     assert lint_tree(tmp_path) == []
 
 
+def test_a_failing_project_pass_is_said_in_one_line_and_the_files_own_findings_stand(tmp_path: Path, monkeypatch,
+                                                                                     capsys):
+    from ampdoctor.lint.project import run as run_module
+
+    buggy = (Path(__file__).parent.parent / "fixtures" / "lint" / "buggy_no_update.py").read_text(encoding="utf-8")
+    write(tmp_path, {"train.py": SCRIPT, "utils.py": HELPER, "buggy.py": buggy})
+    own = [f for f in lint_tree(tmp_path) if f[2] != "AMP211"]
+    assert own  # the file-local findings the failed pass must leave standing
+    capsys.readouterr()
+
+    def broken(*args, **kwargs):
+        raise KeyError("functions")
+
+    monkeypatch.setattr(run_module, "link_results", broken)
+    assert lint_tree(tmp_path) == own
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["ampdoctor: the project analysis failed (KeyError: 'functions'); file-local findings only"]
+
+
 # ---- the summary cache --------------------------------------------------------------------
 
 
@@ -347,3 +366,100 @@ def test_without_a_marked_folder_the_project_is_the_linted_files(tmp_path: Path)
     assert run([folder]) == [("scripts/train.py", 11, "AMP211")]
     # ...and a file linted alone has no other module to link to.
     assert run([folder / "train.py"]) == []
+
+
+# ---- a module is not summarized only to learn that its function runs no backward ----------
+
+
+def test_text_test_is_certain_only_for_an_own_top_level_definition_without_the_pattern():
+    from ampdoctor.lint.project.store import BACKWARD_TEXT, defines_without
+
+    module = textwrap.dedent('''\
+        """Helpers."""
+        import torch
+
+        hook_names = ["_backward_hooks"]
+
+
+        def move(
+            batch,
+            device,
+        ):
+            return batch.to(device)
+
+
+        def run(loss):
+            loss.backward()
+
+
+        class Runner:
+            def go(self, x):
+                return x
+    ''').encode()
+    assert defines_without(module, "move", BACKWARD_TEXT)
+    assert defines_without(module, "Runner.go", BACKWARD_TEXT)
+    assert not defines_without(module, "run", BACKWARD_TEXT)  # runs one
+    assert not defines_without(module, "absent", BACKWARD_TEXT)  # may come from elsewhere
+    assert not defines_without(module, "Runner.a.b", BACKWARD_TEXT)
+    # The name bound again by the module's own code: which one a call lands in is not certain.
+    assert not defines_without(module + b"move = torch.nn.Module.to\n", "move", BACKWARD_TEXT)
+    assert not defines_without(module + b"from steps import move\n", "move", BACKWARD_TEXT)
+    # A backward the module's imports hand to any of its functions.
+    assert not defines_without(b"from torch.autograd import backward as bw\n" + module, "move", BACKWARD_TEXT)
+    assert not defines_without(module.replace(b"class Runner:", b"class Runner:\n    step = loss.backward"),
+                               "Runner.go", BACKWARD_TEXT)
+    # A line at the left margin inside a string of the function: where it ends is not known.
+    cut = module.replace(b"    return batch.to(device)",
+                         b'    """Moves the batch.\n\nSee the loader.\n"""\n    return batch.to(device)')
+    assert cut != module
+    assert not defines_without(cut, "move", BACKWARD_TEXT)
+
+
+CHAIN_TRAIN = """\
+import torch
+
+from steps import run_step
+
+
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for batch in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = run_step(model, batch, scaler)
+        scaler.step(optimizer)
+        scaler.update()
+    return loss
+"""
+CHAIN_STEPS = """\
+from passes import finish
+
+
+def run_step(model, batch, scaler):
+    loss = model(batch).mean()
+    finish(loss, scaler)
+    return loss
+"""
+CHAIN_PASSES = """\
+import torch
+
+
+def finish(loss, scaler):
+    scaler.scale(loss).backward()
+
+
+def unrelated(loss):
+    loss.backward()
+"""
+
+
+@pytest.mark.parametrize("runs", [True, False])
+def test_a_backward_two_calls_away_is_found_and_a_function_without_one_is_not_parsed(
+        tmp_path: Path, monkeypatch, runs: bool):
+    passes = CHAIN_PASSES if runs else CHAIN_PASSES.replace("scaler.scale(loss).backward()", "return scaler")
+    write(tmp_path, {"pyproject.toml": "", "train.py": CHAIN_TRAIN, "steps.py": CHAIN_STEPS, "passes.py": passes})
+    made = []
+    original = store_module.summarize_bytes
+    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: made.append(data) or original(data))
+    findings = lint_tree(tmp_path, [tmp_path / "train.py"])
+    assert findings == ([("train.py", 10, "AMP101")] if runs else [])
+    assert (passes.encode() in made) is runs  # summarized only when its function may run a backward

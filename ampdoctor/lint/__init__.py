@@ -130,10 +130,19 @@ def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None = N
         try:
             link_results(results, settings, request.codes, request.use_cache and not request.fix, cwd,
                          request.extra_exclude, request.jobs)
-        except Exception:  # noqa: BLE001 - a defect of ours in the project pass: the files' own findings stand
-            pass
+        except Exception as exc:  # noqa: BLE001 - a defect of ours in the project pass: the files' own findings stand
+            _say_project_failed(exc)
     results.sort(key=lambda r: r.path)
     return LintRun(results, files_checked=len(jobs))
+
+
+def _say_project_failed(exc: Exception) -> None:
+    """One line on stderr: the run goes on with each file's own findings."""
+    import sys
+
+    detail = " ".join(str(exc).split())[:200]
+    sys.stderr.write(f"ampdoctor: the project analysis failed ({type(exc).__name__}"
+                     f"{': ' + detail if detail else ''}); file-local findings only\n")
 
 
 def _run_cached(jobs: list[_Job], request: LintRequest) -> list:

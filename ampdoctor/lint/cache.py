@@ -148,7 +148,8 @@ class ResultCache:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 prefilter = _encode_prefilter(self._prefilter)
                 document = {"format": _FORMAT, "written_ns": time.time_ns(), "prefilter": prefilter, "files": self.entries}
-                json.dump(document, handle, separators=(",", ":"))
+                # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
+                handle.write(json.dumps(document, separators=(",", ":")))
             os.replace(temp, self.path)
             self._prune()
         except OSError:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from ...records import Record
 from .link import Project, Target
+from .store import BACKWARD_TEXT
 
 # How far a checkpoint handed from helper to helper is followed.
 _SAVE_DEPTH = 2
@@ -133,7 +134,8 @@ def _incomplete_save(project: Project, target: Target, call: dict, depth: int) -
     for inner in project.calls(target.module):
         if inner.get("frame") != target.name or inner.get("star"):
             continue
-        next_target = project.resolve_call(target.module, inner)
+        # The next level looks only at the backward its function runs itself.
+        next_target = project.resolve_call(target.module, inner, without=BACKWARD_TEXT)
         if next_target is None:
             continue
         forwarded = _forward_args(target, call, inner)
@@ -246,7 +248,8 @@ def _backward_of(project: Project, target: Target, depth: int = 0) -> tuple[str,
     for inner in project.calls(target.module):
         if inner.get("frame") != target.name or "region" in inner:
             continue
-        next_target = project.resolve_call(target.module, inner)
+        # The next level looks only at the backward its function runs itself.
+        next_target = project.resolve_call(target.module, inner, without=BACKWARD_TEXT)
         if next_target is not None:
             found = _backward_of(project, next_target, depth + 1)
             if found is not None:

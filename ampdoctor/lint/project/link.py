@@ -19,6 +19,7 @@ library) resolves to nothing, and the cross-module rules stay silent about it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from ...records import Record
@@ -26,6 +27,9 @@ from ...records import Record
 MAX_DEPTH = 4
 
 SummaryLoader = Callable[[str], "dict | None"]
+# (module, name, pattern) -> whether the module certainly defines the function ``name`` (``f``
+# or ``Class.method``) with no match of ``pattern`` in its text (``store.defines_without``).
+TextTest = Callable[[str, str, "re.Pattern"], bool]
 
 
 class Target(Record):
@@ -64,15 +68,18 @@ class Project(Record):
     """The files of one project and a way to read their summaries.
 
     ``files``: project-relative POSIX paths of every Python module; ``load(rel)``: the summary of
-    one of them (read from the cache or made on demand), None when it cannot be read or parsed.
+    one of them (read from the cache or made on demand), None when it cannot be read or parsed;
+    ``text_test``: a look at a module's text that spares summarizing it (see ``resolve_call``).
     """
 
-    __slots__ = ("_summaries", "files", "load")
+    __slots__ = ("_summaries", "_without", "files", "load", "text_test")
 
-    def __init__(self, files: set[str], load: SummaryLoader) -> None:
+    def __init__(self, files: set[str], load: SummaryLoader, text_test: TextTest | None = None) -> None:
         self.files = files
         self.load = load
+        self.text_test = text_test
         self._summaries: dict[str, dict | None] = {}
+        self._without: re.Pattern | None = None
 
     def summary(self, rel: str) -> dict | None:
         if rel not in self._summaries:
@@ -112,6 +119,9 @@ class Project(Record):
     def resolve_name(self, module: str, parts: list[str], depth: int = 0) -> tuple[str, str, str] | None:
         """What ``parts`` (an attribute path) names in ``module``: ``(module, qualname, kind)``
         with kind ``"function"`` or ``"class"``."""
+        if (self._without is not None and 0 < len(parts) <= 2 and module not in self._summaries
+                and self.text_test is not None and self.text_test(module, ".".join(parts), self._without)):
+            return None  # the function it names does nothing the caller asks about: not summarized
         summary = self.summary(module)
         if summary is None or not parts or depth > MAX_DEPTH:
             return None
@@ -178,8 +188,20 @@ class Project(Record):
 
     # ---- calls ----------------------------------------------------------------------------------
 
-    def resolve_call(self, module: str, call: dict) -> Target | None:
-        """The project function a call record of ``module`` lands in, or None."""
+    def resolve_call(self, module: str, call: dict, without: re.Pattern | None = None) -> Target | None:
+        """The project function a call record of ``module`` lands in, or None.
+
+        ``without``: the caller asks only whether the function's text matches this pattern (a
+        backward it runs itself); a call that certainly lands in a module-level function whose
+        module has no match around it resolves to None without that module being summarized.
+        """
+        self._without = without
+        try:
+            return self._resolve_call(module, call)
+        finally:
+            self._without = None
+
+    def _resolve_call(self, module: str, call: dict) -> Target | None:
         summary = self.summary(module)
         if summary is None:
             return None

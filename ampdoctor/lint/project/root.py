@@ -9,7 +9,6 @@ only the named files are reported.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,17 +19,30 @@ MARKERS = ("pyproject.toml", "setup.cfg", ".git")
 def marked_folder(start: Path) -> Path | None:
     """The nearest folder at or above ``start`` holding one of ``MARKERS``."""
     folder = start if start.is_dir() else start.parent
-    return _marked(str(folder))
+    found = _marked(os.path.abspath(folder), {})
+    return Path(found) if found is not None else None
 
 
-@functools.lru_cache(maxsize=4096)
-def _marked(folder_text: str) -> Path | None:
-    folder = Path(folder_text)
-    for candidate in (folder, *folder.parents):
-        for marker in MARKERS:
-            if os.path.exists(os.path.join(candidate, marker)):
-                return candidate
-    return None
+def _marked(folder: str, known: dict[str, str | None]) -> str | None:
+    """``marked_folder`` on an absolute path; ``known`` holds the folders already looked at
+    (a tree's folders share their parents: each is looked at once per run)."""
+    walked = []
+    found = None
+    while True:
+        if folder in known:
+            found = known[folder]
+            break
+        walked.append(folder)
+        if any(os.path.exists(os.path.join(folder, marker)) for marker in MARKERS):
+            found = folder
+            break
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for name in walked:
+        known[name] = found
+    return found
 
 
 def project_root(paths: Iterable[Path]) -> Path | None:
@@ -41,18 +53,19 @@ def project_root(paths: Iterable[Path]) -> Path | None:
     """
     roots = set()
     seen: set[str] = set()
+    known: dict[str, str | None] = {}
     for path in paths:
         folder = os.path.dirname(os.path.abspath(path))
         if folder in seen:
             continue  # a tree's files share few folders: each is looked up once
         seen.add(folder)
-        root = marked_folder(Path(folder))
+        root = _marked(folder, known)
         if root is None:
             return None
         roots.add(root)
         if len(roots) > 1:
             return None
-    return roots.pop() if roots else None
+    return Path(roots.pop()) if roots else None
 
 
 def module_name(path: Path, root: Path) -> str | None:

@@ -25,7 +25,7 @@ CACHE_DIR = ".ampdoctor_cache"
 MAX_PROJECT_FILES = 50_000
 
 
-def project_folder(paths: Sequence[Path]) -> tuple[Path, bool] | None:
+def project_folder(paths: Sequence[Path | str]) -> tuple[Path, bool] | None:
     """The project the linted files belong to, and whether it is a marked folder (whose other
     files take part) or only the linted files' common folder (then the project is the files
     that were linted: a folder without a marker may be a home folder or ``/tmp``)."""
@@ -48,7 +48,7 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
             targets[os.path.abspath(result.file_path)] = result
     if not targets:
         return
-    found = project_folder([Path(p) for p in targets])
+    found = project_folder(list(targets))  # absolute path strings: no path objects for a whole tree
     if found is None:
         return
     root, marked = found
@@ -57,9 +57,9 @@ def link_results(results: list, settings, codes: frozenset[str], use_cache: bool
         if files is None:
             return
     else:
-        files = sorted(Path(os.path.relpath(path, root)).as_posix() for path in targets)
+        files = sorted(_relative(path, str(root)) for path in targets)
     store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
-    project = Project(set(files), store.summary)
+    project = Project(set(files), store.summary, store.defines_without)
     base = str(root)
     target_rels = {}
     for rel in files:
@@ -119,10 +119,19 @@ def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: 
         if len(found) > MAX_PROJECT_FILES:
             return None  # a home folder under version control, not a project: link nothing
     for path in targets:
-        rel = os.path.relpath(path, root)
+        rel = _relative(path, base)
         if not rel.startswith(".."):
-            found.add(Path(rel).as_posix())
+            found.add(rel)
     return sorted(found)
+
+
+def _relative(path: str, base: str) -> str:
+    """The POSIX path of ``path`` (absolute and normalized) relative to the folder ``base``."""
+    if path.startswith(base) and path[len(base):len(base) + 1] == os.sep:
+        rel = path[len(base) + 1:]
+    else:
+        rel = os.path.relpath(path, base)
+    return rel.replace(os.sep, "/") if os.sep != "/" else rel
 
 
 def _ignored_folders(root: Path) -> set[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ except ImportError:  # pragma: no cover - interpreters built without it
 FORMAT = 7
 
 _RACY_NS = 2_000_000_000
+_ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
 # Below this many summaries to make, worker processes cost more than they save.
 _PARALLEL_SUMMARIES = 24
 # What a module's bytes must hold to take part in a cross-module rule, by role: it makes or uses
@@ -37,6 +39,9 @@ TOKEN_CLASSES = {
     "epoch": (b"epoch",),
     "clip": (b"clip_grad",),
 }
+# Without a match, a function runs no backward (``loss.backward()``, ``torch.autograd.backward``
+# however imported, ``accelerator.backward(loss)``, Lightning's ``self.manual_backward(loss)``).
+BACKWARD_TEXT = re.compile(rb"\bbackward\b|manual_backward")
 # Bytes without which a module's functions do nothing the cross-module rules ask about.
 HELPER_TOKENS = (b"save", b"clip_grad", b"backward", b"step", *(t for ts in TOKEN_CLASSES.values() for t in ts))
 
@@ -57,6 +62,64 @@ def summarize_bytes(data: bytes) -> dict | None:
         return None
 
 
+_TOP_DEF = re.compile(rb"(?:async[ \t]+)?def[ \t]+(\w+)")
+_TOP_CLASS = re.compile(rb"class[ \t]+(\w+)")
+
+
+def defines_without(data: bytes, spelled: str, token: re.Pattern) -> bool:
+    """Whether in the module ``data`` the function ``spelled`` (``f`` or ``Class.method``) is
+    certainly one of its own, without a match of ``token``: the module defines ``f`` (or
+    ``Class``) at its top level, the name is not imported or bound by the module's own code,
+    and neither that definition nor the module's own code (imports, aliases, conditional
+    definitions) holds a match. A text test, so that a module is not parsed only to find out
+    that the function a call lands in does nothing a rule asks about; whenever it is not
+    certain (the definition does not parse on its own: its end is not known), False.
+    """
+    parts = spelled.split(".")
+    if len(parts) > 2:
+        return False
+    wanted = parts[0] if len(parts) == 1 else f"class {parts[0]}"
+    word = re.compile(rb"\b" + re.escape(parts[0].encode()) + rb"\b")
+    lines = data.split(b"\n")
+    segments = []
+    start = None
+    kind = None
+
+    def close(end: int) -> bool:
+        """False when the block from ``start`` to ``end`` makes the test uncertain."""
+        if start is None:
+            return True
+        text = b"\n".join(lines[start:end])
+        if kind == wanted:
+            segments.append(text)
+            return token.search(text) is None
+        if kind == "":  # module-level code: imports, aliases, ``if``/``try`` blocks, decorators
+            return token.search(text) is None and word.search(text) is None
+        return True  # another function or class: its own business
+
+    for index, line in enumerate(lines):
+        first = line[:1]
+        if not first or first in b" \t#\r\x0c)]}":
+            continue  # blank, a comment, indented, or the closing bracket of a signature
+        if not close(index):
+            return False
+        start = index
+        match = _TOP_DEF.match(line)
+        if match is not None:
+            kind = match.group(1).decode("ascii", "replace")
+        else:
+            match = _TOP_CLASS.match(line)
+            kind = f"class {match.group(1).decode('ascii', 'replace')}" if match is not None else ""
+    if not close(len(lines)) or not segments:
+        return False
+    for text in segments:
+        try:
+            compile(text, "<segment>", "exec", _ONLY_AST)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False  # cut inside a string or a bracket: its end is not known
+    return True
+
+
 def content_hash(data: bytes) -> str:
     return blake2b(data, digest_size=16).hexdigest()
 
@@ -72,6 +135,7 @@ class SummaryStore:
         self.dirty = False
         self._data: dict[str, bytes] = {}
         self._verified: set[str] = set()
+        self._texts: dict[str, bytes] = {}
         self._base = str(root)
         if folder is not None:
             from ..cache import build_fingerprint
@@ -144,8 +208,10 @@ class SummaryStore:
 
     def note(self, rel: str) -> None:
         """Record a file the lint pass read but did not summarize (no rule of its own could fire
-        on it), so that a later run served from the result cache knows it has nothing to link."""
-        if self.path is not None:
+        on it), so that a later run served from the result cache knows it has nothing to link.
+        An entry the cache already holds is checked against the file only when a rule asks about
+        it (a warm run of a whole tree would otherwise look at every file twice)."""
+        if self.path is not None and rel not in self.entries:
             self._fresh(rel)
 
     def has_summary(self, rel: str) -> bool:
@@ -156,6 +222,18 @@ class SummaryStore:
             return False
         entry = self._fresh(rel)
         return bool(entry and entry.get("summary") is not None)
+
+    def defines_without(self, rel: str, name: str, pattern: re.Pattern) -> bool:
+        """``defines_without`` on the file's bytes (False when it cannot be read)."""
+        data = self._data.get(rel) or self._texts.get(rel)
+        if data is None:
+            try:
+                with open(os.path.join(self._base, rel), "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                return False
+            self._texts[rel] = data
+        return defines_without(data, name, pattern)
 
     def mentions(self, rel: str, name: str) -> bool:
         """Whether the file's text contains ``name`` (a cheap test before linking its calls)."""
@@ -242,8 +320,9 @@ class SummaryStore:
             temp = self.path.parent / f".summaries-{os.getpid()}-{time.monotonic_ns()}.tmp"
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"format": FORMAT, "written_ns": time.time_ns(), "files": self.entries}, handle,
-                          separators=(",", ":"))
+                # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
+                handle.write(json.dumps({"format": FORMAT, "written_ns": time.time_ns(), "files": self.entries},
+                                        separators=(",", ":")))
             os.replace(temp, self.path)
         except OSError:
             pass  # a read-only project still lints; it just is not cached
