@@ -82,6 +82,12 @@ def _parse_thresholds(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--merge-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               metavar="SECONDS", help="Under torchrun: how long rank 0 waits for the other ranks' "
               "reports, and they for the merged report.")
+@click.option("--compare", "compare", type=click.Choice(["float32"]), default=None,
+              help="Run the script twice, as written and with mixed precision switched off, and "
+              "compare time per iteration, peak memory and loss; explain a run that does not pay off.")
+@click.option("--compare-role", type=click.Choice(["float32", "mixed"]), default=None, hidden=True)
+@click.option("--compare-baseline", type=click.Path(dir_okay=False), default=None, hidden=True)
+@click.option("--compare-out", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.pass_context
 def trace_command(
     ctx: click.Context,
@@ -103,6 +109,10 @@ def trace_command(
     merge_timeout: float = 300.0,
     what_if: Optional[str] = None,
     html_path: Optional[str] = None,
+    compare: Optional[str] = None,
+    compare_role: Optional[str] = None,
+    compare_baseline: Optional[str] = None,
+    compare_out: Optional[str] = None,
 ) -> None:
     """Run SCRIPT (or -m MODULE) for N training iterations under instrumentation.
 
@@ -145,7 +155,14 @@ def trace_command(
         click.echo(f"ampdoctor trace: {exc}", err=True)
         ctx.exit(2)
     if nproc_per_node is not None:
+        if compare:
+            raise click.UsageError("--compare and --nproc-per-node cannot be combined", ctx=ctx)
         _launch_ranks(ctx, nproc_per_node, rank is not None)
+    if compare and not compare_role:
+        from .compare_cli import compare_arguments
+        from .compare_run import run_compare
+
+        ctx.exit(run_compare(*compare_arguments(ctx.params, run), timeout=timeout))
 
     threads_before = set(threading.enumerate())
     listeners = []
@@ -167,6 +184,7 @@ def trace_command(
             report, outcome = _trace(
                 run, steps or None, record_ops_steps, gradient_interval, limits, output_format, progress,
                 lint=lint, listeners=listeners, timeout=timeout, what_if=what_if,
+                compare_child=(compare_role, compare_baseline, compare_out) if compare_role else None,
             )
         finally:
             for listener in listeners:
@@ -227,7 +245,7 @@ def _one_line_errors(ctx: click.Context) -> Iterator[None]:
 
 def _trace(
     run, steps, record_ops_steps, gradient_interval, limits, output_format, progress, lint=False, listeners=(),
-    timeout=None, what_if=None,
+    timeout=None, what_if=None, compare_child=None,
 ):
     import contextlib
 
@@ -252,14 +270,22 @@ def _trace(
             from .whatif import WhatIfFloat16
 
             session.what_if = WhatIfFloat16(session)
+        child = contextlib.nullcontext()
+        if compare_child:
+            from .compare_child import CompareChild
+
+            child = CompareChild(compare_child[0], session, baseline=compare_child[1], out=compare_child[2])
         redirect = contextlib.redirect_stdout(sys.stderr) if output_format == "json" else contextlib.nullcontext()
         with redirect, session:
-            with Deadline(timeout, TraceTimeout):
+            with child, Deadline(timeout, TraceTimeout):
                 outcome = run_target(run)
             session.outcome = outcome
     if session.in_forked_child:
         _end_forked_child(session.outcome)
-    return session.report(), session.outcome
+    report = session.report()
+    if compare_child:
+        child.finish(report)
+    return report, session.outcome
 
 
 def _end_forked_child(outcome) -> None:

@@ -40,6 +40,13 @@ class Thresholds:
     underflow_evidence: float = 0.001
     # AMP506: float16 outputs above FLOAT16_MAX / activation_headroom.
     activation_headroom: float = 4.0
+    # --compare float32: below this speed-up, or this memory saving, AMP512-AMP514 explain why.
+    compare_speedup: float = 1.1
+    compare_memory_saving: float = 0.10
+    # AMP513: dtype conversions above this share of iteration time.
+    cast_share: float = 0.10
+    # AMP512: a module with misaligned GEMMs is reported from this share of GEMM time.
+    align_share: float = 0.02
 
     @classmethod
     def names(cls) -> list[str]:
