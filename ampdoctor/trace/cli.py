@@ -121,6 +121,12 @@ def trace_command(
 
         ampdoctor trace train.py --steps 20 -- --lr 0.1
     """
+    if compare and not compare_role:
+        # Two child runs do the work (and check the script, the options and torch themselves):
+        # this process does not even import torch.
+        from .compare_cli import start_compare
+
+        ctx.exit(start_compare(ctx, target, module, script_args, nproc_per_node))
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -155,14 +161,7 @@ def trace_command(
         click.echo(f"ampdoctor trace: {exc}", err=True)
         ctx.exit(2)
     if nproc_per_node is not None:
-        if compare:
-            raise click.UsageError("--compare and --nproc-per-node cannot be combined", ctx=ctx)
         _launch_ranks(ctx, nproc_per_node, rank is not None)
-    if compare and not compare_role:
-        from .compare_cli import compare_arguments
-        from .compare_run import run_compare
-
-        ctx.exit(run_compare(*compare_arguments(ctx.params, run), timeout=timeout))
 
     threads_before = set(threading.enumerate())
     listeners = []

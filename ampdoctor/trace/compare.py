@@ -46,6 +46,12 @@ class RunRecord:
     low_precision_parameters: list[str] = field(default_factory=list)
     switched_off: dict[str, int] = field(default_factory=dict)
     profile_error: Optional[str] = None
+    # Outermost enabled autocast regions entered over the run.
+    autocast_regions: int = 0
+
+    @property
+    def regions_per_step(self) -> Optional[float]:
+        return self.autocast_regions / self.steps if self.steps else None
 
     @property
     def timing(self):
@@ -79,6 +85,7 @@ class RunRecord:
             "low_precision_parameters": list(self.low_precision_parameters),
             "switched_off": dict(self.switched_off),
             "profile_error": self.profile_error,
+            "autocast_regions": self.autocast_regions,
         }
 
     @classmethod
@@ -106,6 +113,7 @@ class RunRecord:
             low_precision_parameters=list(data.get("low_precision_parameters") or []),
             switched_off=dict(data.get("switched_off") or {}),
             profile_error=data.get("profile_error"),
+            autocast_regions=int(data.get("autocast_regions") or 0),
         )
 
 

@@ -29,7 +29,22 @@ class CompareChild:
         self.out = out
         self.clock = RunClock(window=session.record_ops_steps, profile=role == MIXED)
         self.switch = None
+        self.outer_regions = 0
         session.iteration_listeners.append(self.clock)
+        self._count_regions(session._autocast)
+
+    def _count_regions(self, tracker: Any) -> None:
+        """Count the outermost enabled autocast regions: each one casts the weights afresh (the
+        cast cache lives as long as the outermost region)."""
+        original = tracker._on_enter
+
+        def entered(device: str, dtype: Any, enabled: bool) -> None:
+            if enabled and sum(1 for dev, on in tracker._stack if dev == device and on) == 1:
+                self.outer_regions += 1
+            if original is not None:
+                original(device, dtype, enabled)
+
+        tracker._on_enter = entered
 
     def __enter__(self) -> "CompareChild":
         if self.role == FLOAT32:
@@ -70,6 +85,7 @@ class CompareChild:
             low_precision_parameters=[g.name for g in obs.gradients.values() if g.dtype in LOW_PRECISION],
             switched_off=self.switch.to_dict() if self.switch is not None else {},
             profile_error=self.clock.profile_error,
+            autocast_regions=self.outer_regions,
         )
 
     def finish(self, report: Any) -> None:

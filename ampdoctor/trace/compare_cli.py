@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Optional
+
+import click
 
 
-def compare_arguments(params: dict[str, Any], run: Any) -> tuple[list[str], list[str], list[str], list[str]]:
+def start_compare(ctx: click.Context, script: Optional[str], module: Optional[str], script_args: tuple[str, ...],
+                  nproc_per_node: Optional[int]) -> int:
+    """Check what only the parent can check, then run both children (compare_run.py)."""
+    from .compare_run import run_compare
+
+    if nproc_per_node is not None:
+        raise click.UsageError("--compare and --nproc-per-node cannot be combined", ctx=ctx)
+    if module and script:
+        script_args = (script, *script_args)
+        script = None
+    if not module and not script:
+        raise click.UsageError("missing SCRIPT (or -m MODULE)", ctx=ctx)
+    target = ["-m", module] if module else [os.path.abspath(script)]
+    _, script_args, common, output = compare_arguments(ctx.params, target, script_args)
+    return run_compare(target, script_args, common, output, timeout=ctx.params.get("timeout"))
+
+
+def compare_arguments(params: dict[str, Any], target: list[str], script_args: tuple[str, ...]):
     """(target, script arguments, options for both runs, output options for the reporting run)."""
-    target = ["-m", run.module] if run.module else [os.path.abspath(run.script)]
     common = [
         "--steps", str(params["steps"]),
         "--record-ops-steps", str(params["record_ops_steps"]),
@@ -25,4 +43,4 @@ def compare_arguments(params: dict[str, Any], run: Any) -> tuple[list[str], list
             output += [option, os.path.abspath(params[key])]
     if params.get("what_if"):
         output += ["--what-if", params["what_if"]]
-    return target, list(run.args), common, output
+    return target, list(script_args), common, output

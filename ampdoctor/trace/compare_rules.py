@@ -83,7 +83,7 @@ def evaluate_compare(
     findings = [
         *no_fast_hardware(observations, comparison, profile, hardware, locator),
         *gemm_not_aligned(observations, profile, thresholds, locator),
-        *cast_overhead(observations, profile, thresholds, locator),
+        *cast_overhead(observations, profile, thresholds, locator, comparison.mixed.regions_per_step),
     ]
     findings.sort(key=lambda f: -(f.extra.get("time_share") or 0.0))
     comparison.causes = [
@@ -125,7 +125,7 @@ def no_fast_hardware(observations, comparison, profile, hardware, locator) -> It
                 "or run mixed precision on a GPU with tensor cores."
             )
         yield _finding(
-            "AMP514", message, locator.location(), help,
+            "AMP514", message, _first_low_precision_matmul(observations, hw.dtype) or locator.location(), help,
             device=hw.device, dtype=hw.dtype, hardware=hw.to_dict(), time_share=share, share_of="iteration time",
         )
 
@@ -176,7 +176,10 @@ def gemm_not_aligned(observations, profile, thresholds, locator) -> Iterator[Fin
         )
 
 
-def cast_overhead(observations, profile, thresholds, locator) -> Iterator[Finding]:
+def cast_overhead(observations, profile, thresholds, locator, regions_per_step=None) -> Iterator[Finding]:
+    """Conversions above ``cast_share`` of iteration time, reported where some of them can be
+    avoided: autocast entered several times per optimizer step (each entry re-casts every
+    weight), or float64 data converted. One cast of each weight per step is autocast's price."""
     if profile is None or profile.wall_seconds <= 0:
         return
     share = profile.share(profile.cast_seconds)
@@ -187,13 +190,24 @@ def cast_overhead(observations, profile, thresholds, locator) -> Iterator[Findin
     for key, count in observations.ops.items():
         if key.op == "_to_copy" and key.input_dtypes and key.output_dtype and key.input_dtypes[0] != key.output_dtype:
             conversions[(key.module, key.input_dtypes[0], key.output_dtype)] += count
-    ranked = sorted(conversions.items(), key=lambda item: -item[1])
+    per_micro_step = regions_per_step is not None and regions_per_step >= 1.5
+    float64 = [key for key in conversions if key[1] == "float64"]
+    if not per_micro_step and not float64:
+        return
+    ranked = sorted(conversions.items(), key=lambda item: (item[0][1] != "float64", -item[1]))
     listed = "; ".join(
         f"{_where(module)}: {source} → {target} ×{count / steps:g} per step" for (module, source, target), count in ranked[:4]
     )
     module = ranked[0][0][0] if ranked else None
+    causes = []
+    if per_micro_step:
+        causes.append(
+            f"autocast is entered {regions_per_step:g} times per optimizer step, and each entry casts every weight again"
+        )
+    if float64:
+        causes.append("float64 tensors are converted on every step")
     message = (
-        f"dtype conversions took {share:.0%} of iteration time in the mixed-precision run"
+        f"dtype conversions took {share:.0%} of iteration time in the mixed-precision run: {'; '.join(causes)}"
         + (f" ({listed})" if listed else "")
         + "."
     )
@@ -204,7 +218,7 @@ def cast_overhead(observations, profile, thresholds, locator) -> Iterator[Findin
     )
     yield _finding(
         "AMP513", message, _module_location(locator, observations, module), help,
-        module=module, time_share=share, share_of="iteration time",
+        module=module, time_share=share, share_of="iteration time", autocast_regions_per_step=regions_per_step,
         conversions=[{"module": m, "from": s, "to": t, "per_step": c / steps} for (m, s, t), c in ranked],
     )
 
@@ -226,6 +240,17 @@ def with_gemm_share(findings: list[Finding], observations: Observations, profile
             )
         result.append(finding)
     return result
+
+
+def _first_low_precision_matmul(observations: Observations, dtype: str):
+    """Where the user's code first issued a ``dtype`` matmul (the forward under autocast)."""
+    from ..findings import Location
+    from .ops import MATMUL_OPS
+
+    for (module, op, output_dtype), site in observations.op_sites.items():
+        if op in MATMUL_OPS and output_dtype == dtype:
+            return Location(site[0], site[1])
+    return None
 
 
 def _where(module: Optional[str]) -> str:
