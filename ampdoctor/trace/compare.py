@@ -11,10 +11,20 @@ same for memory: peaks within ``MEMORY_NOISE`` of each other are "no measurable 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 LOW_PRECISION = ("float16", "bfloat16")
+
+
+def json_number(value: Optional[float]) -> Any:
+    """A float for JSON: inf and NaN as the strings the trace report uses."""
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
 MEMORY_NOISE = 0.02  # peaks closer than this (relative) are the same
 
 COMPARED = "compared"
@@ -60,8 +70,6 @@ class RunRecord:
         return Timing(list(self.seconds), list(self.timed_steps), dict(self.left_out))
 
     def to_dict(self) -> dict[str, Any]:
-        from .report import json_number
-
         timing = self.timing
         quartiles = timing.quartiles
         return {

@@ -4,6 +4,7 @@ sentences of the terminal block, both runs' iteration-time distributions and the
 
 from __future__ import annotations
 
+import html
 import math
 import statistics
 from typing import Optional
@@ -15,9 +16,11 @@ _FLOAT32 = "#2563eb"
 _MIXED = "#16a34a"
 
 
-def compare_section(comparison: Optional[Comparison]) -> str:
-    from .html import e
+def e(value) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
 
+
+def compare_section(comparison: Optional[Comparison]) -> str:
     if comparison is None:
         return ""
     css = "ok" if comparison.paying_off else "warning"

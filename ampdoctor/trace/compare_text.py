@@ -97,8 +97,13 @@ def summary_lines(comparison: Comparison) -> list[str]:
         )
         lines.append(f"why     {causes} (see the findings)")
     elif comparison.paying_off is False:
-        lines.append("why     no cause found among AMP507, AMP512-AMP514")
-    return lines[:5]
+        lines.append("why     no cause found among AMP512-AMP514")
+    top = (comparison.profile or {}).get("top_ops") or []
+    if comparison.paying_off is False and top:
+        spent = ", ".join(f"{item['op']} {item['share']:.0%}" for item in top[:3] if item.get("share") is not None)
+        if spent:
+            lines.append(f"spent   in the mixed-precision run (self time): {spent}")
+    return lines[:5]  # with the headline, at most six lines
 
 
 def render_compare(comparison: Comparison, console) -> None:

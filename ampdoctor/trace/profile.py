@@ -35,6 +35,8 @@ class ProfileShares:
     # Seconds the CUDA devices were busy running kernels (None without CUDA activity).
     device_busy_seconds: Optional[float] = None
     on_device: bool = False
+    # Self time per aten op (seconds): where the time went, whatever the rules say.
+    self_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def gemm_seconds(self) -> float:
@@ -47,8 +49,14 @@ class ProfileShares:
     def share(self, seconds: float) -> Optional[float]:
         return seconds / self.wall_seconds if self.wall_seconds > 0 else None
 
+    def top_ops(self, count: int = 5) -> list[tuple[str, float]]:
+        return sorted(self.self_seconds.items(), key=lambda item: -item[1])[:count]
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "top_ops": [
+                {"op": op, "seconds": seconds, "share": self.share(seconds)} for op, seconds in self.top_ops()
+            ],
             "wall_seconds": self.wall_seconds,
             "gemm_seconds": self.gemm_seconds,
             "cast_seconds": self.cast_seconds,
@@ -96,8 +104,13 @@ def shares_of(events: Iterable[Any], wall_seconds: float) -> ProfileShares:
     result.device_busy_seconds = device_busy if on_device else None
     gemm: dict[tuple[str, Shapes], float] = defaultdict(float)
     cast: dict[Shapes, float] = defaultdict(float)
+    own: dict[str, float] = defaultdict(float)
     for event in events:
         op = _op_name(event)
+        if op is not None:
+            own[op] += (
+                float(getattr(event, "self_device_time_total", 0.0) or 0.0) if on_device else float(event.self_cpu_time_total)
+            ) / 1e6
         if op in MATMUL_OPS and not _inside(event, MATMUL_OPS):
             key = (op, normalise_shapes(getattr(event, "input_shapes", None) or ()))
             gemm[key] += _event_seconds(event, on_device)
@@ -106,6 +119,7 @@ def shares_of(events: Iterable[Any], wall_seconds: float) -> ProfileShares:
             cast[normalise_shapes((getattr(event, "input_shapes", None) or ())[:1])] += _event_seconds(event, on_device)
     result.gemm = dict(gemm)
     result.cast = dict(cast)
+    result.self_seconds = dict(own)
     return result
 
 

@@ -66,14 +66,15 @@ float32}: the last step both runs reached; ``causes`` [{code, share, of: "iterat
 "GEMM time" | "GEMM arithmetic", module}], ranked, the findings AMP512-AMP514 behind a run that
 does not pay off; ``device_busy_share`` (CUDA: kernel time over the profiled iterations' wall
 time, else null); ``hardware`` [{device, name, dtype, fast, capability, flags, reason}] per
-autocast setting; ``profile`` {wall_seconds, gemm_seconds, cast_seconds, device_busy_seconds,
-time: "cpu" | "device"} over the profiled iterations of the mixed-precision run, or null;
+autocast setting; ``profile`` {top_ops [{op, seconds, share}] (self time, largest five),
+wall_seconds, gemm_seconds, cast_seconds, device_busy_seconds, time: "cpu" | "device"} over the profiled iterations of the mixed-precision run, or null;
 ``thresholds``; ``runs`` {mixed, float32 (null when it failed to report)}, each {role, steps,
 stopped, error, iteration_seconds and timed_steps (the timed iterations), left_out {window,
 warmup, profiled: iterations not timed}, median_seconds, quartiles_seconds, spread (half the
 interquartile range over the median), peak_memory_bytes, memory_method, start_memory_bytes (CPU),
 loss (per iteration), matmul_dtypes {output dtype: forward matmul-class ops in the census},
-autocast [[device, dtype]], scalers, low_precision_parameters, switched_off
+autocast [[device, dtype]], autocast_regions (outermost enabled regions entered), scalers,
+low_precision_parameters, switched_off
 {autocast_regions_disabled, scalers_disabled} (the float32 run), profile_error}.
 
 Non-finite numbers are written as the strings "NaN", "Infinity" and "-Infinity" so the document

@@ -262,3 +262,19 @@ def test_compare_rule_page_example(rule, example, tmp_path):
         assert found[0]["severity"] == rule.severity.label
     else:
         assert not found, found
+
+
+def test_nanogpt_style_script(tmp_path):
+    # Gradient accumulation with autocast entered per micro-step, a disabled GradScaler (bfloat16)
+    # and a 65-symbol vocabulary: the output layer's GEMM has N=65.
+    result, report = compare(tmp_path, COMPARE / "nanogpt_style.py", "--steps", "7", "--record-ops-steps", "1",
+                             "--fail-on", "never", *EXPLAIN)
+    assert report is not None, result.stderr
+    data = report["compare"]
+    assert data["status"] == "compared"
+    assert data["runs"]["mixed"]["autocast_regions"] == 4 * 7
+    assert data["runs"]["float32"]["switched_off"]["autocast_regions_disabled"] == 4 * 7
+    assert set(data["runs"]["float32"]["matmul_dtypes"]) == {"float32"}
+    lm_head = [f for f in report["findings"] if f["code"] == "AMP512" and f["module"] == "lm_head"]
+    assert lm_head and "N=65" in lm_head[0]["message"] and "65 to 72" in lm_head[0]["help"]
+    assert data["profile"]["top_ops"]
