@@ -103,7 +103,7 @@ class CompareChild:
         write_text_atomic(self.out, json.dumps(document, allow_nan=False))
 
     def _compare(self, report: Any) -> None:
-        from .compare_rules import evaluate_compare, with_gemm_share
+        from .rules.compare import evaluate_compare, with_gemm_share
         from .hardware import hardware_for
         from .rulebase import Locator
 

@@ -80,6 +80,16 @@ FORWARD = "forward"
 BACKWARD = "backward"
 
 _quiet_depth = 0
+# While torch.profiler records the iterations of a ``--compare`` run (stopwatch.py), ampdoctor's
+# own ops are marked with this range, so the profile can leave them out.
+OWN_RANGE = "ampdoctor::instrumentation"
+_marking = False
+_open_ranges: list[Any] = []
+
+
+def mark_own_ops(enabled: bool) -> None:
+    global _marking
+    _marking = enabled
 
 
 class _Quiet:
@@ -93,10 +103,14 @@ class _Quiet:
     def __enter__(self) -> None:
         global _quiet_depth
         _quiet_depth += 1
+        if _marking and _quiet_depth == 1:
+            _open_ranges.append(torch.autograd.profiler.record_function(OWN_RANGE).__enter__())
 
     def __exit__(self, *exc_info: Any) -> None:
         global _quiet_depth
         _quiet_depth -= 1
+        if _quiet_depth == 0 and _open_ranges:
+            _open_ranges.pop().__exit__(None, None, None)
 
 
 _QUIET = _Quiet()
@@ -230,18 +244,18 @@ class OpRange:
     output_max: torch.Tensor
 
 
-def _float_tensors(tree: Any) -> list[torch.Tensor]:
+def float_tensors(tree: Any) -> list[torch.Tensor]:
     """The floating-point tensors in a nest of tuples, lists and dicts (hooks and the census call
     this for every module and op: a plain walk of the common shapes is several times cheaper than
     a general pytree flatten, which remains the fallback for other containers)."""
     if isinstance(tree, torch.Tensor):
         return [tree] if tree.is_floating_point() else []
     found: list[torch.Tensor] = []
-    _collect_float_tensors(tree, found)
+    _collectfloat_tensors(tree, found)
     return found
 
 
-def _collect_float_tensors(tree: Any, found: list[torch.Tensor]) -> None:
+def _collectfloat_tensors(tree: Any, found: list[torch.Tensor]) -> None:
     kind = type(tree)
     if kind is tuple or kind is list:
         for item in tree:
@@ -249,9 +263,9 @@ def _collect_float_tensors(tree: Any, found: list[torch.Tensor]) -> None:
                 if item.is_floating_point():
                     found.append(item)
             elif isinstance(item, (tuple, list, dict)) or not _is_leaf(item):
-                _collect_float_tensors(item, found)
+                _collectfloat_tensors(item, found)
     elif kind is dict:
-        _collect_float_tensors(list(tree.values()), found)
+        _collectfloat_tensors(list(tree.values()), found)
     elif isinstance(tree, torch.Tensor):
         if tree.is_floating_point():
             found.append(tree)
@@ -307,7 +321,7 @@ class _CensusMode(TorchDispatchMode):
         if _quiet_depth or census.failed or name in _METADATA_OPS:
             return func(*args, **kwargs)
         try:
-            inputs = _float_tensors((args, kwargs))
+            inputs = float_tensors((args, kwargs))
             module = census.current_module()
             probe = census.wants_range(func, inputs, module)
             # Measured before the op runs: an in-place op overwrites its input.
@@ -317,7 +331,7 @@ class _CensusMode(TorchDispatchMode):
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
         try:
-            outputs = _float_tensors(out)
+            outputs = float_tensors(out)
             census.count(name, inputs, outputs, module)
             if probe and outputs:
                 census.record_range(name, input_max, max_abs(outputs), module)
@@ -425,3 +439,8 @@ class OpCensus:
         # torch.maximum propagates NaN, so a NaN seen once stays visible.
         known.input_max = torch.maximum(known.input_max, input_max.to(known.input_max.device))
         known.output_max = torch.maximum(known.output_max, output_max.to(known.output_max.device))
+
+
+def sorted_census(ops: dict) -> list:
+    """The census's (key, count) items: matmul-class ops first, then by count."""
+    return sorted(ops.items(), key=lambda item: (item[0].op not in MATMUL_OPS, -item[1], item[0].module or ""))

@@ -9,7 +9,9 @@ in proportion to how often each ran it (``gemm_time_by_module``).
 Only the outermost matmul-class op of a nest is counted (``linear`` → ``addmm``, ``conv2d`` →
 ``convolution`` → ``mkldnn_convolution`` is one matmul), and only the outermost ``_to_copy`` of
 a nest (a dtype or device conversion). Times are CPU time including children, or, where CUDA
-was profiled, the device time of the op's kernels: what the device spent.
+was profiled, the device time of the op's kernels: what the device spent. ampdoctor's own
+instrumentation runs inside ``ops.OWN_RANGE`` ranges while the profile is taken: its ops are
+left out, and its time is taken off the wall time that shares are computed against.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from .ops import MATMUL_OPS
+from .ops import MATMUL_OPS, OWN_RANGE
 
 Shapes = tuple[tuple[int, ...], ...]
 CAST_OPS = frozenset({"_to_copy"})
@@ -37,6 +39,13 @@ class ProfileShares:
     on_device: bool = False
     # Self time per aten op (seconds): where the time went, whatever the rules say.
     self_seconds: dict[str, float] = field(default_factory=dict)
+    # ampdoctor's own instrumentation inside the profiled iterations (left out of the shares).
+    instrumentation_seconds: float = 0.0
+
+    @property
+    def script_seconds(self) -> float:
+        """The profiled iterations' wall time without ampdoctor's instrumentation."""
+        return max(self.wall_seconds - self.instrumentation_seconds, 0.0)
 
     @property
     def gemm_seconds(self) -> float:
@@ -47,7 +56,7 @@ class ProfileShares:
         return sum(self.cast.values())
 
     def share(self, seconds: float) -> Optional[float]:
-        return seconds / self.wall_seconds if self.wall_seconds > 0 else None
+        return seconds / self.script_seconds if self.script_seconds > 0 else None
 
     def top_ops(self, count: int = 5) -> list[tuple[str, float]]:
         return sorted(self.self_seconds.items(), key=lambda item: -item[1])[:count]
@@ -58,6 +67,7 @@ class ProfileShares:
                 {"op": op, "seconds": seconds, "share": self.share(seconds)} for op, seconds in self.top_ops()
             ],
             "wall_seconds": self.wall_seconds,
+            "instrumentation_seconds": self.instrumentation_seconds,
             "gemm_seconds": self.gemm_seconds,
             "cast_seconds": self.cast_seconds,
             "device_busy_seconds": self.device_busy_seconds,
@@ -85,6 +95,15 @@ def _inside(event: Any, ops: frozenset[str]) -> bool:
     return False
 
 
+def _own(event: Any) -> bool:
+    """Whether the event is ampdoctor's instrumentation (inside an ``OWN_RANGE``)."""
+    while event is not None:
+        if getattr(event, "name", None) == OWN_RANGE:
+            return True
+        event = getattr(event, "cpu_parent", None)
+    return False
+
+
 def _event_seconds(event: Any, on_device: bool) -> float:
     if on_device:
         return float(getattr(event, "device_time_total", 0.0) or 0.0) / 1e6
@@ -93,6 +112,12 @@ def _event_seconds(event: Any, on_device: bool) -> float:
 
 def shares_of(events: Iterable[Any], wall_seconds: float) -> ProfileShares:
     events = list(events)
+    own_seconds = sum(
+        float(e.cpu_time_total) / 1e6
+        for e in events
+        if getattr(e, "name", None) == OWN_RANGE and not _own(getattr(e, "cpu_parent", None))
+    )
+    events = [e for e in events if not _own(e)]
     device_busy = 0.0
     on_device = False
     for event in events:
@@ -100,7 +125,7 @@ def shares_of(events: Iterable[Any], wall_seconds: float) -> ProfileShares:
         if busy:
             on_device = True
             device_busy += busy / 1e6
-    result = ProfileShares(wall_seconds=wall_seconds, on_device=on_device)
+    result = ProfileShares(wall_seconds=wall_seconds, on_device=on_device, instrumentation_seconds=own_seconds)
     result.device_busy_seconds = device_busy if on_device else None
     gemm: dict[tuple[str, Shapes], float] = defaultdict(float)
     cast: dict[Shapes, float] = defaultdict(float)

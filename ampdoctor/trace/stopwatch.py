@@ -145,7 +145,7 @@ class RunClock:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
-        from .ops import quiet
+        from .ops import mark_own_ops, quiet
 
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -158,6 +158,7 @@ class RunClock:
             with quiet():
                 self._profiler = profile(activities=activities, record_shapes=True)
                 self._profiler.__enter__()
+            mark_own_ops(True)
         except Exception as exc:  # the profile is extra: the run goes on without it
             self._profiler = None
             self.profile_error = f"{type(exc).__name__}: {exc}"
@@ -168,8 +169,10 @@ class RunClock:
         self._profile_started = time.perf_counter()
 
     def _stop_profiler(self) -> None:
+        from .ops import mark_own_ops
         from .profile import shares_of
 
+        mark_own_ops(False)
         profiler, self._profiler = self._profiler, None
         _synchronize()
         wall = time.perf_counter() - (self._profile_started or time.perf_counter())

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ampdoctor.trace.compare import CAST_BY_HAND, COMPARED, FAILED, NOTHING, RunRecord, compare_runs
-from ampdoctor.trace.compare_rules import gemm_dimensions, misaligned, padded
+from ampdoctor.trace.rules.compare import gemm_dimensions, misaligned, padded
 from ampdoctor.trace.compare_text import headline, summary_lines
 from ampdoctor.trace.hardware import cpu_flags, cpu_hardware, cuda_hardware
 from ampdoctor.trace.precision_off import PrecisionOff
@@ -226,3 +226,23 @@ def test_profiled_time_is_attributed_to_census_modules():
 def test_unmatched_profile_time_is_kept_apart():
     shares = ProfileShares(wall_seconds=1.0, gemm={("mm", ((2, 3), (3, 4))): 0.5})
     assert gemm_time_by_module(shares, {}) == {None: 0.5}
+
+
+def test_ampdoctor_own_ops_are_left_out_of_the_profile():
+    from ampdoctor.trace.ops import mark_own_ops, quiet
+
+    a, b = torch.randn(64, 100), torch.randn(100, 1000)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        mark_own_ops(True)
+        try:
+            torch.mm(a, b)
+            with quiet():  # what the session's hooks run: not the script's time
+                torch.mm(b.t(), a.t())
+                torch.bitwise_right_shift(torch.ones(8, dtype=torch.int32), 2)
+        finally:
+            mark_own_ops(False)
+    shares = shares_of(prof.events(), wall_seconds=10.0)
+    assert list(shares.gemm) == [("mm", ((64, 100), (100, 1000)))]
+    assert "bitwise_right_shift" not in shares.self_seconds
+    assert 0 < shares.instrumentation_seconds < 10.0
+    assert shares.script_seconds == pytest.approx(10.0 - shares.instrumentation_seconds)

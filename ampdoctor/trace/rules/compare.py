@@ -1,9 +1,12 @@
 """Why mixed precision is not paying off: AMP512, AMP513, AMP514, and AMP507's share of GEMM time.
 
-They run in the mixed-precision run of ``--compare float32`` once the comparison says the
-speed-up is under ``compare_speedup`` or the memory saving under ``compare_memory_saving``, and
-they are ranked by the share of time each cause costs (from ``torch.profiler`` over the profiled
-iterations, attributed to the census's modules by profile.py).
+These rules are registered in the scope "compare": they take the observations, the
+``Comparison``, the profile (profile.ProfileShares or None), the hardware verdicts, the
+thresholds and a locator. They run in the mixed-precision run of ``--compare float32`` once the
+comparison says the speed-up is under ``compare_speedup`` or the memory saving under
+``compare_memory_saving``, and their findings are ranked by the share of time each cause costs
+(from ``torch.profiler`` over the profiled iterations, attributed to the census's modules by
+profile.py).
 """
 
 from __future__ import annotations
@@ -11,12 +14,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterator, Optional
 
-from ..findings import Finding
-from .compare import LOW_PRECISION, Cause, Comparison
-from .hardware import Hardware
-from .observations import Observations
-from .profile import ProfileShares, gemm_time_by_module
-from .rulebase import Locator, Thresholds, _finding, _module_location
+from ...findings import Finding
+from ..compare import LOW_PRECISION, Cause, Comparison
+from ..hardware import Hardware
+from ..observations import Observations
+from ..profile import ProfileShares, gemm_time_by_module
+from ..rulebase import Locator, Thresholds, make_finding, module_location, registered, rule
 
 ALIGNMENT = 8
 # Dimensions below this are not worth padding (a 3-channel image, a 2-class head).
@@ -81,9 +84,9 @@ def evaluate_compare(
     if not comparison.compared or comparison.paying_off is not False:
         return []
     findings = [
-        *no_fast_hardware(observations, comparison, profile, hardware, locator),
-        *gemm_not_aligned(observations, profile, thresholds, locator),
-        *cast_overhead(observations, profile, thresholds, locator, comparison.mixed.regions_per_step),
+        finding
+        for entry in registered("compare")
+        for finding in entry.check(observations, comparison, profile, hardware, thresholds, locator)
     ]
     findings.sort(key=lambda f: -(f.extra.get("time_share") or 0.0))
     comparison.causes = [
@@ -99,7 +102,8 @@ def _gemm_seconds(profile: Optional[ProfileShares], observations: Observations) 
     return gemm_time_by_module(profile, dict(observations.gemms))
 
 
-def no_fast_hardware(observations, comparison, profile, hardware, locator) -> Iterator[Finding]:
+@rule("AMP514", scope="compare")
+def no_fast_hardware(observations, comparison, profile, hardware, thresholds, locator) -> Iterator[Finding]:
     slow = [hw for hw in hardware if not hw.fast]
     if not slow:
         return
@@ -124,13 +128,14 @@ def no_fast_hardware(observations, comparison, profile, hardware, locator) -> It
                 f"the hardware has {'AVX512-BF16/AMX' if hw.dtype == 'bfloat16' else 'AVX512-FP16/AMX-FP16'}), "
                 "or run mixed precision on a GPU with tensor cores."
             )
-        yield _finding(
+        yield make_finding(
             "AMP514", message, _first_low_precision_matmul(observations, hw.dtype) or locator.location(), help,
             device=hw.device, dtype=hw.dtype, hardware=hw.to_dict(), time_share=share, share_of="iteration time",
         )
 
 
-def gemm_not_aligned(observations, profile, thresholds, locator) -> Iterator[Finding]:
+@rule("AMP512", scope="compare")
+def gemm_not_aligned(observations, comparison, profile, hardware, thresholds, locator) -> Iterator[Finding]:
     seconds = _gemm_seconds(profile, observations)
     total = sum(seconds.values())
     per_module: dict[Optional[str], dict[tuple, dict[str, int]]] = defaultdict(dict)
@@ -169,17 +174,19 @@ def gemm_not_aligned(observations, profile, thresholds, locator) -> Iterator[Fin
             + ", ".join(f"{size} to {to}" for size, to in sorted(fixes.items()))
             + " (hidden sizes, vocabulary, channels; batch x sequence for M)."
         )
-        yield _finding(
-            "AMP512", message, _module_location(locator, observations, module), help,
+        yield make_finding(
+            "AMP512", message, module_location(locator, observations, module), help,
             module=module, ops={op: 1 for op, _ in shapes}, time_share=share, share_of=basis,
             shapes=[{"op": op, "shapes": [list(s) for s in op_shapes], "misaligned": bad} for (op, op_shapes), bad in shapes.items()],
         )
 
 
-def cast_overhead(observations, profile, thresholds, locator, regions_per_step=None) -> Iterator[Finding]:
+@rule("AMP513", scope="compare")
+def cast_overhead(observations, comparison, profile, hardware, thresholds, locator) -> Iterator[Finding]:
     """Conversions above ``cast_share`` of iteration time, reported where some of them can be
     avoided: autocast entered several times per optimizer step (each entry re-casts every
     weight), or float64 data converted. One cast of each weight per step is autocast's price."""
+    regions_per_step = comparison.mixed.regions_per_step
     if profile is None or profile.wall_seconds <= 0:
         return
     share = profile.share(profile.cast_seconds)
@@ -216,8 +223,8 @@ def cast_overhead(observations, profile, thresholds, locator, regions_per_step=N
         "region per micro-step re-casts every weight each time), feed float32 rather than float64 "
         "data, and drop `.float()`/`.half()` round trips between modules."
     )
-    yield _finding(
-        "AMP513", message, _module_location(locator, observations, module), help,
+    yield make_finding(
+        "AMP513", message, module_location(locator, observations, module), help,
         module=module, time_share=share, share_of="iteration time", autocast_regions_per_step=regions_per_step,
         conversions=[{"module": m, "from": s, "to": t, "per_step": c / steps} for (m, s, t), c in ranked],
     )
@@ -244,8 +251,8 @@ def with_gemm_share(findings: list[Finding], observations: Observations, profile
 
 def _first_low_precision_matmul(observations: Observations, dtype: str):
     """Where the user's code first issued a ``dtype`` matmul (the forward under autocast)."""
-    from ..findings import Location
-    from .ops import MATMUL_OPS
+    from ...findings import Location
+    from ..ops import MATMUL_OPS
 
     for (module, op, output_dtype), site in observations.op_sites.items():
         if op in MATMUL_OPS and output_dtype == dtype:
