@@ -26,6 +26,7 @@ def json_number(value: Optional[float]) -> Any:
 
 
 MEMORY_NOISE = 0.02  # peaks closer than this (relative) are the same
+MIN_TIMED = 5  # fewer timed iterations per run cannot show a spread worth comparing
 
 COMPARED = "compared"
 NOTHING = "nothing to compare"
@@ -225,7 +226,13 @@ def compare_runs(mixed: RunRecord, float32: Optional[RunRecord], speedup_goal: f
     a, b = mixed.timing, float32.timing
     if a.median and b.median:
         result.speedup = b.median / a.median
-        result.measurable = not _overlap(a.quartiles, b.quartiles)
+        enough = min(len(a.seconds), len(b.seconds)) >= MIN_TIMED
+        result.measurable = enough and not _overlap(a.quartiles, b.quartiles)
+        if not enough:
+            result.explanation = (
+                f"speed not measurable: {min(len(a.seconds), len(b.seconds))} timed iteration(s), "
+                f"{MIN_TIMED} needed (raise --steps)"
+            )
     else:
         result.status = TOO_SHORT
         result.explanation = (

@@ -44,7 +44,7 @@ def headline(comparison: Comparison) -> str:
     if comparison.speedup is None:
         return f"{head}: {comparison.explanation}"
     if not comparison.measurable:
-        return f"{head}: no measurable difference in speed"
+        return f"{head}: {comparison.explanation or 'no measurable difference in speed'}"
     if comparison.speedup >= 1:
         return f"{head}: {comparison.speedup:.2f}x faster"
     return f"{head}: {1 / comparison.speedup:.2f}x slower"

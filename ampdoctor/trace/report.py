@@ -57,8 +57,9 @@ module's op, as FILE:LINE), ``extra.class_file``/``class_line``, ``extra.step_si
 The ``compare`` object (``--compare float32``): ``against`` "float32"; ``status`` "compared" |
 "nothing to compare" (no autocast, no GradScaler) | "cast by hand" (low-precision parameters:
 no float32 run to make) | "float32 run failed" | "too few iterations"; ``explanation`` (one line,
-null when compared); ``speedup`` float32 median / mixed median (>1: mixed precision is faster);
-``measurable`` false when the two runs' interquartile ranges overlap (then no ratio is claimed);
+null when compared and measurable); ``speedup`` float32 median / mixed median (>1: mixed precision is faster);
+``measurable`` false when the two runs' interquartile ranges overlap or either run has fewer
+than 5 timed iterations (then no ratio is claimed, and ``explanation`` says why);
 ``memory_change`` mixed / float32 - 1 of the memory each run used (CUDA: allocator peak; CPU:
 peak resident size above the size when tracing started); ``memory_measurable`` (beyond 2%);
 ``paying_off`` (speed-up at least ``thresholds.compare_speedup`` and memory saving at least

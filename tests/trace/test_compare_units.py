@@ -101,8 +101,8 @@ MIXED_SETTING = {"autocast": [["cuda", "float16"]], "scalers": 1}
 
 
 def test_separate_spreads_give_a_ratio():
-    mixed = _run("mixed", [0.077, 0.078, 0.076, 0.079], peak=int(4.8e9), **MIXED_SETTING)
-    float32 = _run("float32", [0.112, 0.110, 0.113, 0.111], peak=int(8.2e9))
+    mixed = _run("mixed", [0.077, 0.078, 0.076, 0.079, 0.0775], peak=int(4.8e9), **MIXED_SETTING)
+    float32 = _run("float32", [0.112, 0.110, 0.113, 0.111, 0.1115], peak=int(8.2e9))
     result = compare_runs(mixed, float32, 1.1, 0.10)
     assert result.status == COMPARED and result.measurable
     assert result.speedup == pytest.approx(0.1115 / 0.0775)
@@ -116,12 +116,20 @@ def test_separate_spreads_give_a_ratio():
 
 
 def test_overlapping_spreads_are_no_measurable_difference():
-    mixed = _run("mixed", [0.100, 0.130, 0.090, 0.120], **MIXED_SETTING)
-    float32 = _run("float32", [0.110, 0.125, 0.095, 0.105])
+    mixed = _run("mixed", [0.100, 0.130, 0.090, 0.120, 0.110], **MIXED_SETTING)
+    float32 = _run("float32", [0.110, 0.125, 0.095, 0.105, 0.115])
     result = compare_runs(mixed, float32, 1.1, 0.10)
     assert not result.measurable
     assert result.paying_off is False
     assert headline(result).endswith("no measurable difference in speed")
+
+
+def test_a_few_timed_iterations_claim_no_ratio():
+    mixed = _run("mixed", [0.010, 0.011], **MIXED_SETTING)
+    float32 = _run("float32", [0.100, 0.101])
+    result = compare_runs(mixed, float32, 1.1, 0.10)
+    assert not result.measurable and result.paying_off is False
+    assert headline(result).endswith("speed not measurable: 2 timed iteration(s), 5 needed (raise --steps)")
 
 
 def test_cpu_memory_is_compared_above_the_start():
@@ -246,3 +254,23 @@ def test_ampdoctor_own_ops_are_left_out_of_the_profile():
     assert "bitwise_right_shift" not in shares.self_seconds
     assert 0 < shares.instrumentation_seconds < 10.0
     assert shares.script_seconds == pytest.approx(10.0 - shares.instrumentation_seconds)
+
+
+def test_amp507_gains_its_share_of_gemm_time():
+    from collections import Counter
+
+    from ampdoctor.findings import Finding, Location, Severity
+    from ampdoctor.trace.observations import Observations
+    from ampdoctor.trace.rules.compare import with_gemm_share
+
+    shapes = ((10,), (64, 64), (64, 10))
+    obs = Observations()
+    obs.gemms = Counter({("head", "addmm", "forward", "float32", shapes): 2,
+                         ("body", "addmm", "forward", "bfloat16", ((64,), (64, 16), (16, 64))): 2})
+    profile = ProfileShares(wall_seconds=1.0, gemm={("addmm", shapes): 0.25, ("addmm", ((64,), (64, 16), (16, 64))): 0.75})
+    finding = Finding(code="AMP507", severity=Severity.INFO, message="`head` ran float32 matmuls.",
+                      location=Location("train.py", 3), extra={"module": "head"})
+    (result,) = with_gemm_share([finding], obs, profile)
+    assert result.extra["gemm_time_share"] == pytest.approx(0.25)
+    assert result.message.endswith("25% of the run's GEMM time.")
+    assert with_gemm_share([finding], obs, None) == [finding]
