@@ -20,7 +20,7 @@ import torch
 
 class PrecisionOff:
     def __init__(self) -> None:
-        self.autocast_regions_disabled = 0
+        self.autocast_regions_disabled = 0  # entered disabled that would have been enabled
         self.scalers_disabled = 0
         self._saved: list[tuple[Any, str, Any]] = []
 
@@ -29,6 +29,7 @@ class PrecisionOff:
 
         autocast_class = torch.amp.autocast_mode.autocast
         self._wrap(autocast_class, self._disable_region)
+        self._count_entries(autocast_class)
         # The session's observed GradScaler and torch's own class (which the session has made
         # observing, for subclasses and names bound before the session) both lead here.
         for scaler_class in (TracedGradScaler, _TorchGradScaler):
@@ -57,9 +58,23 @@ class PrecisionOff:
         self._saved.append((owner, "__init__", original))
         owner.__init__ = init
 
+    def _count_entries(self, autocast_class: type) -> None:
+        """Count the regions entered that would have been enabled (a context object made once,
+        as nanoGPT's ``ctx``, is entered on every micro-step)."""
+        original = autocast_class.__dict__["__enter__"]
+        switch = self
+
+        def enter(region):
+            if getattr(region, "_ampdoctor_switched_off", False):
+                switch.autocast_regions_disabled += 1
+            return original(region)
+
+        self._saved.append((autocast_class, "__enter__", original))
+        autocast_class.__enter__ = enter
+
     def _disable_region(self, region: Any) -> None:
         if getattr(region, "_enabled", False):
-            self.autocast_regions_disabled += 1
+            region._ampdoctor_switched_off = True
         region._enabled = False
 
     def _disable_scaler(self, scaler: Any) -> None:
