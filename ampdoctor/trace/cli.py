@@ -120,6 +120,12 @@ def options_taken_after_script(command: click.Command, args: list[str]) -> tuple
 @click.option("--merge-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               metavar="SECONDS", help="Under torchrun: how long rank 0 waits for the other ranks' "
               "reports, and they for the merged report.")
+@click.option("--compare", "compare", type=click.Choice(["float32"]), default=None,
+              help="Run the script twice, as written and with mixed precision switched off, and "
+              "compare time per iteration, peak memory and loss; explain a run that does not pay off.")
+@click.option("--compare-role", type=click.Choice(["float32", "mixed"]), default=None, hidden=True)
+@click.option("--compare-baseline", type=click.Path(dir_okay=False), default=None, hidden=True)
+@click.option("--compare-out", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.pass_context
 def trace_command(
     ctx: click.Context,
@@ -141,6 +147,10 @@ def trace_command(
     merge_timeout: float = 300.0,
     what_if: Optional[str] = None,
     html_path: Optional[str] = None,
+    compare: Optional[str] = None,
+    compare_role: Optional[str] = None,
+    compare_baseline: Optional[str] = None,
+    compare_out: Optional[str] = None,
 ) -> None:
     """Run SCRIPT (or -m MODULE) for N training iterations under instrumentation.
 
@@ -152,6 +162,12 @@ def trace_command(
     ampdoctor's options written after SCRIPT are ampdoctor's (`ampdoctor trace train.py --steps
     20`); when the script also gets arguments there, a line on stderr says which were taken.
     """
+    if compare and not compare_role:
+        # Two child runs do the work (and check the script, the options and torch themselves):
+        # this process does not even import torch.
+        from .compare_cli import start_compare
+
+        ctx.exit(start_compare(ctx, target, module, script_args, nproc_per_node))
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -196,6 +212,7 @@ def trace_command(
         thresholds=limits, output_format=output_format, fail_on=fail_on, progress=progress, lint=lint,
         tensorboard_dir=tensorboard_dir, timeout=timeout, what_if=what_if, json_path=json_path,
         html_path=html_path, merge_timeout=merge_timeout, rank=rank, notices=notices,
+        compare_role=compare_role, compare_baseline=compare_baseline, compare_out=compare_out,
     )
     try:
         status = run_trace(request)

@@ -42,6 +42,11 @@ class TraceRequest:
     html_path: Optional[str] = None
     merge_timeout: float = 300.0
     rank: Any = None  # distributed.RankInfo under torchrun
+    # A child run of ``--compare float32`` (compare_child.py): "float32" or "mixed", the float32
+    # run's measurements (read by the mixed run) and where the float32 run writes them.
+    compare_role: Optional[str] = None
+    compare_baseline: Optional[str] = None
+    compare_out: Optional[str] = None
     notices: list[str] = field(default_factory=list)  # one-line remarks for stderr before the run
 
 
@@ -137,16 +142,28 @@ def _trace(request: TraceRequest, listeners: list):
             from .whatif import WhatIfFloat16
 
             session.what_if = WhatIfFloat16(session)
+        child: Any = contextlib.nullcontext()
+        if request.compare_role:
+            from .compare_child import CompareChild
+
+            child = CompareChild(
+                request.compare_role, session, baseline=request.compare_baseline, out=request.compare_out
+            )
         redirect: Any = (
             contextlib.redirect_stdout(sys.stderr) if request.output_format == "json" else contextlib.nullcontext()
         )
         with redirect, session:
-            with Deadline(request.timeout, TraceTimeout, on_give_up=lambda: _report_on_give_up(session, request)):
+            with child, Deadline(
+                request.timeout, TraceTimeout, on_give_up=lambda: _report_on_give_up(session, request)
+            ):
                 outcome = run_target(run)
             session.outcome = outcome
     if session.in_forked_child:
         _end_forked_child(session.outcome)
-    return session.report(), session.outcome
+    report = session.report()
+    if request.compare_role:
+        child.finish(report)
+    return report, session.outcome
 
 
 def _report_on_give_up(session, request: TraceRequest) -> None:

@@ -80,6 +80,7 @@ def render_html(report) -> str:
     parts = [
         _header(report),
         _verdict(report),
+        _compare_section(report),
         _what_if_section(what_if) if what_if is not None else "",
         _findings_section("Findings", report.findings),
         _findings_section("Static findings in the traced code", report.static_findings) if report.static_findings else "",
@@ -95,6 +96,14 @@ def render_html(report) -> str:
         + "\n".join(part for part in parts if part)
         + "\n<footer>ampdoctor trace report</footer></main></body></html>\n"
     )
+
+
+def _compare_section(report) -> str:
+    if getattr(report, "compare", None) is None:
+        return ""
+    from .compare_html import compare_section
+
+    return compare_section(report.compare)
 
 
 def _shown_path(path: Optional[str]) -> str:

@@ -170,6 +170,8 @@ class Observations:
     ops: Counter = field(default_factory=Counter)
     op_ranges: dict[tuple[Optional[str], str], tuple[float, float]] = field(default_factory=dict)
     op_steps: int = 0
+    # Matmul-class ops of the census by (module, op, phase, output dtype, input shapes).
+    gemms: Counter = field(default_factory=Counter)
     autocast_dtypes: set[tuple[str, str]] = field(default_factory=set)
     backward_calls: int = 0
     # Backward calls with a float16 autocast region entered since the previous backward.

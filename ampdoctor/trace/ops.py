@@ -15,7 +15,8 @@ Two pieces:
     A ``TorchDispatchMode`` used for the first K iterations only, with torch's ``ModuleTracker``
     for attribution, in the pattern of ``torch.utils.flop_counter.FlopCounterMode``. It counts
     ops in a dict keyed by (module, op, input dtypes, output dtype, autocast, phase); nothing is
-    logged per call. For forward ops it also keeps, on the device, the largest |input| and
+    logged per call. Matmul-class ops are also counted by their input shapes (``gemms``), which
+    say whether a GEMM's dimensions suit tensor cores and let profiled time be attributed. For forward ops it also keeps, on the device, the largest |input| and
     |output| per (module, op), so the op behind a non-finite activation can be named without a
     host sync.
 """
@@ -79,6 +80,16 @@ FORWARD = "forward"
 BACKWARD = "backward"
 
 _quiet_depth = 0
+# While torch.profiler records the iterations of a ``--compare`` run (stopwatch.py), ampdoctor's
+# own ops are marked with this range, so the profile can leave them out.
+OWN_RANGE = "ampdoctor::instrumentation"
+_marking = False
+_open_ranges: list[Any] = []
+
+
+def mark_own_ops(enabled: bool) -> None:
+    global _marking
+    _marking = enabled
 
 
 class _Quiet:
@@ -92,10 +103,14 @@ class _Quiet:
     def __enter__(self) -> None:
         global _quiet_depth
         _quiet_depth += 1
+        if _marking and _quiet_depth == 1:
+            _open_ranges.append(torch.autograd.profiler.record_function(OWN_RANGE).__enter__())
 
     def __exit__(self, *exc_info: Any) -> None:
         global _quiet_depth
         _quiet_depth -= 1
+        if _quiet_depth == 0 and _open_ranges:
+            _open_ranges.pop().__exit__(None, None, None)
 
 
 _QUIET = _Quiet()
@@ -340,6 +355,8 @@ class OpCensus:
     def __init__(self, autocast: AutocastTracker, on_error: Optional[Callable[[Exception], None]] = None) -> None:
         # Keyed by plain tuples while counting (cheaper to build and hash per op than OpKey).
         self._tallies: Counter[tuple] = Counter()
+        # Matmul-class ops by (module, op, phase, output dtype, input shapes).
+        self.gemms: Counter[tuple] = Counter()
         self.failed = False
         self._on_error = on_error
         self.ranges: dict[tuple[Optional[str], str], OpRange] = {}
@@ -404,6 +421,9 @@ class OpCensus:
                 if site is not None:
                     self.sites[site_key] = site
         self._tallies[key] += 1
+        if op in MATMUL_OPS:
+            shapes = tuple(tuple(t.shape) for t in inputs if t.dim() > 0)
+            self.gemms[(module, op, key[5], key[3], shapes)] += 1
 
     def wants_range(self, func, inputs: list[torch.Tensor], module: Optional[str]) -> bool:
         # Ranges serve to name the op behind a non-finite module output, so only forward ops run

@@ -47,12 +47,39 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
                        output_grad_max, halvings_needed} or null
 ``linted_files``       the script and the local modules it imported, linted into the report
 ``static_findings``    their ``ampdoctor lint`` findings (Finding.to_dict())
+``compare``            ``--compare float32`` only, else null: the two runs and the verdict, see
+                       "The ``compare`` object" below
 ``world_size``, ``rank``, ``ranks``   under torchrun only: the merged report's ranks (see
                        ``distributed.py``)
 
 Runtime findings carry, where known, ``extra.source`` (the forward statement that issued the
 module's op, as FILE:LINE), ``extra.class_file``/``class_line``, ``extra.step_site`` (AMP501/502:
 ``scaler.step``) and ``extra.backward_site`` (AMP503/510), and their ``path``/``line`` point there.
+
+The ``compare`` object (``--compare float32``): ``against`` "float32"; ``status`` "compared" |
+"nothing to compare" (no autocast, no GradScaler) | "cast by hand" (low-precision parameters:
+no float32 run to make) | "float32 run failed" | "too few iterations"; ``explanation`` (one line,
+null when compared and measurable); ``speedup`` float32 median / mixed median (>1: mixed precision is faster);
+``measurable`` false when the two runs' interquartile ranges overlap or either run has fewer
+than 5 timed iterations (then no ratio is claimed, and ``explanation`` says why);
+``memory_change`` mixed / float32 - 1 of the memory each run used (CUDA: allocator peak; CPU:
+peak resident size above the size when tracing started); ``memory_measurable`` (beyond 2%);
+``paying_off`` (speed-up at least ``thresholds.compare_speedup`` and memory saving at least
+``thresholds.compare_memory_saving``; null when not compared); ``loss_at`` {step, mixed,
+float32}: the last step both runs reached; ``causes`` [{code, share, of: "iteration time" |
+"GEMM time" | "GEMM arithmetic", module}], ranked, the findings AMP512-AMP514 behind a run that
+does not pay off; ``device_busy_share`` (CUDA: kernel time over the profiled iterations' wall
+time, else null); ``hardware`` [{device, name, dtype, fast, capability, flags, reason}] per
+autocast setting; ``profile`` {top_ops [{op, seconds, share}] (self time, largest five),
+wall_seconds, gemm_seconds, cast_seconds, device_busy_seconds, time: "cpu" | "device"} over the profiled iterations of the mixed-precision run, or null;
+``thresholds``; ``runs`` {mixed, float32 (null when it failed to report)}, each {role, steps,
+stopped, error, iteration_seconds and timed_steps (the timed iterations), left_out {window,
+warmup, profiled: iterations not timed}, median_seconds, quartiles_seconds, spread (half the
+interquartile range over the median), peak_memory_bytes, memory_method, start_memory_bytes (CPU),
+loss (per iteration), matmul_dtypes {output dtype: forward matmul-class ops in the census},
+autocast [[device, dtype]], autocast_regions (outermost enabled regions entered), scalers,
+low_precision_parameters, switched_off
+{autocast_regions_disabled, scalers_disabled} (the float32 run), profile_error}.
 
 Non-finite numbers are written as the strings "NaN", "Infinity" and "-Infinity" so the document
 stays valid JSON.
@@ -101,6 +128,8 @@ class TraceReport:
     linted_files: list[str] = field(default_factory=list)
     # ``--what-if float16``: a whatif.WhatIfResult.
     what_if: Any = None
+    # ``--compare float32``: a compare.Comparison (set by compare_child.py).
+    compare: Any = None
 
     @property
     def completed(self) -> bool:
@@ -182,6 +211,7 @@ class TraceReport:
             "linted_files": list(self.linted_files),
             "static_findings": [f.to_dict() for f in self.static_findings],
             "what_if": self.what_if.to_dict() if self.what_if is not None else None,
+            "compare": _jsonable(self.compare.to_dict()) if self.compare is not None else None,
         }
 
     def to_json(self, indent: Optional[int] = 2) -> str:

@@ -39,6 +39,10 @@ def render(report, console=None) -> None:
     console.print(_verdict(report))
     for note in report.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    if getattr(report, "compare", None) is not None:
+        from .compare_text import render_compare
+
+        render_compare(report.compare, console)
     if report.findings:
         console.print(_findings_table(report.findings))
     if report.static_findings:

@@ -4,7 +4,9 @@ is made.
 A rule is a function registered with ``@rule("AMP5xx")``. A rule of one run (scope "run") takes
 the observations, the thresholds and a ``Locator`` that turns a module class into a
 ``Location``, and yields findings; a rule of the merged torchrun report (scope "ranks") takes the
-ranks' JSON reports and a location and returns a finding or None. Severities come from the rule
+ranks' JSON reports and a location and returns a finding or None; a rule of ``--compare
+float32`` (scope "compare") takes the observations, the comparison, the profile, the hardware,
+the thresholds and a locator, and yields findings (rules/compare.py). Severities come from the rule
 pages (``rules/AMP5xx.md``). The rules themselves live in ``rules/``.
 """
 
@@ -21,7 +23,7 @@ from .observations import Observations
 
 FLOAT32_SMALLEST_NORMAL = 2.0**-126
 
-RULE_SCOPES = ("run", "ranks")
+RULE_SCOPES = ("run", "ranks", "compare")
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,13 @@ class Thresholds:
     underflow_evidence: float = 0.001
     # AMP506: float16 outputs above FLOAT16_MAX / activation_headroom.
     activation_headroom: float = 4.0
+    # --compare float32: below this speed-up, or this memory saving, AMP512-AMP514 explain why.
+    compare_speedup: float = 1.1
+    compare_memory_saving: float = 0.10
+    # AMP513: dtype conversions above this share of iteration time.
+    cast_share: float = 0.10
+    # AMP512: a module with misaligned GEMMs is reported from this share of GEMM time.
+    align_share: float = 0.02
 
     @classmethod
     def names(cls) -> list[str]:

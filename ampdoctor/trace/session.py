@@ -278,6 +278,7 @@ class TraceSession:
             self._probing_origin = False  # its counts are not part of the first-K census
             return
         self.observations.ops = census.counts
+        self.observations.gemms = census.gemms
         self.observations.op_steps = self.observations.steps
 
     def _remove_census(self, census: OpCensus) -> None:

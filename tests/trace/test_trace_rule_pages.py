@@ -17,8 +17,9 @@ EXAMPLES = [
     pytest.param(rule, example, id=f"{rule.code}-{example.kind}-line{example.page_line}")
     for rule in TRACE_RULES
     for example in rule.examples
-    # Examples marked torchrun run on two ranks: tests/trace/test_trace_distributed.py.
-    if "torchrun" not in example.options
+    # Examples marked torchrun run on two ranks: tests/trace/test_trace_distributed.py; those
+    # marked compare run twice under --compare float32: tests/trace/test_compare.py.
+    if "torchrun" not in example.options and "compare" not in example.options
 ]
 
 

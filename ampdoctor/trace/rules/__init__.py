@@ -1,4 +1,4 @@
-"""The runtime rules (AMP501-AMP511), one module per concern, each rule registered by its code
+"""The runtime rules (AMP501-AMP514), one module per concern, each rule registered by its code
 with ``rulebase.rule``:
 
 - ``scale.py``        AMP501 the loss scale collapses, AMP502 frequent skipped steps
@@ -9,6 +9,7 @@ with ``rulebase.rule``:
 - ``errors.py``       AMP301, AMP105 (lint's codes): a script that died of them
 - ``ranks.py``        AMP511 ranks that disagree on the loss scale (the merged torchrun report)
 - ``protocol.py``     AMP101, AMP201-AMP205, AMP303: lint's protocol codes, seen at run time
+- ``compare.py``      AMP512-AMP514 why mixed precision does not pay off (``--compare float32``)
 
 ``evaluate`` runs the rules of one run on its observations; ``evaluate_ranks`` the rules of a
 merged report on the ranks' JSON reports. Every message says what was measured and every help
@@ -22,7 +23,7 @@ from typing import Any
 from ...findings import Finding, Location
 from ..observations import Observations
 from ..rulebase import Locator, RegisteredRule, Thresholds, registered
-from . import activations, census, errors, nonfinite, protocol, ranks, scale, underflow  # noqa: F401  (register)
+from . import activations, census, compare, errors, nonfinite, protocol, ranks, scale, underflow  # noqa: F401  (register)
 
 
 def registered_rules(scope: str | None = None) -> list[RegisteredRule]:

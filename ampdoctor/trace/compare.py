@@ -1,0 +1,264 @@
+"""``--compare float32``: the two runs' measurements and what they say, as users ask it.
+
+Each run (a child process, see compare_run.py) describes itself as a ``RunRecord``; the
+mixed-precision run builds the ``Comparison`` from its own record and the float32 run's, and the
+report shows it (terminal block, JSON ``compare`` object, HTML section).
+
+A speed ratio is stated only when the two runs' spreads (interquartile ranges of the per-iteration
+times) do not overlap; otherwise the difference is not measurable and the report says so. The
+same for memory: peaks within ``MEMORY_NOISE`` of each other are "no measurable difference".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+LOW_PRECISION = ("float16", "bfloat16")
+
+
+def json_number(value: Optional[float]) -> Any:
+    """A float for JSON: inf and NaN as the strings the trace report uses."""
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+MEMORY_NOISE = 0.02  # peaks closer than this (relative) are the same
+MIN_TIMED = 5  # fewer timed iterations per run cannot show a spread worth comparing
+
+COMPARED = "compared"
+NOTHING = "nothing to compare"
+CAST_BY_HAND = "cast by hand"
+FAILED = "float32 run failed"
+TOO_SHORT = "too few iterations"
+
+
+@dataclass
+class RunRecord:
+    """What one run measured (numbers only: it crosses a process boundary as JSON)."""
+
+    role: str  # "mixed" (as written) or "float32"
+    steps: int = 0
+    stopped: str = "end"
+    error: Optional[str] = None
+    seconds: list[float] = field(default_factory=list)
+    timed_steps: list[int] = field(default_factory=list)
+    left_out: dict[str, int] = field(default_factory=dict)
+    peak_bytes: Optional[int] = None
+    memory_method: str = ""
+    start_bytes: Optional[int] = None
+    losses: list[Optional[float]] = field(default_factory=list)
+    # Forward matmul-class ops of the census by output dtype.
+    matmul_dtypes: dict[str, int] = field(default_factory=dict)
+    autocast: list[list[str]] = field(default_factory=list)
+    scalers: int = 0
+    low_precision_parameters: list[str] = field(default_factory=list)
+    switched_off: dict[str, int] = field(default_factory=dict)
+    profile_error: Optional[str] = None
+    # Outermost enabled autocast regions entered over the run.
+    autocast_regions: int = 0
+
+    @property
+    def regions_per_step(self) -> Optional[float]:
+        return self.autocast_regions / self.steps if self.steps else None
+
+    @property
+    def timing(self):
+        from .stopwatch import Timing
+
+        return Timing(list(self.seconds), list(self.timed_steps), dict(self.left_out))
+
+    def to_dict(self) -> dict[str, Any]:
+        timing = self.timing
+        quartiles = timing.quartiles
+        return {
+            "role": self.role,
+            "steps": self.steps,
+            "stopped": self.stopped,
+            "error": self.error,
+            "iteration_seconds": list(self.seconds),
+            "timed_steps": list(self.timed_steps),
+            "left_out": dict(self.left_out),
+            "median_seconds": timing.median,
+            "quartiles_seconds": list(quartiles) if quartiles else None,
+            "spread": timing.spread,
+            "peak_memory_bytes": self.peak_bytes,
+            "memory_method": self.memory_method,
+            "start_memory_bytes": self.start_bytes,
+            "loss": [json_number(v) for v in self.losses],
+            "matmul_dtypes": dict(self.matmul_dtypes),
+            "autocast": [list(pair) for pair in self.autocast],
+            "scalers": self.scalers,
+            "low_precision_parameters": list(self.low_precision_parameters),
+            "switched_off": dict(self.switched_off),
+            "profile_error": self.profile_error,
+            "autocast_regions": self.autocast_regions,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunRecord":
+        def number(value):
+            if isinstance(value, str):
+                return float(value.replace("Infinity", "inf"))
+            return value
+
+        return cls(
+            role=data.get("role", "float32"),
+            steps=int(data.get("steps") or 0),
+            stopped=data.get("stopped") or "end",
+            error=data.get("error"),
+            seconds=[float(v) for v in data.get("iteration_seconds") or []],
+            timed_steps=[int(v) for v in data.get("timed_steps") or []],
+            left_out={str(k): int(v) for k, v in (data.get("left_out") or {}).items()},
+            peak_bytes=data.get("peak_memory_bytes"),
+            memory_method=data.get("memory_method") or "",
+            start_bytes=data.get("start_memory_bytes"),
+            losses=[number(v) for v in data.get("loss") or []],
+            matmul_dtypes=dict(data.get("matmul_dtypes") or {}),
+            autocast=[list(pair) for pair in data.get("autocast") or []],
+            scalers=int(data.get("scalers") or 0),
+            low_precision_parameters=list(data.get("low_precision_parameters") or []),
+            switched_off=dict(data.get("switched_off") or {}),
+            profile_error=data.get("profile_error"),
+            autocast_regions=int(data.get("autocast_regions") or 0),
+        )
+
+
+@dataclass
+class Cause:
+    """One reason mixed precision does not pay off: a finding's code and its share of time."""
+
+    code: str
+    share: Optional[float]
+    basis: str  # what the share is of: "iteration time" or "GEMM time"
+    module: Optional[str] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "share": self.share, "of": self.basis, "module": self.module}
+
+
+@dataclass
+class Comparison:
+    status: str
+    mixed: RunRecord
+    float32: Optional[RunRecord]
+    explanation: str = ""
+    speedup: Optional[float] = None  # float32 median / mixed median
+    measurable: bool = False
+    memory_change: Optional[float] = None  # mixed peak / float32 peak - 1
+    memory_measurable: bool = False
+    paying_off: Optional[bool] = None
+    causes: list[Cause] = field(default_factory=list)
+    device_busy_share: Optional[float] = None
+    hardware: list[dict[str, Any]] = field(default_factory=list)
+    thresholds: dict[str, float] = field(default_factory=dict)
+    profile: Optional[dict[str, Any]] = None
+
+    @property
+    def compared(self) -> bool:
+        return self.status == COMPARED
+
+    def common_loss(self) -> Optional[tuple[int, Optional[float], Optional[float]]]:
+        """(step, mixed loss, float32 loss) at the last step both runs reached with a loss."""
+        if self.float32 is None:
+            return None
+        common = min(len(self.mixed.losses), len(self.float32.losses))
+        for index in range(common - 1, -1, -1):
+            a, b = self.mixed.losses[index], self.float32.losses[index]
+            if a is not None and b is not None:
+                return index + 1, a, b
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        loss = self.common_loss()
+        return {
+            "against": "float32",
+            "status": self.status,
+            "explanation": self.explanation or None,
+            "speedup": self.speedup,
+            "measurable": self.measurable,
+            "memory_change": self.memory_change,
+            "memory_measurable": self.memory_measurable,
+            "paying_off": self.paying_off,
+            "loss_at": {"step": loss[0], "mixed": loss[1], "float32": loss[2]} if loss else None,
+            "causes": [cause.to_dict() for cause in self.causes],
+            "device_busy_share": self.device_busy_share,
+            "hardware": list(self.hardware),
+            "profile": self.profile,
+            "thresholds": dict(self.thresholds),
+            "runs": {"mixed": self.mixed.to_dict(), "float32": self.float32.to_dict() if self.float32 else None},
+        }
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def compare_runs(mixed: RunRecord, float32: Optional[RunRecord], speedup_goal: float, memory_goal: float,
+                 failure: Optional[str] = None) -> Comparison:
+    """The verdict of the two runs (causes and hardware are added by compare_rules.py)."""
+    thresholds = {"compare_speedup": speedup_goal, "compare_memory_saving": memory_goal}
+    if not mixed.autocast and not mixed.scalers and not mixed.low_precision_parameters:
+        return Comparison(
+            NOTHING, mixed, float32, thresholds=thresholds,
+            explanation="nothing to compare: the script never enters torch.autocast and uses no "
+            "GradScaler, so it already runs in float32.",
+        )
+    if mixed.low_precision_parameters:
+        names = ", ".join(mixed.low_precision_parameters[:3])
+        more = f" and {len(mixed.low_precision_parameters) - 3} more" if len(mixed.low_precision_parameters) > 3 else ""
+        return Comparison(
+            CAST_BY_HAND, mixed, float32, thresholds=thresholds,
+            explanation=f"no float32 run to make: the script casts the model itself (low-precision parameters "
+            f"{names}{more}, from `.half()` or `.to(dtype)`), which switching autocast off cannot undo.",
+        )
+    if float32 is None or failure:
+        return Comparison(
+            FAILED, mixed, float32, thresholds=thresholds,
+            explanation=f"the float32 run failed: {failure or 'it wrote no measurements'}.",
+        )
+    if float32.stopped == "error":
+        return Comparison(FAILED, mixed, float32, thresholds=thresholds,
+                          explanation=f"the float32 run failed: the script raised {float32.error}.")
+    result = Comparison(COMPARED, mixed, float32, thresholds=thresholds)
+    a, b = mixed.timing, float32.timing
+    if a.median and b.median:
+        result.speedup = b.median / a.median
+        enough = min(len(a.seconds), len(b.seconds)) >= MIN_TIMED
+        result.measurable = enough and not _overlap(a.quartiles, b.quartiles)
+        if not enough:
+            result.explanation = (
+                f"speed not measurable: {min(len(a.seconds), len(b.seconds))} timed iteration(s), "
+                f"{MIN_TIMED} needed (raise --steps)"
+            )
+    else:
+        result.status = TOO_SHORT
+        result.explanation = (
+            "too few iterations to time: the op-recording window, the warm-up and the profiled "
+            "iterations are left out; raise --steps."
+        )
+    mixed_used, float32_used = used_memory(mixed), used_memory(float32)
+    if mixed_used and float32_used:
+        result.memory_change = mixed_used / float32_used - 1
+        result.memory_measurable = abs(result.memory_change) > MEMORY_NOISE
+    if result.speedup is not None:
+        # Mixed precision is adopted for speed and for memory: short of either goal, explain.
+        fast_enough = result.measurable and result.speedup >= speedup_goal
+        saves_memory = (
+            result.memory_change is None or (result.memory_measurable and -result.memory_change >= memory_goal)
+        )
+        result.paying_off = fast_enough and saves_memory
+    return result
+
+
+def used_memory(run: RunRecord) -> Optional[int]:
+    """The memory a run's training used: the CUDA allocator's peak, or on CPU the process's
+    peak resident size above its size when tracing started (Python and torch were loaded by
+    then, so what remains is the script's own)."""
+    if not run.peak_bytes:
+        return None
+    if run.start_bytes and run.peak_bytes > run.start_bytes:
+        return run.peak_bytes - run.start_bytes
+    return run.peak_bytes

@@ -1,0 +1,147 @@
+"""The two child runs of ``--compare float32``, seen from inside.
+
+``CompareChild`` is what the trace command adds to a session in a child: the clock (both runs),
+the mixed-precision switch-off (the float32 run), the profile (the mixed-precision run). After
+the run, the float32 run writes its ``RunRecord`` and report to the file the parent named; the
+mixed-precision run reads it and puts the comparison and its findings into its own report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from typing import Any, Optional
+
+from .compare import LOW_PRECISION, RunRecord, compare_runs
+from .stopwatch import RunClock
+
+FLOAT32, MIXED = "float32", "mixed"
+
+
+class CompareChild:
+    def __init__(self, role: str, session: Any, baseline: Optional[str] = None, out: Optional[str] = None) -> None:
+        if role not in (FLOAT32, MIXED):
+            raise ValueError(f"unknown compare role {role!r}")
+        self.role = role
+        self.session = session
+        self.baseline = baseline
+        self.out = out
+        self.clock = RunClock(window=session.record_ops_steps, profile=role == MIXED)
+        self.switch = None
+        self.outer_regions = 0
+        session.iteration_listeners.append(self.clock)
+        self._count_regions(session._autocast)
+
+    def _count_regions(self, tracker: Any) -> None:
+        """Count the outermost enabled autocast regions: each one casts the weights afresh (the
+        cast cache lives as long as the outermost region)."""
+        original = tracker._on_enter
+
+        def entered(device: str, dtype: Any, enabled: bool) -> None:
+            if enabled and sum(1 for dev, on in tracker._stack if dev == device and on) == 1:
+                self.outer_regions += 1
+            if original is not None:
+                original(device, dtype, enabled)
+
+        tracker._on_enter = entered
+
+    def __enter__(self) -> "CompareChild":
+        if self.role == FLOAT32:
+            from .precision_off import PrecisionOff
+
+            self.switch = PrecisionOff()
+            self.switch.install()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.clock.finish()
+        if self.switch is not None:
+            self.switch.remove()
+
+    def record(self, report: Any) -> RunRecord:
+        obs = report.observations
+        timing = self.clock.timing()
+        memory = self.clock.memory()
+        matmuls: Counter = Counter()
+        for key, count in obs.ops.items():
+            if key.is_matmul and key.phase == "forward" and key.output_dtype:
+                matmuls[key.output_dtype] += count
+        return RunRecord(
+            role=self.role,
+            steps=obs.steps,
+            stopped=report.outcome.reason,
+            error=report.outcome.error,
+            seconds=timing.seconds,
+            timed_steps=timing.steps,
+            left_out=timing.left_out,
+            peak_bytes=memory.peak_bytes,
+            memory_method=memory.method,
+            start_bytes=memory.start_bytes,
+            losses=[r.loss for r in obs.iterations],
+            matmul_dtypes=dict(matmuls),
+            autocast=sorted([list(pair) for pair in obs.autocast_dtypes]),
+            scalers=len(obs.scalers),
+            low_precision_parameters=[g.name for g in obs.gradients.values() if g.dtype in LOW_PRECISION],
+            switched_off=self.switch.to_dict() if self.switch is not None else {},
+            profile_error=self.clock.profile_error,
+            autocast_regions=self.outer_regions,
+        )
+
+    def finish(self, report: Any) -> None:
+        """After the run: the float32 run hands its measurements over; the mixed-precision run
+        takes them into its report."""
+        if self.role == FLOAT32:
+            self._write(report)
+        else:
+            self._compare(report)
+
+    def _write(self, report: Any) -> None:
+        from ..atomic import write_text_atomic
+
+        document = {"run": self.record(report).to_dict(), "report": report.to_dict()}
+        write_text_atomic(self.out, json.dumps(document, allow_nan=False))
+
+    def _compare(self, report: Any) -> None:
+        from .rules.compare import evaluate_compare, with_gemm_share
+        from .hardware import hardware_for
+        from .rulebase import Locator
+
+        float32, failure = read_baseline(self.baseline)
+        limits = report.thresholds
+        comparison = compare_runs(
+            self.record(report), float32, limits.compare_speedup, limits.compare_memory_saving, failure
+        )
+        obs = report.observations
+        hardware = [hw for device, dtype in sorted(obs.autocast_dtypes) if (hw := hardware_for(device, dtype))]
+        comparison.hardware = [hw.to_dict() for hw in hardware]
+        profile = self.clock.profile_result
+        if profile is not None:
+            comparison.profile = profile.to_dict()
+            if profile.device_busy_seconds is not None and profile.wall_seconds > 0:
+                comparison.device_busy_share = min(profile.device_busy_seconds / profile.wall_seconds, 1.0)
+        comparison.thresholds.update(cast_share=limits.cast_share, align_share=limits.align_share)
+        locator = Locator(report.script, obs.class_files)
+        found = evaluate_compare(obs, comparison, profile, hardware, limits, locator)
+        if found:
+            from .placing import place_findings
+
+            found = place_findings(found, obs, locator)
+        findings = with_gemm_share(report.findings, obs, profile) + found
+        report.findings = sorted(findings, key=lambda f: (-f.severity, f.code, f.extra.get("step") or 0))
+        report.compare = comparison
+
+
+def read_baseline(path: Optional[str]) -> tuple[Optional[RunRecord], Optional[str]]:
+    """The float32 run's record, or why there is none (the parent writes ``{"failed": ...}``
+    when that run crashed before writing)."""
+    if not path or not os.path.exists(path):
+        return None, "it wrote no measurements"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (OSError, ValueError) as exc:
+        return None, f"its measurements are unreadable ({exc})"
+    if document.get("failed"):
+        return None, str(document["failed"])
+    return RunRecord.from_dict(document.get("run") or {}), None

@@ -1,0 +1,280 @@
+"""``ampdoctor trace --compare float32`` end to end: two child runs of real scripts.
+
+The tests check what the comparison finds and reports, never how fast anything ran (speed is
+measured in benchmarks/compare_bench.py). Where a finding only appears when mixed precision does
+not pay off, ``--threshold compare_speedup=1000`` makes every run "not paying off", so the
+explanation is tested whatever this machine's speed-up is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ampdoctor.catalog import all_rules
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPARE = ROOT / "fixtures" / "trace" / "compare"
+FRAMEWORKS = ROOT / "fixtures" / "trace" / "frameworks"
+EXPLAIN = ("--threshold", "compare_speedup=1000")
+# An AMX/AVX512 machine made to behave as an AVX2-only one (torch's kernels and oneDNN's).
+AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+pytestmark = pytest.mark.slow
+
+
+def compare(tmp_path: Path, script: Path, *args: str, env: dict | None = None, timeout: float = 300):
+    report_path = tmp_path / "report.json"
+    command = [sys.executable, "-m", "ampdoctor", "trace", str(script), "--compare", "float32",
+               "--no-lint", "--no-progress", "--json", str(report_path), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+                            env={**os.environ, **(env or {})})
+    report = json.loads(report_path.read_text()) if report_path.exists() else None
+    return result, report
+
+
+def _marker_line(path: Path, text: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+@pytest.fixture(scope="module")
+def unaligned(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("unaligned")
+    result, report = compare(folder, COMPARE / "unaligned_linear.py", "--steps", "7", "--record-ops-steps", "1",
+                             "--html", "page.html", *EXPLAIN)
+    return result, report, folder / "page.html"
+
+
+def test_unaligned_linear_gets_amp512_at_its_line(unaligned):
+    result, report, _ = unaligned
+    assert report is not None, result.stderr
+    (finding,) = [f for f in report["findings"] if f["code"] == "AMP512"]
+    assert finding["line"] == _marker_line(COMPARE / "unaligned_linear.py", "the GEMM AMP512 names")
+    assert finding["module"] == "proj"
+    assert "K=100" in finding["message"] and "100 to 104" in finding["help"]
+    shapes = finding["extra"]["shapes"][0]
+    assert shapes["op"] == "addmm" and shapes["misaligned"] == {"K": 100}
+    assert report["compare"]["causes"][0]["code"] in {"AMP512", "AMP513"}
+
+
+def test_both_runs_are_reported(unaligned):
+    result, report, _ = unaligned
+    data = report["compare"]
+    assert data["status"] == "compared" and data["against"] == "float32"
+    mixed, float32 = data["runs"]["mixed"], data["runs"]["float32"]
+    # The float32 run really ran float32 matmuls; the run as written bfloat16 ones.
+    assert set(float32["matmul_dtypes"]) == {"float32"}
+    assert set(mixed["matmul_dtypes"]) == {"bfloat16"}
+    assert float32["switched_off"]["autocast_regions_disabled"] >= 7
+    assert mixed["autocast"] == [["cpu", "bfloat16"]] and float32["autocast"] == []
+    for run in (mixed, float32):
+        assert run["steps"] == 7
+        assert run["left_out"] == {"window": 1, "warmup": 2, "profiled": 2}
+        assert len(run["iteration_seconds"]) == 2 and run["timed_steps"] == [6, 7]
+        assert run["median_seconds"] > 0 and run["peak_memory_bytes"] > 0
+        assert "ru_maxrss" in run["memory_method"]
+    assert data["loss_at"]["step"] == 7
+    assert data["profile"]["gemm_seconds"] > 0
+    assert data["hardware"][0]["device"] == "cpu"
+    # The terminal block: headline and at most five lines under it, above the findings.
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Mixed precision vs float32"))
+    block = [line for line in lines[start + 1 : start + 7] if line.startswith("  ")]
+    assert 1 <= len(block) <= 5
+    assert lines.index(next(line for line in lines if line.startswith("Findings"))) > start
+
+
+def test_the_mixed_run_losses_are_those_of_a_plain_python_run(unaligned, tmp_path):
+    _, report, _ = unaligned
+    plain = subprocess.run([sys.executable, str(COMPARE / "unaligned_linear.py")], capture_output=True, text=True,
+                           cwd=COMPARE, timeout=300)
+    losses = [float(line.split()[1]) for line in plain.stdout.splitlines() if line.startswith("loss ")]
+    traced = report["compare"]["runs"]["mixed"]["loss"]
+    assert len(traced) == 7
+    # From iteration 3 on, bit for bit (JSON keeps every digit of a float). The first two are
+    # left out: with plain optimizer.step() the session learns where an iteration ends only at
+    # the second step, and files the second loss under the first iteration.
+    assert traced[2:] == losses[2:7]
+
+
+def test_the_html_page_has_the_comparison_and_its_charts(unaligned):
+    _, report, page = unaligned
+    text = page.read_text(encoding="utf-8")
+    section = text.split('<section id="compare">')[1].split("</section>")[0]
+    assert "Mixed precision vs float32" in section and "ms/iteration" in section
+    assert section.count("<svg") == 1 and "Time per iteration" in section and "Memory" in section
+
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed")
+def test_chromium_renders_the_comparison(unaligned, tmp_path):
+    _, _, page = unaligned
+    profile = tmp_path / "profile"
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()]
+    dom = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    section = dom.stdout.split('<section id="compare">')[1].split("</section>")[0]
+    assert '<div class="chart"><svg' in section
+    assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line] == []
+
+
+def test_padded_linear_gets_no_amp512(tmp_path):
+    result, report = compare(tmp_path, COMPARE / "aligned_linear.py", "--steps", "7", "--record-ops-steps", "1", *EXPLAIN)
+    assert report is not None, result.stderr
+    assert report["compare"]["status"] == "compared"
+    assert "AMP512" not in {f["code"] for f in report["findings"]}
+
+
+def test_a_model_cast_by_hand_gets_one_line(tmp_path):
+    result, report = compare(tmp_path, COMPARE / "half_model.py", "--steps", "6")
+    assert report["compare"]["status"] == "cast by hand"
+    line = next(line for line in result.stdout.splitlines() if line.startswith("Mixed precision vs float32"))
+    assert "no float32 run to make" in line
+    assert not [f for f in report["findings"] if f["code"] in ("AMP512", "AMP513", "AMP514")]
+
+
+def test_a_float32_script_has_nothing_to_compare(tmp_path):
+    result, report = compare(tmp_path, COMPARE / "float32_only.py", "--steps", "6")
+    assert report["compare"]["status"] == "nothing to compare"
+    assert "nothing to compare" in result.stdout
+    assert result.returncode == 0
+
+
+def test_a_crash_in_the_float32_run_is_reported(tmp_path):
+    result, report = compare(tmp_path, COMPARE / "crash_in_float32.py", "--steps", "6")
+    assert report["completed"] is True  # the run as written is fine
+    data = report["compare"]
+    assert data["status"] == "float32 run failed"
+    assert "RuntimeError" in data["explanation"] and "bfloat16 activations" in data["explanation"]
+    assert "the float32 run failed" in result.stdout
+
+
+def test_a_hard_crash_in_the_float32_run_is_reported(tmp_path):
+    script = tmp_path / "dies.py"
+    script.write_text(textwrap.dedent('''
+        import os, signal
+        import torch
+        model = torch.nn.Linear(4, 4)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(5):
+            with torch.autocast("cpu", dtype=torch.bfloat16) as region:
+                loss = model(torch.randn(2, 4)).float().sum()
+            if not torch.amp.autocast_mode.autocast.__init__.__name__ == "__init__" or not region._enabled:
+                os.kill(os.getpid(), signal.SIGKILL)
+            loss.backward()
+            optimizer.step()
+    '''))
+    result, report = compare(tmp_path, script, "--steps", "4")
+    data = report["compare"]
+    assert data["status"] == "float32 run failed"
+    assert "SIGKILL" in data["explanation"]
+
+
+def test_a_crash_in_the_mixed_run_is_reported(tmp_path):
+    script = tmp_path / "raises.py"
+    script.write_text(textwrap.dedent('''
+        import torch
+        model = torch.nn.Linear(4, 4)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(5):
+            with torch.autocast("cpu", dtype=torch.bfloat16) as region:
+                loss = model(torch.randn(2, 4)).float().sum()
+            if region._enabled and step == 2:
+                raise ValueError("only with mixed precision")
+            loss.backward()
+            optimizer.step()
+    '''))
+    result, report = compare(tmp_path, script, "--steps", "4")
+    assert result.returncode == 1
+    assert report["stopped"] == "error" and "only with mixed precision" in report["error"]
+    assert report["compare"]["runs"]["float32"]["steps"] == 4
+
+
+def test_timeout_applies_to_each_run(tmp_path):
+    script = tmp_path / "slow.py"
+    script.write_text(textwrap.dedent('''
+        import time
+        import torch
+        model = torch.nn.Linear(4, 4)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(1000):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.randn(2, 4)).float().sum()
+            loss.backward()
+            optimizer.step()
+            time.sleep(0.5)
+    '''))
+    result, report = compare(tmp_path, script, "--steps", "1000", "--timeout", "4", timeout=120)
+    assert result.returncode == 124
+    assert report["stopped"] == "timeout"
+    assert report["compare"]["runs"]["float32"]["stopped"] == "timeout"
+
+
+def test_compare_cannot_be_combined_with_torchrun(tmp_path):
+    result, report = compare(tmp_path, COMPARE / "float32_only.py", "--nproc-per-node", "2")
+    assert result.returncode == 2 and report is None
+    assert "--compare and --nproc-per-node" in result.stderr
+
+
+def test_timm_style_framework_loop(tmp_path):
+    result, report = compare(tmp_path, FRAMEWORKS / "timm_style.py", "--steps", "7", "--record-ops-steps", "1",
+                             "--fail-on", "never", "--", "--max-steps", "12")
+    assert report is not None, result.stderr
+    assert report["compare"]["status"] == "compared", report["compare"]
+    assert report["compare"]["runs"]["float32"]["switched_off"]["scalers_disabled"] >= 1
+
+
+# -- the rule pages' examples (AMP512-AMP514) ----------------------------------------------------
+
+EXAMPLES = [
+    pytest.param(rule, example, id=f"{rule.code}-{example.kind}")
+    for rule in all_rules().values()
+    for example in rule.examples
+    if "compare" in example.options
+]
+
+
+@pytest.mark.parametrize("rule,example", EXAMPLES)
+def test_compare_rule_page_example(rule, example, tmp_path):
+    script = tmp_path / "example.py"
+    script.write_text(example.source)
+    env = AVX2_ONLY if "cpu-avx2" in example.options else None
+    extra = () if rule.code == "AMP514" else EXPLAIN  # AMP514: the emulated slow-down is real
+    result, report = compare(tmp_path, script, "--steps", "7", "--record-ops-steps", "1", "--fail-on", "never", *extra, env=env)
+    assert report is not None, result.stderr
+    found = [f for f in report["findings"] if f["code"] == rule.code]
+    if example.kind == "bad":
+        assert found, (report["compare"], report["findings"])
+        line = example.expected[0][0]
+        assert found[0]["line"] == line
+        assert found[0]["severity"] == rule.severity.label
+    else:
+        assert not found, found
+
+
+def test_nanogpt_style_script(tmp_path):
+    # Gradient accumulation with autocast entered per micro-step, a disabled GradScaler (bfloat16)
+    # and a 65-symbol vocabulary: the output layer's GEMM has N=65.
+    result, report = compare(tmp_path, COMPARE / "nanogpt_style.py", "--steps", "7", "--record-ops-steps", "1",
+                             "--fail-on", "never", *EXPLAIN)
+    assert report is not None, result.stderr
+    data = report["compare"]
+    assert data["status"] == "compared"
+    assert data["runs"]["mixed"]["autocast_regions"] == 4 * 7
+    assert data["runs"]["float32"]["switched_off"]["autocast_regions_disabled"] == 4 * 7
+    assert set(data["runs"]["float32"]["matmul_dtypes"]) == {"float32"}
+    lm_head = [f for f in report["findings"] if f["code"] == "AMP512" and f["module"] == "lm_head"]
+    assert lm_head and "N=65" in lm_head[0]["message"] and "65 to 72" in lm_head[0]["help"]
+    assert data["profile"]["top_ops"]
