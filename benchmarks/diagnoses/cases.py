@@ -255,25 +255,40 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         "accelerate_healthy_fp16", ACCELERATE_FP16, "healthy, float16 scaler path",
-        args=("--max-steps", "4"), framework=True,
+        args=("--max-steps", "4", "--init-scale", "65536"), framework=True,
     ),
     Case(
         "accelerate_clip_torch_util", ACCELERATE_FP16, "clip before unscale (torch's clip, not the Accelerator's)",
         edits=(("                accelerator.clip_grad_norm_(", "                torch.nn.utils.clip_grad_norm_("),),
         expect="AMP201", at=("torch.nn.utils.clip_grad_norm_(",),
         cure=(r"accelerator\.clip_grad_norm_|unscale_",), cure_not=CLIP_NOT, forbidden=("AMP505",),
-        args=("--max-steps", "4"), framework=True,
+        args=("--max-steps", "4", "--init-scale", "65536"), framework=True,
     ),
     Case(
         "accelerate_plain_backward", ACCELERATE_FP16, "unscaled backward (loss.backward(), not the Accelerator's)",
         edits=(("            accelerator.backward(loss)", "            loss.backward()"),),
         expect="AMP204", at=("loss.backward()",),
         cure=(r"accelerator\.backward|scaler\.scale|scale\(loss\)",),
-        args=("--max-steps", "4"), framework=True,
+        args=("--max-steps", "4", "--init-scale", "65536"), framework=True,
     ),
     Case(
         "hf_trainer_healthy_bf16", HF_TRAINER, "healthy, bf16",
         args=("--precision", "bf16", "--max-steps", "3"), framework=True,
+    ),
+    Case(
+        "hf_trainer_autocast_in_compute_loss", HF_TRAINER, "float16 autocast inside the Trainer's compute_loss",
+        edits=((
+            "def main() -> None:\n",
+            "class Float16Trainer(Trainer):\n"
+            "    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):\n"
+            "        with torch.autocast(\"cpu\", dtype=torch.float16):\n"
+            "            outputs = model(**inputs)\n"
+            "        return (outputs.loss, outputs) if return_outputs else outputs.loss\n\n\n"
+            "def main() -> None:\n",
+        ), ("trainer = Trainer(", "trainer = Float16Trainer(")),
+        expect="AMP403", also=("AMP510",), at=('with torch.autocast("cpu", dtype=torch.float16):',),
+        cure=(r"Trainer|TrainingArguments", r"remove|instead|let "),
+        allowed=("AMP505", "AMP510"), args=("--precision", "bf16", "--max-steps", "3"), framework=True,
     ),
 )
 

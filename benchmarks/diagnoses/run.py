@@ -17,7 +17,8 @@ The lint column lists the codes of the report's static findings (lint of the scr
 are shown for comparison and do not count as the tracer's culprit. A case is right when
 culprit, line and cure are right and there is no false alarm (healthy: no false alarm).
 Prints a Markdown table; ``--details`` adds, per case that is not right, what the report said;
-``--json PATH`` writes every case's score and top finding.
+``--json PATH`` writes every case's score and top finding; ``--update-readme`` also replaces
+the table in README.md (between its ``diagnoses-table`` markers) with this run's.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cases import CASES, ROOT, Case, stale_cases  # noqa: E402
 
 SEVERE = {"warning", "error"}
+README = ROOT / "README.md"
+README_START = "<!-- diagnoses-table:start -->"
+README_END = "<!-- diagnoses-table:end -->"
 
 
 @dataclass
@@ -188,6 +192,15 @@ def details(scores: list[Score]) -> str:
     return "\n".join(out)
 
 
+def update_readme(text: str, path: Path = README) -> None:
+    """Put ``text`` between the README's diagnoses-table markers."""
+    readme = path.read_text()
+    start, end = readme.find(README_START), readme.find(README_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"error: {path.name} has no {README_START} ... {README_END} block")
+    path.write_text(readme[: start + len(README_START)] + "\n" + text + "\n" + readme[end:])
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", default=[], help="run only cases whose name contains this (repeatable)")
@@ -195,7 +208,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="cases traced at the same time")
     parser.add_argument("--details", action="store_true", help="after the table, what the report said where it is wrong")
     parser.add_argument("--json", metavar="PATH", help="write every case's score as JSON")
+    parser.add_argument("--update-readme", action="store_true", help="also put the table into README.md")
     args = parser.parse_args(argv)
+    if args.update_readme and (args.case or args.no_frameworks):
+        print("error: --update-readme needs every case (no --case, no --no-frameworks)", file=sys.stderr)
+        return 2
     stale = stale_cases()
     if stale:
         print(f"error: case scripts out of date ({', '.join(stale)}): run python benchmarks/diagnoses/cases.py",
@@ -212,6 +229,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.details:
         print()
         print(details(scores))
+    if args.update_readme:
+        update_readme(table(scores))
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(s) | {"right": s.right} for s in scores], indent=2))
     return 0
