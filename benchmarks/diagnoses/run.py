@@ -98,7 +98,8 @@ def _points_at(finding: dict[str, Any], case: Case, lines: tuple[int, ...]) -> b
     path = finding.get("path")
     if not path:
         return False
-    return Path(path).resolve() == case.script.resolve() and finding.get("line") in lines
+    where = Path(path) if Path(path).is_absolute() else ROOT / path  # the trace ran in ROOT
+    return where.resolve() == case.script.resolve() and finding.get("line") in lines
 
 
 def score(case: Case, report: Optional[dict[str, Any]], run_error: Optional[str] = None) -> Score:

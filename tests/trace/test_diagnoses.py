@@ -223,3 +223,10 @@ def test_runner_prints_the_table(tmp_path):
 def test_runner_refuses_an_unknown_case(capsys):
     assert run.main(["--case", "no-such-case"]) == 2
     assert "no case matches" in capsys.readouterr().err
+
+
+def test_score_reads_a_relative_path_from_the_folder_the_trace_ran_in(tmp_path):
+    case = run.Case("rel", run.CASES[0].base, "m", expect="AMP201", at=("import torch",), cure=(r".",))
+    relative = case.script.relative_to(ROOT)
+    report = {"findings": [_finding("AMP201", relative, case.lines()[0], message="x")]}
+    assert run.score(case, report).line
