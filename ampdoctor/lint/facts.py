@@ -32,6 +32,8 @@ import re
 from collections import namedtuple
 from collections.abc import Iterator, Sequence
 
+# float16's largest finite value and its smallest subnormal (what is nonzero below it is lost).
+from ..float16 import FLOAT16_MAX, FLOAT16_SMALLEST_SUBNORMAL as FLOAT16_SMALLEST  # noqa: F401
 from ..records import Record, Value
 from .fixes import SourceLines
 from .held import constant_device, delegated_backward, held_region, module_strings
@@ -82,9 +84,6 @@ DTYPES = {
     "torch.float64": "float64",
     "torch.double": "float64",
 }
-# float16's largest finite value and its smallest subnormal (what is nonzero below it is lost).
-FLOAT16_MAX = 65504.0
-FLOAT16_SMALLEST = 2.0**-24
 # What a tensor is converted to float16 with: ``.to(X)``, ``.type(X)``, ``dtype=X``.
 FLOAT16_CASTS = ("torch.float16", "torch.half", "torch.HalfTensor", "torch.cuda.HalfTensor")
 HALF_TENSOR_TYPES = {

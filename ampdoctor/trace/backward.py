@@ -30,8 +30,9 @@ from typing import Any, Iterator, Optional
 import torch
 from torch.autograd.graph import register_multi_grad_hook
 
-from .numerics import FLOAT16_MAX, ModuleInfo, max_abs
-from .ops import _float_tensors, quiet
+from ..float16 import FLOAT16_MAX
+from .numerics import ModuleInfo, max_abs
+from .ops import float_tensors, quiet
 
 # Iterations watched after skipped steps, over the whole run: enough for a collapse from 2**16
 # (each skip halves the scale) and for a few late overflows, bounded for long runs.
@@ -109,7 +110,7 @@ class BackwardWatch:
         call = self._calls
         self._calls += 1
         self._register(watched_outputs, call, info, OUTPUT)
-        inputs = [t for t in _float_tensors(args) if t.requires_grad]
+        inputs = [t for t in float_tensors(args) if t.requires_grad]
         if inputs:
             self._register(inputs, call, info, INPUT)
         if id(module) not in self._params_watched:

@@ -11,15 +11,12 @@ missing) and a report file that cannot be written.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-import threading
-from typing import Iterator, Optional
+from typing import Optional
 
 import click
 
-EXIT_TIMEOUT = 124  # as timeout(1)
 TORCH_MISSING = "ampdoctor trace needs torch: pip install 'ampdoctor[trace]'"
 _FAIL_LEVELS = ("info", "warning", "error", "never")
 
@@ -117,9 +114,10 @@ def trace_command(
         click.echo(TORCH_MISSING, err=True)
         ctx.exit(2)
 
+    from .command import CommandError, TraceRequest, run_trace
     from .distributed import rank_info
+    from .rulebase import Thresholds
     from .runner import Target, UsageError, check_target
-    from .rules import Thresholds
 
     rank = rank_info()
     if module and target:
@@ -131,13 +129,9 @@ def trace_command(
         limits = Thresholds().with_overrides(_parse_thresholds(thresholds))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--threshold") from None
-    if json_path and not os.path.isdir(os.path.dirname(os.path.abspath(json_path))):
-        raise click.BadParameter(f"folder of {json_path!r} does not exist", param_hint="--json")
     # Relative to where ampdoctor was started, whatever the script does with os.chdir.
-    json_path = os.path.abspath(json_path) if json_path else None
-    if html_path and not os.path.isdir(os.path.dirname(os.path.abspath(html_path))):
-        raise click.BadParameter(f"folder of {html_path!r} does not exist", param_hint="--html")
-    html_path = os.path.abspath(html_path) if html_path else None
+    json_path = _output_path(json_path, "--json")
+    html_path = _output_path(html_path, "--html")
     run = Target(script=target, module=module, args=tuple(script_args))
     try:
         check_target(run)
@@ -146,50 +140,26 @@ def trace_command(
         ctx.exit(2)
     if nproc_per_node is not None:
         _launch_ranks(ctx, nproc_per_node, rank is not None)
-
-    threads_before = set(threading.enumerate())
-    listeners = []
-    if tensorboard_dir:
-        from .tensorboard import TensorBoardLog, TensorBoardUnavailable
-
-        try:
-            listeners.append(TensorBoardLog(tensorboard_dir, limits))
-        except (TensorBoardUnavailable, OSError) as exc:
-            click.echo(f"ampdoctor trace: {exc}", err=True)
-            ctx.exit(2)
-    sigterm = contextlib.nullcontext()
-    if rank is not None:
-        from .distributed import termination
-
-        sigterm = termination.handling()
-    with _one_line_errors(ctx), sigterm:
-        try:
-            report, outcome = _trace(
-                run, steps or None, record_ops_steps, gradient_interval, limits, output_format, progress,
-                lint=lint, listeners=listeners, timeout=timeout, what_if=what_if,
-            )
-        finally:
-            for listener in listeners:
-                listener.close()
-        try:
-            if html_path:
-                from .distributed import rank_path
-                from .html import write_html
-
-                # Under torchrun each rank writes its own page beside the others (as --json).
-                write_html(report, html_path if rank is None else rank_path(html_path, rank.rank))
-            if rank is None:
-                _emit(report, outcome, json_path, output_format)
-            else:  # under torchrun: this rank's report, and rank 0 the merged one
-                from .distributed import finish_rank
-
-                rank_status = finish_rank(rank, report, outcome, json_path, output_format, fail_on, merge_timeout)
-        except OSError as exc:
-            click.echo(f"ampdoctor trace: cannot write the report: {exc}", err=True)
-            ctx.exit(2)
-    status = _exit_status(report, outcome, fail_on) if rank is None else rank_status
-    _end_despite_script_threads(outcome, threads_before, status)
+    request = TraceRequest(
+        run=run, steps=steps or None, record_ops_steps=record_ops_steps, gradient_interval=gradient_interval,
+        thresholds=limits, output_format=output_format, fail_on=fail_on, progress=progress, lint=lint,
+        tensorboard_dir=tensorboard_dir, timeout=timeout, what_if=what_if, json_path=json_path,
+        html_path=html_path, merge_timeout=merge_timeout, rank=rank,
+    )
+    try:
+        status = run_trace(request)
+    except CommandError as exc:
+        click.echo(f"ampdoctor trace: {exc}", err=True)
+        ctx.exit(2)
     ctx.exit(status)
+
+
+def _output_path(path: Optional[str], option: str) -> Optional[str]:
+    if not path:
+        return None
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise click.BadParameter(f"folder of {path!r} does not exist", param_hint=option)
+    return os.path.abspath(path)
 
 
 def _launch_ranks(ctx: click.Context, nproc: int, under_torchrun: bool) -> None:
@@ -202,155 +172,3 @@ def _launch_ranks(ctx: click.Context, nproc: int, under_torchrun: bool) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(command[0], command)
-
-
-@contextlib.contextmanager
-def _one_line_errors(ctx: click.Context) -> Iterator[None]:
-    """ampdoctor's own failures (the script's are in the report) end in one line, not a
-    traceback: exit 2, or 130 for a Ctrl-C once the script is over. AMPDOCTOR_DEBUG=1 re-raises."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        click.echo("ampdoctor trace: interrupted while writing the report", err=True)
-        ctx.exit(130)
-    except (click.exceptions.Exit, click.ClickException):
-        raise
-    except Exception as exc:
-        if os.environ.get("AMPDOCTOR_DEBUG"):
-            raise
-        click.echo(
-            f"ampdoctor trace: internal error: {type(exc).__name__}: {exc} (AMPDOCTOR_DEBUG=1 shows the traceback)",
-            err=True,
-        )
-        ctx.exit(2)
-
-
-def _trace(
-    run, steps, record_ops_steps, gradient_interval, limits, output_format, progress, lint=False, listeners=(),
-    timeout=None, what_if=None,
-):
-    import contextlib
-
-    from .deadline import Deadline
-    from .runner import run_target
-    from .session import TraceSession, TraceTimeout
-
-    show_progress = sys.stderr.isatty() if progress is None else progress
-    with _progress_display(show_progress, steps) as on_progress:
-        session = TraceSession(
-            steps=steps,
-            record_ops_steps=record_ops_steps,
-            gradient_interval=gradient_interval,
-            thresholds=limits,
-            script=run.source_path() or run.display,
-            argv=[run.display, *run.args],
-            progress=on_progress,
-            lint=lint,
-        )
-        session.iteration_listeners.extend(listeners)
-        if what_if:
-            from .whatif import WhatIfFloat16
-
-            session.what_if = WhatIfFloat16(session)
-        redirect = contextlib.redirect_stdout(sys.stderr) if output_format == "json" else contextlib.nullcontext()
-        with redirect, session:
-            with Deadline(timeout, TraceTimeout):
-                outcome = run_target(run)
-            session.outcome = outcome
-    if session.in_forked_child:
-        _end_forked_child(session.outcome)
-    return session.report(), session.outcome
-
-
-def _end_forked_child(outcome) -> None:
-    """A process the script forked came back through ampdoctor: it ends as it would have ended
-    under ``python``, and only the traced process reports."""
-    if outcome.traceback:
-        sys.stderr.write(outcome.traceback)
-    raise SystemExit({"error": 1, "interrupt": 130}.get(outcome.reason, outcome.exit_code or 0))
-
-
-def _emit(report, outcome, json_path: Optional[str], output_format: str) -> None:
-    if outcome.traceback:
-        sys.stderr.write(outcome.traceback)
-        sys.stderr.flush()
-    write_error = None
-    if json_path:
-        try:
-            report.write_json(json_path)
-        except OSError as exc:  # the report still goes to stdout; the caller says what failed
-            write_error = exc
-    if output_format == "json":
-        click.echo(report.to_json())
-    else:
-        report.print()
-    if write_error is not None:
-        raise write_error
-
-
-def _end_despite_script_threads(outcome, threads_before, status: int) -> None:
-    """The script was stopped, but threads it started (a producer feeding a queue forever) are
-    still running and would keep the process alive: end it, as the stop intended."""
-    from .threads import script_threads_left
-
-    if outcome.reason in ("steps", "timeout", "interrupt") and script_threads_left(threads_before):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
-
-
-def _exit_status(report, outcome, fail_on: str) -> int:
-    from ..findings import Severity
-
-    if outcome.reason == "error":
-        return 1
-    if outcome.reason == "interrupt":
-        return 130
-    if outcome.reason == "timeout":
-        return EXIT_TIMEOUT
-    if outcome.reason == "exit" and outcome.exit_code:
-        return outcome.exit_code
-    level = None if fail_on.lower() == "never" else Severity.parse(fail_on)
-    return 1 if report.fails(level) else 0
-
-
-class _Progress:
-    """Steps done of N, the current loss scale and the skipped steps, on stderr."""
-
-    def __init__(self, total: Optional[int]) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._progress = Progress(
-            TextColumn("tracing"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[status]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-            # Print the script's output above the bar only when it goes to the terminal anyway;
-            # stdout redirected to a file must stay there.
-            redirect_stdout=sys.stdout.isatty(),
-            redirect_stderr=False,
-        )
-        self._task = self._progress.add_task("trace", total=total, status="")
-
-    def __enter__(self):
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._progress.stop()
-
-    def __call__(self, step: int, total: Optional[int], scale: Optional[float], skipped: int) -> None:
-        status = f"scale {scale:g}  skipped {skipped}" if scale is not None else ""
-        self._progress.update(self._task, completed=step, status=status)
-
-
-def _progress_display(enabled: bool, total: Optional[int]):
-    import contextlib
-
-    if not enabled:
-        return contextlib.nullcontext(None)
-    return _Progress(total)

@@ -42,6 +42,7 @@ from typing import Any, Iterator, Optional
 
 from ..findings import Finding, Location, Severity
 from .report import TraceReport
+from .rules import evaluate_ranks
 
 DEFAULT_MERGE_TIMEOUT = 300.0
 # How long rank 0 waits for the others when its own script raised or exited.
@@ -209,72 +210,6 @@ def connect(info: RankInfo, timeout: float) -> tuple[Optional[Exchange], Optiona
         return None, f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-# -- AMP511 -----------------------------------------------------------------------------------
-
-
-def _decisions(report: dict[str, Any]) -> list[tuple[Any, bool]]:
-    """Per iteration: (loss scale used, step skipped)."""
-    skipped = set(report.get("skipped") or ())
-    return [(scale, step in skipped) for step, scale in enumerate(report.get("scale") or (), start=1)]
-
-
-def _describe(decision: tuple[Any, bool]) -> str:
-    from .rules import format_scale
-
-    scale, skipped = decision
-    if scale is None:
-        return "no loss scale"
-    text = format_scale(scale) if isinstance(scale, (int, float)) else str(scale)
-    return f"scale {text}, step {'skipped' if skipped else 'applied'}"
-
-
-def _rank_list(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
-
-
-def scale_disagreement(reports: dict[int, dict[str, Any]], location: Location) -> Optional[Finding]:
-    """AMP511: the first iteration at which the ranks' loss scales or skip decisions differ."""
-    from ..catalog import severity_of
-
-    series = {rank: _decisions(report) for rank, report in sorted(reports.items())}
-    if len(series) < 2 or all(scale is None for s in series.values() for scale, _ in s):
-        return None
-    common = min(len(s) for s in series.values())
-    differing = [i for i in range(common) if len({s[i] for s in series.values()}) > 1]
-    if not differing:
-        return None
-    first = differing[0]
-    groups: dict[tuple[Any, bool], list[int]] = {}
-    for rank, decisions in series.items():
-        groups.setdefault(decisions[first], []).append(rank)
-    parts = [f"{_rank_list(ranks)}: {_describe(decision)}" for decision, ranks in groups.items()]
-    # With a strict majority, the others went their own way; without one, all ranks are named.
-    largest = max(groups.values(), key=len)
-    if len(largest) * 2 > len(series):
-        odd = sorted(rank for ranks in groups.values() if ranks is not largest for rank in ranks)
-    else:
-        odd = sorted(series)
-    message = (
-        f"The ranks' loss scaling disagrees from iteration {first + 1} on ({'; '.join(parts)}); "
-        f"{len(differing)} of the {common} iterations all ranks traced differ. Under DDP every rank "
-        "sees the same all-reduced gradients, so all ranks skip together and keep one scale."
-    )
-    help_text = (
-        "Synchronise the gradients before scaler.step: wrap the model in DistributedDataParallel "
-        "and leave no_sync() for the micro-steps before the last; with FSDP use ShardedGradScaler; "
-        "check that every rank computes the same kind of loss."
-    )
-    per_rank = {str(rank): _describe(decisions[first]) for rank, decisions in series.items()}
-    return Finding(
-        code="AMP511",
-        severity=severity_of("AMP511"),
-        message=message,
-        location=location,
-        help=help_text,
-        extra={"step": first + 1, "ranks": odd, "decisions": per_rank, "iterations": len(differing)},
-    )
-
-
 # -- the merged report ------------------------------------------------------------------------
 
 
@@ -402,9 +337,7 @@ def merge_reports(
     findings = _merge_findings(own, {r: rep for r, rep in reports.items() if r != info.rank}, info.rank)
     step_site = own.observations.step_site
     location = Location(*step_site) if step_site else Location(own.script or "<trace>", 1)
-    disagreement = scale_disagreement(reports, location)
-    if disagreement is not None:
-        findings.append(disagreement)
+    findings.extend(evaluate_ranks(reports, location))
     findings.sort(key=lambda f: (-f.severity, f.code, f.extra.get("step") or 0))
     notes = list(own.notes)
     if unreachable:
@@ -465,7 +398,7 @@ def finish_rank(
     exit status."""
     import click
 
-    from .cli import _exit_status
+    from .outcome import exit_status
 
     if outcome.traceback:
         sys.stderr.write(outcome.traceback)
@@ -497,7 +430,7 @@ def finish_rank(
             raise write_error
         # The verdict is rank 0's; this rank exits as its script would have, so that torchrun
         # ends the other ranks only where a script really failed.
-        return _exit_status(report, outcome, "never")
+        return exit_status(report, outcome, "never")
     if not in_step and outcome.reason != "end":
         # The others may be blocked in a collective with this rank until it exits.
         deadline = min(deadline, time.monotonic() + EARLY_END_WAIT)
@@ -510,7 +443,7 @@ def _merge_as_rank_zero(info, report, own, exchange, unreachable, deadline, json
     """Gather the other ranks' reports, write and print the merged report; the exit status."""
     import click
 
-    from .cli import _exit_status
+    from .outcome import exit_status
 
     others_ranks = [r for r in range(info.world_size) if r != info.rank]
     others = exchange.collect(others_ranks, deadline) if exchange is not None else dict.fromkeys(others_ranks)
@@ -529,7 +462,7 @@ def _merge_as_rank_zero(info, report, own, exchange, unreachable, deadline, json
         exchange.mark_merged()
     if write_error is not None:
         raise write_error
-    status = _exit_status(merged, report.outcome, fail_on)
+    status = exit_status(merged, report.outcome, fail_on)
     return 1 if status == 0 and merged.failed_ranks else status
 
 

@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any, Iterable, Optional
 
 from ..findings import Finding, Severity
-from .numerics import FLOAT16_MAX
+from ..float16 import FLOAT16_MAX
 
 _DTYPE_COLOURS = {
     "float32": "#dbeafe",
@@ -110,10 +110,8 @@ def _shown_path(path: Optional[str]) -> str:
 
 
 def _header(report) -> str:
-    from .report import how_it_ended
-
     obs = report.observations
-    how = how_it_ended(report)
+    how = report.how_it_ended
     uses = obs.to_summary()
     autocast = ", ".join(uses["autocast"]) or "none"
     scaler = "yes" if uses["grad_scaler"] else "no"
@@ -221,7 +219,7 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
             (p.name, p.below_normal_mean, FLOAT16_MAX / (p.max_abs * scale) if p.max_abs else None) for p in what_if.params
         ]
     else:
-        from .rules import lost_share
+        from .rules.underflow import lost_share
 
         rows = []
         for stats in report.observations.gradients.values():

@@ -229,18 +229,18 @@ class OpRange:
     output_max: torch.Tensor
 
 
-def _float_tensors(tree: Any) -> list[torch.Tensor]:
+def float_tensors(tree: Any) -> list[torch.Tensor]:
     """The floating-point tensors in a nest of tuples, lists and dicts (hooks and the census call
     this for every module and op: a plain walk of the common shapes is several times cheaper than
     a general pytree flatten, which remains the fallback for other containers)."""
     if isinstance(tree, torch.Tensor):
         return [tree] if tree.is_floating_point() else []
     found: list[torch.Tensor] = []
-    _collect_float_tensors(tree, found)
+    _collectfloat_tensors(tree, found)
     return found
 
 
-def _collect_float_tensors(tree: Any, found: list[torch.Tensor]) -> None:
+def _collectfloat_tensors(tree: Any, found: list[torch.Tensor]) -> None:
     kind = type(tree)
     if kind is tuple or kind is list:
         for item in tree:
@@ -248,9 +248,9 @@ def _collect_float_tensors(tree: Any, found: list[torch.Tensor]) -> None:
                 if item.is_floating_point():
                     found.append(item)
             elif isinstance(item, (tuple, list, dict)) or not _is_leaf(item):
-                _collect_float_tensors(item, found)
+                _collectfloat_tensors(item, found)
     elif kind is dict:
-        _collect_float_tensors(list(tree.values()), found)
+        _collectfloat_tensors(list(tree.values()), found)
     elif isinstance(tree, torch.Tensor):
         if tree.is_floating_point():
             found.append(tree)
@@ -306,7 +306,7 @@ class _CensusMode(TorchDispatchMode):
         if _quiet_depth or census.failed or name in _METADATA_OPS:
             return func(*args, **kwargs)
         try:
-            inputs = _float_tensors((args, kwargs))
+            inputs = float_tensors((args, kwargs))
             module = census.current_module()
             probe = census.wants_range(func, inputs, module)
             # Measured before the op runs: an in-place op overwrites its input.
@@ -316,7 +316,7 @@ class _CensusMode(TorchDispatchMode):
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
         try:
-            outputs = _float_tensors(out)
+            outputs = float_tensors(out)
             census.count(name, inputs, outputs, module)
             if probe and outputs:
                 census.record_range(name, input_max, max_abs(outputs), module)
@@ -419,3 +419,8 @@ class OpCensus:
         # torch.maximum propagates NaN, so a NaN seen once stays visible.
         known.input_max = torch.maximum(known.input_max, input_max.to(known.input_max.device))
         known.output_max = torch.maximum(known.output_max, output_max.to(known.output_max.device))
+
+
+def sorted_census(ops: dict) -> list:
+    """The census's (key, count) items: matmul-class ops first, then by count."""
+    return sorted(ops.items(), key=lambda item: (item[0].op not in MATMUL_OPS, -item[1], item[0].module or ""))

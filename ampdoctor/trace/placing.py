@@ -22,7 +22,7 @@ from typing import Any, Optional
 from ..findings import Finding, Location
 from .observations import Observations
 from .ops import MATMUL_OPS
-from .rulebase import _class_of, _module_class
+from .rulebase import class_of, module_class_of
 from .sites import format_site, is_user_file
 
 STEP_CODES = frozenset({"AMP501", "AMP502"})
@@ -82,7 +82,7 @@ def op_site(observations: Observations, module: str, preferred_ops: list[str]) -
 def _add_class(extra: dict, module: str, observations: Observations, locator: Any) -> None:
     if "class_file" in extra:
         return
-    cls = _class_of(observations, extra.get("module_class") or _module_class(observations, module))
+    cls = class_of(observations, extra.get("module_class") or module_class_of(observations, module))
     if cls is None:
         return
     extra.setdefault("module_class", cls.__name__)

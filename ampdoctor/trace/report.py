@@ -1,4 +1,5 @@
-"""The trace report: findings plus the data behind them, for the terminal and as JSON.
+"""The trace report: findings plus the data behind them, and its JSON form (the terminal text
+is ``report_text.py``, the HTML page ``html.py``).
 
 JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added within a version:
 
@@ -34,7 +35,7 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
                        max_abs (unscaled, over the sampled iterations), float16_limit (65504 /
                        the last loss scale), lost_share, first_nonfinite_step}
 ``activations``        per module: {module, module_class, calls, max_abs: {dtype: value},
-                       first_nonfinite_step}
+                       max_abs_step: {dtype: iteration of that value}, first_nonfinite_step}
 ``boundaries``         per module (op-recording window): {module, module_class, zero, subnormal}
 ``origin``             the first non-finite activation: {step, module, module_class, input_max,
                        op, op_input_max} or null
@@ -59,16 +60,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..findings import Finding, Severity
+from ..float16 import FLOAT16_MAX
 from .observations import Observations
-from .ops import MATMUL_OPS
-from .rules import FLOAT16_MAX, Locator, Thresholds, _float16_gradients, evaluate, lost_share
-from .session import Outcome, TraceSession
+from .ops import sorted_census
+from .outcome import Outcome, how_it_ended
+from .rulebase import Locator, Thresholds
+from .rules.underflow import lost_share
 
 SCHEMA_VERSION = 1
 
@@ -134,7 +136,7 @@ class TraceReport:
             "skipped": [r.step for r in obs.iterations if r.skipped],
             "loss": [json_number(r.loss) for r in obs.iterations],
             "ops_steps": obs.op_steps,
-            "ops": [key.to_dict(count) for key, count in _sorted_ops(obs)],
+            "ops": [key.to_dict(count) for key, count in sorted_census(obs.ops)],
             "gradient_interval": obs.gradient_interval,
             "gradients": [self._gradient_dict(g) for g in obs.gradients.values()],
             "activations": [_activation_dict(a) for a in obs.activations.values()],
@@ -181,7 +183,14 @@ class TraceReport:
 
     def print(self, console=None) -> None:
         """Render the report with rich (to stdout unless a console is given)."""
+        from .report_text import render
+
         render(self, console)
+
+    @property
+    def how_it_ended(self) -> str:
+        """How the traced run ended, in words (the terminal and HTML headlines)."""
+        return how_it_ended(self.outcome, self.steps_requested)
 
 
 def _finding_dict(finding: Finding) -> dict[str, Any]:
@@ -209,6 +218,7 @@ def _activation_dict(stats) -> dict[str, Any]:
         "module_class": stats.module_class,
         "calls": stats.calls,
         "max_abs": {dtype: json_number(v) for dtype, v in stats.max_abs.items()},
+        "max_abs_step": dict(stats.max_abs_step),
         "first_nonfinite_step": stats.first_nonfinite_step,
     }
 
@@ -244,11 +254,6 @@ def _backward_origin_dict(obs: Observations) -> Optional[dict[str, Any]]:
     }
 
 
-def _sorted_ops(obs: Observations):
-    """Matmul-class ops first, then by count."""
-    return sorted(obs.ops.items(), key=lambda item: (item[0].op not in MATMUL_OPS, -item[1], item[0].module or ""))
-
-
 def _ampdoctor_version() -> Optional[str]:
     try:
         from .._version import __version__
@@ -263,7 +268,7 @@ def _torch_version() -> Optional[str]:
     return getattr(torch, "__version__", None)
 
 
-def _notes(session: TraceSession) -> list[str]:
+def _notes(session: Any) -> list[str]:
     obs, outcome = session.observations, session.outcome
     notes = []
     if outcome.reason == "error":
@@ -295,8 +300,9 @@ def _notes(session: TraceSession) -> list[str]:
         )
     if obs.untraced_scaler:
         notes.append(
-            "A GradScaler created before tracing started stepped the optimizer: its loss scale "
-            "and skipped steps were not observed (create it inside the trace session)."
+            "A GradScaler made before tracing began stepped the optimizer: its loss scale and "
+            "skipped steps are missing from this report (in the Python API, create the scaler "
+            "inside the `with ampdoctor.trace_session()` block)."
         )
     if obs.compiled:
         notes.append(
@@ -309,10 +315,12 @@ def _notes(session: TraceSession) -> list[str]:
     return notes
 
 
-def build_report(session: TraceSession) -> TraceReport:
+def build_report(session: Any) -> TraceReport:
     obs = session.observations
     obs.class_files = dict(session.class_files)
     locator = Locator(session.script, obs.class_files)
+    from .rules import evaluate
+
     findings = evaluate(obs, session.thresholds, locator)
     notes = _notes(session)
     static: list[Finding] = []
@@ -335,201 +343,3 @@ def build_report(session: TraceSession) -> TraceReport:
         linted_files=list(session.local_files) if session.lint else [],
         what_if=session.what_if.result() if getattr(session, "what_if", None) is not None else None,
     )
-
-
-# -- rich rendering -------------------------------------------------------------------------------
-
-# Ops that move or reinterpret data without computing: left out of the terminal table (they
-# stay in --json) so the precision-relevant rows are visible.
-_BOOKKEEPING_OPS = frozenset(
-    {
-        "detach", "view", "_unsafe_view", "t", "transpose", "expand", "permute", "unsqueeze",
-        "squeeze", "slice", "select", "as_strided", "alias", "reshape", "split", "chunk",
-        "_local_scalar_dense", "empty", "empty_like", "empty_strided", "zeros_like", "ones_like",
-        "fill_", "zero_", "copy_", "clone", "lift_fresh", "new_empty_strided", "new_zeros",
-    }
-)
-_SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
-_TABLE_ROWS = 15
-
-
-def render(report: TraceReport, console=None) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-
-    console = console or Console()
-    obs = report.observations
-    console.print(_headline(report))
-    console.print(_verdict(report))
-    for note in report.notes:
-        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    if report.findings:
-        console.print(_findings_table(report.findings))
-    if report.static_findings:
-        console.print(_static_table(report.static_findings))
-    if obs.ops:
-        console.print(_ops_table(obs))
-    underflow = _underflow_table(report)
-    if underflow is not None:
-        console.print(underflow)
-    timeline = _scale_table(obs)
-    if timeline is not None:
-        console.print(timeline)
-    if report.what_if is not None:
-        from .whatif_text import render_what_if
-
-        render_what_if(report.what_if, console)
-
-
-def how_it_ended(report: TraceReport) -> str:
-    """How the traced run ended, in words (the terminal and HTML headlines)."""
-    return {
-        "steps": f"stopped after --steps {report.steps_requested}",
-        "end": "the script ended",
-        "exit": f"the script called sys.exit({report.outcome.exit_code})",
-        "error": "the script raised",
-        "interrupt": "interrupted",
-        "timeout": "stopped by --timeout",
-    }.get(report.outcome.reason, report.outcome.reason)
-
-
-def _headline(report: TraceReport) -> str:
-    how = how_it_ended(report)
-    return f"[bold]ampdoctor trace[/] {report.script or ''}: {report.observations.steps} iteration(s) traced ({how})"
-
-
-def _verdict(report: TraceReport) -> str:
-    if not report.findings:
-        steps = report.observations.steps
-        return f"[bold green]No mixed-precision problems found[/] in {steps} iteration(s)."
-    counts = {severity: 0 for severity in Severity}
-    for finding in report.findings:
-        counts[finding.severity] += 1
-    parts = [f"{n} {s.label}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(), reverse=True) if n]
-    worst = report.worst_severity()
-    return f"[{_SEVERITY_STYLE[worst]}]Found {', '.join(parts)}.[/]"
-
-
-def _findings_table(findings: list[Finding]):
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title="Findings", title_justify="left", show_lines=True, expand=True)
-    table.add_column("code", no_wrap=True)
-    table.add_column("severity", no_wrap=True)
-    table.add_column("where", overflow="fold", ratio=1)
-    table.add_column("what", ratio=3)
-    for finding in findings:
-        where = []
-        location = finding.location
-        if location is not None and location.path and not location.path.startswith("<"):
-            where.append(escape(f"{os.path.basename(location.path)}:{location.line}"))
-        if finding.extra.get("module"):
-            where.append(escape(str(finding.extra["module"])))
-        if finding.extra.get("step"):
-            where.append(f"iteration {finding.extra['step']}")
-        what = escape(finding.message) + (f"\n[dim]help: {escape(finding.help_text)}[/]" if finding.help_text else "")
-        table.add_row(
-            f"{finding.code}",
-            f"[{_SEVERITY_STYLE[finding.severity]}]{finding.severity.label}[/]",
-            "\n".join(where) or "-",
-            what,
-        )
-    return table
-
-
-def _static_table(findings: list[Finding]):
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title="Static findings in the traced code (ampdoctor lint)", title_justify="left", expand=True)
-    table.add_column("code", no_wrap=True)
-    table.add_column("where", overflow="fold", ratio=1)
-    table.add_column("what", ratio=3)
-    for finding in findings:
-        where = f"{os.path.basename(finding.location.path)}:{finding.location.line}"
-        table.add_row(finding.code, escape(where), escape(finding.message))
-    return table
-
-
-def _ops_table(obs: Observations):
-    from rich.table import Table
-
-    table = Table(title=f"Ops by module and dtype (first {obs.op_steps} iteration(s))", title_justify="left")
-    for column in ("module", "op", "phase", "dtypes", "autocast", "count"):
-        table.add_column(column, justify="right" if column == "count" else "left")
-    rows = [(key, count) for key, count in _sorted_ops(obs) if key.op not in _BOOKKEEPING_OPS]
-    for key, count in rows[:_TABLE_ROWS]:
-        dtypes = f"{','.join(key.input_dtypes) or '-'} -> {key.output_dtype or '-'}"
-        op = f"[bold]{key.op}[/]" if key.is_matmul else key.op
-        table.add_row(key.module or "-", op, key.phase, dtypes, key.autocast, str(count))
-    hidden = len(obs.ops) - min(len(rows), _TABLE_ROWS)
-    if hidden:
-        table.caption = f"{hidden} more rows (views, copies, rarer ops) in --json"
-    return table
-
-
-def _underflow_table(report: TraceReport):
-    from rich.table import Table
-
-    ranked = []
-    for stats in report.observations.gradients.values():
-        share = lost_share(stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), report.thresholds)
-        ranked.append((share, stats.mean("subnormal"), stats))
-    ranked = [item for item in sorted(ranked, key=lambda item: (-item[0], -item[1])) if item[0] > 0 or item[1] > 0]
-    # The shares say what float16 would lose: without float16 gradients (a bfloat16 or float32
-    # run) they describe no loss that happened and would only mislead.
-    if not ranked or not _float16_gradients(report.observations):
-        return None
-    table = Table(title="Most underflow-prone gradients (float16 at the loss scale)", title_justify="left")
-    for column in ("parameter", "lost", "zero", "< 2**-24", "subnormal", "max |g|"):
-        table.add_column(column, justify="left" if column == "parameter" else "right")
-    for share, _, stats in ranked[:5]:
-        table.add_row(
-            stats.name,
-            f"{share:.1%}",
-            f"{stats.mean('zero'):.1%}",
-            f"{stats.mean('below_subnormal'):.1%}",
-            f"{stats.mean('subnormal'):.1%}",
-            f"{stats.max_abs:.3g}",
-        )
-    interval = report.observations.gradient_interval
-    if interval > 1:
-        table.caption = f"measured on the first iterations, then every {interval}th (--gradient-interval)"
-    return table
-
-
-def _scale_segments(obs: Observations) -> list[tuple[int, int, float, int]]:
-    """(first, last, scale, skipped) for runs of iterations that used the same scale."""
-    segments: list[list] = []
-    for record in obs.iterations:
-        if record.scale is None:
-            continue
-        if segments and segments[-1][2] == record.scale and segments[-1][1] == record.step - 1:
-            segments[-1][1] = record.step
-            segments[-1][3] += record.skipped
-        else:
-            segments.append([record.step, record.step, record.scale, int(record.skipped)])
-    return [tuple(s) for s in segments]
-
-
-def _scale_table(obs: Observations):
-    from rich.table import Table
-
-    from .rules import format_scale
-
-    segments = _scale_segments(obs)
-    if not segments:
-        return None
-    table = Table(title="Loss scale timeline", title_justify="left")
-    for column in ("iterations", "scale", "skipped"):
-        table.add_column(column, justify="right")
-    shown = segments if len(segments) <= 12 else segments[:6] + [None] + segments[-5:]
-    for segment in shown:
-        if segment is None:
-            table.add_row("...", "", "")
-            continue
-        first, last, scale, skipped = segment
-        span = str(first) if first == last else f"{first}-{last}"
-        table.add_row(span, format_scale(scale), str(skipped) if skipped else "")
-    return table

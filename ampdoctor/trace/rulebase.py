@@ -1,7 +1,11 @@
-"""What every runtime rule shares: thresholds, where findings point, how a finding is made.
+"""What every runtime rule shares: the registry, thresholds, where findings point, how a finding
+is made.
 
-A rule is a function of the observations, the thresholds and a ``Locator`` that turns a module
-class into a ``Location``; severities come from the rule pages (``rules/AMP5xx.md``).
+A rule is a function registered with ``@rule("AMP5xx")``. A rule of one run (scope "run") takes
+the observations, the thresholds and a ``Locator`` that turns a module class into a
+``Location``, and yields findings; a rule of the merged torchrun report (scope "ranks") takes the
+ranks' JSON reports and a location and returns a finding or None. Severities come from the rule
+pages (``rules/AMP5xx.md``). The rules themselves live in ``rules/``.
 """
 
 from __future__ import annotations
@@ -9,14 +13,43 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..catalog import severity_of
 from ..findings import Finding, Location
 from .observations import Observations
 
-FLOAT16_MAX = 65504.0
 FLOAT32_SMALLEST_NORMAL = 2.0**-126
+
+RULE_SCOPES = ("run", "ranks")
+
+
+@dataclass(frozen=True)
+class RegisteredRule:
+    code: str
+    check: Callable[..., Any]
+    scope: str = "run"
+
+
+_REGISTRY: list[RegisteredRule] = []
+
+
+def rule(code: str, scope: str = "run") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as the check behind ``code`` (several functions may
+    report one code)."""
+    if scope not in RULE_SCOPES:
+        raise ValueError(f"unknown rule scope {scope!r}")
+
+    def register(check: Callable[..., Any]) -> Callable[..., Any]:
+        _REGISTRY.append(RegisteredRule(code, check, scope))
+        return check
+
+    return register
+
+
+def registered(scope: Optional[str] = None) -> list[RegisteredRule]:
+    """The rules registered so far, in code order (registration order within a code)."""
+    return sorted((r for r in _REGISTRY if scope is None or r.scope == scope), key=lambda r: r.code)
 
 
 @dataclass(frozen=True)
@@ -87,14 +120,14 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _defined_at(path: Optional[str], line: Optional[int]) -> str:
+def defined_at(path: Optional[str], line: Optional[int]) -> str:
     """", class defined at FILE:LINE" for a class in the user's code; torch's own say nothing."""
     from .sites import is_user_file
 
     return f", class defined at {path}:{line}" if path and line and is_user_file(path) else ""
 
 
-def _finding(code: str, message: str, location: Location, help: str, **extra: Any) -> Finding:
+def make_finding(code: str, message: str, location: Location, help: str, **extra: Any) -> Finding:
     return Finding(
         code=code,
         severity=severity_of(code),
@@ -121,16 +154,16 @@ def _modules_of(observations: Observations) -> dict[str, type]:
     return classes
 
 
-def _class_of(observations: Observations, class_name: Optional[str]) -> Optional[type]:
+def class_of(observations: Observations, class_name: Optional[str]) -> Optional[type]:
     return _modules_of(observations).get(class_name) if class_name else None
 
 
-def _module_location(locator: Locator, observations: Observations, module: Optional[str]):
+def module_location(locator: Locator, observations: Observations, module: Optional[str]):
     """Where a finding about ``module`` points: its class's definition in the script, if found."""
-    return locator.location(_class_of(observations, _module_class(observations, module)))
+    return locator.location(class_of(observations, module_class_of(observations, module)))
 
 
-def _module_class(observations: Observations, module: Optional[str]) -> Optional[str]:
+def module_class_of(observations: Observations, module: Optional[str]) -> Optional[str]:
     if module is None:
         return None
     stats = observations.activations.get(module)

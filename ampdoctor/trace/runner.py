@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Iterator, Optional
 
-from .session import Outcome, StopTracing, TraceTimeout, exit_code_of
+from .deadline import stop_landed
+from .outcome import Outcome, exit_code_of
+from .session import StopTracing, TraceTimeout
 
 
 class UsageError(Exception):
@@ -97,6 +99,7 @@ def _run(target: Target) -> Outcome:
             with _search_path(os.getcwd()), _argv([target.module, *target.args]):
                 runpy.run_module(target.module, run_name="__main__", alter_sys=True)
     except StopTracing as stop:
+        stop_landed()
         return Outcome("timeout" if isinstance(stop, TraceTimeout) else "steps")
     except SystemExit as exc:
         if exc.code is not None and not isinstance(exc.code, int):

@@ -19,6 +19,7 @@ All values stay on the device; the session reads them in its one sync per iterat
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, Optional, Protocol
 
@@ -53,6 +54,16 @@ def _current(scaler: "TracedGradScaler") -> Optional[ScalerObserver]:
     return _observer if scaler.is_enabled() else None
 
 
+_stepping = threading.local()
+
+
+def observed_scaler_stepping() -> bool:
+    """Whether a scaler ampdoctor observes is inside its ``step`` on this thread (a disabled
+    one too, which steps the optimizer plainly): torch's ``step`` code further up the stack is
+    then not a scaler made before tracing began."""
+    return getattr(_stepping, "depth", 0) > 0
+
+
 class _Observed:
     """The observation points, mixed in before a GradScaler class; the behaviour is the
     parent's."""
@@ -71,6 +82,13 @@ class _Observed:
             observer.scaler_unscaled(self, optimizer)
 
     def step(self, optimizer, *args: Any, **kwargs: Any):
+        _stepping.depth = getattr(_stepping, "depth", 0) + 1
+        try:
+            return self._observed_step(optimizer, *args, **kwargs)
+        finally:
+            _stepping.depth -= 1
+
+    def _observed_step(self, optimizer, *args: Any, **kwargs: Any):
         observer = _current(self)
         if observer is None:
             return super().step(optimizer, *args, **kwargs)

@@ -54,7 +54,6 @@ import contextlib
 import os
 import sys
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
@@ -62,12 +61,15 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from .backward import BackwardWatch
 from .compiled import CompilePatch
-from .numerics import ActivationMonitor, GradientMonitor, ModuleRegistry, PendingIteration
+from .activations import ActivationMonitor
+from .gradients import GradientMonitor
+from .numerics import ModuleRegistry, PendingIteration
 from .observations import IterationRecord, Observations, ScalerConfig
 from .ops import AutocastTracker, OpCensus, dtype_name
+from .outcome import Outcome, exit_code_of
 from .sites import user_site
-from .rules import Thresholds
-from .scaler import ScalerPatch, _TorchGradScaler
+from .rulebase import Thresholds
+from .scaler import ScalerPatch, _TorchGradScaler, observed_scaler_stepping
 from .threads import ThreadStops
 
 DEFAULT_RECORD_OPS_STEPS = 2
@@ -82,26 +84,6 @@ class StopTracing(BaseException):
 
 class TraceTimeout(StopTracing):
     """Raised in the script when ``--timeout`` expires (deadline.py)."""
-
-
-@dataclass
-class Outcome:
-    """How the traced code ended.
-
-    ``reason``: ``"steps"`` (stopped after the requested iterations), ``"end"`` (finished by
-    itself), ``"exit"`` (``sys.exit``), ``"error"`` (raised), ``"interrupt"`` (Ctrl-C) or
-    ``"timeout"`` (stopped by ``--timeout``).
-    """
-
-    reason: str = "end"
-    exit_code: Optional[int] = None
-    error: Optional[str] = None
-    traceback: Optional[str] = None
-    exception: Optional[BaseException] = field(default=None, repr=False, compare=False)  # while the runner shows it
-
-    @property
-    def completed(self) -> bool:
-        return self.reason in ("steps", "end", "exit")
 
 
 ProgressCallback = Callable[[int, Optional[int], Optional[float], int], None]
@@ -144,6 +126,9 @@ class TraceSession:
         self.outcome = Outcome()
         self.observations = Observations(gradient_interval=gradient_interval)
         self.pending = PendingIteration()
+        # Segments of the iteration under way that ended with a plain optimizer step, while it is
+        # not known whether that step ended the iteration (see _seal_segment).
+        self._sealed: list[PendingIteration] = []
         self._progress = progress
         self._registry = ModuleRegistry()
         self._exit_stack: Optional[contextlib.ExitStack] = None
@@ -313,10 +298,9 @@ class TraceSession:
             self._probing_origin = True
             self._start_census()
 
-    def _queue_census_ranges(self) -> list[tuple[tuple, int, int]]:
+    def _queue_census_ranges(self, batch) -> list[tuple[tuple, int, int]]:
         if self._census is None:
             return []
-        batch = self.pending.batch
         return [(key, batch.add(r.input_max), batch.add(r.output_max)) for key, r in self._census.ranges.items()]
 
     # -- events ------------------------------------------------------------------------------
@@ -370,8 +354,18 @@ class TraceSession:
             self._capture_plain_gradients(optimizer)
         self.observations.plain_optimizer_steps += 1
         self._stepped[id(optimizer)] = self._label(optimizer)
+        self._seal_segment()
         if self._iteration_optimizers is not None and self._iteration_optimizers <= set(self._stepped):
             self._close_iteration()
+
+    def _seal_segment(self) -> None:
+        """A plain optimizer stepped: what was measured so far belongs to the iteration under
+        way, whatever comes next. Whether this step ended the iteration is known only when an
+        optimizer steps again (the same one: a new iteration; another: the same iteration, as a
+        GAN's second optimizer), so what comes next (the next forward, its loss and backward)
+        goes into a new segment, which joins this iteration or opens the next."""
+        self._sealed.append(self.pending)
+        self.pending = self.pending.after()
 
     def _capture_plain_gradients(self, optimizer) -> None:
         self._gradients.capture(
@@ -496,8 +490,16 @@ class TraceSession:
 
     def _read_pending(self, record: Optional[IterationRecord], with_census_ranges: bool = False) -> None:
         """The one host sync of an iteration: read its device values and fold them in."""
-        ranges = self._queue_census_ranges() if with_census_ranges else []
-        pending, self.pending = self.pending, PendingIteration()
+        if record is not None and self._sealed:
+            # The iteration is its sealed segments; the open one (after its last step) is the
+            # next iteration's beginning and stays pending, on the same batch.
+            pending = PendingIteration.merged(self._sealed)
+            carried = PendingIteration() if self.pending.empty else self.pending
+        else:
+            pending, carried = self.pending, PendingIteration()
+        self._sealed = []
+        ranges = self._queue_census_ranges(pending.batch) if with_census_ranges else []
+        self.pending = carried
         self._stepped = {}
         self._scaled_outputs = []
         self._activations.new_iteration()
@@ -515,6 +517,8 @@ class TraceSession:
         if self._stepped:
             record = IterationRecord(step=self.observations.steps + 1)
             self._read_pending(record, with_census_ranges=census_open)
+            if not self.pending.empty:  # what ran after the last step: no iteration of its own
+                self._read_pending(None)
         elif not self.pending.empty or census_open:
             self._read_pending(None, with_census_ranges=census_open)
         self._stop_census()
@@ -538,7 +542,10 @@ def _found_no_inf(scaler, optimizer) -> bool:
 def _stepped_by_untraced_scaler() -> bool:
     """Whether torch's own GradScaler (one created before the session) is stepping this
     optimizer: its ``step`` code is a few frames up. Frames are compared by code object only;
-    reading ``f_locals`` would pin the caller's locals. Checked once per step, never per op."""
+    reading ``f_locals`` would pin the caller's locals. Checked once per step, never per op.
+    A scaler ampdoctor observes (a disabled one steps the optimizer plainly) is not one."""
+    if observed_scaler_stepping():
+        return False
     scaler_code = {
         _TorchGradScaler.step.__code__,
         _TorchGradScaler._maybe_opt_step.__code__,
@@ -563,16 +570,6 @@ def _outcome_of(exc_type, exc) -> Outcome:
     if issubclass(exc_type, SystemExit):
         return Outcome("exit", exit_code=exit_code_of(exc))
     return Outcome("error", error=f"{exc_type.__name__}: {exc}")
-
-
-def exit_code_of(exc: SystemExit) -> int:
-    """The process exit status Python would use for this SystemExit."""
-    code = exc.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    return 1
 
 
 def trace_session(

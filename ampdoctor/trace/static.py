@@ -42,10 +42,22 @@ def lint_files(files: list[str]) -> tuple[list[Finding], Optional[str]]:
     ``[tool.ampdoctor]`` configuration, say): the trace report goes on without them."""
     if not files:
         return [], None
-    from .. import lint_paths
-
     try:
-        run = lint_paths(files)
+        run = _lint(files)
     except Exception as exc:  # a configuration error must not lose the trace report
         return [], f"the traced code was not linted: {exc}"
     return sorted(run.findings, key=lambda f: (f.location.path, f.location.line, f.code)), None
+
+
+def _lint(files: list[str]):
+    """``ampdoctor lint FILES`` with the configuration found from the first file."""
+    from pathlib import Path
+
+    from ..config import Settings, find_config, load_settings
+    from ..lint import LintRequest, known_codes, lint_paths
+
+    targets = [Path(f) for f in files]
+    known = known_codes()
+    found = find_config(targets[0])
+    settings = load_settings(found, known) if found else Settings(root=Path.cwd())
+    return lint_paths(targets, LintRequest(settings=settings, codes=settings.enabled_codes(known)))

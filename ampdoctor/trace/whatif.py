@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .numerics import FLOAT16_MAX
+from ..float16 import FLOAT16_MAX
 
 SAFE, SAFE_WITH_CHANGES, UNSAFE = "safe", "safe with changes", "unsafe"
 UNKNOWN = "unknown"  # no optimizer step was traced and nothing overflowed: no evidence either way

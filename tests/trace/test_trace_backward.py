@@ -182,7 +182,7 @@ def _float16_loss_training(steps: int, **thresholds):
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    from ampdoctor.trace.rules import Thresholds
+    from ampdoctor.trace.rulebase import Thresholds
 
     with trace_session(steps=steps, thresholds=Thresholds(**thresholds)) as session:
         scaler = torch.amp.GradScaler("cpu")

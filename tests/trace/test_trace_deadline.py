@@ -64,3 +64,43 @@ def test_no_timeout_installs_nothing():
     handler = signal.getsignal(signal.SIGALRM)
     with Deadline(None, Expired):
         assert signal.getsignal(signal.SIGALRM) is handler
+
+
+@pytest.mark.slow
+def test_a_stop_that_never_lands_ends_the_process_with_124_after_the_grace():
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import signal, time
+        from ampdoctor.trace.deadline import Deadline
+
+        class Expired(BaseException):
+            pass
+
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # every stop is lost
+        with Deadline(0.3, Expired, grace=0.5, on_give_up=lambda: print("report written", flush=True)):
+            time.sleep(30)
+        print("not reached")
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 124
+    assert run.stdout.split() == ["report", "written"]
+    assert "did not stop within 0.5 s of --timeout" in run.stderr
+
+
+def test_a_stop_that_keeps_being_swallowed_is_sent_again_until_it_lands():
+    caught = 0
+    with pytest.raises(Expired):
+        with Deadline(0.1, Expired):
+            while True:
+                try:
+                    time.sleep(0.02)
+                except Expired:
+                    caught += 1
+                    if caught == 3:
+                        raise
+    assert caught == 3

@@ -15,7 +15,8 @@ import pytest
 from ampdoctor.catalog import get_rule
 from ampdoctor.findings import Location, Severity
 from ampdoctor.trace.cli import trace_command
-from ampdoctor.trace.distributed import forwarded_arguments, rank_info, rank_path, scale_disagreement
+from ampdoctor.trace.distributed import forwarded_arguments, rank_info, rank_path
+from ampdoctor.trace.rules.ranks import scale_disagreement
 
 from conftest import FIXTURES
 

@@ -11,9 +11,11 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
+import ampdoctor.trace.gradients as gradients
 import ampdoctor.trace.numerics as numerics
-from ampdoctor.trace.numerics import DeviceBatch, GradientMonitor, ModuleRegistry, PendingIteration, gradient_row
-from ampdoctor.trace.ops import _float_tensors
+from ampdoctor.trace.gradients import GradientMonitor, gradient_row
+from ampdoctor.trace.numerics import DeviceBatch, ModuleRegistry, PendingIteration
+from ampdoctor.trace.ops import float_tensors
 from ampdoctor.trace.session import trace_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +58,7 @@ def _edge_case_gradients():
     [(None, False), (2.0**16, False), (2.0**16, True), (1000.0, False), (0.25, False), (3.0, True)],
 )
 def test_chunked_gradient_statistics_equal_the_plain_definition(monkeypatch, scale, grads_scaled):
-    monkeypatch.setattr(numerics, "GRADIENT_CHUNK", 64)  # many chunks and split gradients
+    monkeypatch.setattr(gradients, "GRADIENT_CHUNK", 64)  # many chunks and split gradients
     grads = _edge_case_gradients()
     params = [nn.Parameter(torch.zeros(g.shape, dtype=g.dtype)) for g in grads]
     for param, grad in zip(params, grads):
@@ -239,10 +241,10 @@ Pair = namedtuple("Pair", "first second")
         {"x": {"y": (torch.ones(1),)}},
     ],
 )
-def test_float_tensors_match_a_pytree_flatten(tree):
+def testfloat_tensors_match_a_pytree_flatten(tree):
     leaves, _ = tree_flatten(tree)
     expected = [t for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    found = _float_tensors(tree)
+    found = float_tensors(tree)
     assert len(found) == len(expected) and all(a is b for a, b in zip(found, expected))
 
 

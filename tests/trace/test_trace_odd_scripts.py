@@ -259,3 +259,19 @@ def test_training_in_a_thread_is_stopped_and_the_census_limit_is_stated(trace_cl
     assert "saved checkpoint" not in run.stdout and "Exception in thread" not in run.stderr
     assert any("saw only the main thread's ops" in note for note in run.report["notes"])
     assert not any("saw only the main thread's ops" in note for note in trace_cli(odd("eval_between.py")).report["notes"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["del", "except"])
+def test_timeout_ends_the_run_with_124_even_when_the_script_swallows_the_stop(tmp_path, mode):
+    import json
+    import subprocess
+    import sys
+
+    report_path = tmp_path / "report.json"
+    command = [sys.executable, "-m", "ampdoctor", "trace", odd("swallows_stops.py"), "--timeout", "1",
+               "--json", str(report_path), "--no-lint", "--", mode]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 124, run.stderr[-2000:]
+    report = json.loads(report_path.read_text())
+    assert report["stopped"] == "timeout" and report["completed"] is False

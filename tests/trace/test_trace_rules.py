@@ -3,15 +3,10 @@
 import pytest
 
 from ampdoctor.trace.observations import GradientStats, IterationRecord, Observations, ScalerConfig
-from ampdoctor.trace.rules import (
-    Locator,
-    Thresholds,
-    evaluate,
-    format_scale,
-    frequent_skipped_steps,
-    loss_scale_collapse,
-    lost_share,
-)
+from ampdoctor.trace.rulebase import Locator, Thresholds, format_scale
+from ampdoctor.trace.rules import evaluate
+from ampdoctor.trace.rules.scale import frequent_skipped_steps, loss_scale_collapse
+from ampdoctor.trace.rules.underflow import lost_share
 
 LOCATOR = Locator("train.py", {})
 

@@ -44,7 +44,7 @@ def test_a_scaler_made_before_the_session_is_reported_as_unobserved():
     _, report = _train(lambda: scaler)
     assert not isinstance(scaler, _Observed)
     assert report["uses"]["grad_scaler"] is False
-    assert any("were not observed" in note for note in report["notes"])
+    assert any("missing from this report" in note for note in report["notes"])
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ import contextlib
 import io
 import json
 import runpy
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 
@@ -297,7 +298,29 @@ def test_scaler_created_before_the_session_is_stated_not_misreported():
             scaler.update()
     report = session.report()
     assert "AMP510" not in {f.code for f in report.findings}
-    assert any("created before tracing started" in note for note in report.notes)
+    assert any("made before tracing began" in note for note in report.notes)
+
+
+@pytest.mark.parametrize("made", ["torch.amp.GradScaler('cpu', enabled=False)", "torch.cuda.amp.GradScaler(enabled=False)"])
+def test_a_disabled_scaler_made_inside_the_run_gets_no_untraced_scaler_note(made):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with trace_session(steps=3) as session:
+            scaler = eval(made)
+            for step in range(5):
+                optimizer.zero_grad()
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = model(torch.randn(8, 4)).float().square().mean()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+    report = session.report()
+    assert session.observations.steps == 3
+    assert not any("before tracing" in note for note in report.notes), report.notes
+    assert not any("session" in note for note in report.notes), report.notes
 
 
 def test_gradient_accumulation_is_one_iteration_per_update_with_the_summed_loss():
@@ -325,12 +348,12 @@ def test_gradient_accumulation_is_one_iteration_per_update_with_the_summed_loss(
 
 
 def test_a_failing_instrument_removes_itself_and_never_breaks_the_script(monkeypatch):
-    import ampdoctor.trace.numerics as numerics
+    import ampdoctor.trace.activations as activations
 
     def broken(tensors):
         raise RuntimeError("cannot measure this tensor")
 
-    monkeypatch.setattr(numerics, "max_abs", broken)
+    monkeypatch.setattr(activations, "max_abs", broken)
     before = global_state()
     session, out = run_script("early_end.py", steps=None)
     assert session.outcome.reason == "end" and "done" in out
@@ -396,7 +419,7 @@ def test_nonfinite_gradients_are_seen_on_every_iteration_whatever_the_interval()
 def test_the_gradient_check_is_skipped_only_when_the_scaler_found_no_inf(monkeypatch):
     """On the CPU the scaler's found_inf is read for free: iterations without the full statistics
     whose gradients it found finite need no check of their own; the others still get one."""
-    from ampdoctor.trace.numerics import GradientMonitor
+    from ampdoctor.trace.gradients import GradientMonitor
 
     calls = []
     original = GradientMonitor.capture

@@ -1,17 +1,19 @@
-"""Runtime rules for non-finite values: the loss (AMP503) and where the first inf/NaN was born,
-in the forward or in the backward pass (AMP504)."""
+"""AMP503 (the loss is not finite) and AMP504 (where the first inf/NaN was born, in the forward
+or in the backward pass)."""
 
 from __future__ import annotations
 
 import math
 from typing import Iterator, Optional
 
-from ..findings import Finding
-from .backward import OUTPUT, PARAMETER, halvings_needed
-from .observations import Observations
-from .rulebase import FLOAT16_MAX, Locator, Thresholds, _defined_at, _finding, format_scale
+from ...findings import Finding
+from ...float16 import FLOAT16_MAX
+from ..backward import OUTPUT, PARAMETER, halvings_needed
+from ..observations import Observations
+from ..rulebase import Locator, Thresholds, defined_at, format_scale, make_finding, rule
 
 
+@rule("AMP503")
 def non_finite_loss(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
     bad = [r.step for r in observations.iterations if r.loss is not None and not math.isfinite(r.loss)]
     unfinished = observations.unfinished_loss
@@ -34,7 +36,7 @@ def non_finite_loss(observations: Observations, thresholds: Thresholds, locator:
         "add an eps to log/div/sqrt, and check the inputs for inf/NaN; a GradScaler skips these "
         "steps but cannot repair the loss."
     )
-    yield _finding(
+    yield make_finding(
         "AMP503", message, locator.location(), help,
         step=first, module=origin.module if origin is not None and origin.step <= first else None,
         count=len(bad),
@@ -47,12 +49,13 @@ def _nonfinite_name(value: Optional[float]) -> str:
     return "inf" if value > 0 else "-inf"
 
 
+@rule("AMP504")
 def overflow_origin(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
     origin = observations.origin
     if origin is None:
         return
     class_path, class_line = locator.class_source(origin.cls)
-    defined = _defined_at(class_path, class_line)
+    defined = defined_at(class_path, class_line)
     inputs = f"its inputs were finite (max |x| {origin.input_max:.6g})" if origin.input_max is not None else "it had no floating inputs"
     op = ""
     if origin.op is not None:
@@ -68,7 +71,7 @@ def overflow_origin(observations: Observations, thresholds: Thresholds, locator:
         "(`with torch.autocast(device, enabled=False):` around it, inputs `.float()`), scale its "
         "inputs or weights down (normalisation, smaller init), or use bfloat16 autocast."
     )
-    yield _finding(
+    yield make_finding(
         "AMP504", message, locator.location(origin.cls), help,
         step=origin.step, phase="forward", module=origin.module, module_class=origin.module_class,
         class_file=class_path, class_line=class_line, op=origin.op,
@@ -76,6 +79,7 @@ def overflow_origin(observations: Observations, thresholds: Thresholds, locator:
     )
 
 
+@rule("AMP504")
 def backward_overflow_origin(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
     """AMP504, backward: a skipped step whose forward was finite."""
     origin = observations.backward_origin
@@ -85,7 +89,7 @@ def backward_overflow_origin(observations: Observations, thresholds: Thresholds,
     if skipped < thresholds.origin_skips:
         return
     class_path, class_line = locator.class_source(origin.cls)
-    defined = _defined_at(class_path, class_line)
+    defined = defined_at(class_path, class_line)
     scale = f"loss scale {format_scale(origin.scale)}" if origin.scale else "no loss scale"
     nan = math.isnan(origin.value)
     if origin.side == OUTPUT:
@@ -132,7 +136,7 @@ def backward_overflow_origin(observations: Observations, thresholds: Thresholds,
             "(`with torch.autocast(device, enabled=False):` around it, inputs `.float()`), or scale "
             "its inputs down (normalise the features feeding it)."
         )
-    yield _finding(
+    yield make_finding(
         "AMP504", message, locator.location(origin.cls), help,
         step=origin.step, phase="backward", module=origin.module, module_class=origin.module_class,
         class_file=class_path, class_line=class_line, side=origin.side, scale=origin.scale,

@@ -1,0 +1,198 @@
+"""The trace report as text on the terminal (rich): headline, verdict, notes, findings, the
+static findings, the op census, the underflow-prone gradients and the loss-scale timeline.
+
+``render`` takes a ``report.TraceReport`` (it does not import it: the report imports this module
+when it prints).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..findings import Finding, Severity
+from .observations import Observations
+from .rulebase import format_scale
+from .rules.underflow import float16_gradients, lost_share
+from .ops import sorted_census
+
+
+# Ops that move or reinterpret data without computing: left out of the terminal table (they
+# stay in --json) so the precision-relevant rows are visible.
+_BOOKKEEPING_OPS = frozenset(
+    {
+        "detach", "view", "_unsafe_view", "t", "transpose", "expand", "permute", "unsqueeze",
+        "squeeze", "slice", "select", "as_strided", "alias", "reshape", "split", "chunk",
+        "_local_scalar_dense", "empty", "empty_like", "empty_strided", "zeros_like", "ones_like",
+        "fill_", "zero_", "copy_", "clone", "lift_fresh", "new_empty_strided", "new_zeros",
+    }
+)
+_SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+_TABLE_ROWS = 15
+
+
+def render(report, console=None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = console or Console()
+    obs = report.observations
+    console.print(_headline(report))
+    console.print(_verdict(report))
+    for note in report.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    if report.findings:
+        console.print(_findings_table(report.findings))
+    if report.static_findings:
+        console.print(_static_table(report.static_findings))
+    if obs.ops:
+        console.print(_ops_table(obs))
+    underflow = _underflow_table(report)
+    if underflow is not None:
+        console.print(underflow)
+    timeline = _scale_table(obs)
+    if timeline is not None:
+        console.print(timeline)
+    if report.what_if is not None:
+        from .whatif_text import render_what_if
+
+        render_what_if(report.what_if, console)
+
+
+def _headline(report) -> str:
+    how = report.how_it_ended
+    return f"[bold]ampdoctor trace[/] {report.script or ''}: {report.observations.steps} iteration(s) traced ({how})"
+
+
+def _verdict(report) -> str:
+    if not report.findings:
+        steps = report.observations.steps
+        return f"[bold green]No mixed-precision problems found[/] in {steps} iteration(s)."
+    counts = {severity: 0 for severity in Severity}
+    for finding in report.findings:
+        counts[finding.severity] += 1
+    parts = [f"{n} {s.label}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(), reverse=True) if n]
+    worst = report.worst_severity()
+    return f"[{_SEVERITY_STYLE[worst]}]Found {', '.join(parts)}.[/]"
+
+
+def _findings_table(findings: list[Finding]):
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Findings", title_justify="left", show_lines=True, expand=True)
+    table.add_column("code", no_wrap=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("where", overflow="fold", ratio=1)
+    table.add_column("what", ratio=3)
+    for finding in findings:
+        where = []
+        location = finding.location
+        if location is not None and location.path and not location.path.startswith("<"):
+            where.append(escape(f"{os.path.basename(location.path)}:{location.line}"))
+        if finding.extra.get("module"):
+            where.append(escape(str(finding.extra["module"])))
+        if finding.extra.get("step"):
+            where.append(f"iteration {finding.extra['step']}")
+        what = escape(finding.message) + (f"\n[dim]help: {escape(finding.help_text)}[/]" if finding.help_text else "")
+        table.add_row(
+            f"{finding.code}",
+            f"[{_SEVERITY_STYLE[finding.severity]}]{finding.severity.label}[/]",
+            "\n".join(where) or "-",
+            what,
+        )
+    return table
+
+
+def _static_table(findings: list[Finding]):
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Static findings in the traced code (ampdoctor lint)", title_justify="left", expand=True)
+    table.add_column("code", no_wrap=True)
+    table.add_column("where", overflow="fold", ratio=1)
+    table.add_column("what", ratio=3)
+    for finding in findings:
+        where = f"{os.path.basename(finding.location.path)}:{finding.location.line}"
+        table.add_row(finding.code, escape(where), escape(finding.message))
+    return table
+
+
+def _ops_table(obs: Observations):
+    from rich.table import Table
+
+    table = Table(title=f"Ops by module and dtype (first {obs.op_steps} iteration(s))", title_justify="left")
+    for column in ("module", "op", "phase", "dtypes", "autocast", "count"):
+        table.add_column(column, justify="right" if column == "count" else "left")
+    rows = [(key, count) for key, count in sorted_census(obs.ops) if key.op not in _BOOKKEEPING_OPS]
+    for key, count in rows[:_TABLE_ROWS]:
+        dtypes = f"{','.join(key.input_dtypes) or '-'} -> {key.output_dtype or '-'}"
+        op = f"[bold]{key.op}[/]" if key.is_matmul else key.op
+        table.add_row(key.module or "-", op, key.phase, dtypes, key.autocast, str(count))
+    hidden = len(obs.ops) - min(len(rows), _TABLE_ROWS)
+    if hidden:
+        table.caption = f"{hidden} more rows (views, copies, rarer ops) in --json"
+    return table
+
+
+def _underflow_table(report):
+    from rich.table import Table
+
+    ranked = []
+    for stats in report.observations.gradients.values():
+        share = lost_share(stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), report.thresholds)
+        ranked.append((share, stats.mean("subnormal"), stats))
+    ranked = [item for item in sorted(ranked, key=lambda item: (-item[0], -item[1])) if item[0] > 0 or item[1] > 0]
+    # The shares say what float16 would lose: without float16 gradients (a bfloat16 or float32
+    # run) they describe no loss that happened and would only mislead.
+    if not ranked or not float16_gradients(report.observations):
+        return None
+    table = Table(title="Most underflow-prone gradients (float16 at the loss scale)", title_justify="left")
+    for column in ("parameter", "lost", "zero", "< 2**-24", "subnormal", "max |g|"):
+        table.add_column(column, justify="left" if column == "parameter" else "right")
+    for share, _, stats in ranked[:5]:
+        table.add_row(
+            stats.name,
+            f"{share:.1%}",
+            f"{stats.mean('zero'):.1%}",
+            f"{stats.mean('below_subnormal'):.1%}",
+            f"{stats.mean('subnormal'):.1%}",
+            f"{stats.max_abs:.3g}",
+        )
+    interval = report.observations.gradient_interval
+    if interval > 1:
+        table.caption = f"measured on the first iterations, then every {interval}th (--gradient-interval)"
+    return table
+
+
+def _scale_segments(obs: Observations) -> list[tuple[int, int, float, int]]:
+    """(first, last, scale, skipped) for runs of iterations that used the same scale."""
+    segments: list[list] = []
+    for record in obs.iterations:
+        if record.scale is None:
+            continue
+        if segments and segments[-1][2] == record.scale and segments[-1][1] == record.step - 1:
+            segments[-1][1] = record.step
+            segments[-1][3] += record.skipped
+        else:
+            segments.append([record.step, record.step, record.scale, int(record.skipped)])
+    return [tuple(s) for s in segments]
+
+
+def _scale_table(obs: Observations):
+    from rich.table import Table
+
+    segments = _scale_segments(obs)
+    if not segments:
+        return None
+    table = Table(title="Loss scale timeline", title_justify="left")
+    for column in ("iterations", "scale", "skipped"):
+        table.add_column(column, justify="right")
+    shown = segments if len(segments) <= 12 else segments[:6] + [None] + segments[-5:]
+    for segment in shown:
+        if segment is None:
+            table.add_row("...", "", "")
+            continue
+        first, last, scale, skipped = segment
+        span = str(first) if first == last else f"{first}-{last}"
+        table.add_row(span, format_scale(scale), str(skipped) if skipped else "")
+    return table

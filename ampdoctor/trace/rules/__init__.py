@@ -1,0 +1,53 @@
+"""The runtime rules (AMP501-AMP511), one module per concern, each rule registered by its code
+with ``rulebase.rule``:
+
+- ``scale.py``        AMP501 the loss scale collapses, AMP502 frequent skipped steps
+- ``nonfinite.py``    AMP503 non-finite loss, AMP504 where the first inf/NaN was born
+- ``underflow.py``    AMP505 gradients underflow float16, AMP510 float16 backward without a scaler
+- ``activations.py``  AMP506 float16 activations close to float16's max
+- ``census.py``       AMP507-AMP509 what the op census saw
+- ``ranks.py``        AMP511 ranks that disagree on the loss scale (the merged torchrun report)
+
+``evaluate`` runs the rules of one run on its observations; ``evaluate_ranks`` the rules of a
+merged report on the ranks' JSON reports. Every message says what was measured and every help
+text says what to change, in the training script's terms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...findings import Finding, Location
+from ..observations import Observations
+from ..rulebase import Locator, RegisteredRule, Thresholds, registered
+from . import activations, census, nonfinite, ranks, scale, underflow  # noqa: F401  (they register their rules)
+
+
+def registered_rules(scope: str | None = None) -> list[RegisteredRule]:
+    """Every runtime rule, in code order (``scope``: "run" or "ranks" only)."""
+    return registered(scope)
+
+
+def registered_codes() -> list[str]:
+    return sorted({entry.code for entry in registered()})
+
+
+def evaluate(observations: Observations, thresholds: Thresholds, locator: Locator) -> list[Finding]:
+    from ..placing import place_findings
+
+    observations.name_origin_op()
+    findings = [
+        finding for entry in registered("run") for finding in entry.check(observations, thresholds, locator)
+    ]
+    findings = place_findings(findings, observations, locator)
+    return sorted(findings, key=lambda f: (-f.severity, f.code, f.extra.get("step") or 0))
+
+
+def evaluate_ranks(reports: dict[int, dict[str, Any]], location: Location) -> list[Finding]:
+    """The findings of a merged torchrun report, from every rank's JSON report."""
+    findings = []
+    for entry in registered("ranks"):
+        finding = entry.check(reports, location)
+        if finding is not None:
+            findings.append(finding)
+    return findings

@@ -1,0 +1,120 @@
+"""AMP505 (gradients underflow float16 at the loss scale) and AMP510 (float16 backward without a
+GradScaler), and the share of a gradient that float16 loses, which the reports show too."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator, Optional
+
+from ...findings import Finding
+from ...float16 import FLOAT16_MAX
+from ..observations import GradientStats, Observations
+from ..rulebase import Locator, Thresholds, class_of, format_scale, make_finding, rule
+
+
+def lost_share(zero: float, below_subnormal: float, subnormal: float, thresholds: Thresholds) -> float:
+    """Share of elements float16 loses at the loss scale: below 2**-24 (flushed to zero), in
+    the subnormal band (fewer than 10 significant bits), and the zeros when that band is
+    populated (evidence that they flushed there rather than being structural)."""
+    evidenced_zeros = zero if subnormal >= thresholds.underflow_evidence else 0.0
+    return below_subnormal + subnormal + evidenced_zeros
+
+
+def float16_gradients(observations: Observations) -> bool:
+    """Gradients went through float16: float16 autocast, or float16 parameters."""
+    if any(dtype == "float16" for _, dtype in observations.autocast_dtypes):
+        return True
+    return any(g.dtype == "float16" for g in observations.gradients.values())
+
+
+def gradient_losses(observations: Observations, thresholds: Thresholds) -> list[tuple[GradientStats, float]]:
+    ranked = []
+    for stats in observations.gradients.values():
+        share = lost_share(stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), thresholds)
+        if share > thresholds.underflow_share:
+            ranked.append((stats, share))
+    return sorted(ranked, key=lambda item: -item[1])
+
+
+def _suggested_scale(observations: Observations) -> Optional[float]:
+    """The largest power of two that keeps the largest gradient at half float16's max."""
+    largest = max((g.max_abs for g in observations.gradients.values()), default=0.0)
+    if largest <= 0:
+        return None
+    return 2.0 ** math.floor(math.log2(FLOAT16_MAX / 2 / largest))
+
+
+@rule("AMP505")
+def underflow_prone_gradients(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    if not float16_gradients(observations):
+        return
+    params = gradient_losses(observations, thresholds)
+    # At module boundaries zeros are mostly the inactive units of a following ReLU: only the
+    # measured subnormal values count there.
+    boundaries = sorted(
+        ((b, b.subnormal_share) for b in observations.boundaries.values()),
+        key=lambda item: -item[1],
+    )
+    boundaries = [(b, share) for b, share in boundaries if share > thresholds.underflow_share]
+    if not params and not boundaries:
+        return
+    scale = next((r.scale for r in reversed(observations.iterations) if r.scale is not None), 1.0)
+    parts = []
+    if params:
+        named = ", ".join(f"`{s.name}` {share:.0%}" for s, share in params[:5])
+        parts.append(f"{len(params)} parameter gradient(s) fall below float16's normal range once scaled: {named}")
+    if boundaries:
+        named = ", ".join(f"`{b.module}` {share:.0%}" for b, share in boundaries[:3])
+        parts.append(f"float16 gradients reaching {len(boundaries)} module output(s) are subnormal: {named}")
+    message = f"gradients underflow float16 at loss scale {format_scale(scale)}; " + "; ".join(parts) + "."
+    help = _underflow_help(observations, scale)
+    top = params[0][0] if params else None
+    module = top.module if top is not None else boundaries[0][0].module
+    module_class = top.module_class if top is not None else boundaries[0][0].module_class
+    yield make_finding(
+        "AMP505", message, locator.location(class_of(observations, module_class)), help,
+        module=module, scale=scale, suggested_scale=_suggested_scale(observations),
+        parameters=[{"name": s.name, "module": s.module, "lost_share": share} for s, share in params],
+        boundaries=[{"module": b.module, "lost_share": share} for b, share in boundaries],
+    )
+
+
+def _underflow_help(observations: Observations, scale: float) -> str:
+    suggested = _suggested_scale(observations)
+    config = observations.scalers[0] if observations.scalers else None
+    if suggested is not None and suggested > scale:
+        advice = (
+            f"A loss scale of {format_scale(suggested)} would keep them (the largest gradient still "
+            f"fits in float16 with 2x headroom)"
+        )
+        if config is None:
+            advice += ": scale the loss with `torch.amp.GradScaler(device)`"
+        elif config.init_scale < suggested or config.growth_interval > 10_000:
+            advice += (
+                f": your GradScaler(init_scale={config.init_scale:g}, growth_interval={config.growth_interval}) "
+                "keeps the scale low; use the defaults"
+            )
+        return advice + "; bfloat16 autocast would keep them too."
+    return (
+        "The gradients span more than float16's range, so no single loss scale keeps them all: "
+        "use bfloat16 autocast (float32's exponent range), or normalise the loss and layers."
+    )
+
+
+@rule("AMP510")
+def float16_without_scaler(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    if observations.float16_backward_calls == 0 or observations.uses_scaler or observations.untraced_scaler:
+        return
+    message = (
+        f"{observations.float16_backward_calls} backward pass(es) ran through float16 autocast "
+        "regions and no enabled GradScaler scaled the loss: float16 gradients below 2**-24 flush "
+        "to zero."
+    )
+    lost = gradient_losses(observations, thresholds)
+    if lost:
+        message += f" Already {len(lost)} parameter(s) lose more than {thresholds.underflow_share:.0%} of their gradient."
+    help = (
+        "Create `scaler = torch.amp.GradScaler(device)` and use `scaler.scale(loss).backward()`, "
+        "`scaler.step(optimizer)`, `scaler.update()`; or autocast to bfloat16, which needs no scaler."
+    )
+    yield make_finding("AMP510", message, locator.location(), help, backward_calls=observations.float16_backward_calls)
