@@ -77,7 +77,8 @@ def trace_case(case: Case, timeout: float = 600.0) -> tuple[Optional[dict[str, A
         report_path = Path(folder) / "report.json"
         command = [
             sys.executable, "-m", "ampdoctor", "trace", str(case.script), "--steps", str(case.steps),
-            "--json", str(report_path), "--no-progress", "--fail-on", "never", "--", *case.args,
+            "--json", str(report_path), "--no-progress", "--fail-on", "never", "--timeout", str(int(timeout * 0.8)),
+            "--", *case.args,
         ]
         env = dict(os.environ, PYTHONHASHSEED="0", COLUMNS="200")
         try:
