@@ -151,12 +151,17 @@ def rule_command(code: str) -> None:
     from rich.console import Console
     from rich.markdown import Markdown
 
-    console = Console(file=stream, force_terminal=color, no_color=not color, highlight=False)
     fix = {"no": "no", "safe": "yes", "unsafe": "with --unsafe-fixes", "sometimes": "sometimes"}[rule.fixable]
-    console.print(f"{rule.code} {rule.name}  (severity: {rule.severity.label}, fixable: {fix}, {rule.origin})",
-                  markup=False)
-    # The example markers (bad / good / fixed ...) are for the tests; readers see plain Python.
+    header = f"{rule.code} {rule.name}  (severity: {rule.severity.label}, fixable: {fix}, {rule.origin})"
+    # The example markers (bad / good / fixed ... on the fence, `# expect: CODE` on the lines)
+    # are for the tests; readers see plain Python.
     body = re.sub(r"^```python[^\n]*", "```python", rule.body, flags=re.M)
+    body = re.sub(r"[ \t]*#\s*expect:\s*(?:AMP\d{3}[ \t,]*)+", "", body)
+    if not color:  # a pipe or a file: the page's own text, no padding to a console width
+        stream.write(f"{header}\n\n{body.strip()}\n")
+        return
+    console = Console(file=stream, force_terminal=color, no_color=not color, highlight=False)
+    console.print(header, markup=False)
     console.print(Markdown(body))
 
 

@@ -206,6 +206,9 @@ def test_rules_listing_and_rule_page():
     assert "What it does" in page.output and "scaler.unscale_(optimizer)" in page.output
     by_name = invoke("rule", "clip-before-unscale")
     assert by_name.output == page.output
+    # Piped: the page's text, without padding to a console width or the tests' markers.
+    assert not [line for line in page.output.splitlines() if line != line.rstrip()]
+    assert "# expect" not in page.output and "```python\n" in page.output
 
 
 def test_unknown_rule_page():

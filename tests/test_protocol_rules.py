@@ -613,3 +613,24 @@ def test_fix_of_clip_and_update_on_a_fixture_copy(tmp_path: Path):
     _lint(["--fix", str(target)])
     assert target.read_text(encoding="utf-8") == after
     assert found_pairs(after, str(target)) == []
+
+
+def test_clip_before_unscale_names_the_users_own_optimizer_and_scaler():
+    source = textwrap.dedent(
+        """\
+        import torch
+        model = torch.nn.Linear(2, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        amp_scaler = torch.amp.GradScaler("cuda")
+        for x in range(3):
+            with torch.autocast("cuda"):
+                loss = model(torch.randn(2, 2)).sum()
+            amp_scaler.scale(loss).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            amp_scaler.step(opt)
+            amp_scaler.update()
+        """
+    )
+    (finding,) = lint_text(source)
+    assert finding.code == "AMP201"
+    assert "`amp_scaler.unscale_(opt)`" in finding.message and "`amp_scaler.unscale_(opt)`" in finding.help_text

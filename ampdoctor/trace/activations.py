@@ -25,6 +25,7 @@ from ..float16 import FLOAT16_SMALLEST_NORMAL
 from .compiled import outside_compiled
 from .numerics import ModuleInfo, ModuleRegistry, max_abs
 from .ops import dtype_name, float_tensors, quiet
+from .sites import user_site
 
 # Flush early when an iteration never closes (a script that never steps an optimizer), so the
 # pending statistics stay bounded; one extra sync per this many module calls.
@@ -107,6 +108,9 @@ class ActivationMonitor:
     def _before_forward(self, module: torch.nn.Module, args: Any) -> None:
         try:
             info = self._registry.module(module)
+            call_sites = self._session.observations.call_sites
+            if info.path not in call_sites:  # once per module: a frame walk, not per call
+                call_sites[info.path] = user_site()
             self._open_calls.append((id(module), info, self._measure(float_tensors(args))))
         except Exception as exc:  # never let the instrument break the script
             self._fail(exc)
@@ -145,7 +149,10 @@ class ActivationMonitor:
         if self.backward_watch is not None and self.backward_watch.active:
             self.backward_watch.watch(info, module, args, outputs)
         pending = self._session.pending
-        pending.activations.append(ActivationRow(info, dtype_name(outputs[0].dtype), input_slot, output_slot))
+        dtype = dtype_name(outputs[0].dtype)
+        pending.activations.append(ActivationRow(info, dtype, input_slot, output_slot))
+        if self._registry.tied and id(module) in self._registry.tied:
+            self._registry.used_tied(module, dtype in ("float16", "bfloat16"))
         if self.record_boundaries:
             self._watch_gradients(info, outputs)
         if len(pending.activations) > _MAX_PENDING_ACTIVATIONS:

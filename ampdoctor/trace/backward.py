@@ -38,7 +38,7 @@ from .ops import float_tensors, quiet
 # (each skip halves the scale) and for a few late overflows, bounded for long runs.
 MAX_ARMED_ITERATIONS = 24
 
-OUTPUT, INPUT, PARAMETER = "output", "input", "parameter"
+OUTPUT, INPUT, PARAMETER, INSIDE = "output", "input", "parameter", "inside"
 
 
 @dataclass
@@ -54,9 +54,12 @@ class GradEvent:
 
 @dataclass
 class BackwardOrigin:
-    """The first module whose backward made a finite gradient non-finite (or, with ``side`` equal
-    to ``OUTPUT``, the module whose outputs already received a non-finite gradient from code
-    outside every module, such as the loss)."""
+    """The first module whose backward made a finite gradient non-finite. ``side``: what became
+    non-finite: its parameters' gradient, its inputs' gradient, or (``INSIDE``) the gradient
+    reaching one of its submodules, born in the module's own forward code (a residual add that
+    hands a float32 gradient to a float16 branch, an op outside its submodules); with ``OUTPUT``,
+    the module's outputs already received a non-finite gradient from code outside every module
+    (the loss, code between the model's output and the loss)."""
 
     step: int
     module: str
@@ -68,6 +71,8 @@ class BackwardOrigin:
     output_grad_max: Optional[float]
     # inf for an overflow; NaN for an invalid operation (0/0, inf - inf, sqrt's derivative at 0).
     value: float = math.inf
+    # INSIDE: the submodule whose output received the non-finite gradient.
+    submodule: Optional[str] = None
 
 
 class BackwardWatch:
@@ -147,12 +152,19 @@ def find_origin(
     """The first module (in backward order) whose produced gradient was non-finite while the
     gradient it received was finite; None if every gradient was finite."""
     received: dict[int, float] = {}  # call -> max |g| flowing into its outputs
+    finite_outputs: list[GradEvent] = []  # in backward order
     for event in sorted(events, key=lambda e: e.sequence):
         value = values[event.slot][0]
         if event.side == OUTPUT:
             received[event.call] = value
             if not math.isfinite(value):
-                return _origin(event, step, scale, None, value)
+                parent = _enclosing(event, finite_outputs)
+                if parent is None:
+                    return _origin(event, step, scale, None, value)
+                origin = _origin(parent, step, scale, values[parent.slot][0], value)
+                origin.side, origin.submodule = INSIDE, event.module.path
+                return origin
+            finite_outputs.append(event)
             continue
         if math.isfinite(value):
             continue
@@ -162,6 +174,26 @@ def find_origin(
         if incoming is not None and math.isfinite(incoming):
             return _origin(event, step, scale, incoming, value)
     return None
+
+
+def _enclosing(event: GradEvent, finite_outputs: list[GradEvent]) -> Optional[GradEvent]:
+    """The innermost module call enclosing ``event``'s module whose outputs received a finite
+    gradient earlier in the backward pass: the non-finite gradient was born in its own code.
+    Enclosing: a dotted prefix of the path, or a root module (named by its class)."""
+    path = event.module.path
+    best: Optional[GradEvent] = None
+    for other in finite_outputs:
+        other_path = other.module.path
+        encloses = path.startswith(other_path + ".") or (other.module.is_root and other.module is not event.module)
+        if not encloses:
+            continue
+        if best is None or _depth(other) > _depth(best):
+            best = other
+    return best
+
+
+def _depth(event: GradEvent) -> int:
+    return -1 if event.module.is_root else event.module.path.count(".")
 
 
 def _latest_received(events: list[GradEvent], values: list[list[float]], event: GradEvent) -> Optional[float]:

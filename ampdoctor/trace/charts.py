@@ -70,8 +70,11 @@ def timeline_svg(
     figure = _figure(7.2, 3.0)
     loss_axes = figure.add_subplot(1, 2, 1)
     loss_axes.plot(steps, _positive(loss), color=_LOSS, linewidth=1.6, marker="o", markersize=2.5)
-    if any(v is not None and math.isfinite(v) and v > 0 for v in loss):
+    shown = [v for v in _positive(loss) if not math.isnan(v)]
+    if shown and max(shown) > 10 * min(shown):  # a log axis only where the loss spans a decade
         loss_axes.set_yscale("log")
+        loss_axes.yaxis.set_major_formatter(_plain_formatter())
+        loss_axes.yaxis.set_minor_formatter(_plain_formatter(minor=True, decades=_decades(shown)))
     _mark_skips(loss_axes, skipped, "skipped step")
     _style(loss_axes, "Loss")
     loss_axes.set_xlabel("iteration", color=_INK)
@@ -98,6 +101,31 @@ def timeline_svg(
     return _svg(figure)
 
 
+def _decades(values: Sequence[float]) -> float:
+    shown = [v for v in values if v == v and v > 0 and math.isfinite(v)]
+    return math.log10(max(shown) / min(shown)) if shown else 0.0
+
+
+def _plain_formatter(minor: bool = False, decades: float = 0.0):
+    """Tick labels as plain numbers (4.4, 0.01, 2000), not as powers of ten. Minor ticks get a
+    label (at 2 and 5 within a decade) only on an axis spanning at most two decades, where the
+    major ticks alone would leave it nearly unlabelled; elsewhere they would crowd."""
+    from matplotlib.ticker import FuncFormatter
+
+    def label(value: float, _position) -> str:
+        if value <= 0:
+            return ""
+        if minor:
+            if decades > 2:
+                return ""
+            leading = value / 10 ** math.floor(math.log10(value) + 1e-9)
+            if round(leading) not in (2, 5) or abs(leading - round(leading)) > 1e-6:
+                return ""
+        return f"{value:g}"
+
+    return FuncFormatter(label)
+
+
 def _mark_skips(axes, skipped: Sequence[int], label: str, color: str = _SKIP) -> None:
     for index, step in enumerate(skipped):
         axes.axvline(step, color=color, alpha=0.35, linewidth=1.2, label=label if index == 0 else None)
@@ -109,25 +137,29 @@ def gradient_bars_svg(names: Sequence[str], underflow: Sequence[float], headroom
     if not names:
         return None
     count = len(names)
-    figure = _figure(7.2, 0.9 + 0.28 * count)
+    # One chart above the other, each the page's width: long parameter names take the left
+    # margin of both without pushing one chart's title or axis label into the other's.
+    panel = 0.9 + 0.28 * count
+    figure = _figure(7.2, 2 * panel + 0.3)
     positions = list(range(count))
-    left = figure.add_subplot(1, 2, 1)
-    left.barh(positions, [100.0 * share for share in underflow], color=_SKIP, height=0.6)
-    left.set_yticks(positions, labels=list(names))
-    left.invert_yaxis()
-    left.set_xlim(0, max(1.0, max(100.0 * share for share in underflow) * 1.15))
-    left.set_xlabel("% of elements below float16's normal range", color=_INK)
+    top, bottom = figure.subplots(2, 1, sharey=True)
+    top.barh(positions, [100.0 * share for share in underflow], color=_SKIP, height=0.6)
+    top.set_yticks(positions, labels=list(names))
+    top.invert_yaxis()
+    top.set_xlim(0, max(1.0, max(100.0 * share for share in underflow) * 1.15))
+    top.set_xlabel("% of elements below float16's normal range", color=_INK)
     if not any(share > 0 for share in underflow):
-        left.text(0.5, 0.5, "no parameter loses gradient elements", ha="center", va="center",
-                  transform=left.transAxes, color="#16a34a")
-    _style(left, "Gradient underflow")
-    right = figure.add_subplot(1, 2, 2, sharey=left)
+        top.text(0.5, 0.5, "no parameter loses gradient elements", ha="center", va="center",
+                 transform=top.transAxes, color="#16a34a")
+    _style(top, "Gradient underflow")
     values = [h if h is not None and math.isfinite(h) and h > 0 else math.nan for h in headroom]
     colors = [_SKIP if v < 1 else "#16a34a" for v in values]
-    right.barh(positions, values, color=colors, height=0.6)
-    right.set_xscale("log")
-    right.axvline(1.0, color=_INK, linewidth=0.8)
-    right.set_xlabel("65504 / (max |g| x scale); below 1 overflows", color=_INK)
-    right.tick_params(labelleft=False)
-    _style(right, "Overflow headroom")
+    bottom.barh(positions, values, color=colors, height=0.6)
+    bottom.set_xscale("log")
+    bottom.xaxis.set_major_formatter(_plain_formatter())
+    bottom.xaxis.set_minor_formatter(_plain_formatter(minor=True, decades=math.inf))  # no crowding
+    bottom.axvline(1.0, color=_INK, linewidth=0.8)
+    bottom.set_xlabel("65504 / (max |g| x scale); below 1 overflows", color=_INK)
+    bottom.tick_params(labelleft=True)
+    _style(bottom, "Overflow headroom")
     return _svg(figure)

@@ -31,8 +31,49 @@ def _parse_thresholds(values: tuple[str, ...]) -> dict[str, str]:
     return overrides
 
 
+class _TraceCommand(click.Command):
+    """Keeps the raw arguments, to tell the user which options after SCRIPT ampdoctor took."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["ampdoctor.trace.argv"] = list(args)
+        return super().parse_args(ctx, args)
+
+
+def options_taken_after_script(command: click.Command, args: list[str]) -> tuple[list[str], list[str]]:
+    """(ampdoctor's options written after SCRIPT, the script's arguments given without ``--``),
+    each as the words the user typed."""
+    takes_value: dict[str, bool] = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            for name in (*param.opts, *param.secondary_opts):
+                takes_value[name] = not (param.is_flag or param.count)
+    taken: list[str] = []
+    given: list[str] = []
+    seen_script = False
+    words = iter(args)
+    for word in words:
+        if word == "--":
+            break
+        name = word.split("=", 1)[0]
+        if name in takes_value:
+            option = [word]
+            if takes_value[name] and "=" not in word:
+                option.append(next(words, ""))
+            if name == "-m":
+                seen_script = True
+            elif seen_script:
+                taken += option
+            continue
+        if not seen_script and not word.startswith("-"):
+            seen_script = True
+            continue
+        given.append(word)
+    return taken, given
+
+
 @click.command(
     "trace",
+    cls=_TraceCommand,
     context_settings={
         "ignore_unknown_options": True,
         "allow_interspersed_args": True,
@@ -107,6 +148,9 @@ def trace_command(
     Pass the script's own arguments after `--`:
 
         ampdoctor trace train.py --steps 20 -- --lr 0.1
+
+    ampdoctor's options written after SCRIPT are ampdoctor's (`ampdoctor trace train.py --steps
+    20`); when the script also gets arguments there, a line on stderr says which were taken.
     """
     try:
         import torch  # noqa: F401
@@ -140,11 +184,18 @@ def trace_command(
         ctx.exit(2)
     if nproc_per_node is not None:
         _launch_ranks(ctx, nproc_per_node, rank is not None)
+    notices = []
+    taken, given = options_taken_after_script(ctx.command, ctx.meta.get("ampdoctor.trace.argv", []))
+    if taken and given:
+        notices.append(
+            f"took {' '.join(taken)} for itself; the script received {' '.join(given)} "
+            "(arguments after `--` all go to the script)"
+        )
     request = TraceRequest(
         run=run, steps=steps or None, record_ops_steps=record_ops_steps, gradient_interval=gradient_interval,
         thresholds=limits, output_format=output_format, fail_on=fail_on, progress=progress, lint=lint,
         tensorboard_dir=tensorboard_dir, timeout=timeout, what_if=what_if, json_path=json_path,
-        html_path=html_path, merge_timeout=merge_timeout, rank=rank,
+        html_path=html_path, merge_timeout=merge_timeout, rank=rank, notices=notices,
     )
     try:
         status = run_trace(request)

@@ -80,6 +80,7 @@ def run_trace(request: TraceRequest) -> int:
                 write_html(report, html_path)
             if rank is None:
                 _emit(report, outcome, request)
+                _say_where_written(request)
             else:  # under torchrun: this rank's report, and rank 0 the merged one
                 from .distributed import finish_rank
 
@@ -187,6 +188,19 @@ def _emit(report, outcome, request: TraceRequest) -> None:
         report.print()
     if write_error is not None:
         raise write_error
+
+
+def _say_where_written(request: TraceRequest) -> None:
+    """One line naming the report files written: under the text report, or on stderr when
+    stdout is the JSON document."""
+    written = [f"{_shown(path)} ({kind})" for path, kind in ((request.json_path, "JSON"), (request.html_path, "HTML")) if path]
+    if written:
+        click.echo(f"Report written to {' and '.join(written)}.", err=request.output_format == "json")
+
+
+def _shown(path: str) -> str:
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.pardir) else relative
 
 
 def _end_despite_script_threads(outcome, threads_before, status: int) -> None:

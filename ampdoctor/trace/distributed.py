@@ -229,9 +229,9 @@ class MergedReport(TraceReport):
         return data
 
     def print(self, console=None) -> None:
-        from rich.console import Console
+        from .report_text import report_console
 
-        console = console or Console()
+        console = console or report_console(self)
         super().print(console)
         console.print(_ranks_table(self.ranks))
 

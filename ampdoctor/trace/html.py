@@ -235,6 +235,15 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
 def _gradient_section(report) -> str:
     from .charts import gradient_bars_svg
 
+    from .rules.underflow import float16_gradients
+
+    if report.what_if is None:
+        # float16's range says nothing about a bfloat16 or float32 run (the terminal hides its
+        # table too), and nothing about gradients a protocol mistake changed.
+        if not float16_gradients(report.observations):
+            return ""
+        if any("AMP505" in f.extra.get("invalidates", ()) for f in report.findings):
+            return ""
     rows = _gradient_rows(report)
     if not rows:
         return ""

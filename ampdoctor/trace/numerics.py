@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .ops import dtype_name
+from .ops import WRAPPER_PREFIXES, dtype_name
 
 GRADIENT_FIELDS = ("zero", "below_subnormal", "subnormal", "nonfinite", "max_abs")
 
@@ -33,6 +33,7 @@ class ModuleInfo:
 
     path: str
     cls: type
+    is_root: bool = False  # the module named by its class: every other is a path under it
 
     @property
     def class_name(self) -> str:
@@ -45,6 +46,10 @@ class ParamInfo:
     module: Optional[ModuleInfo]
     shape: tuple[int, ...]
     dtype: str
+    # A parameter shared by several modules (weight tying): its other names; and whether the
+    # module it is now named after ran in low precision (see ModuleRegistry.used_tied).
+    aliases: list[str] = field(default_factory=list)
+    low_precision_user: bool = False
 
 
 class ModuleRegistry:
@@ -58,6 +63,8 @@ class ModuleRegistry:
         # weak key per call; the weak reference tells a reused id from the parameter.
         self._param_ids: dict[int, tuple[Any, ParamInfo]] = {}
         self.class_files: dict[type, Optional[str]] = {}
+        # id(module) -> [(info, the parameter's name under that module)] for tied parameters.
+        self.tied: dict[int, list[tuple[ParamInfo, str, ModuleInfo]]] = {}
 
     def module(self, module: torch.nn.Module) -> ModuleInfo:
         info = self._modules.get(module)
@@ -80,18 +87,44 @@ class ModuleRegistry:
         return info
 
     def _register_root(self, root: torch.nn.Module) -> None:
-        root_label = type(root).__name__
         for path, sub in root.named_modules(remove_duplicate=False):
             if sub not in self._modules:
-                self._modules[sub] = ModuleInfo(path or root_label, type(sub))
+                path = strip_wrappers(path)
+                self._modules[sub] = ModuleInfo(path or type(sub).__name__, type(sub), is_root=not path)
                 self._remember_class_file(type(sub))
+        first_owner: dict[int, torch.nn.Module] = {}
         for name, param in root.named_parameters(remove_duplicate=False):
-            if param not in self._params:
-                owner_path = name.rpartition(".")[0]
-                owner = root.get_submodule(owner_path) if owner_path else root
+            owner_path = name.rpartition(".")[0]
+            owner = root.get_submodule(owner_path) if owner_path else root
+            info = self._params.get(param)
+            name = strip_wrappers(name)
+            if info is None:
                 self._params[param] = ParamInfo(
                     name, self._modules[owner], tuple(param.shape), dtype_name(param.dtype)
                 )
+                first_owner[id(param)] = owner
+                continue
+            if id(param) not in first_owner or name == info.name or name in info.aliases:
+                continue
+            # Tied: the gradient is the sum of every user's; it is named after the module that
+            # used it in the forward pass (used_tied), not after where it was registered first.
+            if not info.aliases:
+                first = first_owner[id(param)]
+                self.tied.setdefault(id(first), []).append((info, info.name, self._modules[first]))
+            info.aliases.append(name)
+            self.tied.setdefault(id(owner), []).append((info, name, self._modules[owner]))
+
+    def used_tied(self, module: torch.nn.Module, low_precision: bool) -> None:
+        """``module`` ran its forward: the tied parameters it holds are named after it, unless
+        a module that ran in low precision (where an overflow of their gradient is born) already
+        named them in this pass."""
+        for info, name, owner in self.tied[id(module)]:
+            if low_precision or not info.low_precision_user or info.module is owner:
+                if info.name != name:
+                    info.aliases = [n for n in [info.name, *info.aliases] if n != name]
+                    info.name = name
+                info.module = owner
+                info.low_precision_user = low_precision
 
     def _remember_class_file(self, cls: type) -> None:
         # Resolved while the script runs: a class defined in the script lives in a __main__
@@ -104,6 +137,16 @@ class ModuleRegistry:
             self.class_files[cls] = inspect.getsourcefile(cls)
         except (TypeError, OSError):
             self.class_files[cls] = None
+
+
+
+
+def strip_wrappers(path: str) -> str:
+    """``path`` without the leading wrapper attributes (``module.0.weight`` -> ``0.weight``)."""
+    parts = path.split(".") if path else []
+    while parts and parts[0] in WRAPPER_PREFIXES:
+        parts.pop(0)
+    return ".".join(parts)
 
 
 def class_source(cls: type, class_files: dict[type, Optional[str]]) -> tuple[Optional[str], Optional[int]]:

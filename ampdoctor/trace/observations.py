@@ -195,6 +195,12 @@ class Observations:
     # Gradient shares and max |g| are measured on the first iterations (the op-recording window,
     # at least one) and then on every ``gradient_interval``-th; inf/NaN on every iteration.
     gradient_interval: int = 1
+    # How the script failed, when it raised: ("Type: message", the user's innermost line).
+    script_error: Optional[tuple[str, Optional[tuple[str, int]]]] = None
+    # Per module path, the user's statement that called the module (its first call).
+    call_sites: dict[str, Optional[tuple[str, int]]] = field(default_factory=dict)
+    # GradScaler protocol mistakes seen as they happened (protocol.ProtocolEvent), lint's codes.
+    protocol_events: list = field(default_factory=list)
 
     @property
     def steps(self) -> int:

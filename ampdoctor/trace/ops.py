@@ -118,11 +118,20 @@ def dtype_name(dtype: Optional[torch.dtype]) -> Optional[str]:
     return name
 
 
+# The attribute under which wrappers hold the user's model: DistributedDataParallel and
+# DataParallel (``module``), torch.compile (``_orig_mod``), Lightning Fabric (``_forward_module``,
+# ``_original_module``). Names are shown as the user's own model names them.
+WRAPPER_PREFIXES = frozenset({"module", "_orig_mod", "_forward_module", "_original_module"})
+
+
 def tracker_path(tracker_name: str) -> str:
     """``ModuleTracker`` names a module ``Root.child.sub``; ampdoctor uses ``named_modules()``
     paths (``child.sub``) and the class name for a root module."""
     root, _, rest = tracker_name.partition(".")
-    return rest or root
+    parts = rest.split(".") if rest else []
+    while parts and parts[0] in WRAPPER_PREFIXES:  # as numerics.strip_wrappers
+        parts.pop(0)
+    return ".".join(parts) or root
 
 
 def innermost(parents: set[str]) -> Optional[str]:

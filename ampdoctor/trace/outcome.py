@@ -28,6 +28,8 @@ class Outcome:
     error: Optional[str] = None
     traceback: Optional[str] = None
     exception: Optional[BaseException] = field(default=None, repr=False, compare=False)  # while the runner shows it
+    # The innermost frame of the user's code in the error's traceback: (file, line).
+    error_site: Optional[tuple[str, int]] = None
 
     @property
     def completed(self) -> bool:

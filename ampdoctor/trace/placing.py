@@ -37,8 +37,11 @@ def _place(finding: Finding, observations: Observations, locator: Any) -> Findin
     extra = dict(finding.extra)
     module = extra.get("module")
     location: Optional[Location] = None
-    if module:
-        _add_class(extra, module, observations, locator)
+    if module or isinstance(extra.get("ops"), dict):
+        # A module's findings point at its forward statement; ops outside every module (the
+        # loss code after the model) at the statement that ran them.
+        if module:
+            _add_class(extra, module, observations, locator)
         site = op_site(observations, module, _ops_named(extra))
         if site is not None:
             extra.setdefault("source", format_site(site))
@@ -49,6 +52,10 @@ def _place(finding: Finding, observations: Observations, locator: Any) -> Findin
     elif finding.code in BACKWARD_CODES and observations.backward_site is not None:
         extra.setdefault("backward_site", format_site(observations.backward_site))
         location = Location(*observations.backward_site)
+    at = extra.pop("at", None)
+    if at:  # the rule named the statement itself
+        extra["source"] = format_site(tuple(at))
+        location = Location(at[0], at[1])
     if location is None:
         location = _class_location(extra) or finding.location
     return finding.replace(location=location, extra=extra)
@@ -63,7 +70,7 @@ def _ops_named(extra: dict) -> list[str]:
     return named
 
 
-def op_site(observations: Observations, module: str, preferred_ops: list[str]) -> Optional[tuple[str, int]]:
+def op_site(observations: Observations, module: Optional[str], preferred_ops: list[str]) -> Optional[tuple[str, int]]:
     """The user's forward statement that issued an op of ``module``: one of ``preferred_ops``
     first, then a matmul-class op, then any."""
     sites = [(op, site) for (mod, op, _), site in observations.op_sites.items() if mod == module]

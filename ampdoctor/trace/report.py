@@ -41,7 +41,8 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
                        op, op_input_max} or null
 ``backward_origin``    the first module whose backward made a finite gradient inf/NaN, on a
                        skipped step with a finite forward: {step, module, module_class, side
-                       ("parameter" | "input" | "output": born outside the modules), scale,
+                       ("parameter" | "input" | "inside": born in the module's own code, before
+                       ``submodule`` | "output": born outside the modules), scale,
                        output_grad_max, halvings_needed} or null
 ``linted_files``       the script and the local modules it imported, linted into the report
 ``static_findings``    their ``ampdoctor lint`` findings (Finding.to_dict())
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -103,8 +105,19 @@ class TraceReport:
     def completed(self) -> bool:
         return self.outcome.completed
 
+    @property
+    def all_findings(self) -> list[Finding]:
+        """The runtime findings and the static ones (``ampdoctor lint`` on the traced code)."""
+        return [*self.findings, *self.static_findings]
+
+    @property
+    def trained(self) -> bool:
+        """Whether at least one optimizer step ran: without one nothing about the training's
+        mixed precision can be concluded."""
+        return self.observations.stepped
+
     def worst_severity(self) -> Optional[Severity]:
-        return max((f.severity for f in self.findings), default=None)
+        return max((f.severity for f in self.all_findings), default=None)
 
     def fails(self, level: Optional[Severity]) -> bool:
         worst = self.worst_severity()
@@ -248,6 +261,7 @@ def _backward_origin_dict(obs: Observations) -> Optional[dict[str, Any]]:
         "module": origin.module,
         "module_class": origin.module_class,
         "side": origin.side,
+        "submodule": origin.submodule,
         "scale": json_number(origin.scale),
         "output_grad_max": json_number(origin.output_grad_max),
         "halvings_needed": halvings_needed(obs.backward_reference.get(origin.module), origin.scale),
@@ -284,6 +298,8 @@ def _notes(session: Any) -> list[str]:
             "No optimizer step was seen, so no training iteration was traced: ampdoctor trace "
             "counts `scaler.step(...)` and `optimizer.step()` calls."
         )
+    if not obs.stepped:
+        return notes + [f"ampdoctor's {error}." for error in obs.instrument_errors]
     if not obs.autocast_used:
         notes.append(
             "The script never entered torch.autocast: "
@@ -315,12 +331,34 @@ def _notes(session: Any) -> list[str]:
     return notes
 
 
+def _seen_both_ways(findings: list[Finding], static: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """A mistake seen at run time that lint also reports at the same line is one finding: the
+    runtime one, which says so."""
+    def key(finding: Finding) -> tuple:
+        return finding.code, os.path.abspath(finding.location.path), finding.location.line
+
+    runtime = {key(f): i for i, f in enumerate(findings) if f.location and f.location.path}
+    kept = []
+    findings = list(findings)
+    for finding in static:
+        key_ = key(finding)
+        index = runtime.get(key_)
+        if index is None:
+            kept.append(finding)
+            continue
+        seen = findings[index]
+        findings[index] = seen.replace(extra={**seen.extra, "lint": True})
+    return findings, kept
+
+
 def build_report(session: Any) -> TraceReport:
     obs = session.observations
     obs.class_files = dict(session.class_files)
     locator = Locator(session.script, obs.class_files)
     from .rules import evaluate
 
+    if session.outcome.reason == "error" and session.outcome.error:
+        obs.script_error = (session.outcome.error, session.outcome.error_site)
     findings = evaluate(obs, session.thresholds, locator)
     notes = _notes(session)
     static: list[Finding] = []
@@ -330,6 +368,7 @@ def build_report(session: Any) -> TraceReport:
         static, problem = lint_files(session.local_files)
         if problem:
             notes.append(problem)
+        findings, static = _seen_both_ways(findings, static)
     return TraceReport(
         script=session.script,
         argv=session.argv,

@@ -31,10 +31,9 @@ _TABLE_ROWS = 15
 
 
 def render(report, console=None) -> None:
-    from rich.console import Console
     from rich.markup import escape
 
-    console = console or Console()
+    console = console or report_console(report)
     obs = report.observations
     console.print(_headline(report))
     console.print(_verdict(report))
@@ -46,7 +45,7 @@ def render(report, console=None) -> None:
         console.print(_static_table(report.static_findings))
     if obs.ops:
         console.print(_ops_table(obs))
-    underflow = _underflow_table(report)
+    underflow = None if _withheld(report, "AMP505") else _underflow_table(report)
     if underflow is not None:
         console.print(underflow)
     timeline = _scale_table(obs)
@@ -64,15 +63,25 @@ def _headline(report) -> str:
 
 
 def _verdict(report) -> str:
-    if not report.findings:
-        steps = report.observations.steps
-        return f"[bold green]No mixed-precision problems found[/] in {steps} iteration(s)."
+    """The line under the headline: what the findings (runtime and static) add up to, and
+    nothing about the training when no iteration ran."""
+    findings = report.all_findings
     counts = {severity: 0 for severity in Severity}
-    for finding in report.findings:
+    for finding in findings:
         counts[finding.severity] += 1
     parts = [f"{n} {s.label}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(), reverse=True) if n]
-    worst = report.worst_severity()
-    return f"[{_SEVERITY_STYLE[worst]}]Found {', '.join(parts)}.[/]"
+    found = f"[{_SEVERITY_STYLE[report.worst_severity()]}]Found {', '.join(parts)}.[/]" if findings else ""
+    if not report.trained:
+        ended = {"error": "The script raised", "timeout": "--timeout stopped the script",
+                 "interrupt": "The script was interrupted"}.get(report.outcome.reason, "The script ended")
+        return (
+            f"[bold yellow]{ended} before its first optimizer step:[/] no training iteration ran, so "
+            "nothing is concluded about its mixed precision." + (f" {found}" if found else "")
+        )
+    if not findings:
+        steps = report.observations.steps
+        return f"[bold green]No mixed-precision problems found[/] in {steps} iteration(s)."
+    return found
 
 
 def _findings_table(findings: list[Finding]):
@@ -122,7 +131,7 @@ def _ops_table(obs: Observations):
 
     table = Table(title=f"Ops by module and dtype (first {obs.op_steps} iteration(s))", title_justify="left")
     for column in ("module", "op", "phase", "dtypes", "autocast", "count"):
-        table.add_column(column, justify="right" if column == "count" else "left")
+        table.add_column(column, justify="right" if column == "count" else "left", overflow="fold")
     rows = [(key, count) for key, count in sorted_census(obs.ops) if key.op not in _BOOKKEEPING_OPS]
     for key, count in rows[:_TABLE_ROWS]:
         dtypes = f"{','.join(key.input_dtypes) or '-'} -> {key.output_dtype or '-'}"
@@ -148,7 +157,7 @@ def _underflow_table(report):
         return None
     table = Table(title="Most underflow-prone gradients (float16 at the loss scale)", title_justify="left")
     for column in ("parameter", "lost", "zero", "< 2**-24", "subnormal", "max |g|"):
-        table.add_column(column, justify="left" if column == "parameter" else "right")
+        table.add_column(column, justify="left" if column == "parameter" else "right", overflow="fold")
     for share, _, stats in ranked[:5]:
         table.add_row(
             stats.name,
@@ -196,3 +205,29 @@ def _scale_table(obs: Observations):
         span = str(first) if first == last else f"{first}-{last}"
         table.add_row(span, format_scale(scale), str(skipped) if skipped else "")
     return table
+
+
+# Where the report goes to a file or a CI log, there is no terminal width to respect: wide
+# enough that module and parameter names are never folded, let alone cut.
+FILE_WIDTH = 100
+
+
+def report_console(report, stream=None):
+    """A rich console for the report: the terminal's width on a terminal, else one that fits the
+    longest name the report shows."""
+    import sys
+
+    from rich.console import Console
+
+    stream = stream or sys.stdout
+    if hasattr(stream, "isatty") and stream.isatty():
+        return Console(file=stream)
+    names = [*report.observations.gradients, *report.observations.activations]
+    names += [key.module or "" for key in report.observations.ops]
+    longest = max((len(name) for name in names), default=0)
+    return Console(file=stream, width=max(FILE_WIDTH, 4 * (longest + 8), 2 * longest + 60))
+
+
+def _withheld(report, code: str) -> bool:
+    """Whether a protocol mistake withheld ``code`` (its data would mislead as well)."""
+    return any(code in f.extra.get("invalidates", ()) for f in report.findings)

@@ -108,7 +108,9 @@ def _run(target: Target) -> Outcome:
     except KeyboardInterrupt:
         return Outcome("interrupt", error="KeyboardInterrupt")
     except BaseException as exc:  # the script's own error, reported with its traceback
-        return Outcome("error", error=_one_line(exc), traceback=script_traceback(exc), exception=exc)
+        return Outcome(
+            "error", error=_one_line(exc), traceback=script_traceback(exc), exception=exc, error_site=_user_frame(exc)
+        )
     return Outcome("end")
 
 
@@ -146,6 +148,20 @@ def _run_file_as_main(path: str) -> None:
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _user_frame(exc: BaseException) -> Optional[tuple[str, int]]:
+    """The innermost frame of the user's code in the traceback of ``exc``."""
+    from .sites import is_user_file
+
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if is_user_file(filename):
+            found = (os.path.abspath(filename), tb.tb_lineno)
+        tb = tb.tb_next
+    return found
 
 
 def script_traceback(exc: BaseException) -> str:

@@ -19,8 +19,10 @@ All values stay on the device; the session reads them in its one sync per iterat
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
+import weakref
 from typing import Any, Optional, Protocol
 
 import torch
@@ -31,6 +33,8 @@ _TorchGradScaler = torch.amp.GradScaler
 
 class ScalerObserver(Protocol):
     def scaler_scaled(self, scaler: "TracedGradScaler", outputs: Any, scaled: Any) -> None: ...
+
+    def scaler_unscale_started(self, scaler: "TracedGradScaler", optimizer: Any) -> None: ...
 
     def scaler_unscaled(self, scaler: "TracedGradScaler", optimizer: Any) -> None: ...
 
@@ -57,6 +61,21 @@ def _current(scaler: "TracedGradScaler") -> Optional[ScalerObserver]:
 _stepping = threading.local()
 
 
+# Where each scaler made during the session was created (the user's line), for AMP205.
+creation_sites: "weakref.WeakKeyDictionary[Any, Optional[tuple[str, int]]]" = weakref.WeakKeyDictionary()
+
+
+# Scalers whose state was loaded (resuming): made anew, but carrying on the old scale.
+resumed: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def _remember_creation(scaler: Any) -> None:
+    if _observer is not None:
+        from .sites import user_site
+
+        creation_sites[scaler] = user_site()
+
+
 def observed_scaler_stepping() -> bool:
     """Whether a scaler ampdoctor observes is inside its ``step`` on this thread (a disabled
     one too, which steps the optimizer plainly): torch's ``step`` code further up the stack is
@@ -68,6 +87,12 @@ class _Observed:
     """The observation points, mixed in before a GradScaler class; the behaviour is the
     parent's."""
 
+    def __new__(cls, *args: Any, **kwargs: Any):
+        # Here rather than in __init__, whose frames torch's constructor warnings count.
+        scaler = super().__new__(cls)
+        _remember_creation(scaler)
+        return scaler
+
     def scale(self, outputs):  # type: ignore[override]
         scaled = super().scale(outputs)
         observer = _current(self)
@@ -75,9 +100,15 @@ class _Observed:
             observer.scaler_scaled(self, outputs, scaled)
         return scaled
 
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(state_dict)
+        resumed.add(self)  # a scaler made again from the saved state continues the old one
+
     def unscale_(self, optimizer) -> None:
-        super().unscale_(optimizer)
         observer = _current(self)
+        if observer is not None:
+            observer.scaler_unscale_started(self, optimizer)
+        super().unscale_(optimizer)
         if observer is not None:
             observer.scaler_unscaled(self, optimizer)
 
@@ -225,6 +256,7 @@ class ScalerPatch:
             original_init(scaler, *args, **kwargs)
             if not isinstance(scaler, _Observed):
                 scaler.__class__ = traced_variant(type(scaler))
+                _remember_creation(scaler)
 
         self._saved.append((_TorchGradScaler, "__init__", original_init))
         _TorchGradScaler.__init__ = observed_init
@@ -236,3 +268,34 @@ class ScalerPatch:
         for namespace, name, original in reversed(self._saved):
             setattr(namespace, name, original)
         self._saved.clear()
+
+
+def found_no_inf(scaler, optimizer) -> bool:
+    """Whether ``unscale_`` just found every gradient of ``optimizer`` finite, known without a
+    device sync: torch's own ``found_inf`` tensors, read only when they live on the CPU."""
+    state = scaler._per_optimizer_states.get(id(optimizer))
+    found = state.get("found_inf_per_device") if state else None
+    if not found or any(tensor.device.type != "cpu" for tensor in found.values()):
+        return False
+    return all(tensor.item() == 0 for tensor in found.values())
+
+
+def stepped_by_untraced_scaler() -> bool:
+    """Whether torch's own GradScaler (one created before the session) is stepping this
+    optimizer: its ``step`` code is a few frames up. Frames are compared by code object only;
+    reading ``f_locals`` would pin the caller's locals. Checked once per step, never per op.
+    A scaler ampdoctor observes (a disabled one steps the optimizer plainly) is not one."""
+    if observed_scaler_stepping():
+        return False
+    scaler_code = {
+        _TorchGradScaler.step.__code__,
+        _TorchGradScaler._maybe_opt_step.__code__,
+    }
+    frame = sys._getframe(2)
+    for _ in range(6):
+        if frame is None:
+            return False
+        if frame.f_code in scaler_code:
+            return True
+        frame = frame.f_back
+    return False

@@ -67,9 +67,10 @@ from .numerics import ModuleRegistry, PendingIteration
 from .observations import IterationRecord, Observations, ScalerConfig
 from .ops import AutocastTracker, OpCensus, dtype_name
 from .outcome import Outcome, exit_code_of
+from .protocol import ProtocolWatch
 from .sites import user_site
 from .rulebase import Thresholds
-from .scaler import ScalerPatch, _TorchGradScaler, observed_scaler_stepping
+from .scaler import ScalerPatch, found_no_inf, stepped_by_untraced_scaler
 from .threads import ThreadStops
 
 DEFAULT_RECORD_OPS_STEPS = 2
@@ -141,6 +142,7 @@ class TraceSession:
         self._activations.backward_watch = self._backward
         self._gradients = GradientMonitor(self._registry, self)
         self._autocast = AutocastTracker(on_enter=self._autocast_entered)
+        self._protocol = ProtocolWatch(self)
         # Iteration clock.
         self._stepped: dict[int, str] = {}
         self._iteration_optimizers: Optional[set[int]] = None
@@ -184,6 +186,8 @@ class TraceSession:
         compiles.install()
         stack.callback(compiles.remove)
         self._patch_backward(stack)
+        self._protocol.install()
+        stack.callback(self._protocol.remove)
         for handle in (
             register_optimizer_step_pre_hook(self._optimizer_pre_step),
             register_optimizer_step_post_hook(self._optimizer_post_step),
@@ -328,15 +332,19 @@ class TraceSession:
         if self._float16_autocast_since_backward:
             observations.float16_backward_calls += 1
             self._float16_autocast_since_backward = False
-        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
-            if not any(ref() is tensors for ref in self._scaled_outputs):
-                self.pending.loss_slots.append(self.pending.batch.add(tensors.detach().clone()))
+        scaled = isinstance(tensors, torch.Tensor) and any(ref() is tensors for ref in self._scaled_outputs)
+        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1 and not scaled:
+            self.pending.loss_slots.append(self.pending.batch.add(tensors.detach().clone()))
+        device = tensors.device.type if isinstance(tensors, torch.Tensor) else None
+        self._protocol.backward(scaled, device is not None and self._autocast.state(device) == "on")
 
     def _optimizer_pre_step(self, optimizer, args, kwargs) -> None:
         if self._in_scaler_step:
             return
-        if not self.observations.untraced_scaler and _stepped_by_untraced_scaler():
+        if not self.observations.untraced_scaler and stepped_by_untraced_scaler():
             self.observations.untraced_scaler = True
+        else:
+            self._protocol.plain_step(optimizer)
         if id(optimizer) in self._stepped:
             # The same optimizer again: the previous iteration is over.
             if self._iteration_optimizers is None:
@@ -376,10 +384,14 @@ class TraceSession:
 
     def scaler_scaled(self, scaler, outputs, scaled) -> None:
         self._remember_scaler(scaler)
+        self._protocol.scaled(scaler)
         if isinstance(outputs, torch.Tensor) and isinstance(scaled, torch.Tensor):
             self._scaled_outputs.append(weakref.ref(scaled))
             if outputs.numel() == 1:
                 self.pending.loss_slots.append(self.pending.batch.add(outputs.detach().clone()))
+
+    def scaler_unscale_started(self, scaler, optimizer) -> None:
+        self._protocol.scaler_step(scaler, optimizer, unscaling=True)
 
     def scaler_unscaled(self, scaler, optimizer) -> None:
         full = self._gradient_shares_due()
@@ -389,11 +401,12 @@ class TraceSession:
             scaler._scale,
             grads_scaled=False,
             full=full,
-            known_finite=not full and _found_no_inf(scaler, optimizer),
+            known_finite=not full and found_no_inf(scaler, optimizer),
         )
 
     def scaler_step_started(self, scaler, optimizer, grads_scaled: bool) -> None:
         self._in_scaler_step = True
+        self._protocol.scaler_step(scaler, optimizer)
         if self.observations.step_site is None:
             self.observations.step_site = user_site(skip=2)
         if grads_scaled:
@@ -412,6 +425,7 @@ class TraceSession:
             self.pending.used_scale_slot = self.pending.batch.add(scaler._scale.detach().clone())
 
     def scaler_updated(self, scaler, scale_before, scale_after) -> None:
+        self._protocol.updated(scaler)
         if not self._stepped:
             return
         batch = self.pending.batch
@@ -527,37 +541,6 @@ class TraceSession:
 def _has_closure(args: tuple, kwargs: dict) -> bool:
     """Whether ``optimizer.step`` was given a closure that computes the gradients."""
     return callable(kwargs.get("closure")) or bool(args and callable(args[0]))
-
-
-def _found_no_inf(scaler, optimizer) -> bool:
-    """Whether ``unscale_`` just found every gradient of ``optimizer`` finite, known without a
-    device sync: torch's own ``found_inf`` tensors, read only when they live on the CPU."""
-    state = scaler._per_optimizer_states.get(id(optimizer))
-    found = state.get("found_inf_per_device") if state else None
-    if not found or any(tensor.device.type != "cpu" for tensor in found.values()):
-        return False
-    return all(tensor.item() == 0 for tensor in found.values())
-
-
-def _stepped_by_untraced_scaler() -> bool:
-    """Whether torch's own GradScaler (one created before the session) is stepping this
-    optimizer: its ``step`` code is a few frames up. Frames are compared by code object only;
-    reading ``f_locals`` would pin the caller's locals. Checked once per step, never per op.
-    A scaler ampdoctor observes (a disabled one steps the optimizer plainly) is not one."""
-    if observed_scaler_stepping():
-        return False
-    scaler_code = {
-        _TorchGradScaler.step.__code__,
-        _TorchGradScaler._maybe_opt_step.__code__,
-    }
-    frame = sys._getframe(2)
-    for _ in range(6):
-        if frame is None:
-            return False
-        if frame.f_code in scaler_code:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _outcome_of(exc_type, exc) -> Outcome:

@@ -47,7 +47,7 @@ def render_what_if(result, console) -> None:
         )
     if result.params:
         grads = Table(title="Gradients at the predicted scale")
-        grads.add_column("parameter")
+        grads.add_column("parameter", overflow="fold")
         grads.add_column("underflow to zero", justify="right")
         grads.add_column("below normal", justify="right")
         grads.add_column("max |g|", justify="right")
@@ -58,7 +58,7 @@ def render_what_if(result, console) -> None:
         console.print(grads)
     if result.overflows:
         acts = Table(title="Activations beyond float16 (65504)")
-        acts.add_column("module")
+        acts.add_column("module", overflow="fold")
         acts.add_column("max |x|", justify="right")
         acts.add_column("keep in float32")
         for overflow in result.overflows[:_ROWS]:

@@ -165,3 +165,80 @@ def test_paths_inside_the_current_folder_are_shown_relative(tmp_path, monkeypatc
     page = _trace_html(tmp_path, Path("train.py"), "--steps", "3")
     assert "<code>train.py</code>" in page and "train.py:23" in page
     assert str(project) not in page
+
+
+LONG_NAMES_SCRIPT = '''
+import sys
+
+import torch
+from torch import nn
+
+dtype = torch.float16 if sys.argv[1] == "float16" else torch.bfloat16
+model = nn.Sequential()
+model.add_module("encoder_stack_with_a_rather_long_name", nn.ModuleDict({
+    "cross_attention_projection_for_the_decoder_layers": nn.Linear(8, 8),
+    "feed_forward_expansion_block_number_one": nn.Linear(8, 8),
+}))
+layers = model.encoder_stack_with_a_rather_long_name
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu", enabled=dtype == torch.float16)
+for step in range(6):
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=dtype):
+        x = torch.randn(16, 8)
+        out = layers["feed_forward_expansion_block_number_one"](layers["cross_attention_projection_for_the_decoder_layers"](x))
+        loss = out.float().pow(2).mean() * 1e-6
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+'''
+
+# Reports, into the page, every pair of text elements in one chart whose boxes intersect.
+OVERLAP_PROBE = """
+<script>
+const found = [];
+document.querySelectorAll("svg").forEach((svg, chart) => {
+  const boxes = [...svg.querySelectorAll("text")].filter(t => t.textContent.trim())
+    .map(t => [t.textContent.trim(), t.getBoundingClientRect()]);
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const [a, p] = boxes[i], [b, q] = boxes[j];
+    const w = Math.min(p.right, q.right) - Math.max(p.left, q.left);
+    const h = Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top);
+    if (w > 1 && h > 1) found.push(chart + ": " + a + " / " + b);
+  }
+});
+const out = document.createElement("pre");
+out.id = "overlaps";
+out.textContent = JSON.stringify({charts: document.querySelectorAll("svg").length, overlaps: found});
+document.body.appendChild(out);
+</script>
+"""
+
+
+def _boxes_in_chromium(tmp_path: Path, html_text: str) -> dict:
+    import json
+
+    probe = tmp_path / "probe.html"
+    probe.write_text(html_text.replace("</body>", OVERLAP_PROBE + "</body>"), encoding="utf-8")
+    dom = _chromium(tmp_path, "--window-size=1100,1600", "--dump-dom", probe.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'<pre id="overlaps">(.*?)</pre>', dom.stdout, flags=re.S)
+    assert found, dom.stdout[-2000:]
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_chart_titles_labels_and_long_names_do_not_overlap_in_chromium(tmp_path, dtype):
+    script = tmp_path / "long_names.py"
+    script.write_text(LONG_NAMES_SCRIPT)
+    page = _trace_html(tmp_path, script, "--", dtype)
+    if dtype == "float16":
+        assert "Gradient underflow" in page and "feed_forward_expansion_block_number_one" in page
+    else:  # bfloat16 without a scaler: float16's range does not apply, as in the terminal
+        assert "Gradient underflow" not in page and 'id="gradients"' not in page
+    assert "10^" not in page and "10<sup>" not in page  # plain numbers on the loss axis
+    boxes = _boxes_in_chromium(tmp_path, page)
+    assert boxes["charts"] == (2 if dtype == "float16" else 1)
+    assert boxes["overlaps"] == []

@@ -192,3 +192,77 @@ def test_cli_defaults_are_the_session_defaults():
     defaults = {param.name: param.default for param in trace_command.params}
     assert defaults["gradient_interval"] == DEFAULT_GRADIENT_INTERVAL
     assert defaults["record_ops_steps"] == DEFAULT_RECORD_OPS_STEPS
+
+
+def test_options_after_the_script_mixed_with_the_scripts_own_are_named_on_stderr(trace_cli):
+    run = trace_cli(script("argv_probe.py"), "--lr", "0.1", "--steps", "2")
+    assert json.loads(run.stdout.splitlines()[0])["argv"][1:] == ["--lr", "0.1"]
+    (notice,) = [line for line in run.stderr.splitlines() if line.startswith("ampdoctor trace: took")]
+    assert "--steps 2" in notice and "--lr 0.1" in notice and "--" in notice
+
+
+def test_ampdoctor_options_alone_after_the_script_need_no_notice(trace_cli):
+    run = trace_cli(script("argv_probe.py"), "--steps", "2")
+    assert json.loads(run.stdout.splitlines()[0])["argv"][1:] == []
+    assert "took" not in run.stderr
+
+
+def test_after_the_double_dash_every_option_is_the_scripts(trace_cli):
+    run = trace_cli(script("argv_probe.py"), "--", "--steps", "3", "--json", "x.json", "--timeout", "1")
+    assert json.loads(run.stdout.splitlines()[0])["argv"][1:] == ["--steps", "3", "--json", "x.json", "--timeout", "1"]
+    assert run.report is not None and "took" not in run.stderr
+
+
+def test_a_script_dying_before_its_first_step_concludes_nothing_about_its_training(trace_cli):
+    run = trace_cli(script("dies_before_stepping.py"))
+    assert run.exit_code == 1 and run.report["steps"] == 0
+    text = " ".join(run.stdout.split())
+    assert "The script raised before its first optimizer step" in text
+    assert "nothing is concluded" in text
+    assert "No mixed-precision problems found" not in text and "full precision" not in text
+    assert not any("never entered torch.autocast" in note for note in run.report["notes"])
+
+
+def test_the_report_files_written_are_named_on_stderr(trace_cli, tmp_path):
+    page = tmp_path / "page.html"
+    run = trace_cli(script("early_end.py"), "--html", str(page), "--no-lint")
+    (line,) = [line for line in run.stdout.splitlines() if "Report written to" in line]
+    assert "report.json (JSON)" in line and "page.html (HTML)" in line
+
+
+def test_names_are_never_cut_when_the_report_goes_to_a_file(tmp_path):
+    import subprocess
+    import sys
+
+    source = tmp_path / "long.py"
+    source.write_text(
+        "import torch\nfrom torch import nn\n"
+        "inner = nn.Sequential()\n"
+        "inner.add_module('a_projection_layer_with_a_really_long_descriptive_name_for_the_logs', nn.Linear(4, 4))\n"
+        "class Wrapper(nn.Module):\n"
+        "    def __init__(self, model):\n"
+        "        super().__init__()\n"
+        "        self._orig_mod = model\n"
+        "    def forward(self, x):\n"
+        "        return self._orig_mod(x)\n"
+        "model = Wrapper(inner)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n"
+        "    opt.zero_grad()\n"
+        "    with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+        "        loss = model(torch.randn(8, 4)).float().pow(2).mean()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+    )
+    out = tmp_path / "report.txt"
+    with out.open("w") as handle:
+        subprocess.run([sys.executable, "-m", "ampdoctor", "trace", str(source), "--no-lint", "--json",
+                        str(tmp_path / "r.json")], stdout=handle, stderr=subprocess.PIPE, timeout=300, check=False)
+    text = out.read_text()
+    name = "a_projection_layer_with_a_really_long_descriptive_name_for_the_logs"
+    assert name in text and "…" not in text
+    # The wrapper's attribute is not part of the user's names.
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert {g["name"] for g in report["gradients"]} == {f"{name}.weight", f"{name}.bias"}
+    assert not [a for a in report["activations"] if "_orig_mod" in a["module"]]
+    assert not [o for o in report["ops"] if o["module"] and "_orig_mod" in o["module"]]

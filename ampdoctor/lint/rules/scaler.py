@@ -79,12 +79,15 @@ class ClipBeforeUnscale(LintRule):
         unscales = _scaler_events(frame, EventKind.UNSCALE, scaler)
         if any(backwards[-1].order < u.order < clip.order for u in unscales):
             return None
+        optimizers = {s.optimizer for s in steps}
+        # The user's own optimizer name when the steps after the clip say which one it is.
+        optimizer = next(iter(optimizers)) if len(optimizers) == 1 and None not in optimizers else "optimizer"
         return Report(
             self.code,
             clip.call.node,
             f"gradients are clipped while still multiplied by the loss scale of `{scaler}`: "
-            f"call `{scaler}.unscale_(optimizer)` before clipping",
-            help=f"Insert `{scaler}.unscale_(optimizer)` before the clip",
+            f"call `{scaler}.unscale_({optimizer})` before clipping",
+            help=f"Insert `{scaler}.unscale_({optimizer})` before the clip",
             fix=self._fix(facts, clip, scaler, steps, unscales),
             statement=clip.call.statement,
         )

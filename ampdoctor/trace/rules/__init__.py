@@ -5,8 +5,10 @@ with ``rulebase.rule``:
 - ``nonfinite.py``    AMP503 non-finite loss, AMP504 where the first inf/NaN was born
 - ``underflow.py``    AMP505 gradients underflow float16, AMP510 float16 backward without a scaler
 - ``activations.py``  AMP506 float16 activations close to float16's max
-- ``census.py``       AMP507-AMP509 what the op census saw
+- ``census.py``       AMP507-AMP509 what the op census saw, and AMP105 (lint's code) for binary_cross_entropy
+- ``errors.py``       AMP301, AMP105 (lint's codes): a script that died of them
 - ``ranks.py``        AMP511 ranks that disagree on the loss scale (the merged torchrun report)
+- ``protocol.py``     AMP101, AMP201-AMP205, AMP303: lint's protocol codes, seen at run time
 
 ``evaluate`` runs the rules of one run on its observations; ``evaluate_ranks`` the rules of a
 merged report on the ranks' JSON reports. Every message says what was measured and every help
@@ -20,7 +22,7 @@ from typing import Any
 from ...findings import Finding, Location
 from ..observations import Observations
 from ..rulebase import Locator, RegisteredRule, Thresholds, registered
-from . import activations, census, nonfinite, ranks, scale, underflow  # noqa: F401  (they register their rules)
+from . import activations, census, errors, nonfinite, protocol, ranks, scale, underflow  # noqa: F401  (register)
 
 
 def registered_rules(scope: str | None = None) -> list[RegisteredRule]:
@@ -39,6 +41,7 @@ def evaluate(observations: Observations, thresholds: Thresholds, locator: Locato
     findings = [
         finding for entry in registered("run") for finding in entry.check(observations, thresholds, locator)
     ]
+    findings = _withhold_invalidated(findings)
     findings = place_findings(findings, observations, locator)
     return sorted(findings, key=lambda f: (-f.severity, f.code, f.extra.get("step") or 0))
 
@@ -51,3 +54,28 @@ def evaluate_ranks(reports: dict[int, dict[str, Any]], location: Location) -> li
         if finding is not None:
             findings.append(finding)
     return findings
+
+
+def _withhold_invalidated(findings: list[Finding]) -> list[Finding]:
+    """Drop the numeric findings a protocol mistake invalidates; the mistake's finding says
+    which were withheld and why."""
+    withheld: dict[str, set[str]] = {}
+    for finding in findings:
+        for code in protocol.INVALIDATES.get(finding.code, ()):
+            withheld.setdefault(code, set()).add(finding.code)
+    present = {f.code for f in findings}
+    kept = []
+    for finding in findings:
+        if finding.code in withheld:
+            continue
+        invalidated = sorted(code for code, causes in withheld.items() if finding.code in causes)
+        dropped = [code for code in invalidated if code in present]
+        if dropped:
+            finding = finding.replace(
+                message=finding.message + f" Withheld: {', '.join(dropped)}, which measured what this "
+                "mistake changed."
+            )
+        if invalidated:
+            finding = finding.replace(extra={**finding.extra, "withheld": dropped, "invalidates": invalidated})
+        kept.append(finding)
+    return kept

@@ -107,3 +107,26 @@ def forward_outside_autocast(observations: Observations, thresholds: Thresholds,
         "AMP509", message, module_location(locator, observations, modules[0]), help,
         module=modules[0], modules={str(m): sum(ops.values()) for m, ops in grouped.items()},
     )
+
+
+@rule("AMP105")
+def binary_cross_entropy_under_autocast(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    """binary_cross_entropy ran inside an enabled autocast region: CUDA autocast refuses it, and
+    the probabilities it takes were computed in low precision, where a sigmoid saturates."""
+    grouped = _ops_by_module(
+        observations, lambda k: k.op == "binary_cross_entropy" and k.phase == "forward" and k.autocast == "on"
+    )
+    for module, ops in grouped.items():
+        message = (
+            f"{module_label(module, observations)} ran binary_cross_entropy inside an enabled autocast region "
+            f"({_op_list(ops)}): autocast on CUDA refuses it (it is unsafe to autocast), and the "
+            "probabilities it reads come from a low-precision sigmoid, which rounds to exactly 0 or 1."
+        )
+        help = (
+            "Drop the final sigmoid and use `nn.BCEWithLogitsLoss()` (or "
+            "`F.binary_cross_entropy_with_logits(logits, target)`), which is stable and autocast-safe."
+        )
+        yield make_finding(
+            "AMP105", message, module_location(locator, observations, module), help,
+            module=module, ops=dict(ops),
+        )

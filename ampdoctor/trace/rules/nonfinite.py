@@ -8,7 +8,7 @@ from typing import Iterator, Optional
 
 from ...findings import Finding
 from ...float16 import FLOAT16_MAX
-from ..backward import OUTPUT, PARAMETER, halvings_needed
+from ..backward import INSIDE, OUTPUT, PARAMETER, halvings_needed
 from ..observations import Observations
 from ..rulebase import Locator, Thresholds, defined_at, format_scale, make_finding, rule
 
@@ -113,6 +113,24 @@ def backward_overflow_origin(observations: Observations, thresholds: Thresholds,
             "mean rather than a sum over many elements, or lower the GradScaler's `init_scale`."
         )
         halvings = None
+    elif origin.side == INSIDE:
+        received = f" (max |g| {origin.output_grad_max:.6g})" if origin.output_grad_max is not None else ""
+        message = (
+            f"the first inf/NaN of the backward pass was born inside `{origin.module}` ({origin.module_class}"
+            f"{defined}), in its own forward code outside its submodules, at iteration {origin.step} ({scale}): "
+            f"the gradient reaching its output was finite{received}, the one reaching `{origin.submodule}` was "
+            f"{'NaN' if nan else 'inf'}, with a finite forward pass."
+        )
+        if not nan and origin.output_grad_max is not None and origin.scale:
+            message += (
+                f" A float32 gradient handed to a float16 branch (a residual `x + f(x)`) overflows when it "
+                f"exceeds 65504: here {origin.output_grad_max:.6g}."
+            )
+        help = (
+            "Keep the gradient inside float16's range: reduce the loss with a mean rather than a sum, lower "
+            "the GradScaler's `init_scale`, or run this part in float32 (`torch.autocast(device, enabled=False)`)."
+        )
+        halvings = None
     else:
         produced = "its parameters' gradient" if origin.side == PARAMETER else "the gradient w.r.t. its inputs"
         received = f" (max |g| {origin.output_grad_max:.6g})" if origin.output_grad_max is not None else ""
@@ -141,4 +159,17 @@ def backward_overflow_origin(observations: Observations, thresholds: Thresholds,
         step=origin.step, phase="backward", module=origin.module, module_class=origin.module_class,
         class_file=class_path, class_line=class_line, side=origin.side, scale=origin.scale,
         output_grad_max=origin.output_grad_max, halvings_needed=halvings, skipped=skipped,
+        submodule=origin.submodule, at=_call_of_branch(observations, origin),
     )
+
+
+def _call_of_branch(observations: Observations, origin) -> Optional[tuple[str, int]]:
+    """Born inside a module: the statement of its forward that called the branch the
+    non-finite gradient went into (``x + self.mlp(...)``), where the user acts."""
+    if origin.side != INSIDE or not origin.submodule:
+        return None
+    prefix = origin.module + "."
+    inside = origin.submodule.startswith(prefix)  # else the module is a root, named by its class
+    rest = origin.submodule[len(prefix):] if inside else origin.submodule
+    child = (prefix if inside else "") + rest.split(".")[0]
+    return observations.call_sites.get(child)

@@ -36,6 +36,17 @@ def gradient_losses(observations: Observations, thresholds: Thresholds) -> list[
     return sorted(ranked, key=lambda item: -item[1])
 
 
+_DEFAULT_INIT_SCALE = 2.0**16
+_DEFAULT_GROWTH_INTERVAL = 2000
+
+
+def _model_share(observations: Observations, params: list[tuple[GradientStats, float]]) -> float:
+    """The share of all the model's gradient elements that the flagged parameters lose."""
+    total = sum(math.prod(stats.shape) for stats in observations.gradients.values())
+    lost = sum(share * math.prod(stats.shape) for stats, share in params)
+    return lost / total if total else 0.0
+
+
 def _suggested_scale(observations: Observations) -> Optional[float]:
     """The largest power of two that keeps the largest gradient at half float16's max."""
     largest = max((g.max_abs for g in observations.gradients.values()), default=0.0)
@@ -49,6 +60,10 @@ def underflow_prone_gradients(observations: Observations, thresholds: Thresholds
     if not float16_gradients(observations):
         return
     params = gradient_losses(observations, thresholds)
+    if _model_share(observations, params) <= thresholds.underflow_share:
+        # A few elements of a small tensor (a bias whose gradient is rounding noise, such as the
+        # key bias of attention, which softmax ignores) are not the model's gradients underflowing.
+        params = []
     # At module boundaries zeros are mostly the inactive units of a following ReLU: only the
     # measured subnormal values count there.
     boundaries = sorted(
@@ -89,10 +104,15 @@ def _underflow_help(observations: Observations, scale: float) -> str:
         )
         if config is None:
             advice += ": scale the loss with `torch.amp.GradScaler(device)`"
-        elif config.init_scale < suggested or config.growth_interval > 10_000:
+        elif config.init_scale < _DEFAULT_INIT_SCALE or config.growth_interval > _DEFAULT_GROWTH_INTERVAL:
             advice += (
                 f": your GradScaler(init_scale={config.init_scale:g}, growth_interval={config.growth_interval}) "
-                "keeps the scale low; use the defaults"
+                "keeps the scale low; the defaults (init_scale=65536, growth_interval=2000) let it grow"
+            )
+        else:
+            advice += (
+                f": GradScaler doubles the scale by itself after every {config.growth_interval} steps "
+                f"without overflow; to start there, `GradScaler(init_scale={suggested:g})`"
             )
         return advice + "; bfloat16 autocast would keep them too."
     return (
