@@ -36,7 +36,6 @@ ROOT = HERE.parent.parent
 BASES = HERE / "bases"
 CASES_DIR = HERE / "cases"
 FRAMEWORKS = ROOT / "fixtures" / "trace" / "frameworks"
-SCRIPTS = ROOT / "tests" / "trace" / "scripts"
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ GAN = BASES / "gan.py"
 TIMM = BASES / "timm_style.py"
 LIGHTNING = FRAMEWORKS / "lightning_trainer.py"
 ACCELERATE = FRAMEWORKS / "accelerate_loop.py"
-ACCELERATE_FP16 = SCRIPTS / "accelerate_scaler_path.py"
+ACCELERATE_FP16 = BASES / "accelerate_fp16.py"
 HF_TRAINER = FRAMEWORKS / "hf_trainer.py"
 
 CLIP_CURE = (r"unscale_",)
@@ -281,21 +280,21 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         "accelerate_healthy_fp16", ACCELERATE_FP16, "healthy, float16 scaler path",
-        args=("--max-steps", "4", "--init-scale", "65536"), framework=True,
+        args=("--max-steps", "4"), framework=True,
     ),
     Case(
         "accelerate_clip_torch_util", ACCELERATE_FP16, "clip before unscale (torch's clip, not the Accelerator's)",
         edits=(("                accelerator.clip_grad_norm_(", "                torch.nn.utils.clip_grad_norm_("),),
         expect="AMP201", at=("torch.nn.utils.clip_grad_norm_(",),
         cure=(r"accelerator\.clip_grad_norm_|unscale_",), cure_not=CLIP_NOT, forbidden=("AMP505",),
-        args=("--max-steps", "4", "--init-scale", "65536"), framework=True,
+        args=("--max-steps", "4"), framework=True,
     ),
     Case(
         "accelerate_plain_backward", ACCELERATE_FP16, "unscaled backward (loss.backward(), not the Accelerator's)",
         edits=(("            accelerator.backward(loss)", "            loss.backward()"),),
         expect="AMP204", at=("loss.backward()",),
         cure=(r"accelerator\.backward|scaler\.scale|scale\(loss\)",),
-        args=("--max-steps", "4", "--init-scale", "65536"), framework=True,
+        args=("--max-steps", "4"), framework=True,
     ),
     Case(
         "hf_trainer_healthy_bf16", HF_TRAINER, "healthy, bf16",

@@ -35,27 +35,14 @@ CASES = run.CASES
 
 # What the tracer says today where it is wrong (see the README's diagnosis benchmark table).
 KNOWN_WRONG = {
-    "nanogpt_healthy_fp16": "AMP505 false alarm: the key part of c_attn.bias, whose gradient is mathematically zero",
-    "nanogpt_healthy_loss_float32": "the same AMP505 false alarm as nanogpt_healthy_fp16",
-    "nanogpt_clip_before_unscale": "AMP505 (a loss scale of 2**33) instead of AMP201 at the clip",
-    "nanogpt_loss_sum": "AMP504 names transformer.h.1.mlp.c_proj and 'outside every module', not the tied lm_head",
-    "nanogpt_mask_minus_1e9": "no finding: only the script's float16 overflow error",
-    "nanogpt_half_model": "AMP503 NaN loss 'started in transformer.wte' instead of AMP303",
-    "nanogpt_log_softmax_float16": "AMP505 false alarm ranked above the right AMP508",
-    "nanogpt_missing_update": "no AMP202 at run time; the script dies in torch's unscale_ check",
-    "nanogpt_backward_in_autocast": "no AMP101 at run time",
-    "gan_bce_on_probabilities": "no finding",
-    "gan_scaler_per_epoch": "no AMP205 at run time",
-    "gan_missing_update": "no AMP202 at run time; the script dies in torch's step check",
-    "timm_clip_before_unscale": "AMP505 (a loss scale of 2**33) instead of AMP201 in the scaler class",
-    "timm_scaler_per_epoch": "no AMP205 at run time (the scaler is made inside a helper class)",
-    "timm_missing_update": "no AMP202 at run time; the script dies in torch's unscale_ check",
-    "timm_backward_in_autocast": "no AMP101 at run time (the backward is inside a helper class)",
-    "lightning_clip_in_after_backward": "AMP505 instead of AMP201 at the clip in on_after_backward",
-    "accelerate_healthy_fp16": "AMP505 false alarm: 1% of one bias vector's gradient elements",
-    "accelerate_clip_torch_util": "no AMP201 at run time for torch's clip of the Accelerator's scaled gradients",
-    "accelerate_plain_backward": "AMP505/AMP510 instead of AMP204; the script dies in torch's step check",
-    "hf_trainer_autocast_in_compute_loss": "AMP505 ranked first; AMP510 points into the framework, not at the autocast in compute_loss",
+    "nanogpt_loss_sum": "AMP504 names the residual add in transformer.h.1 (line 63); lm_head's weight gradient, "
+                        "tied to transformer.wte, is inf earlier in the backward pass",
+    "timm_scaler_per_epoch": "AMP205 points into NativeScaler.__init__ (line 26), not at the NativeScaler(...) "
+                             "made inside the epoch loop (line 101)",
+    "lightning_clip_in_after_backward": "AMP201's cure is GradScaler calls the script does not make, not "
+                                        "on_before_optimizer_step or gradient_clip_val",
+    "hf_trainer_autocast_in_compute_loss": "AMP505 ranked first; AMP510 points at trainer.train(), not at the "
+                                           "autocast in compute_loss",
 }
 
 
