@@ -73,6 +73,9 @@ class BackwardOrigin:
     value: float = math.inf
     # INSIDE: the submodule whose output received the non-finite gradient.
     submodule: Optional[str] = None
+    # max |g| of the first gradient of the backward pass (leaving the loss into the model's
+    # output), at ``scale``: how large the loss makes the gradients before any module.
+    loss_grad_max: Optional[float] = None
 
 
 class BackwardWatch:
@@ -151,9 +154,21 @@ def find_origin(
 ) -> Optional[BackwardOrigin]:
     """The first module (in backward order) whose produced gradient was non-finite while the
     gradient it received was finite; None if every gradient was finite."""
+    ordered = sorted(events, key=lambda e: e.sequence)
+    origin = _find_origin(ordered, values, step, scale)
+    if origin is not None:
+        first = next((e for e in ordered if e.side == OUTPUT), None)
+        origin.loss_grad_max = values[first.slot][0] if first is not None else None
+    return origin
+
+
+def _find_origin(
+    ordered: list[GradEvent], values: list[list[float]], step: int, scale: Optional[float]
+) -> Optional[BackwardOrigin]:
+    events = ordered
     received: dict[int, float] = {}  # call -> max |g| flowing into its outputs
     finite_outputs: list[GradEvent] = []  # in backward order
-    for event in sorted(events, key=lambda e: e.sequence):
+    for event in ordered:
         value = values[event.slot][0]
         if event.side == OUTPUT:
             received[event.call] = value

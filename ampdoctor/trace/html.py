@@ -123,15 +123,9 @@ def _header(report) -> str:
 
 
 def _verdict(report) -> str:
-    findings = report.findings
-    if not findings:
-        text, css = f"No mixed-precision problems found in {report.observations.steps} iteration(s).", "ok"
-    else:
-        counts: dict[Severity, int] = defaultdict(int)
-        for finding in findings:
-            counts[finding.severity] += 1
-        parts = [f"{n} {s.label}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(), reverse=True)]
-        text, css = f"Found {', '.join(parts)}.", _SEVERITY_CLASS[report.worst_severity()]
+    lead, rest, kind = report.verdict()
+    text = lead + rest
+    css = {"ok": "ok", "untrained": "warning"}.get(kind) or _SEVERITY_CLASS[report.worst_severity()]
     notes = "".join(f"<li>{e(note)}</li>" for note in report.notes)
     notes_html = f"<ul class=\"reasons\">{notes}</ul>" if notes else ""
     return f"<section class=\"verdict {css}\" id=\"verdict\">{e(text)}{notes_html}</section>"

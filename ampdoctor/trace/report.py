@@ -42,7 +42,8 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
 ``backward_origin``    the first module whose backward made a finite gradient inf/NaN, on a
                        skipped step with a finite forward: {step, module, module_class, side
                        ("parameter" | "input" | "inside": born in the module's own code, before
-                       ``submodule`` | "output": born outside the modules), scale,
+                       ``submodule`` | "output": born outside the modules), scale, loss_grad_max
+                       (max |g| of the first gradient, leaving the loss, at the scale),
                        output_grad_max, halvings_needed} or null
 ``linted_files``       the script and the local modules it imported, linted into the report
 ``static_findings``    their ``ampdoctor lint`` findings (Finding.to_dict())
@@ -115,6 +116,25 @@ class TraceReport:
         """Whether at least one optimizer step ran: without one nothing about the training's
         mixed precision can be concluded."""
         return self.observations.stepped
+
+    def verdict(self) -> tuple[str, str, str]:
+        """The line under the headline, for the terminal and the page: (lead, rest, kind). What
+        the findings (runtime and static) add up to, and nothing about the training when no
+        iteration ran. ``kind``: "ok", "untrained" or the worst severity's label."""
+        findings = self.all_findings
+        counts = {severity: 0 for severity in Severity}
+        for finding in findings:
+            counts[finding.severity] += 1
+        parts = [f"{n} {s.label}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(), reverse=True) if n]
+        found = f"Found {', '.join(parts)}." if findings else ""
+        if not self.trained:
+            ended = {"error": "The script raised", "timeout": "--timeout stopped the script",
+                     "interrupt": "The script was interrupted"}.get(self.outcome.reason, "The script ended")
+            rest = " no training iteration ran, so nothing is concluded about its mixed precision."
+            return f"{ended} before its first optimizer step:", rest + (f" {found}" if found else ""), "untrained"
+        if not findings:
+            return "No mixed-precision problems found", f" in {self.observations.steps} iteration(s).", "ok"
+        return found, "", self.worst_severity().label
 
     def worst_severity(self) -> Optional[Severity]:
         return max((f.severity for f in self.all_findings), default=None)
@@ -262,6 +282,7 @@ def _backward_origin_dict(obs: Observations) -> Optional[dict[str, Any]]:
         "module_class": origin.module_class,
         "side": origin.side,
         "submodule": origin.submodule,
+        "loss_grad_max": json_number(origin.loss_grad_max),
         "scale": json_number(origin.scale),
         "output_grad_max": json_number(origin.output_grad_max),
         "halvings_needed": halvings_needed(obs.backward_reference.get(origin.module), origin.scale),

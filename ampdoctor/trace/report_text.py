@@ -63,25 +63,11 @@ def _headline(report) -> str:
 
 
 def _verdict(report) -> str:
-    """The line under the headline: what the findings (runtime and static) add up to, and
-    nothing about the training when no iteration ran."""
-    findings = report.all_findings
-    counts = {severity: 0 for severity in Severity}
-    for finding in findings:
-        counts[finding.severity] += 1
-    parts = [f"{n} {s.label}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(), reverse=True) if n]
-    found = f"[{_SEVERITY_STYLE[report.worst_severity()]}]Found {', '.join(parts)}.[/]" if findings else ""
-    if not report.trained:
-        ended = {"error": "The script raised", "timeout": "--timeout stopped the script",
-                 "interrupt": "The script was interrupted"}.get(report.outcome.reason, "The script ended")
-        return (
-            f"[bold yellow]{ended} before its first optimizer step:[/] no training iteration ran, so "
-            "nothing is concluded about its mixed precision." + (f" {found}" if found else "")
-        )
-    if not findings:
-        steps = report.observations.steps
-        return f"[bold green]No mixed-precision problems found[/] in {steps} iteration(s)."
-    return found
+    from rich.markup import escape
+
+    lead, rest, kind = report.verdict()
+    style = {"ok": "bold green", "untrained": "bold yellow"}.get(kind) or _SEVERITY_STYLE[report.worst_severity()]
+    return f"[{style}]{escape(lead)}[/]{escape(rest)}"
 
 
 def _findings_table(findings: list[Finding]):

@@ -71,9 +71,9 @@ resumed: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 def _remember_creation(scaler: Any) -> None:
     if _observer is not None:
-        from .sites import user_site
+        from .sites import construction_site
 
-        creation_sites[scaler] = user_site()
+        creation_sites[scaler] = construction_site()
 
 
 def observed_scaler_stepping() -> bool:

@@ -58,5 +58,26 @@ def user_site(skip: int = 1, limit: int = 64) -> Optional[tuple[str, int]]:
     return None
 
 
+def construction_site(limit: int = 64) -> Optional[tuple[str, int]]:
+    """Where the user's code made an object: the innermost user frame that is not an
+    ``__init__`` (a scaler made in a wrapper class's ``__init__`` is made where the wrapper is)."""
+    frame = sys._getframe(1)
+    innermost = None
+    for _ in range(limit):
+        if frame is None:
+            break
+        code = frame.f_code
+        mine = _USER_CODE.get(code)
+        if mine is None:
+            mine = _USER_CODE[code] = is_user_file(code.co_filename)
+        if mine:
+            site = (os.path.abspath(code.co_filename), frame.f_lineno)
+            innermost = innermost or site
+            if code.co_name != "__init__":
+                return site
+        frame = frame.f_back
+    return innermost
+
+
 def format_site(site: Optional[tuple[str, int]]) -> Optional[str]:
     return f"{site[0]}:{site[1]}" if site else None

@@ -242,3 +242,12 @@ def test_chart_titles_labels_and_long_names_do_not_overlap_in_chromium(tmp_path,
     boxes = _boxes_in_chromium(tmp_path, page)
     assert boxes["charts"] == (2 if dtype == "float16" else 1)
     assert boxes["overlaps"] == []
+
+
+def test_the_page_of_a_run_that_never_stepped_concludes_nothing(tmp_path):
+    page = tmp_path / "report.html"
+    script = Path(__file__).resolve().parent / "scripts" / "dies_before_stepping.py"
+    result = CliRunner().invoke(trace_command, [str(script), "--html", str(page), "--no-progress"], catch_exceptions=False)
+    assert result.exit_code == 1
+    text = page.read_text(encoding="utf-8")
+    assert "before its first optimizer step" in text and "No mixed-precision problems" not in text

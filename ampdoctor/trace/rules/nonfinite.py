@@ -154,13 +154,47 @@ def backward_overflow_origin(observations: Observations, thresholds: Thresholds,
             "(`with torch.autocast(device, enabled=False):` around it, inputs `.float()`), or scale "
             "its inputs down (normalise the features feeding it)."
         )
+    at = _call_of_branch(observations, origin)
+    loss_site, per_element = _large_loss_gradient(observations, origin)
+    if loss_site is not None and not nan:
+        # The loss hands every gradient this size: that is where the user acts.
+        message += (
+            f" The gradient leaving the loss was already {per_element:.3g} per element before scaling: "
+            "a loss summed over many elements rather than averaged makes every gradient that large."
+        )
+        at = loss_site
     yield make_finding(
         "AMP504", message, locator.location(origin.cls), help,
         step=origin.step, phase="backward", module=origin.module, module_class=origin.module_class,
         class_file=class_path, class_line=class_line, side=origin.side, scale=origin.scale,
         output_grad_max=origin.output_grad_max, halvings_needed=halvings, skipped=skipped,
-        submodule=origin.submodule, at=_call_of_branch(observations, origin),
+        submodule=origin.submodule, at=at,
     )
+
+
+# The ops that compute a loss from the model's output (cross_entropy is log_softmax + nll_loss).
+LOSS_OPS = (
+    "nll_loss_forward", "nll_loss2d_forward", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "binary_cross_entropy_with_logits", "binary_cross_entropy", "kl_div", "soft_margin_loss",
+)
+# A mean-reduced loss over N elements hands each at most about 1/N; this much is a summed loss
+# (or a batch of a few elements, whose gradients would not overflow).
+LARGE_LOSS_GRADIENT = 1 / 32
+
+
+def _large_loss_gradient(observations: Observations, origin) -> tuple[Optional[tuple[str, int]], float]:
+    """(the loss statement, the unscaled gradient per element leaving it) when the loss itself
+    makes the gradients large, for an overflow born outside the modules' parameters."""
+    if origin.side not in (INSIDE, OUTPUT) or not origin.scale or origin.loss_grad_max is None:
+        return None, 0.0
+    per_element = origin.loss_grad_max / origin.scale
+    if not math.isfinite(per_element) or per_element < LARGE_LOSS_GRADIENT:
+        return None, per_element
+    for op in LOSS_OPS:
+        for (_, name, _), site in observations.op_sites.items():
+            if name == op:
+                return site, per_element
+    return observations.backward_site, per_element
 
 
 def _call_of_branch(observations: Observations, origin) -> Optional[tuple[str, int]]:
