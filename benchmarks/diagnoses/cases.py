@@ -14,7 +14,8 @@ expected line number is computed, never typed.
 What a case expects of the report (``run.py`` scores it):
 
 - ``expect``: the code the report's top runtime finding should have (``also``: other codes
-  that name the same mistake as well); ``None`` for a healthy case, which expects no warning
+  that name the same mistake as well; ``modules``: where set, the module it may name, "" for
+  none); ``None`` for a healthy case, which expects no warning
   or error at all, at run time or from lint;
 - ``at``: the line(s) of the case's script where that finding should point;
 - ``cure``: regular expressions that must all match the finding's message and help (what a
@@ -46,6 +47,7 @@ class Case:
     edits: tuple[tuple[str, str], ...] = ()
     expect: str | None = None
     also: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
     at: tuple[str, ...] = ()
     cure: tuple[str, ...] = ()
     cure_not: tuple[str, ...] = ()
@@ -119,6 +121,7 @@ CASES: tuple[Case, ...] = (
         "nanogpt_loss_sum", NANOGPT, "loss summed, not averaged",
         edits=(("ignore_index=-1)", 'ignore_index=-1, reduction="sum")'),),
         expect="AMP504", also=("AMP501", "AMP502"), at=("logits = self.lm_head(x)", "F.cross_entropy("),
+        modules=("lm_head", "transformer.wte", ""),
         cure=(r"mean|average|reduction",), allowed=("AMP501", "AMP502", "AMP504"),
         args=("--max-iters", "12"),
     ),

@@ -6,7 +6,7 @@ Every case (see cases.py) is run as ``python -m ampdoctor trace SCRIPT --steps 0
 -- ARGS``, each script ending by its own limit. The report is scored:
 
 - **culprit**: the top runtime finding (the first of the report's ``findings``, which are
-  ordered by severity) has the expected code;
+  ordered by severity) has the expected code (and names the expected module, where a case says);
 - **line**: that finding points at the case's script, at one of the expected lines;
 - **cure**: its message and help match every ``cure`` pattern and no ``cure_not`` pattern;
 - **false alarms**: warnings and errors, at run time or from lint, other than the expected and
@@ -125,7 +125,7 @@ def score(case: Case, report: Optional[dict[str, Any]], run_error: Optional[str]
         result.top_where = f"{Path(where).name}:{top.get('line')}" if where else None
         result.top_text = _text(top)
         if case.expect is not None:
-            result.culprit = top["code"] in expected
+            result.culprit = top["code"] in expected and (not case.modules or (top.get("module") or "") in case.modules)
             result.line = result.culprit and _points_at(top, case, lines)
             text = result.top_text
             result.cure = result.culprit and all(re.search(p, text, re.I) for p in case.cure) and not any(

@@ -35,10 +35,9 @@ CASES = run.CASES
 
 # What the tracer says today where it is wrong (see the README's diagnosis benchmark table).
 KNOWN_WRONG = {
-    "nanogpt_loss_sum": "AMP504 names the residual add in transformer.h.1 (line 63); lm_head's weight gradient, "
-                        "tied to transformer.wte, is inf earlier in the backward pass",
-    "timm_scaler_per_epoch": "AMP205 points into NativeScaler.__init__ (line 26), not at the NativeScaler(...) "
-                             "made inside the epoch loop (line 101)",
+    "nanogpt_loss_sum": "AMP504 at the loss line with the right cure, but it names the residual add in "
+                        "transformer.h.1 as where the first inf was born; lm_head's weight gradient, tied to "
+                        "transformer.wte, is inf earlier in the backward pass",
     "lightning_clip_in_after_backward": "AMP201's cure is GradScaler calls the script does not make, not "
                                         "on_before_optimizer_step or gradient_clip_val",
     "hf_trainer_autocast_in_compute_loss": "AMP505 ranked first; AMP510 points at trainer.train(), not at the "
@@ -122,6 +121,14 @@ def test_score_wrong_culprit_and_cure_not(tmp_path):
     other = {"findings": [_finding("AMP505", case.script, 2, severity="warning", message="update()")]}
     score = run.score(case, other)
     assert not score.culprit and not score.line and not score.cure and score.false_alarms == ["AMP505"]
+
+
+def test_score_culprit_names_the_expected_module(tmp_path):
+    case = _scored_case(tmp_path, modules=("lm_head", ""))
+    finding = _finding("AMP202", case.script, 2, message="update()")
+    assert run.score(case, {"findings": [finding]}).culprit
+    assert run.score(case, {"findings": [dict(finding, module="lm_head")]}).culprit
+    assert not run.score(case, {"findings": [dict(finding, module="transformer.h.1")]}).culprit
 
 
 def test_score_a_finding_in_another_file_is_not_at_the_line(tmp_path):
