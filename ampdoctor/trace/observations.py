@@ -195,6 +195,8 @@ class Observations:
     # Gradient shares and max |g| are measured on the first iterations (the op-recording window,
     # at least one) and then on every ``gradient_interval``-th; inf/NaN on every iteration.
     gradient_interval: int = 1
+    # The user's statement that first entered a float16 autocast region (AMP510 points there).
+    float16_autocast_site: Optional[tuple[str, int]] = None
     # How the script failed, when it raised: ("Type: message", the user's innermost line).
     script_error: Optional[tuple[str, Optional[tuple[str, int]]]] = None
     # Per module path, the user's statement that called the module (its first call).

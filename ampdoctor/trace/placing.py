@@ -4,7 +4,8 @@ The rules decide what is wrong; this module decides where the user acts, from wh
 captured (``sites.py``):
 
 - loss-scale findings (AMP501, AMP502) point at the line of ``scaler.step(...)``;
-- loss and scaler-less findings (AMP503, AMP510) at the line of the first backward call;
+- loss and scaler-less findings (AMP503, AMP510) at the line of the first backward call (AMP510
+  at the first float16 autocast region when the rule names it: ``at``);
 - findings about a module (AMP504 to AMP509) at the statement in the user's ``forward`` that
   issued the module's op (the op the finding names when there is one, a matmul-class op before
   others), else at the module's class definition when it is the user's.

@@ -323,6 +323,8 @@ class TraceSession:
         self.observations.autocast_dtypes.add((device, dtype_name(dtype)))
         if dtype == torch.float16:
             self._float16_autocast_since_backward = True
+            if self.observations.float16_autocast_site is None:
+                self.observations.float16_autocast_site = user_site()
 
     def _backward_started(self, tensors: Any) -> None:
         observations = self.observations

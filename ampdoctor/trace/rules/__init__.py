@@ -56,26 +56,32 @@ def evaluate_ranks(reports: dict[int, dict[str, Any]], location: Location) -> li
     return findings
 
 
+# A finding whose message already states what another would add: float16 without a scaler
+# (AMP510) says how many parameters lose their gradient, which is AMP505 at scale 1.
+EXPLAINS = {"AMP510": ("AMP505",)}
+
+
 def _withhold_invalidated(findings: list[Finding]) -> list[Finding]:
-    """Drop the numeric findings a protocol mistake invalidates; the mistake's finding says
-    which were withheld and why."""
+    """Drop the numeric findings a protocol mistake invalidates, or another finding already
+    explains; the finding that stays says which were withheld and why."""
     withheld: dict[str, set[str]] = {}
     for finding in findings:
-        for code in protocol.INVALIDATES.get(finding.code, ()):
+        for code in (*protocol.INVALIDATES.get(finding.code, ()), *EXPLAINS.get(finding.code, ())):
             withheld.setdefault(code, set()).add(finding.code)
     present = {f.code for f in findings}
     kept = []
     for finding in findings:
         if finding.code in withheld:
             continue
-        invalidated = sorted(code for code, causes in withheld.items() if finding.code in causes)
-        dropped = [code for code in invalidated if code in present]
+        dropped = sorted(code for code, causes in withheld.items() if finding.code in causes and code in present)
         if dropped:
+            why = "explained by this finding" if finding.code in EXPLAINS else "which measured what this mistake changed"
             finding = finding.replace(
-                message=finding.message + f" Withheld: {', '.join(dropped)}, which measured what this "
-                "mistake changed."
+                message=finding.message + f" Withheld: {', '.join(dropped)}, {why}.",
+                extra={**finding.extra, "withheld": dropped},
             )
-        if invalidated:
-            finding = finding.replace(extra={**finding.extra, "withheld": dropped, "invalidates": invalidated})
+        invalidated = list(protocol.INVALIDATES.get(finding.code, ()))
+        if invalidated:  # their data (the gradients table, the charts) would mislead too
+            finding = finding.replace(extra={**finding.extra, "invalidates": invalidated})
         kept.append(finding)
     return kept

@@ -37,6 +37,23 @@ def _argument(site: Optional[tuple[str, int]], method: str) -> Optional[str]:
     return match.group(1) if match else None
 
 
+def _framework_clip_hint() -> str:
+    """Where the framework the script used clips after unscaling (it unscales there itself)."""
+    import sys
+
+    if "lightning" in sys.modules or "pytorch_lightning" in sys.modules:
+        return (
+            " With Lightning, clip in `on_before_optimizer_step` (after Lightning unscales) or set "
+            "`Trainer(gradient_clip_val=...)`, not in `on_after_backward`."
+        )
+    if "accelerate" in sys.modules:
+        return (
+            " With Accelerate, `accelerator.clip_grad_norm_(...)` unscales before it clips, but only "
+            "when the Accelerator was made with `mixed_precision=\"fp16\"`."
+        )
+    return ""
+
+
 def _where(event, locator: Locator) -> Location:
     return Location(*event.site) if event.site else locator.location()
 
@@ -68,7 +85,7 @@ def clip_of_scaled_gradients(observations: Observations, thresholds: Thresholds,
         help_text = (
             f"Unscale right before clipping: `{scaler}.scale(loss).backward()`, "
             f"`{scaler}.unscale_({optimizer})`, then `{event.what}(...)`, `{scaler}.step({optimizer})`, "
-            f"`{scaler}.update()`."
+            f"`{scaler}.update()`." + _framework_clip_hint()
         )
         yield make_finding("AMP201", message, _where(event, locator), help_text, step=event.step, at_run_time=True)
 

@@ -4,6 +4,7 @@ GradScaler), and the share of a gradient that float16 loses, which the reports s
 from __future__ import annotations
 
 import math
+import sys
 from typing import Iterator, Optional
 
 from ...findings import Finding
@@ -137,4 +138,25 @@ def float16_without_scaler(observations: Observations, thresholds: Thresholds, l
         "Create `scaler = torch.amp.GradScaler(device)` and use `scaler.scale(loss).backward()`, "
         "`scaler.step(optimizer)`, `scaler.update()`; or autocast to bfloat16, which needs no scaler."
     )
-    yield make_finding("AMP510", message, locator.location(), help, backward_calls=observations.float16_backward_calls)
+    at = _where_float16_starts(observations)
+    if at is not None and "transformers" in sys.modules:
+        # The Trainer ran the backward: its own mixed precision brings the scaler.
+        help = (
+            "Remove this autocast region and let the Trainer do mixed precision: "
+            "`TrainingArguments(fp16=True)` (it then makes and steps the GradScaler) or `bf16=True`. " + help
+        )
+    yield make_finding(
+        "AMP510", message, locator.location(), help, backward_calls=observations.float16_backward_calls,
+        at=at,
+    )
+
+
+def _where_float16_starts(observations: Observations) -> Optional[tuple[str, int]]:
+    """The backward call when the user's code makes it (placing.py points there); when a
+    framework does (the user's frame is `trainer.train()`), the float16 autocast region."""
+    import linecache
+
+    site = observations.backward_site
+    if site is not None and "backward" in linecache.getline(site[0], site[1]):
+        return None
+    return observations.float16_autocast_site
