@@ -38,10 +38,6 @@ KNOWN_WRONG = {
     "nanogpt_loss_sum": "AMP504 at the loss line with the right cure, but it names the residual add in "
                         "transformer.h.1 as where the first inf was born; lm_head's weight gradient, tied to "
                         "transformer.wte, is inf earlier in the backward pass",
-    "lightning_clip_in_after_backward": "AMP201's cure is GradScaler calls the script does not make, not "
-                                        "on_before_optimizer_step or gradient_clip_val",
-    "hf_trainer_autocast_in_compute_loss": "AMP505 ranked first; AMP510 points at trainer.train(), not at the "
-                                           "autocast in compute_loss",
 }
 
 
