@@ -202,14 +202,14 @@ def test_tracer_diagnoses_framework_case(case):
 def test_runner_prints_the_table(tmp_path):
     out = tmp_path / "scores.json"
     done = subprocess.run(
-        [sys.executable, str(BENCH / "run.py"), "--case", "gan_healthy", "--details", "--json", str(out)],
+        [sys.executable, str(BENCH / "run.py"), "--case", "gan_healthy_two", "--details", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("| case | mistake | expected | top runtime finding |")
-    assert "| `gan_healthy` |" in done.stdout
-    assert "Healthy versions: 1" in done.stdout
-    assert '"case": "gan_healthy"' in out.read_text()
+    assert "| `gan_healthy_two_scalers` |" in done.stdout
+    assert "Healthy versions: 1, without a warning 1." in done.stdout
+    assert '"case": "gan_healthy_two_scalers"' in out.read_text()
 
 
 def test_runner_refuses_an_unknown_case(capsys):
