@@ -22,15 +22,15 @@ from .api import lint_paths, lint_source
 from .findings import Applicability, Edit, Finding, Fix, Location, Severity
 
 __all__ = [
-    "__version__",
     "Applicability",
     "Edit",
     "Finding",
     "Fix",
     "Location",
     "Severity",
-    "lint_source",
+    "__version__",
     "lint_paths",
+    "lint_source",
     "trace_session",
 ]
 

@@ -48,8 +48,14 @@ class Example(Value):
     expected: tuple[tuple[int, str], ...]
     options: tuple[str, ...]
 
-    def __init__(self, kind: str, source: str, page_line: int, expected: tuple[tuple[int, str], ...] = (),
-                 options: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        kind: str,
+        source: str,
+        page_line: int,
+        expected: tuple[tuple[int, str], ...] = (),
+        options: tuple[str, ...] = (),
+    ) -> None:
         self._set(kind, source, page_line, expected, options)
 
 
@@ -68,8 +74,18 @@ class Rule(Value):
     path: Path
     body_line: int
 
-    def __init__(self, code: str, name: str, severity: Severity, fixable: str, origin: str, summary: str,
-                 body: str, path: Path, body_line: int = 0) -> None:
+    def __init__(
+        self,
+        code: str,
+        name: str,
+        severity: Severity,
+        fixable: str,
+        origin: str,
+        summary: str,
+        body: str,
+        path: Path,
+        body_line: int = 0,
+    ) -> None:
         self._set(code, name, severity, fixable, origin, summary, body, path, body_line)
 
     @property
@@ -109,7 +125,7 @@ def _parse_front_matter(text: str, path: Path) -> tuple[dict[str, str], str, int
     return meta, text[body_start:], text[:body_start].count("\n")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse_examples(body: str, line_offset: int) -> tuple[Example, ...]:
     examples = []
     for match in re.finditer(_FENCE, body, re.DOTALL | re.MULTILINE):
@@ -123,9 +139,7 @@ def _parse_examples(body: str, line_offset: int) -> tuple[Example, ...]:
             if marker:
                 expected.extend((number, code) for code in re.findall(_CODE, marker.group(1)))
         page_line = line_offset + body.count("\n", 0, match.start()) + 1
-        examples.append(
-            Example(words[1], source, page_line, tuple(expected), tuple(words[2:]))
-        )
+        examples.append(Example(words[1], source, page_line, tuple(expected), tuple(words[2:])))
     return tuple(examples)
 
 
@@ -159,7 +173,7 @@ def load_rule(path: Path) -> Rule:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def all_rules() -> dict[str, Rule]:
     """Every rule page, by code, in code order."""
     rules = {}

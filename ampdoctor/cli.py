@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import click
 
@@ -21,7 +21,7 @@ from .lint.command import use_color as _use_color
 _SEVERITIES = ("info", "warning", "error")
 
 
-def _fail(message: str) -> "click.exceptions.Exit":
+def _fail(message: str) -> click.exceptions.Exit:
     click.echo(f"ampdoctor: error: {message}", err=True)
     return click.exceptions.Exit(EXIT_ERROR)
 
@@ -50,14 +50,26 @@ def main() -> None:
 
 @main.command("lint")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--output-format", type=click.Choice(["text", "concise", "json", "sarif", "github"]), default="text",
-              show_default=True, envvar="AMPDOCTOR_OUTPUT_FORMAT", help="How to print findings.")
-@click.option("-o", "--output-file", type=click.Path(dir_okay=False, path_type=Path), help="Write the report to a file.")
+@click.option(
+    "--output-format",
+    type=click.Choice(["text", "concise", "json", "sarif", "github"]),
+    default="text",
+    show_default=True,
+    envvar="AMPDOCTOR_OUTPUT_FORMAT",
+    help="How to print findings.",
+)
+@click.option(
+    "-o", "--output-file", type=click.Path(dir_okay=False, path_type=Path), help="Write the report to a file."
+)
 @click.option("--select", multiple=True, help="Rule codes or prefixes to enable (replaces the configured set).")
 @click.option("--extend-select", multiple=True, help="Rule codes or prefixes to enable in addition.")
 @click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable.")
-@click.option("--fail-on", type=click.Choice(_SEVERITIES), default=None,
-              help="Lowest severity that makes the exit code 1 [default: warning].")
+@click.option(
+    "--fail-on",
+    type=click.Choice(_SEVERITIES),
+    default=None,
+    help="Lowest severity that makes the exit code 1 [default: warning].",
+)
 @click.option("--fix", is_flag=True, help="Apply safe fixes in place.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour.")
 @click.option("--diff", is_flag=True, help="Show the fixes as a diff instead of writing them.")
@@ -66,11 +78,31 @@ def main() -> None:
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="Use this pyproject.toml.")
 @click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache (.ampdoctor_cache/).")
-@click.option("--no-project", is_flag=True,
-              help="Check each file on its own: do not follow calls into the project's other modules.")
+@click.option(
+    "--no-project",
+    is_flag=True,
+    help="Check each file on its own: do not follow calls into the project's other modules.",
+)
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes [default: CPU count].")
-def lint_command(paths, output_format, output_file, select, extend_select, ignore, fail_on, fix, unsafe_fixes,
-                 diff, show_suppressed, exclude, config_file, isolated, no_cache, no_project, jobs) -> None:
+def lint_command(
+    paths,
+    output_format,
+    output_file,
+    select,
+    extend_select,
+    ignore,
+    fail_on,
+    fix,
+    unsafe_fixes,
+    diff,
+    show_suppressed,
+    exclude,
+    config_file,
+    isolated,
+    no_cache,
+    no_project,
+    jobs,
+) -> None:
     """Check Python files and notebooks for mixed-precision mistakes."""
     try:
         code = run_lint(
@@ -113,8 +145,14 @@ def rules_command(output_format: str) -> None:
         import json
 
         data = [
-            {"code": r.code, "name": r.name, "severity": r.severity.label, "fixable": r.fixable,
-             "origin": r.origin, "summary": r.summary}
+            {
+                "code": r.code,
+                "name": r.name,
+                "severity": r.severity.label,
+                "fixable": r.fixable,
+                "origin": r.origin,
+                "summary": r.summary,
+            }
             for r in rules
         ]
         click.echo(json.dumps(data, indent=2))
@@ -129,8 +167,7 @@ def rules_command(output_format: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=stream, force_terminal=_use_color(stream), no_color=not _use_color(stream),
-                      highlight=False)
+    console = Console(file=stream, force_terminal=_use_color(stream), no_color=not _use_color(stream), highlight=False)
     table = Table(box=None, pad_edge=False, show_edge=False)
     for column in ("code", "name", "severity", "fix", "kind", "summary"):
         table.add_column(column, overflow="fold" if column == "summary" else "ignore", no_wrap=column != "summary")

@@ -28,7 +28,6 @@ from .findings import Severity
 from .records import Record
 
 
-
 def _toml():
     """The TOML parser, imported when a config file is read (most runs have nothing to read)."""
     if sys.version_info >= (3, 11):
@@ -36,6 +35,7 @@ def _toml():
     else:  # pragma: no cover - exercised on older interpreters only
         import tomli as tomllib
     return tomllib
+
 
 ALWAYS_ON = frozenset({"AMP000"})
 _KNOWN_KEYS = {
@@ -59,8 +59,18 @@ class Settings(Record):
     """The effective configuration. ``root``: the folder paths are relative to (default: the
     current directory); ``source``: the pyproject.toml it came from, if any."""
 
-    __slots__ = ("select", "extend_select", "ignore", "per_file_ignores", "exclude", "fail_on",
-                 "respect_gitignore", "root", "source", "project")
+    __slots__ = (
+        "select",
+        "extend_select",
+        "ignore",
+        "per_file_ignores",
+        "exclude",
+        "fail_on",
+        "respect_gitignore",
+        "root",
+        "source",
+        "project",
+    )
 
     def __init__(
         self,
@@ -89,7 +99,9 @@ class Settings(Record):
         self.project = project
 
     def enabled_codes(self, known: Iterable[str]) -> frozenset[str]:
-        return frozenset(c for c in known if c in ALWAYS_ON or _is_enabled(c, self.select + self.extend_select, self.ignore))
+        return frozenset(
+            c for c in known if c in ALWAYS_ON or _is_enabled(c, self.select + self.extend_select, self.ignore)
+        )
 
     def ignored_for(self, path: Path) -> tuple[str, ...]:
         """Prefixes ignored for one file by ``per-file-ignores``."""
@@ -210,7 +222,9 @@ def load_settings(path: Path, known_codes: Iterable[str]) -> Settings:
     return settings_from_table(table, known_codes, root=path.parent, source=path)
 
 
-def settings_from_table(table: dict[str, object], known_codes: Iterable[str], root: Path, source: Path | None = None) -> Settings:
+def settings_from_table(
+    table: dict[str, object], known_codes: Iterable[str], root: Path, source: Path | None = None
+) -> Settings:
     known = list(known_codes)
     unknown = sorted(set(table) - _KNOWN_KEYS)
     if unknown:

@@ -54,8 +54,9 @@ class Fix(Value):
     edits: tuple[Edit, ...]
     applicability: Applicability
 
-    def __init__(self, description: str, edits: tuple[Edit, ...],
-                 applicability: Applicability = Applicability.SAFE) -> None:
+    def __init__(
+        self, description: str, edits: tuple[Edit, ...], applicability: Applicability = Applicability.SAFE
+    ) -> None:
         self._set(description, edits, applicability)
 
     @property
@@ -82,8 +83,15 @@ class Location(Value):
     end_column: int | None
     cell: int | None
 
-    def __init__(self, path: str, line: int = 1, column: int = 1, end_line: int | None = None,
-                 end_column: int | None = None, cell: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        line: int = 1,
+        column: int = 1,
+        end_line: int | None = None,
+        end_column: int | None = None,
+        cell: int | None = None,
+    ) -> None:
         self._set(path, line, column, end_line, end_column, cell)
 
     def to_dict(self) -> dict[str, object]:
@@ -130,9 +138,17 @@ class Finding(Value):
     related: tuple[Related, ...]
     _uncompared = ("extra",)
 
-    def __init__(self, code: str, severity: Severity, message: str, location: Location, fix: Fix | None = None,
-                 help: str | None = None, extra: dict[str, object] | None = None,
-                 related: tuple[Related, ...] = ()) -> None:
+    def __init__(
+        self,
+        code: str,
+        severity: Severity,
+        message: str,
+        location: Location,
+        fix: Fix | None = None,
+        help: str | None = None,
+        extra: dict[str, object] | None = None,
+        related: tuple[Related, ...] = (),
+    ) -> None:
         self._set(code, severity, message, location, fix, help, {} if extra is None else extra, tuple(related))
 
     @property

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SCRIPT = '''
+SCRIPT = """
 import torch
 from torch import nn
 
@@ -46,7 +46,7 @@ for step in range(1000):
         loss = model(x).float().pow(2).mean()
     loss.backward()
     optimizer.step()
-'''
+"""
 
 CASES = {
     "mlp": ({"d": 1024, "h": 4096}, {}),
@@ -57,8 +57,9 @@ CASES = {
 
 def run(command: list[str], env: dict[str, str], cwd: Path) -> float:
     start = time.perf_counter()
-    subprocess.run(command, cwd=cwd, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(
+        command, cwd=cwd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+    )
     return time.perf_counter() - start
 
 
@@ -70,8 +71,10 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    print(f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
-          f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
+    print(
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}"
+    )
     print(f"--steps {args.steps}, {args.repeats} repeats alternated, median wall-clock of each command\n")
     header = ("case", "trace s", "--compare s", "cost", "float32 ms/it", "mixed ms/it", "verdict", "memory", "causes")
     print(" | ".join(header), flush=True)
@@ -81,8 +84,19 @@ def main() -> None:
             sizes, env = CASES[name]
             script = folder / f"{name}.py"
             script.write_text(SCRIPT.format(**sizes))
-            base = [sys.executable, "-m", "ampdoctor", "trace", str(script), "--steps", str(args.steps),
-                    "--no-lint", "--no-progress", "--fail-on", "never"]
+            base = [
+                sys.executable,
+                "-m",
+                "ampdoctor",
+                "trace",
+                str(script),
+                "--steps",
+                str(args.steps),
+                "--no-lint",
+                "--no-progress",
+                "--fail-on",
+                "never",
+            ]
             report = folder / f"{name}.json"
             plain, compared = [], []
             for _ in range(args.repeats):
@@ -91,15 +105,32 @@ def main() -> None:
             data = json.loads(report.read_text())["compare"]
             runs = data["runs"]
             speed = data["speedup"]
-            verdict = ("no measurable difference" if not data["measurable"]
-                       else f"{speed:.2f}x faster" if speed >= 1 else f"{1 / speed:.2f}x slower")
+            verdict = (
+                "no measurable difference"
+                if not data["measurable"]
+                else f"{speed:.2f}x faster"
+                if speed >= 1
+                else f"{1 / speed:.2f}x slower"
+            )
             memory = f"{data['memory_change']:+.0%}" if data["memory_change"] is not None else "-"
-            causes = ", ".join(f"{c['code']} {c['share']:.0%}" if c["share"] is not None else c["code"]
-                               for c in data["causes"]) or "-"
+            causes = (
+                ", ".join(
+                    f"{c['code']} {c['share']:.0%}" if c["share"] is not None else c["code"] for c in data["causes"]
+                )
+                or "-"
+            )
             a, b = statistics.median(plain), statistics.median(compared)
-            row = (name, f"{a:.1f}", f"{b:.1f}", f"{b / a:.2f}x",
-                   f"{1000 * runs['float32']['median_seconds']:.0f}", f"{1000 * runs['mixed']['median_seconds']:.0f}",
-                   verdict, memory, causes)
+            row = (
+                name,
+                f"{a:.1f}",
+                f"{b:.1f}",
+                f"{b / a:.2f}x",
+                f"{1000 * runs['float32']['median_seconds']:.0f}",
+                f"{1000 * runs['mixed']['median_seconds']:.0f}",
+                verdict,
+                memory,
+                causes,
+            )
             print(" | ".join(row), flush=True)
 
 

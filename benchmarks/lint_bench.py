@@ -85,8 +85,12 @@ def main() -> None:
     size_mib = sum(p.stat().st_size for p in files) / 2**20
     ampdoctor = [sys.executable, "-m", "ampdoctor", "lint", "--isolated", "--output-format", "concise"]
     rows: list[tuple[str, float, str]] = []
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ampdoctor")], env=ENV, check=False,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "ampdoctor")],
+        env=ENV,
+        check=False,
+        stdout=subprocess.DEVNULL,
+    )
     ruff = tool("ruff") if "ruff" in args.vs else None
 
     with tempfile.TemporaryDirectory() as work:
@@ -104,7 +108,9 @@ def main() -> None:
             cold, ruff_time = timed(cold_command, cwd, args.repeats), float("nan")
         rows.append(("ampdoctor lint, cold (no cache)", cold, ""))
         if ruff_command:
-            rows.append(("ruff check (default rules), no cache", ruff_time, f"ampdoctor cold / ruff = {cold / ruff_time:.2f}"))
+            rows.append(
+                ("ruff check (default rules), no cache", ruff_time, f"ampdoctor cold / ruff = {cold / ruff_time:.2f}")
+            )
         elif "ruff" in args.vs:
             rows.append(("ruff", float("nan"), "not installed: skipped"))
         run_once([*ampdoctor, str(tree)], cwd)
@@ -117,8 +123,12 @@ def main() -> None:
         shutil.copy(ONE_FILE, cwd / ONE_FILE.name)
         # The console script, as the pre-commit hook runs it (``python -m`` would add runpy).
         script = Path(sys.executable).with_name("ampdoctor")
-        plain = [str(script) if script.is_file() else sys.executable, *([] if script.is_file() else ["-m", "ampdoctor"]),
-                 "lint", ONE_FILE.name]
+        plain = [
+            str(script) if script.is_file() else sys.executable,
+            *([] if script.is_file() else ["-m", "ampdoctor"]),
+            "lint",
+            ONE_FILE.name,
+        ]
         one_times = []
         for _ in range(max(args.repeats, 5)):
             clear_cache()
@@ -155,8 +165,12 @@ def main() -> None:
                 rows.append(("TorchFix", float("nan"), "not installed: skipped"))
 
     print(f"Tree: {tree} ({len(files)} files, {size_mib:.1f} MiB)")
-    print(f"Machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, Python {platform.python_version()}")
-    print(f"Median of {args.repeats} runs (one file and import: of {max(args.repeats, 5)}); cold runs alternate with ruff's.")
+    print(
+        f"Machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, Python {platform.python_version()}"
+    )
+    print(
+        f"Median of {args.repeats} runs (one file and import: of {max(args.repeats, 5)}); cold runs alternate with ruff's."
+    )
     print()
     print("| command | wall (s) | note |")
     print("|---|---|---|")

@@ -64,16 +64,26 @@ def main() -> None:
     for path in (SCRIPT, large_module()):
         text = path.read_text(encoding="utf-8")
         label = f"{path.name} ({len(text.splitlines())} lines)"
-        rows.append((f"ast.parse {label}", median_seconds(lambda: ast.parse(text), repeats)))
-        rows.append((f"libcst.parse_module {label}", median_seconds(lambda: libcst.parse_module(text), repeats)))
+        rows.append((f"ast.parse {label}", median_seconds(lambda text=text: ast.parse(text), repeats)))
+        rows.append(
+            (f"libcst.parse_module {label}", median_seconds(lambda text=text: libcst.parse_module(text), repeats))
+        )
     source = SCRIPT.read_text(encoding="utf-8")
     options = LintOptions(frozenset({"AMP402"}), fix=True, unsafe_fixes=True)
-    rows.append(("lint + migrate the apex script in process (AMP402 only)",
-                 median_seconds(lambda: fix_source(source, "train.py", options), repeats)))
+    rows.append(
+        (
+            "lint + migrate the apex script in process (AMP402 only)",
+            median_seconds(lambda: fix_source(source, "train.py", options), repeats),
+        )
+    )
     lint = [sys.executable, "-m", "ampdoctor", "lint", "--isolated", "--no-cache", str(SCRIPT)]
     rows.append(("`ampdoctor lint` the apex script (fresh process)", process_seconds(lint, repeats)))
-    rows.append(("`ampdoctor lint --diff --unsafe-fixes` the same (fresh process)",
-                 process_seconds([*lint, "--diff", "--unsafe-fixes"], repeats)))
+    rows.append(
+        (
+            "`ampdoctor lint --diff --unsafe-fixes` the same (fresh process)",
+            process_seconds([*lint, "--diff", "--unsafe-fixes"], repeats),
+        )
+    )
 
     width = max(len(name) for name, _ in rows)
     print(f"{'measure':<{width}}  median")

@@ -65,7 +65,7 @@ def main():
 if __name__ == "__main__":
     main()
 '''
-CKPT = '''\
+CKPT = """\
 import os
 
 import torch
@@ -83,8 +83,8 @@ def load_checkpoint(model, optimizer, scaler, path):
     optimizer.load_state_dict(state["optimizer"])
     scaler.load_state_dict(state["scaler"])
     return state["epoch"]
-'''
-UPDATE = '''\
+"""
+UPDATE = """\
 import torch
 
 
@@ -92,8 +92,8 @@ def clip_and_step(model, optimizer, scaler, max_norm=1.0):
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     scaler.step(optimizer)
     scaler.update()
-'''
-MODEL = '''\
+"""
+MODEL = """\
 import torch
 from torch import nn
 
@@ -117,7 +117,7 @@ class Net{m}(nn.Module):
 
     def forward(self, x):
         return self.head(self.blocks(x).mean(dim=1))
-'''
+"""
 UTIL = '''\
 """Helpers {i}: parsing, small data structures, formatting."""
 import json

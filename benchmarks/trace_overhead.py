@@ -259,8 +259,21 @@ def measure_memory(args: argparse.Namespace) -> dict[str, list[int]]:
 
 
 def child_options(args: argparse.Namespace) -> list[str]:
-    names = ("steps", "warmup", "record_steps", "gradient_interval", "device", "dtype", "threads", "d_model",
-             "heads", "layers", "seq", "batch", "vocab")
+    names = (
+        "steps",
+        "warmup",
+        "record_steps",
+        "gradient_interval",
+        "device",
+        "dtype",
+        "threads",
+        "d_model",
+        "heads",
+        "layers",
+        "seq",
+        "batch",
+        "vocab",
+    )
     options = []
     for name in names:
         options += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
@@ -284,6 +297,7 @@ def table(args: argparse.Namespace, runs, peaks) -> str:
     untraced = median_of_medians(runs["untraced"])
     steady = median_of_medians(runs["steady"])
     window = median_of_medians(runs["window"])
+
     def cpu(kind: str) -> str:
         return f"{median_of_medians(runs[kind + '_cpu']) * 1e3:.1f} ms"
 
@@ -318,9 +332,19 @@ def table(args: argparse.Namespace, runs, peaks) -> str:
         base, traced = statistics.median(peaks["untraced"]), statistics.median(peaks["traced"])
         rows += [
             ("peak RSS untraced", f"{base / 1024:.1f} MiB", "1.00", "", "", "", ""),
-            ("peak RSS traced", f"{traced / 1024:.1f} MiB", f"{traced / base:.3f}", "", "", "", f"< {TARGETS['rss']:.2f}"),
+            (
+                "peak RSS traced",
+                f"{traced / 1024:.1f} MiB",
+                f"{traced / base:.3f}",
+                "",
+                "",
+                "",
+                f"< {TARGETS['rss']:.2f}",
+            ),
         ]
-    params = sum(p.numel() for p in TinyTransformer(args.vocab, args.d_model, args.heads, args.layers, args.seq).parameters())
+    params = sum(
+        p.numel() for p in TinyTransformer(args.vocab, args.d_model, args.heads, args.layers, args.seq).parameters()
+    )
     lines = [
         f"Small transformer: {args.layers} layers, d_model {args.d_model}, {args.heads} heads, seq {args.seq}, "
         f"batch {args.batch}, vocab {args.vocab} ({params / 1e6:.2f} M parameters), {args.dtype} autocast + "
@@ -347,14 +371,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="iterations per block (default 20)")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved A/B repeats (default 5)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations first (default 5)")
-    parser.add_argument("--record-steps", type=int, default=DEFAULT_RECORD_OPS_STEPS,
-                        help="iterations of the op-recording window K (default: the session's)")
-    parser.add_argument("--gradient-interval", type=int, default=DEFAULT_GRADIENT_INTERVAL,
-                        help="the session's gradient_interval (default: the session's)")
+    parser.add_argument(
+        "--record-steps",
+        type=int,
+        default=DEFAULT_RECORD_OPS_STEPS,
+        help="iterations of the op-recording window K (default: the session's)",
+    )
+    parser.add_argument(
+        "--gradient-interval",
+        type=int,
+        default=DEFAULT_GRADIENT_INTERVAL,
+        help="the session's gradient_interval (default: the session's)",
+    )
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch.set_num_threads for every process (default 1: steadier on a shared machine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch.set_num_threads for every process (default 1: steadier on a shared machine)",
+    )
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=2)

@@ -9,7 +9,6 @@ alone selected (``assert_kept_on_the_command_line``): a rule whose ``tokens``, `
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterable
 
 from ampdoctor.lint import gate, known_codes

@@ -27,7 +27,9 @@ MIGRATED = APEX / "migrated"
 
 
 def migrate(source: str) -> str:
-    new, _fixed, _findings, _suppressed, parsed = fix_source(source, "train.py", all_options(fix=True, unsafe_fixes=True))
+    new, _fixed, _findings, _suppressed, parsed = fix_source(
+        source, "train.py", all_options(fix=True, unsafe_fixes=True)
+    )
     assert parsed
     return new
 
@@ -36,8 +38,11 @@ def assert_sound(migrated: str) -> None:
     """Parses, lints clean of the protocol rules and of apex, and is a fixed point."""
     ast.parse(migrated)
     cst.parse_module(migrated)
-    left = [(f.code, f.location.line, f.message) for f in lint_text(migrated)
-            if f.code.startswith("AMP2") or f.code == "AMP402"]
+    left = [
+        (f.code, f.location.line, f.message)
+        for f in lint_text(migrated)
+        if f.code.startswith("AMP2") or f.code == "AMP402"
+    ]
     assert left == []
     assert migrate(migrated) == migrated, "a second migration changed the text again"
 
@@ -112,7 +117,7 @@ def test_unsupported_scripts_are_left_alone_and_say_why(name: str):
 
 
 def test_single_model_o1_with_clipping_and_checkpoint():
-    before = dedent('''
+    before = dedent("""
         import torch
         from apex import amp
 
@@ -127,9 +132,9 @@ def test_single_model_o1_with_clipping_and_checkpoint():
                 torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
                 optimizer.step()
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "amp": amp.state_dict()}, "c.pt")
-    ''')
+    """)
     after = migrate(before)
-    assert after == dedent('''
+    assert after == dedent("""
         import torch
 
         def train(model, optimizer, loader):
@@ -145,12 +150,12 @@ def test_single_model_o1_with_clipping_and_checkpoint():
                 scaler.step(optimizer)
                 scaler.update()
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "amp": scaler.state_dict()}, "c.pt")
-    ''')
+    """)
     assert_sound(after)
 
 
 def test_lists_of_models_and_optimizers_with_num_losses_and_loss_id():
-    before = dedent('''
+    before = dedent("""
         import torch
         from apex import amp
 
@@ -168,9 +173,9 @@ def test_lists_of_models_and_optimizers_with_num_losses_and_loss_id():
                 with amp.scale_loss(g_loss, g_opt, loss_id=1) as scaled:
                     scaled.backward()
                 g_opt.step()
-    ''')
+    """)
     after = migrate(before)
-    assert after == dedent('''
+    assert after == dedent("""
         import torch
 
         def train(gen, disc, g_opt, d_opt, batches):
@@ -188,13 +193,13 @@ def test_lists_of_models_and_optimizers_with_num_losses_and_loss_id():
                 scaler.scale(g_loss).backward()
                 scaler.step(g_opt)
                 scaler.update()
-    ''')
+    """)
     assert after.count("scaler.update()") == 1  # once per iteration, after both optimizers
     assert_sound(after)
 
 
 def test_delay_unscale_under_accumulation_steps_and_updates_once_per_optimizer_step():
-    before = dedent('''
+    before = dedent("""
         import torch
         from apex import amp
 
@@ -208,21 +213,21 @@ def test_delay_unscale_under_accumulation_steps_and_updates_once_per_optimizer_s
                 if boundary:
                     optimizer.step()
                     optimizer.zero_grad()
-    ''')
+    """)
     after = migrate(before)
     assert "delay_unscale" not in after
-    assert dedent('''
+    assert dedent("""
                 scaler.scale(loss).backward()
                 if boundary:
                     scaler.step(optimizer)
                     scaler.update()
                     optimizer.zero_grad()
-    ''') in dedent(after.split("boundary = (i + 1) % accumulation == 0\n")[1])
+    """) in dedent(after.split("boundary = (i + 1) % accumulation == 0\n")[1])
     assert_sound(after)
 
 
 def test_o2_keeps_a_note_and_static_loss_scale_becomes_a_fixed_init_scale():
-    before = dedent('''
+    before = dedent("""
         import torch
         from apex import amp
 
@@ -232,7 +237,7 @@ def test_o2_keeps_a_note_and_static_loss_scale_becomes_a_fixed_init_scale():
             with amp.scale_loss(loss, optimizer) as scaled_loss:
                 scaled_loss.backward()
             optimizer.step()
-    ''')
+    """)
     after = migrate(before)
     assert 'scaler = torch.amp.GradScaler("cuda", init_scale=512, growth_interval=2**31 - 1)' in after
     assert "# apex O2 cast the model to float16 and kept float32 master weights" in after
@@ -242,7 +247,7 @@ def test_o2_keeps_a_note_and_static_loss_scale_becomes_a_fixed_init_scale():
 
 
 def test_dynamic_loss_scale_is_the_default_scaler():
-    before = dedent('''
+    before = dedent("""
         import torch
         from apex import amp
 
@@ -252,7 +257,7 @@ def test_dynamic_loss_scale_is_the_default_scaler():
             with amp.scale_loss(loss, optimizer) as scaled_loss:
                 scaled_loss.backward()
             optimizer.step()
-    ''')
+    """)
     after = migrate(before)
     assert 'scaler = torch.amp.GradScaler("cuda")\n' in after
     assert_sound(after)
@@ -272,7 +277,7 @@ def test_o3_and_o0_are_reported_unsupported_with_the_reason(level: str, reason: 
 
 
 def test_renamed_targets_are_rebound_and_optional_apex_import_goes():
-    before = dedent('''
+    before = dedent("""
         import torch
         try:
             from apex import amp
@@ -286,16 +291,16 @@ def test_renamed_targets_are_rebound_and_optional_apex_import_goes():
                 with amp.scale_loss(loss, opt) as scaled_loss:
                     scaled_loss.backward()
                 opt.step()
-    ''')
+    """)
     after = migrate(before)
     assert "try:" not in after and "amp = None" not in after
-    assert "    net, opt = model, optimizer\n    scaler = torch.amp.GradScaler(\"cuda\")\n" in after
+    assert '    net, opt = model, optimizer\n    scaler = torch.amp.GradScaler("cuda")\n' in after
     assert "scaler.step(opt)" in after
     assert_sound(after)
 
 
 def test_loss_not_computed_from_the_model_leaves_a_todo_and_the_finding_says_so():
-    before = dedent('''
+    before = dedent("""
         import torch
         from apex import amp
 
@@ -306,7 +311,7 @@ def test_loss_not_computed_from_the_model_leaves_a_todo_and_the_finding_says_so(
                 with amp.scale_loss(loss, optimizer) as scaled_loss:
                     scaled_loss.backward()
                 optimizer.step()
-    ''')
+    """)
     scale_finding = next(f for f in lint_text(before) if f.code == "AMP402" and f.location.line == 8)
     assert "TODO(ampdoctor)" in scale_finding.message
     after = migrate(before)
@@ -316,12 +321,12 @@ def test_loss_not_computed_from_the_model_leaves_a_todo_and_the_finding_says_so(
     assert lines[todo].startswith("        # TODO(ampdoctor): put the forward pass that computes `loss`")
     after_comment = next(line for line in lines[todo:] if not line.lstrip().startswith("#"))
     assert after_comment == "        loss = closure(batch)"
-    assert "torch.autocast" not in after.replace("torch.autocast(\"cuda\", dtype=torch.float16):`", "")
+    assert "torch.autocast" not in after.replace('torch.autocast("cuda", dtype=torch.float16):`', "")
     assert_sound(after)
 
 
 def test_non_literal_opt_level_is_migrated_as_o1_with_a_todo():
-    before = dedent('''
+    before = dedent("""
         import torch
         from apex import amp
 
@@ -332,7 +337,7 @@ def test_non_literal_opt_level_is_migrated_as_o1_with_a_todo():
                 with amp.scale_loss(loss, optimizer) as scaled_loss:
                     scaled_loss.backward()
                 optimizer.step()
-    ''')
+    """)
     finding = next(f for f in lint_text(before) if f.code == "AMP402" and f.location.line == 5)
     assert "opt_level came from `args.opt_level`" in finding.message
     after = migrate(before)
@@ -341,7 +346,7 @@ def test_non_literal_opt_level_is_migrated_as_o1_with_a_todo():
 
 
 def test_a_scale_loss_body_that_does_more_than_backward_keeps_its_statements():
-    before = dedent('''
+    before = dedent("""
         import torch
         from apex import amp
 
@@ -352,7 +357,7 @@ def test_a_scale_loss_body_that_does_more_than_backward_keeps_its_statements():
                 scaled_loss.backward()
                 log(scaled_loss.item())
             optimizer.step()
-    ''')
+    """)
     after = migrate(before)
     assert "    scaled_loss = scaler.scale(loss)\n    scaled_loss.backward()\n    log(scaled_loss.item())\n" in after
     assert_sound(after)
@@ -360,15 +365,15 @@ def test_a_scale_loss_body_that_does_more_than_backward_keeps_its_statements():
 
 def test_scaler_lives_on_self_in_a_class_and_is_global_across_functions():
     in_class = migrate(script("trainer_class.py"))
-    assert "self.scaler = torch.amp.GradScaler(\"cuda\", enabled=fp16)" in in_class
+    assert 'self.scaler = torch.amp.GradScaler("cuda", enabled=fp16)' in in_class
     assert "enabled=self.scaler.is_enabled()" in in_class  # autocast switched with the scaler
     across = migrate(script("train_two_models_o1.py"))
     assert "def main():\n    global scaler\n" in across
-    assert "\"amp\": scaler.state_dict()" in across and "scaler.load_state_dict(checkpoint[\"amp\"])" in across
+    assert '"amp": scaler.state_dict()' in across and 'scaler.load_state_dict(checkpoint["amp"])' in across
 
 
 def test_a_name_already_taken_gives_the_scaler_another_name_and_torch_is_imported():
-    before = dedent('''
+    before = dedent("""
         from apex import amp
 
         scaler = "minmax"
@@ -378,10 +383,10 @@ def test_a_name_already_taken_gives_the_scaler_another_name_and_torch_is_importe
             with amp.scale_loss(loss, optimizer) as scaled_loss:
                 scaled_loss.backward()
             optimizer.step()
-    ''')
+    """)
     after = migrate(before)
     assert after.startswith("import torch\n")
-    assert "grad_scaler = torch.amp.GradScaler(\"cuda\")" in after and 'scaler = "minmax"' in after
+    assert 'grad_scaler = torch.amp.GradScaler("cuda")' in after and 'scaler = "minmax"' in after
     assert "grad_scaler.step(optimizer)" in after
     assert_sound(after)
 
@@ -391,32 +396,31 @@ def test_apex_parallel_maps_to_torch_and_an_unmatched_keyword_blocks_with_a_mess
     assert "from torch.nn.parallel import DistributedDataParallel as DDP" in after
     assert "model = DDP(model)" in after and "delay_allreduce" not in after
     assert "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)" in after
-    spelled_out = dedent('''
+    spelled_out = dedent("""
         import apex
 
         model = apex.parallel.DistributedDataParallel(model)
-    ''')
+    """)
     assert migrate(spelled_out) == "import torch\n\nmodel = torch.nn.parallel.DistributedDataParallel(model)\n"
     assert_sound(migrate(spelled_out))
-    blocked = dedent('''
+    blocked = dedent("""
         from apex.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(model, message_size=10000000)
-    ''')
+    """)
     [finding] = [f for f in lint_text(blocked) if f.code == "AMP402"]
     assert "`message_size=` has no equivalent" in finding.message and finding.fix is None
 
 
 def test_fp16_utils_findings_say_precisely_why_they_are_not_migrated():
-    findings = [f for f in lint_text(script("unsupported_fp16_optimizer.py"))
-                if f.code == "AMP402"]
+    findings = [f for f in lint_text(script("unsupported_fp16_optimizer.py")) if f.code == "AMP402"]
     by_name = {f.message.split("`")[1]: f.message for f in findings}
     assert "float32 master copies and its own loss scaler" in by_name["apex.fp16_utils.FP16_Optimizer"]
     assert "casts the model to float16" in by_name["apex.fp16_utils.network_to_half"]
 
 
 def test_only_one_finding_carries_the_module_rewrite_and_it_is_unsafe():
-    findings = [f for f in lint_text(script("train_two_models_o1.py"))]
+    findings = list(lint_text(script("train_two_models_o1.py")))
     fixes = [f.fix for f in findings if f.fix is not None]
     assert len(fixes) == 1 and not fixes[0].is_safe
     # Safe fixes alone leave the module as it is.
@@ -452,8 +456,13 @@ def test_json_output_reports_the_unsafe_rewrite_without_computing_it(tmp_path: P
     target.write_text(script("trainer_class.py"), encoding="utf-8")
     items = json.loads(_lint(["--output-format", "json", str(target)]).output)
     fixes = [item["fix"] for item in items if item["fix"] is not None]
-    assert fixes == [{"description": "Migrate the module from apex to torch.amp (autocast and GradScaler)",
-                      "applicability": "unsafe", "edits": []}]
+    assert fixes == [
+        {
+            "description": "Migrate the module from apex to torch.amp (autocast and GradScaler)",
+            "applicability": "unsafe",
+            "edits": [],
+        }
+    ]
 
 
 def test_linting_an_apex_script_does_not_import_libcst(tmp_path: Path):
@@ -490,8 +499,13 @@ def test_migrated_two_model_script_trains_on_cpu(tmp_path: Path):
     on_cpu = tmp_path / "train_cpu.py"
     on_cpu.write_text(migrated.replace('"cuda"', '"cpu"'), encoding="utf-8")
     checkpoint = tmp_path / "checkpoint.pt"
-    run = subprocess.run([sys.executable, str(on_cpu), "--steps", "100", "--checkpoint", str(checkpoint)],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(on_cpu), "--steps", "100", "--checkpoint", str(checkpoint)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     losses = [float(value) for _, value in _LOSS.findall(run.stdout)]
     assert len(losses) == 10
@@ -499,8 +513,13 @@ def test_migrated_two_model_script_trains_on_cpu(tmp_path: Path):
     assert losses[-1] < losses[0] / 2, losses
     assert checkpoint.is_file()
     # Resuming loads the models, the optimizers and the scaler's state from the checkpoint.
-    resumed = subprocess.run([sys.executable, str(on_cpu), "--steps", "10", "--checkpoint", str(checkpoint)],
-                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    resumed = subprocess.run(
+        [sys.executable, str(on_cpu), "--steps", "10", "--checkpoint", str(checkpoint)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.startswith("step 100 ")
 
@@ -516,7 +535,7 @@ def test_amp_behind_a_flag_becomes_a_switched_scaler_and_the_flagged_branches_me
 
 
 def test_a_flagged_backward_whose_loss_cannot_be_placed_gets_one_todo_named_by_its_finding():
-    before = dedent('''
+    before = dedent("""
         import torch
         from apex import amp
 
@@ -531,19 +550,20 @@ def test_a_flagged_backward_whose_loss_cannot_be_placed_gets_one_todo_named_by_i
                 else:
                     loss.backward()
                 optimizer.step()
-    ''')
+    """)
     finding = next(f for f in lint_text(before) if f.code == "AMP402" and f.location.line == 10)
     assert "TODO(ampdoctor)" in finding.message
     after = migrate(before)
     assert after.count("# TODO(ampdoctor)") == 1
     assert "        # TODO(ampdoctor): put the forward pass that computes `loss`" in after
     assert "        scaler.scale(loss).backward()\n" in after and "loss.backward()\n" not in after.replace(
-        "scaler.scale(loss).backward()", "")
+        "scaler.scale(loss).backward()", ""
+    )
     assert_sound(after)
 
 
 def test_master_params_read_outside_a_clip_gets_a_todo_about_scaled_gradients():
-    before = dedent('''
+    before = dedent("""
         import torch
         from apex import amp
 
@@ -554,12 +574,11 @@ def test_master_params_read_outside_a_clip_gets_a_todo_about_scaled_gradients():
                 scaled_loss.backward()
             grad_norm = sum(p.grad.norm() ** 2 for p in amp.master_params(optimizer)) ** 0.5
             optimizer.step()
-    ''')
+    """)
     finding = next(f for f in lint_text(before) if f.code == "AMP402" and f.location.line == 9)
     assert "still scaled" in finding.message
     after = migrate(before)
-    assert ("    # TODO(ampdoctor): the gradients are still scaled here: call `scaler.unscale_(optimizer)`\n"
-            in after)
+    assert "    # TODO(ampdoctor): the gradients are still scaled here: call `scaler.unscale_(optimizer)`\n" in after
     assert "for p in model.parameters()" in after and "unscale_(optimizer)\n" not in after
     assert_sound(after)
 
@@ -571,14 +590,14 @@ def test_initialize_with_unpacked_options_is_not_migrated():
 
 
 def test_initialize_under_another_kind_of_condition_is_not_migrated():
-    source = dedent('''
+    source = dedent("""
         from apex import amp
 
         if args.fp16:
             model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
         else:
             model = model.float()
-    ''')
+    """)
     [finding] = [f for f in lint_text(source) if f.code == "AMP402"]
     assert finding.fix is None and "runs under a condition" in finding.message
 
@@ -586,13 +605,27 @@ def test_initialize_under_another_kind_of_condition_is_not_migrated():
 def test_a_notebook_is_reported_but_never_rewritten(tmp_path: Path):
     """A notebook's module joins its cells; an autocast block could straddle two of them."""
     cells = [
-        ["import torch\n", "from apex import amp\n", 'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")'],
+        [
+            "import torch\n",
+            "from apex import amp\n",
+            'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+        ],
         ["out = model(x)"],
-        ["loss = criterion(out, y)\n", "with amp.scale_loss(loss, optimizer) as scaled_loss:\n",
-         "    scaled_loss.backward()\n", "optimizer.step()"],
+        [
+            "loss = criterion(out, y)\n",
+            "with amp.scale_loss(loss, optimizer) as scaled_loss:\n",
+            "    scaled_loss.backward()\n",
+            "optimizer.step()",
+        ],
     ]
-    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": c}
-                          for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    notebook = {
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": c} for c in cells
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     target = tmp_path / "train.ipynb"
     target.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
     before = target.read_bytes()
@@ -603,7 +636,7 @@ def test_a_notebook_is_reported_but_never_rewritten(tmp_path: Path):
     assert all(item["fix"] is None for item in items)
 
 
-_APEX_TAIL = '''
+_APEX_TAIL = """
 
 from apex import amp
 
@@ -613,7 +646,7 @@ for apex_x, apex_y in apex_loader:
     with amp.scale_loss(apex_loss, apex_optimizer) as apex_scaled:
         apex_scaled.backward()
     apex_optimizer.step()
-'''
+"""
 
 
 @pytest.mark.slow

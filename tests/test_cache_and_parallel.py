@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from ampdoctor.config import Settings
-from ampdoctor.lint import LintRequest, known_codes, lint_paths
-from ampdoctor.lint import engine
+from ampdoctor.lint import LintRequest, engine, known_codes, lint_paths
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lint"
 

@@ -60,9 +60,7 @@ def test_static_rule_has_bad_and_good_examples(rule: Rule):
 @pytest.mark.parametrize("rule,index", list(_examples("bad")))
 def test_bad_example_reports_exactly_the_marked_codes(rule: Rule, index: int):
     example = rule.examples[index]
-    assert found_pairs(example.source) == expected_pairs(example.source), (
-        f"{rule.path.name}:{example.page_line}"
-    )
+    assert found_pairs(example.source) == expected_pairs(example.source), f"{rule.path.name}:{example.page_line}"
 
 
 @pytest.mark.parametrize(
@@ -78,7 +76,7 @@ def test_a_rule_whose_declarations_miss_its_own_example_fails_its_tests(monkeypa
     tokens, needs and anchors. The shared helper checks those too, so wrong ones cannot pass."""
     page = find_rule("AMP201")
     source = next(e.source for e in page.examples if e.kind == "bad")
-    assert ("AMP201" in {code for _, code in found_pairs(source)})  # as declared: found and kept
+    assert "AMP201" in {code for _, code in found_pairs(source)}  # as declared: found and kept
     monkeypatch.setattr(lint_rules()["AMP201"], declaration, value)
     with pytest.raises(AssertionError, match=complaint):
         found_pairs(source)

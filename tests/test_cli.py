@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from samples import CLIP_BEFORE_UNSCALE as BUGGY
+from samples import UNSCALE_THEN_CLIP as CLEAN
 
 from ampdoctor import __version__
 from ampdoctor.cli import main
-
-from samples import CLIP_BEFORE_UNSCALE as BUGGY, UNSCALE_THEN_CLIP as CLEAN
 
 
 def invoke(*args, cwd: Path | None = None, env=None):
@@ -70,7 +70,13 @@ def test_json_is_the_documented_interface(project):
     item = data[0]
     for key in ("code", "severity", "message", "path", "line", "column", "end_line", "end_column", "fix", "cell"):
         assert key in item
-    assert (item["code"], item["severity"], item["path"], item["line"], item["column"]) == ("AMP201", "error", "train.py", 8, 5)
+    assert (item["code"], item["severity"], item["path"], item["line"], item["column"]) == (
+        "AMP201",
+        "error",
+        "train.py",
+        8,
+        5,
+    )
     assert item["end_line"] == 8 and item["end_column"] == 60
     assert item["cell"] is None
     assert item["fix"]["applicability"] == "safe"
@@ -198,8 +204,12 @@ def test_rules_listing_and_rule_page():
     data = json.loads(invoke("rules", "--output-format", "json").output)
     entry = next(r for r in data if r["code"] == "AMP201")
     assert entry == {
-        "code": "AMP201", "name": "clip-before-unscale", "severity": "error", "fixable": "safe",
-        "origin": "lint", "summary": entry["summary"],
+        "code": "AMP201",
+        "name": "clip-before-unscale",
+        "severity": "error",
+        "fixable": "safe",
+        "origin": "lint",
+        "summary": entry["summary"],
     }
     page = invoke("rule", "AMP201")
     assert page.exit_code == 0

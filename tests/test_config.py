@@ -95,7 +95,10 @@ def test_explicit_config_file(tmp_path, monkeypatch):
         ("ignore = ['AMP1x']", "tool.ampdoctor.ignore: unknown rule code or prefix 'AMP1x'"),
         ("exclude = 'third_party'", "tool.ampdoctor.exclude: expected a list of strings"),
         ("extend-exclude = [1]", "tool.ampdoctor.extend-exclude: expected a list of strings"),
-        ("per-file-ignores = { 'a/*' = 'AMP1' }", "tool.ampdoctor.per-file-ignores.'a/*': expected a list of rule codes"),
+        (
+            "per-file-ignores = { 'a/*' = 'AMP1' }",
+            "tool.ampdoctor.per-file-ignores.'a/*': expected a list of rule codes",
+        ),
         ("respect-gitignore = 1", "tool.ampdoctor.respect-gitignore: expected true or false"),
         ("fail-on = ['error']", "tool.ampdoctor.fail-on: expected a string"),
         ("[tool.ampdoctor.select]\nx = 1", "tool.ampdoctor.select: expected a list of strings"),
@@ -142,8 +145,10 @@ def test_load_settings_reports_the_file(tmp_path):
         ("tool = 'ampdoctor'\n", None),  # not our table: the defaults apply
         ("[tool]\nampdoctor = 3\n", "tool.ampdoctor in {path} must be a table"),
         ("[tool]\nampdoctor = ['select']\n", "tool.ampdoctor in {path} must be a table"),
-        ("[tool.ampdoctor\nselect = []\n", "invalid TOML in {path}: Expected ']' at the end of a table declaration "
-                                              "(at line 1, column 16)"),
+        (
+            "[tool.ampdoctor\nselect = []\n",
+            "invalid TOML in {path}: Expected ']' at the end of a table declaration (at line 1, column 16)",
+        ),
         ("[tool.ampdoctor]\nselect = ['AMP1']\u00a0\n", "invalid TOML in {path}: "),
     ],
 )

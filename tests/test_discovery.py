@@ -22,15 +22,36 @@ def found(root: Path, **kwargs) -> list[str]:
 
 
 def test_default_excluded_folders_and_suffixes(tmp_path):
-    make(tmp_path, "train.py", "stubs.pyi", "nb.ipynb", "notes.txt", ".venv/lib/x.py", "venv/x.py",
-         "build/x.py", "dist/x.py", "__pycache__/x.py", "node_modules/x.py", "lib/site-packages/x.py",
-         ".git/hooks/x.py", "pkg/model.py")
+    make(
+        tmp_path,
+        "train.py",
+        "stubs.pyi",
+        "nb.ipynb",
+        "notes.txt",
+        ".venv/lib/x.py",
+        "venv/x.py",
+        "build/x.py",
+        "dist/x.py",
+        "__pycache__/x.py",
+        "node_modules/x.py",
+        "lib/site-packages/x.py",
+        ".git/hooks/x.py",
+        "pkg/model.py",
+    )
     assert found(tmp_path) == ["nb.ipynb", "pkg/model.py", "stubs.pyi", "train.py"]
 
 
 def test_gitignore_rules(tmp_path):
-    make(tmp_path, "train.py", "generated/a.py", "logs/run.py", "keep/important.py", "keep/other.py",
-         "deep/x/cache_tmp.py", "src/out/x.py")
+    make(
+        tmp_path,
+        "train.py",
+        "generated/a.py",
+        "logs/run.py",
+        "keep/important.py",
+        "keep/other.py",
+        "deep/x/cache_tmp.py",
+        "src/out/x.py",
+    )
     (tmp_path / ".gitignore").write_text(
         "# comment\ngenerated/\n/logs\nkeep/*\n!keep/important.py\n*_tmp.py\nsrc/**/x.py\n", encoding="utf-8"
     )

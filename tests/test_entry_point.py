@@ -20,16 +20,20 @@ def _script() -> str:
 
 
 def test_installed_entry_point_lints_and_exits_1():
-    result = subprocess.run([_script(), "lint", "--isolated", "--output-format", "concise",
-                             str(FIXTURES / "buggy_no_update.py")], capture_output=True, text=True)
+    result = subprocess.run(
+        [_script(), "lint", "--isolated", "--output-format", "concise", str(FIXTURES / "buggy_no_update.py")],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 1, result.stderr
     assert "AMP202" in result.stdout
     assert result.stderr == ""
 
 
 def test_installed_entry_point_clean_file_exits_0():
-    result = subprocess.run([_script(), "lint", "--isolated", str(FIXTURES / "clean_gan_two_optimizers.py")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [_script(), "lint", "--isolated", str(FIXTURES / "clean_gan_two_optimizers.py")], capture_output=True, text=True
+    )
     assert result.returncode == 0
     assert "All checks passed!" in result.stdout
 
@@ -50,18 +54,25 @@ def test_usage_error_has_no_traceback():
 # ``ampdoctor lint FILE...`` with file names only takes a path that does not import click
 # (entry.py); it must behave exactly like the click command with its defaults spelled out.
 
+
 def _both(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("AMPDOCTOR_OUTPUT_FORMAT", "NO_COLOR")}
     plain = subprocess.run([_script(), "lint", *args], capture_output=True, text=True, cwd=cwd, env=env)
-    spelled = subprocess.run([_script(), "lint", "--output-format", "text", *args], capture_output=True, text=True,
-                             cwd=cwd, env=env)
+    spelled = subprocess.run(
+        [_script(), "lint", "--output-format", "text", *args], capture_output=True, text=True, cwd=cwd, env=env
+    )
     return plain, spelled
 
 
 @pytest.mark.parametrize(
     "names",
-    [["buggy_no_update.py"], ["clean_gan_two_optimizers.py"], ["buggy_no_update.py", "clean_gan_two_optimizers.py"],
-     ["missing.py"], []],
+    [
+        ["buggy_no_update.py"],
+        ["clean_gan_two_optimizers.py"],
+        ["buggy_no_update.py", "clean_gan_two_optimizers.py"],
+        ["missing.py"],
+        [],
+    ],
 )
 @pytest.mark.slow
 def test_plain_file_names_behave_like_the_click_command(tmp_path, names):
@@ -74,7 +85,8 @@ def test_plain_file_names_behave_like_the_click_command(tmp_path, names):
     plain, spelled = _both(names, project)
     assert (plain.returncode, plain.stdout, plain.stderr) == (spelled.returncode, spelled.stdout, spelled.stderr)
     assert plain.returncode == {("buggy_no_update.py",): 1, ("clean_gan_two_optimizers.py",): 0}.get(
-        tuple(names), plain.returncode)
+        tuple(names), plain.returncode
+    )
 
 
 def test_plain_file_names_do_not_import_click(tmp_path):

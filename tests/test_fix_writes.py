@@ -45,13 +45,22 @@ def leftovers(folder: Path) -> list[str]:
         (BUGGY.encode(), FIXED.encode()),
         (BUGGY.replace("\n", "\r\n").encode(), FIXED.replace("\n", "\r\n").encode()),
         (b"\xef\xbb\xbf" + BUGGY.encode(), b"\xef\xbb\xbf" + FIXED.encode()),
-        (b"\xef\xbb\xbf" + BUGGY.replace("\n", "\r\n").encode(), b"\xef\xbb\xbf" + FIXED.replace("\n", "\r\n").encode()),
-        (b"# -*- coding: latin-1 -*-\nname = '\xe9t\xe9'\n" + BUGGY.encode(),
-         b"# -*- coding: latin-1 -*-\nname = '\xe9t\xe9'\n" + FIXED.encode()),
-        (b"# coding: cp1252\r\nq = '\x93'\r\n" + BUGGY.replace("\n", "\r\n").encode(),
-         b"# coding: cp1252\r\nq = '\x93'\r\n" + FIXED.replace("\n", "\r\n").encode()),
-        (b"import torch\nif True:\n\tscaler = torch.cuda.amp.GradScaler()\n",
-         b'import torch\nif True:\n\tscaler = torch.amp.GradScaler("cuda")\n'),
+        (
+            b"\xef\xbb\xbf" + BUGGY.replace("\n", "\r\n").encode(),
+            b"\xef\xbb\xbf" + FIXED.replace("\n", "\r\n").encode(),
+        ),
+        (
+            b"# -*- coding: latin-1 -*-\nname = '\xe9t\xe9'\n" + BUGGY.encode(),
+            b"# -*- coding: latin-1 -*-\nname = '\xe9t\xe9'\n" + FIXED.encode(),
+        ),
+        (
+            b"# coding: cp1252\r\nq = '\x93'\r\n" + BUGGY.replace("\n", "\r\n").encode(),
+            b"# coding: cp1252\r\nq = '\x93'\r\n" + FIXED.replace("\n", "\r\n").encode(),
+        ),
+        (
+            b"import torch\nif True:\n\tscaler = torch.cuda.amp.GradScaler()\n",
+            b'import torch\nif True:\n\tscaler = torch.amp.GradScaler("cuda")\n',
+        ),
     ],
     ids=["lf", "crlf", "bom", "bom-crlf", "latin-1", "cp1252-crlf", "tabs"],
 )
@@ -219,8 +228,9 @@ def test_a_notebook_changed_on_disk_is_not_overwritten(folder, monkeypatch):
     cell = '{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": null, "source": %s}'
     import json
 
-    text = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
-                       "cells": [json.loads(cell % json.dumps(BUGGY))]}, indent=1)
+    text = json.dumps(
+        {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [json.loads(cell % json.dumps(BUGGY))]}, indent=1
+    )
     path = folder / "nb.ipynb"
     path.write_text(text)
     _lint_then(monkeypatch, lambda p: p.write_text(text.replace("import torch", "import torch  # edited")))

@@ -9,9 +9,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from click.testing import CliRunner
+from helpers import expected_pairs, found_pairs
 
 from ampdoctor.cli import main
-from helpers import expected_pairs, found_pairs
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lint"
 SCRIPTS = sorted(FIXTURES.glob("*.py"))
@@ -68,11 +68,15 @@ def test_fix_changes_only_the_fixed_lines(tmp_path: Path):
     after = target.read_text(encoding="utf-8").splitlines()
     import difflib
 
-    changed = [line for line in difflib.unified_diff(before, after, lineterm="", n=0) if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    changed = [
+        line
+        for line in difflib.unified_diff(before, after, lineterm="", n=0)
+        if line[:1] in "+-" and line[:3] not in ("+++", "---")
+    ]
     assert changed == [
         "-from torch.cuda.amp import GradScaler, autocast  # expect: AMP401",
         "+from torch.amp import GradScaler, autocast  # expect: AMP401",
-        '-scaler = GradScaler()',
+        "-scaler = GradScaler()",
         '+scaler = GradScaler("cuda")',
         "-            with autocast():",
         '+            with autocast("cuda"):',

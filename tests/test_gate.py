@@ -51,7 +51,9 @@ def test_alternative_anchor_sets():
 
 def test_an_integer_beyond_float_range_does_not_crash_the_gate():
     huge = "9" * 320
-    summary = summarize(f"import torch\nwith torch.autocast('cuda'):\n    y = a + {huge}\n    m.masked_fill(k, {huge})\n")
+    summary = summarize(
+        f"import torch\nwith torch.autocast('cuda'):\n    y = a + {huge}\n    m.masked_fill(k, {huge})\n"
+    )
     assert summary is not None and "big-arith" not in summary.literals
 
 

@@ -28,7 +28,10 @@ def git_repository(root: Path) -> None:
 def git_lists(root: Path) -> list[str]:
     out = subprocess.run(
         ["git", "-c", "core.quotepath=off", "ls-files", "-z", "--others", "--exclude-standard"],
-        cwd=root, capture_output=True, check=True, env=GIT_ENV,
+        cwd=root,
+        capture_output=True,
+        check=True,
+        env=GIT_ENV,
     ).stdout.decode("utf-8")
     return sorted(name for name in out.split("\0") if name.endswith(SUFFIXES))
 
@@ -49,37 +52,62 @@ def plant(root: Path, files: list[str], ignores: dict[str, str]) -> None:
 
 
 FILES = [
-    "train.py", "model.py", "notes.ipynb", "stubs.pyi",
-    "logs/run.py", "src/logs/run.py",
-    "gen/a.py", "src/gen/b.py", "src/gen.py",
-    "keep/a.py", "keep/important.py", "keep/sub/deep.py",
-    "docs/x.py", "docs/a/b/x.py", "docs/a/y.py",
-    "tmp_1.py", "pkg/tmp_2.py", "pkg/core.py",
-    "#hash.py", "!bang.py", "space .py", "ab.py", "ac.py", "a?.py", "a[b].py",
-    "lib/inner/keep.py", "lib/inner/drop.py", "lib/other.py",
-    "outer/only_dir/x.py", "outer/only_dir.py",
-    "data/raw/x.py", "data/clean/x.py",
+    "train.py",
+    "model.py",
+    "notes.ipynb",
+    "stubs.pyi",
+    "logs/run.py",
+    "src/logs/run.py",
+    "gen/a.py",
+    "src/gen/b.py",
+    "src/gen.py",
+    "keep/a.py",
+    "keep/important.py",
+    "keep/sub/deep.py",
+    "docs/x.py",
+    "docs/a/b/x.py",
+    "docs/a/y.py",
+    "tmp_1.py",
+    "pkg/tmp_2.py",
+    "pkg/core.py",
+    "#hash.py",
+    "!bang.py",
+    "space .py",
+    "ab.py",
+    "ac.py",
+    "a?.py",
+    "a[b].py",
+    "lib/inner/keep.py",
+    "lib/inner/drop.py",
+    "lib/other.py",
+    "outer/only_dir/x.py",
+    "outer/only_dir.py",
+    "data/raw/x.py",
+    "data/clean/x.py",
 ]
 IGNORES = {
-    "": "\n".join([
-        "# a comment, then blank lines",
-        "",
-        "/logs",          # anchored to this folder: src/logs stays
-        "gen/",           # directory-only, any depth
-        "keep/*",
-        "!keep/important.py",
-        "docs/**/x.py",   # ** matches zero or more folders
-        "tmp_*.py",
-        r"\#hash.py",     # escaped comment character
-        r"\!bang.py",     # escaped negation
-        r"space\ .py",    # escaped trailing-sensitive space
-        "a[bc].py",       # a character class
-        "a\\?.py",        # an escaped wildcard: only the file named a?.py
-        "**/only_dir/",   # directory-only: the file only_dir.py stays
-        "data/*",
-        "!data/clean/",
-        "trailing.py   ",  # trailing spaces are not part of the pattern
-    ]) + "\n",
+    "": "\n".join(
+        [
+            "# a comment, then blank lines",
+            "",
+            "/logs",  # anchored to this folder: src/logs stays
+            "gen/",  # directory-only, any depth
+            "keep/*",
+            "!keep/important.py",
+            "docs/**/x.py",  # ** matches zero or more folders
+            "tmp_*.py",
+            r"\#hash.py",  # escaped comment character
+            r"\!bang.py",  # escaped negation
+            r"space\ .py",  # escaped trailing-sensitive space
+            "a[bc].py",  # a character class
+            "a\\?.py",  # an escaped wildcard: only the file named a?.py
+            "**/only_dir/",  # directory-only: the file only_dir.py stays
+            "data/*",
+            "!data/clean/",
+            "trailing.py   ",  # trailing spaces are not part of the pattern
+        ]
+    )
+    + "\n",
     "lib": "*.py\n!inner/\n!inner/keep.py\n",
     "pkg": "!tmp_2.py\n/core.py\n",
 }
@@ -107,8 +135,10 @@ def test_a_gitignore_above_the_repository_is_not_read(tmp_path):
 # Generated trees and patterns: names from a small alphabet, so patterns often hit.
 SEGMENTS = ["a", "b", "ab", "x", "*", "?", "a*", "*b", "[ab]", "**"]
 name = st.sampled_from(["a", "b", "ab", "x", "ba"])
-file_path = st.lists(name, min_size=0, max_size=3).map(lambda parts: "/".join([*parts, ""])) .flatmap(
-    lambda folder: st.sampled_from(["a.py", "b.py", "x.py", "ab.ipynb"]).map(lambda leaf: folder + leaf)
+file_path = (
+    st.lists(name, min_size=0, max_size=3)
+    .map(lambda parts: "/".join([*parts, ""]))
+    .flatmap(lambda folder: st.sampled_from(["a.py", "b.py", "x.py", "ab.ipynb"]).map(lambda leaf: folder + leaf))
 )
 
 
@@ -146,4 +176,4 @@ def test_generated_patterns_agree_with_git(tmp_path_factory, files, ignores):
     files = [f for f in files if f not in folders]
     git_repository(root)
     plant(root, files, {folder: "\n".join(lines) + "\n" for folder, lines in ignores.items()})
-    assert walked(root) == git_lists(root), {k: v for k, v in ignores.items()}
+    assert walked(root) == git_lists(root), dict(ignores.items())

@@ -168,7 +168,9 @@ def test_the_graph_sees_module_level_deferred_and_relative_imports():
     graph = import_graph()
     assert "ampdoctor.records" in graph["ampdoctor.findings"]  # module level, relative
     assert "ampdoctor.catalog" in graph["ampdoctor.findings"]  # inside a method
-    assert "ampdoctor.findings" in graph["ampdoctor.lint.rules.amp301_303_numerics"]  # ``from ...findings``, in a function
+    assert (
+        "ampdoctor.findings" in graph["ampdoctor.lint.rules.amp301_303_numerics"]
+    )  # ``from ...findings``, in a function
     assert "ampdoctor.lint.engine" in graph["ampdoctor.lint"]  # ``from . import engine``: the submodule
     assert strongly_connected({"a": {"b": [1]}, "b": {"a": [1]}, "c": {"a": [1]}}) == [["a", "b"], ["c"]]
     assert cycles({"a": {"a": [1]}, "b": {}}) == [["a"]]

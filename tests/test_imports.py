@@ -40,9 +40,9 @@ def test_a_warm_cache_does_not_even_import_the_rules(tmp_path):
     target = tmp_path / "train.py"
     target.write_text(FIXTURE.read_text(encoding="utf-8"), encoding="utf-8")
     code = (
-        "import os\nos.chdir({folder!r})\nfrom click.testing import CliRunner\nfrom ampdoctor.cli import main\n"
+        f"import os\nos.chdir({str(tmp_path)!r})\nfrom click.testing import CliRunner\nfrom ampdoctor.cli import main\n"
         "r = CliRunner().invoke(main, ['lint', '--isolated', 'train.py'])\nassert r.exit_code == 1, r.output\n"
-    ).format(folder=str(tmp_path))
+    )
     assert "ampdoctor.lint.facts" in _modules_after(code)  # cold: parsed and analysed
     warm = _modules_after(code)
     assert not {"ampdoctor.lint.facts", "ampdoctor.lint.rules", "libcst", "torch"} & warm
@@ -53,21 +53,35 @@ def _plain_lint_modules(tmp_path, fixture: Path, exit_code: int) -> set[str]:
     """The modules ``ampdoctor lint FILE`` (the pre-commit invocation) loads for a copy of ``fixture``."""
     (tmp_path / "train.py").write_text(fixture.read_text(encoding="utf-8"), encoding="utf-8")
     code = (
-        "import os\nos.chdir({folder!r})\nfrom ampdoctor.entry import main\n"
-        "try:\n    main(['lint', 'train.py'])\nexcept SystemExit as exit:\n    assert exit.code == {code}, exit.code\n"
-    ).format(folder=str(tmp_path), code=exit_code)
+        f"import os\nos.chdir({str(tmp_path)!r})\nfrom ampdoctor.entry import main\n"
+        f"try:\n    main(['lint', 'train.py'])\nexcept SystemExit as exit:\n    assert exit.code == {exit_code}, exit.code\n"
+    )
     return _modules_after(code)
 
 
 # What ``ampdoctor lint FILE`` costs is mostly start-up: none of these is needed to lint or report.
-NOT_ON_THE_LINT_PATH = {"typing", "dataclasses", "inspect", "hashlib", "tokenize", "click", "rich", "torch", "libcst",
-                        "pathspec"}
+NOT_ON_THE_LINT_PATH = {
+    "typing",
+    "dataclasses",
+    "inspect",
+    "hashlib",
+    "tokenize",
+    "click",
+    "rich",
+    "torch",
+    "libcst",
+    "pathspec",
+}
 
 
 # Parts of the lint half that a typical training script does not need: each is imported on first
 # use (the exact gate is for the tests; the others serve apex calls, deprecated calls, literals).
-LOADED_ON_DEMAND = {"ampdoctor.lint.gate", "ampdoctor.lint.apex.plan", "ampdoctor.lint.textpos",
-                    "ampdoctor.lint.textscan.literals"}
+LOADED_ON_DEMAND = {
+    "ampdoctor.lint.gate",
+    "ampdoctor.lint.apex.plan",
+    "ampdoctor.lint.textpos",
+    "ampdoctor.lint.textscan.literals",
+}
 
 
 def test_the_pre_commit_path_on_a_clean_file_loads_only_what_linting_needs(tmp_path):

@@ -26,8 +26,14 @@ def plant(folder: Path) -> None:
     # Modules the lint and fix paths import lazily: a folder's copy must not shadow them.
     for shadow in ("tokenize.py", "tempfile.py", "difflib.py", "pathspec.py", "ampdoctor.py", "conftest.py"):
         (folder / shadow).write_text(SIDE_EFFECT + "import torch\nscaler = torch.cuda.amp.GradScaler()\n")
-    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-            "source": SIDE_EFFECT.replace("__file__", "'nb.ipynb'") + "import torch\nscaler = torch.cuda.amp.GradScaler()\n"}
+    cell = {
+        "cell_type": "code",
+        "metadata": {},
+        "outputs": [],
+        "execution_count": None,
+        "source": SIDE_EFFECT.replace("__file__", "'nb.ipynb'")
+        + "import torch\nscaler = torch.cuda.amp.GradScaler()\n",
+    }
     (folder / "nb.ipynb").write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [cell]}))
     (folder / ".gitignore").write_text("*.ran\n")
 
@@ -44,7 +50,9 @@ def _script() -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [["lint", "."], ["lint", "--no-cache", "--fix", "."], ["lint", "train.py", "nb.ipynb"]])
+@pytest.mark.parametrize(
+    "args", [["lint", "."], ["lint", "--no-cache", "--fix", "."], ["lint", "train.py", "nb.ipynb"]]
+)
 def test_the_console_script_runs_nothing_it_lints(tmp_path, args):
     plant(tmp_path)
     done = subprocess.run([_script(), *args], cwd=tmp_path, capture_output=True, text=True)

@@ -8,13 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import all_options
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from ampdoctor.lint import known_codes
 from ampdoctor.lint.engine import LintOptions, apply_edits, check_source, fix_source, lint_file, prefilter_spec
-
-from helpers import all_options
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures" / "lint").rglob("*.py"))
@@ -90,8 +89,12 @@ def test_every_fix_parses_and_a_second_run_changes_nothing(path):
 
 
 def test_the_corpus_has_fixes_to_check():
-    fixable = [f.code for path in FIXTURES for f in check_source(path.read_text(encoding="utf-8"), "x.py",
-                                                                  all_options())[0] if f.fix]
+    fixable = [
+        f.code
+        for path in FIXTURES
+        for f in check_source(path.read_text(encoding="utf-8"), "x.py", all_options())[0]
+        if f.fix
+    ]
     assert len(fixable) >= 20 and len(set(fixable)) >= 5
     assert TORCH_SAMPLE, "torch is installed in the test environment"
 
@@ -160,10 +163,43 @@ def test_generated_programs_never_make_lint_raise(program, header):
 
 # Pieces a mutation inserts: AMP vocabulary, brackets, odd whitespace and odd bytes.
 PIECES = [
-    b"scaler.", b"scaler.scale(loss).backward()", b"with torch.autocast('cuda'):", b"optimizer.step()",
-    b".half()", b"-1e9", b"torch.float16", b"(", b")", b"[", b"]", b":", b",", b"\\", b"'", b'"', b'"""',
-    b"#", b"# noqa", b"\n", b"\r\n", b"\r", b"\t", b"    ", b"\x0c", b"\0", b"\xff", b"\xef\xbb\xbf",
-    b"\xe9", b"# -*- coding: latin-1 -*-\n", b"lambda:", b"async ", b"await ", b"yield", b"@", b"*", b"**",
+    b"scaler.",
+    b"scaler.scale(loss).backward()",
+    b"with torch.autocast('cuda'):",
+    b"optimizer.step()",
+    b".half()",
+    b"-1e9",
+    b"torch.float16",
+    b"(",
+    b")",
+    b"[",
+    b"]",
+    b":",
+    b",",
+    b"\\",
+    b"'",
+    b'"',
+    b'"""',
+    b"#",
+    b"# noqa",
+    b"\n",
+    b"\r\n",
+    b"\r",
+    b"\t",
+    b"    ",
+    b"\x0c",
+    b"\0",
+    b"\xff",
+    b"\xef\xbb\xbf",
+    b"\xe9",
+    b"# -*- coding: latin-1 -*-\n",
+    b"lambda:",
+    b"async ",
+    b"await ",
+    b"yield",
+    b"@",
+    b"*",
+    b"**",
 ]
 
 
@@ -189,8 +225,9 @@ def mutation(draw, corpus: list[Path]):
     return data
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @pytest.mark.slow
 @given(data=mutation(FIXTURES))
 @example(data=b"import torch\n" + b"x = " + b"-" * 1500 + b"1e9\n")
@@ -198,23 +235,26 @@ def test_mutated_fixtures_never_make_lint_raise(tmp_path, data):
     _lint_bytes(tmp_path, data)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_mutated_torch_files_never_make_lint_raise(tmp_path, data):
     assume(SMALL_TORCH_FILES)
     _lint_bytes(tmp_path, data.draw(mutation(SMALL_TORCH_FILES)))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(data=mutation(NOTEBOOKS))
 def test_mutated_notebooks_never_make_lint_raise(tmp_path, data):
     _lint_bytes(tmp_path, data, suffix=".ipynb")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(data=mutation(FIXTURES), output_format=st.sampled_from(["text", "concise", "json", "sarif", "github"]))
 def test_mutated_files_through_the_command_and_every_report(tmp_path, data, output_format):
     """The reporters too: snippets of odd lines (CR, form feeds, NUL, tabs) never raise."""
@@ -223,8 +263,19 @@ def test_mutated_files_through_the_command_and_every_report(tmp_path, data, outp
     from ampdoctor.cli import main
 
     (tmp_path / "mutant.py").write_bytes(data)
-    result = CliRunner().invoke(main, ["lint", "--isolated", "--no-cache", "--jobs", "1", "--output-format",
-                                       output_format, str(tmp_path / "mutant.py")])
+    result = CliRunner().invoke(
+        main,
+        [
+            "lint",
+            "--isolated",
+            "--no-cache",
+            "--jobs",
+            "1",
+            "--output-format",
+            output_format,
+            str(tmp_path / "mutant.py"),
+        ],
+    )
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert result.exit_code in (0, 1, 2)
     assert "Traceback" not in result.output

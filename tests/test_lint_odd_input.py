@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import lint_text
 
 from ampdoctor.cli import main
 from ampdoctor.lint import engine
 from ampdoctor.lint.rules import lint_rules
-
-from helpers import lint_text
 
 # Enough for every file to pass the token prefilter and be parsed: one AMP401 finding on line 2.
 HEADER = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
@@ -87,8 +86,10 @@ def test_decodable_variants_are_checked_like_plain_utf8(folder, data):
     result = lint("odd.py")
     assert result.exit_code == 1, result.output
     line = 3 if data.startswith(b"#") else 2
-    assert finding_lines(result.output) == [f"odd.py:{line}:10: AMP401 [warning] `torch.cuda.amp.GradScaler` is deprecated"
-                                            + finding_lines(result.output)[0].split("is deprecated", 1)[1]]
+    assert finding_lines(result.output) == [
+        f"odd.py:{line}:10: AMP401 [warning] `torch.cuda.amp.GradScaler` is deprecated"
+        + finding_lines(result.output)[0].split("is deprecated", 1)[1]
+    ]
 
 
 def test_empty_file_and_a_folder_named_like_a_module(folder):
@@ -151,7 +152,7 @@ def _too_deep(*args, **kwargs):
 @pytest.mark.parametrize("stage", ["text gate", "fact model", "rule", "fix"])
 def test_a_recursion_error_in_any_walk_is_one_amp000_line(folder, monkeypatch, stage):
     """Whichever walk runs out of stack, the file gets one line and no traceback."""
-    from ampdoctor.lint import facts, fixes, textscan
+    from ampdoctor.lint import facts, textscan
 
     if stage == "text gate":
         monkeypatch.setattr(textscan.TextGate, "keeps", _too_deep)
@@ -164,7 +165,9 @@ def test_a_recursion_error_in_any_walk_is_one_amp000_line(folder, monkeypatch, s
     write(folder, "deep.py", HEADER)
     result = lint("--fix", "deep.py") if stage == "fix" else lint("deep.py")
     assert result.exit_code == 2, result.output
-    assert finding_lines(result.output) == ["deep.py:1:1: AMP000 [error] cannot analyse: an expression is nested too deeply"]
+    assert finding_lines(result.output) == [
+        "deep.py:1:1: AMP000 [error] cannot analyse: an expression is nested too deeply"
+    ]
     assert "Traceback" not in result.output
     assert (folder / "deep.py").read_text() == HEADER
 
@@ -189,8 +192,10 @@ def test_a_path_that_does_not_exist_is_one_line_exit_2(folder, name):
     assert result.output.strip().splitlines() == [f"ampdoctor: error: no such file or folder: {name}"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode; "
-                    "test_a_file_that_cannot_be_read_is_one_line checks the same path")
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason="root reads a file whatever its mode; test_a_file_that_cannot_be_read_is_one_line checks the same path",
+)
 def test_a_file_without_read_permission(folder):
     write(folder, "secret.py", HEADER).chmod(0)
     write(folder, "ok.py", HEADER)
@@ -209,8 +214,13 @@ def _unprivileged_interpreter() -> str | None:
         if candidate is None:
             continue
         try:
-            done = subprocess.run([candidate, "-c", "import sys; assert sys.version_info >= (3, 11)"],
-                                  user=65534, group=65534, capture_output=True, cwd="/")
+            done = subprocess.run(
+                [candidate, "-c", "import sys; assert sys.version_info >= (3, 11)"],
+                user=65534,
+                group=65534,
+                capture_output=True,
+                cwd="/",
+            )
         except OSError:
             continue
         if done.returncode == 0:
@@ -235,8 +245,15 @@ def test_a_file_without_read_permission_for_an_unprivileged_user(tmp_path_factor
         write(folder, "secret.py", HEADER).chmod(0)
         write(folder, "ok.py", HEADER)
         code = "from ampdoctor.entry import main; main(['lint', 'secret.py', 'ok.py'])"
-        done = subprocess.run([interpreter, "-c", code], user=65534, group=65534, cwd=folder, capture_output=True,
-                              text=True, env={"PYTHONPATH": str(root), "PATH": os.environ.get("PATH", "")})
+        done = subprocess.run(
+            [interpreter, "-c", code],
+            user=65534,
+            group=65534,
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            env={"PYTHONPATH": str(root), "PATH": os.environ.get("PATH", "")},
+        )
     finally:
         shutil.rmtree(folder)
     if "No module named 'ampdoctor'" in done.stderr:
@@ -283,8 +300,10 @@ NOTEBOOK_CELL = '{"cell_type": "code", "metadata": {}, "outputs": [], "source": 
     ("text", "expected"),
     [
         ("{not json, torch.cuda.amp.GradScaler()", "AMP000 [error] cannot read notebook: not valid notebook JSON"),
-        ('{"nbformat": 4, "metadata": {"x": "torch.cuda.amp.GradScaler"}}',
-         "AMP000 [error] cannot read notebook: not a Jupyter notebook: no 'cells' list"),
+        (
+            '{"nbformat": 4, "metadata": {"x": "torch.cuda.amp.GradScaler"}}',
+            "AMP000 [error] cannot read notebook: not a Jupyter notebook: no 'cells' list",
+        ),
         ('[1, 2, "torch.cuda.amp.GradScaler"]', "AMP000 [error] cannot read notebook"),
     ],
     ids=["not-json", "no-cells", "not-an-object"],
@@ -330,7 +349,9 @@ def test_an_internal_error_is_one_line_naming_the_file_and_the_run_goes_on(folde
     result = lint("--jobs", jobs, ".")
     assert result.exit_code == 2
     errors = [line for line in result.output.splitlines() if line.startswith("ampdoctor: error:")]
-    assert errors == ["ampdoctor: error: boom.py: internal error while checking this file (KeyError: 'a defect in a rule')"]
+    assert errors == [
+        "ampdoctor: error: boom.py: internal error while checking this file (KeyError: 'a defect in a rule')"
+    ]
     assert [line.split(":")[0] for line in finding_lines(result.output)] == ["a.py", "z.py"]
     assert "Traceback" not in result.output
 

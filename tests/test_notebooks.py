@@ -54,7 +54,9 @@ def test_cells_are_joined_and_numbered_counting_every_cell():
     nb = read_notebook(text)
     assert nb.source == "import torch\nx = 1\nfor i in range(3):\n    y = i\nz = 2\n"
     assert [(c.number, c.index, c.first_line, c.line_count) for c in nb.cells] == [
-        (2, 1, 1, 2), (4, 3, 3, 2), (5, 4, 5, 1),
+        (2, 1, 1, 2),
+        (4, 3, 3, 2),
+        (5, 4, 5, 1),
     ]
     assert [nb.locate(line) for line in range(1, 6)] == [(2, 1), (2, 2), (4, 1), (4, 2), (5, 1)]
     assert nb.cell_text(4) == "for i in range(3):\n    y = i\n"
@@ -99,30 +101,14 @@ def test_line_magics_shell_escapes_and_help_become_pass():
         "x = 1\n"
     )
     nb = read_notebook(notebook(code(source)))
-    assert nb.source == (
-        "pass\npass\npass\npass\npass\npass\n"
-        "for step in range(3):\n"
-        "    pass\n"
-        "x = 1\n"
-    )
+    assert nb.source == ("pass\npass\npass\npass\npass\npass\nfor step in range(3):\n    pass\nx = 1\n")
     ast.parse(nb.source)
     assert nb.cells[0].magic_regions == ((1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6), (8, 8))
     assert nb.cell_text(1) == source
 
 
 def test_magic_lookalikes_inside_strings_brackets_and_comments_stay():
-    source = (
-        'doc = """\n'
-        "%d steps\n"
-        "!important\n"
-        '"""\n'
-        "total = (1\n"
-        "  % 2)\n"
-        "y = x != 1  # really?\n"
-        "z = 3 \\\n"
-        "  % 2\n"
-        "%who\n"
-    )
+    source = 'doc = """\n%d steps\n!important\n"""\ntotal = (1\n  % 2)\ny = x != 1  # really?\nz = 3 \\\n  % 2\n%who\n'
     nb = read_notebook(notebook(code(source)))
     assert lines_of(nb.source)[:9] == lines_of(source)[:9]
     assert lines_of(nb.source)[9] == "pass"
@@ -200,8 +186,16 @@ def test_buggy_fixture_clips_before_unscale_in_a_later_cell():
 
 def test_clean_fixture_unscales_before_clipping():
     source = read_notebook((FIXTURES / "clean_train.ipynb").read_text(encoding="utf-8")).source
-    order = [source.index(s) for s in (".backward()", "scaler.unscale_(optimizer)",
-                                        "clip_grad_norm_", "scaler.step(optimizer)", "scaler.update()")]
+    order = [
+        source.index(s)
+        for s in (
+            ".backward()",
+            "scaler.unscale_(optimizer)",
+            "clip_grad_norm_",
+            "scaler.step(optimizer)",
+            "scaler.update()",
+        )
+    ]
     assert order == sorted(order)
 
 
@@ -220,7 +214,8 @@ def test_fix_is_written_into_its_cell_and_nothing_else_changes():
     nb = read_notebook(text)
     fixed = write_notebook(text, nb, insert_unscale(nb.source))
     diff = [
-        line for line in difflib.unified_diff(text.splitlines(), fixed.splitlines(), lineterm="", n=0)
+        line
+        for line in difflib.unified_diff(text.splitlines(), fixed.splitlines(), lineterm="", n=0)
         if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
     ]
     assert diff == ['+    "        scaler.unscale_(optimizer)\\n",']
@@ -240,7 +235,10 @@ def test_fix_is_written_into_its_cell_and_nothing_else_changes():
 def test_write_back_keeps_the_json_layout(indent):
     cells = [
         markdown("intro"),
-        code(["%matplotlib inline\n", "import torch\n", "x = torch.ones(2)"], outputs=[{"output_type": "stream", "name": "stdout", "text": ["ok\n"]}]),
+        code(
+            ["%matplotlib inline\n", "import torch\n", "x = torch.ones(2)"],
+            outputs=[{"output_type": "stream", "name": "stdout", "text": ["ok\n"]}],
+        ),
         code("y = x * 2\nprint(y)"),
         code(["z = 1"]),
     ]
@@ -269,11 +267,13 @@ def test_insertion_at_a_cell_boundary_follows_indentation():
     nb = read_notebook(text)
     indented = write_notebook(text, nb, "for x in xs:\n    step(x)\n    update()\ndone()\n")
     assert [c.get("source") for c in json.loads(indented)["cells"]] == [
-        "for x in xs:\n    step(x)\n    update()", "done()",
+        "for x in xs:\n    step(x)\n    update()",
+        "done()",
     ]
     top_level = write_notebook(text, nb, "for x in xs:\n    step(x)\nsetup()\ndone()\n")
     assert [c.get("source") for c in json.loads(top_level)["cells"]] == [
-        "for x in xs:\n    step(x)", "setup()\ndone()",
+        "for x in xs:\n    step(x)",
+        "setup()\ndone()",
     ]
 
 
@@ -298,7 +298,9 @@ def test_a_fix_may_not_touch_neutralised_lines():
     # Next to a cell magic, an insertion goes to the neighbouring ordinary cell.
     fixed = write_notebook(text, nb, "pass\nimport torch\n\n\n\nprepare()\ndone()\n")
     assert [c["source"] for c in json.loads(fixed)["cells"]] == [
-        "%matplotlib inline\nimport torch", "%%time\ntrain()\nevaluate()", "prepare()\ndone()",
+        "%matplotlib inline\nimport torch",
+        "%%time\ntrain()\nevaluate()",
+        "prepare()\ndone()",
     ]
 
 
@@ -320,10 +322,23 @@ def test_removing_and_replacing_lines():
 
 # properties
 
-LINE = st.sampled_from([
-    "import torch", "x = 1", "", "for i in range(3):", "    y = i", "%matplotlib inline",
-    "!pip install torch", "s = '''", "%d'''", "t = (1,", "  % 2)", "# comment?", "obj?",
-])
+LINE = st.sampled_from(
+    [
+        "import torch",
+        "x = 1",
+        "",
+        "for i in range(3):",
+        "    y = i",
+        "%matplotlib inline",
+        "!pip install torch",
+        "s = '''",
+        "%d'''",
+        "t = (1,",
+        "  % 2)",
+        "# comment?",
+        "obj?",
+    ]
+)
 CELL = st.lists(LINE, min_size=0, max_size=6).map("\n".join)
 NOTEBOOK_CELLS = st.lists(
     st.tuples(st.sampled_from(["code", "markdown"]), CELL, st.booleans(), st.booleans()),
@@ -364,7 +379,8 @@ def test_an_inserted_line_lands_in_one_cell_and_everything_else_is_kept(cells, d
     text = build(cells)
     nb = read_notebook(text)
     plain = [
-        n for n, line in enumerate(split_lines(nb.source), start=1)
+        n
+        for n, line in enumerate(split_lines(nb.source), start=1)
         if not next(c for c in nb.cells if c.number == nb.locate(n)[0]).is_magic(nb.locate(n)[1])
     ]
     if not plain:
@@ -388,8 +404,13 @@ def test_an_inserted_line_lands_in_one_cell_and_everything_else_is_kept(cells, d
 def test_insertion_between_identical_lines_in_two_cells_changes_one_cell():
     cells = [
         {"cell_type": "code", "source": "import torch", "metadata": {}, "outputs": [], "execution_count": None},
-        {"cell_type": "code", "source": "import torch\nimport torch", "metadata": {}, "outputs": [],
-         "execution_count": None},
+        {
+            "cell_type": "code",
+            "source": "import torch\nimport torch",
+            "metadata": {},
+            "outputs": [],
+            "execution_count": None,
+        },
     ]
     text = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
     nb = read_notebook(text)

@@ -195,7 +195,7 @@ def test_decisions_record_the_arm_taken_after_each_event():
         if (i + 1) % accum == 0:
             scaler.step(opt)
     """
-    facts, found = function_paths(source)
+    _facts, found = function_paths(source)
     skipped = next(p for p in found if len(p.events) == 1)
     (decision,) = skipped.decisions
     assert decision.truth is False and decision.position == 1

@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from samples import CLIP_BEFORE_UNSCALE as BAD, UNSCALE_THEN_CLIP as GOOD
+from samples import CLIP_BEFORE_UNSCALE as BAD  # noqa: E402  (tests/ is on the path once ROOT is known)
+from samples import UNSCALE_THEN_CLIP as GOOD  # noqa: E402
 
 
 def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:

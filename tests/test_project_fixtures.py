@@ -222,8 +222,9 @@ def test_a_warm_cache_from_a_sub_project_keeps_the_whole_tree_findings(tmp_path:
     os.chdir(tmp_path)
     try:
         runs = [
-            CliRunner().invoke(main, ["lint", "--isolated", "--output-format", "concise", *args],
-                               catch_exceptions=False).output
+            CliRunner()
+            .invoke(main, ["lint", "--isolated", "--output-format", "concise", *args], catch_exceptions=False)
+            .output
             for args in (["apps/classifier"], ["."], ["apps/classifier/train.py"], ["."])
         ]
     finally:

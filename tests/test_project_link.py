@@ -133,28 +133,32 @@ def _call(project: Project, module: str, callee: str) -> dict:
 
 
 def test_link_follows_relative_imports_reexports_and_aliases():
-    project = project_of({
-        "pkg/__init__.py": "from .io import save_checkpoint\n",
-        "pkg/io.py": HELPER,
-        # (in a loop: the summary keeps only the calls a cross-module rule may ask about)
-        "pkg/train.py": "from . import io\nfrom pkg import save_checkpoint\nsave = io.save_checkpoint\n"
-                        "for epoch in range(3):\n    save_checkpoint(m, o, p)\n    io.save_checkpoint(m, o, p)\n"
-                        "    save(m, o, p)\n",
-    })
+    project = project_of(
+        {
+            "pkg/__init__.py": "from .io import save_checkpoint\n",
+            "pkg/io.py": HELPER,
+            # (in a loop: the summary keeps only the calls a cross-module rule may ask about)
+            "pkg/train.py": "from . import io\nfrom pkg import save_checkpoint\nsave = io.save_checkpoint\n"
+            "for epoch in range(3):\n    save_checkpoint(m, o, p)\n    io.save_checkpoint(m, o, p)\n"
+            "    save(m, o, p)\n",
+        }
+    )
     for callee in ("save_checkpoint", "io.save_checkpoint", "save"):
         target = project.resolve_call("pkg/train.py", _call(project, "pkg/train.py", callee))
         assert (target.module, target.name, target.skip) == ("pkg/io.py", "save_checkpoint", 0), callee
 
 
 def test_link_follows_self_methods_base_classes_and_objects_of_project_classes():
-    project = project_of({
-        "base.py": "class Base:\n    def save(self, path):\n        pass\n",
-        "trainer.py": "from base import Base\nfrom saver import Saver\n"
-                      "class Trainer(Base):\n    def __init__(self):\n        self.saver = Saver()\n"
-                      "    def fit(self):\n        local = Saver()\n        for step in range(3):\n"
-                      "            self.save('p')\n            self.saver.write(1)\n            local.write(2)\n",
-        "saver.py": "class Saver:\n    def write(self, epoch):\n        pass\n",
-    })
+    project = project_of(
+        {
+            "base.py": "class Base:\n    def save(self, path):\n        pass\n",
+            "trainer.py": "from base import Base\nfrom saver import Saver\n"
+            "class Trainer(Base):\n    def __init__(self):\n        self.saver = Saver()\n"
+            "    def fit(self):\n        local = Saver()\n        for step in range(3):\n"
+            "            self.save('p')\n            self.saver.write(1)\n            local.write(2)\n",
+            "saver.py": "class Saver:\n    def write(self, epoch):\n        pass\n",
+        }
+    )
     calls = {c["callee"]: project.resolve_call("trainer.py", c) for c in project.calls("trainer.py")}
     assert (calls["self.save"].module, calls["self.save"].name, calls["self.save"].skip) == ("base.py", "Base.save", 1)
     assert calls["self.saver.write"].name == "Saver.write"
@@ -162,11 +166,13 @@ def test_link_follows_self_methods_base_classes_and_objects_of_project_classes()
 
 
 def test_link_resolves_nothing_it_cannot_be_sure_of():
-    project = project_of({
-        "train.py": "import json\nimport torch\nfrom thirdparty import save\n"
-                    "def f(saver, cls_name):\n  for i in range(3):\n    saver.save(1)\n    save(2)\n"
-                    "    getattr(saver, cls_name)(3)\n    torch.save(4, 'x')\n    json.dump(5)\n",
-    })
+    project = project_of(
+        {
+            "train.py": "import json\nimport torch\nfrom thirdparty import save\n"
+            "def f(saver, cls_name):\n  for i in range(3):\n    saver.save(1)\n    save(2)\n"
+            "    getattr(saver, cls_name)(3)\n    torch.save(4, 'x')\n    json.dump(5)\n",
+        }
+    )
     calls = project.calls("train.py")
     assert {c["callee"] for c in calls} == {"saver.save", "save", "json.dump"}
     assert all(project.resolve_call("train.py", c) is None for c in calls)
@@ -180,18 +186,23 @@ def test_helper_without_the_scaler_is_reported_at_the_call(tmp_path: Path):
     assert lint_tree(tmp_path) == [("train.py", 11, "AMP211")]
 
 
-@pytest.mark.parametrize("helper", [
-    HELPER.replace("path):", "path, scaler=None):"),  # the helper knows about scalers
-    HELPER.replace("def save_checkpoint(model, optimizer, path)", "def save_checkpoint(model, optimizer, path, **kw)"),
-    HELPER.replace('optimizer.state_dict()}', 'optimizer.state_dict(), **EXTRA}'),
-])
+@pytest.mark.parametrize(
+    "helper",
+    [
+        HELPER.replace("path):", "path, scaler=None):"),  # the helper knows about scalers
+        HELPER.replace(
+            "def save_checkpoint(model, optimizer, path)", "def save_checkpoint(model, optimizer, path, **kw)"
+        ),
+        HELPER.replace("optimizer.state_dict()}", "optimizer.state_dict(), **EXTRA}"),
+    ],
+)
 def test_helper_that_may_carry_the_scaler_is_not_reported(tmp_path: Path, helper: str):
     write(tmp_path, {"train.py": SCRIPT, "utils.py": helper})
     assert lint_tree(tmp_path) == []
 
 
 def test_call_that_passes_the_scaler_or_spreads_arguments_is_not_reported(tmp_path: Path):
-    script = SCRIPT.replace('save_checkpoint(model, optimizer, "ckpt.pt")', 'save_checkpoint(*parts)')
+    script = SCRIPT.replace('save_checkpoint(model, optimizer, "ckpt.pt")', "save_checkpoint(*parts)")
     write(tmp_path, {"train.py": script, "utils.py": HELPER})
     assert lint_tree(tmp_path) == []
     script = SCRIPT + 'torch.save(scaler.state_dict(), "scaler.pt")\n'
@@ -221,11 +232,14 @@ for x in loader:
 
 
 def test_update_helper_is_silent_when_any_caller_unscales_first(tmp_path: Path):
-    write(tmp_path, {
-        "helpers.py": UPDATE,
-        "a.py": CALLER.format(unscale=""),
-        "b.py": CALLER.format(unscale="scaler.unscale_(optimizer)\n    "),
-    })
+    write(
+        tmp_path,
+        {
+            "helpers.py": UPDATE,
+            "a.py": CALLER.format(unscale=""),
+            "b.py": CALLER.format(unscale="scaler.unscale_(optimizer)\n    "),
+        },
+    )
     assert lint_tree(tmp_path) == []
     write(tmp_path, {"b.py": CALLER.format(unscale="")})
     assert lint_tree(tmp_path) == [("helpers.py", 4, "AMP201")]
@@ -236,8 +250,9 @@ def test_noqa_on_the_anchor_line_suppresses_a_cross_module_finding(tmp_path: Pat
     assert lint_tree(tmp_path) == []
 
 
-def test_a_failing_project_pass_is_said_in_one_line_and_the_files_own_findings_stand(tmp_path: Path, monkeypatch,
-                                                                                     capsys):
+def test_a_failing_project_pass_is_said_in_one_line_and_the_files_own_findings_stand(
+    tmp_path: Path, monkeypatch, capsys
+):
     from ampdoctor.lint.project import run as run_module
 
     buggy = (Path(__file__).parent.parent / "fixtures" / "lint" / "buggy_no_update.py").read_text(encoding="utf-8")
@@ -406,11 +421,13 @@ def test_text_test_is_certain_only_for_an_own_top_level_definition_without_the_p
     assert not defines_without(module + b"from steps import move\n", "move", BACKWARD_TEXT)
     # A backward the module's imports hand to any of its functions.
     assert not defines_without(b"from torch.autograd import backward as bw\n" + module, "move", BACKWARD_TEXT)
-    assert not defines_without(module.replace(b"class Runner:", b"class Runner:\n    step = loss.backward"),
-                               "Runner.go", BACKWARD_TEXT)
+    assert not defines_without(
+        module.replace(b"class Runner:", b"class Runner:\n    step = loss.backward"), "Runner.go", BACKWARD_TEXT
+    )
     # A line at the left margin inside a string of the function: where it ends is not known.
-    cut = module.replace(b"    return batch.to(device)",
-                         b'    """Moves the batch.\n\nSee the loader.\n"""\n    return batch.to(device)')
+    cut = module.replace(
+        b"    return batch.to(device)", b'    """Moves the batch.\n\nSee the loader.\n"""\n    return batch.to(device)'
+    )
     assert cut != module
     assert not defines_without(cut, "move", BACKWARD_TEXT)
 
@@ -454,7 +471,8 @@ def unrelated(loss):
 
 @pytest.mark.parametrize("runs", [True, False])
 def test_a_backward_two_calls_away_is_found_and_a_function_without_one_is_not_parsed(
-        tmp_path: Path, monkeypatch, runs: bool):
+    tmp_path: Path, monkeypatch, runs: bool
+):
     passes = CHAIN_PASSES if runs else CHAIN_PASSES.replace("scaler.scale(loss).backward()", "return scaler")
     write(tmp_path, {"pyproject.toml": "", "train.py": CHAIN_TRAIN, "steps.py": CHAIN_STEPS, "passes.py": passes})
     made = []

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import libcst as cst
 import pytest
+from helpers import fix_text, lint_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from helpers import fix_text, lint_text
 
 from ampdoctor.lint import gate
 from ampdoctor.lint.rules import lint_rules
@@ -79,7 +78,7 @@ def _render(node, indent: int) -> list[str]:
     if isinstance(node, str):
         return [pad + node]
     head, body = node
-    lines = [pad + part if i == 0 else pad + part for i, part in enumerate(head.split("\n"))]
+    lines = [pad + part for part in head.split("\n")]
     inner = [line for child in body for line in _render(child, indent + 1)] or [pad + "    pass"]
     lines.extend(inner)
     if head == "try:":

@@ -6,7 +6,6 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
 from helpers import lint_text
 
 HEADER = "import torch\n\nscaler = torch.amp.GradScaler('cuda')\n"
@@ -391,11 +390,14 @@ class Trainer:
 """
 
 
-@pytest.mark.parametrize("src, words", [
-    (EPOCH_LOOP, "every pass of the epoch loop"),
-    (EPOCH_FUNCTION, "every call of `train_one_epoch`, which the loop on line 12 calls once per epoch"),
-    (EPOCH_METHOD, "every call of `train`, which the loop on line 13 calls once per epoch"),
-])
+@pytest.mark.parametrize(
+    "src, words",
+    [
+        (EPOCH_LOOP, "every pass of the epoch loop"),
+        (EPOCH_FUNCTION, "every call of `train_one_epoch`, which the loop on line 12 calls once per epoch"),
+        (EPOCH_METHOD, "every call of `train`, which the loop on line 13 calls once per epoch"),
+    ],
+)
 def test_amp205_scaler_rebuilt_every_epoch(src, words):
     (finding,) = findings("AMP205", src)
     assert finding.location.line == line_containing(src, "GradScaler(")
@@ -407,27 +409,35 @@ def test_amp205_scaler_rebuilt_every_epoch(src, words):
     "src",
     [
         # built once before the epoch loop
-        EPOCH_LOOP.replace('    for epoch in range(epochs):\n        scaler = torch.amp.GradScaler("cuda")\n',
-                           '    scaler = torch.amp.GradScaler("cuda")\n    for epoch in range(epochs):\n'),
+        EPOCH_LOOP.replace(
+            '    for epoch in range(epochs):\n        scaler = torch.amp.GradScaler("cuda")\n',
+            '    scaler = torch.amp.GradScaler("cuda")\n    for epoch in range(epochs):\n',
+        ),
         # a loop over folds: a fresh training run per pass
         EPOCH_LOOP.replace("for epoch in range(epochs)", "for fold in folds"),
         # the epoch loop also builds the optimizer: a fresh run per pass
-        EPOCH_LOOP.replace('        scaler = torch.amp.GradScaler("cuda")\n',
-                           '        optimizer = torch.optim.SGD(model.parameters(), lr=lrs[epoch])\n'
-                           '        scaler = torch.amp.GradScaler("cuda")\n'),
+        EPOCH_LOOP.replace(
+            '        scaler = torch.amp.GradScaler("cuda")\n',
+            "        optimizer = torch.optim.SGD(model.parameters(), lr=lrs[epoch])\n"
+            '        scaler = torch.amp.GradScaler("cuda")\n',
+        ),
         # the per-epoch function is called once
         EPOCH_FUNCTION.replace("    for epoch in range(args.epochs):\n        train_one_epoch", "    train_one_epoch"),
         # called from a loop over trials, and named for a run, not an epoch
-        EPOCH_FUNCTION.replace("train_one_epoch", "train_run").replace("for epoch in range(args.epochs)",
-                                                                      "for trial in trials"),
+        EPOCH_FUNCTION.replace("train_one_epoch", "train_run").replace(
+            "for epoch in range(args.epochs)", "for trial in trials"
+        ),
         # the function builds its own optimizer: a complete run
-        EPOCH_FUNCTION.replace('    scaler = torch.amp.GradScaler("cuda")\n',
-                               '    optimizer = torch.optim.AdamW(model.parameters())\n'
-                               '    scaler = torch.amp.GradScaler("cuda")\n'),
+        EPOCH_FUNCTION.replace(
+            '    scaler = torch.amp.GradScaler("cuda")\n',
+            '    optimizer = torch.optim.AdamW(model.parameters())\n    scaler = torch.amp.GradScaler("cuda")\n',
+        ),
         # the scaler is kept on the object, built lazily
-        EPOCH_METHOD.replace('        scaler = torch.amp.GradScaler("cuda")\n',
-                             '        if self.scaler is None:\n            self.scaler = torch.amp.GradScaler("cuda")\n'
-                             '        scaler = self.scaler\n'),
+        EPOCH_METHOD.replace(
+            '        scaler = torch.amp.GradScaler("cuda")\n',
+            '        if self.scaler is None:\n            self.scaler = torch.amp.GradScaler("cuda")\n'
+            "        scaler = self.scaler\n",
+        ),
     ],
 )
 def test_amp205_silent_for_one_scaler_per_run(src):

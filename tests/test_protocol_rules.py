@@ -10,9 +10,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from click.testing import CliRunner
+from helpers import expected_pairs, found_pairs, lint_text
 
 from ampdoctor.cli import main
-from helpers import expected_pairs, found_pairs, lint_text
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lint"
 
@@ -214,7 +214,9 @@ def test_amp205_silent(src):
 
 
 def test_amp206_two_unscales_of_one_optimizer():
-    body = "scaler.scale(loss).backward()\nscaler.unscale_(opt)\nscaler.unscale_(opt)\nscaler.step(opt)\nscaler.update()\n"
+    body = (
+        "scaler.scale(loss).backward()\nscaler.unscale_(opt)\nscaler.unscale_(opt)\nscaler.step(opt)\nscaler.update()\n"
+    )
     src = loop(body)
     assert lines_of("AMP206", src) == [line_containing(src, "unscale_(opt)") + 1]
 
@@ -291,7 +293,9 @@ def test_amp206_silent(body):
 
 
 def test_amp207_reports_each_misplaced_call_once():
-    body = "scaler.scale(loss).backward()\nscaler.step(opt)\nscaler.unscale_(opt)\nscaler.unscale_(opt)\nscaler.update()\n"
+    body = (
+        "scaler.scale(loss).backward()\nscaler.step(opt)\nscaler.unscale_(opt)\nscaler.unscale_(opt)\nscaler.update()\n"
+    )
     src = loop(body)
     first = line_containing(src, "unscale_(opt)")
     assert lines_of("AMP207", src) == [first, first + 1]
@@ -362,14 +366,18 @@ def test_amp208_silent(body):
 # AMP209 scaler-with-bfloat16
 # --------------------------------------------------------------------------------------
 
-BF16_BODY = "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x).sum()\n" \
+BF16_BODY = (
+    "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x).sum()\n"
     "scaler.scale(loss).backward()\nscaler.step(opt)\nscaler.update()\n"
+)
 
 
 def test_amp209_fires_for_cpu_default_bfloat16():
     header = "import torch\n\nscaler = torch.amp.GradScaler('cpu')\n"
-    body = "with torch.autocast('cpu'):\n    loss = model(x).sum()\nscaler.scale(loss).backward()\n" \
+    body = (
+        "with torch.autocast('cpu'):\n    loss = model(x).sum()\nscaler.scale(loss).backward()\n"
         "scaler.step(opt)\nscaler.update()\n"
+    )
     assert lines_of("AMP209", loop(body, header)) == [3]
 
 
@@ -387,13 +395,19 @@ def test_amp209_fires_for_cpu_default_bfloat16():
     ],
 )
 def test_amp209_silent(header):
-    body = BF16_BODY if "enabled" in header or "HALF" in header else BF16_BODY.replace("'cuda', dtype=torch.bfloat16", "'cpu'")
+    body = (
+        BF16_BODY
+        if "enabled" in header or "HALF" in header
+        else BF16_BODY.replace("'cuda', dtype=torch.bfloat16", "'cpu'")
+    )
     assert lines_of("AMP209", loop(body, header)) == []
 
 
 def test_amp209_silent_for_a_runtime_dtype():
-    body = "with torch.autocast('cuda', dtype=ptdtype):\n    loss = model(x).sum()\nscaler.scale(loss).backward()\n" \
+    body = (
+        "with torch.autocast('cuda', dtype=ptdtype):\n    loss = model(x).sum()\nscaler.scale(loss).backward()\n"
         "scaler.step(opt)\nscaler.update()\n"
+    )
     assert lines_of("AMP209", loop(body)) == []
 
 
@@ -538,8 +552,10 @@ def test_amp212_silent(src):
 
 
 def test_amp213_fires_with_a_gated_step():
-    body = "scaler.scale(loss).backward()\nopt.zero_grad()\nif (i + 1) % accum == 0:\n    scaler.step(opt)\n" \
+    body = (
+        "scaler.scale(loss).backward()\nopt.zero_grad()\nif (i + 1) % accum == 0:\n    scaler.step(opt)\n"
         "    scaler.update()\n"
+    )
     src = loop(body)
     assert lines_of("AMP213", src) == [line_containing(src, "zero_grad")]
 

@@ -46,8 +46,10 @@ def test_scoring_of_a_tiny_corpus(tmp_path: Path):
     bench = _bench()
     per_code, notes, count = bench.score_corpus(_corpus(tmp_path))
     assert count == 2
-    table = {label: (s.expected, s.findings, s.hits, s.false_alarms, s.misses, s.precision, s.recall)
-             for label, s in bench.rows(per_code, by_code=False)}
+    table = {
+        label: (s.expected, s.findings, s.hits, s.false_alarms, s.misses, s.precision, s.recall)
+        for label, s in bench.rows(per_code, by_code=False)
+    }
     assert table == {
         "AMP1xx autocast regions": (1, 0, 0, 0, 1, None, 0.0),
         "AMP4xx API and migration": (1, 2, 1, 1, 0, 0.5, 1.0),
@@ -69,8 +71,9 @@ def test_a_mistake_marked_twice_on_one_line_needs_two_findings():
 
 def test_the_script_prints_a_markdown_table_and_rejects_a_missing_folder(tmp_path: Path):
     corpus = _corpus(tmp_path / "corpus")
-    run = subprocess.run([sys.executable, str(SCRIPT), str(corpus), "--by-code", "--details"],
-                         capture_output=True, text=True, cwd=ROOT)
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), str(corpus), "--by-code", "--details"], capture_output=True, text=True, cwd=ROOT
+    )
     assert run.returncode == 0, run.stderr
     assert "| rules | expected | findings | found | false alarms | misses | precision | recall |" in run.stdout
     assert "| **overall** | 2 | 2 | 1 | 1 | 1 | 0.50 | 0.50 |" in run.stdout

@@ -52,8 +52,13 @@ def test_value_is_immutable_and_replace_copies():
 
 def test_values_survive_pickle_and_copy():
     finding = Finding(
-        "AMP201", Severity.ERROR, "message", Location("t.py", 3, 5, 3, 9),
-        Fix("insert", (Edit(3, 1, 3, 1, "x"),)), help="do this", extra={"k": 1},
+        "AMP201",
+        Severity.ERROR,
+        "message",
+        Location("t.py", 3, 5, 3, 9),
+        Fix("insert", (Edit(3, 1, 3, 1, "x"),)),
+        help="do this",
+        extra={"k": 1},
     )
     for clone in (pickle.loads(pickle.dumps(finding)), copy.deepcopy(finding), copy.copy(finding)):
         assert clone == finding

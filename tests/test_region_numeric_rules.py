@@ -12,9 +12,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from click.testing import CliRunner
+from helpers import lint_text
 
 from ampdoctor.cli import main
-from helpers import lint_text
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lint"
 
@@ -545,7 +545,7 @@ def test_amp301_fix_on_fixture(tmp_path):
 
 
 def test_amp106_safe_fix_on_regions_fixture(tmp_path):
-    target, before, after, findings = _run_fix(tmp_path, "regions_buggy.py", unsafe=False)
+    _target, before, after, findings = _run_fix(tmp_path, "regions_buggy.py", unsafe=False)
     assert _changed_lines(before, after) <= _fixed_spans(findings, {"AMP106"}, unsafe=False)
     assert 'torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):' in after
 

@@ -36,7 +36,12 @@ def output(fmt: str, findings: list[Finding]) -> str:
 def test_json_lists_related_locations_and_an_empty_list_otherwise():
     data = json.loads(output("json", [finding(), finding().replace(related=())]))
     assert data[0]["related"] == [
-        {"path": "utils.py", "line": 9, "column": 5, "message": "the checkpoint is written here, without the scaler's state"},
+        {
+            "path": "utils.py",
+            "line": 9,
+            "column": 5,
+            "message": "the checkpoint is written here, without the scaler's state",
+        },
         {"path": "train.py", "line": 1, "column": 10, "message": "the GradScaler whose state is left out"},
     ]
     assert data[1]["related"] == []

@@ -144,8 +144,7 @@ def test_concise_exact():
 def test_concise_colours_only_the_code():
     out = output("concise", context([clip_finding()]), color=True)
     assert out.splitlines()[0] == (
-        "train.py:6:5: \x1b[1;31mAMP201\x1b[0m [error] "
-        "Gradients are clipped before `scaler.unscale_(optimizer)`."
+        "train.py:6:5: \x1b[1;31mAMP201\x1b[0m [error] Gradients are clipped before `scaler.unscale_(optimizer)`."
     )
 
 
@@ -174,9 +173,7 @@ def test_github_exact():
 def test_github_escapes_carriage_returns_and_ignores_colour():
     finding = Finding("AMP201", Severity.WARNING, "a\r\nb %0A", Location("t.py", 1, 1))
     out = output("github", context([finding]), color=True)
-    assert out == (
-        "::warning file=t.py,line=1,col=1,title=AMP201 clip-before-unscale::a%0D%0Ab %250A\n"
-    )
+    assert out == ("::warning file=t.py,line=1,col=1,title=AMP201 clip-before-unscale::a%0D%0Ab %250A\n")
 
 
 # text
@@ -199,23 +196,19 @@ def test_text_header_snippet_caret_help_and_blank_line():
     start = caret_line.index("^")
     assert caret_line[start:] == "^" * 55
     # The carets sit exactly under the span (columns 5 to 59 of the source line).
-    assert lines[2][start:start + 55] == "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
+    assert lines[2][start : start + 55] == "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
     assert lines[4] == "  |"
     assert lines[5] == "help: Insert `scaler.unscale_(optimizer)` before clipping"
     assert lines[6] == ""
     assert lines[7] == "Found 1 problem (1 fixable with --fix)."
-    assert lines[8] == (
-        "Codes: AMP201 clip-before-unscale (1). Run 'ampdoctor rule AMP201' for details."
-    )
+    assert lines[8] == ("Codes: AMP201 clip-before-unscale (1). Run 'ampdoctor rule AMP201' for details.")
     assert len(lines) == 9
 
 
 def test_text_notebook_finding_names_the_cell_and_shows_the_cell_line():
     out = output("text", context([notebook_finding()]))
     lines = out.splitlines()
-    assert lines[0] == (
-        "notebooks/train.ipynb:cell 4:3:2: AMP201 Gradients are clipped before `scaler.unscale_(opt)`."
-    )
+    assert lines[0] == ("notebooks/train.ipynb:cell 4:3:2: AMP201 Gradients are clipped before `scaler.unscale_(opt)`.")
     # The cell's own third line, with its tab expanded; carets measured on the expanded text.
     assert lines[2] == "3 |     clip_grad_norm_(model.parameters(), 1.0)"
     start = lines[3].index("^")
@@ -225,9 +218,7 @@ def test_text_notebook_finding_names_the_cell_and_shows_the_cell_line():
 
 
 def test_text_multiline_span_is_underlined_to_the_end_of_its_first_line():
-    finding = Finding(
-        "AMP201", Severity.ERROR, "span", Location("train.py", 4, 1, 6, 10)
-    )
+    finding = Finding("AMP201", Severity.ERROR, "span", Location("train.py", 4, 1, 6, 10))
     lines = output("text", context([finding])).splitlines()
     assert lines[2] == "4 | for x, y in loader:"
     assert lines[3] == "  | " + "^" * len("for x, y in loader:")
@@ -330,8 +321,11 @@ def test_text_summary_lists_codes_with_a_generic_hint():
             {"unsafe_fixes_available": 1},
             ["Found 2 problems (1 fixable with --fix).", "1 hidden fix can be enabled with --unsafe-fixes."],
         ),
-        ([deprecated_finding()], {"unsafe_fixes_available": 3},
-         ["Found 1 problem.", "3 hidden fixes can be enabled with --unsafe-fixes."]),
+        (
+            [deprecated_finding()],
+            {"unsafe_fixes_available": 3},
+            ["Found 1 problem.", "3 hidden fixes can be enabled with --unsafe-fixes."],
+        ),
         ([], {"fix_mode": True, "fixed": 2}, ["Fixed 2 problems.", "All checks passed!"]),
         (
             [clip_finding()],
@@ -346,7 +340,7 @@ def test_summary_wording(findings, kwargs, expected):
     ctx = context(findings, **kwargs)
     for fmt in ("text", "concise"):
         lines = [line for line in output(fmt, ctx).splitlines() if line and not line.startswith("Codes:")]
-        assert lines[-len(expected):] == expected, fmt
+        assert lines[-len(expected) :] == expected, fmt
         if not findings:
             assert lines == expected
 
@@ -361,8 +355,15 @@ def test_json_is_a_list_of_finding_objects():
     data = json.loads(out)
     assert [item["code"] for item in data] == ["AMP201", "AMP401", "AMP201", "AMP999"]
     types = {
-        "code": str, "name": str, "severity": str, "message": str, "path": str,
-        "line": int, "column": int, "end_line": int, "end_column": int,
+        "code": str,
+        "name": str,
+        "severity": str,
+        "message": str,
+        "path": str,
+        "line": int,
+        "column": int,
+        "end_line": int,
+        "end_column": int,
     }
     for item in data:
         for key, kind in types.items():
@@ -375,8 +376,9 @@ def test_json_is_a_list_of_finding_objects():
     assert clip["fix"] == {
         "description": "Insert `scaler.unscale_(optimizer)` before clipping",
         "applicability": "safe",
-        "edits": [{"line": 6, "column": 5, "end_line": 6, "end_column": 5,
-                   "content": "scaler.unscale_(optimizer)\n    "}],
+        "edits": [
+            {"line": 6, "column": 5, "end_line": 6, "end_column": 5, "content": "scaler.unscale_(optimizer)\n    "}
+        ],
     }
     assert clip["help"] == "Insert `scaler.unscale_(optimizer)` before clipping"
     assert dep["fix"]["applicability"] == "unsafe"
@@ -387,7 +389,10 @@ def test_json_is_a_list_of_finding_objects():
 def test_json_empty_and_strict():
     assert output("json", context([])) == "[]\n"
     finding = Finding(
-        "AMP501", Severity.WARNING, "overflow", Location("run.py", 1, 1),
+        "AMP501",
+        Severity.WARNING,
+        "overflow",
+        Location("run.py", 1, 1),
         extra={"grad_norm": float("inf"), "scale": 65536.0, "steps": (1, 2), "dtype": Severity.ERROR},
     )
     data = json.loads(output("json", context([finding])), parse_constant=pytest.fail)
@@ -502,15 +507,20 @@ def test_sarif_location_and_fix():
     assert fix["description"]["text"] == "Insert `scaler.unscale_(optimizer)` before clipping"
     (change,) = fix["artifactChanges"]
     assert change["artifactLocation"] == {"uri": "train.py", "uriBaseId": "%SRCROOT%"}
-    assert change["replacements"] == [{
-        "deletedRegion": {"startLine": 6, "startColumn": 5, "endLine": 6, "endColumn": 5},
-        "insertedContent": {"text": "scaler.unscale_(optimizer)\n    "},
-    }]
+    assert change["replacements"] == [
+        {
+            "deletedRegion": {"startLine": 6, "startColumn": 5, "endLine": 6, "endColumn": 5},
+            "insertedContent": {"text": "scaler.unscale_(optimizer)\n    "},
+        }
+    ]
 
 
 def test_sarif_notebook_result_names_the_cell_and_has_no_fix():
     finding = Finding(
-        "AMP201", Severity.ERROR, "clipped", Location(NOTEBOOK, 3, 2, 3, 42, cell=4),
+        "AMP201",
+        Severity.ERROR,
+        "clipped",
+        Location(NOTEBOOK, 3, 2, 3, 42, cell=4),
         fix=Fix("insert", (Edit(20, 2, 20, 2, "x"),)),
     )
     result = sarif([finding])["runs"][0]["results"][0]

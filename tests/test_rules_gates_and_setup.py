@@ -28,16 +28,19 @@ def test_amp209_scaler_on_the_same_flag_as_bfloat16_regions_despite_float16_in_c
     assert found_pairs(SAME_FLAG) == [(7, "AMP209")]
 
 
-@pytest.mark.parametrize("change", [
-    ('enabled=use_bf16)\n    for', 'enabled=use_amp)\n    for'),  # another flag: the scaler may serve float16
-    ('dtype=torch.bfloat16', 'dtype=torch.float16 if fp16 else torch.bfloat16'),  # float16 in the code
-    ('    # float16 is not used any more\n', '    half = args.precision == "fp16"\n'),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("enabled=use_bf16)\n    for", "enabled=use_amp)\n    for"),  # another flag: the scaler may serve float16
+        ("dtype=torch.bfloat16", "dtype=torch.float16 if fp16 else torch.bfloat16"),  # float16 in the code
+        ("    # float16 is not used any more\n", '    half = args.precision == "fp16"\n'),
+    ],
+)
 def test_amp209_stays_silent_where_a_float16_path_may_exist(change):
     assert found_pairs(SAME_FLAG.replace(*change)) == []
 
 
-LOSS_SCALER = '''\
+LOSS_SCALER = """\
 import torch
 
 
@@ -51,17 +54,19 @@ def train_one_epoch(model, loader, optimizer, loss_scaler, use_amp, clip_grad=No
             loss.backward()
             optimizer.step()
         optimizer.zero_grad()
-'''
+"""
 
 
 def test_amp210_a_called_loss_scaler_parameter_is_a_scaler():
     assert found_pairs(LOSS_SCALER) == []
     without = LOSS_SCALER.replace(", loss_scaler,", ",").replace(
-        "        if loss_scaler is not None:\n            loss_scaler(loss, optimizer, clip_grad=clip_grad, parameters=model.parameters())\n        else:\n", "        if True:\n")
+        "        if loss_scaler is not None:\n            loss_scaler(loss, optimizer, clip_grad=clip_grad, parameters=model.parameters())\n        else:\n",
+        "        if True:\n",
+    )
     assert found_pairs(without) == [(6, "AMP210")]
 
 
-STORE = '''\
+STORE = """\
 import torch
 
 
@@ -92,7 +97,7 @@ def decode_small(model, x, idx):
         logits = model(x)
     logits[idx] = -1e4
     return logits
-'''
+"""
 
 
 def test_amp301_index_assignment_into_a_float16_result():
@@ -120,36 +125,36 @@ def test_amp401_star_import_is_reported_without_a_fix():
 
 
 GATED = {
-    "conditional expression": '''\
+    "conditional expression": """\
 import torch
 
 _TORCH_GREATER_EQUAL_2_4 = True
 GradScaler = torch.amp.GradScaler if _TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler
-''',
-    "hasattr test": '''\
+""",
+    "hasattr test": """\
 import torch
 
 if hasattr(torch.amp, "GradScaler"):
     scaler = torch.amp.GradScaler("cuda")
 else:
     scaler = torch.cuda.amp.GradScaler()
-''',
-    "try/except fallback": '''\
+""",
+    "try/except fallback": """\
 import torch
 
 try:
     scaler = torch.amp.GradScaler("cuda")
 except (ImportError, AttributeError):
     scaler = torch.cuda.amp.GradScaler()
-''',
-    "version-gated import": '''\
+""",
+    "version-gated import": """\
 from lightning_utilities import compare_version
 
 if compare_version("torch", ">=", "2.4.0"):
     from torch.amp import autocast
 else:
     from torch.cuda.amp import autocast
-''',
+""",
 }
 
 
@@ -165,7 +170,7 @@ def test_amp401_ungated_uses_are_still_reported_with_their_fix():
 
 
 def test_amp401_no_fix_rewrites_a_use_inside_a_gated_branch():
-    source = '''\
+    source = """\
 import torch
 from torch.cuda.amp import autocast
 
@@ -173,7 +178,7 @@ if hasattr(torch.amp, "autocast"):
     ctx = torch.amp.autocast("cuda")
 else:
     ctx = autocast()
-'''
+"""
     (finding,) = lint_text(source)
     assert finding.location.line == 2 and finding.fix is None
 
@@ -214,4 +219,6 @@ def test_amp211_optimizer_wrapper_whose_state_dict_leaves_out_its_scaler():
     )
     assert found_pairs(complete) == []
     # A wrapper without a scaler of its own is not judged.
-    assert found_pairs(WRAPPER.replace('self.grad_scaler = torch.amp.GradScaler("cuda")', "self.grad_scaler = None")) == []
+    assert (
+        found_pairs(WRAPPER.replace('self.grad_scaler = torch.amp.GradScaler("cuda")', "self.grad_scaler = None")) == []
+    )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import assert_kept_on_the_command_line
 
-from ampdoctor.lint.engine import LintOptions, check_source
 from ampdoctor.lint import known_codes
+from ampdoctor.lint.engine import LintOptions, check_source
 
 TEMPLATE = """\
 import torch

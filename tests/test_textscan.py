@@ -193,10 +193,13 @@ def test_float16_anchor(source, expected):
     assert float16_anchor(source.encode()) == expected
 
 
-@pytest.mark.parametrize("source, on_tree", [
-    ('name = "torch.HalfTensor"\n', False),  # a string, but no .type() call
-    ('x = y.type("torch." "HalfTensor")\n', True),  # implicit concatenation: one string to the parser
-])
+@pytest.mark.parametrize(
+    "source, on_tree",
+    [
+        ('name = "torch.HalfTensor"\n', False),  # a string, but no .type() call
+        ('x = y.type("torch." "HalfTensor")\n', True),  # implicit concatenation: one string to the parser
+    ],
+)
 def test_a_tensor_type_string_keeps_the_module_on_text(source, on_tree):
     assert float16_anchor(source.encode())  # the text check keeps every such module ...
     assert facts(source).has_any(FLOAT16) == on_tree  # ... the gate only a .type() argument
@@ -270,8 +273,11 @@ def _string_and_comment_spans(data: bytes) -> list[tuple[int, int]]:
         offsets.append(offsets[-1] + len(line))
     spans = []
     for token in tokenize.tokenize(io.BytesIO(data).readline):
-        if token.type in (tokenize.STRING, tokenize.COMMENT) or token.type not in tokenize.tok_name or \
-                tokenize.tok_name[token.type] in ("FSTRING_MIDDLE",):
+        if (
+            token.type in (tokenize.STRING, tokenize.COMMENT)
+            or token.type not in tokenize.tok_name
+            or tokenize.tok_name[token.type] in ("FSTRING_MIDDLE",)
+        ):
             (r1, c1), (r2, c2) = token.start, token.end
             spans.append((offsets[r1 - 1] + c1, offsets[r2 - 1] + c2))
     return spans
@@ -282,7 +288,7 @@ def _check_lexer(data: bytes) -> None:
     strings.excluded(len(data))
     allowed = _string_and_comment_spans(data)
     for start, end in zip(strings.starts, strings.ends):
-        if data[end - 1:end] == b"\r":
+        if data[end - 1 : end] == b"\r":
             end -= 1  # tokenize leaves the carriage return of a CRLF line out of a comment
         assert any(a <= start and end <= b for a, b in allowed), (start, end, data[start:end][:80])
 
@@ -346,9 +352,37 @@ def test_sound_on_installed_torch():
 # ---------------------------------------------------------------------------------------
 
 NUMBERS = st.sampled_from(
-    ["1", "2", "16", "65504", "65505", "1e9", "1E+9", "1e-9", "1e-7", "5e-8", "6e-8", "0.00000001", "1_000_000",
-     "0xFFFF", "0x10000", "0o177777", "0b" + "1" * 17, "1e400", "9" * 320, "1.", ".5e-30", "3j", "1e5", "7e4",
-     "0", "0.0", "1e-10", "3.5e38", "1e-45"]
+    [
+        "1",
+        "2",
+        "16",
+        "65504",
+        "65505",
+        "1e9",
+        "1E+9",
+        "1e-9",
+        "1e-7",
+        "5e-8",
+        "6e-8",
+        "0.00000001",
+        "1_000_000",
+        "0xFFFF",
+        "0x10000",
+        "0o177777",
+        "0b" + "1" * 17,
+        "1e400",
+        "9" * 320,
+        "1.",
+        ".5e-30",
+        "3j",
+        "1e5",
+        "7e4",
+        "0",
+        "0.0",
+        "1e-10",
+        "3.5e38",
+        "1e-45",
+    ]
 )
 EXPONENTS = st.sampled_from(
     ["2", "8", "16", "17", "24", "25", "30", "-25", "-24", "-30", "0.5", "1024", "-(25)", "(2e1)", "-2.5e1", "1_6"]
@@ -443,8 +477,22 @@ IMPORTS = [
     "from torch.cuda import amp",
     "import torch.amp as A",
 ]
-TARGETS = ["torch.float16", "t.float16", "np.float16", "f16", "half", "torch.half", "cuda.HalfTensor", "H",
-           "tc.HalfTensor", "torch.cuda.HalfTensor", "torch.bfloat16", "float16", "x.float16", "(torch.half)"]
+TARGETS = [
+    "torch.float16",
+    "t.float16",
+    "np.float16",
+    "f16",
+    "half",
+    "torch.half",
+    "cuda.HalfTensor",
+    "H",
+    "tc.HalfTensor",
+    "torch.cuda.HalfTensor",
+    "torch.bfloat16",
+    "float16",
+    "x.float16",
+    "(torch.half)",
+]
 USES = [
     "y = x.to({T})\n",
     "y = x.to(dev, {T})\n",
@@ -475,8 +523,10 @@ USES = [
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.sampled_from(IMPORTS), max_size=3), st.lists(st.tuples(st.sampled_from(USES),
-       st.sampled_from(TARGETS)), min_size=1, max_size=3))
+@given(
+    st.lists(st.sampled_from(IMPORTS), max_size=3),
+    st.lists(st.tuples(st.sampled_from(USES), st.sampled_from(TARGETS)), min_size=1, max_size=3),
+)
 @pytest.mark.slow
 def test_generated_casts_are_covered(imports, uses):
     source = "".join(line + "\n" for line in imports) + "".join(use.replace("{T}", t) for use, t in uses)
@@ -489,8 +539,11 @@ def test_conversions_to_float16_are_told_from_factory_dtypes():
     assert textscan.method_casts_to(b"import torch\ny = x.to(device, dtype=torch.half)\n", casts)
     assert not textscan.method_casts_to(b"import torch\ny = torch.zeros(3, dtype=torch.float16)\n", casts)
     assert textscan.casts_to(b"import torch\ny = torch.zeros(3, dtype=torch.float16)\n", casts)
-    for source in ("import torch\ny = x.to(torch.float16)\n", "import torch\ny = torch.zeros(3, dtype=torch.half)\n",
-                   "import torch\ny = x.type(dtype=torch.float16)\n"):
+    for source in (
+        "import torch\ny = x.to(torch.float16)\n",
+        "import torch\ny = torch.zeros(3, dtype=torch.half)\n",
+        "import torch\ny = x.type(dtype=torch.float16)\n",
+    ):
         assert_superset(source)
 
 
@@ -537,7 +590,7 @@ def test_a_non_ascii_module_is_scanned_once_for_all_rules(monkeypatch):
         "def f(x, m, scale):\n"
         "    # autocast 与 .half() 只出现在注释里\n"
         "    return m.masked_fill(x > 0, -1e9) * scale\n"
-    ).encode("utf-8")
+    ).encode()
     built = {"strings": 0, "imports": 0}
 
     class Strings(textscan.strings._Strings):

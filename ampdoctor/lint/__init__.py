@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from stat import S_ISREG
 from pathlib import Path
+from stat import S_ISREG
 
 from ..config import Settings
 from ..findings import Finding
@@ -82,12 +82,30 @@ class _Job(Record):
 class LintRequest(Record):
     """What to lint and how: the settings, the enabled codes and the command line's options."""
 
-    __slots__ = ("settings", "codes", "fix", "unsafe_fixes", "jobs", "prefilter", "use_cache", "extra_exclude",
-                 "project")
+    __slots__ = (
+        "settings",
+        "codes",
+        "fix",
+        "unsafe_fixes",
+        "jobs",
+        "prefilter",
+        "use_cache",
+        "extra_exclude",
+        "project",
+    )
 
-    def __init__(self, settings: Settings, codes: frozenset[str], fix: bool = False, unsafe_fixes: bool = False,
-                 jobs: int | None = None, prefilter: bool = True, use_cache: bool = False,
-                 extra_exclude: Sequence[str] = (), project: bool = True) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        codes: frozenset[str],
+        fix: bool = False,
+        unsafe_fixes: bool = False,
+        jobs: int | None = None,
+        prefilter: bool = True,
+        use_cache: bool = False,
+        extra_exclude: Sequence[str] = (),
+        project: bool = True,
+    ) -> None:
         self.settings = settings
         self.codes = codes
         self.fix = fix
@@ -109,13 +127,12 @@ def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None = N
 
     settings = request.settings
     cwd = cwd or Path.cwd()
-    discovery = Discovery(settings.root, tuple(settings.exclude) + tuple(request.extra_exclude), settings.respect_gitignore)
+    discovery = Discovery(
+        settings.root, tuple(settings.exclude) + tuple(request.extra_exclude), settings.respect_gitignore
+    )
     base = os.path.realpath(cwd) + os.sep
     per_file = bool(settings.per_file_ignores)
-    jobs = [
-        _Job(p, _display(p, base), settings.ignored_for(p) if per_file else ())
-        for p in discovery.files(paths)
-    ]
+    jobs = [_Job(p, _display(p, base), settings.ignored_for(p) if per_file else ()) for p in discovery.files(paths)]
     if request.use_cache and not request.fix:
         results = _run_cached(jobs, request)
     else:
@@ -123,14 +140,23 @@ def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None = N
     if discovery.unlistable:
         from .engine import unreadable
 
-        results.extend(unreadable(_display(Path(f), base), f, f"cannot list folder: {why}") for f, why in discovery.unlistable)
+        results.extend(
+            unreadable(_display(Path(f), base), f, f"cannot list folder: {why}") for f, why in discovery.unlistable
+        )
     if request.links_project:
         from .project.run import link_results
 
         try:
-            link_results(results, settings, request.codes, request.use_cache and not request.fix, cwd,
-                         request.extra_exclude, request.jobs)
-        except Exception as exc:  # noqa: BLE001 - a defect of ours in the project pass: the files' own findings stand
+            link_results(
+                results,
+                settings,
+                request.codes,
+                request.use_cache and not request.fix,
+                cwd,
+                request.extra_exclude,
+                request.jobs,
+            )
+        except Exception as exc:
             _say_project_failed(exc)
     results.sort(key=lambda r: r.path)
     return LintRun(results, files_checked=len(jobs))
@@ -141,8 +167,10 @@ def _say_project_failed(exc: Exception) -> None:
     import sys
 
     detail = " ".join(str(exc).split())[:200]
-    sys.stderr.write(f"ampdoctor: the project analysis failed ({type(exc).__name__}"
-                     f"{': ' + detail if detail else ''}); file-local findings only\n")
+    sys.stderr.write(
+        f"ampdoctor: the project analysis failed ({type(exc).__name__}"
+        f"{': ' + detail if detail else ''}); file-local findings only\n"
+    )
 
 
 def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
@@ -207,7 +235,7 @@ def _display(path: Path, base: str) -> str:
     absolute = text if os.path.isabs(text) else os.path.join(base, text)
     absolute = os.path.normpath(absolute)
     if absolute.startswith(base):
-        return absolute[len(base):].replace(os.sep, "/")
+        return absolute[len(base) :].replace(os.sep, "/")
     return path.as_posix()
 
 
@@ -242,8 +270,9 @@ def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list:
     spec = prefilter_spec(request.codes) if request.prefilter else None
     results = []
     for job in jobs:
-        options = LintOptions(request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored,
-                              summaries=request.links_project)
+        options = LintOptions(
+            request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored, summaries=request.links_project
+        )
         try:
             result = engine.lint_file(job.path, job.display, options, spec, job.prefiltered)
         except Exception as exc:  # a defect of ours on this file: say so, and check the others

@@ -115,8 +115,9 @@ class ResultCache:
             self.dirty = True
         return decode_entry(entry)
 
-    def put(self, path: str, key: str, findings: list[Finding], suppressed: int,
-            stat: os.stat_result | None = None) -> None:
+    def put(
+        self, path: str, key: str, findings: list[Finding], suppressed: int, stat: os.stat_result | None = None
+    ) -> None:
         entry: dict[str, object] = {"key": key, "findings": [_encode(f) for f in findings], "suppressed": suppressed}
         if stat is not None:
             entry["stat"] = [stat.st_size, stat.st_mtime_ns]
@@ -147,7 +148,12 @@ class ResultCache:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 prefilter = _encode_prefilter(self._prefilter)
-                document = {"format": _FORMAT, "written_ns": time.time_ns(), "prefilter": prefilter, "files": self.entries}
+                document = {
+                    "format": _FORMAT,
+                    "written_ns": time.time_ns(),
+                    "prefilter": prefilter,
+                    "files": self.entries,
+                }
                 # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
                 handle.write(json.dumps(document, separators=(",", ":")))
             os.replace(temp, self.path)
@@ -171,7 +177,9 @@ def decode_entry(entry: dict[str, Any]) -> tuple[list[Finding], int] | None:
 def _encode_prefilter(spec: tuple | None) -> list | None:
     if spec is None:
         return None
-    return [[[t.decode("latin-1") for t in tokens], [p.decode("latin-1") for p in patterns]] for tokens, patterns in spec]
+    return [
+        [[t.decode("latin-1") for t in tokens], [p.decode("latin-1") for p in patterns]] for tokens, patterns in spec
+    ]
 
 
 def _decode_prefilter(raw: Any) -> tuple | None:

@@ -43,9 +43,26 @@ def _settings(paths: Sequence[Path], config_file: Path | None, isolated: bool, k
         raise UsageError(str(exc)) from None
 
 
-def run_lint(*, paths, output_format="text", output_file=None, select=(), extend_select=(), ignore=(), fail_on=None,
-             fix=False, unsafe_fixes=False, diff=False, show_suppressed=False, exclude=(), config_file=None,
-             isolated=False, use_cache=True, jobs=None, project=True) -> int:
+def run_lint(
+    *,
+    paths,
+    output_format="text",
+    output_file=None,
+    select=(),
+    extend_select=(),
+    ignore=(),
+    fail_on=None,
+    fix=False,
+    unsafe_fixes=False,
+    diff=False,
+    show_suppressed=False,
+    exclude=(),
+    config_file=None,
+    isolated=False,
+    use_cache=True,
+    jobs=None,
+    project=True,
+) -> int:
     """``ampdoctor lint`` with its options; the defaults are the command line's."""
     from ..config import ConfigError, validate_codes
     from ..findings import Severity

@@ -117,7 +117,7 @@ class _Rule(Record):
         return found is not None and not (is_dir and found.end() == len(path))
 
 
-def _any_of(expressions) -> "re.Pattern[str] | None":
+def _any_of(expressions) -> re.Pattern[str] | None:
     """One expression that finds a match wherever one of ``expressions`` matches (a superset:
     their group names dropped, since an expression may not repeat one); None if impossible."""
     alternatives = [re.sub(r"\(\?P<\w+>", "(?:", regex.pattern) for regex in expressions]
@@ -168,6 +168,7 @@ class Discovery:
         ``shown`` (the folder as the user gave it)."""
         inherited = self._ignores_above(top) if self.respect_gitignore else []
         applicable: dict[str, list[tuple[str, GitIgnore]]] = {}
+
         def unlistable(exc: OSError) -> None:
             folder = str(exc.filename or top)
             spelled = shown if folder == top else os.path.join(shown, folder[len(top) + 1 :])
@@ -219,7 +220,7 @@ class Discovery:
         return self._ignores[folder]
 
 
-def _ignored(rules: list[tuple[str, "GitIgnore"]], absolute: str, is_dir: bool) -> bool:
+def _ignored(rules: list[tuple[str, GitIgnore]], absolute: str, is_dir: bool) -> bool:
     decision = None
     for base, ignore in rules:  # outer files first, inner ones override
         relative = absolute[len(base) + 1 :].replace(os.sep, "/") if base != os.sep else absolute[1:]

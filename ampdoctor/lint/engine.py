@@ -44,8 +44,14 @@ class LintOptions(Record):
 
     __slots__ = ("codes", "fix", "unsafe_fixes", "per_file_ignored", "summaries")
 
-    def __init__(self, codes: frozenset[str], fix: bool = False, unsafe_fixes: bool = False,
-                 per_file_ignored: tuple[str, ...] = (), summaries: bool = False) -> None:
+    def __init__(
+        self,
+        codes: frozenset[str],
+        fix: bool = False,
+        unsafe_fixes: bool = False,
+        per_file_ignored: tuple[str, ...] = (),
+        summaries: bool = False,
+    ) -> None:
         self.codes = codes
         self.fix = fix
         self.unsafe_fixes = unsafe_fixes
@@ -65,13 +71,36 @@ class FileResult(Record):
     the file was parsed.
     """
 
-    __slots__ = ("path", "findings", "suppressed", "fixed", "source", "original", "cells", "parsed", "error",
-                 "notebook", "file_path", "summary")
+    __slots__ = (
+        "path",
+        "findings",
+        "suppressed",
+        "fixed",
+        "source",
+        "original",
+        "cells",
+        "parsed",
+        "error",
+        "notebook",
+        "file_path",
+        "summary",
+    )
 
-    def __init__(self, path: str, findings: list[Finding] | None = None, suppressed: int = 0, fixed: int = 0,
-                 source: str | None = None, original: str | None = None, cells: dict[int, str] | None = None,
-                 parsed: bool = False, error: str | None = None, notebook: tuple | None = None,
-                 file_path: str = "", summary: dict | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        findings: list[Finding] | None = None,
+        suppressed: int = 0,
+        fixed: int = 0,
+        source: str | None = None,
+        original: str | None = None,
+        cells: dict[int, str] | None = None,
+        parsed: bool = False,
+        error: str | None = None,
+        notebook: tuple | None = None,
+        file_path: str = "",
+        summary: dict | None = None,
+    ) -> None:
         self.path = path
         self.findings = [] if findings is None else findings
         self.suppressed = suppressed
@@ -143,10 +172,10 @@ def passes_prefilter(data: bytes, spec: PrefilterSpec) -> bool:
     return False
 
 
-_PATTERNS: dict[bytes, "re.Pattern[bytes]"] = {}
+_PATTERNS: dict[bytes, re.Pattern[bytes]] = {}
 
 
-def _compiled(pattern: bytes) -> "re.Pattern[bytes]":
+def _compiled(pattern: bytes) -> re.Pattern[bytes]:
     compiled = _PATTERNS.get(pattern)
     if compiled is None:
         compiled = _PATTERNS[pattern] = re.compile(pattern)
@@ -155,7 +184,7 @@ def _compiled(pattern: bytes) -> "re.Pattern[bytes]":
 
 def decode_source(data: bytes) -> str:
     """Decode like the interpreter: BOM, PEP 263 cookie, else UTF-8. Raises ValueError."""
-    if not data.startswith(b"\xef\xbb\xbf") and b"coding" not in data[:_two_lines_end(data)]:
+    if not data.startswith(b"\xef\xbb\xbf") and b"coding" not in data[: _two_lines_end(data)]:
         try:
             return data.decode("utf-8")  # the common case, without the tokenizer
         except UnicodeDecodeError:
@@ -192,8 +221,9 @@ def parse_source(source: str) -> ast.Module:
         return ast.parse(source)
 
 
-def check_source(source: str, path: str, options: LintOptions,
-                 summary: list | None = None) -> tuple[list[Finding], int, bool]:
+def check_source(
+    source: str, path: str, options: LintOptions, summary: list | None = None
+) -> tuple[list[Finding], int, bool]:
     """Findings (suppressions applied), the number suppressed, and whether it parsed. With
     ``options.summaries``, the module's project summary is appended to ``summary``."""
     from .facts import build_facts
@@ -331,8 +361,9 @@ def fix_source(source: str, path: str, options: LintOptions) -> tuple[str, int, 
 # ---------------------------------------------------------------------------------------
 
 
-def lint_file(path: Path, display: str, options: LintOptions, spec: PrefilterSpec | None,
-              prefiltered: bool = False) -> FileResult:
+def lint_file(
+    path: Path, display: str, options: LintOptions, spec: PrefilterSpec | None, prefiltered: bool = False
+) -> FileResult:
     """Lint one file. With ``spec``, a file no selected rule could fire on is not parsed; with
     ``prefiltered``, its bytes are already known to pass ``spec``'s token search."""
     result = FileResult(display, file_path=str(path))
@@ -348,7 +379,9 @@ def lint_file(path: Path, display: str, options: LintOptions, spec: PrefilterSpe
     try:
         return _lint_data(path, display, data, options, spec, prefiltered, result)
     except RecursionError:  # a walk in the text gate, the model or a fix went too deep
-        return _unreadable(FileResult(display, file_path=str(path)), "cannot analyse: an expression is nested too deeply")
+        return _unreadable(
+            FileResult(display, file_path=str(path)), "cannot analyse: an expression is nested too deeply"
+        )
 
 
 def unreadable(display: str, path: str, error: str) -> FileResult:
@@ -369,8 +402,15 @@ def _unreadable(result: FileResult, error: str) -> FileResult:
     return result
 
 
-def _lint_data(path: Path, display: str, data: bytes, options: LintOptions, spec: PrefilterSpec | None,
-               prefiltered: bool, result: FileResult) -> FileResult:
+def _lint_data(
+    path: Path,
+    display: str,
+    data: bytes,
+    options: LintOptions,
+    spec: PrefilterSpec | None,
+    prefiltered: bool,
+    result: FileResult,
+) -> FileResult:
     if path.suffix == ".ipynb":
         return _lint_notebook(path, display, data, options, spec, result)
     if spec is not None and not (
@@ -594,4 +634,8 @@ def unified_diff(result: FileResult) -> str:
     after = (result.source or "").splitlines(keepends=True)
     import difflib
 
-    return "".join(difflib.unified_diff(before, after, fromfile=f"a/{result.path.lstrip('/')}", tofile=f"b/{result.path.lstrip('/')}"))
+    return "".join(
+        difflib.unified_diff(
+            before, after, fromfile=f"a/{result.path.lstrip('/')}", tofile=f"b/{result.path.lstrip('/')}"
+        )
+    )

@@ -57,7 +57,6 @@ def _import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[ast.al
         yield alias, alias.asname or alias.name, f"{node.module}.{alias.name}", node.module
 
 
-
 class _FactWalk:
     """The one traversal that builds AmpFacts; context is kept on explicit stacks.
 
@@ -194,7 +193,12 @@ class _FactWalk:
     def _if(self, node: ast.If) -> bool:
         self._statements.append(node)
         self._schedule(
-            [node.test, *self._block("if", node, node.body), *self._block("else", node, node.orelse), self._statements.pop]
+            [
+                node.test,
+                *self._block("if", node, node.body),
+                *self._block("else", node, node.orelse),
+                self._statements.pop,
+            ]
         )
         return True
 
@@ -225,7 +229,7 @@ class _FactWalk:
             self._with_stack[-1].extend(refs)
 
         def leave_body() -> None:
-            del self._with_stack[-1][-len(refs):]
+            del self._with_stack[-1][-len(refs) :]
 
         heads = [part for item in node.items for part in (item.context_expr, item.optional_vars) if part is not None]
         self._schedule([*heads, enter_body, *node.body, leave_body, self._statements.pop])

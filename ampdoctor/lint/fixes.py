@@ -89,7 +89,7 @@ class SourceLines:
                 return len(text.encode("utf-8")[:byte_offset].decode("utf-8", errors="replace")) + 1
         return byte_offset + 1
 
-    def span(self, node: "ast.AST") -> Span | None:
+    def span(self, node: ast.AST) -> Span | None:
         """Where an ``ast`` node is, or None for nodes without positions (``ast.arguments``)."""
         line = getattr(node, "lineno", None)
         end_line = getattr(node, "end_lineno", None)
@@ -97,7 +97,7 @@ class SourceLines:
             return None
         return line, self.column(line, node.col_offset), end_line, self.column(end_line, node.end_col_offset)
 
-    def segment(self, node: "ast.AST") -> str:
+    def segment(self, node: ast.AST) -> str:
         """The exact source text of a node."""
         span = self.span(node)
         if span is None:
@@ -132,8 +132,13 @@ class ModuleRewrite(Fix):
     __slots__ = ("description", "edits", "applicability", "rewrite")
     rewrite: tuple
 
-    def __init__(self, description: str, edits: tuple[Edit, ...] = (),
-                 applicability: Applicability = Applicability.UNSAFE, rewrite: tuple = ()) -> None:
+    def __init__(
+        self,
+        description: str,
+        edits: tuple[Edit, ...] = (),
+        applicability: Applicability = Applicability.UNSAFE,
+        rewrite: tuple = (),
+    ) -> None:
         self._set(description, edits, applicability, rewrite)
 
     def realize(self, source: str) -> Fix | None:
@@ -230,15 +235,13 @@ def apply_edits(source: str, edits: Sequence[Edit]) -> str:
 
 
 def edit_spans(source_lines: SourceLines, fix: Fix) -> list[tuple[int, int]]:
-    return [
-        (source_lines.offset(e.line, e.column), source_lines.offset(e.end_line, e.end_column)) for e in fix.edits
-    ]
+    return [(source_lines.offset(e.line, e.column), source_lines.offset(e.end_line, e.end_column)) for e in fix.edits]
 
 
 def overlaps(spans: Sequence[tuple[int, int]], taken: Sequence[tuple[int, int]]) -> bool:
     for start, end in spans:
         for other_start, other_end in taken:
             # Two insertions at one point conflict too: their order would be arbitrary.
-            if start < other_end and other_start < end or start == other_start:
+            if (start < other_end and other_start < end) or start == other_start:
                 return True
     return False

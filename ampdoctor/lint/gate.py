@@ -85,8 +85,29 @@ def summarize(source: str) -> ModuleSummary | None:
 
 
 # Fields that never hold a node a summary looks at: contexts, operators, names as strings.
-_SKIPPED = frozenset({"ctx", "op", "ops", "type_comment", "kind", "id", "attr", "arg", "name", "names", "module", "level",
-                      "asname", "kwd_attrs", "conversion", "lineno", "col_offset", "end_lineno", "end_col_offset"})
+_SKIPPED = frozenset(
+    {
+        "ctx",
+        "op",
+        "ops",
+        "type_comment",
+        "kind",
+        "id",
+        "attr",
+        "arg",
+        "name",
+        "names",
+        "module",
+        "level",
+        "asname",
+        "kwd_attrs",
+        "conversion",
+        "lineno",
+        "col_offset",
+        "end_lineno",
+        "end_col_offset",
+    }
+)
 _NODE_FIELDS: dict[type, tuple[str, ...]] = {}
 
 

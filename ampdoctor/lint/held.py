@@ -101,7 +101,7 @@ def factories(facts, autocast_names) -> dict[str, Held]:
     for function, _frame in facts.functions:
         arguments = function.args
         positional = [*arguments.posonlyargs, *arguments.args]
-        pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+        pairs = list(zip(positional[len(positional) - len(arguments.defaults) :], arguments.defaults))
         pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]
         for parameter, default in pairs:
             if _AUTOCAST_PARAMETER.search(parameter.arg) and facts.qualify(default) in NULL_CONTEXTS:
@@ -121,7 +121,9 @@ def held_region(call: ast.Call, facts, held: dict[str, Held]):
         if factory.is_autocast:
             # The call the factory makes: what ``partial`` bound, then what the ``with`` passes.
             # The call's keywords come first: they override what ``partial`` bound, as in Python.
-            bound = ast.Call(func=factory.ref, args=[*factory.args, *call.args], keywords=[*call.keywords, *factory.keywords])
+            bound = ast.Call(
+                func=factory.ref, args=[*factory.args, *call.args], keywords=[*call.keywords, *factory.keywords]
+            )
             region = autocast_region(bound, facts.imports)
             if region is not None:
                 regions.append(region)
@@ -167,7 +169,10 @@ def module_strings(facts) -> dict[str, str]:
     return {
         a.target: a.value.value
         for a in facts.assignments
-        if a.frame.parent is None and counts[a.target] == 1 and type(a.value) is ast.Constant and type(a.value.value) is str
+        if a.frame.parent is None
+        and counts[a.target] == 1
+        and type(a.value) is ast.Constant
+        and type(a.value.value) is str
     }
 
 

@@ -316,7 +316,6 @@ class AmpFacts(Record):
         return any(r.is_float16 for r in self.regions)
 
 
-
 def autocast_region(call: ast.Call, imports: dict[str, str], kind: str = "with") -> Region | None:
     """The Region made by an autocast call, or None when ``call`` is not one."""
     qname = qualify(call.func, imports)

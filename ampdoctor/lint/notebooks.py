@@ -307,9 +307,7 @@ def _split_into_cells(nb: NotebookSource, new_lines: list[str]) -> dict[int, lis
         for i in range(i1, i2):
             cell, line = owner[i]
             if cell.is_magic(line):
-                raise NotebookError(
-                    f"a fix would change IPython syntax in cell {cell.number}, line {line}"
-                )
+                raise NotebookError(f"a fix would change IPython syntax in cell {cell.number}, line {line}")
         added = new_lines[j1:j2]
         if tag == "insert":
             out[_insertion_cell(owner, i1, added).index].extend(added)
@@ -352,8 +350,9 @@ def _insertion_cell(owner: list[tuple[CellSpan, int]], at: int, added: list[str]
     after = owner[at] if at < len(owner) else None
     if before and after and before[0] is after[0]:
         cell = before[0]
-        if cell.cell_magic or (cell.is_magic(before[1]) and cell.is_magic(after[1])
-                               and _same_region(cell, before[1], after[1])):
+        if cell.cell_magic or (
+            cell.is_magic(before[1]) and cell.is_magic(after[1]) and _same_region(cell, before[1], after[1])
+        ):
             raise NotebookError(f"a fix would insert lines inside IPython syntax in cell {cell.number}")
         return cell
     # At a cell boundary an indented line continues the block above; anything else opens

@@ -29,12 +29,43 @@ from .vocabulary import (
 
 # Optimizer classes by their last name, whatever package they come from (torch.optim,
 # apex.optimizers, bitsandbytes, timm.optim, transformers ...).
-_OPTIMIZER_CLASS = frozenset({
-    "Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD", "Rprop", "LBFGS",
-    "SparseAdam", "Adafactor", "Lamb", "LAMB", "Lion", "Adan", "FusedAdam", "FusedLAMB", "FusedSGD", "LARS", "Shampoo",
-    "Muon", "Sophia", "AdamW8bit", "Adam8bit", "PagedAdamW", "PagedAdamW8bit", "Lion8bit", "AdaBelief", "Novograd",
-    "ZeroRedundancyOptimizer",
-})
+_OPTIMIZER_CLASS = frozenset(
+    {
+        "Adam",
+        "AdamW",
+        "SGD",
+        "RMSprop",
+        "Adagrad",
+        "Adadelta",
+        "Adamax",
+        "NAdam",
+        "RAdam",
+        "ASGD",
+        "Rprop",
+        "LBFGS",
+        "SparseAdam",
+        "Adafactor",
+        "Lamb",
+        "LAMB",
+        "Lion",
+        "Adan",
+        "FusedAdam",
+        "FusedLAMB",
+        "FusedSGD",
+        "LARS",
+        "Shampoo",
+        "Muon",
+        "Sophia",
+        "AdamW8bit",
+        "Adam8bit",
+        "PagedAdamW",
+        "PagedAdamW8bit",
+        "Lion8bit",
+        "AdaBelief",
+        "Novograd",
+        "ZeroRedundancyOptimizer",
+    }
+)
 _OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser|optimizers)(_\w+)?$|^(g|d|gen|disc)_?opt\w*$")
 
 
@@ -86,8 +117,14 @@ def resolve_regions(facts: AmpFacts) -> None:
                 continue
             region = _region_of_expression(ref.expr, facts, held)
             if region is not None and ref.decorator:
-                region = Region(region.node, region.device, region.dtype, region.dtype_given, region.enabled,
-                                "decorator" if region.kind == "with" else region.kind)
+                region = Region(
+                    region.node,
+                    region.device,
+                    region.dtype,
+                    region.dtype_given,
+                    region.enabled,
+                    "decorator" if region.kind == "with" else region.kind,
+                )
             ref.region = region
             seen[key] = region
     regions: dict[int, Region] = {}
@@ -168,7 +205,7 @@ def is_optimizer_constructor(call: ast.Call, facts: AmpFacts) -> bool:
     if qname.startswith(_NOT_OPTIMIZERS):
         return False  # schedulers and SWA helpers also have .step()
     last = qname.rsplit(".", 1)[-1]
-    return last in _OPTIMIZER_CLASS or qname.startswith("torch.optim.") and last[:1].isupper()
+    return last in _OPTIMIZER_CLASS or (qname.startswith("torch.optim.") and last[:1].isupper())
 
 
 # Objects with a ``step()`` whose names would otherwise look like optimizers.
@@ -220,7 +257,9 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
     if receiver in facts.scalers:
         opt_arg = site.arg(0, "optimizer")
         optimizer = dotted(opt_arg.value) if opt_arg else None
-        kind = {"step": EventKind.SCALER_STEP, "unscale_": EventKind.UNSCALE, "update": EventKind.UPDATE}.get(method or "")
+        kind = {"step": EventKind.SCALER_STEP, "unscale_": EventKind.UNSCALE, "update": EventKind.UPDATE}.get(
+            method or ""
+        )
         if kind is not None:
             return Event(kind, site, scaler=receiver, optimizer=optimizer if kind is not EventKind.UPDATE else None)
         return None

@@ -59,8 +59,14 @@ class Path:
 
     __slots__ = ("events", "end", "jump", "decisions", "assumptions")
 
-    def __init__(self, events: tuple[Event, ...], end: str, jump: ast.stmt | None,
-                 decisions: tuple[Decision, ...], assumptions: Assumptions) -> None:
+    def __init__(
+        self,
+        events: tuple[Event, ...],
+        end: str,
+        jump: ast.stmt | None,
+        decisions: tuple[Decision, ...],
+        assumptions: Assumptions,
+    ) -> None:
         self.events = events
         self.end = end  # NEXT, CONTINUE, BREAK, RETURN or RAISE
         self.jump = jump  # the continue/break/return/raise statement, when one ended it
@@ -119,16 +125,21 @@ class Assumptions:
 
     __slots__ = ("truths", "values", "_key")
 
-    def __init__(self, truths: dict[str, tuple[bool, frozenset[str]]] | None = None,
-                 values: dict[str, tuple[object, frozenset[str]]] | None = None) -> None:
+    def __init__(
+        self,
+        truths: dict[str, tuple[bool, frozenset[str]]] | None = None,
+        values: dict[str, tuple[object, frozenset[str]]] | None = None,
+    ) -> None:
         self.truths = truths or {}
         self.values = values or {}
         self._key = None
 
     def key(self) -> tuple:
         if self._key is None:
-            self._key = (tuple(sorted((k, v[0]) for k, v in self.truths.items())),
-                         tuple(sorted((k, repr(v[0])) for k, v in self.values.items())))
+            self._key = (
+                tuple(sorted((k, v[0]) for k, v in self.truths.items())),
+                tuple(sorted((k, repr(v[0])) for k, v in self.values.items())),
+            )
         return self._key
 
     def evaluate(self, test: ast.expr) -> bool | None:
@@ -275,8 +286,10 @@ class _Walker:
             if kind is ast.Assign and len(stmt.targets) == 1 and type(stmt.targets[0]) is ast.Name:
                 value = stmt.value
                 if type(value) is ast.Constant and type(value.value) is bool:
-                    states = [_State(s.events, s.decisions, s.assumptions.assume(stmt.targets[0], value.value))
-                              for s in states]
+                    states = [
+                        _State(s.events, s.decisions, s.assumptions.assume(stmt.targets[0], value.value))
+                        for s in states
+                    ]
         return states, []
 
     def _matters(self, stmt: ast.If) -> bool:
@@ -431,8 +444,11 @@ class PathIndex:
         found = self._paths.get(id(node))
         if found is not None and found[0] is node:
             return found[1]
-        body = node.body if isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef,
-                                              ast.AsyncFunctionDef, ast.Module)) else []
+        body = (
+            node.body
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))
+            else []
+        )
         paths = body_paths(frame, body)
         self._paths[id(node)] = (node, paths)
         return paths

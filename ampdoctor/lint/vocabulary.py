@@ -53,10 +53,24 @@ DTYPES = {
 # float16's largest finite value and its smallest subnormal (what is nonzero below it is lost).
 from ..float16 import FLOAT16_MAX  # noqa: E402,F401  (one definition for both halves)
 from ..float16 import FLOAT16_SMALLEST_SUBNORMAL as FLOAT16_SMALLEST  # noqa: E402,F401
+
 # Calls whose arguments are fill values or clamp bounds.
 FILL_CALLS = frozenset(
-    {"masked_fill", "masked_fill_", "fill_", "full", "full_like", "new_full", "where", "clamp", "clamp_", "clip",
-     "clip_", "clamp_min", "clamp_max"}
+    {
+        "masked_fill",
+        "masked_fill_",
+        "fill_",
+        "full",
+        "full_like",
+        "new_full",
+        "where",
+        "clamp",
+        "clamp_",
+        "clip",
+        "clip_",
+        "clamp_min",
+        "clamp_max",
+    }
 )
 # What a tensor is converted to float16 with: ``.to(X)``, ``.type(X)``, ``dtype=X``.
 FLOAT16_CASTS = ("torch.float16", "torch.half", "torch.HalfTensor", "torch.cuda.HalfTensor")

@@ -24,8 +24,9 @@ of two the scale had to come down (``halvings_needed``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 from torch.autograd.graph import register_multi_grad_hook
@@ -229,7 +230,9 @@ def _origin(
     return BackwardOrigin(step, info.path, info.class_name, info.cls, event.side, scale, incoming, value)
 
 
-def produced_maxima(events: list[GradEvent], values: list[list[float]], scale: Optional[float]) -> Iterator[tuple[str, float]]:
+def produced_maxima(
+    events: list[GradEvent], values: list[list[float]], scale: Optional[float]
+) -> Iterator[tuple[str, float]]:
     """(module path, max |g| it produced, unscaled) for the input and parameter gradients of a
     finite iteration: the reference for how far the scale had to come down."""
     divisor = scale if scale and scale > 0 else 1.0

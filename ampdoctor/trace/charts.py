@@ -11,7 +11,8 @@ from __future__ import annotations
 import io
 import math
 import re
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 _INK = "#1f2937"
 _GRID = "#e5e7eb"
@@ -85,8 +86,15 @@ def timeline_svg(
         plotted = True
     if shadow:
         shadow_steps = list(range(1, len(shadow) + 1))
-        scale_axes.step(shadow_steps, _positive(shadow), where="post", color=_SHADOW, linewidth=1.8,
-                        linestyle="--", label="what-if float16 (shadow)")
+        scale_axes.step(
+            shadow_steps,
+            _positive(shadow),
+            where="post",
+            color=_SHADOW,
+            linewidth=1.8,
+            linestyle="--",
+            label="what-if float16 (shadow)",
+        )
         _mark_skips(scale_axes, shadow_skipped, "predicted skip", color=_SHADOW)
         plotted = True
     _mark_skips(scale_axes, skipped, "skipped step")
@@ -94,8 +102,9 @@ def timeline_svg(
         scale_axes.set_yscale("log", base=2)
         scale_axes.legend(fontsize=7, frameon=False, loc="best")
     else:
-        scale_axes.text(0.5, 0.5, "no GradScaler", ha="center", va="center", transform=scale_axes.transAxes,
-                        color="#6b7280")
+        scale_axes.text(
+            0.5, 0.5, "no GradScaler", ha="center", va="center", transform=scale_axes.transAxes, color="#6b7280"
+        )
     _style(scale_axes, "Loss scale")
     scale_axes.set_xlabel("iteration", color=_INK)
     return _svg(figure)
@@ -131,7 +140,9 @@ def _mark_skips(axes, skipped: Sequence[int], label: str, color: str = _SKIP) ->
         axes.axvline(step, color=color, alpha=0.35, linewidth=1.2, label=label if index == 0 else None)
 
 
-def gradient_bars_svg(names: Sequence[str], underflow: Sequence[float], headroom: Sequence[Optional[float]]) -> Optional[str]:
+def gradient_bars_svg(
+    names: Sequence[str], underflow: Sequence[float], headroom: Sequence[Optional[float]]
+) -> Optional[str]:
     """Per parameter: the share of gradient elements float16 would lose, and the overflow
     headroom (how many times max |g| fits under 65504 at the scale), as horizontal bars."""
     if not names:
@@ -149,8 +160,15 @@ def gradient_bars_svg(names: Sequence[str], underflow: Sequence[float], headroom
     top.set_xlim(0, max(1.0, max(100.0 * share for share in underflow) * 1.15))
     top.set_xlabel("% of elements below float16's normal range", color=_INK)
     if not any(share > 0 for share in underflow):
-        top.text(0.5, 0.5, "no parameter loses gradient elements", ha="center", va="center",
-                 transform=top.transAxes, color="#16a34a")
+        top.text(
+            0.5,
+            0.5,
+            "no parameter loses gradient elements",
+            ha="center",
+            va="center",
+            transform=top.transAxes,
+            color="#16a34a",
+        )
     _style(top, "Gradient underflow")
     values = [h if h is not None and math.isfinite(h) and h > 0 else math.nan for h in headroom]
     colors = [_SKIP if v < 1 else "#16a34a" for v in values]

@@ -84,45 +84,118 @@ def options_taken_after_script(command: click.Command, args: list[str]) -> tuple
 @click.argument("target", required=False, metavar="SCRIPT")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SCRIPT_ARGS...]")
 @click.option("-m", "module", metavar="MODULE", help="Run a module as `python -m MODULE` would.")
-@click.option("--steps", type=click.IntRange(min=0), default=50, show_default=True,
-              help="Stop after this many training iterations (0: run to the end).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
-              help="Also write the JSON report to this file.")
-@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Report format on stdout; with json, the script's own stdout goes to stderr.")
-@click.option("--fail-on", type=click.Choice(_FAIL_LEVELS, case_sensitive=False), default="warning",
-              show_default=True, help="Exit 1 when a finding has at least this severity.")
-@click.option("--record-ops-steps", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Record the per-op dtype census for the first K iterations.")
-@click.option("--gradient-interval", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Measure the per-parameter gradient shares (AMP505) and max |g| on the "
-              "op-recording iterations, then every N-th iteration (1: every iteration); inf/NaN "
-              "gradients are checked on every iteration.")
-@click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
-              help="Change a rule threshold (e.g. skip_share=0.1); repeatable.")
-@click.option("--progress/--no-progress", default=None,
-              help="Progress display on stderr (default: when stderr is a terminal).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
-              help="Stop the script after this many seconds, write the report and exit 124.")
-@click.option("--lint/--no-lint", "lint", default=True, show_default=True,
-              help="Also lint the script and the local modules it imports, into the same report.")
-@click.option("--tensorboard", "tensorboard_dir", type=click.Path(file_okay=False, writable=True),
-              help="Write loss, loss scale, skipped steps and per-parameter underflow shares as "
-              "TensorBoard scalars to this folder (needs the tensorboard package).")
-@click.option("--what-if", "what_if", type=click.Choice(["float16"]), default=None,
-              help="Predict how float16 with a GradScaler would fare on this run (the run itself "
-              "is unchanged): shadow loss scale, underflow, activation overflow and a verdict.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True),
-              help="Also write a self-contained HTML report (charts included) to this file.")
-@click.option("--nproc-per-node", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Trace N processes of the script through torch.distributed.run (torchrun "
-              "--standalone): a report per rank and a merged one (see Distributed training).")
-@click.option("--merge-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
-              metavar="SECONDS", help="Under torchrun: how long rank 0 waits for the other ranks' "
-              "reports, and they for the merged report.")
-@click.option("--compare", "compare", type=click.Choice(["float32"]), default=None,
-              help="Run the script twice, as written and with mixed precision switched off, and "
-              "compare time per iteration, peak memory and loss; explain a run that does not pay off.")
+@click.option(
+    "--steps",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="Stop after this many training iterations (0: run to the end).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also write the JSON report to this file.",
+)
+@click.option(
+    "--output-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Report format on stdout; with json, the script's own stdout goes to stderr.",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(_FAIL_LEVELS, case_sensitive=False),
+    default="warning",
+    show_default=True,
+    help="Exit 1 when a finding has at least this severity.",
+)
+@click.option(
+    "--record-ops-steps",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Record the per-op dtype census for the first K iterations.",
+)
+@click.option(
+    "--gradient-interval",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Measure the per-parameter gradient shares (AMP505) and max |g| on the "
+    "op-recording iterations, then every N-th iteration (1: every iteration); inf/NaN "
+    "gradients are checked on every iteration.",
+)
+@click.option(
+    "--threshold",
+    "thresholds",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Change a rule threshold (e.g. skip_share=0.1); repeatable.",
+)
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress display on stderr (default: when stderr is a terminal)."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Stop the script after this many seconds, write the report and exit 124.",
+)
+@click.option(
+    "--lint/--no-lint",
+    "lint",
+    default=True,
+    show_default=True,
+    help="Also lint the script and the local modules it imports, into the same report.",
+)
+@click.option(
+    "--tensorboard",
+    "tensorboard_dir",
+    type=click.Path(file_okay=False, writable=True),
+    help="Write loss, loss scale, skipped steps and per-parameter underflow shares as "
+    "TensorBoard scalars to this folder (needs the tensorboard package).",
+)
+@click.option(
+    "--what-if",
+    "what_if",
+    type=click.Choice(["float16"]),
+    default=None,
+    help="Predict how float16 with a GradScaler would fare on this run (the run itself "
+    "is unchanged): shadow loss scale, underflow, activation overflow and a verdict.",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also write a self-contained HTML report (charts included) to this file.",
+)
+@click.option(
+    "--nproc-per-node",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Trace N processes of the script through torch.distributed.run (torchrun "
+    "--standalone): a report per rank and a merged one (see Distributed training).",
+)
+@click.option(
+    "--merge-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Under torchrun: how long rank 0 waits for the other ranks' reports, and they for the merged report.",
+)
+@click.option(
+    "--compare",
+    "compare",
+    type=click.Choice(["float32"]),
+    default=None,
+    help="Run the script twice, as written and with mixed precision switched off, and "
+    "compare time per iteration, peak memory and loss; explain a run that does not pay off.",
+)
 @click.option("--compare-role", type=click.Choice(["float32", "mixed"]), default=None, hidden=True)
 @click.option("--compare-baseline", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.option("--compare-out", type=click.Path(dir_okay=False), default=None, hidden=True)
@@ -208,11 +281,26 @@ def trace_command(
             "(arguments after `--` all go to the script)"
         )
     request = TraceRequest(
-        run=run, steps=steps or None, record_ops_steps=record_ops_steps, gradient_interval=gradient_interval,
-        thresholds=limits, output_format=output_format, fail_on=fail_on, progress=progress, lint=lint,
-        tensorboard_dir=tensorboard_dir, timeout=timeout, what_if=what_if, json_path=json_path,
-        html_path=html_path, merge_timeout=merge_timeout, rank=rank, notices=notices,
-        compare_role=compare_role, compare_baseline=compare_baseline, compare_out=compare_out,
+        run=run,
+        steps=steps or None,
+        record_ops_steps=record_ops_steps,
+        gradient_interval=gradient_interval,
+        thresholds=limits,
+        output_format=output_format,
+        fail_on=fail_on,
+        progress=progress,
+        lint=lint,
+        tensorboard_dir=tensorboard_dir,
+        timeout=timeout,
+        what_if=what_if,
+        json_path=json_path,
+        html_path=html_path,
+        merge_timeout=merge_timeout,
+        rank=rank,
+        notices=notices,
+        compare_role=compare_role,
+        compare_baseline=compare_baseline,
+        compare_out=compare_out,
     )
     try:
         status = run_trace(request)
@@ -235,7 +323,9 @@ def _launch_ranks(ctx: click.Context, nproc: int, under_torchrun: bool) -> None:
     from .distributed import launch_command
 
     if under_torchrun:
-        raise click.UsageError("--nproc-per-node is for a start outside torchrun; this process is already a rank", ctx=ctx)
+        raise click.UsageError(
+            "--nproc-per-node is for a start outside torchrun; this process is already a rank", ctx=ctx
+        )
     command = launch_command(ctx, nproc)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -10,8 +10,9 @@ import contextlib
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import click
 
@@ -90,7 +91,12 @@ def run_trace(request: TraceRequest) -> int:
                 from .distributed import finish_rank
 
                 rank_status = finish_rank(
-                    rank, report, outcome, request.json_path, request.output_format, request.fail_on,
+                    rank,
+                    report,
+                    outcome,
+                    request.json_path,
+                    request.output_format,
+                    request.fail_on,
                     request.merge_timeout,
                 )
         except OSError as exc:
@@ -153,8 +159,9 @@ def _trace(request: TraceRequest, listeners: list):
             contextlib.redirect_stdout(sys.stderr) if request.output_format == "json" else contextlib.nullcontext()
         )
         with redirect, session:
-            with child, Deadline(
-                request.timeout, TraceTimeout, on_give_up=lambda: _report_on_give_up(session, request)
+            with (
+                child,
+                Deadline(request.timeout, TraceTimeout, on_give_up=lambda: _report_on_give_up(session, request)),
             ):
                 outcome = run_target(run)
             session.outcome = outcome
@@ -210,7 +217,9 @@ def _emit(report, outcome, request: TraceRequest) -> None:
 def _say_where_written(request: TraceRequest) -> None:
     """One line naming the report files written: under the text report, or on stderr when
     stdout is the JSON document."""
-    written = [f"{_shown(path)} ({kind})" for path, kind in ((request.json_path, "JSON"), (request.html_path, "HTML")) if path]
+    written = [
+        f"{_shown(path)} ({kind})" for path, kind in ((request.json_path, "JSON"), (request.html_path, "HTML")) if path
+    ]
     if written:
         click.echo(f"Report written to {' and '.join(written)}.", err=request.output_format == "json")
 

@@ -98,7 +98,7 @@ class RunRecord:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunRecord":
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         def number(value):
             if isinstance(value, str):
                 return float(value.replace("Infinity", "inf"))
@@ -196,13 +196,21 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def compare_runs(mixed: RunRecord, float32: Optional[RunRecord], speedup_goal: float, memory_goal: float,
-                 failure: Optional[str] = None) -> Comparison:
+def compare_runs(
+    mixed: RunRecord,
+    float32: Optional[RunRecord],
+    speedup_goal: float,
+    memory_goal: float,
+    failure: Optional[str] = None,
+) -> Comparison:
     """The verdict of the two runs (causes and hardware are added by compare_rules.py)."""
     thresholds = {"compare_speedup": speedup_goal, "compare_memory_saving": memory_goal}
     if not mixed.autocast and not mixed.scalers and not mixed.low_precision_parameters:
         return Comparison(
-            NOTHING, mixed, float32, thresholds=thresholds,
+            NOTHING,
+            mixed,
+            float32,
+            thresholds=thresholds,
             explanation="nothing to compare: the script never enters torch.autocast and uses no "
             "GradScaler, so it already runs in float32.",
         )
@@ -210,18 +218,29 @@ def compare_runs(mixed: RunRecord, float32: Optional[RunRecord], speedup_goal: f
         names = ", ".join(mixed.low_precision_parameters[:3])
         more = f" and {len(mixed.low_precision_parameters) - 3} more" if len(mixed.low_precision_parameters) > 3 else ""
         return Comparison(
-            CAST_BY_HAND, mixed, float32, thresholds=thresholds,
+            CAST_BY_HAND,
+            mixed,
+            float32,
+            thresholds=thresholds,
             explanation=f"no float32 run to make: the script casts the model itself (low-precision parameters "
             f"{names}{more}, from `.half()` or `.to(dtype)`), which switching autocast off cannot undo.",
         )
     if float32 is None or failure:
         return Comparison(
-            FAILED, mixed, float32, thresholds=thresholds,
+            FAILED,
+            mixed,
+            float32,
+            thresholds=thresholds,
             explanation=f"the float32 run failed: {failure or 'it wrote no measurements'}.",
         )
     if float32.stopped == "error":
-        return Comparison(FAILED, mixed, float32, thresholds=thresholds,
-                          explanation=f"the float32 run failed: the script raised {float32.error}.")
+        return Comparison(
+            FAILED,
+            mixed,
+            float32,
+            thresholds=thresholds,
+            explanation=f"the float32 run failed: the script raised {float32.error}.",
+        )
     result = Comparison(COMPARED, mixed, float32, thresholds=thresholds)
     a, b = mixed.timing, float32.timing
     if a.median and b.median:
@@ -246,8 +265,8 @@ def compare_runs(mixed: RunRecord, float32: Optional[RunRecord], speedup_goal: f
     if result.speedup is not None:
         # Mixed precision is adopted for speed and for memory: short of either goal, explain.
         fast_enough = result.measurable and result.speedup >= speedup_goal
-        saves_memory = (
-            result.memory_change is None or (result.memory_measurable and -result.memory_change >= memory_goal)
+        saves_memory = result.memory_change is None or (
+            result.memory_measurable and -result.memory_change >= memory_goal
         )
         result.paying_off = fast_enough and saves_memory
     return result

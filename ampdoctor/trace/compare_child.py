@@ -46,7 +46,7 @@ class CompareChild:
 
         tracker._on_enter = entered
 
-    def __enter__(self) -> "CompareChild":
+    def __enter__(self) -> CompareChild:
         if self.role == FLOAT32:
             from .precision_off import PrecisionOff
 
@@ -103,9 +103,9 @@ class CompareChild:
         write_text_atomic(self.out, json.dumps(document, allow_nan=False))
 
     def _compare(self, report: Any) -> None:
-        from .rules.compare import evaluate_compare, with_gemm_share
         from .hardware import hardware_for
         from .rulebase import Locator
+        from .rules.compare import evaluate_compare, with_gemm_share
 
         float32, failure = read_baseline(self.baseline)
         limits = report.thresholds

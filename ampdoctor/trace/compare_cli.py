@@ -8,8 +8,13 @@ from typing import Any, Optional
 import click
 
 
-def start_compare(ctx: click.Context, script: Optional[str], module: Optional[str], script_args: tuple[str, ...],
-                  nproc_per_node: Optional[int]) -> int:
+def start_compare(
+    ctx: click.Context,
+    script: Optional[str],
+    module: Optional[str],
+    script_args: tuple[str, ...],
+    nproc_per_node: Optional[int],
+) -> int:
     """Check what only the parent can check, then run both children (compare_run.py)."""
     from .compare_run import run_compare
 
@@ -28,9 +33,12 @@ def start_compare(ctx: click.Context, script: Optional[str], module: Optional[st
 def compare_arguments(params: dict[str, Any], target: list[str], script_args: tuple[str, ...]):
     """(target, script arguments, options for both runs, output options for the reporting run)."""
     common = [
-        "--steps", str(params["steps"]),
-        "--record-ops-steps", str(params["record_ops_steps"]),
-        "--gradient-interval", str(params["gradient_interval"]),
+        "--steps",
+        str(params["steps"]),
+        "--record-ops-steps",
+        str(params["record_ops_steps"]),
+        "--gradient-interval",
+        str(params["gradient_interval"]),
     ]
     for item in params.get("thresholds") or ():
         common += ["--threshold", item]

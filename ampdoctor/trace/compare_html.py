@@ -25,11 +25,8 @@ def compare_section(comparison: Optional[Comparison]) -> str:
         return ""
     lines = "".join(f"<li>{e(line)}</li>" for line in summary_lines(comparison))
     svg = compare_svg(comparison) if comparison.status == COMPARED else None
-    chart = f"<div class=\"chart\">{svg}</div>" if svg else ""
-    return (
-        f"<section id=\"compare\"><h2>{e(headline(comparison))}</h2>"
-        f"<ul class=\"reasons\">{lines}</ul>{chart}</section>"
-    )
+    chart = f'<div class="chart">{svg}</div>' if svg else ""
+    return f'<section id="compare"><h2>{e(headline(comparison))}</h2><ul class="reasons">{lines}</ul>{chart}</section>'
 
 
 def compare_svg(comparison: Comparison) -> Optional[str]:
@@ -42,7 +39,7 @@ def compare_svg(comparison: Comparison) -> Optional[str]:
     figure = _figure(7.2, 2.8)
     times = figure.add_subplot(1, 2, 1)
     runs = (("float32", float32, _FLOAT32), ("mixed precision", mixed, _MIXED))
-    for position, (label, run, colour) in enumerate(runs):
+    for position, (_label, run, colour) in enumerate(runs):
         values = [1000 * s for s in run.seconds]
         jitter = [position + 0.25 * ((i * 0.618) % 1 - 0.5) for i in range(len(values))]
         times.scatter(jitter, values, s=12, color=colour, alpha=0.7, zorder=3)

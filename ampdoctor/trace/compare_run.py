@@ -21,7 +21,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import click
 
@@ -50,8 +51,23 @@ def run_compare(
         baseline = os.path.join(folder, "float32.json")
         log = os.path.join(folder, "float32.log")
         float32 = child_command(
-            [*target_args, *common, *timeout_args, "--no-lint", "--no-progress", "--fail-on", "never",
-             "--output-format", "json", "--compare-role", "float32", "--compare-out", baseline, "--", *script_args]
+            [
+                *target_args,
+                *common,
+                *timeout_args,
+                "--no-lint",
+                "--no-progress",
+                "--fail-on",
+                "never",
+                "--output-format",
+                "json",
+                "--compare-role",
+                "float32",
+                "--compare-out",
+                baseline,
+                "--",
+                *script_args,
+            ]
         )
         click.echo("ampdoctor trace: float32 run (mixed precision switched off)...", err=True)
         code, failure = _run_child(float32, limit, log, quiet=True)
@@ -59,8 +75,18 @@ def run_compare(
             with open(baseline, "w", encoding="utf-8") as handle:
                 json.dump({"failed": failure or f"it ended with exit status {code} and wrote no measurements"}, handle)
         mixed = child_command(
-            [*target_args, *common, *timeout_args, *output, "--compare-role", "mixed",
-             "--compare-baseline", baseline, "--", *script_args]
+            [
+                *target_args,
+                *common,
+                *timeout_args,
+                *output,
+                "--compare-role",
+                "mixed",
+                "--compare-baseline",
+                baseline,
+                "--",
+                *script_args,
+            ]
         )
         click.echo("ampdoctor trace: mixed-precision run (as written)...", err=True)
         code, failure = _run_child(mixed, limit, None, quiet=False)
@@ -70,7 +96,9 @@ def run_compare(
         return code
 
 
-def _run_child(command: list[str], limit: Optional[float], log: Optional[str], quiet: bool) -> tuple[int, Optional[str]]:
+def _run_child(
+    command: list[str], limit: Optional[float], log: Optional[str], quiet: bool
+) -> tuple[int, Optional[str]]:
     """Run one child; (exit status, why it failed without a report or None)."""
     sink = open(log, "w+b") if quiet and log else None
     try:

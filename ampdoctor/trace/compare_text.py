@@ -91,7 +91,8 @@ def summary_lines(comparison: Comparison) -> list[str]:
         lines.append(line)
     if comparison.causes:
         causes = "; ".join(
-            f"{c.code}" + (f" `{c.module}`" if c.module else "")
+            f"{c.code}"
+            + (f" `{c.module}`" if c.module else "")
             + (f" {c.share:.0%} of {c.basis}" if c.share is not None else "")
             for c in comparison.causes[:3]
         )

@@ -27,7 +27,7 @@ from .threads import send_exception
 EXIT_TIMEOUT = 124  # as timeout(1); outcome.py gives the same status to a stop that landed
 REPEAT = 0.25
 
-_active: Optional["Deadline"] = None
+_active: Optional[Deadline] = None
 
 
 def stop_landed() -> None:
@@ -58,7 +58,7 @@ class Deadline:
         self._thread = threading.get_ident()
         self.landed = False
 
-    def __enter__(self) -> "Deadline":
+    def __enter__(self) -> Deadline:
         global _active
         if not self._seconds:
             return self

@@ -36,9 +36,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from ..findings import Finding, Location, Severity
 from .report import TraceReport
@@ -245,7 +246,9 @@ def _ranks_table(ranks: list[dict[str, Any]]):
         table.add_column(column, justify="right" if column in ("rank", "iterations", "skipped") else "left")
     for entry in ranks:
         if not entry["reported"]:
-            table.add_row(str(entry["rank"]), "-", "[red]no report[/]", "", "", escape(os.path.basename(entry["report"] or "-")))
+            table.add_row(
+                str(entry["rank"]), "-", "[red]no report[/]", "", "", escape(os.path.basename(entry["report"] or "-"))
+            )
             continue
         stopped = entry["stopped"] + (f": {entry['error']}" if entry["error"] else "")
         table.add_row(
@@ -285,8 +288,9 @@ def _merge_findings(own: TraceReport, others: dict[int, dict[str, Any]], own_ran
     return list(merged.values())
 
 
-def _rank_note(rank: int, report: Optional[dict[str, Any]], reference_steps: int,
-               unreachable: Optional[str]) -> Optional[str]:
+def _rank_note(
+    rank: int, report: Optional[dict[str, Any]], reference_steps: int, unreachable: Optional[str]
+) -> Optional[str]:
     if report is None:
         if unreachable:
             return f"Rank {rank}'s report could not be gathered ({unreachable})."
@@ -341,7 +345,9 @@ def merge_reports(
     findings.sort(key=lambda f: (-f.severity, f.code, f.extra.get("step") or 0))
     notes = list(own.notes)
     if unreachable:
-        notes.append(f"The other ranks' reports could not be gathered ({unreachable}): this report holds rank {info.rank} only.")
+        notes.append(
+            f"The other ranks' reports could not be gathered ({unreachable}): this report holds rank {info.rank} only."
+        )
     entries, failed = [], []
     for rank in range(info.world_size):
         report = reports.get(rank)
@@ -434,12 +440,14 @@ def finish_rank(
     if not in_step and outcome.reason != "end":
         # The others may be blocked in a collective with this rank until it exits.
         deadline = min(deadline, time.monotonic() + EARLY_END_WAIT)
-    return _merge_as_rank_zero(info, report, own, exchange, unreachable, deadline, json_path, output_format,
-                               fail_on, write_error)
+    return _merge_as_rank_zero(
+        info, report, own, exchange, unreachable, deadline, json_path, output_format, fail_on, write_error
+    )
 
 
-def _merge_as_rank_zero(info, report, own, exchange, unreachable, deadline, json_path, output_format, fail_on,
-                        write_error) -> int:
+def _merge_as_rank_zero(
+    info, report, own, exchange, unreachable, deadline, json_path, output_format, fail_on, write_error
+) -> int:
     """Gather the other ranks' reports, write and print the merged report; the exit status."""
     import click
 
@@ -505,6 +513,13 @@ def forwarded_arguments(ctx) -> list[str]:
 def launch_command(ctx, nproc: int) -> list[str]:
     """``python -m torch.distributed.run --standalone --nproc-per-node N -m ampdoctor trace ...``"""
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-        "-m", "ampdoctor", "trace", *forwarded_arguments(ctx),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "ampdoctor",
+        "trace",
+        *forwarded_arguments(ctx),
     ]

@@ -15,15 +15,15 @@ own ``found_inf`` already says that none did and can be read without a device sy
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 
 from ..float16 import FLOAT16_SMALLEST_NORMAL, FLOAT16_SMALLEST_SUBNORMAL
 from .numerics import ModuleRegistry, ParamInfo
 from .ops import quiet
-
 
 # Gradient statistics run over chunks of at most this many elements, packed from the flattened
 # gradients: a handful of ops per chunk instead of a dozen per parameter, in a scratch buffer that
@@ -192,7 +192,7 @@ class GradientMonitor:
                     grad = grad.coalesce()._values()
                 if grad.numel() == 0:  # nothing to measure (also a sparse gradient with no entries)
                     continue
-                info = self._registry.param(param, lambda: f"{label}.param_groups[{group_index}][{index}]")
+                info = self._registry.param(param, lambda g=group_index, i=index: f"{label}.param_groups[{g}][{i}]")
                 yield info, grad.detach() if grad.requires_grad else grad
 
     def _check(self, optimizer: Any, label: str, known_finite: bool) -> None:
@@ -278,9 +278,7 @@ class GradientMonitor:
         return torch.stack(sums), piece_maxima
 
 
-def _chunks(
-    flats: list[tuple[int, torch.Tensor]], limit: int
-) -> Iterator[tuple[list[int], list[torch.Tensor]]]:
+def _chunks(flats: list[tuple[int, torch.Tensor]], limit: int) -> Iterator[tuple[list[int], list[torch.Tensor]]]:
     """Pack flattened gradients, cut into pieces of at most ``limit`` elements, into chunks of at
     most ``limit`` elements: (owner of each piece, the pieces)."""
     owners: list[int] = []

@@ -93,9 +93,14 @@ def _isa_allows(isa: str, dtype: str) -> bool:
     return "BF16" in isa or "AMX" in isa or "FP16" in isa
 
 
-def cpu_hardware(dtype: str, capability: Optional[str] = None, flags: Optional[set[str]] = None,
-                 machine: Optional[str] = None, name: Optional[str] = None,
-                 isa_limit: Optional[str] = None) -> Hardware:
+def cpu_hardware(
+    dtype: str,
+    capability: Optional[str] = None,
+    flags: Optional[set[str]] = None,
+    machine: Optional[str] = None,
+    name: Optional[str] = None,
+    isa_limit: Optional[str] = None,
+) -> Hardware:
     """Whether this CPU runs ``dtype`` matmuls in hardware (arguments override what is read)."""
     if capability is None:
         import torch
@@ -125,8 +130,9 @@ def cpu_hardware(dtype: str, capability: Optional[str] = None, flags: Optional[s
     return Hardware("cpu", name, dtype, fast, capability, found, reason)
 
 
-def cuda_hardware(dtype: str, capability: Optional[tuple[int, int]] = None, name: Optional[str] = None,
-                  index: int = 0) -> Hardware:
+def cuda_hardware(
+    dtype: str, capability: Optional[tuple[int, int]] = None, name: Optional[str] = None, index: int = 0
+) -> Hardware:
     """Whether CUDA device ``index`` has tensor cores for ``dtype``."""
     if capability is None or name is None:
         import torch

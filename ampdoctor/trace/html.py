@@ -13,7 +13,8 @@ import linecache
 import math
 import os
 from collections import defaultdict
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any, Optional
 
 from ..findings import Finding, Severity
 from ..float16 import FLOAT16_MAX
@@ -83,15 +84,17 @@ def render_html(report) -> str:
         _compare_section(report),
         _what_if_section(what_if) if what_if is not None else "",
         _findings_section("Findings", report.findings),
-        _findings_section("Static findings in the traced code", report.static_findings) if report.static_findings else "",
+        _findings_section("Static findings in the traced code", report.static_findings)
+        if report.static_findings
+        else "",
         _timeline_section(report),
         _gradient_section(report),
         _census_section(report.observations),
     ]
     title = f"ampdoctor trace: {_shown_path(report.script)}"
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{e(title)}</title><style>{_STYLE}</style></head>\n<body><main>\n"
         + "\n".join(part for part in parts if part)
         + "\n<footer>ampdoctor trace report</footer></main></body></html>\n"
@@ -136,15 +139,15 @@ def _verdict(report) -> str:
     text = lead + rest
     css = {"ok": "ok", "untrained": "warning"}.get(kind) or _SEVERITY_CLASS[report.worst_severity()]
     notes = "".join(f"<li>{e(note)}</li>" for note in report.notes)
-    notes_html = f"<ul class=\"reasons\">{notes}</ul>" if notes else ""
-    return f"<section class=\"verdict {css}\" id=\"verdict\">{e(text)}{notes_html}</section>"
+    notes_html = f'<ul class="reasons">{notes}</ul>' if notes else ""
+    return f'<section class="verdict {css}" id="verdict">{e(text)}{notes_html}</section>'
 
 
 def _findings_section(title: str, findings: list[Finding]) -> str:
     if not findings:
-        return f"<section id=\"findings\"><h2>{e(title)}</h2><p>None.</p></section>"
+        return f'<section id="findings"><h2>{e(title)}</h2><p>None.</p></section>'
     items = "\n".join(_finding(f) for f in findings)
-    return f"<section id=\"findings\"><h2>{e(title)} ({len(findings)})</h2>{items}</section>"
+    return f'<section id="findings"><h2>{e(title)} ({len(findings)})</h2>{items}</section>'
 
 
 def _finding(finding: Finding) -> str:
@@ -165,9 +168,9 @@ def _finding(finding: Finding) -> str:
             f"<p>{e(why)}</p></details>"
         )
     return (
-        f"<div class=\"finding\"><span class=\"badge {css}\">{e(finding.severity.label)}</span> "
+        f'<div class="finding"><span class="badge {css}">{e(finding.severity.label)}</span> '
         f"<b>{e(finding.code)}</b> {e(finding.message)}"
-        f"<div class=\"where\"><code>{e(where)}</code></div>{source_html}{help_html}{explanation}</div>"
+        f'<div class="where"><code>{e(where)}</code></div>{source_html}{help_html}{explanation}</div>'
     )
 
 
@@ -209,7 +212,7 @@ def _timeline_section(report) -> str:
     )
     if svg is None:
         return ""
-    return f"<section id=\"timeline\"><h2>Loss and loss scale</h2><div class=\"chart\">{svg}</div></section>"
+    return f'<section id="timeline"><h2>Loss and loss scale</h2><div class="chart">{svg}</div></section>'
 
 
 def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
@@ -219,7 +222,8 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
     if what_if is not None and what_if.params:
         scale = what_if.scale[-1] if what_if.scale else 2.0**16
         rows = [
-            (p.name, p.below_normal_mean, FLOAT16_MAX / (p.max_abs * scale) if p.max_abs else None) for p in what_if.params
+            (p.name, p.below_normal_mean, FLOAT16_MAX / (p.max_abs * scale) if p.max_abs else None)
+            for p in what_if.params
         ]
     else:
         from .rules.underflow import lost_share
@@ -228,7 +232,9 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
         for stats in report.observations.gradients.values():
             if not stats.sampled_iterations:
                 continue
-            share = lost_share(stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), report.thresholds)
+            share = lost_share(
+                stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), report.thresholds
+            )
             scale = stats.last_scale or 1.0
             rows.append((stats.name, share, FLOAT16_MAX / (stats.max_abs * scale) if stats.max_abs else None))
     rows.sort(key=lambda row: (-row[1], row[2] if row[2] is not None else math.inf))
@@ -237,7 +243,6 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
 
 def _gradient_section(report) -> str:
     from .charts import gradient_bars_svg
-
     from .rules.underflow import float16_gradients
 
     if report.what_if is None:
@@ -252,10 +257,7 @@ def _gradient_section(report) -> str:
         return ""
     svg = gradient_bars_svg([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
     basis = "at the predicted float16 loss scale" if report.what_if is not None else "at the run's loss scale"
-    return (
-        f"<section id=\"gradients\"><h2>Gradients in float16 ({e(basis)})</h2>"
-        f"<div class=\"chart\">{svg}</div></section>"
-    )
+    return f'<section id="gradients"><h2>Gradients in float16 ({e(basis)})</h2><div class="chart">{svg}</div></section>'
 
 
 def _census_rows(obs) -> list[tuple[str, dict[str, int]]]:
@@ -280,18 +282,18 @@ def _census_section(obs) -> str:
         dominant = max(counts, key=counts.__getitem__)
         colour = _DTYPE_COLOURS.get(dominant, "#f3f4f6")
         cells = "".join(
-            f"<td class=\"num\" style=\"background:{_DTYPE_COLOURS.get(d, '#f3f4f6') if counts.get(d) else 'transparent'}\">"
+            f'<td class="num" style="background:{_DTYPE_COLOURS.get(d, "#f3f4f6") if counts.get(d) else "transparent"}">'
             f"{counts.get(d, '')}</td>"
             for d in dtypes
         )
         body.append(
-            f"<tr><td style=\"border-left:6px solid {colour}\"><code>{e(module)}</code></td>"
-            f"<td><span class=\"badge\" style=\"background:{colour}\">{e(dominant)}</span></td>{cells}</tr>"
+            f'<tr><td style="border-left:6px solid {colour}"><code>{e(module)}</code></td>'
+            f'<td><span class="badge" style="background:{colour}">{e(dominant)}</span></td>{cells}</tr>'
         )
-    legend = "".join(f"<span style=\"background:{c}\">{e(d)}</span>" for d, c in _DTYPE_COLOURS.items())
+    legend = "".join(f'<span style="background:{c}">{e(d)}</span>' for d, c in _DTYPE_COLOURS.items())
     return (
-        f"<section id=\"census\"><h2>Dtype census per module (forward ops by output dtype, "
-        f"first {obs.op_steps} iteration(s))</h2><p class=\"legend\">{legend}</p>"
+        f'<section id="census"><h2>Dtype census per module (forward ops by output dtype, '
+        f'first {obs.op_steps} iteration(s))</h2><p class="legend">{legend}</p>'
         f"<table><thead><tr><th>module</th><th>mostly</th>{header}</tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></section>"
     )
@@ -305,8 +307,8 @@ def _what_if_section(result) -> str:
     overflows = ""
     if result.overflows:
         rows = "".join(
-            f"<tr><td><code>{e(o.module)}</code> ({e(o.module_class)})</td><td class=\"num\">{o.max_abs:.4g}</td>"
-            f"<td class=\"num\">{o.step}</td><td><code>{e(o.contained_by or '-')}</code></td></tr>"
+            f'<tr><td><code>{e(o.module)}</code> ({e(o.module_class)})</td><td class="num">{o.max_abs:.4g}</td>'
+            f'<td class="num">{o.step}</td><td><code>{e(o.contained_by or "-")}</code></td></tr>'
             for o in result.overflows
         )
         overflows = (
@@ -314,15 +316,15 @@ def _what_if_section(result) -> str:
             f"<th>iteration</th><th>keep in float32</th></tr></thead><tbody>{rows}</tbody></table>"
         )
     return (
-        f"<section class=\"verdict {css}\" id=\"what-if\">What if float16? "
-        f"<span class=\"badge {css}\">{e(result.verdict)}</span><ul class=\"reasons\">{reasons}</ul></section>"
-        f"<section id=\"what-if-details\"><h2>What if float16: shadow GradScaler</h2>{comparison}{overflows}</section>"
+        f'<section class="verdict {css}" id="what-if">What if float16? '
+        f'<span class="badge {css}">{e(result.verdict)}</span><ul class="reasons">{reasons}</ul></section>'
+        f'<section id="what-if-details"><h2>What if float16: shadow GradScaler</h2>{comparison}{overflows}</section>'
     )
 
 
 def _comparison_table(result, real: list[float]) -> str:
     def cells(values: Iterable[str]) -> str:
-        return "".join(f"<td class=\"num\">{v}</td>" for v in values)
+        return "".join(f'<td class="num">{v}</td>' for v in values)
 
     def scale_text(value: Optional[float]) -> str:
         return "-" if value is None else f"{value:g}"
@@ -330,18 +332,26 @@ def _comparison_table(result, real: list[float]) -> str:
     columns = ["<th></th><th>first scale</th><th>last scale</th><th>skipped steps</th>"]
     rows = [
         "<tr><td>shadow (predicted float16)</td>"
-        + cells([
-            scale_text(result.scale[0] if result.scale else None),
-            scale_text(result.scale[-1] if result.scale else None),
-            f"{len(result.skipped)} of {len(result.scale)}",
-        ])
+        + cells(
+            [
+                scale_text(result.scale[0] if result.scale else None),
+                scale_text(result.scale[-1] if result.scale else None),
+                f"{len(result.skipped)} of {len(result.scale)}",
+            ]
+        )
         + "</tr>"
     ]
     if real:
         rows.append(
             "<tr><td>this run's GradScaler</td>"
-            + cells([scale_text(real[0]), scale_text(real[-1]), f"{len(result.real_skipped)} of {len(result.real_scale)}"])
+            + cells(
+                [scale_text(real[0]), scale_text(real[-1]), f"{len(result.real_skipped)} of {len(result.real_scale)}"]
+            )
             + "</tr>"
         )
-    needed = "" if result.needed_scale is None else f"<p>Smallest loss scale that keeps 99% of the gradient elements in float16's normal range: <b>{scale_text(result.needed_scale)}</b></p>"
+    needed = (
+        ""
+        if result.needed_scale is None
+        else f"<p>Smallest loss scale that keeps 99% of the gradient elements in float16's normal range: <b>{scale_text(result.needed_scale)}</b></p>"
+    )
     return f"<table><thead><tr>{''.join(columns)}</tr></thead><tbody>{''.join(rows)}</tbody></table>{needed}"

@@ -57,7 +57,7 @@ class ModuleRegistry:
     module seen running without a known parent (a root module's own path is its class name)."""
 
     def __init__(self) -> None:
-        self._modules: "weakref.WeakKeyDictionary[torch.nn.Module, ModuleInfo]" = weakref.WeakKeyDictionary()
+        self._modules: weakref.WeakKeyDictionary[torch.nn.Module, ModuleInfo] = weakref.WeakKeyDictionary()
         self._params = WeakIdKeyDictionary()
         # id(param) -> (weak reference, info): the per-iteration lookup, without building a
         # weak key per call; the weak reference tells a reused id from the parameter.
@@ -99,9 +99,7 @@ class ModuleRegistry:
             info = self._params.get(param)
             name = strip_wrappers(name)
             if info is None:
-                self._params[param] = ParamInfo(
-                    name, self._modules[owner], tuple(param.shape), dtype_name(param.dtype)
-                )
+                self._params[param] = ParamInfo(name, self._modules[owner], tuple(param.shape), dtype_name(param.dtype))
                 first_owner[id(param)] = owner
                 continue
             if id(param) not in first_owner or name == info.name or name in info.aliases:
@@ -137,8 +135,6 @@ class ModuleRegistry:
             self.class_files[cls] = inspect.getsourcefile(cls)
         except (TypeError, OSError):
             self.class_files[cls] = None
-
-
 
 
 def strip_wrappers(path: str) -> str:
@@ -260,12 +256,12 @@ class PendingIteration:
     def empty(self) -> bool:
         return len(self.batch._parts) == self.first_part
 
-    def after(self) -> "PendingIteration":
+    def after(self) -> PendingIteration:
         """A new segment that adds to the same batch, from this point on."""
         return PendingIteration(batch=self.batch, first_part=len(self.batch._parts))
 
     @staticmethod
-    def merged(segments: list["PendingIteration"]) -> "PendingIteration":
+    def merged(segments: list[PendingIteration]) -> PendingIteration:
         """One pending iteration of segments that share a batch, in order."""
         first = segments[0]
         whole = PendingIteration(batch=first.batch, first_part=first.first_part)

@@ -223,7 +223,9 @@ class Observations:
     def stepped(self) -> bool:
         return self.scaler_steps > 0 or self.plain_optimizer_steps > 0
 
-    def absorb(self, pending: PendingIteration, values: list[list[float]], record: Optional[IterationRecord], step: int) -> None:
+    def absorb(
+        self, pending: PendingIteration, values: list[list[float]], record: Optional[IterationRecord], step: int
+    ) -> None:
         """Fold one iteration's device values into the records; ``record`` is None for the
         activations of an unfinished iteration (or of a script that never steps)."""
         losses = [values[slot][0] for slot in pending.loss_slots]
@@ -303,7 +305,9 @@ class Observations:
                 self.origin = Origin(step, info.path, info.class_name, info.cls, input_max)
         return all_finite
 
-    def _absorb_backward(self, pending: PendingIteration, values, record: IterationRecord, forward_finite: bool) -> None:
+    def _absorb_backward(
+        self, pending: PendingIteration, values, record: IterationRecord, forward_finite: bool
+    ) -> None:
         overflowed = record.skipped or bool(record.nonfinite_params)
         if not overflowed:
             for module, value in produced_maxima(pending.backward, values, record.scale):

@@ -38,30 +38,87 @@ from .sites import user_site
 # exists to speed up. ``linear`` and ``matmul`` decompose into these before dispatch.
 MATMUL_OPS = frozenset(
     {
-        "mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot",
-        "convolution", "_convolution", "cudnn_convolution", "mkldnn_convolution",
-        "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-        "conv_transpose3d", "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention", "_flash_attention_forward",
-        "_efficient_attention_forward", "_native_multi_head_attention",
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "mv",
+        "addmv",
+        "dot",
+        "vdot",
+        "convolution",
+        "_convolution",
+        "cudnn_convolution",
+        "mkldnn_convolution",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_flash_attention_forward",
+        "_efficient_attention_forward",
+        "_native_multi_head_attention",
     }
 )
 
 # Ops whose accuracy or range suffers in float16; autocast keeps them in float32 on CUDA.
 SENSITIVE_OPS = frozenset(
     {
-        "_softmax", "_log_softmax", "softmax", "log_softmax",
-        "native_layer_norm", "layer_norm", "native_group_norm", "group_norm",
-        "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-        "_native_batch_norm_legit_no_training", "batch_norm", "_batch_norm_with_update",
-        "exp", "log", "log1p", "log2", "log10", "pow", "sum", "mean", "prod", "cumsum",
-        "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm", "logsumexp",
-        "nll_loss_forward", "nll_loss2d_forward", "nll_loss", "cross_entropy_loss", "mse_loss",
-        "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
-        "binary_cross_entropy_with_logits", "kl_div", "soft_margin_loss",
-        "multilabel_margin_loss_forward", "multi_margin_loss", "cosine_embedding_loss",
-        "poisson_nll_loss", "margin_ranking_loss", "hinge_embedding_loss",
+        "_softmax",
+        "_log_softmax",
+        "softmax",
+        "log_softmax",
+        "native_layer_norm",
+        "layer_norm",
+        "native_group_norm",
+        "group_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_functional",
+        "_native_batch_norm_legit_no_training",
+        "batch_norm",
+        "_batch_norm_with_update",
+        "exp",
+        "log",
+        "log1p",
+        "log2",
+        "log10",
+        "pow",
+        "sum",
+        "mean",
+        "prod",
+        "cumsum",
+        "var",
+        "std",
+        "var_mean",
+        "std_mean",
+        "norm",
+        "linalg_vector_norm",
+        "logsumexp",
+        "nll_loss_forward",
+        "nll_loss2d_forward",
+        "nll_loss",
+        "cross_entropy_loss",
+        "mse_loss",
+        "l1_loss",
+        "smooth_l1_loss",
+        "huber_loss",
+        "binary_cross_entropy",
+        "binary_cross_entropy_with_logits",
+        "kl_div",
+        "soft_margin_loss",
+        "multilabel_margin_loss_forward",
+        "multi_margin_loss",
+        "cosine_embedding_loss",
+        "poisson_nll_loss",
+        "margin_ranking_loss",
+        "hinge_embedding_loss",
     }
 )
 
@@ -69,10 +126,23 @@ SENSITIVE_OPS = frozenset(
 # precision.
 _METADATA_OPS = frozenset(
     {
-        "is_contiguous", "sym_is_contiguous", "is_strides_like_format",
-        "is_non_overlapping_and_dense", "size", "sym_size", "stride", "sym_stride",
-        "storage_offset", "sym_storage_offset", "numel", "sym_numel", "dim", "layout",
-        "_record_function_enter", "_record_function_enter_new", "_record_function_exit",
+        "is_contiguous",
+        "sym_is_contiguous",
+        "is_strides_like_format",
+        "is_non_overlapping_and_dense",
+        "size",
+        "sym_size",
+        "stride",
+        "sym_stride",
+        "storage_offset",
+        "sym_storage_offset",
+        "numel",
+        "sym_numel",
+        "dim",
+        "layout",
+        "_record_function_enter",
+        "_record_function_enter_new",
+        "_record_function_exit",
     }
 )
 
@@ -319,7 +389,7 @@ def max_abs(tensors: list[torch.Tensor]) -> Optional[torch.Tensor]:
 
 
 class _CensusMode(TorchDispatchMode):
-    def __init__(self, census: "OpCensus") -> None:
+    def __init__(self, census: OpCensus) -> None:
         super().__init__()
         self.census = census
 
@@ -402,9 +472,7 @@ class OpCensus:
         """The innermost module running now, as a path; None outside modules."""
         return innermost(self._tracker.parents) if self._tracker is not None else None
 
-    def count(
-        self, op: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], module: Optional[str]
-    ) -> None:
+    def count(self, op: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], module: Optional[str]) -> None:
         device = (inputs or outputs)[0].device.type if (inputs or outputs) else "cpu"
         key = (
             module,

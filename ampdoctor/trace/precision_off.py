@@ -40,7 +40,7 @@ class PrecisionOff:
             setattr(owner, name, original)
         self._saved.clear()
 
-    def __enter__(self) -> "PrecisionOff":
+    def __enter__(self) -> PrecisionOff:
         self.install()
         return self
 

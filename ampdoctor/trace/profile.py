@@ -17,8 +17,9 @@ left out, and its time is taken off the wall time that shares are computed again
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from .ops import MATMUL_OPS, OWN_RANGE
 
@@ -63,9 +64,7 @@ class ProfileShares:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "top_ops": [
-                {"op": op, "seconds": seconds, "share": self.share(seconds)} for op, seconds in self.top_ops()
-            ],
+            "top_ops": [{"op": op, "seconds": seconds, "share": self.share(seconds)} for op, seconds in self.top_ops()],
             "wall_seconds": self.wall_seconds,
             "instrumentation_seconds": self.instrumentation_seconds,
             "gemm_seconds": self.gemm_seconds,
@@ -134,7 +133,9 @@ def shares_of(events: Iterable[Any], wall_seconds: float) -> ProfileShares:
         op = _op_name(event)
         if op is not None:
             own[op] += (
-                float(getattr(event, "self_device_time_total", 0.0) or 0.0) if on_device else float(event.self_cpu_time_total)
+                float(getattr(event, "self_device_time_total", 0.0) or 0.0)
+                if on_device
+                else float(event.self_cpu_time_total)
             ) / 1e6
         if op in MATMUL_OPS and not _inside(event, MATMUL_OPS):
             key = (op, normalise_shapes(getattr(event, "input_shapes", None) or ()))

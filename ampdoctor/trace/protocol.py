@@ -63,15 +63,15 @@ class ProtocolWatch:
         self._session = session
         self._saved: list[tuple[Any, str, Any]] = []
         # Scalers that scaled a loss since their last update(), and optimizers seen stepping.
-        self._scaling: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
-        self._optimizers: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+        self._scaling: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self._optimizers: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self._plain_backward_since_update = False
         self.scaler_names: dict[int, str] = {}
         # id(optimizer) -> the scaler that stepped it last (weakly): a new one is AMP205.
         self._steppers: dict[int, Any] = {}
         self._took_over: set[int] = set()  # scalers already seen taking over an optimizer
         self._plain_backward_site: Optional[tuple[str, int]] = None
-        self._optimizer_sites: "weakref.WeakKeyDictionary[Any, Optional[tuple[str, int]]]" = weakref.WeakKeyDictionary()
+        self._optimizer_sites: weakref.WeakKeyDictionary[Any, Optional[tuple[str, int]]] = weakref.WeakKeyDictionary()
         self._half_checked: set[int] = set()
 
     # -- installation --------------------------------------------------------------------------
@@ -158,7 +158,8 @@ class ProtocolWatch:
         self._half_checked.add(id(optimizer))
         half = any(
             isinstance(p, torch.Tensor) and p.dtype == torch.float16 and p.requires_grad
-            for group in optimizer.param_groups for p in group["params"]
+            for group in optimizer.param_groups
+            for p in group["params"]
         )
         if half:
             self._record("AMP303", type(optimizer).__name__, self._optimizer_sites.get(optimizer))
@@ -229,8 +230,9 @@ class ProtocolWatch:
                 return scaler
         return None
 
-    def _record(self, code: str, what: str, site: Optional[tuple[str, int]], scaler: Any = None,
-                optimizer: Optional[str] = None) -> None:
+    def _record(
+        self, code: str, what: str, site: Optional[tuple[str, int]], scaler: Any = None, optimizer: Optional[str] = None
+    ) -> None:
         events = self._session.observations.protocol_events
         for event in events:
             if event.code == code and event.site == site:

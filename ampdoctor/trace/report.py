@@ -151,14 +151,17 @@ class TraceReport:
         the findings (runtime and static) add up to, and nothing about the training when no
         iteration ran. ``kind``: "ok", "untrained" or the worst severity's label."""
         findings = self.all_findings
-        counts = {severity: 0 for severity in Severity}
+        counts = dict.fromkeys(Severity, 0)
         for finding in findings:
             counts[finding.severity] += 1
         parts = [f"{n} {s.label}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(), reverse=True) if n]
         found = f"Found {', '.join(parts)}." if findings else ""
         if not self.trained:
-            ended = {"error": "The script raised", "timeout": "--timeout stopped the script",
-                     "interrupt": "The script was interrupted"}.get(self.outcome.reason, "The script ended")
+            ended = {
+                "error": "The script raised",
+                "timeout": "--timeout stopped the script",
+                "interrupt": "The script was interrupted",
+            }.get(self.outcome.reason, "The script ended")
             rest = " no training iteration ran, so nothing is concluded about its mixed precision."
             return f"{ended} before its first optimizer step:", rest + (f" {found}" if found else ""), "untrained"
         if not findings:
@@ -203,7 +206,12 @@ class TraceReport:
             "gradients": [self._gradient_dict(g) for g in obs.gradients.values()],
             "activations": [_activation_dict(a) for a in obs.activations.values()],
             "boundaries": [
-                {"module": b.module, "module_class": b.module_class, "zero": b.zero_share, "subnormal": b.subnormal_share}
+                {
+                    "module": b.module,
+                    "module_class": b.module_class,
+                    "zero": b.zero_share,
+                    "subnormal": b.subnormal_share,
+                }
                 for b in obs.boundaries.values()
             ],
             "origin": _origin_dict(obs),
@@ -376,7 +384,9 @@ def _notes(session: Any) -> list[str]:
             "The script uses torch.compile: the op census stopped there and activation ranges are "
             "measured only outside compiled graphs, whose ops ampdoctor cannot see."
         )
-    notes.extend(f"ampdoctor's {error}; the data it would have collected is missing." for error in obs.instrument_errors)
+    notes.extend(
+        f"ampdoctor's {error}; the data it would have collected is missing." for error in obs.instrument_errors
+    )
     if obs.backward_calls == 0 and obs.stepped:
         notes.append("No backward call was seen (gradients came from elsewhere).")
     return notes
@@ -385,6 +395,7 @@ def _notes(session: Any) -> list[str]:
 def _seen_both_ways(findings: list[Finding], static: list[Finding]) -> tuple[list[Finding], list[Finding]]:
     """A mistake seen at run time that lint also reports at the same line is one finding: the
     runtime one, which says so."""
+
     def key(finding: Finding) -> tuple:
         return finding.code, os.path.abspath(finding.location.path), finding.location.line
 

@@ -11,19 +11,43 @@ import os
 
 from ..findings import Finding, Severity
 from .observations import Observations
+from .ops import sorted_census
 from .rulebase import format_scale
 from .rules.underflow import float16_gradients, lost_share
-from .ops import sorted_census
-
 
 # Ops that move or reinterpret data without computing: left out of the terminal table (they
 # stay in --json) so the precision-relevant rows are visible.
 _BOOKKEEPING_OPS = frozenset(
     {
-        "detach", "view", "_unsafe_view", "t", "transpose", "expand", "permute", "unsqueeze",
-        "squeeze", "slice", "select", "as_strided", "alias", "reshape", "split", "chunk",
-        "_local_scalar_dense", "empty", "empty_like", "empty_strided", "zeros_like", "ones_like",
-        "fill_", "zero_", "copy_", "clone", "lift_fresh", "new_empty_strided", "new_zeros",
+        "detach",
+        "view",
+        "_unsafe_view",
+        "t",
+        "transpose",
+        "expand",
+        "permute",
+        "unsqueeze",
+        "squeeze",
+        "slice",
+        "select",
+        "as_strided",
+        "alias",
+        "reshape",
+        "split",
+        "chunk",
+        "_local_scalar_dense",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "zeros_like",
+        "ones_like",
+        "fill_",
+        "zero_",
+        "copy_",
+        "clone",
+        "lift_fresh",
+        "new_empty_strided",
+        "new_zeros",
     }
 )
 _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -138,7 +162,9 @@ def _underflow_table(report):
 
     ranked = []
     for stats in report.observations.gradients.values():
-        share = lost_share(stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), report.thresholds)
+        share = lost_share(
+            stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), report.thresholds
+        )
         ranked.append((share, stats.mean("subnormal"), stats))
     ranked = [item for item in sorted(ranked, key=lambda item: (-item[0], -item[1])) if item[0] > 0 or item[1] > 0]
     # The shares say what float16 would lose: without float16 gradients (a bfloat16 or float32

@@ -87,7 +87,7 @@ class Thresholds:
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
 
-    def with_overrides(self, overrides: dict[str, str]) -> "Thresholds":
+    def with_overrides(self, overrides: dict[str, str]) -> Thresholds:
         values = asdict(self)
         for name, text in overrides.items():
             if name not in values:
@@ -130,7 +130,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def defined_at(path: Optional[str], line: Optional[int]) -> str:
-    """", class defined at FILE:LINE" for a class in the user's code; torch's own say nothing."""
+    """ ", class defined at FILE:LINE" for a class in the user's code; torch's own say nothing."""
     from .sites import is_user_file
 
     return f", class defined at {path}:{line}" if path and line and is_user_file(path) else ""

@@ -18,9 +18,10 @@ import runpy
 import sys
 import traceback
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Iterator, Optional
+from typing import Optional
 
 from .deadline import stop_landed
 from .outcome import Outcome, exit_code_of

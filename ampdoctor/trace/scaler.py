@@ -32,20 +32,20 @@ _TorchGradScaler = torch.amp.GradScaler
 
 
 class ScalerObserver(Protocol):
-    def scaler_scaled(self, scaler: "TracedGradScaler", outputs: Any, scaled: Any) -> None: ...
+    def scaler_scaled(self, scaler: TracedGradScaler, outputs: Any, scaled: Any) -> None: ...
 
-    def scaler_unscale_started(self, scaler: "TracedGradScaler", optimizer: Any) -> None: ...
+    def scaler_unscale_started(self, scaler: TracedGradScaler, optimizer: Any) -> None: ...
 
-    def scaler_unscaled(self, scaler: "TracedGradScaler", optimizer: Any) -> None: ...
+    def scaler_unscaled(self, scaler: TracedGradScaler, optimizer: Any) -> None: ...
 
-    def scaler_step_started(self, scaler: "TracedGradScaler", optimizer: Any, grads_scaled: bool) -> None: ...
+    def scaler_step_started(self, scaler: TracedGradScaler, optimizer: Any, grads_scaled: bool) -> None: ...
 
     def scaler_step_finished(
-        self, scaler: "TracedGradScaler", optimizer: Any, found_inf: Optional[torch.Tensor]
+        self, scaler: TracedGradScaler, optimizer: Any, found_inf: Optional[torch.Tensor]
     ) -> None: ...
 
     def scaler_updated(
-        self, scaler: "TracedGradScaler", scale_before: torch.Tensor, scale_after: torch.Tensor
+        self, scaler: TracedGradScaler, scale_before: torch.Tensor, scale_after: torch.Tensor
     ) -> None: ...
 
 
@@ -54,7 +54,7 @@ class ScalerObserver(Protocol):
 _observer: Optional[ScalerObserver] = None
 
 
-def _current(scaler: "TracedGradScaler") -> Optional[ScalerObserver]:
+def _current(scaler: TracedGradScaler) -> Optional[ScalerObserver]:
     return _observer if scaler.is_enabled() else None
 
 
@@ -62,11 +62,11 @@ _stepping = threading.local()
 
 
 # Where each scaler made during the session was created (the user's line), for AMP205.
-creation_sites: "weakref.WeakKeyDictionary[Any, Optional[tuple[str, int]]]" = weakref.WeakKeyDictionary()
+creation_sites: weakref.WeakKeyDictionary[Any, Optional[tuple[str, int]]] = weakref.WeakKeyDictionary()
 
 
 # Scalers whose state was loaded (resuming): made anew, but carrying on the old scale.
-resumed: "weakref.WeakSet[Any]" = weakref.WeakSet()
+resumed: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _remember_creation(scaler: Any) -> None:

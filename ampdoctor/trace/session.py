@@ -59,24 +59,24 @@ from typing import Any, Callable, Optional
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from .activations import ActivationMonitor
 from .backward import BackwardWatch
 from .compiled import CompilePatch
-from .activations import ActivationMonitor
 from .gradients import GradientMonitor
 from .numerics import ModuleRegistry, PendingIteration
 from .observations import IterationRecord, Observations, ScalerConfig
 from .ops import AutocastTracker, OpCensus, dtype_name
 from .outcome import Outcome, exit_code_of
 from .protocol import ProtocolWatch
-from .sites import user_site
 from .rulebase import Thresholds
 from .scaler import ScalerPatch, found_no_inf, stepped_by_untraced_scaler
+from .sites import user_site
 from .threads import ThreadStops
 
 DEFAULT_RECORD_OPS_STEPS = 2
 DEFAULT_GRADIENT_INTERVAL = 4
 
-_active: Optional["TraceSession"] = None
+_active: Optional[TraceSession] = None
 
 
 class StopTracing(BaseException):
@@ -157,7 +157,7 @@ class TraceSession:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def __enter__(self) -> "TraceSession":
+    def __enter__(self) -> TraceSession:
         global _active
         if _active is not None:
             raise RuntimeError("a trace session is already active; sessions do not nest")

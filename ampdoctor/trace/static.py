@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterable, Optional
+from collections.abc import Iterable
+from typing import Optional
 
 from ..findings import Finding
 from .sites import is_user_file

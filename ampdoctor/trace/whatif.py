@@ -141,7 +141,9 @@ class WhatIfResult:
             "reasons": list(self.reasons),
             "scale": [json_number(s) for s in self.scale],
             "skipped": list(self.skipped),
-            "real_scale": [json_number(s) for s in self.real_scale] if any(s is not None for s in self.real_scale) else None,
+            "real_scale": [json_number(s) for s in self.real_scale]
+            if any(s is not None for s in self.real_scale)
+            else None,
             "real_skipped": list(self.real_skipped),
             "needed_scale": json_number(self.needed_scale),
             "init_scale": self.init_scale,
@@ -176,7 +178,7 @@ class _ShadowGradients:
     """Stands in for the session's gradient monitor: forwards every capture to it and queues
     the what-if measurements of the same gradients beside it (same moment, same sync)."""
 
-    def __init__(self, inner: Any, what_if: "WhatIfFloat16") -> None:
+    def __init__(self, inner: Any, what_if: WhatIfFloat16) -> None:
         self._inner = inner
         self._what_if = what_if
 
@@ -380,8 +382,18 @@ class WhatIfFloat16:
             reasons.insert(0, "no activation beyond 65504 and the gradients fit float16 at the predicted scale")
         params = sorted(self.params.values(), key=lambda p: (-p.underflow_mean, -p.below_normal_mean))
         return WhatIfResult(
-            "float16", verdict, reasons, list(self.scale_trajectory), list(self.skipped), list(self.real_scale),
-            list(self.real_skipped), params, list(self.overflows.values()), needed, keep, init_scale,
+            "float16",
+            verdict,
+            reasons,
+            list(self.scale_trajectory),
+            list(self.skipped),
+            list(self.real_scale),
+            list(self.real_skipped),
+            params,
+            list(self.overflows.values()),
+            needed,
+            keep,
+            init_scale,
             list(self.nonfinite_steps),
         )
 

@@ -53,7 +53,10 @@ def render_what_if(result, console) -> None:
         grads.add_column("max |g|", justify="right")
         for param in result.params[:_ROWS]:
             grads.add_row(
-                escape(param.name), f"{param.underflow_mean:.2%}", f"{param.below_normal_mean:.2%}", f"{param.max_abs:.3g}"
+                escape(param.name),
+                f"{param.underflow_mean:.2%}",
+                f"{param.below_normal_mean:.2%}",
+                f"{param.max_abs:.3g}",
             )
         console.print(grads)
     if result.overflows:

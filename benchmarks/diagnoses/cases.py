@@ -86,7 +86,11 @@ class Case:
         numbered = self.source().splitlines()
         found = []
         for needle in self.at:
-            hits = [number for number, line in enumerate(numbered, start=1) if needle in line and not line.lstrip().startswith("#")]
+            hits = [
+                number
+                for number, line in enumerate(numbered, start=1)
+                if needle in line and not line.lstrip().startswith("#")
+            ]
             if len(hits) != 1:
                 raise ValueError(f"{self.name}: {needle!r} is on {len(hits)} lines of the case's script")
             found.append(hits[0])
@@ -112,92 +116,137 @@ CASES: tuple[Case, ...] = (
     Case("nanogpt_healthy_fp16", NANOGPT, "healthy, float16 with GradScaler"),
     Case("nanogpt_healthy_bf16", NANOGPT, "healthy, bfloat16 without scaler", args=("--dtype", "bfloat16")),
     Case(
-        "nanogpt_clip_before_unscale", NANOGPT, "clip before unscale",
+        "nanogpt_clip_before_unscale",
+        NANOGPT,
+        "clip before unscale",
         edits=(("            scaler.unscale_(optimizer)\n", ""),),
-        expect="AMP201", at=("torch.nn.utils.clip_grad_norm_(",),
-        cure=CLIP_CURE, cure_not=CLIP_NOT, forbidden=("AMP505",),
+        expect="AMP201",
+        at=("torch.nn.utils.clip_grad_norm_(",),
+        cure=CLIP_CURE,
+        cure_not=CLIP_NOT,
+        forbidden=("AMP505",),
     ),
     Case(
-        "nanogpt_loss_sum", NANOGPT, "loss summed, not averaged",
+        "nanogpt_loss_sum",
+        NANOGPT,
+        "loss summed, not averaged",
         edits=(("ignore_index=-1)", 'ignore_index=-1, reduction="sum")'),),
-        expect="AMP504", also=("AMP501", "AMP502"), at=("logits = self.lm_head(x)", "F.cross_entropy("),
+        expect="AMP504",
+        also=("AMP501", "AMP502"),
+        at=("logits = self.lm_head(x)", "F.cross_entropy("),
         modules=("lm_head", "transformer.wte", ""),
-        cure=(r"mean|average|reduction",), allowed=("AMP501", "AMP502", "AMP504"),
+        cure=(r"mean|average|reduction",),
+        allowed=("AMP501", "AMP502", "AMP504"),
         args=("--max-iters", "12"),
     ),
     Case(
-        "nanogpt_mask_minus_1e9", NANOGPT, "`-1e9` mask in float16",
+        "nanogpt_mask_minus_1e9",
+        NANOGPT,
+        "`-1e9` mask in float16",
         edits=(('float("-inf"))', "-1e9)"),),
-        expect="AMP301", at=("att = att.masked_fill(",),
+        expect="AMP301",
+        at=("att = att.masked_fill(",),
         cure=(r"finfo|-inf",),
     ),
     Case(
-        "nanogpt_half_model", NANOGPT, "`.half()` model, float16 optimizer",
+        "nanogpt_half_model",
+        NANOGPT,
+        "`.half()` model, float16 optimizer",
         edits=(
             ("model = GPT(block_size=block_size)", "model = GPT(block_size=block_size).half()"),
             ('enabled=(args.dtype == "float16"))', "enabled=False)"),
         ),
-        expect="AMP303", at=("model = GPT(block_size=block_size).half()", "optimizer = torch.optim.AdamW("),
+        expect="AMP303",
+        at=("model = GPT(block_size=block_size).half()", "optimizer = torch.optim.AdamW("),
         cure=(r"float32", r"master|autocast"),
     ),
     Case(
-        "nanogpt_log_softmax_float16", NANOGPT, "softmax/log in float16 outside autocast",
-        edits=((
-            "                logits, loss = model(X, Y)\n"
-            "                loss = loss / args.gradient_accumulation_steps\n",
-            "                logits, _ = model(X)\n"
-            "            log_probs = torch.log(F.softmax(logits, dim=-1))\n"
-            "            loss = F.nll_loss(log_probs.view(-1, log_probs.size(-1)), Y.view(-1))\n"
-            "            loss = loss / args.gradient_accumulation_steps\n",
-        ),),
-        expect="AMP508", at=("log_probs = torch.log(F.softmax(",),
+        "nanogpt_log_softmax_float16",
+        NANOGPT,
+        "softmax/log in float16 outside autocast",
+        edits=(
+            (
+                "                logits, loss = model(X, Y)\n"
+                "                loss = loss / args.gradient_accumulation_steps\n",
+                "                logits, _ = model(X)\n"
+                "            log_probs = torch.log(F.softmax(logits, dim=-1))\n"
+                "            loss = F.nll_loss(log_probs.view(-1, log_probs.size(-1)), Y.view(-1))\n"
+                "            loss = loss / args.gradient_accumulation_steps\n",
+            ),
+        ),
+        expect="AMP508",
+        at=("log_probs = torch.log(F.softmax(",),
         cure=(r"float32|\.float\(\)|log_softmax|inside .*autocast",),
     ),
     Case(
-        "nanogpt_healthy_loss_float32", NANOGPT, "healthy, loss outside autocast on float32 logits",
-        edits=((
-            "                logits, loss = model(X, Y)\n"
-            "                loss = loss / args.gradient_accumulation_steps\n",
-            "                logits, _ = model(X)\n"
-            "            log_probs = F.log_softmax(logits.float(), dim=-1)\n"
-            "            loss = F.nll_loss(log_probs.view(-1, log_probs.size(-1)), Y.view(-1))\n"
-            "            loss = loss / args.gradient_accumulation_steps\n",
-        ),),
+        "nanogpt_healthy_loss_float32",
+        NANOGPT,
+        "healthy, loss outside autocast on float32 logits",
+        edits=(
+            (
+                "                logits, loss = model(X, Y)\n"
+                "                loss = loss / args.gradient_accumulation_steps\n",
+                "                logits, _ = model(X)\n"
+                "            log_probs = F.log_softmax(logits.float(), dim=-1)\n"
+                "            loss = F.nll_loss(log_probs.view(-1, log_probs.size(-1)), Y.view(-1))\n"
+                "            loss = loss / args.gradient_accumulation_steps\n",
+            ),
+        ),
     ),
     Case(
-        "nanogpt_missing_update", NANOGPT, "missing update",
+        "nanogpt_missing_update",
+        NANOGPT,
+        "missing update",
         edits=(("        scaler.update()\n", ""),),
-        expect="AMP202", at=("scaler.step(optimizer)",), cure=UPDATE_CURE,
+        expect="AMP202",
+        at=("scaler.step(optimizer)",),
+        cure=UPDATE_CURE,
     ),
     Case(
-        "nanogpt_backward_in_autocast", NANOGPT, "backward inside autocast",
-        edits=((
-            "                loss = loss / args.gradient_accumulation_steps\n"
-            "            X, Y = get_batch(data, generator, args.batch_size, block_size)\n"
-            "            scaler.scale(loss).backward()\n",
-            "                loss = loss / args.gradient_accumulation_steps\n"
-            "                scaler.scale(loss).backward()\n"
-            "            X, Y = get_batch(data, generator, args.batch_size, block_size)\n",
-        ),),
-        expect="AMP101", at=("scaler.scale(loss).backward()",), cure=AUTOCAST_BACKWARD_CURE,
+        "nanogpt_backward_in_autocast",
+        NANOGPT,
+        "backward inside autocast",
+        edits=(
+            (
+                "                loss = loss / args.gradient_accumulation_steps\n"
+                "            X, Y = get_batch(data, generator, args.batch_size, block_size)\n"
+                "            scaler.scale(loss).backward()\n",
+                "                loss = loss / args.gradient_accumulation_steps\n"
+                "                scaler.scale(loss).backward()\n"
+                "            X, Y = get_batch(data, generator, args.batch_size, block_size)\n",
+            ),
+        ),
+        expect="AMP101",
+        at=("scaler.scale(loss).backward()",),
+        cure=AUTOCAST_BACKWARD_CURE,
     ),
     # Two optimizers, one scaler.
     Case("gan_healthy", GAN, "healthy, two optimizers, one GradScaler"),
     Case(
-        "gan_healthy_two_scalers", GAN, "healthy, one GradScaler per optimizer",
+        "gan_healthy_two_scalers",
+        GAN,
+        "healthy, one GradScaler per optimizer",
         edits=(
-            ('    scaler = torch.amp.GradScaler("cpu")\n',
-             '    scalerD = torch.amp.GradScaler("cpu")\n    scalerG = torch.amp.GradScaler("cpu")\n'),
-            ("scaler.scale(lossD).backward()\n            scaler.step(optimizerD)",
-             "scaler.scale(lossD).backward()\n            scalerD.step(optimizerD)\n            scalerD.update()"),
-            ("scaler.scale(lossG).backward()\n            scaler.step(optimizerG)\n\n            scaler.update()",
-             "scaler.scale(lossG).backward()\n            scalerG.step(optimizerG)\n            scalerG.update()"),
+            (
+                '    scaler = torch.amp.GradScaler("cpu")\n',
+                '    scalerD = torch.amp.GradScaler("cpu")\n    scalerG = torch.amp.GradScaler("cpu")\n',
+            ),
+            (
+                "scaler.scale(lossD).backward()\n            scaler.step(optimizerD)",
+                "scaler.scale(lossD).backward()\n            scalerD.step(optimizerD)\n            scalerD.update()",
+            ),
+            (
+                "scaler.scale(lossG).backward()\n            scaler.step(optimizerG)\n\n            scaler.update()",
+                "scaler.scale(lossG).backward()\n            scalerG.step(optimizerG)\n            scalerG.update()",
+            ),
             ("            scaler.scale(lossD)", "            scalerD.scale(lossD)"),
             ("            scaler.scale(lossG)", "            scalerG.scale(lossG)"),
         ),
     ),
     Case(
-        "gan_bce_on_probabilities", GAN, "BCE on probabilities",
+        "gan_bce_on_probabilities",
+        GAN,
+        "BCE on probabilities",
         edits=(
             ("nn.Linear(64, 1))", "nn.Linear(64, 1), nn.Sigmoid())"),
             ("criterion = nn.BCEWithLogitsLoss()", "criterion = nn.BCELoss()"),
@@ -207,116 +256,189 @@ CASES: tuple[Case, ...] = (
         cure=(r"BCEWithLogits|with_logits",),
     ),
     Case(
-        "gan_scaler_per_epoch", GAN, "scaler re-created per epoch",
+        "gan_scaler_per_epoch",
+        GAN,
+        "scaler re-created per epoch",
         edits=(
-            ('    scaler = torch.amp.GradScaler("cpu")\n\n    for epoch in range(args.epochs):\n',
-             '\n    for epoch in range(args.epochs):\n        scaler = torch.amp.GradScaler("cpu")\n'),
+            (
+                '    scaler = torch.amp.GradScaler("cpu")\n\n    for epoch in range(args.epochs):\n',
+                '\n    for epoch in range(args.epochs):\n        scaler = torch.amp.GradScaler("cpu")\n',
+            ),
         ),
-        expect="AMP205", at=('scaler = torch.amp.GradScaler("cpu")',), cure=SCALER_ONCE_CURE,
+        expect="AMP205",
+        at=('scaler = torch.amp.GradScaler("cpu")',),
+        cure=SCALER_ONCE_CURE,
     ),
     Case(
-        "gan_missing_update", GAN, "missing update",
+        "gan_missing_update",
+        GAN,
+        "missing update",
         edits=(("            scaler.update()\n", ""),),
-        expect="AMP202", at=("scaler.step(optimizerD)", "scaler.step(optimizerG)"), cure=UPDATE_CURE,
+        expect="AMP202",
+        at=("scaler.step(optimizerD)", "scaler.step(optimizerG)"),
+        cure=UPDATE_CURE,
     ),
     # timm's train.py: a NativeScaler helper class, train_one_epoch, accumulation.
     Case("timm_healthy", TIMM, "healthy, NativeScaler with accumulation"),
     Case(
-        "timm_clip_before_unscale", TIMM, "clip before unscale (in the scaler class)",
+        "timm_clip_before_unscale",
+        TIMM,
+        "clip before unscale (in the scaler class)",
         edits=(("                self._scaler.unscale_(optimizer)\n", ""),),
-        expect="AMP201", at=("torch.nn.utils.clip_grad_norm_(parameters, clip_grad)",),
-        cure=CLIP_CURE, cure_not=CLIP_NOT, forbidden=("AMP505",),
+        expect="AMP201",
+        at=("torch.nn.utils.clip_grad_norm_(parameters, clip_grad)",),
+        cure=CLIP_CURE,
+        cure_not=CLIP_NOT,
+        forbidden=("AMP505",),
     ),
     Case(
-        "timm_scaler_per_epoch", TIMM, "scaler re-created per epoch",
-        edits=((
-            "    loss_scaler = NativeScaler(device.type)\n",
-            "",
-        ), (
-            "    for epoch in range(args.epochs):\n",
-            "    for epoch in range(args.epochs):\n        loss_scaler = NativeScaler(device.type)\n",
-        )),
-        expect="AMP205", at=("loss_scaler = NativeScaler(device.type)",), cure=SCALER_ONCE_CURE,
+        "timm_scaler_per_epoch",
+        TIMM,
+        "scaler re-created per epoch",
+        edits=(
+            (
+                "    loss_scaler = NativeScaler(device.type)\n",
+                "",
+            ),
+            (
+                "    for epoch in range(args.epochs):\n",
+                "    for epoch in range(args.epochs):\n        loss_scaler = NativeScaler(device.type)\n",
+            ),
+        ),
+        expect="AMP205",
+        at=("loss_scaler = NativeScaler(device.type)",),
+        cure=SCALER_ONCE_CURE,
     ),
     Case(
-        "timm_missing_update", TIMM, "missing update",
+        "timm_missing_update",
+        TIMM,
+        "missing update",
         edits=(("            self._scaler.update()\n", ""),),
-        expect="AMP202", at=("self._scaler.step(optimizer)",), cure=UPDATE_CURE,
+        expect="AMP202",
+        at=("self._scaler.step(optimizer)",),
+        cure=UPDATE_CURE,
     ),
     Case(
-        "timm_backward_in_autocast", TIMM, "backward inside autocast",
-        edits=((
-            "            loss = loss_fn(output, targets[rows])\n"
-            "        loss = loss / args.accum_steps\n"
-            "        loss_scaler(loss,",
-            "            loss = loss_fn(output, targets[rows])\n"
-            "            loss = loss / args.accum_steps\n"
-            "            loss_scaler(loss,",
-        ),),
-        expect="AMP101", at=("loss_scaler(loss, optimizer", "self._scaler.scale(loss).backward()"),
+        "timm_backward_in_autocast",
+        TIMM,
+        "backward inside autocast",
+        edits=(
+            (
+                "            loss = loss_fn(output, targets[rows])\n"
+                "        loss = loss / args.accum_steps\n"
+                "        loss_scaler(loss,",
+                "            loss = loss_fn(output, targets[rows])\n"
+                "            loss = loss / args.accum_steps\n"
+                "            loss_scaler(loss,",
+            ),
+        ),
+        expect="AMP101",
+        at=("loss_scaler(loss, optimizer", "self._scaler.scale(loss).backward()"),
         cure=AUTOCAST_BACKWARD_CURE,
     ),
     # Frameworks: the fixtures' scripts, and mistakes made in the user's code around them.
     Case(
-        "lightning_healthy_bf16", LIGHTNING, "healthy, bf16-mixed",
-        args=("--precision", "bf16-mixed", "--max-steps", "4"), framework=True,
+        "lightning_healthy_bf16",
+        LIGHTNING,
+        "healthy, bf16-mixed",
+        args=("--precision", "bf16-mixed", "--max-steps", "4"),
+        framework=True,
     ),
     Case(
-        "lightning_healthy_fp16", LIGHTNING, "healthy, 16-mixed plugin",
-        args=("--precision", "16-mixed-plugin", "--max-steps", "4"), framework=True,
+        "lightning_healthy_fp16",
+        LIGHTNING,
+        "healthy, 16-mixed plugin",
+        args=("--precision", "16-mixed-plugin", "--max-steps", "4"),
+        framework=True,
     ),
     Case(
-        "lightning_clip_in_after_backward", LIGHTNING, "clip before unscale (on_after_backward)",
-        edits=((
-            "    def configure_optimizers(self):\n",
-            "    def on_after_backward(self):\n"
-            "        torch.nn.utils.clip_grad_norm_(self.parameters(), 0.5)\n\n"
-            "    def configure_optimizers(self):\n",
-        ),),
-        expect="AMP201", at=("torch.nn.utils.clip_grad_norm_(self.parameters(), 0.5)",),
-        cure=CLIP_CURE + (r"on_before_optimizer_step|gradient_clip_val",), cure_not=CLIP_NOT,
-        forbidden=("AMP505",), args=("--precision", "16-mixed-plugin", "--max-steps", "4"), framework=True,
+        "lightning_clip_in_after_backward",
+        LIGHTNING,
+        "clip before unscale (on_after_backward)",
+        edits=(
+            (
+                "    def configure_optimizers(self):\n",
+                "    def on_after_backward(self):\n"
+                "        torch.nn.utils.clip_grad_norm_(self.parameters(), 0.5)\n\n"
+                "    def configure_optimizers(self):\n",
+            ),
+        ),
+        expect="AMP201",
+        at=("torch.nn.utils.clip_grad_norm_(self.parameters(), 0.5)",),
+        cure=CLIP_CURE + (r"on_before_optimizer_step|gradient_clip_val",),
+        cure_not=CLIP_NOT,
+        forbidden=("AMP505",),
+        args=("--precision", "16-mixed-plugin", "--max-steps", "4"),
+        framework=True,
     ),
     Case(
-        "accelerate_healthy_bf16", ACCELERATE, "healthy, bf16",
-        args=("--mixed-precision", "bf16", "--max-steps", "3"), framework=True,
+        "accelerate_healthy_bf16",
+        ACCELERATE,
+        "healthy, bf16",
+        args=("--mixed-precision", "bf16", "--max-steps", "3"),
+        framework=True,
     ),
     Case(
-        "accelerate_healthy_fp16", ACCELERATE_FP16, "healthy, float16 scaler path",
-        args=("--max-steps", "4"), framework=True,
+        "accelerate_healthy_fp16",
+        ACCELERATE_FP16,
+        "healthy, float16 scaler path",
+        args=("--max-steps", "4"),
+        framework=True,
     ),
     Case(
-        "accelerate_clip_torch_util", ACCELERATE_FP16, "clip before unscale (torch's clip, not the Accelerator's)",
+        "accelerate_clip_torch_util",
+        ACCELERATE_FP16,
+        "clip before unscale (torch's clip, not the Accelerator's)",
         edits=(("                accelerator.clip_grad_norm_(", "                torch.nn.utils.clip_grad_norm_("),),
-        expect="AMP201", at=("torch.nn.utils.clip_grad_norm_(",),
-        cure=(r"accelerator\.clip_grad_norm_|unscale_",), cure_not=CLIP_NOT, forbidden=("AMP505",),
-        args=("--max-steps", "4"), framework=True,
+        expect="AMP201",
+        at=("torch.nn.utils.clip_grad_norm_(",),
+        cure=(r"accelerator\.clip_grad_norm_|unscale_",),
+        cure_not=CLIP_NOT,
+        forbidden=("AMP505",),
+        args=("--max-steps", "4"),
+        framework=True,
     ),
     Case(
-        "accelerate_plain_backward", ACCELERATE_FP16, "unscaled backward (loss.backward(), not the Accelerator's)",
+        "accelerate_plain_backward",
+        ACCELERATE_FP16,
+        "unscaled backward (loss.backward(), not the Accelerator's)",
         edits=(("            accelerator.backward(loss)", "            loss.backward()"),),
-        expect="AMP204", at=("loss.backward()",),
+        expect="AMP204",
+        at=("loss.backward()",),
         cure=(r"accelerator\.backward|scaler\.scale|scale\(loss\)",),
-        args=("--max-steps", "4"), framework=True,
+        args=("--max-steps", "4"),
+        framework=True,
     ),
     Case(
-        "hf_trainer_healthy_bf16", HF_TRAINER, "healthy, bf16",
-        args=("--precision", "bf16", "--max-steps", "3"), framework=True,
+        "hf_trainer_healthy_bf16",
+        HF_TRAINER,
+        "healthy, bf16",
+        args=("--precision", "bf16", "--max-steps", "3"),
+        framework=True,
     ),
     Case(
-        "hf_trainer_autocast_in_compute_loss", HF_TRAINER, "float16 autocast inside the Trainer's compute_loss",
-        edits=((
-            "def main() -> None:\n",
-            "class Float16Trainer(Trainer):\n"
-            "    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):\n"
-            "        with torch.autocast(\"cpu\", dtype=torch.float16):\n"
-            "            outputs = model(**inputs)\n"
-            "        return (outputs.loss, outputs) if return_outputs else outputs.loss\n\n\n"
-            "def main() -> None:\n",
-        ), ("trainer = Trainer(", "trainer = Float16Trainer(")),
-        expect="AMP403", also=("AMP510",), at=('with torch.autocast("cpu", dtype=torch.float16):',),
+        "hf_trainer_autocast_in_compute_loss",
+        HF_TRAINER,
+        "float16 autocast inside the Trainer's compute_loss",
+        edits=(
+            (
+                "def main() -> None:\n",
+                "class Float16Trainer(Trainer):\n"
+                "    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):\n"
+                '        with torch.autocast("cpu", dtype=torch.float16):\n'
+                "            outputs = model(**inputs)\n"
+                "        return (outputs.loss, outputs) if return_outputs else outputs.loss\n\n\n"
+                "def main() -> None:\n",
+            ),
+            ("trainer = Trainer(", "trainer = Float16Trainer("),
+        ),
+        expect="AMP403",
+        also=("AMP510",),
+        at=('with torch.autocast("cpu", dtype=torch.float16):',),
         cure=(r"Trainer|TrainingArguments", r"remove|instead|let "),
-        allowed=("AMP505", "AMP510"), args=("--precision", "bf16", "--max-steps", "3"), framework=True,
+        allowed=("AMP505", "AMP510"),
+        args=("--precision", "bf16", "--max-steps", "3"),
+        framework=True,
     ),
 )
 
@@ -331,8 +453,11 @@ def by_name(name: str) -> Case:
 def stale_cases() -> list[str]:
     """Case files in cases/ that differ from what the generator writes (or should not exist)."""
     wanted = {case.script.name: case.source() for case in CASES if case.edits}
-    stale = [name for name, text in wanted.items() if not (CASES_DIR / name).is_file()
-             or (CASES_DIR / name).read_text() != text]
+    stale = [
+        name
+        for name, text in wanted.items()
+        if not (CASES_DIR / name).is_file() or (CASES_DIR / name).read_text() != text
+    ]
     extra = [path.name for path in CASES_DIR.glob("*.py") if path.name not in wanted]
     return sorted(stale + extra)
 
@@ -349,10 +474,14 @@ def write_cases() -> None:
 
 def diff(case: Case) -> str:
     """The injection as a unified diff against the base."""
-    return "".join(difflib.unified_diff(
-        case.base.read_text().splitlines(keepends=True), case.source().splitlines(keepends=True),
-        fromfile=str(case.base.relative_to(ROOT)), tofile=str(case.script.relative_to(ROOT)),
-    ))
+    return "".join(
+        difflib.unified_diff(
+            case.base.read_text().splitlines(keepends=True),
+            case.source().splitlines(keepends=True),
+            fromfile=str(case.base.relative_to(ROOT)),
+            tofile=str(case.script.relative_to(ROOT)),
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

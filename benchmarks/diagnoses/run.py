@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cases import CASES, ROOT, Case, stale_cases  # noqa: E402
+from cases import CASES, ROOT, Case, stale_cases
 
 SEVERE = {"warning", "error"}
 README = ROOT / "README.md"
@@ -76,9 +76,22 @@ def trace_case(case: Case, timeout: float = 600.0) -> tuple[Optional[dict[str, A
     with tempfile.TemporaryDirectory() as folder:
         report_path = Path(folder) / "report.json"
         command = [
-            sys.executable, "-m", "ampdoctor", "trace", str(case.script), "--steps", str(case.steps),
-            "--json", str(report_path), "--no-progress", "--fail-on", "never", "--timeout", str(int(timeout * 0.8)),
-            "--", *case.args,
+            sys.executable,
+            "-m",
+            "ampdoctor",
+            "trace",
+            str(case.script),
+            "--steps",
+            str(case.steps),
+            "--json",
+            str(report_path),
+            "--no-progress",
+            "--fail-on",
+            "never",
+            "--timeout",
+            str(int(timeout * 0.8)),
+            "--",
+            *case.args,
         ]
         env = dict(os.environ, PYTHONHASHSEED="0", COLUMNS="200")
         try:
@@ -128,8 +141,10 @@ def score(case: Case, report: Optional[dict[str, Any]], run_error: Optional[str]
             result.culprit = top["code"] in expected and (not case.modules or (top.get("module") or "") in case.modules)
             result.line = result.culprit and _points_at(top, case, lines)
             text = result.top_text
-            result.cure = result.culprit and all(re.search(p, text, re.I) for p in case.cure) and not any(
-                re.search(p, text, re.I) for p in case.cure_not
+            result.cure = (
+                result.culprit
+                and all(re.search(p, text, re.I) for p in case.cure)
+                and not any(re.search(p, text, re.I) for p in case.cure_not)
             )
     return result
 
@@ -186,9 +201,11 @@ def details(scores: list[Score]) -> str:
     for s in scores:
         if s.right:
             continue
-        out.append(f"- `{s.case}`: runtime {s.runtime_codes or 'none'}, lint {s.static_codes or 'none'}"
-                   + (f", script error {s.error}" if s.error else "")
-                   + (f", {s.run_error}" if s.run_error else ""))
+        out.append(
+            f"- `{s.case}`: runtime {s.runtime_codes or 'none'}, lint {s.static_codes or 'none'}"
+            + (f", script error {s.error}" if s.error else "")
+            + (f", {s.run_error}" if s.run_error else "")
+        )
         if s.top_text:
             out.append(f"  top finding ({s.top_where}): {s.top_text.strip()}")
     return "\n".join(out)
@@ -205,10 +222,16 @@ def update_readme(text: str, path: Path = README) -> None:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", action="append", default=[], help="run only cases whose name contains this (repeatable)")
-    parser.add_argument("--no-frameworks", action="store_true", help="leave out the transformers/Lightning/Accelerate cases")
+    parser.add_argument(
+        "--case", action="append", default=[], help="run only cases whose name contains this (repeatable)"
+    )
+    parser.add_argument(
+        "--no-frameworks", action="store_true", help="leave out the transformers/Lightning/Accelerate cases"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="cases traced at the same time")
-    parser.add_argument("--details", action="store_true", help="after the table, what the report said where it is wrong")
+    parser.add_argument(
+        "--details", action="store_true", help="after the table, what the report said where it is wrong"
+    )
     parser.add_argument("--json", metavar="PATH", help="write every case's score as JSON")
     parser.add_argument("--update-readme", action="store_true", help="also put the table into README.md")
     args = parser.parse_args(argv)
@@ -217,8 +240,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     stale = stale_cases()
     if stale:
-        print(f"error: case scripts out of date ({', '.join(stale)}): run python benchmarks/diagnoses/cases.py",
-              file=sys.stderr)
+        print(
+            f"error: case scripts out of date ({', '.join(stale)}): run python benchmarks/diagnoses/cases.py",
+            file=sys.stderr,
+        )
         return 2
     cases = [c for c in CASES if not (args.no_frameworks and c.framework)]
     if args.case:

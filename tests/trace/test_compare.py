@@ -32,10 +32,23 @@ pytestmark = pytest.mark.slow
 
 def compare(tmp_path: Path, script: Path, *args: str, env: dict | None = None, timeout: float = 300):
     report_path = tmp_path / "report.json"
-    command = [sys.executable, "-m", "ampdoctor", "trace", str(script), "--compare", "float32",
-               "--no-lint", "--no-progress", "--json", str(report_path), *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
-                            env={**os.environ, **(env or {})})
+    command = [
+        sys.executable,
+        "-m",
+        "ampdoctor",
+        "trace",
+        str(script),
+        "--compare",
+        "float32",
+        "--no-lint",
+        "--no-progress",
+        "--json",
+        str(report_path),
+        *args,
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env={**os.environ, **(env or {})}
+    )
     report = json.loads(report_path.read_text()) if report_path.exists() else None
     return result, report
 
@@ -47,8 +60,17 @@ def _marker_line(path: Path, text: str) -> int:
 @pytest.fixture(scope="module")
 def unaligned(tmp_path_factory):
     folder = tmp_path_factory.mktemp("unaligned")
-    result, report = compare(folder, COMPARE / "unaligned_linear.py", "--steps", "7", "--record-ops-steps", "1",
-                             "--html", "page.html", *EXPLAIN)
+    result, report = compare(
+        folder,
+        COMPARE / "unaligned_linear.py",
+        "--steps",
+        "7",
+        "--record-ops-steps",
+        "1",
+        "--html",
+        "page.html",
+        *EXPLAIN,
+    )
     return result, report, folder / "page.html"
 
 
@@ -93,8 +115,9 @@ def test_both_runs_are_reported(unaligned):
 
 def test_the_mixed_run_losses_are_those_of_a_plain_python_run(unaligned, tmp_path):
     _, report, _ = unaligned
-    plain = subprocess.run([sys.executable, str(COMPARE / "unaligned_linear.py")], capture_output=True, text=True,
-                           cwd=COMPARE, timeout=300)
+    plain = subprocess.run(
+        [sys.executable, str(COMPARE / "unaligned_linear.py")], capture_output=True, text=True, cwd=COMPARE, timeout=300
+    )
     losses = [float(line.split()[1]) for line in plain.stdout.splitlines() if line.startswith("loss ")]
     traced = report["compare"]["runs"]["mixed"]["loss"]
     assert len(traced) == 7
@@ -105,7 +128,7 @@ def test_the_mixed_run_losses_are_those_of_a_plain_python_run(unaligned, tmp_pat
 
 
 def test_the_html_page_has_the_comparison_and_its_charts(unaligned):
-    _, report, page = unaligned
+    _, _report, page = unaligned
     text = page.read_text(encoding="utf-8")
     section = text.split('<section id="compare">')[1].split("</section>")[0]
     assert "Mixed precision vs float32" in section and "ms/iteration" in section
@@ -120,9 +143,21 @@ CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/ch
 def test_chromium_renders_the_comparison(unaligned, tmp_path):
     _, _, page = unaligned
     profile = tmp_path / "profile"
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()]
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--dump-dom",
+        page.as_uri(),
+    ]
     dom = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     section = dom.stdout.split('<section id="compare">')[1].split("</section>")[0]
@@ -131,7 +166,9 @@ def test_chromium_renders_the_comparison(unaligned, tmp_path):
 
 
 def test_padded_linear_gets_no_amp512(tmp_path):
-    result, report = compare(tmp_path, COMPARE / "aligned_linear.py", "--steps", "7", "--record-ops-steps", "1", *EXPLAIN)
+    result, report = compare(
+        tmp_path, COMPARE / "aligned_linear.py", "--steps", "7", "--record-ops-steps", "1", *EXPLAIN
+    )
     assert report is not None, result.stderr
     assert report["compare"]["status"] == "compared"
     assert "AMP512" not in {f["code"] for f in report["findings"]}
@@ -163,7 +200,8 @@ def test_a_crash_in_the_float32_run_is_reported(tmp_path):
 
 def test_a_hard_crash_in_the_float32_run_is_reported(tmp_path):
     script = tmp_path / "dies.py"
-    script.write_text(textwrap.dedent('''
+    script.write_text(
+        textwrap.dedent("""
         import os, signal
         import torch
         model = torch.nn.Linear(4, 4)
@@ -175,8 +213,9 @@ def test_a_hard_crash_in_the_float32_run_is_reported(tmp_path):
                 os.kill(os.getpid(), signal.SIGKILL)
             loss.backward()
             optimizer.step()
-    '''))
-    result, report = compare(tmp_path, script, "--steps", "4")
+    """)
+    )
+    _result, report = compare(tmp_path, script, "--steps", "4")
     data = report["compare"]
     assert data["status"] == "float32 run failed"
     assert "SIGKILL" in data["explanation"]
@@ -184,7 +223,8 @@ def test_a_hard_crash_in_the_float32_run_is_reported(tmp_path):
 
 def test_a_crash_in_the_mixed_run_is_reported(tmp_path):
     script = tmp_path / "raises.py"
-    script.write_text(textwrap.dedent('''
+    script.write_text(
+        textwrap.dedent("""
         import torch
         model = torch.nn.Linear(4, 4)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -195,7 +235,8 @@ def test_a_crash_in_the_mixed_run_is_reported(tmp_path):
                 raise ValueError("only with mixed precision")
             loss.backward()
             optimizer.step()
-    '''))
+    """)
+    )
     result, report = compare(tmp_path, script, "--steps", "4")
     assert result.returncode == 1
     assert report["stopped"] == "error" and "only with mixed precision" in report["error"]
@@ -204,7 +245,8 @@ def test_a_crash_in_the_mixed_run_is_reported(tmp_path):
 
 def test_timeout_applies_to_each_run(tmp_path):
     script = tmp_path / "slow.py"
-    script.write_text(textwrap.dedent('''
+    script.write_text(
+        textwrap.dedent("""
         import time
         import torch
         model = torch.nn.Linear(4, 4)
@@ -215,7 +257,8 @@ def test_timeout_applies_to_each_run(tmp_path):
             loss.backward()
             optimizer.step()
             time.sleep(0.5)
-    '''))
+    """)
+    )
     result, report = compare(tmp_path, script, "--steps", "1000", "--timeout", "4", timeout=120)
     assert result.returncode == 124
     assert report["stopped"] == "timeout"
@@ -229,8 +272,19 @@ def test_compare_cannot_be_combined_with_torchrun(tmp_path):
 
 
 def test_timm_style_framework_loop(tmp_path):
-    result, report = compare(tmp_path, FRAMEWORKS / "timm_style.py", "--steps", "7", "--record-ops-steps", "1",
-                             "--fail-on", "never", "--", "--max-steps", "12")
+    result, report = compare(
+        tmp_path,
+        FRAMEWORKS / "timm_style.py",
+        "--steps",
+        "7",
+        "--record-ops-steps",
+        "1",
+        "--fail-on",
+        "never",
+        "--",
+        "--max-steps",
+        "12",
+    )
     assert report is not None, result.stderr
     assert report["compare"]["status"] == "compared", report["compare"]
     assert report["compare"]["runs"]["float32"]["switched_off"]["scalers_disabled"] >= 1
@@ -252,7 +306,9 @@ def test_compare_rule_page_example(rule, example, tmp_path):
     script.write_text(example.source)
     env = AVX2_ONLY if "cpu-avx2" in example.options else None
     extra = () if rule.code == "AMP514" else EXPLAIN  # AMP514: the emulated slow-down is real
-    result, report = compare(tmp_path, script, "--steps", "7", "--record-ops-steps", "1", "--fail-on", "never", *extra, env=env)
+    result, report = compare(
+        tmp_path, script, "--steps", "7", "--record-ops-steps", "1", "--fail-on", "never", *extra, env=env
+    )
     assert report is not None, result.stderr
     found = [f for f in report["findings"] if f["code"] == rule.code]
     if example.kind == "bad":
@@ -267,8 +323,17 @@ def test_compare_rule_page_example(rule, example, tmp_path):
 def test_nanogpt_style_script(tmp_path):
     # Gradient accumulation with autocast entered per micro-step, a disabled GradScaler (bfloat16)
     # and a 65-symbol vocabulary: the output layer's GEMM has N=65.
-    result, report = compare(tmp_path, COMPARE / "nanogpt_style.py", "--steps", "7", "--record-ops-steps", "1",
-                             "--fail-on", "never", *EXPLAIN)
+    result, report = compare(
+        tmp_path,
+        COMPARE / "nanogpt_style.py",
+        "--steps",
+        "7",
+        "--record-ops-steps",
+        "1",
+        "--fail-on",
+        "never",
+        *EXPLAIN,
+    )
     assert report is not None, result.stderr
     data = report["compare"]
     assert data["status"] == "compared"

@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 from ampdoctor.trace.compare import CAST_BY_HAND, COMPARED, FAILED, NOTHING, RunRecord, compare_runs
-from ampdoctor.trace.rules.compare import gemm_dimensions, misaligned, padded
 from ampdoctor.trace.compare_text import headline, summary_lines
 from ampdoctor.trace.hardware import cpu_flags, cpu_hardware, cuda_hardware
 from ampdoctor.trace.precision_off import PrecisionOff
 from ampdoctor.trace.profile import ProfileShares, gemm_time_by_module, shares_of
+from ampdoctor.trace.rules.compare import gemm_dimensions, misaligned, padded
 from ampdoctor.trace.session import TraceSession
 
 # -- hardware ------------------------------------------------------------------------------------
@@ -73,7 +73,10 @@ def test_gemm_dimensions_of_each_op():
     assert gemm_dimensions("addmm", ((1000,), (64, 100), (100, 1000))) == {"M": 64, "N": 1000, "K": 100}
     assert gemm_dimensions("mm", ((64, 100), (100, 1000))) == {"M": 64, "N": 1000, "K": 100}
     assert gemm_dimensions("bmm", ((4, 30, 64), (4, 64, 30))) == {"M": 30, "N": 30, "K": 64}
-    assert gemm_dimensions("convolution", ((8, 3, 32, 32), (60, 3, 3, 3), (60,))) == {"out_channels": 60, "in_channels": 3}
+    assert gemm_dimensions("convolution", ((8, 3, 32, 32), (60, 3, 3, 3), (60,))) == {
+        "out_channels": 60,
+        "in_channels": 3,
+    }
     assert gemm_dimensions("_scaled_dot_product_flash_attention_for_cpu", ((1, 2, 3, 4),)) is None
 
 
@@ -92,9 +95,17 @@ def test_padding_suggestions():
 
 
 def _run(role, seconds, peak=None, start=None, losses=(2.0,), **extra):
-    return RunRecord(role=role, seconds=list(seconds), timed_steps=list(range(7, 7 + len(seconds))),
-                     left_out={"window": 2, "warmup": 2, "profiled": 2}, peak_bytes=peak, start_bytes=start,
-                     memory_method="m", losses=list(losses), **extra)
+    return RunRecord(
+        role=role,
+        seconds=list(seconds),
+        timed_steps=list(range(7, 7 + len(seconds))),
+        left_out={"window": 2, "warmup": 2, "profiled": 2},
+        peak_bytes=peak,
+        start_bytes=start,
+        memory_method="m",
+        losses=list(losses),
+        **extra,
+    )
 
 
 MIXED_SETTING = {"autocast": [["cuda", "float16"]], "scalers": 1}
@@ -265,11 +276,22 @@ def test_amp507_gains_its_share_of_gemm_time():
 
     shapes = ((10,), (64, 64), (64, 10))
     obs = Observations()
-    obs.gemms = Counter({("head", "addmm", "forward", "float32", shapes): 2,
-                         ("body", "addmm", "forward", "bfloat16", ((64,), (64, 16), (16, 64))): 2})
-    profile = ProfileShares(wall_seconds=1.0, gemm={("addmm", shapes): 0.25, ("addmm", ((64,), (64, 16), (16, 64))): 0.75})
-    finding = Finding(code="AMP507", severity=Severity.INFO, message="`head` ran float32 matmuls.",
-                      location=Location("train.py", 3), extra={"module": "head"})
+    obs.gemms = Counter(
+        {
+            ("head", "addmm", "forward", "float32", shapes): 2,
+            ("body", "addmm", "forward", "bfloat16", ((64,), (64, 16), (16, 64))): 2,
+        }
+    )
+    profile = ProfileShares(
+        wall_seconds=1.0, gemm={("addmm", shapes): 0.25, ("addmm", ((64,), (64, 16), (16, 64))): 0.75}
+    )
+    finding = Finding(
+        code="AMP507",
+        severity=Severity.INFO,
+        message="`head` ran float32 matmuls.",
+        location=Location("train.py", 3),
+        extra={"module": "head"},
+    )
     (result,) = with_gemm_share([finding], obs, profile)
     assert result.extra["gemm_time_share"] == pytest.approx(0.25)
     assert result.message.endswith("25% of the run's GEMM time.")

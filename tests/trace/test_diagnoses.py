@@ -36,8 +36,8 @@ CASES = run.CASES
 # What the tracer says today where it is wrong (see the README's diagnosis benchmark table).
 KNOWN_WRONG = {
     "nanogpt_loss_sum": "AMP504 at the loss line with the right cure, but it names the residual add in "
-                        "transformer.h.1 as where the first inf was born; lm_head's weight gradient, tied to "
-                        "transformer.wte, is inf earlier in the backward pass",
+    "transformer.h.1 as where the first inf was born; lm_head's weight gradient, tied to "
+    "transformer.wte, is inf earlier in the backward pass",
 }
 
 
@@ -80,8 +80,14 @@ def test_an_edit_that_does_not_match_exactly_once_is_refused(tmp_path):
 def _scored_case(tmp_path, **fields):
     base = tmp_path / "train.py"
     base.write_text("import torch\nscaler.step(optimizer)\nprint('done')\n")
-    defaults = dict(name="t", base=base, mistake="m", expect="AMP202", at=("scaler.step(optimizer)",),
-                    cure=(r"update\(\)",))
+    defaults = {
+        "name": "t",
+        "base": base,
+        "mistake": "m",
+        "expect": "AMP202",
+        "at": ("scaler.step(optimizer)",),
+        "cure": (r"update\(\)",),
+    }
     defaults.update(fields)
     return run.Case(**defaults)
 
@@ -92,8 +98,10 @@ def _finding(code, path, line, severity="error", message="", help=""):
 
 def test_score_right_diagnosis(tmp_path):
     case = _scored_case(tmp_path)
-    report = {"findings": [_finding("AMP202", case.script, 2, message="call scaler.update() after step")],
-              "static_findings": [_finding("AMP202", case.script, 2)]}
+    report = {
+        "findings": [_finding("AMP202", case.script, 2, message="call scaler.update() after step")],
+        "static_findings": [_finding("AMP202", case.script, 2)],
+    }
     score = run.score(case, report)
     assert (score.culprit, score.line, score.cure, score.false_alarms, score.right) == (True, True, True, [], True)
     assert score.static_codes == ["AMP202"]
@@ -101,9 +109,13 @@ def test_score_right_diagnosis(tmp_path):
 
 def test_score_wrong_line_wrong_cure_and_false_alarms(tmp_path):
     case = _scored_case(tmp_path, forbidden=("AMP505",))
-    report = {"findings": [_finding("AMP202", case.script, 3, message="lower the scale"),
-                           _finding("AMP505", case.script, 1, severity="info"),
-                           _finding("AMP508", case.script, 1, severity="warning")]}
+    report = {
+        "findings": [
+            _finding("AMP202", case.script, 3, message="lower the scale"),
+            _finding("AMP505", case.script, 1, severity="info"),
+            _finding("AMP508", case.script, 1, severity="warning"),
+        ]
+    }
     score = run.score(case, report)
     assert score.culprit and not score.line and not score.cure
     assert score.false_alarms == ["AMP505", "AMP508"]
@@ -136,7 +148,9 @@ def test_score_a_finding_in_another_file_is_not_at_the_line(tmp_path):
 def test_score_healthy(tmp_path):
     case = _scored_case(tmp_path, expect=None, at=(), cure=())
     assert run.score(case, {"findings": [_finding("AMP507", case.script, 1, severity="info")]}).right
-    noisy = run.score(case, {"findings": [], "static_findings": [_finding("AMP210", case.script, 1, severity="warning")]})
+    noisy = run.score(
+        case, {"findings": [], "static_findings": [_finding("AMP210", case.script, 1, severity="warning")]}
+    )
     assert noisy.false_alarms == ["AMP210"] and not noisy.right
     assert not run.score(case, None, "exit 2, no report: boom").right
 
@@ -203,7 +217,10 @@ def test_runner_prints_the_table(tmp_path):
     out = tmp_path / "scores.json"
     done = subprocess.run(
         [sys.executable, str(BENCH / "run.py"), "--case", "gan_healthy_two", "--details", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("| case | mistake | expected | top runtime finding |")

@@ -40,7 +40,16 @@ ACCELERATE_BF16 = (FRAMEWORKS / "accelerate_loop.py", "--mixed-precision", "bf16
 ACCELERATE_SCALER = (SCRIPTS / "accelerate_scaler_path.py", "--max-steps", "6")
 TIMM_STYLE = (FRAMEWORKS / "timm_style.py", "--max-steps", "3", "--accum-steps", "2")
 COMPILED = (FRAMEWORKS / "compiled_model.py", "--max-steps", "3", "--backend", "aot_eager")
-_PLAIN_RUNS = (HF_BF16, HF_FP16, LIGHTNING_BF16, LIGHTNING_FP16, ACCELERATE_BF16, ACCELERATE_SCALER, TIMM_STYLE, COMPILED)
+_PLAIN_RUNS = (
+    HF_BF16,
+    HF_FP16,
+    LIGHTNING_BF16,
+    LIGHTNING_FP16,
+    ACCELERATE_BF16,
+    ACCELERATE_SCALER,
+    TIMM_STYLE,
+    COMPILED,
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +65,11 @@ def plain_outputs() -> dict[tuple, str]:
 
 def _importable(script: Path) -> bool:
     text = script.read_text()
-    needed = [name for name in ("transformers", "lightning", "accelerate") if f"from {name}" in text or f"import {name}" in text]
+    needed = [
+        name
+        for name in ("transformers", "lightning", "accelerate")
+        if f"from {name}" in text or f"import {name}" in text
+    ]
     return all(importlib.util.find_spec(name) is not None for name in needed)
 
 
@@ -82,8 +95,16 @@ def fresh_framework_state():
 
 def trace(trace_cli, script, *args: str, steps: int = 0, record_ops_steps: int = 2):
     run = trace_cli(
-        str(script), "--steps", str(steps), "--record-ops-steps", str(record_ops_steps), "--no-progress",
-        "--fail-on", "never", "--", *args,
+        str(script),
+        "--steps",
+        str(steps),
+        "--record-ops-steps",
+        str(record_ops_steps),
+        "--no-progress",
+        "--fail-on",
+        "never",
+        "--",
+        *args,
     )
     assert run.report is not None, run.stdout[-3000:]
     assert run.report["error"] is None, run.report["error"]

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
-HOSTILE_SCRIPT = '''
+HOSTILE_SCRIPT = """
 import torch
 from torch import nn
 
@@ -45,13 +45,14 @@ for _ in range(3):
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
-'''
+"""
 
 
 def _trace_html(tmp_path: Path, script: Path, *extra: str) -> str:
     page = tmp_path / "report.html"
     result = CliRunner().invoke(
-        trace_command, [str(script), "--html", str(page), "--fail-on", "never", "--no-progress", *extra],
+        trace_command,
+        [str(script), "--html", str(page), "--fail-on", "never", "--no-progress", *extra],
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.stderr
@@ -86,8 +87,8 @@ def test_the_page_has_the_sections_and_charts(hostile_page):
     assert hostile_page.count("<svg") == 2
     assert "What if float16?" in hostile_page
     # The census rows are coloured by dtype: float16 autocast ops in the module with the odd name.
-    census = hostile_page[hostile_page.index('id="census"'):]
-    row = census[census.index("&lt;script&gt;alert(1)&lt;/script&gt;.inner"):].split("</tr>")[0]
+    census = hostile_page[hostile_page.index('id="census"') :]
+    row = census[census.index("&lt;script&gt;alert(1)&lt;/script&gt;.inner") :].split("</tr>")[0]
     assert "background:#fef3c7" in row and "float16" in row
 
 
@@ -120,9 +121,19 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     profile = tmp_path / "profile"
     profile.mkdir(exist_ok=True)
     command = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args,
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
@@ -165,14 +176,16 @@ def test_paths_inside_the_current_folder_are_shown_relative(tmp_path, monkeypatc
     project = tmp_path / "project"
     project.mkdir()
     script = project / "train.py"
-    script.write_text((Path(__file__).resolve().parents[2] / "fixtures" / "trace" / "underflow_gradients.py").read_text())
+    script.write_text(
+        (Path(__file__).resolve().parents[2] / "fixtures" / "trace" / "underflow_gradients.py").read_text()
+    )
     monkeypatch.chdir(project)
     page = _trace_html(tmp_path, Path("train.py"), "--steps", "3")
     assert "<code>train.py</code>" in page and "train.py:23" in page
     assert str(project) not in page
 
 
-LONG_NAMES_SCRIPT = '''
+LONG_NAMES_SCRIPT = """
 import sys
 
 import torch
@@ -196,7 +209,7 @@ for step in range(6):
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
-'''
+"""
 
 # Reports, into the page, every pair of text elements in one chart whose boxes intersect.
 OVERLAP_PROBE = """
@@ -252,7 +265,9 @@ def test_chart_titles_labels_and_long_names_do_not_overlap_in_chromium(tmp_path,
 def test_the_page_of_a_run_that_never_stepped_concludes_nothing(tmp_path):
     page = tmp_path / "report.html"
     script = Path(__file__).resolve().parent / "scripts" / "dies_before_stepping.py"
-    result = CliRunner().invoke(trace_command, [str(script), "--html", str(page), "--no-progress"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        trace_command, [str(script), "--html", str(page), "--no-progress"], catch_exceptions=False
+    )
     assert result.exit_code == 1
     text = page.read_text(encoding="utf-8")
     assert "before its first optimizer step" in text and "No mixed-precision problems" not in text

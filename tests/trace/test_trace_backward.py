@@ -5,6 +5,7 @@ import contextlib
 import io
 import math
 import runpy
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,8 +22,6 @@ from ampdoctor.trace.backward import (
 )
 from ampdoctor.trace.numerics import ModuleInfo
 from ampdoctor.trace.session import trace_session
-
-from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
 
@@ -61,7 +60,9 @@ def test_an_inf_arriving_at_a_module_output_is_born_outside_the_modules():
 
 
 def test_a_module_that_receives_inf_is_not_the_origin():
-    events, values = _events(("a", 0, OUTPUT, 1.0), ("a", 0, INPUT, math.inf), ("b", 1, OUTPUT, math.inf), ("b", 1, INPUT, math.inf))
+    events, values = _events(
+        ("a", 0, OUTPUT, 1.0), ("a", 0, INPUT, math.inf), ("b", 1, OUTPUT, math.inf), ("b", 1, INPUT, math.inf)
+    )
     assert find_origin(events, values, 1, 2.0).module == "a"
 
 
@@ -72,7 +73,14 @@ def test_all_finite_has_no_origin():
 
 @pytest.mark.parametrize(
     "unscaled,scale,expected",
-    [(162.25, 65536.0, 8), (1.0, 65504.0, 0), (1.0, 65536.0, 1), (0.5, 65536.0, 0), (None, 65536.0, None), (0.0, 8.0, None)],
+    [
+        (162.25, 65536.0, 8),
+        (1.0, 65504.0, 0),
+        (1.0, 65536.0, 1),
+        (0.5, 65536.0, 0),
+        (None, 65536.0, None),
+        (0.0, 8.0, None),
+    ],
 )
 def test_halvings_needed(unscaled, scale, expected):
     assert halvings_needed(unscaled, scale) == expected

@@ -11,14 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from ampdoctor.catalog import get_rule
 from ampdoctor.findings import Location, Severity
 from ampdoctor.trace.cli import trace_command
 from ampdoctor.trace.distributed import forwarded_arguments, rank_info, rank_path
 from ampdoctor.trace.rules.ranks import scale_disagreement
-
-from conftest import FIXTURES
 
 DDP_SCRIPT = FIXTURES / "distributed" / "ddp_train.py"
 SAFETY_TIMEOUT = 240  # seconds: a hang fails the test instead of blocking the suite
@@ -32,8 +31,14 @@ def _rank_report(scales, skipped):
 
 
 def test_rank_info_reads_torchrun_environment():
-    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500",
-           "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0"}
+    env = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "localhost",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+    }
     info = rank_info(env)
     assert (info.rank, info.world_size, info.master_port, info.agent_store) == (1, 2, 29500, True)
     assert rank_info({}) is None
@@ -73,12 +78,34 @@ def test_scale_agreement_and_scaler_less_runs_are_silent():
 def test_shortcut_forwards_every_given_option_but_its_own():
     ctx = trace_command.make_context(
         "trace",
-        ["--nproc-per-node", "2", "--steps", "5", "--no-lint", "--threshold", "skip_share=0.2",
-         "--json", "r.json", "train.py", "--", "--lr", "0.1"],
+        [
+            "--nproc-per-node",
+            "2",
+            "--steps",
+            "5",
+            "--no-lint",
+            "--threshold",
+            "skip_share=0.2",
+            "--json",
+            "r.json",
+            "train.py",
+            "--",
+            "--lr",
+            "0.1",
+        ],
     )
     assert forwarded_arguments(ctx) == [
-        "--steps", "5", "--json", "r.json", "--threshold", "skip_share=0.2", "--no-lint",
-        "train.py", "--", "--lr", "0.1",
+        "--steps",
+        "5",
+        "--json",
+        "r.json",
+        "--threshold",
+        "skip_share=0.2",
+        "--no-lint",
+        "train.py",
+        "--",
+        "--lr",
+        "0.1",
     ]
     module = trace_command.make_context("trace", ["--nproc-per-node", "2", "-m", "pkg.train", "--", "--fast"])
     assert forwarded_arguments(module) == ["-m", "pkg.train", "--", "--fast"]
@@ -121,9 +148,24 @@ def test_merged_report_names_missing_and_failed_ranks(tmp_path):
     own = _traced_report(tmp_path)
     own_dict = own.to_dict()
     assert own_dict["steps"] == 3 and not own.findings
-    crashed = dict(own_dict, steps=1, stopped="error", completed=False, error="RuntimeError: boom",
-                   findings=[{"code": "AMP502", "severity": "warning", "message": "skips", "path": "t.py",
-                              "line": 3, "help": None, "extra": {"step": 1}}])
+    crashed = dict(
+        own_dict,
+        steps=1,
+        stopped="error",
+        completed=False,
+        error="RuntimeError: boom",
+        findings=[
+            {
+                "code": "AMP502",
+                "severity": "warning",
+                "message": "skips",
+                "path": "t.py",
+                "line": 3,
+                "help": None,
+                "extra": {"step": 1},
+            }
+        ],
+    )
     info = RankInfo(rank=0, world_size=3, master_addr=None, master_port=None, agent_store=False, attempt="0")
     merged = merge_reports(own, own_dict, {1: crashed, 2: None}, info, str(tmp_path / "r.json"))
     assert merged.failed_ranks == [1, 2]
@@ -149,12 +191,26 @@ def test_merged_report_names_missing_and_failed_ranks(tmp_path):
 def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=SAFETY_TIMEOUT, check=False)
+    return subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=SAFETY_TIMEOUT, check=False
+    )
 
 
 def _torchrun(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                 "-m", "ampdoctor", "trace", *args], cwd)
+    return _run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "ampdoctor",
+            "trace",
+            *args,
+        ],
+        cwd,
+    )
 
 
 def _load(path: Path) -> dict:
@@ -163,8 +219,22 @@ def _load(path: Path) -> dict:
 
 @pytest.mark.distributed
 def test_healthy_ddp_through_the_shortcut(tmp_path):
-    result = _run([sys.executable, "-m", "ampdoctor", "trace", "--nproc-per-node", "2", str(DDP_SCRIPT),
-                   "--steps", "6", "--json", "report.json"], tmp_path)
+    result = _run(
+        [
+            sys.executable,
+            "-m",
+            "ampdoctor",
+            "trace",
+            "--nproc-per-node",
+            "2",
+            str(DDP_SCRIPT),
+            "--steps",
+            "6",
+            "--json",
+            "report.json",
+        ],
+        tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     merged = _load(tmp_path / "report.json")
     ranks = [_load(tmp_path / f"report.rank{rank}.json") for rank in (0, 1)]
@@ -182,8 +252,21 @@ def test_healthy_ddp_through_the_shortcut(tmp_path):
 
 @pytest.mark.distributed
 def test_a_rank_that_raises_is_reported_and_nothing_hangs(tmp_path):
-    result = _torchrun(str(DDP_SCRIPT), "--steps", "6", "--json", "report.json", "--output-format", "json", "--",
-                       "--fail-rank", "1", "--fail-at", "3", cwd=tmp_path)
+    result = _torchrun(
+        str(DDP_SCRIPT),
+        "--steps",
+        "6",
+        "--json",
+        "report.json",
+        "--output-format",
+        "json",
+        "--",
+        "--fail-rank",
+        "1",
+        "--fail-at",
+        "3",
+        cwd=tmp_path,
+    )
     assert result.returncode != 0
     merged = _load(tmp_path / "report.json")
     # With --output-format json, stdout holds rank 0's merged report and nothing else.
@@ -200,8 +283,20 @@ def test_a_rank_that_raises_is_reported_and_nothing_hangs(tmp_path):
 @pytest.mark.distributed
 def test_a_rank_killed_outright_is_listed_without_report(tmp_path):
     # os._exit: no Python error handling, no report from rank 1; torchrun sends rank 0 SIGTERM.
-    result = _torchrun(str(DDP_SCRIPT), "--steps", "6", "--json", "report.json", "--",
-                       "--fail-rank", "1", "--fail-at", "3", "--fail-hard", cwd=tmp_path)
+    result = _torchrun(
+        str(DDP_SCRIPT),
+        "--steps",
+        "6",
+        "--json",
+        "report.json",
+        "--",
+        "--fail-rank",
+        "1",
+        "--fail-at",
+        "3",
+        "--fail-hard",
+        cwd=tmp_path,
+    )
     assert result.returncode != 0
     assert not (tmp_path / "report.rank1.json").exists()
     survivor = _load(tmp_path / "report.rank0.json")

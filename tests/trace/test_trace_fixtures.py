@@ -37,7 +37,9 @@ def test_fixture_provokes_its_finding(trace_cli, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,steps,autocast", [("healthy_fp16.py", 15, "float16"), ("healthy_bf16.py", 15, "bfloat16")])
+@pytest.mark.parametrize(
+    "name,steps,autocast", [("healthy_fp16.py", 15, "float16"), ("healthy_bf16.py", 15, "bfloat16")]
+)
 def test_healthy_fixture_reports_nothing(trace_cli, name, steps, autocast):
     run = trace_cli(str(FIXTURES / name), "--steps", str(steps), "--fail-on", "info")
     assert run.exit_code == 0, run.stdout

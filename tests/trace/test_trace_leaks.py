@@ -35,7 +35,7 @@ ODD = Path(__file__).resolve().parent / "scripts" / "odd"
 PACKAGE_DIR = os.path.dirname(os.path.realpath(ampdoctor.__file__)) + os.sep
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _in_package(filename: str) -> bool:
     return os.path.realpath(filename).startswith(PACKAGE_DIR)
 
@@ -67,7 +67,9 @@ def _patched_in(name: str, module) -> list[str]:
         if _from_ampdoctor(value):
             found.append(f"{name}.{attribute}")
         if isinstance(value, type) and str(getattr(value, "__module__", "")).startswith("torch"):
-            found += [f"{name}.{attribute}.{key}" for key, member in list(vars(value).items()) if _from_ampdoctor(member)]
+            found += [
+                f"{name}.{attribute}.{key}" for key, member in list(vars(value).items()) if _from_ampdoctor(member)
+            ]
     return found
 
 
@@ -82,7 +84,11 @@ def global_hooks() -> dict:
         if name.startswith("_global_") and isinstance(value, dict)
     }
     registries.update(
-        {f"optim.optimizer.{name}": list(value) for name, value in vars(optimizer).items() if name.startswith("_global_")}
+        {
+            f"optim.optimizer.{name}": list(value)
+            for name, value in vars(optimizer).items()
+            if name.startswith("_global_")
+        }
     )
     return {
         **registries,
@@ -185,7 +191,10 @@ def test_five_hundred_iterations_hold_memory_flat():
         with TraceSession(steps=500, script=path, progress=measure) as session:
             session.outcome = run_target(Target(script=path))
     assert session.outcome.reason == "steps" and session.observations.steps == 500
-    (ours_100, tensors_100, objects_100, rss_100), (ours_500, tensors_500, objects_500, rss_500) = marks[100], marks[500]
+    (ours_100, tensors_100, objects_100, rss_100), (ours_500, tensors_500, objects_500, rss_500) = (
+        marks[100],
+        marks[500],
+    )
     # One plain record of numbers per iteration is the only thing that grows with the run ...
     assert ours_500.pop("IterationRecord") - ours_100.pop("IterationRecord") == 400
     assert ours_500 == ours_100

@@ -36,9 +36,23 @@ def _edge_case_gradients():
     torch.manual_seed(0)
     special = torch.tensor(
         [
-            0.0, -0.0, 2.0**-30, -(2.0**-25), 2.0**-24, 2.0**-20, -(2.0**-14), 2.0**-14 * 0.999, 3.0,
-            1e-40, -1e-42, 1.4e-45,  # float32 subnormals (the last underflows when scaled down)
-            math.inf, -math.inf, math.nan, -math.nan, 1e30,
+            0.0,
+            -0.0,
+            2.0**-30,
+            -(2.0**-25),
+            2.0**-24,
+            2.0**-20,
+            -(2.0**-14),
+            2.0**-14 * 0.999,
+            3.0,
+            1e-40,
+            -1e-42,
+            1.4e-45,  # float32 subnormals (the last underflows when scaled down)
+            math.inf,
+            -math.inf,
+            math.nan,
+            -math.nan,
+            1e30,
         ]
     )
     return [
@@ -90,7 +104,9 @@ def test_gradient_check_finds_the_nonfinite_gradients_of_the_plain_definition():
     for param, grad in zip(params, grads):
         param.grad = grad.clone()
     session = _Session()
-    GradientMonitor(ModuleRegistry(), session).capture(torch.optim.SGD(params, lr=0.1), "SGD#1", None, False, full=False)
+    GradientMonitor(ModuleRegistry(), session).capture(
+        torch.optim.SGD(params, lr=0.1), "SGD#1", None, False, full=False
+    )
     assert session.errors == [] and session.pending.gradients == []
     (capture,) = session.pending.gradient_checks
     flags = capture.nonfinite(session.pending.batch.read())
@@ -101,7 +117,9 @@ def test_gradient_check_finds_the_nonfinite_gradients_of_the_plain_definition():
     # -inf alone is found too (it is only the minimum).
     params[3].grad = torch.tensor([1.0, -math.inf, 2.0, 0.0, 5.0, 6.0, 7.0])
     session = _Session()
-    GradientMonitor(ModuleRegistry(), session).capture(torch.optim.SGD(params, lr=0.1), "SGD#1", None, False, full=False)
+    GradientMonitor(ModuleRegistry(), session).capture(
+        torch.optim.SGD(params, lr=0.1), "SGD#1", None, False, full=False
+    )
     flags = session.pending.gradient_checks[0].nonfinite(session.pending.batch.read())
     assert [flag for _, flag in flags] == [True, False, False, True, False, False, False, True]
 
@@ -124,9 +142,13 @@ def test_sparse_gradients_without_entries_are_skipped(full):
     dense = nn.Parameter(torch.zeros(3))
     dense.grad = torch.tensor([1.0, -2.0, 0.0])
     sparse = nn.Parameter(torch.zeros(4, 2))
-    sparse.grad = torch.sparse_coo_tensor(torch.zeros((2, 0), dtype=torch.int64), torch.zeros(0), (4, 2), check_invariants=True)
+    sparse.grad = torch.sparse_coo_tensor(
+        torch.zeros((2, 0), dtype=torch.int64), torch.zeros(0), (4, 2), check_invariants=True
+    )
     session = _Session()
-    GradientMonitor(ModuleRegistry(), session).capture(torch.optim.SGD([dense, sparse], lr=0.1), "SGD#1", None, False, full)
+    GradientMonitor(ModuleRegistry(), session).capture(
+        torch.optim.SGD([dense, sparse], lr=0.1), "SGD#1", None, False, full
+    )
     assert session.errors == []
     values = session.pending.batch.read()
     if full:
@@ -174,7 +196,7 @@ def test_chunked_gradient_statistics_count_nan_as_nonfinite_and_nowhere_else():
     param.grad = grad
     session = _Session()
     GradientMonitor(ModuleRegistry(), session).capture(torch.optim.SGD([param], lr=0.1), "SGD#1", None, False)
-    (_, row), = session.pending.gradients[0].rows(session.pending.batch.read())
+    ((_, row),) = session.pending.gradients[0].rows(session.pending.batch.read())
     assert row == [0.25, 0.25, 0.0, 0.5, 2.0**-26]
 
 
@@ -272,13 +294,35 @@ def test_op_ranges_are_measured_inside_modules_only_and_all_ops_are_counted():
 @pytest.mark.slow
 def test_overhead_benchmark_runs_and_prints_its_table(tmp_path):
     command = [
-        sys.executable, str(ROOT / "benchmarks" / "trace_overhead.py"),
-        "--steps", "2", "--repeats", "1", "--warmup", "1", "--d-model", "16", "--heads", "2",
-        "--seq", "8", "--batch", "2", "--layers", "1", "--vocab", "32",
+        sys.executable,
+        str(ROOT / "benchmarks" / "trace_overhead.py"),
+        "--steps",
+        "2",
+        "--repeats",
+        "1",
+        "--warmup",
+        "1",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--seq",
+        "8",
+        "--batch",
+        "2",
+        "--layers",
+        "1",
+        "--vocab",
+        "32",
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    for label in ("untraced iteration", "traced, steady state", "traced, recording window (K=2)",
-                  "peak RSS untraced", "peak RSS traced"):
+    for label in (
+        "untraced iteration",
+        "traced, steady state",
+        "traced, recording window (K=2)",
+        "peak RSS untraced",
+        "peak RSS traced",
+    ):
         assert any(line.startswith(f"| {label} |") for line in lines), label

@@ -206,9 +206,13 @@ def test_a_report_file_that_cannot_be_written_is_one_line_exit_2_and_no_partial_
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(ampdoctor.atomic.os, "replace", no_space)
-    result = CliRunner().invoke(trace_command, [odd("eval_between.py"), "--steps", "2", "--json", str(tmp_path / "r.json")])
+    result = CliRunner().invoke(
+        trace_command, [odd("eval_between.py"), "--steps", "2", "--json", str(tmp_path / "r.json")]
+    )
     assert result.exit_code == 2
-    assert result.stderr.strip().splitlines() == ["ampdoctor trace: cannot write the report: [Errno 28] No space left on device"]
+    assert result.stderr.strip().splitlines() == [
+        "ampdoctor trace: cannot write the report: [Errno 28] No space left on device"
+    ]
     # the terminal report was still printed (rich wraps the headline at the console width)
     assert "iteration(s) traced" in " ".join(result.stdout.split())
     assert os.listdir(tmp_path) == []
@@ -239,7 +243,10 @@ def test_ctrl_c_from_outside_writes_the_report_and_exits_130(tmp_path):
     report = tmp_path / "r.json"
     process = subprocess.Popen(
         [sys.executable, "-m", "ampdoctor", "trace", "never_steps.py", "--json", str(report)],
-        cwd=ODD, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ODD,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert process.stdout.readline().strip() == "started"  # the script is running
     process.send_signal(signal.SIGINT)
@@ -265,7 +272,9 @@ def test_training_in_a_thread_is_stopped_and_the_census_limit_is_stated(trace_cl
     assert run.exit_code == 0 and run.report["stopped"] == "steps" and run.report["steps"] == 3
     assert "saved checkpoint" not in run.stdout and "Exception in thread" not in run.stderr
     assert any("saw only the main thread's ops" in note for note in run.report["notes"])
-    assert not any("saw only the main thread's ops" in note for note in trace_cli(odd("eval_between.py")).report["notes"])
+    assert not any(
+        "saw only the main thread's ops" in note for note in trace_cli(odd("eval_between.py")).report["notes"]
+    )
 
 
 @pytest.mark.slow
@@ -276,8 +285,20 @@ def test_timeout_ends_the_run_with_124_even_when_the_script_swallows_the_stop(tm
     import sys
 
     report_path = tmp_path / "report.json"
-    command = [sys.executable, "-m", "ampdoctor", "trace", odd("swallows_stops.py"), "--timeout", "1",
-               "--json", str(report_path), "--no-lint", "--", mode]
+    command = [
+        sys.executable,
+        "-m",
+        "ampdoctor",
+        "trace",
+        odd("swallows_stops.py"),
+        "--timeout",
+        "1",
+        "--json",
+        str(report_path),
+        "--no-lint",
+        "--",
+        mode,
+    ]
     run = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert run.returncode == 124, run.stderr[-2000:]
     report = json.loads(report_path.read_text())

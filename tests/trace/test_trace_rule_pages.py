@@ -39,7 +39,15 @@ def test_every_registered_runtime_rule_has_a_page_and_every_page_a_rule():
     # The runtime's own codes (AMP5xx); the others are lint's, seen at run time too.
     assert [rule.code for rule in TRACE_RULES] == [code for code in registered_codes() if pages[code].origin == "trace"]
     assert {code for code in registered_codes() if pages[code].origin != "trace"} == {
-        "AMP101", "AMP105", "AMP201", "AMP202", "AMP203", "AMP204", "AMP205", "AMP301", "AMP303"
+        "AMP101",
+        "AMP105",
+        "AMP201",
+        "AMP202",
+        "AMP203",
+        "AMP204",
+        "AMP205",
+        "AMP301",
+        "AMP303",
     }
     for rule in TRACE_RULES:
         assert rule.fixable == "no"

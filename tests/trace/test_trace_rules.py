@@ -23,7 +23,8 @@ def scaled_run(scales, skipped=()):
     return observations
 
 
-def codes(observations, thresholds=Thresholds()):
+def codes(observations, thresholds=None):
+    thresholds = Thresholds() if thresholds is None else thresholds
     return [f.code for f in evaluate(observations, thresholds, LOCATOR)]
 
 

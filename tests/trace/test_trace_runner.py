@@ -259,8 +259,13 @@ def test_names_are_never_cut_when_the_report_goes_to_a_file(tmp_path):
     )
     out = tmp_path / "report.txt"
     with out.open("w") as handle:
-        subprocess.run([sys.executable, "-m", "ampdoctor", "trace", str(source), "--no-lint", "--json",
-                        str(tmp_path / "r.json")], stdout=handle, stderr=subprocess.PIPE, timeout=300, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "ampdoctor", "trace", str(source), "--no-lint", "--json", str(tmp_path / "r.json")],
+            stdout=handle,
+            stderr=subprocess.PIPE,
+            timeout=300,
+            check=False,
+        )
     text = out.read_text()
     name = "a_projection_layer_with_a_really_long_descriptive_name_for_the_logs"
     assert name in text and "…" not in text

@@ -7,7 +7,6 @@ import math
 import re
 
 import pytest
-
 from conftest import SCRIPTS
 
 SCRIPT = str(SCRIPTS / "printed_series.py")
@@ -20,7 +19,7 @@ def printed(stdout: str) -> list[tuple[float, bool]]:
 
 def same(reported, expected: float) -> bool:
     if isinstance(reported, str):
-        return reported == "NaN" and math.isnan(expected) or reported == ("Infinity" if expected > 0 else "-Infinity")
+        return (reported == "NaN" and math.isnan(expected)) or reported == ("Infinity" if expected > 0 else "-Infinity")
     return reported == pytest.approx(expected, rel=1e-5)
 
 

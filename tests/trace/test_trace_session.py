@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.cuda.amp
 import torch.cpu.amp
+import torch.cuda.amp
 import torch.optim.optimizer as optimizer_module
 from torch import nn
 from torch.nn.modules import module as module_module
@@ -82,7 +82,7 @@ def test_hooks_are_gone_after_an_exception_escapes_the_block():
             model = nn.Linear(2, 2)
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 model(torch.randn(3, 2))
-            1 / 0
+            1 / 0  # noqa: B018  (the error the session must survive)
     assert global_state() == before
 
 
@@ -188,7 +188,7 @@ def test_python_api_reports_findings_with_locations():
     model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with trace_session(steps=2, script="train_in_notebook") as session:
-        for step in range(5):
+        for _step in range(5):
             optimizer.zero_grad()
             with torch.autocast("cpu", dtype=torch.float16):
                 loss = nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.tensor([0, 1] * 4))
@@ -198,7 +198,9 @@ def test_python_api_reports_findings_with_locations():
     assert [f.code for f in findings if f.code == "AMP510"] == ["AMP510"]
     finding = next(f for f in findings if f.code == "AMP510")
     # The finding points at the backward call in the caller's own file, whatever `script` says.
-    backward_line = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1) if "            loss.backward()" in line)
+    backward_line = next(
+        i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1) if "            loss.backward()" in line
+    )
     assert (finding.location.path, finding.location.line) == (str(Path(__file__).resolve()), backward_line)
     assert finding.severity.label == "warning"
 
@@ -266,8 +268,22 @@ def test_json_schema_has_the_documented_keys(trace_cli):
     run = trace_cli(str(SCRIPTS / "early_end.py"))
     report = run.report
     for key in (
-        "version", "script", "steps", "completed", "error", "findings", "scale", "skipped",
-        "loss", "ops", "gradients", "activations", "boundaries", "origin", "notes", "uses",
+        "version",
+        "script",
+        "steps",
+        "completed",
+        "error",
+        "findings",
+        "scale",
+        "skipped",
+        "loss",
+        "ops",
+        "gradients",
+        "activations",
+        "boundaries",
+        "origin",
+        "notes",
+        "uses",
         "gradient_interval",
     ):
         assert key in report
@@ -291,7 +307,7 @@ def test_scaler_created_before_the_session_is_stated_not_misreported():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu")
     with trace_session(steps=3) as session:
-        for step in range(5):
+        for _step in range(5):
             optimizer.zero_grad()
             with torch.autocast("cpu", dtype=torch.float16):
                 loss = model(torch.randn(8, 4)).square().mean()
@@ -303,7 +319,9 @@ def test_scaler_created_before_the_session_is_stated_not_misreported():
     assert any("made before tracing began" in note for note in report.notes)
 
 
-@pytest.mark.parametrize("made", ["torch.amp.GradScaler('cpu', enabled=False)", "torch.cuda.amp.GradScaler(enabled=False)"])
+@pytest.mark.parametrize(
+    "made", ["torch.amp.GradScaler('cpu', enabled=False)", "torch.cuda.amp.GradScaler(enabled=False)"]
+)
 def test_a_disabled_scaler_made_inside_the_run_gets_no_untraced_scaler_note(made):
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
@@ -312,7 +330,7 @@ def test_a_disabled_scaler_made_inside_the_run_gets_no_untraced_scaler_note(made
         warnings.simplefilter("ignore")
         with trace_session(steps=3) as session:
             scaler = eval(made)
-            for step in range(5):
+            for _step in range(5):
                 optimizer.zero_grad()
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     loss = model(torch.randn(8, 4)).float().square().mean()

@@ -39,7 +39,9 @@ def test_static_findings_of_an_imported_local_module_join_the_report(tmp_path):
 
 def test_no_lint_leaves_the_static_part_out(tmp_path):
     report_path = tmp_path / "r.json"
-    run = _invoke(str(LOCAL / "train.py"), "--steps", "2", "--no-lint", "--fail-on", "never", "--json", str(report_path))
+    run = _invoke(
+        str(LOCAL / "train.py"), "--steps", "2", "--no-lint", "--fail-on", "never", "--json", str(report_path)
+    )
     assert run.exit_code == 0
     report = json.loads(report_path.read_text())
     assert report["linted_files"] == [] and report["static_findings"] == []
@@ -74,8 +76,15 @@ def test_tensorboard_scalars_match_the_report(tmp_path):
 
     logdir, report_path = tmp_path / "tb", tmp_path / "r.json"
     run = _invoke(
-        str(FIXTURES / "backward_overflow.py"), "--steps", "12", "--fail-on", "never",
-        "--tensorboard", str(logdir), "--json", str(report_path),
+        str(FIXTURES / "backward_overflow.py"),
+        "--steps",
+        "12",
+        "--fail-on",
+        "never",
+        "--tensorboard",
+        str(logdir),
+        "--json",
+        str(report_path),
     )
     assert run.exit_code == 0, run.output
     report = json.loads(report_path.read_text())

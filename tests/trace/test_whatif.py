@@ -136,8 +136,12 @@ def test_without_the_option_there_is_no_what_if_section(trace_cli):
 def test_the_what_if_leaves_the_run_unchanged(trace_cli):
     """The script's own printed losses are the same with and without the shadow measurements,
     and its ops are not counted in the census."""
-    plain = trace_cli(str(WHAT_IF / "tiny_gradients.py"), "--no-progress", "--fail-on", "never", "--gradient-interval", "1")
-    shadowed = trace_cli(str(WHAT_IF / "tiny_gradients.py"), "--no-progress", "--fail-on", "never", "--what-if", "float16")
+    plain = trace_cli(
+        str(WHAT_IF / "tiny_gradients.py"), "--no-progress", "--fail-on", "never", "--gradient-interval", "1"
+    )
+    shadowed = trace_cli(
+        str(WHAT_IF / "tiny_gradients.py"), "--no-progress", "--fail-on", "never", "--what-if", "float16"
+    )
     losses = [line for line in plain.stdout.splitlines() if line.startswith("iteration ")]
     assert len(losses) == 12
     assert losses == [line for line in shadowed.stdout.splitlines() if line.startswith("iteration ")]
@@ -147,8 +151,16 @@ def test_the_what_if_leaves_the_run_unchanged(trace_cli):
 
 @pytest.mark.slow
 def test_a_float16_scaler_kept_too_low_is_named_beside_the_shadow(trace_cli):
-    run = trace_cli(str(FIXTURES / "underflow_gradients.py"), "--what-if", "float16", "--steps", "6", "--no-progress",
-                    "--fail-on", "never")
+    run = trace_cli(
+        str(FIXTURES / "underflow_gradients.py"),
+        "--what-if",
+        "float16",
+        "--steps",
+        "6",
+        "--no-progress",
+        "--fail-on",
+        "never",
+    )
     what_if = run.report["what_if"]
     assert what_if["real_scale"] == [1.0] * 6 and what_if["scale"] == [2.0**16] * 6
     assert what_if["verdict"] == SAFE

@@ -82,8 +82,12 @@ def parse_line(code: str) -> cst.SimpleStatementLine:
 
 
 def is_docstring(statement: cst.BaseStatement) -> bool:
-    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString))
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.SimpleString)
+    )
 
 
 def tidy_imports(module: cst.Module, names: ApexNames) -> cst.Module:
@@ -161,8 +165,11 @@ class _TidyImports(cst.CSTTransformer):
         return local not in self.names.locals or local in self.used
 
     def leave_Import(self, original, updated):
-        kept = [a for a in updated.names
-                if self._keep(a.asname.name.value if a.asname else import_path(a.name).split(".")[0])]
+        kept = [
+            a
+            for a in updated.names
+            if self._keep(a.asname.name.value if a.asname else import_path(a.name).split(".")[0])
+        ]
         return self._result(updated, kept)
 
     def leave_ImportFrom(self, original, updated):
@@ -229,9 +236,14 @@ class _TidyImports(cst.CSTTransformer):
 
 def is_main_guard(node: cst.If) -> bool:
     test = node.test
-    return (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and test.left.value == "__name__"
-            and len(test.comparisons) == 1 and isinstance(test.comparisons[0].comparator, cst.SimpleString)
-            and test.comparisons[0].comparator.evaluated_value == "__main__")
+    return (
+        isinstance(test, cst.Comparison)
+        and isinstance(test.left, cst.Name)
+        and test.left.value == "__name__"
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+        and test.comparisons[0].comparator.evaluated_value == "__main__"
+    )
 
 
 def is_pass(statement) -> bool:
@@ -244,8 +256,13 @@ def _add_import_torch(module: cst.Module) -> cst.Module:
     for index, statement in enumerate(body):
         if is_docstring(statement) and index == 0:
             at = 1
-        elif isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], (cst.Import, cst.ImportFrom)):
-            if isinstance(statement.body[0], cst.ImportFrom) and import_path(statement.body[0].module or cst.Name("x")) == "__future__":
+        elif isinstance(statement, cst.SimpleStatementLine) and isinstance(
+            statement.body[0], (cst.Import, cst.ImportFrom)
+        ):
+            if (
+                isinstance(statement.body[0], cst.ImportFrom)
+                and import_path(statement.body[0].module or cst.Name("x")) == "__future__"
+            ):
                 at = index + 1
                 continue
             at = index

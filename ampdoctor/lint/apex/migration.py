@@ -64,6 +64,7 @@ def migrate(source: str, plan: MigrationPlan) -> str | None:
     code = migrated.code
     return None if code == source else code
 
+
 # ---------------------------------------------------------------------------------------
 # What the module holds
 # ---------------------------------------------------------------------------------------
@@ -124,7 +125,6 @@ def _clipped_optimizer(node: cst.Call, names: ApexNames) -> str | None:
 
 
 class _Migration(cst.CSTTransformer):
-
     def __init__(self, wrapper: MetadataWrapper, names: ApexNames, plan: MigrationPlan) -> None:
         super().__init__()
         self.names = names
@@ -198,16 +198,23 @@ class _Migration(cst.CSTTransformer):
         self.scaler = self._scaler_name(module, initializes)
         # ``amp.initialize(..., enabled=flag)`` switched both halves: autocast follows the scaler.
         switched = any("enabled" in init.keywords or init.condition is not None for init in initializes)
-        self.switches = {code_of(init.keywords["enabled"]) if "enabled" in init.keywords else code_of(init.condition.test)
-                         for init in initializes if "enabled" in init.keywords or init.condition is not None}
+        self.switches = {
+            code_of(init.keywords["enabled"]) if "enabled" in init.keywords else code_of(init.condition.test)
+            for init in initializes
+            if "enabled" in init.keywords or init.condition is not None
+        }
         self.enabled = f"{self.scaler}.is_enabled()" if switched else None
         self._plan_globals(initializes, uses)
         self._plan_updates(statements)
 
     @staticmethod
     def _single(init: _Initialize) -> bool:
-        return (init.models is not None and not isinstance(init.models, (cst.List, cst.Tuple))
-                and init.optimizers is not None and not isinstance(init.optimizers, (cst.List, cst.Tuple)))
+        return (
+            init.models is not None
+            and not isinstance(init.models, (cst.List, cst.Tuple))
+            and init.optimizers is not None
+            and not isinstance(init.optimizers, (cst.List, cst.Tuple))
+        )
 
     def _scaler_name(self, module: cst.Module, initializes: list[_Initialize]) -> str:
         if initializes and initializes[0].targets is not None:
@@ -249,8 +256,11 @@ class _Migration(cst.CSTTransformer):
             groups.setdefault(id(root), []).append(chain)
         for chains in groups.values():
             depth = 0  # the deepest block that holds every step of the group
-            while (all(len(c) > depth + 1 for c in chains) and len({c[depth][:2] for c in chains}) == 1
-                   and len({c[depth + 1][0] for c in chains}) == 1):
+            while (
+                all(len(c) > depth + 1 for c in chains)
+                and len({c[depth][:2] for c in chains}) == 1
+                and len({c[depth + 1][0] for c in chains}) == 1
+            ):
                 depth += 1
             last = max(chains, key=lambda c: c[depth][1])[depth][2]
             self.after.setdefault(id(last), []).append(parse_line(f"{self.scaler}.update()"))
@@ -309,7 +319,7 @@ class _Migration(cst.CSTTransformer):
                 lines.append(parse_line(f"{code_of(init.targets)} = {values}"))
         if init.optimizers is not None:
             comments, arguments = self._scaler_arguments(init)
-            scaler = parse_line(f'{self.scaler} = torch.amp.GradScaler({", ".join(arguments)})')
+            scaler = parse_line(f"{self.scaler} = torch.amp.GradScaler({', '.join(arguments)})")
             scaler = scaler.with_changes(leading_lines=[line for c in comments for line in _comments(c)])
             if init.condition is not None:  # created either way, before the ``if``: the flag switches it
                 self.before.setdefault(id(init.condition), []).append(scaler)
@@ -332,23 +342,33 @@ class _Migration(cst.CSTTransformer):
         if level is not None and not isinstance(level, cst.SimpleString):
             comments.append(f"TODO(ampdoctor): {opt_level_note(code_of(level))}")
         if isinstance(level, cst.SimpleString) and level.evaluated_value == "O2":
-            comments.append("apex O2 cast the model to float16 and kept float32 master weights; with torch.amp the "
-                            "model stays in float32 (its weights are the master weights) and autocast runs the "
-                            "forward in float16")
+            comments.append(
+                "apex O2 cast the model to float16 and kept float32 master weights; with torch.amp the "
+                "model stays in float32 (its weights are the master weights) and autocast runs the "
+                "forward in float16"
+            )
         scale = keywords.get("loss_scale")
         if isinstance(scale, (cst.Integer, cst.Float)):
             arguments += [f"init_scale={code_of(scale)}", f"growth_interval={_NEVER}"]
-            comments.append(f"a static loss scale: the scale starts at {code_of(scale)} and never grows (unlike apex, "
-                            "a step whose gradients overflow is skipped and the scale backs off)")
+            comments.append(
+                f"a static loss scale: the scale starts at {code_of(scale)} and never grows (unlike apex, "
+                "a step whose gradients overflow is skipped and the scale backs off)"
+            )
         elif scale is not None and not (isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic"):
-            comments.append(f"TODO(ampdoctor): loss_scale={code_of(scale)} was not migrated: pass init_scale= (and a "
-                            "large growth_interval=) for a static scale")
+            comments.append(
+                f"TODO(ampdoctor): loss_scale={code_of(scale)} was not migrated: pass init_scale= (and a "
+                "large growth_interval=) for a static scale"
+            )
         if "enabled" in keywords:
             arguments.append(f"enabled={code_of(keywords['enabled'])}")
         elif init.condition is not None:
             arguments.append(f"enabled={code_of(init.condition.test)}")
-        dropped = [k for k in keywords if k in ("min_loss_scale", "max_loss_scale", "cast_model_outputs",
-                                                "patch_torch_functions", "cast_model_type")]
+        dropped = [
+            k
+            for k in keywords
+            if k
+            in ("min_loss_scale", "max_loss_scale", "cast_model_outputs", "patch_torch_functions", "cast_model_type")
+        ]
         if dropped:
             comments.append(f"apex's {', '.join(dropped)} has no torch.amp equivalent and was dropped")
         return comments, arguments
@@ -369,8 +389,13 @@ class _Migration(cst.CSTTransformer):
             value = getattr(body[0], "value", None)
             backward = value if isinstance(value, cst.Call) else None
             body = [cst.SimpleStatementLine(body=[body[0]])]
-        if (backward is not None and isinstance(backward.func, cst.Attribute) and backward.func.attr.value == "backward"
-                and isinstance(backward.func.value, cst.Name) and backward.func.value.value == name):
+        if (
+            backward is not None
+            and isinstance(backward.func, cst.Attribute)
+            and backward.func.attr.value == "backward"
+            and isinstance(backward.func.value, cst.Name)
+            and backward.func.value.value == name
+        ):
             args = ", ".join(code_of(a) for a in backward.args)
             replacement = parse_line(f"{scaled}.backward({args})")
             self.plain_backwards[f"{loss}.backward({args})"] = replacement
@@ -483,6 +508,7 @@ class _Migration(cst.CSTTransformer):
             return statement
         comments = [line for text in todos for line in _comments(f"TODO(ampdoctor): {text}")]
         return statement.with_changes(leading_lines=[*statement.leading_lines, *comments])
+
 
 # ---------------------------------------------------------------------------------------
 # Building nodes

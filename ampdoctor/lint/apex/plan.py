@@ -78,8 +78,9 @@ def plan_migration(facts) -> MigrationPlan:
     return MigrationPlan(tuple(sorted(wraps)), tuple(sorted(todos)))
 
 
-def _plan_block(block: list[ast.stmt], models: set[str], scale_calls: set[int], planned: set[int], wraps: list,
-                todos: list) -> None:
+def _plan_block(
+    block: list[ast.stmt], models: set[str], scale_calls: set[int], planned: set[int], wraps: list, todos: list
+) -> None:
     """The autocast runs and TODOs for the ``amp.scale_loss`` blocks of one statement list."""
     runs = []
     for index, statement in enumerate(block):
@@ -109,14 +110,19 @@ _CLIPS = ("clip_grad_norm_", "clip_grad_value_")
 def _scaled_gradient_reads(facts) -> list[tuple[int, str, int]]:
     """``amp.master_params(o)`` other than clipped: apex had unscaled the gradients by then,
     GradScaler has not (the migration adds ``unscale_`` only before a clip)."""
-    clipped = {id(s.node.args[0]) for s in facts.calls
-               if s.node.args and ((s.qname or s.method or "").rsplit(".", 1)[-1] in _CLIPS)}
+    clipped = {
+        id(s.node.args[0])
+        for s in facts.calls
+        if s.node.args and ((s.qname or s.method or "").rsplit(".", 1)[-1] in _CLIPS)
+    }
     todos = []
     for site in facts.calls:
         if site.qname == "apex.amp.master_params" and id(site.node) not in clipped:
             optimizer = ast.unparse(site.node.args[0]) if site.node.args else "optimizer"
-            note = (f"the gradients are still scaled here: call `scaler.unscale_({optimizer})` first if they are "
-                    "read (apex had unscaled them), once per step")
+            note = (
+                f"the gradients are still scaled here: call `scaler.unscale_({optimizer})` first if they are "
+                "read (apex had unscaled them), once per step"
+            )
             todos.append((site.statement.lineno, note, site.statement.lineno))
     return todos
 
@@ -126,17 +132,19 @@ def opt_level_note(text: str) -> str:
 
 
 def _blocker(facts) -> str | None:
-    functions = {(s.qname or "")[len("apex.amp."):] for s in facts.calls if (s.qname or "").startswith("apex.amp.")}
+    functions = {(s.qname or "")[len("apex.amp.") :] for s in facts.calls if (s.qname or "").startswith("apex.amp.")}
     if functions - {"initialize"} and "initialize" not in functions:
-        return ("amp.initialize is not called in this module, so the migration cannot tell where the "
-                "GradScaler that replaces it should be created")
+        return (
+            "amp.initialize is not called in this module, so the migration cannot tell where the "
+            "GradScaler that replaces it should be created"
+        )
     for site in facts.calls:
         qname = site.qname or ""
         if not qname.startswith("apex."):
             continue
-        name = qname[len("apex."):]
+        name = qname[len("apex.") :]
         if name.startswith("amp."):
-            function = name[len("amp."):]
+            function = name[len("amp.") :]
             if function not in AMP_FUNCTIONS:
                 return f"`apex.amp.{function}` has no automatic migration"
             if function == "initialize":
@@ -146,23 +154,30 @@ def _blocker(facts) -> str | None:
                 if level is not None and level not in SUPPORTED_LEVELS:
                     return f"unknown opt_level {level!r}"
                 if any(isinstance(a, ast.Starred) for a in site.node.args) or any(
-                        k.arg is None for k in site.node.keywords):
+                    k.arg is None for k in site.node.keywords
+                ):
                     return "amp.initialize takes arguments from `*`/`**` unpacking, so its opt_level cannot be read"
                 if not _is_whole_statement(site):
-                    return "amp.initialize is part of a larger expression; the migration rewrites it only as a statement"
+                    return (
+                        "amp.initialize is part of a larger expression; the migration rewrites it only as a statement"
+                    )
                 if _is_nested_in_branch(site):
-                    return ("amp.initialize runs under a condition other than one plain `if` around it alone; "
-                            "the scaler and autocast would need the same condition (`enabled=`): migrate by hand")
+                    return (
+                        "amp.initialize runs under a condition other than one plain `if` around it alone; "
+                        "the scaler and autocast would need the same condition (`enabled=`): migrate by hand"
+                    )
             if function == "scale_loss" and not _is_sole_with_item(site):
                 return "amp.scale_loss is used other than as the only item of a `with` statement"
         elif name.startswith("fp16_utils."):
-            function = name[len("fp16_utils."):]
+            function = name[len("fp16_utils.") :]
             return FP16_UTILS.get(function, "it has no direct torch equivalent")
         elif name == "parallel.DistributedDataParallel":
             extra = [k.arg for k in site.node.keywords if k.arg not in DDP_DROPPABLE]
             if extra:
-                return (f"apex DistributedDataParallel's `{extra[0]}=` has no equivalent in "
-                        "torch.nn.parallel.DistributedDataParallel")
+                return (
+                    f"apex DistributedDataParallel's `{extra[0]}=` has no equivalent in "
+                    "torch.nn.parallel.DistributedDataParallel"
+                )
         elif name.startswith("parallel.") and name not in PARALLEL_DIRECT:
             return f"`apex.{name}` has no direct torch equivalent"
     return None
@@ -171,21 +186,28 @@ def _blocker(facts) -> str | None:
 def _is_whole_statement(site) -> bool:
     """``targets = amp.initialize(...)`` or ``amp.initialize(...)`` on its own line."""
     statement = site.statement
-    return (isinstance(statement, (ast.Assign, ast.Expr)) and statement.value is site.node
-            and (not isinstance(statement, ast.Assign) or len(statement.targets) == 1))
+    return (
+        isinstance(statement, (ast.Assign, ast.Expr))
+        and statement.value is site.node
+        and (not isinstance(statement, ast.Assign) or len(statement.targets) == 1)
+    )
 
 
 def _is_sole_with_item(site) -> bool:
     statement = site.statement
-    return (isinstance(statement, ast.With) and len(statement.items) == 1
-            and statement.items[0].context_expr is site.node)
+    return (
+        isinstance(statement, ast.With) and len(statement.items) == 1 and statement.items[0].context_expr is site.node
+    )
 
 
 def _is_nested_in_branch(site) -> bool:
     """Under a condition, other than ``if flag:`` holding the statement directly with no
     ``else`` (the flag then switches the scaler and autocast: ``enabled=flag``)."""
-    branches = [block for block in site.path
-                if block.kind in ("if", "else", "except", "match") and not _is_main_guard(block.node)]
+    branches = [
+        block
+        for block in site.path
+        if block.kind in ("if", "else", "except", "match") and not _is_main_guard(block.node)
+    ]
     if not branches:
         return False
     if len(branches) > 1 or branches[-1] is not site.path[-1] or branches[-1].kind != "if":
@@ -197,9 +219,14 @@ def _is_nested_in_branch(site) -> bool:
 def _is_main_guard(node: ast.AST) -> bool:
     """``if __name__ == "__main__":``: the script's body, not a condition on mixed precision."""
     test = getattr(node, "test", None)
-    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
-            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
-            and test.comparators[0].value == "__main__")
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
 
 
 def _literal(arg) -> str | None:
@@ -257,7 +284,7 @@ def _forward_run(block: list[ast.stmt], index: int, call: ast.Call, models: set[
     """(first index, last index) of the statements before ``block[index]`` that compute the
     loss from a model, or (index of the loss's assignment or None, the text of a TODO saying
     why they cannot be told)."""
-    todo = "put the forward pass that computes `{}` under `with torch.autocast(\"cuda\", dtype=torch.float16):`"
+    todo = 'put the forward pass that computes `{}` under `with torch.autocast("cuda", dtype=torch.float16):`'
     if not call.args:
         return None, todo.format("the loss") + " (the loss is not a positional argument of amp.scale_loss)"
     loss = call.args[0]

@@ -29,8 +29,9 @@ class CrossReport(Record):
 
     __slots__ = ("at", "code", "help", "message", "module", "related")
 
-    def __init__(self, code: str, module: str, at: list[int], message: str, help: str,
-                 related: list[tuple[str, list[int], str]]) -> None:
+    def __init__(
+        self, code: str, module: str, at: list[int], message: str, help: str, related: list[tuple[str, list[int], str]]
+    ) -> None:
         self.code = code
         self.module = module
         self.at = at
@@ -43,8 +44,9 @@ class Callers:
     """The modules that may call a function, found lazily: those whose text holds the token
     class a rule needs (``store.TOKEN_CLASSES``) and the function's name."""
 
-    def __init__(self, files: Iterable[str], has_class: Callable[[str, str], bool],
-                 mentions: Callable[[str, str], bool]) -> None:
+    def __init__(
+        self, files: Iterable[str], has_class: Callable[[str, str], bool], mentions: Callable[[str, str], bool]
+    ) -> None:
         self.files = sorted(files)
         self.has_class = has_class
         self.mentions = mentions
@@ -57,8 +59,7 @@ class Callers:
         return [rel for rel in self._by_class[kind] if self.mentions(rel, short)]
 
 
-def run_checks(project: Project, targets: Iterable[str], callers: Callers,
-               codes: frozenset[str]) -> list[CrossReport]:
+def run_checks(project: Project, targets: Iterable[str], callers: Callers, codes: frozenset[str]) -> list[CrossReport]:
     targets = sorted(set(targets))
     reports: list[CrossReport] = []
     if "AMP211" in codes:
@@ -171,8 +172,9 @@ def _forward_args(target: Target, call: dict, inner: dict) -> dict | None:
 # ---------------------------------------------------------------------------------------
 
 
-def _callers_of(project: Project, callers: Callers, kind: str, module: str,
-                name: str) -> Iterator[tuple[str, dict, Target]]:
+def _callers_of(
+    project: Project, callers: Callers, kind: str, module: str, name: str
+) -> Iterator[tuple[str, dict, Target]]:
     for caller in callers.of(kind, name):
         for call in project.calls(caller):
             if name.rsplit(".", 1)[-1] not in call["callee"]:
@@ -194,8 +196,9 @@ def _clips_in_helpers(project: Project, targets: list[str], callers: Callers) ->
                     yield report
 
 
-def _clip_report(project: Project, callers: Callers, module: str, name: str, function: dict,
-                 clip: dict) -> CrossReport | None:
+def _clip_report(
+    project: Project, callers: Callers, module: str, name: str, function: dict, clip: dict
+) -> CrossReport | None:
     params = function.get("params", [])
     index = params.index(clip["param"])
     scaled: list[tuple[str, dict, dict]] = []
@@ -333,8 +336,12 @@ def _bfloat16_scaler_factory(project: Project, targets: list[str], callers: Call
             for caller, call, _target in _callers_of(project, callers, "autocast", module, name):
                 caller_summary = project.summary(caller) or {}
                 regions = caller_summary.get("regions", [])
-                if (caller_summary.get("float16_code") is not False or not regions or not call.get("assigned")
-                        or any(r.get("dtype") != "bfloat16" for r in regions)):
+                if (
+                    caller_summary.get("float16_code") is not False
+                    or not regions
+                    or not call.get("assigned")
+                    or any(r.get("dtype") != "bfloat16" for r in regions)
+                ):
                     uses = []
                     break  # a caller that may run float16 (or that we cannot judge): silence
                 uses.append((caller, call, regions[0]))

@@ -119,8 +119,13 @@ class Project(Record):
     def resolve_name(self, module: str, parts: list[str], depth: int = 0) -> tuple[str, str, str] | None:
         """What ``parts`` (an attribute path) names in ``module``: ``(module, qualname, kind)``
         with kind ``"function"`` or ``"class"``."""
-        if (self._without is not None and 0 < len(parts) <= 2 and module not in self._summaries
-                and self.text_test is not None and self.text_test(module, ".".join(parts), self._without)):
+        if (
+            self._without is not None
+            and 0 < len(parts) <= 2
+            and module not in self._summaries
+            and self.text_test is not None
+            and self.text_test(module, ".".join(parts), self._without)
+        ):
             return None  # the function it names does nothing the caller asks about: not summarized
         summary = self.summary(module)
         if summary is None or not parts or depth > MAX_DEPTH:
@@ -217,7 +222,8 @@ class Project(Record):
                 spelled = summary.get("instances", {}).get(f"{own_class}.self.{parts[1]}")
                 found, skip = self._instance_method(module, spelled, parts[2]), 1
         elif len(parts) == 2 and (
-            f"{frame}:{parts[0]}" in summary.get("instances", {}) or f"<module>:{parts[0]}" in summary.get("instances", {})
+            f"{frame}:{parts[0]}" in summary.get("instances", {})
+            or f"<module>:{parts[0]}" in summary.get("instances", {})
         ):
             instances = summary["instances"]
             spelled = instances.get(f"{frame}:{parts[0]}") or instances.get(f"<module>:{parts[0]}")

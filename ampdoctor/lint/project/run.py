@@ -38,8 +38,15 @@ def project_folder(paths: Sequence[Path | str]) -> tuple[Path, bool] | None:
     return Path(os.path.commonpath(folders)), False
 
 
-def link_results(results: list, settings, codes: frozenset[str], use_cache: bool, cwd: Path,
-                 extra_exclude: Sequence[str] = (), jobs: int | None = None) -> None:
+def link_results(
+    results: list,
+    settings,
+    codes: frozenset[str],
+    use_cache: bool,
+    cwd: Path,
+    extra_exclude: Sequence[str] = (),
+    jobs: int | None = None,
+) -> None:
     """Add the cross-module findings to ``results`` (engine.FileResult objects), in place."""
     targets = {}
     for result in results:
@@ -127,8 +134,8 @@ def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: 
 
 def _relative(path: str, base: str) -> str:
     """The POSIX path of ``path`` (absolute and normalized) relative to the folder ``base``."""
-    if path.startswith(base) and path[len(base):len(base) + 1] == os.sep:
-        rel = path[len(base) + 1:]
+    if path.startswith(base) and path[len(base) : len(base) + 1] == os.sep:
+        rel = path[len(base) + 1 :]
     else:
         rel = os.path.relpath(path, base)
     return rel.replace(os.sep, "/") if os.sep != "/" else rel
@@ -151,7 +158,7 @@ def _ignored_folders(root: Path) -> set[str]:
 def _display(path: Path, cwd: Path) -> str:
     base = os.path.realpath(cwd) + os.sep
     absolute = os.path.realpath(path)
-    return absolute[len(base):].replace(os.sep, "/") if absolute.startswith(base) else path.as_posix()
+    return absolute[len(base) :].replace(os.sep, "/") if absolute.startswith(base) else path.as_posix()
 
 
 def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, settings) -> None:
@@ -173,11 +180,17 @@ def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, se
                 Related(result.path if module == rel else _display(root / module, cwd), at[0], at[1], message)
                 for module, at, message in report.related
             )
-            findings.append(Finding(
-                report.code, severity_of(report.code), report.message,
-                Location(result.path, line, column, end_line, end_column),
-                help=report.help, extra={"_noqa_lines": [line]}, related=related,
-            ))
+            findings.append(
+                Finding(
+                    report.code,
+                    severity_of(report.code),
+                    report.message,
+                    Location(result.path, line, column, end_line, end_column),
+                    help=report.help,
+                    extra={"_noqa_lines": [line]},
+                    related=related,
+                )
+            )
         if not findings:
             continue
         source = result.source
@@ -203,8 +216,9 @@ def link_source(findings: list, summary: dict, source: str, path: str, codes: fr
     rel = "module.py"
     project = Project({rel}, {rel: summary}.get)
     data = source.encode("utf-8", "replace")
-    callers = Callers([rel], lambda _rel, kind: any(t in data for t in TOKEN_CLASSES[kind]),
-                      lambda _rel, name: name in source)
+    callers = Callers(
+        [rel], lambda _rel, kind: any(t in data for t in TOKEN_CLASSES[kind]), lambda _rel, name: name in source
+    )
     taken = {(f.code, f.location.line) for f in findings}
     added = []
     for report in run_checks(project, [rel], callers, codes):
@@ -212,11 +226,17 @@ def link_source(findings: list, summary: dict, source: str, path: str, codes: fr
         if (report.code, line) in taken:
             continue
         taken.add((report.code, line))
-        added.append(Finding(
-            report.code, severity_of(report.code), report.message, Location(path, line, column, end_line, end_column),
-            help=report.help, extra={"_noqa_lines": [line]},
-            related=tuple(Related(path, at[0], at[1], message) for _module, at, message in report.related),
-        ))
+        added.append(
+            Finding(
+                report.code,
+                severity_of(report.code),
+                report.message,
+                Location(path, line, column, end_line, end_column),
+                help=report.help,
+                extra={"_noqa_lines": [line]},
+                related=tuple(Related(path, at[0], at[1], message) for _module, at, message in report.related),
+            )
+        )
     if not added:
         return findings
     kept, _suppressed = _apply_suppressions(added, source, ())

@@ -321,8 +321,11 @@ class SummaryStore:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
-                handle.write(json.dumps({"format": FORMAT, "written_ns": time.time_ns(), "files": self.entries},
-                                        separators=(",", ":")))
+                handle.write(
+                    json.dumps(
+                        {"format": FORMAT, "written_ns": time.time_ns(), "files": self.entries}, separators=(",", ":")
+                    )
+                )
             os.replace(temp, self.path)
         except OSError:
             pass  # a read-only project still lints; it just is not cached

@@ -244,8 +244,9 @@ def _changed_in(facts: AmpFacts, frame: Frame, name: str, before: CallSite) -> b
     return any(site.receiver == name and site.order < before.order for site in frame.calls)
 
 
-def mapping_of(facts: AmpFacts, frame: Frame, expr: ast.expr, order: int,
-               index: _AssignmentIndex | None = None) -> ast.expr | None:
+def mapping_of(
+    facts: AmpFacts, frame: Frame, expr: ast.expr, order: int, index: _AssignmentIndex | None = None
+) -> ast.expr | None:
     """The dict literal (or ``dict(...)`` call) that ``expr`` is or names, when the frame builds
     it in one piece before ``order`` and completes it nowhere else; otherwise None."""
     if _is_mapping_literal(expr):
@@ -253,9 +254,11 @@ def mapping_of(facts: AmpFacts, frame: Frame, expr: ast.expr, order: int,
     name = dotted(expr)
     if name is None:
         return None
-    candidates = index.of(frame, name) if index is not None else [
-        a for a in facts.assignments if a.frame is frame and a.target == name
-    ]
+    candidates = (
+        index.of(frame, name)
+        if index is not None
+        else [a for a in facts.assignments if a.frame is frame and a.target == name]
+    )
     earlier = [a for a in candidates if a.order < order]
     if len(earlier) != 1 or not _is_mapping_literal(earlier[0].value):
         return None
@@ -326,11 +329,13 @@ def _clips_before_param_step(facts: AmpFacts, frame: Frame, params: list[str]) -
             if unscaled:
                 continue
             optimizer = site.arg(0, "optimizer")
-            found.append({
-                "param": scaler,
-                "clip": position(clip.call.node),
-                "optimizer": dotted(optimizer.value) if optimizer else None,
-            })
+            found.append(
+                {
+                    "param": scaler,
+                    "clip": position(clip.call.node),
+                    "optimizer": dotted(optimizer.value) if optimizer else None,
+                }
+            )
             break
     return found
 
@@ -356,8 +361,12 @@ def _returned_scaler(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[i
         statement = new.call.statement
         if isinstance(statement, ast.Return) and statement.value is new.call.node:
             return position(new.call.node)
-        if (isinstance(statement, ast.Assign) and statement.value is new.call.node and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)):
+        if (
+            isinstance(statement, ast.Assign)
+            and statement.value is new.call.node
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
             made[statement.targets[0].id] = new.call.node
     if not made:
         return None
@@ -387,9 +396,10 @@ def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
         if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and statement.value is new.call.node):
             continue
         target = dotted(statement.targets[0])
-        if target is None or (type(statement.targets[0]) is not ast.Name and not (
-            target.count(".") == 1 and target.startswith("self.") and not new.call.path and frame.class_name
-        )):
+        if target is None or (
+            type(statement.targets[0]) is not ast.Name
+            and not (target.count(".") == 1 and target.startswith("self.") and not new.call.path and frame.class_name)
+        ):
             continue  # ``if self.scaler is None: self.scaler = ...`` is set-up done once
         if any(s.receiver == target and s.method == "step" for s in frame.calls):
             return {"at": position(new.call.node), "name": target}
@@ -434,8 +444,7 @@ def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict])
                 record["epoch_loop"] = True
             relevant = True
         statement = site.statement
-        if (isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is site.node
-                and facts.regions):
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is site.node and facts.regions:
             record["assigned"] = True
             relevant = True
         args = _arguments(facts, site, index)
@@ -550,9 +559,7 @@ def _scaler_state(site: CallSite, scaler: str) -> dict:
     if not backwards:
         return {"kind": "none"}
     last = backwards[-1]
-    unscaled = any(
-        e.scaler == scaler and last.order < e.order < site.order for e in frame.events_of(EventKind.UNSCALE)
-    )
+    unscaled = any(e.scaler == scaler and last.order < e.order < site.order for e in frame.events_of(EventKind.UNSCALE))
     return {"kind": "unscaled" if unscaled else "scaled", "backward": position(last.call.node)}
 
 

@@ -48,12 +48,28 @@ class ReportContext(Record):
     fixable only with --unsafe-fixes.
     """
 
-    __slots__ = ("findings", "sources", "files_checked", "suppressed", "fixed", "unsafe_fixes_available",
-                 "fix_mode", "diff_mode")
+    __slots__ = (
+        "findings",
+        "sources",
+        "files_checked",
+        "suppressed",
+        "fixed",
+        "unsafe_fixes_available",
+        "fix_mode",
+        "diff_mode",
+    )
 
-    def __init__(self, findings: list[Finding], sources: Mapping[str, str], files_checked: int,
-                 suppressed: int | None = None, fixed: int = 0, unsafe_fixes_available: int = 0,
-                 fix_mode: bool = False, diff_mode: bool = False) -> None:
+    def __init__(
+        self,
+        findings: list[Finding],
+        sources: Mapping[str, str],
+        files_checked: int,
+        suppressed: int | None = None,
+        fixed: int = 0,
+        unsafe_fixes_available: int = 0,
+        fix_mode: bool = False,
+        diff_mode: bool = False,
+    ) -> None:
         self.findings = findings
         self.sources = sources
         self.files_checked = files_checked

@@ -26,7 +26,4 @@ def format_finding(finding: Finding, *, color: bool = False) -> str:
     code = finding.code
     if color:
         code = f"\x1b[{_COLOURS.get(finding.severity, '1')}m{code}\x1b[0m"
-    return (
-        f"{location_label(finding.location)}: {code} [{finding.severity.label}] "
-        f"{one_line(finding.message)}"
-    )
+    return f"{location_label(finding.location)}: {code} [{finding.severity.label}] {one_line(finding.message)}"

@@ -103,9 +103,7 @@ def _result(finding: Finding, rule_index: int) -> dict[str, Any]:
         "ruleIndex": rule_index,
         "level": _LEVELS.get(finding.severity, "error"),
         "message": {"text": message},
-        "locations": [
-            {"physicalLocation": {"artifactLocation": artifact_location(loc.path), "region": region}}
-        ],
+        "locations": [{"physicalLocation": {"artifactLocation": artifact_location(loc.path), "region": region}}],
     }
     if finding.related:
         result["relatedLocations"] = [
@@ -131,9 +129,7 @@ def _result(finding: Finding, rule_index: int) -> dict[str, Any]:
     return result
 
 
-def _region(
-    line: int, column: int, end_line: Optional[int], end_column: Optional[int]
-) -> dict[str, int]:
+def _region(line: int, column: int, end_line: Optional[int], end_column: Optional[int]) -> dict[str, int]:
     end_line = line if end_line is None else max(end_line, line)
     if end_column is None:
         end_column = column + 1 if end_line == line else 1
@@ -162,9 +158,7 @@ def _fix(finding: Finding) -> dict[str, Any]:
 
 
 def _replacement(edit: Edit) -> dict[str, Any]:
-    replacement: dict[str, Any] = {
-        "deletedRegion": _region(edit.line, edit.column, edit.end_line, edit.end_column)
-    }
+    replacement: dict[str, Any] = {"deletedRegion": _region(edit.line, edit.column, edit.end_line, edit.end_column)}
     if edit.content:
         replacement["insertedContent"] = {"text": edit.content}
     return replacement

@@ -144,9 +144,7 @@ def cell_len(text: str) -> int:
     return width
 
 
-def _span_columns(
-    raw: str, line: int, column: int, end_line: int | None, end_column: int | None
-) -> tuple[int, int]:
+def _span_columns(raw: str, line: int, column: int, end_line: int | None, end_column: int | None) -> tuple[int, int]:
     """0-based [start, end) of the span on its first line; a multi-line span runs to the end."""
     start = min(max(column - 1, 0), len(raw))
     if end_line is not None and end_line > line:

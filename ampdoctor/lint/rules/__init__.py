@@ -25,7 +25,18 @@ from ..fixes import FixPlan, NodeEdit
 from ..model import AmpFacts
 from ..vocabulary import AUTOCAST_NAMES, FLOAT16_CASTS, GRAD_SCALER_NAMES
 
-__all__ = ["AUTOCAST", "FLOAT16", "SCALED_BACKWARD", "SCALER", "FixPlan", "LintRule", "NodeEdit", "Report", "lint_rules", "register"]
+__all__ = [
+    "AUTOCAST",
+    "FLOAT16",
+    "SCALED_BACKWARD",
+    "SCALER",
+    "FixPlan",
+    "LintRule",
+    "NodeEdit",
+    "Report",
+    "lint_rules",
+    "register",
+]
 
 
 class Report(Record):

@@ -13,6 +13,10 @@ from ..syntax import iter_nodes
 from ..vocabulary import Enabled, EventKind
 from . import AUTOCAST, FixPlan, LintRule, NodeEdit, Report, register
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import ClassVar
+
 
 def _where(site: CallSite) -> str:
     region = site.region
@@ -175,7 +179,7 @@ class StepInAutocast(LintRule):
     tokens = ("autocast",)
     anchors = AUTOCAST
 
-    _LABEL = {
+    _LABEL: ClassVar[dict[EventKind, str]] = {
         EventKind.SCALER_STEP: "scaler.step()",
         EventKind.OPTIMIZER_STEP: "optimizer.step()",
         EventKind.UPDATE: "scaler.update()",
@@ -224,7 +228,6 @@ class DowncastInAutocast(LintRule):
                 help="Remove the cast and let autocast choose the precision per op",
                 statement=site.statement,
             )
-
 
 
 def _guarded_by_own_flag(site: CallSite, region) -> bool:

@@ -126,7 +126,9 @@ class UnsafeUnderAutocast(LintRule):
         if not facts.uses_autocast:
             return
         losses = [
-            a for a in facts.assignments if isinstance(a.value, ast.Call) and facts.qualify(a.value.func) in _BCE_MODULES
+            a
+            for a in facts.assignments
+            if isinstance(a.value, ast.Call) and facts.qualify(a.value.func) in _BCE_MODULES
         ]
         names = {a.target for a in losses}
         for site in facts.calls:
@@ -253,9 +255,25 @@ def _decorated_with(function: ast.FunctionDef | ast.AsyncFunctionDef, names: set
 
 
 # Calls in a forward that autocast leaves alone: bookkeeping, views and copies.
-_NEUTRAL_METHODS = VIEW_METHODS | {"clone", "detach", "save_for_backward", "mark_dirty", "mark_non_differentiable",
-                                    "set_materialize_grads", "size", "dim", "numel", "requires_grad_", "new_empty",
-                                    "new_zeros", "empty_like", "zeros_like", "ones_like", "item", "tolist"}
+_NEUTRAL_METHODS = VIEW_METHODS | {
+    "clone",
+    "detach",
+    "save_for_backward",
+    "mark_dirty",
+    "mark_non_differentiable",
+    "set_materialize_grads",
+    "size",
+    "dim",
+    "numel",
+    "requires_grad_",
+    "new_empty",
+    "new_zeros",
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "item",
+    "tolist",
+}
 _NEUTRAL_NAMES = {"len", "isinstance", "tuple", "list", "super", "getattr", "setattr", "hasattr", "range", "print"}
 
 
@@ -325,7 +343,9 @@ def _class_name(cls: ast.ClassDef, facts: AmpFacts) -> ast.AST:
         return cls  # ``class \`` continued on the next line: point at the statement
     start = cls.col_offset + head.end()  # ``class`` and blanks are ASCII: bytes = characters
     end = start + len(cls.name.encode("utf-8"))
-    return ast.Name(cls.name, ast.Load(), lineno=cls.lineno, col_offset=start, end_lineno=cls.lineno, end_col_offset=end)
+    return ast.Name(
+        cls.name, ast.Load(), lineno=cls.lineno, col_offset=start, end_lineno=cls.lineno, end_col_offset=end
+    )
 
 
 _CLASS_HEAD = re.compile(r"class[ \t\f]+")

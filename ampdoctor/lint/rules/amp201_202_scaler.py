@@ -28,8 +28,18 @@ from . import SCALED_BACKWARD, FixPlan, LintRule, NodeEdit, Report, register
 _COMPOUND = tuple(
     getattr(ast, name)
     for name in (
-        "If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "FunctionDef",
-        "AsyncFunctionDef", "ClassDef", "Match",
+        "If",
+        "For",
+        "AsyncFor",
+        "While",
+        "With",
+        "AsyncWith",
+        "Try",
+        "TryStar",
+        "FunctionDef",
+        "AsyncFunctionDef",
+        "ClassDef",
+        "Match",
     )
     if hasattr(ast, name)
 )

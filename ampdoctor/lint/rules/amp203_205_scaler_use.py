@@ -152,8 +152,11 @@ class ScalerInLoop(LintRule):
         ):
             return None
         return self._report(
-            facts, new, f"a new GradScaler is assigned to `{target}` on every pass of the loop that steps it",
-            "each iteration", "Create the GradScaler once, before the training loop",
+            facts,
+            new,
+            f"a new GradScaler is assigned to `{target}` on every pass of the loop that steps it",
+            "each iteration",
+            "Create the GradScaler once, before the training loop",
         )
 
     def _in_epoch_loop(self, frame: Frame, facts: AmpFacts, new: Event, target: str) -> Report | None:
@@ -165,14 +168,19 @@ class ScalerInLoop(LintRule):
         nested = [
             s
             for s in scaler_events(frame, EventKind.SCALER_STEP, target)
-            if s.order > new.order and s.call.loop is not None and s.call.loop.ident != loop.ident
+            if s.order > new.order
+            and s.call.loop is not None
+            and s.call.loop.ident != loop.ident
             and any(b.ident == loop.ident for b in s.path)
         ]
         if not nested or _builds_optimizer(facts, frame, loop):
             return None
         return self._report(
-            facts, new, f"a new GradScaler is assigned to `{target}` on every pass of the epoch loop",
-            "each epoch", "Create the GradScaler once, before the epoch loop",
+            facts,
+            new,
+            f"a new GradScaler is assigned to `{target}` on every pass of the epoch loop",
+            "each epoch",
+            "Create the GradScaler once, before the epoch loop",
         )
 
     def _in_epoch_function(self, frame: Frame, facts: AmpFacts, new: Event, target: str) -> Report | None:
@@ -188,10 +196,12 @@ class ScalerInLoop(LintRule):
             loop = site.loop
             if loop is not None and (_is_epoch_loop(facts, loop.node) or "epoch" in name.lower()):
                 return self._report(
-                    facts, new,
+                    facts,
+                    new,
                     f"a new GradScaler is assigned to `{target}` on every call of `{name}`, which the loop on line "
                     f"{loop.node.lineno} calls once per epoch",
-                    "each epoch", f"Create the GradScaler once, before the epoch loop, and pass it to `{name}`",
+                    "each epoch",
+                    f"Create the GradScaler once, before the epoch loop, and pass it to `{name}`",
                 )
         return None
 
@@ -230,7 +240,13 @@ def _calls_of(facts: AmpFacts, frame: Frame) -> list[CallSite]:
     if frame.parent is None or frame.parent.parent is not None:
         return []  # a nested function: called through names the model does not follow
     if frame.class_name is None:
-        return [c for c in facts.calls if c.receiver is None and isinstance(c.node.func, ast.Name)
-                and c.node.func.id == node.name]
-    return [c for c in facts.calls if c.receiver == "self" and c.method == node.name
-            and c.frame.class_name == frame.class_name]
+        return [
+            c
+            for c in facts.calls
+            if c.receiver is None and isinstance(c.node.func, ast.Name) and c.node.func.id == node.name
+        ]
+    return [
+        c
+        for c in facts.calls
+        if c.receiver == "self" and c.method == node.name and c.frame.class_name == frame.class_name
+    ]

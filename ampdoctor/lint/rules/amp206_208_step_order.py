@@ -75,7 +75,9 @@ class DoubleUnscale(LintRule):
                     continue
                 if not same_iteration(first, second) or exclusive(first, second):
                     continue
-                if any(first.order < e.order < second.order for e in scaler_events(frame, EventKind.UPDATE, first.scaler)):
+                if any(
+                    first.order < e.order < second.order for e in scaler_events(frame, EventKind.UPDATE, first.scaler)
+                ):
                     continue  # update() reset the state in between
                 if any(
                     s.optimizer == first.optimizer and s.order < second.order and same_iteration(s, second)
@@ -121,7 +123,9 @@ class DoubleUnscale(LintRule):
                     why = f"it runs on every micro-step while the step is gated by `{facts.text(gate.test)}`"
                     # An update() on every micro-step resets the state: no error, but repeated division.
                     raises = not any(
-                        u.scaler == unscale.scaler and u.order > unscale.order and is_prefix(u.path, unscale.path)
+                        u.scaler == unscale.scaler
+                        and u.order > unscale.order
+                        and is_prefix(u.path, unscale.path)
                         and len(u.path) == len(unscale.path)
                         for u in updates
                     )
@@ -141,7 +145,6 @@ class DoubleUnscale(LintRule):
                 )
                 break
 
-
     def _iteration_without_update(self, frame: Frame, facts: AmpFacts) -> Iterator[Report]:
         """An ``unscale_`` on a path of one iteration that ends without ``update()`` (the next
         iteration's ``unscale_`` of the same optimizer raises), or that updates without stepping
@@ -153,7 +156,8 @@ class DoubleUnscale(LintRule):
                 continue
             updates = [u for u in scaler_events(frame, EventKind.UPDATE, unscale.scaler) if in_pass(u, node)]
             steps = [
-                s for s in scaler_events(frame, EventKind.SCALER_STEP, unscale.scaler)
+                s
+                for s in scaler_events(frame, EventKind.SCALER_STEP, unscale.scaler)
                 if in_pass(s, node) and s.optimizer == unscale.optimizer
             ]
             if not updates or not steps:
@@ -174,7 +178,7 @@ class DoubleUnscale(LintRule):
     def _without_update(
         self, facts: AmpFacts, unscale: Event, node: ast.AST, path: Path, where: int, updates: list[Event]
     ) -> Report | None:
-        if any(e.kind is EventKind.UPDATE and e.scaler == unscale.scaler for e in path.events[where + 1:]):
+        if any(e.kind is EventKind.UPDATE and e.scaler == unscale.scaler for e in path.events[where + 1 :]):
             return None
         if path.jump is not None:
             reason = f"`{facts.text(path.jump)}` on line {path.jump.lineno} skips it"
@@ -194,10 +198,12 @@ class DoubleUnscale(LintRule):
             statement=unscale.call.statement,
         )
 
-    def _without_step(self, facts: AmpFacts, unscale: Event, path: Path, where: int, steps: list[Event]) -> Report | None:
+    def _without_step(
+        self, facts: AmpFacts, unscale: Event, path: Path, where: int, steps: list[Event]
+    ) -> Report | None:
         """Unscaled, then updated but not stepped because the step waits for the accumulation step.
         (A guard that skips a non-finite step is right to update without stepping.)"""
-        later = path.events[where + 1:]
+        later = path.events[where + 1 :]
         if any(e in steps for e in later) or not any(
             e.kind is EventKind.UPDATE and e.scaler == unscale.scaler for e in later
         ):
@@ -307,9 +313,11 @@ class ScalerCallOrder(LintRule):
     def _step_before_backward(self, frame: Frame, facts: AmpFacts) -> Iterator[Report]:
         done: set[int] = set()
         for step, backward in self._pairs(frame, EventKind.SCALER_STEP, EventKind.SCALED_BACKWARD):
-            if id(step) in done or any(feeds(b, step) for b in scaler_events(frame, EventKind.SCALED_BACKWARD, step.scaler)):
+            if id(step) in done or any(
+                feeds(b, step) for b in scaler_events(frame, EventKind.SCALED_BACKWARD, step.scaler)
+            ):
                 continue
-            if any(b.kind != "loop" for b in step.path[common_prefix(step.path, backward.path):]):
+            if any(b.kind != "loop" for b in step.path[common_prefix(step.path, backward.path) :]):
                 continue  # a conditional step (``if i > 0:``) may be deliberate
             yield Report(
                 self.code,

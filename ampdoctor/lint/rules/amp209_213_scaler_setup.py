@@ -23,12 +23,12 @@ from . import AUTOCAST, SCALED_BACKWARD, SCALER, LintRule, Report, register
 from .scaler_queries import (
     event_text,
     float16_in_code,
-    scaler_enabled_arg,
     framework_backward,
     mentions,
     saver_has_scaler,
     scaler_device,
     scaler_enabled,
+    scaler_enabled_arg,
     scaler_events,
     uses_framework,
 )
@@ -36,6 +36,7 @@ from .scaler_queries import (
 # --------------------------------------------------------------------------------------
 # AMP209 scaler-with-bfloat16
 # --------------------------------------------------------------------------------------
+
 
 @register
 class ScalerWithBfloat16(LintRule):
@@ -147,8 +148,13 @@ class Float16WithoutScaler(LintRule):
         return None
 
 
-_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad",
-            "torch.autograd.grad_mode.inference_mode"}
+_NO_GRAD = {
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.autograd.no_grad",
+    "torch.autograd.grad_mode.no_grad",
+    "torch.autograd.grad_mode.inference_mode",
+}
 
 
 def _under_no_grad(facts: AmpFacts, frame) -> set[int]:
@@ -213,8 +219,12 @@ def _wrapper_state_dicts(facts: AmpFacts) -> Iterable[Report]:
     owned: dict[str, str] = {}
     for assignment in facts.assignments:
         target, value = assignment.target, assignment.value
-        if (target.startswith("self.") and assignment.frame.class_name and type(value) is ast.Call
-                and facts.qualify(value.func) in GRAD_SCALER_NAMES):
+        if (
+            target.startswith("self.")
+            and assignment.frame.class_name
+            and type(value) is ast.Call
+            and facts.qualify(value.func) in GRAD_SCALER_NAMES
+        ):
             owned.setdefault(assignment.frame.class_name, target)
     for function, frame in facts.functions:
         scaler = owned.get(frame.class_name or "")
@@ -228,7 +238,8 @@ def _wrapper_state_dicts(facts: AmpFacts) -> Iterable[Report]:
             continue
         value = returns[0].value
         receivers = [
-            dotted(n.func.value) for n in iter_nodes(value)
+            dotted(n.func.value)
+            for n in iter_nodes(value)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "state_dict"
         ]
         if not receivers or not all(is_optimizer(r, facts) or "optim" in (r or "").lower() for r in receivers):
@@ -283,7 +294,7 @@ class ScalerStateNotSaved(LintRule):
                 save.node,
                 "checkpoint saves the optimizer's state but not the GradScaler's: on resume the loss scale restarts "
                 "at its initial value (65536) and the first steps are skipped while it backs off",
-                help="Add `\"scaler\": scaler.state_dict()` to the checkpoint and `scaler.load_state_dict(...)` on resume",
+                help='Add `"scaler": scaler.state_dict()` to the checkpoint and `scaler.load_state_dict(...)` on resume',
                 statement=save.statement,
             )
 

@@ -92,8 +92,20 @@ def _explicit_non_half(site: CallSite, facts: AmpFacts) -> bool:
     return name.startswith("torch.") and name[6:] in ("long", "int", "int64", "int32", "bool", "uint8", "int8", "int16")
 
 
-_FACTORIES = {"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.tensor", "torch.zeros_like",
-              "torch.ones_like", "torch.empty_like", "torch.full_like", "torch.arange", "torch.rand", "torch.randn"}
+_FACTORIES = {
+    "torch.zeros",
+    "torch.ones",
+    "torch.empty",
+    "torch.full",
+    "torch.tensor",
+    "torch.zeros_like",
+    "torch.ones_like",
+    "torch.empty_like",
+    "torch.full_like",
+    "torch.arange",
+    "torch.rand",
+    "torch.randn",
+}
 
 
 def _made_non_half(site: CallSite, facts: AmpFacts) -> bool:
@@ -203,7 +215,7 @@ class Float16OverflowConstant(LintRule):
         if facts.uses_float16:
             walker = _AdditiveWalker(facts)
             walker.walk(site for site in facts.calls if site.in_autocast or site.qname in AUTOCAST_NAMES)
-            for literal, value in walker.found:
+            for literal, _value in walker.found:
                 yield Report(
                     self.code,
                     literal,
@@ -225,8 +237,9 @@ class Float16OverflowConstant(LintRule):
         if site.qname is None and site.method in _RECEIVER_FIX and receiver is not None and torch_name is not None:
             text = f"{torch_name}.finfo({receiver}.dtype).{bound}"
             # ``literal`` excludes any parentheses around it, which then stay around the new text.
-            fix = FixPlan(f"Replace `{facts.text(literal)}` with `{text}`", (NodeEdit("replace", literal, text),),
-                          _unsafe())
+            fix = FixPlan(
+                f"Replace `{facts.text(literal)}` with `{text}`", (NodeEdit("replace", literal, text),), _unsafe()
+            )
         return Report(
             self.code,
             literal,
@@ -250,8 +263,9 @@ def _stores_into_float16(facts: AmpFacts) -> Iterable[tuple[str, ast.expr]]:
     for target, assign, frame in facts.item_assignments:
         if _overflows(assign.value) is None:
             continue
-        earlier = [a for a in facts.assignments
-                   if a.frame is frame and a.target == target and a.value.lineno < assign.lineno]
+        earlier = [
+            a for a in facts.assignments if a.frame is frame and a.target == target and a.value.lineno < assign.lineno
+        ]
         if earlier and id(earlier[-1].value) in made_in_float16:
             yield target, assign.value
 
@@ -501,7 +515,7 @@ class HalfModelTraining(LintRule):
                 optimizer.node,
                 f"the optimizer updates the parameters of `{model.name}`, which was made float16: without float32 "
                 "master weights, updates smaller than float16's resolution are lost",
-                help="Keep the model in float32 and use `torch.autocast(\"cuda\", dtype=torch.float16)` with "
+                help='Keep the model in float32 and use `torch.autocast("cuda", dtype=torch.float16)` with '
                 "`torch.amp.GradScaler`, or give the optimizer float32 master copies of the parameters",
                 statement=optimizer.statement,
             )

@@ -197,10 +197,14 @@ class DeprecatedAmpApi(LintRule):
 
     # ---- ``from torch.cuda.amp import *``: every name it binds is the deprecated one
 
-    def _star_imports(self, facts: AmpFacts, gated: "_Gated") -> Iterable[Report]:
+    def _star_imports(self, facts: AmpFacts, gated: _Gated) -> Iterable[Report]:
         for node in _module_level_imports(facts.module.body):
-            if (node.level or node.module not in _DEPRECATED_MODULES
-                    or not any(alias.name == "*" for alias in node.names) or id(node) in gated):
+            if (
+                node.level
+                or node.module not in _DEPRECATED_MODULES
+                or not any(alias.name == "*" for alias in node.names)
+                or id(node) in gated
+            ):
                 continue
             device = _DEPRECATED_MODULES[node.module]
             from ..textpos import import_from_module
@@ -208,20 +212,22 @@ class DeprecatedAmpApi(LintRule):
             yield Report(
                 self.code,
                 import_from_module(facts.lines, node) or node,
-                f"`{node.module}` is deprecated since torch 2.4: use `torch.amp` with device \"{device}\"",
+                f'`{node.module}` is deprecated since torch 2.4: use `torch.amp` with device "{device}"',
                 help=f'Import the names you use from `torch.amp` and pass "{device}" as the device',
             )
 
     # ---- ``from torch.cuda.amp import ...`` / ``from torch.cuda import amp`` / ``import torch.cuda.amp as x``
 
-    def _imports(self, facts: AmpFacts, gated: "_Gated") -> Iterable[Report]:
+    def _imports(self, facts: AmpFacts, gated: _Gated) -> Iterable[Report]:
         by_statement: dict[int, list[ImportRef]] = {}
         for ref in facts.import_refs:
             if ref.fallback or id(ref.node) in gated:
                 continue  # ``except ImportError:`` fallback or version-gated import for old torch versions
-            if _deprecated(ref.qname) or ref.qname in _DEPRECATED_MODULES or (
-                ref.module or ""
-            ).startswith(tuple(f"{m}." for m in _DEPRECATED_MODULES)):
+            if (
+                _deprecated(ref.qname)
+                or ref.qname in _DEPRECATED_MODULES
+                or (ref.module or "").startswith(tuple(f"{m}." for m in _DEPRECATED_MODULES))
+            ):
                 by_statement.setdefault(id(ref.node), []).append(ref)
         if by_statement:
             from ..textpos import import_alias_name, import_from_module
@@ -239,13 +245,13 @@ class DeprecatedAmpApi(LintRule):
             yield Report(
                 self.code,
                 anchor,
-                f"`{old}` is deprecated since torch 2.4: use `torch.amp` with device \"{device}\"",
+                f'`{old}` is deprecated since torch 2.4: use `torch.amp` with device "{device}"',
                 help=f'Import from `torch.amp` and pass "{device}" as the device',
                 fix=self._import_fix(facts, node, name, refs, device, gated) if name is not None else None,
             )
 
     def _import_fix(
-        self, facts: AmpFacts, node: ast.stmt, name: ast.Name, refs: list[ImportRef], device: str, gated: "_Gated"
+        self, facts: AmpFacts, node: ast.stmt, name: ast.Name, refs: list[ImportRef], device: str, gated: _Gated
     ) -> FixPlan | None:
         """Rename the module at the import (``name``: its text) and add the device at every use."""
         names: set[str] = set()
@@ -292,7 +298,7 @@ class DeprecatedAmpApi(LintRule):
 
     # ---- ``torch.cuda.amp.autocast(...)`` spelled out -----------------------------------
 
-    def _attribute_chains(self, facts: AmpFacts, gated: "_Gated") -> Iterable[Report]:
+    def _attribute_chains(self, facts: AmpFacts, gated: _Gated) -> Iterable[Report]:
         calls_by_func = {id(site.node.func): site.node for site in facts.calls}
         decorators = {id(d) for function, _frame in facts.functions for d in function.decorator_list}
         bases = {id(base) for class_def, _ in facts.classes for base in class_def.bases}
@@ -302,7 +308,12 @@ class DeprecatedAmpApi(LintRule):
             spelled = dotted(node)
             if target is None or spelled is None or id(node) in gated:
                 continue
-            if id(node) not in calls_by_func and id(node) not in decorators and id(node) not in bases and id(node) not in held:
+            if (
+                id(node) not in calls_by_func
+                and id(node) not in decorators
+                and id(node) not in bases
+                and id(node) not in held
+            ):
                 continue  # a reference, not a use: ``func is torch.cuda.amp.autocast`` recognises the old name
             head = spelled.split(".", 1)[0]
             if facts.imports.get(head) != "torch":
@@ -311,7 +322,7 @@ class DeprecatedAmpApi(LintRule):
                 self.code,
                 node,
                 f"`torch.{target.device}.amp.{target.name}` is deprecated since torch 2.4: "
-                f"use `torch.amp.{target.name}` with device \"{target.device}\"",
+                f'use `torch.amp.{target.name}` with device "{target.device}"',
                 help=f'Use `torch.amp.{target.name}` and pass "{target.device}" as the device',
                 fix=self._chain_fix(facts, node, head, target, calls_by_func.get(id(node)), id(node) in decorators),
             )
@@ -325,14 +336,16 @@ class DeprecatedAmpApi(LintRule):
         call: ast.Call | None,
         decorator: bool,
     ) -> FixPlan | None:
-        description = f"Use `torch.amp.{target.name}` with device \"{target.device}\""
+        description = f'Use `torch.amp.{target.name}` with device "{target.device}"'
         if call is not None:
             edits = _call_edits(facts.lines, call, target)
             if edits is None:
                 return None
             return FixPlan(description, (NodeEdit("replace", node, f"{head}.amp.{target.name}"), *edits))
         if decorator and target.kind == "custom":
-            return FixPlan(description, (NodeEdit("replace", node, f'{head}.amp.{target.name}(device_type="{target.device}")'),))
+            return FixPlan(
+                description, (NodeEdit("replace", node, f'{head}.amp.{target.name}(device_type="{target.device}")'),)
+            )
         return None
 
 
@@ -378,6 +391,7 @@ def _original_name(local: str, refs: list[ImportRef]) -> str:
 # takes: ``torch.amp.GradScaler if _TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler``,
 # ``if hasattr(torch.amp, "GradScaler"): ... else: ...``, ``try: ... except AttributeError: ...``.
 # That is correct code; rewriting the old branch would drop old-torch support.
+
 
 class _Gated:
     """``id(node) in gated``: whether a node is inside a branch kept for old torch. The module is

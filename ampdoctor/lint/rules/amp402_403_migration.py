@@ -61,7 +61,7 @@ class ApexAmp(LintRule):
         """A report per apex call, and whether its message already says why it is not migrated."""
         for site in facts.calls:
             qname = site.qname or ""
-            package, _, function = qname[len("apex."):].partition(".") if qname.startswith("apex.") else ("", "", "")
+            package, _, function = qname[len("apex.") :].partition(".") if qname.startswith("apex.") else ("", "", "")
             if "." in function or package not in ("amp", "fp16_utils", "parallel"):
                 continue  # ``amp.foo.bar()``, or apex's optimizers and layers, which are not AMP
             if package == "amp":
@@ -75,8 +75,10 @@ class ApexAmp(LintRule):
                 from ..apex.plan import FP16_UTILS
 
                 reason = FP16_UTILS.get(function, "it has no direct torch equivalent")
-                message = (f"`apex.fp16_utils.{function}` is NVIDIA's deprecated mixed precision and is not migrated "
-                           f"automatically: {reason}")
+                message = (
+                    f"`apex.fp16_utils.{function}` is NVIDIA's deprecated mixed precision and is not migrated "
+                    f"automatically: {reason}"
+                )
             report = Report(
                 self.code,
                 site.node.func,

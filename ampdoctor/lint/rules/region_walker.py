@@ -20,8 +20,23 @@ from ..vocabulary import DTYPES
 
 _LOWERED_FUNCTIONS = {
     f"torch.{name}"
-    for name in ("matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "addmv", "mv", "conv1d", "conv2d", "conv3d",
-                 "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "chain_matmul")
+    for name in (
+        "matmul",
+        "mm",
+        "bmm",
+        "baddbmm",
+        "addmm",
+        "addbmm",
+        "addmv",
+        "mv",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "chain_matmul",
+    )
 } | {
     f"torch.nn.functional.{name}"
     for name in ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
@@ -30,11 +45,29 @@ _LOWERED_METHODS = {"matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "addmv"
 _LOWERED_LAYERS = {
     f"torch.nn.{name}"
     for name in ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")
-} | {"torch.nn.modules.linear.Linear", "torch.nn.modules.conv.Conv1d", "torch.nn.modules.conv.Conv2d",
-     "torch.nn.modules.conv.Conv3d"}
+} | {
+    "torch.nn.modules.linear.Linear",
+    "torch.nn.modules.conv.Conv1d",
+    "torch.nn.modules.conv.Conv2d",
+    "torch.nn.modules.conv.Conv3d",
+}
 # Methods and attributes that change a tensor's shape or layout but keep its dtype.
-VIEW_METHODS = {"t", "transpose", "permute", "view", "reshape", "contiguous", "unsqueeze", "squeeze", "flatten",
-                 "expand", "view_as", "reshape_as", "swapaxes", "movedim"}
+VIEW_METHODS = {
+    "t",
+    "transpose",
+    "permute",
+    "view",
+    "reshape",
+    "contiguous",
+    "unsqueeze",
+    "squeeze",
+    "flatten",
+    "expand",
+    "view_as",
+    "reshape_as",
+    "swapaxes",
+    "movedim",
+}
 _VIEW_ATTRIBUTES = {"T", "mT", "H", "mH"}
 _LOW_PRECISION = ("float16", "bfloat16")
 
@@ -68,8 +101,12 @@ def cast_target(expr: ast.expr, facts: AmpFacts) -> str | None:
             if arg.star or (arg.keyword is not None and arg.keyword != "dtype"):
                 continue
             name = facts.qualify(arg.value) or string_value(arg.value) or ""
-            dtype = DTYPES.get(name) or {"torch.FloatTensor": "float32", "torch.cuda.FloatTensor": "float32",
-                                         "torch.HalfTensor": "float16", "torch.cuda.HalfTensor": "float16"}.get(name)
+            dtype = DTYPES.get(name) or {
+                "torch.FloatTensor": "float32",
+                "torch.cuda.FloatTensor": "float32",
+                "torch.HalfTensor": "float16",
+                "torch.cuda.HalfTensor": "float16",
+            }.get(name)
             if dtype is not None:
                 return dtype
     return None
@@ -214,7 +251,7 @@ class RegionWalker:
         self._stack[-1].extend(self._region_of(item.context_expr) for item in node.items)
 
     def _leave_with(self, node: ast.With | ast.AsyncWith) -> None:
-        del self._stack[-1][-len(node.items):]
+        del self._stack[-1][-len(node.items) :]
 
     def _assignment(self, node: ast.Assign | ast.AugAssign | ast.AnnAssign) -> None:
         if isinstance(node, ast.Assign):

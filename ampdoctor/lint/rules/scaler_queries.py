@@ -26,7 +26,9 @@ def framework_backward(site: CallSite) -> bool:
 def uses_framework(facts: AmpFacts) -> bool:
     """Modules built on a framework that owns the loss scaling (accelerate, Lightning, DeepSpeed, apex)."""
     roots = {q.split(".", 1)[0] for q in facts.imports.values()}
-    return bool(roots & {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "apex", "colossalai"})
+    return bool(
+        roots & {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "apex", "colossalai"}
+    )
 
 
 def scaler_enabled_arg(call: ast.Call, qname: str):
@@ -93,8 +95,11 @@ def float16_in_code(facts: AmpFacts) -> bool:
     for node in iter_nodes(facts.module):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                    and isinstance(first.value.value, str)):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 docstrings.add((first.value.lineno, first.value.col_offset))
     try:
         for token in tokenize.generate_tokens(io.StringIO(facts.source).readline):

@@ -58,20 +58,20 @@ from .textgate import TextGate, may_have, may_keep, text_gate
 
 __all__ = [
     "LITERAL_FLAGS",
+    "TextGate",
     "autocast_anchor",
     "calls_method",
     "casts_to",
     "float16_anchor",
     "float16_cast",
     "half_call",
-    "method_casts_to",
     "literal_flags",
     "may_have",
     "may_keep",
     "mentions_word",
+    "method_casts_to",
     "references",
     "text_gate",
-    "TextGate",
 ]
 
 

@@ -69,7 +69,7 @@ def _lex(d: bytes, start: int, end: int):
                 if _continued(d, start):
                     return UNSURE
                 checked = True
-            if d[i + 1:i + 2] == d[i:i + 1] and d[i + 2:i + 3] == d[i:i + 1]:
+            if d[i + 1 : i + 2] == d[i : i + 1] and d[i + 2 : i + 3] == d[i : i + 1]:
                 return UNSURE  # a triple-quoted string may span lines
             j = i
             while j > start and d[j - 1] in _ID:
@@ -134,7 +134,7 @@ def _next(d: bytes, i: int) -> int:
             if k < 0:
                 return n
             i = k + 1
-        elif c == _BACKSLASH and d[i + 1:i + 2] in (b"\n", b"\r"):
+        elif c == _BACKSLASH and d[i + 1 : i + 2] in (b"\n", b"\r"):
             i += 2
         else:
             return i
@@ -156,7 +156,7 @@ def _operand_end(d: bytes, j: int) -> bool:
     if c in _OPERAND_END:
         return True
     if c in _ID:
-        word = d[_ident_start(d, j):j + 1]
+        word = d[_ident_start(d, j) : j + 1]
         return word[0] in _DIGITS or word not in _KEYWORDS
     return False
 
@@ -200,7 +200,7 @@ def _paren_kind(d: bytes, o: int):
     c = d[j]
     if c in _ID:
         k = _ident_start(d, j)
-        word = d[k:j + 1]
+        word = d[k : j + 1]
         if word[0] in _DIGITS:
             return ("call", None, False, False)
         if word in _KEYWORDS:
@@ -211,7 +211,7 @@ def _paren_kind(d: bytes, o: int):
         is_method = q >= 0 and d[q] == _DOT
         is_def = False
         if q >= 0 and d[q] in _ID:
-            is_def = d[_ident_start(d, q):q + 1] in (b"def", b"class")
+            is_def = d[_ident_start(d, q) : q + 1] in (b"def", b"class")
         return ("call", word, is_method, is_def)
     if c in _OPERAND_END:
         return ("call", None, False, False)
@@ -236,7 +236,7 @@ def _word_positions(d: bytes, word: bytes):
     n = len(word)
     i = d.find(word)
     while i >= 0:
-        if (i == 0 or d[i - 1] not in _ID) and d[i + n:i + n + 1] not in _ID_BYTES:
+        if (i == 0 or d[i - 1] not in _ID) and d[i + n : i + n + 1] not in _ID_BYTES:
             _spend(d)
             yield i
         i = d.find(word, i + n)

@@ -126,7 +126,7 @@ def _factor(d: bytes, i: int, depth: int = 0) -> tuple[int, float | _Any | None]
             return i, None
         end, value = m.end(), _number_value(m.group())
     j = _next(d, end)
-    if d[j:j + 2] == b"**" and d[j + 2:j + 3] != b"=":
+    if d[j : j + 2] == b"**" and d[j + 2 : j + 3] != b"=":
         end, exponent = _factor(d, j + 2, depth + 1)
         return end, _power(value, exponent)
     return end, value
@@ -207,7 +207,7 @@ class _Scan:
             # It matters only as part of a power; the exponents of those are looked at anyway.
             p = _prev(d, s)
             n = _next(d, m.end())
-            if d[n:n + 2] != b"**" and not (p == UNSURE or (p > 0 and d[p - 1:p + 1] == b"**")):
+            if d[n : n + 2] != b"**" and not (p == UNSURE or (p > 0 and d[p - 1 : p + 1] == b"**")):
                 return
         self.seen.add(s)
         self.examine(s, m.end(), value)
@@ -222,7 +222,7 @@ class _Scan:
         while True:
             if atom:
                 n = _next(d, b)
-                if d[n:n + 2] == b"**" and d[n + 2:n + 3] != b"=":
+                if d[n : n + 2] == b"**" and d[n + 2 : n + 3] != b"=":
                     b, exponent = _factor(d, n + 2)
                     value = _power(value, exponent)
                     if value is None:
@@ -343,8 +343,19 @@ def _sizes(value: float | _Any | None) -> tuple[bool, bool]:
 # Where number tokens that may matter start, found with bytes.find on a translated copy:
 # digits become "0", "_" "u", e/E "e", x/X/o/O/b/B "x", other identifier characters "a".
 _SHAPE = bytes(
-    48 if chr(c) in "0123456789" else 117 if c == 95 else 101 if chr(c) in "eE" else 120 if chr(c) in "xXoObB"
-    else 97 if c in _ID else c if chr(c) in ".*" else 32
+    48
+    if chr(c) in "0123456789"
+    else 117
+    if c == 95
+    else 101
+    if chr(c) in "eE"
+    else 120
+    if chr(c) in "xXoObB"
+    else 97
+    if c in _ID
+    else c
+    if chr(c) in ".*"
+    else 32
     for c in range(256)
 )
 _SHAPES = re.compile(

@@ -9,8 +9,14 @@ _MEMO: tuple = (None, {})
 
 # Shorter tokens that several quick checks share: a module without "alf" mentions neither
 # half nor HalfTensor, and one pass over the bytes answers for both.
-_SHARED = {b"half": b"alf", b"HalfTensor": b"alf", b"scale": b"cale", b"unscale_": b"cale",
-           b"GradScaler": b"cale", b"ShardedGradScaler": b"cale"}
+_SHARED = {
+    b"half": b"alf",
+    b"HalfTensor": b"alf",
+    b"scale": b"cale",
+    b"unscale_": b"cale",
+    b"GradScaler": b"cale",
+    b"ShardedGradScaler": b"cale",
+}
 
 
 def _contains(data: bytes, token: bytes) -> bool:

@@ -88,7 +88,8 @@ class _Imports:
     def bound_to(self, match) -> list[bytes]:
         """The local names an import in code binds to a name ``match`` accepts."""
         return [
-            name for name, bases in self.bindings.items()
+            name
+            for name, bases in self.bindings.items()
             if any(match(base) and _in_code(self.d, s) for base, s in bases)
         ]
 
@@ -139,7 +140,7 @@ def _from_module(d: bytes, s: int):
         if c not in _ID:
             return None
         k = _ident_start(d, j)
-        word = d[k:j + 1]
+        word = d[k : j + 1]
         if word == b"from":
             break
         if word in _KEYWORDS or word[0] in _DIGITS:
@@ -233,7 +234,7 @@ def _chain_back(d: bytes, s: int):
         if c not in _ID:
             return None
         ks = _ident_start(d, k)
-        word = d[ks:k + 1]
+        word = d[ks : k + 1]
         if word[0] in _DIGITS or word in _KEYWORDS:
             return None
         parts.insert(0, word)
@@ -453,7 +454,7 @@ def _call_keyword(d: bytes, p: int, names: tuple | None = None, calls: frozenset
     if k < 0 or d[k] not in _ID:
         return 0
     ks = _ident_start(d, k)
-    word = d[ks:k + 1]
+    word = d[ks : k + 1]
     if word[0] in _DIGITS or word in _KEYWORDS or (names is not None and word not in names):
         return 0
     q = _prev(d, ks)

@@ -26,7 +26,7 @@ def _normalized(data: bytes) -> bytes | None:
     end = data.find(b"\n")
     end = data.find(b"\n", end + 1) if end >= 0 else -1
     try:
-        if b"coding" in data[:end if end >= 0 else len(data)]:  # an encoding declaration
+        if b"coding" in data[: end if end >= 0 else len(data)]:  # an encoding declaration
             view = _decode_normalized(data, None)
         else:
             others = data.translate(None, _ASCII).decode("utf-8")

@@ -102,7 +102,7 @@ class _Strings:
                     ends.append(span[1])
             else:
                 if triple:
-                    end = _string_end(d, k + 3, d[k:k + 1], True)
+                    end = _string_end(d, k + 3, d[k : k + 1], True)
                 else:
                     m = _ONE_LINE[c].match(d, k)
                     end = m.end() if m is not None else -1
@@ -134,7 +134,7 @@ def _string_end(d: bytes, k: int, quote: bytes, triple: bool) -> int:
             continue
         if not triple:
             return p + 1
-        if d[p:p + 3] == quote * 3:
+        if d[p : p + 3] == quote * 3:
             return p + 3
         k = p + 1
 
@@ -167,7 +167,7 @@ def _fstring_end(d: bytes, k: int, q: int, triple: bool, spans: list, level: int
         i = m.start()
         c = d[i]
         if c == _BACKSLASH:
-            if d[i + 1:i + 2] == b"N":
+            if d[i + 1 : i + 2] == b"N":
                 return -1  # ``\N{...}``: braces that are no field (unless the string is raw)
             i += 2
             continue
@@ -181,7 +181,7 @@ def _fstring_end(d: bytes, k: int, q: int, triple: bool, spans: list, level: int
                 spans.append((run, i))
                 return i + 1
             if d[i + 1] == q if i + 1 < n else False:
-                if d[i + 2:i + 3] == bytes([q]):
+                if d[i + 2 : i + 3] == bytes([q]):
                     spans.append((run, i))
                     return i + 3
             i += 1
@@ -189,7 +189,7 @@ def _fstring_end(d: bytes, k: int, q: int, triple: bool, spans: list, level: int
         if c == 34 or c == 39:
             i += 1  # the other quote: text
             continue
-        if d[i + 1:i + 2] == bytes([c]):  # ``{{`` or ``}}``
+        if d[i + 1 : i + 2] == bytes([c]):  # ``{{`` or ``}}``
             i += 2
             continue
         if c == 125:  # a lone ``}``
@@ -225,8 +225,8 @@ def _field_end(d: bytes, i: int, q: int, triple: bool, spans: list, level: int) 
             prefix = d[j:i].lower()
             if prefix not in _STRING_PREFIXES:
                 prefix, j = b"", i
-            quote = d[i:i + 1]
-            inner_triple = d[i:i + 3] == quote * 3
+            quote = d[i : i + 1]
+            inner_triple = d[i : i + 3] == quote * 3
             body = i + (3 if inner_triple else 1)
             if b"f" in prefix or b"t" in prefix:
                 end = _fstring_end(d, body, c, inner_triple, spans, level + 1)

@@ -39,9 +39,7 @@ def evaluate(observations: Observations, thresholds: Thresholds, locator: Locato
     from ..placing import place_findings
 
     observations.name_origin_op()
-    findings = [
-        finding for entry in registered("run") for finding in entry.check(observations, thresholds, locator)
-    ]
+    findings = [finding for entry in registered("run") for finding in entry.check(observations, thresholds, locator)]
     findings = _withhold_invalidated(findings)
     findings = place_findings(findings, observations, locator)
     return sorted(findings, key=lambda f: (-f.severity, f.code, f.extra.get("step") or 0))
@@ -76,7 +74,9 @@ def _withhold_invalidated(findings: list[Finding]) -> list[Finding]:
             continue
         dropped = sorted(code for code, causes in withheld.items() if finding.code in causes and code in present)
         if dropped:
-            why = "explained by this finding" if finding.code in EXPLAINS else "which measured what this mistake changed"
+            why = (
+                "explained by this finding" if finding.code in EXPLAINS else "which measured what this mistake changed"
+            )
             finding = finding.replace(
                 message=finding.message + f" Withheld: {', '.join(dropped)}, {why}.",
                 extra={**finding.extra, "withheld": dropped},

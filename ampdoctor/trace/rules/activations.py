@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ...findings import Finding
 from ...float16 import FLOAT16_MAX
@@ -30,6 +30,12 @@ def activation_overflow_risk(observations: Observations, thresholds: Thresholds,
             "normalise its input or scale its weights down, or use bfloat16 autocast."
         )
         yield make_finding(
-            "AMP506", message, locator.location(class_of(observations, stats.module_class)), help,
-            step=step, module=stats.module, module_class=stats.module_class, max_abs=peak,
+            "AMP506",
+            message,
+            locator.location(class_of(observations, stats.module_class)),
+            help,
+            step=step,
+            module=stats.module,
+            module_class=stats.module_class,
+            max_abs=peak,
         )

@@ -4,7 +4,8 @@ ops run in float16 by hand, a scaled loss whose forward ran outside autocast).""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Iterator, Optional
+from collections.abc import Iterator
+from typing import Callable, Optional
 
 from ...findings import Finding
 from ..observations import Observations
@@ -31,15 +32,22 @@ def module_label(module: Optional[str], observations: Optional[Observations] = N
 
 
 @rule("AMP507")
-def float32_matmul_in_autocast(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+def float32_matmul_in_autocast(
+    observations: Observations, thresholds: Thresholds, locator: Locator
+) -> Iterator[Finding]:
     grouped = _ops_by_module(
         observations,
         # Under an enabled region autocast casts float32 inputs itself, so float32 there is
         # torch's own choice (e.g. the CPU attention math path); the user's float32 shows up in
         # regions disabled inside an enabled one, and float64 anywhere autocast is on.
-        lambda k: k.is_matmul and k.phase == "forward"
-        and ((k.autocast == "disabled" and k.output_dtype in ("float32", "float64"))
-             or (k.autocast == "on" and k.output_dtype == "float64")),
+        lambda k: (
+            k.is_matmul
+            and k.phase == "forward"
+            and (
+                (k.autocast == "disabled" and k.output_dtype in ("float32", "float64"))
+                or (k.autocast == "on" and k.output_dtype == "float64")
+            )
+        ),
     )
     for module, ops in grouped.items():
         message = (
@@ -51,19 +59,29 @@ def float32_matmul_in_autocast(observations: Observations, thresholds: Threshold
             "`.float()`/`.double()` casts so autocast can run these ops in low precision."
         )
         yield make_finding(
-            "AMP507", message, module_location(locator, observations, module), help,
-            module=module, ops=dict(ops),
+            "AMP507",
+            message,
+            module_location(locator, observations, module),
+            help,
+            module=module,
+            ops=dict(ops),
         )
 
 
 @rule("AMP508")
-def sensitive_op_in_low_precision(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+def sensitive_op_in_low_precision(
+    observations: Observations, thresholds: Thresholds, locator: Locator
+) -> Iterator[Finding]:
     from ..ops import SENSITIVE_OPS
 
     grouped = _ops_by_module(
         observations,
-        lambda k: k.op in SENSITIVE_OPS and k.phase == "forward" and k.autocast != "on"
-        and (k.output_dtype == "float16" or "float16" in k.input_dtypes),
+        lambda k: (
+            k.op in SENSITIVE_OPS
+            and k.phase == "forward"
+            and k.autocast != "on"
+            and (k.output_dtype == "float16" or "float16" in k.input_dtypes)
+        ),
     )
     for module, ops in grouped.items():
         message = (
@@ -77,8 +95,12 @@ def sensitive_op_in_low_precision(observations: Observations, thresholds: Thresh
             "or cast these inputs back with `.float()`."
         )
         yield make_finding(
-            "AMP508", message, module_location(locator, observations, module), help,
-            module=module, ops=dict(ops),
+            "AMP508",
+            message,
+            module_location(locator, observations, module),
+            help,
+            module=module,
+            ops=dict(ops),
         )
 
 
@@ -94,7 +116,9 @@ def forward_outside_autocast(observations: Observations, thresholds: Thresholds,
         return
     modules = list(grouped)
     total = sum(sum(ops.values()) for ops in grouped.values())
-    listed = ", ".join(module_label(m, observations) for m in modules[:6]) + (f" and {len(modules) - 6} more" if len(modules) > 6 else "")
+    listed = ", ".join(module_label(m, observations) for m in modules[:6]) + (
+        f" and {len(modules) - 6} more" if len(modules) > 6 else ""
+    )
     message = (
         f"a GradScaler scales the loss, but {total} matmul-class forward op(s) ran in float32 with "
         f"autocast off, in {listed}: the forward gets no mixed precision."
@@ -104,13 +128,19 @@ def forward_outside_autocast(observations: Observations, thresholds: Thresholds,
         "`with torch.autocast(device, dtype=...): output = model(x); loss = criterion(output, y)`."
     )
     yield make_finding(
-        "AMP509", message, module_location(locator, observations, modules[0]), help,
-        module=modules[0], modules={str(m): sum(ops.values()) for m, ops in grouped.items()},
+        "AMP509",
+        message,
+        module_location(locator, observations, modules[0]),
+        help,
+        module=modules[0],
+        modules={str(m): sum(ops.values()) for m, ops in grouped.items()},
     )
 
 
 @rule("AMP105")
-def binary_cross_entropy_under_autocast(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+def binary_cross_entropy_under_autocast(
+    observations: Observations, thresholds: Thresholds, locator: Locator
+) -> Iterator[Finding]:
     """binary_cross_entropy ran inside an enabled autocast region: CUDA autocast refuses it, and
     the probabilities it takes were computed in low precision, where a sigmoid saturates."""
     grouped = _ops_by_module(
@@ -127,6 +157,10 @@ def binary_cross_entropy_under_autocast(observations: Observations, thresholds: 
             "`F.binary_cross_entropy_with_logits(logits, target)`), which is stable and autocast-safe."
         )
         yield make_finding(
-            "AMP105", message, module_location(locator, observations, module), help,
-            module=module, ops=dict(ops),
+            "AMP105",
+            message,
+            module_location(locator, observations, module),
+            help,
+            module=module,
+            ops=dict(ops),
         )

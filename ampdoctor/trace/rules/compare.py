@@ -12,7 +12,8 @@ profile.py).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from ...findings import Finding
 from ..compare import LOW_PRECISION, Cause, Comparison
@@ -24,8 +25,18 @@ from ..rulebase import Locator, Thresholds, make_finding, module_location, regis
 ALIGNMENT = 8
 # Dimensions below this are not worth padding (a 3-channel image, a 2-class head).
 SMALL_DIMENSION = 16
-_CONVOLUTIONS = ("convolution", "_convolution", "cudnn_convolution", "mkldnn_convolution", "conv1d", "conv2d",
-                 "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
+_CONVOLUTIONS = (
+    "convolution",
+    "_convolution",
+    "cudnn_convolution",
+    "mkldnn_convolution",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+)
 
 
 def gemm_dimensions(op: str, shapes: tuple) -> Optional[dict[str, int]]:
@@ -129,8 +140,15 @@ def no_fast_hardware(observations, comparison, profile, hardware, thresholds, lo
                 "or run mixed precision on a GPU with tensor cores."
             )
         yield make_finding(
-            "AMP514", message, _first_low_precision_matmul(observations, hw.dtype) or locator.location(), help,
-            device=hw.device, dtype=hw.dtype, hardware=hw.to_dict(), time_share=share, share_of="iteration time",
+            "AMP514",
+            message,
+            _first_low_precision_matmul(observations, hw.dtype) or locator.location(),
+            help,
+            device=hw.device,
+            dtype=hw.dtype,
+            hardware=hw.to_dict(),
+            time_share=share,
+            share_of="iteration time",
         )
 
 
@@ -175,9 +193,18 @@ def gemm_not_aligned(observations, comparison, profile, hardware, thresholds, lo
             + " (hidden sizes, vocabulary, channels; batch x sequence for M)."
         )
         yield make_finding(
-            "AMP512", message, module_location(locator, observations, module), help,
-            module=module, ops={op: 1 for op, _ in shapes}, time_share=share, share_of=basis,
-            shapes=[{"op": op, "shapes": [list(s) for s in op_shapes], "misaligned": bad} for (op, op_shapes), bad in shapes.items()],
+            "AMP512",
+            message,
+            module_location(locator, observations, module),
+            help,
+            module=module,
+            ops={op: 1 for op, _ in shapes},
+            time_share=share,
+            share_of=basis,
+            shapes=[
+                {"op": op, "shapes": [list(s) for s in op_shapes], "misaligned": bad}
+                for (op, op_shapes), bad in shapes.items()
+            ],
         )
 
 
@@ -203,7 +230,8 @@ def cast_overhead(observations, comparison, profile, hardware, thresholds, locat
         return
     ranked = sorted(conversions.items(), key=lambda item: (item[0][1] != "float64", -item[1]))
     listed = "; ".join(
-        f"{_where(module)}: {source} → {target} ×{count / steps:g} per step" for (module, source, target), count in ranked[:4]
+        f"{_where(module)}: {source} → {target} ×{count / steps:g} per step"
+        for (module, source, target), count in ranked[:4]
     )
     module = ranked[0][0][0] if ranked else None
     causes = []
@@ -224,13 +252,21 @@ def cast_overhead(observations, comparison, profile, hardware, thresholds, locat
         "data, and drop `.float()`/`.half()` round trips between modules."
     )
     yield make_finding(
-        "AMP513", message, module_location(locator, observations, module), help,
-        module=module, time_share=share, share_of="iteration time", autocast_regions_per_step=regions_per_step,
+        "AMP513",
+        message,
+        module_location(locator, observations, module),
+        help,
+        module=module,
+        time_share=share,
+        share_of="iteration time",
+        autocast_regions_per_step=regions_per_step,
         conversions=[{"module": m, "from": s, "to": t, "per_step": c / steps} for (m, s, t), c in ranked],
     )
 
 
-def with_gemm_share(findings: list[Finding], observations: Observations, profile: Optional[ProfileShares]) -> list[Finding]:
+def with_gemm_share(
+    findings: list[Finding], observations: Observations, profile: Optional[ProfileShares]
+) -> list[Finding]:
     """AMP507's findings gain their module's share of GEMM time."""
     seconds = _gemm_seconds(profile, observations)
     total = sum(seconds.values())
@@ -254,7 +290,7 @@ def _first_low_precision_matmul(observations: Observations, dtype: str):
     from ...findings import Location
     from ..ops import MATMUL_OPS
 
-    for (module, op, output_dtype), site in observations.op_sites.items():
+    for (_module, op, output_dtype), site in observations.op_sites.items():
         if op in MATMUL_OPS and output_dtype == dtype:
             return Location(site[0], site[1])
     return None

@@ -9,7 +9,7 @@ traceback's innermost line of the user's code says where. Reported with lint's c
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ...findings import Finding, Location
 from ..observations import Observations

@@ -4,7 +4,8 @@ or in the backward pass)."""
 from __future__ import annotations
 
 import math
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from ...findings import Finding
 from ...float16 import FLOAT16_MAX
@@ -27,7 +28,9 @@ def non_finite_loss(observations: Observations, thresholds: Thresholds, locator:
         unfinished,
     )
     measured = sum(1 for r in observations.iterations if r.loss is not None) + (unfinished is not None)
-    message = f"the loss was {_nonfinite_name(value)} at iteration {first}; {len(bad)} of {measured} losses were not finite."
+    message = (
+        f"the loss was {_nonfinite_name(value)} at iteration {first}; {len(bad)} of {measured} losses were not finite."
+    )
     origin = observations.origin
     if origin is not None and origin.step <= first:
         message += f" It started in `{origin.module}` ({origin.module_class}), see AMP504."
@@ -37,8 +40,12 @@ def non_finite_loss(observations: Observations, thresholds: Thresholds, locator:
         "steps but cannot repair the loss."
     )
     yield make_finding(
-        "AMP503", message, locator.location(), help,
-        step=first, module=origin.module if origin is not None and origin.step <= first else None,
+        "AMP503",
+        message,
+        locator.location(),
+        help,
+        step=first,
+        module=origin.module if origin is not None and origin.step <= first else None,
         count=len(bad),
     )
 
@@ -56,7 +63,11 @@ def overflow_origin(observations: Observations, thresholds: Thresholds, locator:
         return
     class_path, class_line = locator.class_source(origin.cls)
     defined = defined_at(class_path, class_line)
-    inputs = f"its inputs were finite (max |x| {origin.input_max:.6g})" if origin.input_max is not None else "it had no floating inputs"
+    inputs = (
+        f"its inputs were finite (max |x| {origin.input_max:.6g})"
+        if origin.input_max is not None
+        else "it had no floating inputs"
+    )
     op = ""
     if origin.op is not None:
         op = f"; the op was `{origin.op}`"
@@ -72,10 +83,19 @@ def overflow_origin(observations: Observations, thresholds: Thresholds, locator:
         "inputs or weights down (normalisation, smaller init), or use bfloat16 autocast."
     )
     yield make_finding(
-        "AMP504", message, locator.location(origin.cls), help,
-        step=origin.step, phase="forward", module=origin.module, module_class=origin.module_class,
-        class_file=class_path, class_line=class_line, op=origin.op,
-        input_max=origin.input_max, op_input_max=origin.op_input_max,
+        "AMP504",
+        message,
+        locator.location(origin.cls),
+        help,
+        step=origin.step,
+        phase="forward",
+        module=origin.module,
+        module_class=origin.module_class,
+        class_file=class_path,
+        class_line=class_line,
+        op=origin.op,
+        input_max=origin.input_max,
+        op_input_max=origin.op_input_max,
     )
 
 
@@ -147,7 +167,9 @@ def backward_overflow_origin(observations: Observations, thresholds: Thresholds,
                 "finite, judged from its gradients on iterations without overflow."
             )
         else:
-            message += " How far the scale must come down is unknown: it never produced a finite gradient while watched."
+            message += (
+                " How far the scale must come down is unknown: it never produced a finite gradient while watched."
+            )
         help = (
             f"GradScaler backs off by itself, at the cost of skipped steps: start lower with "
             f"`GradScaler(init_scale=...)`, or keep `{origin.module}` in float32 "
@@ -164,18 +186,38 @@ def backward_overflow_origin(observations: Observations, thresholds: Thresholds,
         )
         at = loss_site
     yield make_finding(
-        "AMP504", message, locator.location(origin.cls), help,
-        step=origin.step, phase="backward", module=origin.module, module_class=origin.module_class,
-        class_file=class_path, class_line=class_line, side=origin.side, scale=origin.scale,
-        output_grad_max=origin.output_grad_max, halvings_needed=halvings, skipped=skipped,
-        submodule=origin.submodule, at=at,
+        "AMP504",
+        message,
+        locator.location(origin.cls),
+        help,
+        step=origin.step,
+        phase="backward",
+        module=origin.module,
+        module_class=origin.module_class,
+        class_file=class_path,
+        class_line=class_line,
+        side=origin.side,
+        scale=origin.scale,
+        output_grad_max=origin.output_grad_max,
+        halvings_needed=halvings,
+        skipped=skipped,
+        submodule=origin.submodule,
+        at=at,
     )
 
 
 # The ops that compute a loss from the model's output (cross_entropy is log_softmax + nll_loss).
 LOSS_OPS = (
-    "nll_loss_forward", "nll_loss2d_forward", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
-    "binary_cross_entropy_with_logits", "binary_cross_entropy", "kl_div", "soft_margin_loss",
+    "nll_loss_forward",
+    "nll_loss2d_forward",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "binary_cross_entropy_with_logits",
+    "binary_cross_entropy",
+    "kl_div",
+    "soft_margin_loss",
 )
 # A mean-reduced loss over N elements hands each at most about 1/N; this much is a summed loss
 # (or a batch of a few elements, whose gradients would not overflow).
@@ -204,6 +246,6 @@ def _call_of_branch(observations: Observations, origin) -> Optional[tuple[str, i
         return None
     prefix = origin.module + "."
     inside = origin.submodule.startswith(prefix)  # else the module is a root, named by its class
-    rest = origin.submodule[len(prefix):] if inside else origin.submodule
+    rest = origin.submodule[len(prefix) :] if inside else origin.submodule
     child = (prefix if inside else "") + rest.split(".")[0]
     return observations.call_sites.get(child)

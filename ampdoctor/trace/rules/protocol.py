@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import linecache
 import re
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from ...findings import Finding, Location
 from ..observations import Observations
@@ -49,7 +50,7 @@ def _framework_clip_hint() -> str:
     if "accelerate" in sys.modules:
         return (
             " With Accelerate, `accelerator.clip_grad_norm_(...)` unscales before it clips, but only "
-            "when the Accelerator was made with `mixed_precision=\"fp16\"`."
+            'when the Accelerator was made with `mixed_precision="fp16"`.'
         )
     return ""
 
@@ -121,7 +122,7 @@ def step_without_update(observations: Observations, thresholds: Thresholds, loca
 @rule("AMP204")
 def unscaled_backward(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
     for event in _events(observations, "AMP204"):
-        scaler, optimizer = _names(observations, event)
+        scaler, _optimizer = _names(observations, event)
         message = (
             f"`{scaler}` stepped gradients from a plain `backward()` that it never scaled (first at "
             f"iteration {event.step}): the loss was not passed through `{scaler}.scale(...)`, so the "

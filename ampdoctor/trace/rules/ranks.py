@@ -63,6 +63,12 @@ def scale_disagreement(reports: dict[int, dict[str, Any]], location: Location) -
     )
     per_rank = {str(rank): _describe(decisions[first]) for rank, decisions in series.items()}
     return make_finding(
-        "AMP511", message, location, help_text,
-        step=first + 1, ranks=odd, decisions=per_rank, iterations=len(differing),
+        "AMP511",
+        message,
+        location,
+        help_text,
+        step=first + 1,
+        ranks=odd,
+        decisions=per_rank,
+        iterations=len(differing),
     )

@@ -3,7 +3,8 @@ record, with what overflowed behind it."""
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from ...findings import Finding
 from ..backward import OUTPUT
@@ -93,8 +94,14 @@ def loss_scale_collapse(observations: Observations, thresholds: Thresholds, loca
         "autocast needs no scaler."
     )
     yield make_finding(
-        "AMP501", message, module_location(locator, observations, module), help,
-        step=step, module=module, min_scale=lowest.scale_after, backoffs_in_a_row=run_length or None,
+        "AMP501",
+        message,
+        module_location(locator, observations, module),
+        help,
+        step=step,
+        module=module,
+        min_scale=lowest.scale_after,
+        backoffs_in_a_row=run_length or None,
     )
 
 
@@ -112,8 +119,14 @@ def frequent_skipped_steps(observations: Observations, thresholds: Thresholds, l
     help = _skip_help(observations)
     module = _overflowing_module(observations, skipped[0])
     yield make_finding(
-        "AMP502", message, module_location(locator, observations, module), help,
-        step=skipped[0], module=module, skipped=len(skipped), iterations=len(later),
+        "AMP502",
+        message,
+        module_location(locator, observations, module),
+        help,
+        step=skipped[0],
+        module=module,
+        skipped=len(skipped),
+        iterations=len(later),
     )
 
 
@@ -125,10 +138,7 @@ def _skip_help(observations: Observations) -> str:
             "each backoff, so it keeps overshooting: keep the default growth_interval=2000."
         )
     if config is not None and config.growth_factor > 2:
-        return (
-            f"GradScaler(growth_factor={config.growth_factor:g}) overshoots on every growth: keep "
-            "the default 2.0."
-        )
+        return f"GradScaler(growth_factor={config.growth_factor:g}) overshoots on every growth: keep the default 2.0."
     return (
         "An op overflows float16 now and then: find it (see the gradients table), keep it in float32 "
         "with `torch.autocast(device, enabled=False)`, or normalise its inputs."

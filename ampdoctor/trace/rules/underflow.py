@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from ...findings import Finding
 from ...float16 import FLOAT16_MAX
@@ -57,7 +58,9 @@ def _suggested_scale(observations: Observations) -> Optional[float]:
 
 
 @rule("AMP505")
-def underflow_prone_gradients(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+def underflow_prone_gradients(
+    observations: Observations, thresholds: Thresholds, locator: Locator
+) -> Iterator[Finding]:
     if not float16_gradients(observations):
         return
     params = gradient_losses(observations, thresholds)
@@ -88,8 +91,13 @@ def underflow_prone_gradients(observations: Observations, thresholds: Thresholds
     module = top.module if top is not None else boundaries[0][0].module
     module_class = top.module_class if top is not None else boundaries[0][0].module_class
     yield make_finding(
-        "AMP505", message, locator.location(class_of(observations, module_class)), help,
-        module=module, scale=scale, suggested_scale=_suggested_scale(observations),
+        "AMP505",
+        message,
+        locator.location(class_of(observations, module_class)),
+        help,
+        module=module,
+        scale=scale,
+        suggested_scale=_suggested_scale(observations),
         parameters=[{"name": s.name, "module": s.module, "lost_share": share} for s, share in params],
         boundaries=[{"module": b.module, "lost_share": share} for b, share in boundaries],
     )
@@ -133,7 +141,9 @@ def float16_without_scaler(observations: Observations, thresholds: Thresholds, l
     )
     lost = gradient_losses(observations, thresholds)
     if lost:
-        message += f" Already {len(lost)} parameter(s) lose more than {thresholds.underflow_share:.0%} of their gradient."
+        message += (
+            f" Already {len(lost)} parameter(s) lose more than {thresholds.underflow_share:.0%} of their gradient."
+        )
     help = (
         "Create `scaler = torch.amp.GradScaler(device)` and use `scaler.scale(loss).backward()`, "
         "`scaler.step(optimizer)`, `scaler.update()`; or autocast to bfloat16, which needs no scaler."
@@ -146,7 +156,11 @@ def float16_without_scaler(observations: Observations, thresholds: Thresholds, l
             "`TrainingArguments(fp16=True)` (it then makes and steps the GradScaler) or `bf16=True`. " + help
         )
     yield make_finding(
-        "AMP510", message, locator.location(), help, backward_calls=observations.float16_backward_calls,
+        "AMP510",
+        message,
+        locator.location(),
+        help,
+        backward_calls=observations.float16_backward_calls,
         at=at,
     )
 
