@@ -38,7 +38,7 @@ import re
 
 from ..model import AmpFacts, CallSite, Frame
 from ..passes import is_optimizer, is_optimizer_constructor
-from ..rules.scaler_queries import float16_in_code, saver_has_scaler
+from ..rules.scaler_queries import float16_in_code, is_epoch_loop, saver_has_scaler
 from ..syntax import call_args, dotted, get_arg, iter_nodes
 from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
@@ -440,7 +440,7 @@ def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict])
             relevant = True
         if site.loop is not None:
             record["loop"] = position(site.loop.node)[:2]
-            if _is_epoch_loop(facts, site.loop.node):
+            if is_epoch_loop(facts, site.loop.node):
                 record["epoch_loop"] = True
             relevant = True
         statement = site.statement
@@ -496,17 +496,6 @@ def _reach(facts: AmpFacts, frame: Frame, index: _AssignmentIndex) -> list[int] 
     if any(s.method == "state_dict" and _SCALER_TEXT.search(s.receiver or "") for s in frame.calls):
         return None
     return scaler_in_reach(facts, frame, index)
-
-
-def _is_epoch_loop(facts: AmpFacts, node: ast.AST) -> bool:
-    """A loop whose target or iterable (or ``while`` test) speaks of epochs."""
-    if isinstance(node, (ast.For, ast.AsyncFor)):
-        text = f"{facts.text(node.target)} {facts.text(node.iter)}"
-    elif isinstance(node, ast.While):
-        text = facts.text(node.test)
-    else:
-        return False
-    return "epoch" in text.lower()
 
 
 def _callee(site: CallSite, imports: dict[str, str], functions: dict[str, dict]) -> str | None:

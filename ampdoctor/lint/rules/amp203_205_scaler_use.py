@@ -23,6 +23,7 @@ from . import SCALED_BACKWARD, SCALER, LintRule, Report, register
 from .scaler_queries import (
     event_text,
     framework_backward,
+    is_epoch_loop,
     scaler_enabled,
     scaler_events,
     target_of,
@@ -163,7 +164,7 @@ class ScalerInLoop(LintRule):
         """Built directly in an epoch loop, stepped in the loop nested in it. A loop over folds or
         trials, or one that also builds its optimizer, is a fresh training run per pass: correct."""
         loop = new.call.loop
-        if loop is None or new.path[-1].ident != loop.ident or not _is_epoch_loop(facts, loop.node):
+        if loop is None or new.path[-1].ident != loop.ident or not is_epoch_loop(facts, loop.node):
             return None
         nested = [
             s
@@ -194,7 +195,7 @@ class ScalerInLoop(LintRule):
         name = frame.node.name
         for site in _calls_of(facts, frame):
             loop = site.loop
-            if loop is not None and (_is_epoch_loop(facts, loop.node) or "epoch" in name.lower()):
+            if loop is not None and (is_epoch_loop(facts, loop.node) or "epoch" in name.lower()):
                 return self._report(
                     facts,
                     new,
@@ -213,17 +214,6 @@ class ScalerInLoop(LintRule):
             help=help,
             statement=new.call.statement,
         )
-
-
-def _is_epoch_loop(facts: AmpFacts, node: ast.AST) -> bool:
-    """A loop whose target or iterable (or ``while`` test) speaks of epochs."""
-    if isinstance(node, (ast.For, ast.AsyncFor)):
-        text = f"{facts.text(node.target)} {facts.text(node.iter)}"
-    elif isinstance(node, ast.While):
-        text = facts.text(node.test)
-    else:
-        return False
-    return "epoch" in text.lower()
 
 
 def _builds_optimizer(facts: AmpFacts, frame: Frame, block: Block | None = None) -> bool:

@@ -136,3 +136,14 @@ def saver_has_scaler(facts: AmpFacts, save: CallSite) -> bool:
             for site in f.calls
         )
     return False
+
+
+def is_epoch_loop(facts: AmpFacts, node: ast.AST) -> bool:
+    """A loop whose target or iterable (or ``while`` test) speaks of epochs."""
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        text = f"{facts.text(node.target)} {facts.text(node.iter)}"
+    elif isinstance(node, ast.While):
+        text = facts.text(node.test)
+    else:
+        return False
+    return "epoch" in text.lower()
