@@ -121,10 +121,9 @@ def test_the_mixed_run_losses_are_those_of_a_plain_python_run(unaligned, tmp_pat
     losses = [float(line.split()[1]) for line in plain.stdout.splitlines() if line.startswith("loss ")]
     traced = report["compare"]["runs"]["mixed"]["loss"]
     assert len(traced) == 7
-    # From iteration 3 on, bit for bit (JSON keeps every digit of a float). The first two are
-    # left out: with plain optimizer.step() the session learns where an iteration ends only at
-    # the second step, and files the second loss under the first iteration.
-    assert traced[2:] == losses[2:7]
+    # Bit for bit from the first iteration (JSON keeps every digit of a float), also without a
+    # GradScaler, where an iteration is closed by the optimizer step that ends it.
+    assert traced == losses[:7]
 
 
 def test_the_html_page_has_the_comparison_and_its_charts(unaligned):
