@@ -185,6 +185,8 @@ def backward_overflow_origin(observations: Observations, thresholds: Thresholds,
             "a loss summed over many elements rather than averaged makes every gradient that large."
         )
         at = loss_site
+        if origin.side not in (INSIDE, OUTPUT):
+            help = 'Reduce the loss with a mean rather than a sum over many elements (`reduction="mean"`). ' + help
     yield make_finding(
         "AMP504",
         message,
