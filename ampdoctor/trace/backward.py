@@ -41,6 +41,9 @@ MAX_ARMED_ITERATIONS = 24
 
 OUTPUT, INPUT, PARAMETER, INSIDE = "output", "input", "parameter", "inside"
 
+# Graph nodes visited per module call when looking for where it uses a tied parameter.
+_MAX_WALK = 256
+
 
 @dataclass
 class GradEvent:
@@ -89,6 +92,7 @@ class BackwardWatch:
         self._sequence = 0
         self._calls = 0
         self._params_watched: set[int] = set()
+        self._param_owners: dict[int, int] = {}  # id(parameter) -> id(first module watched with it)
         self.armed_iterations = 0
 
     def start(self) -> None:
@@ -101,6 +105,7 @@ class BackwardWatch:
             handle.remove()
         self._handles.clear()
         self._params_watched.clear()
+        self._param_owners.clear()
 
     def next_iteration(self, in_window: bool, skipped: bool) -> None:
         """Decide whether the iteration about to start is watched."""
@@ -122,30 +127,75 @@ class BackwardWatch:
         inputs = [t for t in float_tensors(args) if t.requires_grad]
         if inputs:
             self._register(inputs, call, info, INPUT)
+        params = [p for p in module._parameters.values() if p is not None and p.requires_grad]
+        # A parameter shared with a module watched earlier (tied weights) accumulates one summed
+        # gradient, seen by its leaf hook only after every user's backward: observe this call's
+        # own contribution where its backward computes it.
+        shared = [p for p in params if self._param_owners.setdefault(id(p), id(module)) != id(module)]
+        if shared:
+            self._register_uses(watched_outputs, inputs, shared, call, info)
         if id(module) not in self._params_watched:
             self._params_watched.add(id(module))
-            params = [p for p in module._parameters.values() if p is not None and p.requires_grad]
-            if params:
-                self._register(params, call, info, PARAMETER)
+            own = [p for p in params if self._param_owners[id(p)] == id(module)]
+            if own:
+                self._register(own, call, info, PARAMETER)
+
+    def _register_uses(
+        self,
+        outputs: Sequence[torch.Tensor],
+        inputs: Sequence[torch.Tensor],
+        params: Sequence[torch.Tensor],
+        call: int,
+        info: ModuleInfo,
+    ) -> None:
+        """Hook the graph nodes of this call that hand a gradient to one of ``params``: walk back
+        from the outputs' nodes, stopping at the inputs' nodes, to each node whose next function
+        accumulates into such a parameter (directly, or through autocast's cast of it)."""
+        wanted = {id(p) for p in params}
+        stop = {n for n in (t.grad_fn for t in inputs) if n is not None}
+        queue = [n for n in (t.grad_fn for t in outputs) if n is not None]
+        seen: set[Any] = set()
+        found: dict[Any, list[int]] = {}
+        while queue and len(seen) < _MAX_WALK:
+            node = queue.pop()
+            if node in seen or node in stop:
+                continue
+            seen.add(node)
+            for index, (child, _) in enumerate(node.next_functions):
+                if child is None or child in stop:
+                    continue
+                if _accumulates_into(child, wanted):
+                    found.setdefault(node, []).append(index)
+                elif not hasattr(child, "variable"):
+                    queue.append(child)
+        for node, indices in found.items():
+            self._handles.append(node.register_hook(self._node_hook(indices, call, info)))
+
+    def _node_hook(self, indices: list[int], call: int, info: ModuleInfo):
+        def on_node(grad_inputs, grad_outputs) -> None:
+            present = [grad_inputs[i] for i in indices if i < len(grad_inputs) and grad_inputs[i] is not None]
+            self._record(present, call, info, PARAMETER)
+
+        return on_node
+
+    def _record(self, present: list[torch.Tensor], call: int, info: ModuleInfo, side: str) -> None:
+        try:
+            if not present:
+                return
+            with torch.no_grad(), quiet():
+                extremes = max_abs(present)
+            if not extremes:
+                return
+            self._sequence += 1
+            pending = self._session.pending
+            pending.backward.append(GradEvent(self._sequence, call, info, side, pending.batch.add_abs_max(extremes)))
+        except Exception as exc:  # runs inside backward: must never raise
+            self.stop()
+            self._session.instrument_failed("backward overflow hooks", exc)
 
     def _register(self, tensors: Sequence[torch.Tensor], call: int, info: ModuleInfo, side: str) -> None:
         def on_gradients(grads) -> None:
-            try:
-                present = [g for g in grads if g is not None]
-                if not present:
-                    return
-                with torch.no_grad(), quiet():
-                    extremes = max_abs(present)
-                if not extremes:
-                    return
-                self._sequence += 1
-                pending = self._session.pending
-                pending.backward.append(
-                    GradEvent(self._sequence, call, info, side, pending.batch.add_abs_max(extremes))
-                )
-            except Exception as exc:  # runs inside backward: must never raise
-                self.stop()
-                self._session.instrument_failed("backward overflow hooks", exc)
+            self._record([g for g in grads if g is not None], call, info, side)
 
         self._handles.append(register_multi_grad_hook(tensors, on_gradients))
 
@@ -190,6 +240,20 @@ def _find_origin(
         if incoming is not None and math.isfinite(incoming):
             return _origin(event, step, scale, incoming, value)
     return None
+
+
+def _accumulates_into(node: Any, wanted: set[int]) -> bool:
+    """Whether ``node`` accumulates into one of the parameters ``wanted``, directly or through
+    a chain of single-input nodes (autocast's cast of the weight)."""
+    for _ in range(4):
+        variable = getattr(node, "variable", None)
+        if variable is not None:
+            return id(variable) in wanted
+        nexts = [n for n, _ in node.next_functions if n is not None]
+        if len(nexts) != 1:
+            return False
+        node = nexts[0]
+    return False
 
 
 def _enclosing(event: GradEvent, finite_outputs: list[GradEvent]) -> Optional[GradEvent]:

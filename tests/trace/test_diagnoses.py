@@ -34,11 +34,7 @@ run = _load("run")  # run.py imports the case definitions from cases.py
 CASES = run.CASES
 
 # What the tracer says today where it is wrong (see the README's diagnosis benchmark table).
-KNOWN_WRONG = {
-    "nanogpt_loss_sum": "AMP504 at the loss line with the right cure, but it names the residual add in "
-    "transformer.h.1 as where the first inf was born; lm_head's weight gradient, tied to "
-    "transformer.wte, is inf earlier in the backward pass",
-}
+KNOWN_WRONG: dict[str, str] = {}
 
 
 # ---- the cases themselves -------------------------------------------------------------------

@@ -236,3 +236,60 @@ def test_bfloat16_run_shows_no_float16_underflow_table(trace_cli):
     assert "underflow-prone" not in run.stdout
     fp16 = trace_cli(str(FIXTURES / "underflow_gradients.py"), "--steps", "3", "--fail-on", "never")
     assert "underflow-prone" in fp16.stdout
+
+
+class _TiedLM(nn.Module):
+    """An embedding whose weight is also the output head's (weight tying, as in GPT-2)."""
+
+    def __init__(self, vocab: int = 64, dim: int = 32) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.wte.weight
+        nn.init.normal_(self.wte.weight, std=0.02)
+
+    def forward(self, idx):
+        return self.head(self.ln(self.wte(idx)))
+
+
+def _train_tied(steps: int, reduction: str) -> list[float]:
+    torch.manual_seed(0)
+    model = _TiedLM()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler("cpu")
+    losses = []
+    for _ in range(steps):
+        idx = torch.randint(0, 64, (8, 64))
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            logits = model(idx)
+            loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), idx.flatten(), reduction=reduction)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())
+    return losses
+
+
+def test_tied_weight_gradient_is_attributed_to_the_module_that_used_it():
+    # The head's share of the tied weight's gradient sums the loss's gradient over 512 positions
+    # and overflows inside the head's backward; the leaf gradient is only complete after the
+    # embedding's backward, at the very end, after the LayerNorm's own gradients.
+    reference = _train_tied(4, "sum")
+    with trace_session(steps=None, record_ops_steps=2) as session:
+        traced = _train_tied(4, "sum")
+    assert traced == reference
+    origin = session.observations.backward_origin
+    assert origin is not None
+    assert (origin.module, origin.side) == ("head", PARAMETER)
+    assert origin.output_grad_max is not None and math.isfinite(origin.output_grad_max)
+    assert not session.observations.instrument_errors
+    assert not session._backward._handles
+
+
+def test_tied_weights_with_a_mean_loss_have_no_backward_origin():
+    with trace_session(steps=None, record_ops_steps=2) as session:
+        _train_tied(4, "mean")
+    assert session.observations.backward_origin is None
+    assert not session.observations.instrument_errors

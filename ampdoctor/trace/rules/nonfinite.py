@@ -185,6 +185,8 @@ def backward_overflow_origin(observations: Observations, thresholds: Thresholds,
             "a loss summed over many elements rather than averaged makes every gradient that large."
         )
         at = loss_site
+        if origin.side not in (INSIDE, OUTPUT):
+            help = 'Reduce the loss with a mean rather than a sum over many elements (`reduction="mean"`). ' + help
     yield make_finding(
         "AMP504",
         message,
@@ -226,8 +228,13 @@ LARGE_LOSS_GRADIENT = 1 / 32
 
 def _large_loss_gradient(observations: Observations, origin) -> tuple[Optional[tuple[str, int]], float]:
     """(the loss statement, the unscaled gradient per element leaving it) when the loss itself
-    makes the gradients large, for an overflow born outside the modules' parameters."""
-    if origin.side not in (INSIDE, OUTPUT) or not origin.scale or origin.loss_grad_max is None:
+    makes the gradients large, for an overflow born outside the modules' parameters, or in the
+    module that takes the loss's gradient first (its output receives the loss's gradient itself:
+    ``lm_head``, whose weight gradient sums that gradient over every position)."""
+    if not origin.scale or origin.loss_grad_max is None:
+        return None, 0.0
+    first_module = origin.output_grad_max is not None and origin.output_grad_max >= origin.loss_grad_max
+    if origin.side not in (INSIDE, OUTPUT) and not first_module:
         return None, 0.0
     per_element = origin.loss_grad_max / origin.scale
     if not math.isfinite(per_element) or per_element < LARGE_LOSS_GRADIENT:
