@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
+from .opnames import CONVOLUTION_OPS
 from .sites import user_site
 
 # aten overload packets (names as ``func.overloadpacket.__name__``) of the ops that autocast
@@ -47,16 +48,6 @@ MATMUL_OPS = frozenset(
         "addmv",
         "dot",
         "vdot",
-        "convolution",
-        "_convolution",
-        "cudnn_convolution",
-        "mkldnn_convolution",
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "conv_transpose1d",
-        "conv_transpose2d",
-        "conv_transpose3d",
         "_scaled_dot_product_flash_attention",
         "_scaled_dot_product_flash_attention_for_cpu",
         "_scaled_dot_product_efficient_attention",
@@ -65,6 +56,7 @@ MATMUL_OPS = frozenset(
         "_efficient_attention_forward",
         "_native_multi_head_attention",
     }
+    | CONVOLUTION_OPS
 )
 
 # Ops whose accuracy or range suffers in float16; autocast keeps them in float32 on CUDA.

@@ -19,24 +19,13 @@ from ...findings import Finding
 from ..compare import LOW_PRECISION, Cause, Comparison
 from ..hardware import Hardware
 from ..observations import Observations
+from ..opnames import CONVOLUTION_OPS
 from ..profile import ProfileShares, gemm_time_by_module
 from ..rulebase import Locator, Thresholds, make_finding, module_location, registered, rule
 
 ALIGNMENT = 8
 # Dimensions below this are not worth padding (a 3-channel image, a 2-class head).
 SMALL_DIMENSION = 16
-_CONVOLUTIONS = (
-    "convolution",
-    "_convolution",
-    "cudnn_convolution",
-    "mkldnn_convolution",
-    "conv1d",
-    "conv2d",
-    "conv3d",
-    "conv_transpose1d",
-    "conv_transpose2d",
-    "conv_transpose3d",
-)
 
 
 def gemm_dimensions(op: str, shapes: tuple) -> Optional[dict[str, int]]:
@@ -51,7 +40,7 @@ def gemm_dimensions(op: str, shapes: tuple) -> Optional[dict[str, int]]:
             (_, m, k), (_, _, n) = shapes[0], shapes[1]
         elif op in ("baddbmm",) and len(shapes) >= 3:
             (_, m, k), (_, _, n) = shapes[-2], shapes[-1]
-        elif op in _CONVOLUTIONS and len(shapes) >= 2:
+        elif op in CONVOLUTION_OPS and len(shapes) >= 2:
             weight = shapes[1]
             return {"out_channels": weight[0], "in_channels": shapes[0][1]}
         else:
