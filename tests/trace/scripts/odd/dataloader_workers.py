@@ -2,6 +2,7 @@
 
 The workers report, inside every batch, whether their process holds any trace hook."""
 
+import os
 import sys
 
 import torch
@@ -9,7 +10,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from _tiny import amp_step, hooks_installed, make
 
-print(f"imported as {__name__}", file=sys.stderr, flush=True)
+# One write per announcement (print would write the text and its newline separately, and two
+# workers starting together could then interleave them).
+os.write(2, f"imported as {__name__}\n".encode())
 
 
 class Pairs(Dataset):
