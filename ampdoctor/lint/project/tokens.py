@@ -23,7 +23,7 @@ BACKWARD_TEXT = re.compile(rb"\bbackward\b|manual_backward")
 # What float16 autocast set up elsewhere asks about: a module's fills and BCE (and, below, the
 # ``forward`` through which a model reaches them).
 _FLOAT16_RISK_TOKENS = (b"binary_cross_entropy", b"BCELoss")
-_FILL_TOKENS = (b"masked_fill", b"fill_", b"new_full", b"full_like", b"where")
+_FILL_TOKENS = (b"masked_fill", b"fill_", b"new_full", b"full_like", b"torch.where", b".where(")
 # Bytes without which a module's functions do nothing the cross-module rules ask about.
 HELPER_TOKENS = (
     b"save",
