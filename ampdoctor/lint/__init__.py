@@ -208,7 +208,7 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
         if hit is not None:
             results.append(result_from_cache(job.path, job.display, data, *hit))
             continue
-        if spec is not None and not passes_prefilter(data, spec):
+        if spec is not None and not passes_prefilter(data, spec) and not (request.links_project and _wanted(data)):
             cache.put_skipped(job.display, stat)
             results.append(FileResult(job.display, file_path=str(job.path)))
             continue
@@ -227,6 +227,14 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
             cache.put(result.path, key, result.findings, result.suppressed, stat)
     cache.save()
     return results
+
+
+def _wanted(data: bytes) -> bool:
+    """A file no rule of its own needs that the project pass may still judge (its summary is
+    made by the lint pass, see ``engine._lint_data``)."""
+    from .project.tokens import wanted_without_rules
+
+    return wanted_without_rules(data)
 
 
 def _display(path: Path, base: str) -> str:

@@ -416,10 +416,14 @@ def _lint_data(
     if spec is not None and not (
         (prefiltered or passes_prefilter(data, spec)) and _text_gate(options.codes).keeps(data)
     ):
-        if options.summaries and b"clip_grad" in data:
-            # No rule of its own can fire, but an update helper's clip may be judged by its
-            # callers (lint/project): summarize it here, in the worker that has its bytes.
-            result.summary = _summary_only(data)
+        if options.summaries:
+            from .project.tokens import wanted_without_rules
+
+            if wanted_without_rules(data):
+                # No rule of its own can fire, but the project pass may judge it from elsewhere
+                # (an update helper's clip, a fill run under float16 autocast set up in another
+                # module): summarize it here, in the worker that has its bytes.
+                result.summary = _summary_only(data)
         return result
     try:
         source = decode_source(data)

@@ -13,50 +13,15 @@ every call) and carries related locations for the other half.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
-from ...records import Record
+from .float16_reach import float16_elsewhere
 from .link import Project, Target
+from .reports import Callers, CrossReport
 from .store import BACKWARD_TEXT
 
 # How far a checkpoint handed from helper to helper is followed.
 _SAVE_DEPTH = 2
-
-
-class CrossReport(Record):
-    """A finding before it has a display path: module (project-relative), position, message,
-    help, and related locations as (module, position, message)."""
-
-    __slots__ = ("at", "code", "help", "message", "module", "related")
-
-    def __init__(
-        self, code: str, module: str, at: list[int], message: str, help: str, related: list[tuple[str, list[int], str]]
-    ) -> None:
-        self.code = code
-        self.module = module
-        self.at = at
-        self.message = message
-        self.help = help
-        self.related = related
-
-
-class Callers:
-    """The modules that may call a function, found lazily: those whose text holds the token
-    class a rule needs (``store.TOKEN_CLASSES``) and the function's name."""
-
-    def __init__(
-        self, files: Iterable[str], has_class: Callable[[str, str], bool], mentions: Callable[[str, str], bool]
-    ) -> None:
-        self.files = sorted(files)
-        self.has_class = has_class
-        self.mentions = mentions
-        self._by_class: dict[str, list[str]] = {}
-
-    def of(self, kind: str, name: str) -> list[str]:
-        if kind not in self._by_class:
-            self._by_class[kind] = [rel for rel in self.files if self.has_class(rel, kind)]
-        short = name.rsplit(".", 1)[-1]
-        return [rel for rel in self._by_class[kind] if self.mentions(rel, short)]
 
 
 def run_checks(project: Project, targets: Iterable[str], callers: Callers, codes: frozenset[str]) -> list[CrossReport]:
@@ -72,6 +37,8 @@ def run_checks(project: Project, targets: Iterable[str], callers: Callers, codes
         reports.extend(_scaler_per_call(project, targets, callers))
     if "AMP209" in codes:
         reports.extend(_bfloat16_scaler_factory(project, targets, callers))
+    if "AMP301" in codes or "AMP105" in codes:
+        reports.extend(float16_elsewhere(project, targets, callers, codes))
     return reports
 
 

@@ -11,7 +11,9 @@ Resolution follows only what the project itself shows, to a bounded depth:
 * ``self.m(...)`` and ``cls.m(...)`` in a method: the class's own method or one of its bases'
   (bases defined or imported in the project);
 * ``x.m(...)`` where ``x = SomeClass(...)`` is bound once in the same function or at module
-  level, and ``self.x.m(...)`` where a method of the class binds ``self.x = SomeClass(...)``.
+  level, and ``self.x.m(...)`` where a method of the class binds ``self.x = SomeClass(...)``;
+* for what a call runs (``resolve_run``), also such an object called as a function
+  (``model(x)``, ``self.attn(x)``, ``self(x)``): its class's ``forward``.
 
 Anything else (a parameter's method, a dynamic attribute, a name bound twice, a class from a
 library) resolves to nothing, and the cross-module rules stay silent about it.
@@ -243,6 +245,34 @@ class Project(Record):
         if skip and not function.get("params"):
             return None  # a static method: arguments do not shift
         return Target(other, name, function, skip)
+
+    def resolve_run(self, module: str, frame: str, spelled: str) -> Target | None:
+        """What a call spelled ``spelled`` in ``frame`` runs: the project function it lands in
+        (``resolve_call``) or, for an object of a project class called as a function (an
+        ``nn.Module``: ``model(x)``, ``self.attn(x)``, ``self(x)``), its class's ``forward``."""
+        found = self.resolve_call(module, {"callee": spelled, "frame": frame})
+        if found is not None:
+            return found
+        summary = self.summary(module)
+        if summary is None:
+            return None
+        parts = spelled.split(".")
+        own_class = frame.split(".", 1)[0] if "." in frame else None
+        instances = summary.get("instances", {})
+        method = None
+        if parts[0] == "self" and own_class is not None and len(parts) <= 2:
+            if len(parts) == 1:
+                method = self.method(module, own_class, "forward")
+            else:
+                method = self._instance_method(module, instances.get(f"{own_class}.self.{parts[1]}"), "forward")
+        elif len(parts) == 1:
+            spelled_class = instances.get(f"{frame}:{parts[0]}") or instances.get(f"<module>:{parts[0]}")
+            method = self._instance_method(module, spelled_class, "forward")
+        if method is None:
+            return None
+        target_summary = self.summary(method[0])
+        function = target_summary.get("functions", {}).get(method[1]) if target_summary else None
+        return None if function is None else Target(method[0], method[1], function, 1)
 
     def _instance_method(self, module: str, spelled: str | None, name: str) -> tuple[str, str] | None:
         if spelled is None:

@@ -17,6 +17,8 @@ import re
 import time
 from pathlib import Path
 
+from .tokens import BACKWARD_TEXT, HELPER_TOKENS, TOKEN_CLASSES  # noqa: F401  (the checks read them here)
+
 try:
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - interpreters built without it
@@ -24,26 +26,12 @@ except ImportError:  # pragma: no cover - interpreters built without it
 
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
-FORMAT = 7
+FORMAT = 8
 
 _RACY_NS = 2_000_000_000
 _ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
 # Below this many summaries to make, worker processes cost more than they save.
 _PARALLEL_SUMMARIES = 24
-# What a module's bytes must hold to take part in a cross-module rule, by role: it makes or uses
-# a GradScaler ("scaler": its calls may carry one, or write a checkpoint beside one), runs
-# autocast, loops over epochs, or clips gradients (an update helper).
-TOKEN_CLASSES = {
-    "scaler": (b"GradScaler", b".scale("),
-    "autocast": (b"autocast",),
-    "epoch": (b"epoch",),
-    "clip": (b"clip_grad",),
-}
-# Without a match, a function runs no backward (``loss.backward()``, ``torch.autograd.backward``
-# however imported, ``accelerator.backward(loss)``, Lightning's ``self.manual_backward(loss)``).
-BACKWARD_TEXT = re.compile(rb"\bbackward\b|manual_backward")
-# Bytes without which a module's functions do nothing the cross-module rules ask about.
-HELPER_TOKENS = (b"save", b"clip_grad", b"backward", b"step", *(t for ts in TOKEN_CLASSES.values() for t in ts))
 
 
 def summarize_bytes(data: bytes) -> dict | None:

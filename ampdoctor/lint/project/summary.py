@@ -21,13 +21,17 @@ functions are left out, since nothing outside reaches them by name):
 ``backward``  the first backward the function runs outside any autocast region of its own
               (a scaled, plain or framework ``backward``): AMP101 when a caller runs it in autocast
 ``new_scaler`` a GradScaler built into a local variable and stepped in the function (AMP205)
+``uses``, ``half_risks`` the calls that may land in project code, and what float16 autocast set
+              up elsewhere would break (``float16_sites.py``)
 
 Per module: ``imports`` (local name → dotted target, with ``.`` prefixes kept for relative
 imports), ``aliases`` (module-level ``name = other.name``), ``classes`` (bases, and the
 attributes assigned instances of other classes in methods: ``self.saver = Saver(...)``),
 ``instances`` (module- and function-level ``x = SomeClass(...)``), and ``calls``: the calls that
 may land in project code, each with what the linker and the rules need about its arguments and
-its context (the scalers in reach, the autocast region around it, whether it runs in a loop).
+its context (the scalers in reach, the autocast region around it, whether it runs in a loop);
+``framework``: Lightning's Trainer or Fabric with float16 mixed precision and the models handed
+to it (``float16_sites.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from ..passes import is_optimizer, is_optimizer_constructor
 from ..rules.scaler_queries import float16_in_code, is_epoch_loop, saver_has_scaler
 from ..syntax import call_args, dotted, get_arg, iter_nodes
 from ..vocabulary import GRAD_SCALER_NAMES, EventKind
+from .float16_sites import add_float16_parts, framework_runs
 
 _SCALER_TEXT = re.compile(r"scaler", re.IGNORECASE)
 # Saved values that are plain bookkeeping, never a container of training state.
@@ -49,6 +54,8 @@ _SCALAR_NAME = re.compile(
     r"args|config|cfg|hparams|path|name|arch|version|seed)$",
     re.IGNORECASE,
 )
+# nn.Module methods that return the module itself.
+_RETURNS_MODULE = frozenset({"cuda", "to", "cpu", "train", "eval", "requires_grad_"})
 # Callees that are never project code (builtins and common containers).
 _BUILTINS = frozenset(dir(builtins))
 
@@ -72,11 +79,16 @@ def qualname(frame: Frame) -> str | None:
 def summarize(facts: AmpFacts) -> dict:
     """The module's summary (see the module docstring)."""
     imports = _project_imports(facts.module)
+    instances = _instances(facts)
     functions: dict[str, dict] = {}
+    frames = []
     for function, frame in facts.functions:
         name = qualname(frame)
         if name is not None:
             functions[name] = _function(facts, function, frame)
+            frames.append((name, frame))
+    classes = _classes(facts)
+    add_float16_parts(facts, frames, functions, imports, set(functions) | set(classes), instances)
     regions = [{"at": position(r.node), "dtype": r.effective_dtype} for r in facts.regions if r.enabled.counts_as_on]
     # Asked only by AMP209 (a scaler factory for bfloat16 code): tokenizing costs, so only there.
     bfloat16_only = bool(regions) and all(r["dtype"] == "bfloat16" for r in regions)
@@ -86,10 +98,11 @@ def summarize(facts: AmpFacts) -> dict:
         "float16_code": float16_in_code(facts) if bfloat16_only or returns_scaler else None,
         "imports": imports,
         "aliases": _aliases(facts),
-        "classes": _classes(facts),
-        "instances": _instances(facts),
+        "classes": classes,
+        "instances": instances,
         "functions": functions,
         "calls": _calls(facts, imports, functions),
+        "framework": framework_runs(facts, qualname) if "precision" in facts.source else [],
     }
 
 
@@ -145,7 +158,8 @@ def _aliases(facts: AmpFacts) -> dict[str, str]:
 
 
 def _instances(facts: AmpFacts) -> dict[str, str]:
-    """``x = Name(...)`` / ``self.x = Name(...)`` with a capitalised callee, bound once:
+    """``x = Name(...)`` / ``self.x = Name(...)`` with a capitalised callee (``Name(...).cuda()``
+    too), bound once:
     spelling (prefixed with the frame's name for locals) → the class as spelled."""
     counts: dict[str, int] = {}
     found: dict[str, str] = {}
@@ -155,6 +169,13 @@ def _instances(facts: AmpFacts) -> dict[str, str]:
             continue
         counts[key] = counts.get(key, 0) + 1
         value = assignment.value
+        while (  # ``Net().cuda()``, ``Net().to(device)``: an nn.Module's moves return the module
+            type(value) is ast.Call
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in _RETURNS_MODULE
+            and type(value.func.value) is ast.Call
+        ):
+            value = value.func.value
         if type(value) is ast.Call:
             spelled = dotted(value.func)
             if spelled and spelled.rsplit(".", 1)[-1][:1].isupper() and not spelled.startswith("torch."):
@@ -436,7 +457,7 @@ def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict])
             relevant = True
         region = site.region
         if region is not None and region.enabled.counts_as_on:
-            record["region"] = {"at": position(region.node), "dtype": region.effective_dtype}
+            record["region"] = {"at": position(region.node), "dtype": region.effective_dtype, "device": region.device}
             relevant = True
         if site.loop is not None:
             record["loop"] = position(site.loop.node)[:2]

@@ -1,0 +1,200 @@
+"""AMP301 and AMP105 where the autocast is set up in another module.
+
+A module that never mentions float16 runs under it when the project hands its code to a float16
+autocast elsewhere:
+
+* Lightning: ``Trainer(precision="16-mixed")`` (``16``, ``"16"``) with ``trainer.fit(model)``,
+  where ``model`` is bound once to an object of a project class: the class's
+  ``training_step``/``validation_step``/``test_step``/``predict_step`` and ``forward`` run in
+  float16 autocast; ``Fabric(precision="16-mixed")`` with ``fabric.setup(model, ...)``: the
+  model's ``forward``;
+* a float16 autocast region (``with torch.autocast("cuda", dtype=torch.float16,
+  enabled=args.fp16)``) around a call to a project function or to an object of a project class
+  (``model(x)``: its ``forward``).
+
+From there the functions it runs are followed through the calls the linker resolves
+(``Project.resolve_run``: ``self.attn(x)`` where ``__init__`` binds ``self.attn =
+Attention(...)``, ``self(x)``, ``self.m(...)``, project functions). A fill with a constant past
+float16's range (AMP301) in a function reached that way is reported where it is written, with
+the place that turns float16 on as a related location. BCE (AMP105) is banned under CUDA
+autocast of either dtype, as the file's own rule has it: it is reported where the autocast is
+certainly on CUDA (a region whose device is written out, ``"16-mixed"``, ``"bf16-mixed"`` with
+``accelerator="gpu"``). bfloat16 for fills, a dtype or device not written as a literal, a model
+whose class the project does not show (a parameter, a factory's result, a registry): silence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .link import Project, Target
+from .reports import Callers, CrossReport
+
+# How deep the functions an autocast runs are followed, and how many at most from one entry.
+_DEPTH = 6
+_BUDGET = 400
+# The LightningModule hooks that Lightning's precision plugin runs in autocast.
+_STEPS = ("training_step", "validation_step", "test_step", "predict_step", "forward")
+_EFFECT = {
+    "torch.where": "selected into a float16 tensor it becomes ±inf, and a fully masked row turns into NaN",
+}
+_RAISES = "torch raises 'value cannot be converted to type at::Half without overflow'"
+
+
+class _Entry:
+    """Where float16 autocast starts running project code: the function, the place that turns
+    float16 on, the call that hands the code over, and whether BCE raises there (CUDA)."""
+
+    __slots__ = ("call", "call_note", "codes", "function", "module", "note", "where")
+
+    def __init__(
+        self, function: Target, module: str, where: tuple[list[int], str], call: tuple[list[int], str], codes: set
+    ) -> None:
+        self.function = function
+        self.module = module
+        self.where, self.note = where
+        self.call, self.call_note = call
+        self.codes = codes  # what it breaks: AMP301 (float16), AMP105 (autocast on CUDA)
+
+
+def float16_elsewhere(
+    project: Project, targets: list[str], callers: Callers, codes: frozenset[str]
+) -> Iterator[CrossReport]:
+    risky = []
+    for module in targets:
+        summary = project.summary(module)
+        for name, function in (summary or {}).get("functions", {}).items():
+            for risk in function.get("half_risks", []):
+                if risk["code"] in codes:
+                    risky.append((module, name, risk))
+    if not risky:
+        return
+    runs = _runs(project, callers)
+    if not runs:
+        return
+    for module, name, risk in risky:
+        entry = next((e for e, reached in runs if (module, name) in reached and risk["code"] in e.codes), None)
+        if entry is not None:
+            yield _report(module, risk, entry)
+
+
+def _runs(project: Project, callers: Callers) -> list[tuple[_Entry, set[tuple[str, str]]]]:
+    """Each place the project runs its code under float16 autocast, with the functions run."""
+    roots = sorted(set(callers.with_class("autocast")) | set(callers.with_class("precision")))
+    found = []
+    memo: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for root in roots:
+        for entry in _entries(project, root):
+            key = (entry.function.module, entry.function.name)
+            if key not in memo:
+                memo[key] = _reached(project, entry.function)
+            found.append((entry, memo[key]))
+    return found
+
+
+def _entries(project: Project, module: str) -> Iterator[_Entry]:
+    summary = project.summary(module)
+    if summary is None:
+        return
+    for call in summary.get("calls", []):
+        region = call.get("region")
+        codes = _region_codes(region) if region is not None else None
+        if not codes:
+            continue
+        target = project.resolve_run(module, call.get("frame", "<module>"), call["callee"])
+        if target is not None:
+            dtype = f"{region['dtype']} " if region.get("dtype") else ""
+            yield _Entry(
+                target,
+                module,
+                (region["at"], f"the {dtype}autocast region it runs in"),
+                (call["at"], f"`{call['callee']}(...)` runs `{target.name}` here, in autocast"),
+                codes,
+            )
+    instances = summary.get("instances", {})
+    for run in summary.get("framework", []):
+        spelled = instances.get(f"{run['frame']}:{run['model']}") or instances.get(f"<module>:{run['model']}")
+        if spelled is None:
+            continue  # a model from a factory, a parameter, a registry: its class is not known
+        found = project.resolve_spelled(module, spelled.split("."))
+        if found is None or found[2] != "class":
+            continue
+        codes = _lightning_codes(run)
+        if not codes:
+            continue
+        where = (run["at"], f"{run['dtype']} mixed precision is set here: `{run['api']}(precision={run['precision']})`")
+        handed = (run["call"], f"`{run['model']}`, a `{found[1]}`, is handed to the {run['api']} here")
+        for hook in _STEPS if run["api"] == "Trainer" else ("forward",):
+            method = project.method(found[0], found[1], hook)
+            function = project.summary(method[0]).get("functions", {}).get(method[1]) if method else None
+            if function is not None:
+                yield _Entry(Target(method[0], method[1], function, 1), module, where, handed, codes)
+
+
+def _region_codes(region: dict) -> set:
+    """AMP301 needs float16; AMP105 autocast on a device other than the CPU, whatever its
+    dtype (torch bans BCE under CUDA autocast in bfloat16 too, as the file's own rule says)."""
+    codes = set()
+    if region.get("dtype") == "float16":
+        codes.add("AMP301")
+    if region.get("device") not in (None, "cpu"):  # a device not written out may be the CPU
+        codes.add("AMP105")
+    return codes
+
+
+def _lightning_codes(run: dict) -> set:
+    """Lightning refuses float16 mixed precision on the CPU, so ``"16-mixed"`` autocasts on an
+    accelerator; ``"bf16-mixed"`` runs on the CPU too, where BCE is allowed: only with
+    ``accelerator="gpu"``/``"cuda"`` written out is it CUDA autocast. bfloat16 holds any fill."""
+    accelerator = run.get("accelerator")
+    if run["dtype"] == "float16":
+        return {"AMP301", "AMP105"} if accelerator != "cpu" else set()
+    return {"AMP105"} if accelerator in ("gpu", "cuda") else set()
+
+
+def _reached(project: Project, start: Target) -> set[tuple[str, str]]:
+    """The functions ``start`` runs, itself included, through the calls the linker resolves."""
+    seen = {(start.module, start.name)}
+    frontier = [(start.module, start.name, start.function)]
+    for _depth in range(_DEPTH):
+        following = []
+        for module, name, function in frontier:
+            for spelled in function.get("uses", []):
+                target = project.resolve_run(module, name, spelled)
+                if target is None or (target.module, target.name) in seen:
+                    continue
+                seen.add((target.module, target.name))
+                following.append((target.module, target.name, target.function))
+                if len(seen) >= _BUDGET:
+                    return seen
+        frontier = following
+        if not frontier:
+            break
+    return seen
+
+
+def _report(module: str, risk: dict, entry: _Entry) -> CrossReport:
+    where = entry.module.rsplit("/", 1)[-1]
+    related = [(entry.module, entry.where, entry.note), (entry.module, entry.call, entry.call_note)]
+    if risk["code"] == "AMP105":
+        return CrossReport(
+            "AMP105",
+            module,
+            risk["at"],
+            f"`{risk['what']}` runs under CUDA autocast set up in {where}, where it raises a RuntimeError: torch "
+            "bans it under autocast because probabilities in float16 or bfloat16 lose precision near 0 and 1",
+            "Drop the sigmoid and compute the loss on logits with `F.binary_cross_entropy_with_logits` / "
+            "`nn.BCEWithLogitsLoss`, or call it under `torch.autocast(..., enabled=False)` with `.float()` inputs",
+            related,
+        )
+    receiver = risk.get("receiver") or "<tensor>"
+    effect = _EFFECT.get(risk["label"], _RAISES)
+    return CrossReport(
+        "AMP301",
+        module,
+        risk["at"],
+        f"`{risk['text']}` passed to `{risk['label']}` does not fit in float16 (max 65504), and this code runs under "
+        f"float16 autocast set up in {where}: {effect}",
+        f"Use `torch.finfo({receiver}.dtype).{risk['bound']}`, which is right for every dtype",
+        related,
+    )

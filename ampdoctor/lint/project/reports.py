@@ -1,0 +1,48 @@
+"""What the cross-module checks share: the finding before it has a display path, and the
+lazy search for the modules that may call a function or set something up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from ...records import Record
+
+
+class CrossReport(Record):
+    """A finding before it has a display path: module (project-relative), position, message,
+    help, and related locations as (module, position, message)."""
+
+    __slots__ = ("at", "code", "help", "message", "module", "related")
+
+    def __init__(
+        self, code: str, module: str, at: list[int], message: str, help: str, related: list[tuple[str, list[int], str]]
+    ) -> None:
+        self.code = code
+        self.module = module
+        self.at = at
+        self.message = message
+        self.help = help
+        self.related = related
+
+
+class Callers:
+    """The modules that may call a function, found lazily: those whose text holds the token
+    class a rule needs (``store.TOKEN_CLASSES``) and the function's name."""
+
+    def __init__(
+        self, files: Iterable[str], has_class: Callable[[str, str], bool], mentions: Callable[[str, str], bool]
+    ) -> None:
+        self.files = sorted(files)
+        self.has_class = has_class
+        self.mentions = mentions
+        self._by_class: dict[str, list[str]] = {}
+
+    def with_class(self, kind: str) -> list[str]:
+        if kind not in self._by_class:
+            self._by_class[kind] = [rel for rel in self.files if self.has_class(rel, kind)]
+        return self._by_class[kind]
+
+    def of(self, kind: str, name: str) -> list[str]:
+        self.with_class(kind)
+        short = name.rsplit(".", 1)[-1]
+        return [rel for rel in self._by_class[kind] if self.mentions(rel, short)]
