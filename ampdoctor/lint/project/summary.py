@@ -382,7 +382,7 @@ def _returned_scaler(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[i
     a local bound to one and returned), when it is enabled whatever the arguments."""
     made = {}
     for new in frame.events_of(EventKind.SCALER_NEW):
-        if not scaler_enabled(new.call.node, new.call.qname or "") is True:
+        if scaler_enabled(new.call.node, new.call.qname or "") is not True:
             continue
         statement = new.call.statement
         if isinstance(statement, ast.Return) and statement.value is new.call.node:
