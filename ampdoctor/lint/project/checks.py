@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from .float16_reach import float16_elsewhere
 from .link import Project, Target
 from .reports import Callers, CrossReport
+from .snapshot_checks import collected_checkpoints, snapshot_checkpoints
 from .store import BACKWARD_TEXT
 
 # How far a checkpoint handed from helper to helper is followed.
@@ -29,6 +30,8 @@ def run_checks(project: Project, targets: Iterable[str], callers: Callers, codes
     reports: list[CrossReport] = []
     if "AMP211" in codes:
         reports.extend(_checkpoints(project, targets))
+        for found in (*snapshot_checkpoints(project, targets), *collected_checkpoints(project, targets)):
+            reports.append(CrossReport("AMP211", *found))
     if "AMP201" in codes:
         reports.extend(_clips_in_helpers(project, targets, callers))
     if "AMP101" in codes:
@@ -283,6 +286,87 @@ def _scaler_per_call(project: Project, targets: list[str], callers: Callers) -> 
                     [(caller, call["at"], f"`{short}` is called here, in a loop")],
                 )
                 break
+            else:
+                found = _per_iteration_call(project, callers, module, name)
+                if found is not None:
+                    caller, call = found
+                    short = _short(name)
+                    yield CrossReport(
+                        "AMP205",
+                        module,
+                        new["at"],
+                        f"a new GradScaler is assigned to `{new['name']}` on every call of `{short}`, which the "
+                        "training loop calls on every iteration: the loss scale restarts at its initial value each "
+                        "time and never settles",
+                        f"Create the GradScaler once (in `__init__`, or before the loop) and reuse it in `{short}`",
+                        [(caller, call["at"], f"`{short}` is called here, on every iteration of the training loop")],
+                    )
+
+
+# Methods that torch, Lightning and other libraries define on their own objects: a call of one
+# on an object of unknown class may well land there.
+_LIBRARY_METHODS = frozenset(
+    {
+        "__call__", "__init__", "apply", "backward", "close", "cpu", "cuda", "eval", "evaluate", "fit", "forward",
+        "load", "load_state_dict", "log", "optimizer_step", "predict", "reset", "run", "save", "setup",
+        "state_dict", "step", "test", "test_step", "to", "train", "training_step", "update", "validate",
+        "validation_step", "zero_grad",
+    }
+)  # fmt: skip
+
+
+def _per_iteration_call(project: Project, callers: Callers, module: str, name: str) -> tuple[str, dict] | None:
+    """A call ``obj.m()`` on an object whose class the project does not show (a factory's
+    result), made in an epoch loop or in a loop over batches inside one, when ``m`` is the name
+    of the method ``name`` and every definition of a function or method called ``m`` (but
+    abstract stubs) in the caller's folder and below, ``module`` among them, builds its own
+    GradScaler on each call: whichever class the factory picks, the scaler is rebuilt."""
+    short = _short(name)
+    if "." not in name or short in _LIBRARY_METHODS or short.startswith("_"):
+        return None
+    defining = None
+    for caller in callers.of("epoch", name):
+        folder = caller.rsplit("/", 1)[0] + "/" if "/" in caller else ""
+        if not module.startswith(folder):
+            continue
+        call = _unresolved_loop_call(project, caller, short)
+        if call is None:
+            continue
+        if defining is None:
+            defining = callers.defining(short)
+        if all(_builds_scaler_each_call(project, rel, short) for rel in defining if rel.startswith(folder)):
+            return caller, call
+    return None
+
+
+def _unresolved_loop_call(project: Project, caller: str, short: str) -> dict | None:
+    summary = project.summary(caller) or {}
+    imports = summary.get("imports", {})
+    instances = summary.get("instances", {})
+    for call in project.calls(caller):
+        parts = call["callee"].split(".")
+        if len(parts) != 2 or parts[1] != short or parts[0] in ("self", "cls") or parts[0] in imports:
+            continue
+        if not (call.get("epoch_loop") or call.get("in_epoch")):
+            continue
+        frame = call.get("frame", "<module>")
+        if f"{frame}:{parts[0]}" in instances or f"<module>:{parts[0]}" in instances:
+            continue  # an object of a class the call names: resolved (or a library's) elsewhere
+        if project.resolve_call(caller, call) is None:
+            return call
+    return None
+
+
+def _builds_scaler_each_call(project: Project, rel: str, short: str) -> bool:
+    summary = project.summary(rel)
+    if summary is None:
+        return False  # a definition we cannot read: it may not build a scaler
+    for other, function in summary.get("functions", {}).items():
+        if _short(other) != short or function.get("stub"):
+            continue
+        if "new_scaler" not in function or function.get("builds_optimizer"):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------

@@ -46,3 +46,7 @@ class Callers:
         self.with_class(kind)
         short = name.rsplit(".", 1)[-1]
         return [rel for rel in self._by_class[kind] if self.mentions(rel, short)]
+
+    def defining(self, name: str) -> list[str]:
+        """The modules whose text may define a function or method called ``name``."""
+        return [rel for rel in self.files if self.mentions(rel, f"def {name}")]

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - interpreters built without it
 
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
-FORMAT = 8
+FORMAT = 9
 
 _RACY_NS = 2_000_000_000
 _ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast

@@ -23,6 +23,8 @@ functions are left out, since nothing outside reaches them by name):
 ``new_scaler`` a GradScaler built into a local variable and stepped in the function (AMP205)
 ``uses``, ``half_risks`` the calls that may land in project code, and what float16 autocast set
               up elsewhere would break (``float16_sites.py``)
+``collects``  the parameter whose optimizers the function collects (``snapshots.py``); ``stub``
+              an abstract body; a save's ``collect``: the collector calls its mapping holds
 
 Per module: ``imports`` (local name → dotted target, with ``.`` prefixes kept for relative
 imports), ``aliases`` (module-level ``name = other.name``), ``classes`` (bases, and the
@@ -31,7 +33,8 @@ attributes assigned instances of other classes in methods: ``self.saver = Saver(
 may land in project code, each with what the linker and the rules need about its arguments and
 its context (the scalers in reach, the autocast region around it, whether it runs in a loop);
 ``framework``: Lightning's Trainer or Fabric with float16 mixed precision and the models handed
-to it (``float16_sites.py``).
+to it (``float16_sites.py``); ``snapshots``: the ``torch.save`` of dataclass/NamedTuple objects;
+a class's ``record`` and ``scaler_attr`` (``snapshots.py``).
 """
 
 from __future__ import annotations
@@ -42,10 +45,11 @@ import re
 
 from ..model import AmpFacts, CallSite, Frame
 from ..passes import is_optimizer, is_optimizer_constructor
-from ..rules.scaler_queries import float16_in_code, is_epoch_loop, saver_has_scaler
-from ..syntax import call_args, dotted, get_arg, iter_nodes
-from ..vocabulary import GRAD_SCALER_NAMES, EventKind
+from ..rules.scaler_queries import float16_in_code, is_epoch_loop, saver_has_scaler, scaler_enabled
+from ..syntax import call_args, dotted, iter_nodes
+from ..vocabulary import EventKind
 from .float16_sites import add_float16_parts, framework_runs
+from .snapshots import collected, collector, is_stub, record_class, scaler_attribute, snapshot_saves
 
 _SCALER_TEXT = re.compile(r"scaler", re.IGNORECASE)
 # Saved values that are plain bookkeeping, never a container of training state.
@@ -81,11 +85,12 @@ def summarize(facts: AmpFacts) -> dict:
     imports = _project_imports(facts.module)
     instances = _instances(facts)
     functions: dict[str, dict] = {}
+    index = _AssignmentIndex(facts)
     frames = []
     for function, frame in facts.functions:
         name = qualname(frame)
         if name is not None:
-            functions[name] = _function(facts, function, frame)
+            functions[name] = _function(facts, function, frame, index)
             frames.append((name, frame))
     classes = _classes(facts)
     add_float16_parts(facts, frames, functions, imports, set(functions) | set(classes), instances)
@@ -101,8 +106,11 @@ def summarize(facts: AmpFacts) -> dict:
         "classes": classes,
         "instances": instances,
         "functions": functions,
-        "calls": _calls(facts, imports, functions),
+        "calls": _calls(facts, imports, functions, index),
         "framework": framework_runs(facts, qualname) if "precision" in facts.source else [],
+        "snapshots": snapshot_saves(facts, index.of, lambda frame: scaler_in_reach(facts, frame, index))
+        if facts.scalers
+        else [],
     }
 
 
@@ -193,10 +201,17 @@ def _binding_key(target: str, frame: Frame) -> str | None:
 
 
 def _classes(facts: AmpFacts) -> dict[str, dict]:
-    return {
-        node.name: {"at": position(node), "bases": [dotted(b) for b in node.bases if dotted(b)]}
-        for node, _bases in facts.classes
-    }
+    found = {}
+    for node, _bases in facts.classes:
+        info: dict = {"at": position(node), "bases": [dotted(b) for b in node.bases if dotted(b)]}
+        record = record_class(facts, node)
+        if record is not None:
+            info["record"] = record
+        owned = scaler_attribute(facts, node.name) if facts.scalers else None
+        if owned is not None:
+            info["scaler_attr"] = owned
+        found[node.name] = info
+    return found
 
 
 # ---------------------------------------------------------------------------------------
@@ -210,7 +225,9 @@ def _params(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str]
     return names, args.vararg is not None or args.kwarg is not None
 
 
-def _function(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) -> dict:
+def _function(
+    facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame, index: _AssignmentIndex
+) -> dict:
     params, star = _params(function)
     text = facts.text(function)
     summary: dict = {
@@ -219,7 +236,7 @@ def _function(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef,
         "star": star,
         "scaler": bool(_SCALER_TEXT.search(text)) or "GradScaler" in text,
     }
-    saves = [_save(facts, site, frame, params) for site in frame.calls if site.qname == "torch.save"]
+    saves = [_save(facts, site, frame, params, index) for site in frame.calls if site.qname == "torch.save"]
     if saves:
         summary["saves"] = saves
     clips = _clips_before_param_step(facts, frame, params)
@@ -231,6 +248,11 @@ def _function(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef,
     returned = _returned_scaler(facts, function, frame)
     if returned is not None:
         summary["returns_scaler"] = returned
+    owner = collector(facts, function)
+    if owner is not None:
+        summary["collects"] = owner
+    if is_stub(function):
+        summary["stub"] = True
     new_scaler = _local_scaler(facts, frame)
     if new_scaler is not None:
         summary["new_scaler"] = new_scaler
@@ -239,7 +261,7 @@ def _function(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef,
     return summary
 
 
-def _save(facts: AmpFacts, site: CallSite, frame: Frame, params: list[str]) -> dict:
+def _save(facts: AmpFacts, site: CallSite, frame: Frame, params: list[str], index: _AssignmentIndex) -> dict:
     record: dict = {"at": position(site.node)}
     arg = site.arg(0, "obj")
     if arg is None or arg.star:
@@ -249,8 +271,11 @@ def _save(facts: AmpFacts, site: CallSite, frame: Frame, params: list[str]) -> d
     if name in params and not _changed_in(facts, frame, name, site):
         record["param"] = params.index(name)
         return record
-    mapping = mapping_of(facts, frame, arg.value, site.order)
+    mapping = mapping_of(facts, frame, arg.value, site.order, index)
     record["state"] = state_of(facts, mapping, params) if mapping is not None else {"opaque": True}
+    taken = collected(facts, frame, mapping, site.order, index.of) if mapping is not None else None
+    if taken is not None:
+        record["collect"] = taken
     if saver_has_scaler(facts, site):
         record["local"] = True  # judged where it is written, by the file's own AMP211
     return record
@@ -377,7 +402,7 @@ def _returned_scaler(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[i
     a local bound to one and returned), when it is enabled whatever the arguments."""
     made = {}
     for new in frame.events_of(EventKind.SCALER_NEW):
-        if not _enabled_for_sure(new.call.node, new.call.qname or ""):
+        if scaler_enabled(new.call.node, new.call.qname or "") is not True:
             continue
         statement = new.call.statement
         if isinstance(statement, ast.Return) and statement.value is new.call.node:
@@ -395,16 +420,6 @@ def _returned_scaler(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[i
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Name) and node.value.id in made:
             return position(made[node.value.id])
     return None
-
-
-def _enabled_for_sure(call: ast.Call, qname: str) -> bool:
-    """A GradScaler construction with no ``enabled=`` or ``enabled=True``."""
-    arg = get_arg(call, None, "enabled")
-    if arg is None:
-        arg = get_arg(call, 4 if GRAD_SCALER_NAMES.get(qname) is not None else 5, None)
-    if arg is None:
-        return True
-    return isinstance(arg.value, ast.Constant) and arg.value.value is True
 
 
 def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
@@ -432,12 +447,11 @@ def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
 # ---------------------------------------------------------------------------------------
 
 
-def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict]) -> list[dict]:
+def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict], index: _AssignmentIndex) -> list[dict]:
     """The calls a cross-module rule may ask about: those made with a scaler in reach, inside
     an autocast region, in a loop, passing a scaler, a checkpoint mapping or one of the
     function's own parameters on, or whose result a module with autocast keeps."""
     records = []
-    index = _AssignmentIndex(facts)
     reach_cache: dict[int, list[int] | None] = {}
     mentions_scaler = bool(_SCALER_TEXT.search(facts.source))
     for site in facts.calls:
@@ -463,6 +477,8 @@ def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict])
             record["loop"] = position(site.loop.node)[:2]
             if is_epoch_loop(facts, site.loop.node):
                 record["epoch_loop"] = True
+            elif any(block.is_loop and is_epoch_loop(facts, block.node) for block in site.path):
+                record["in_epoch"] = True  # a loop over batches inside the epoch loop
             relevant = True
         statement = site.statement
         if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is site.node and facts.regions:
