@@ -155,7 +155,16 @@ class SummaryStore:
         An entry the cache already holds is checked against the file only when a rule asks about
         it (a warm run of a whole tree would otherwise look at every file twice)."""
         if self.path is not None and rel not in self.entries:
-            self._fresh(rel)
+            try:
+                stat = os.stat(os.path.join(self._base, rel))
+            except OSError:
+                return
+            # Without the hash of its bytes (reading and hashing every file of a tree linted cold
+            # cost more than the rest of the pass): a later run trusts the entry while the file's
+            # size and time are unchanged, as it would with a hash, and starts a new one otherwise.
+            self.entries[rel] = {"key": "", "classes": {}, "stat": [stat.st_size, stat.st_mtime_ns]}
+            self._verified.add(rel)
+            self.dirty = True
 
     def has_summary(self, rel: str) -> bool:
         """Whether the file's summary is known (made by this run's lint pass or an earlier one).
