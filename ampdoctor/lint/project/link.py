@@ -17,6 +17,12 @@ Resolution follows only what the project itself shows, to a bounded depth:
 
 Anything else (a parameter's method, a dynamic attribute, a name bound twice, a class from a
 library) resolves to nothing, and the cross-module rules stay silent about it.
+
+A call is first resolved on the outlines of the modules not yet summarized (``outline.py``: what
+their text says for certain). Most calls land nowhere in the project (a method of a library base
+class, reached through a project class in a module of thousands of lines); that walk proves it
+without parsing those modules. Wherever the text is not certain, or the call lands in a project
+function, the call is resolved again on summaries.
 """
 
 from __future__ import annotations
@@ -25,10 +31,13 @@ import re
 from collections.abc import Callable
 
 from ...records import Record
+from .outline import Outline, Uncertain
 
 MAX_DEPTH = 4
 
 SummaryLoader = Callable[[str], "dict | None"]
+# A module's outline (its text), or None where its summary is at hand or the text cannot be read.
+OutlineLoader = Callable[[str], "Outline | None"]
 # (module, name, pattern) -> whether the module certainly defines the function ``name`` (``f``
 # or ``Class.method``) with no match of ``pattern`` in its text (``store.defines_without``).
 TextTest = Callable[[str, str, "re.Pattern"], bool]
@@ -66,27 +75,71 @@ class Target(Record):
         return None
 
 
+class _Summarized:
+    """A summary, asked the questions an ``Outline`` answers."""
+
+    __slots__ = ("summary",)
+
+    def __init__(self, summary: dict) -> None:
+        self.summary = summary
+
+    def has_function(self, qualname: str) -> bool:
+        return qualname in self.summary.get("functions", {})
+
+    def class_bases(self, name: str) -> list[str] | None:
+        info = self.summary.get("classes", {}).get(name)
+        return None if info is None else info.get("bases", [])
+
+    def alias(self, name: str) -> str | None:
+        return self.summary.get("aliases", {}).get(name)
+
+    def import_of(self, name: str) -> str | None:
+        return self.summary.get("imports", {}).get(name)
+
+
 class Project(Record):
     """The files of one project and a way to read their summaries.
 
     ``files``: project-relative POSIX paths of every Python module; ``load(rel)``: the summary of
     one of them (read from the cache or made on demand), None when it cannot be read or parsed;
-    ``text_test``: a look at a module's text that spares summarizing it (see ``resolve_call``).
+    ``text_test``: a look at a module's text that spares summarizing it (see ``resolve_call``);
+    ``outline``: a module's outline, to resolve a call before summarizing the modules it passes.
     """
 
-    __slots__ = ("_summaries", "_without", "files", "load", "text_test")
+    __slots__ = ("_outlines", "_summaries", "_text_first", "_without", "files", "load", "outline", "text_test")
 
-    def __init__(self, files: set[str], load: SummaryLoader, text_test: TextTest | None = None) -> None:
+    def __init__(
+        self,
+        files: set[str],
+        load: SummaryLoader,
+        text_test: TextTest | None = None,
+        outline: OutlineLoader | None = None,
+    ) -> None:
         self.files = files
         self.load = load
         self.text_test = text_test
+        self.outline = outline
         self._summaries: dict[str, dict | None] = {}
+        self._outlines: dict[str, Outline | None] = {}
         self._without: re.Pattern | None = None
+        self._text_first = False
 
     def summary(self, rel: str) -> dict | None:
         if rel not in self._summaries:
             self._summaries[rel] = self.load(rel) if rel in self.files else None
         return self._summaries[rel]
+
+    def _view(self, rel: str) -> Outline | _Summarized | None:
+        """What the walk reads of a module: its outline while resolving on text (for a module
+        not summarized yet), else its summary."""
+        if self._text_first and rel not in self._summaries and rel in self.files:
+            if rel not in self._outlines:
+                self._outlines[rel] = self.outline(rel)
+            found = self._outlines[rel]
+            if found is not None:
+                return found
+        summary = self.summary(rel)
+        return None if summary is None else _Summarized(summary)
 
     # ---- modules ----------------------------------------------------------------------------
 
@@ -129,24 +182,23 @@ class Project(Record):
             and self.text_test(module, ".".join(parts), self._without)
         ):
             return None  # the function it names does nothing the caller asks about: not summarized
-        summary = self.summary(module)
-        if summary is None or not parts or depth > MAX_DEPTH:
+        view = self._view(module)
+        if view is None or not parts or depth > MAX_DEPTH:
             return None
         head = parts[0]
-        functions = summary.get("functions", {})
-        classes = summary.get("classes", {})
-        if len(parts) == 1 and head in functions:
+        if len(parts) == 1 and view.has_function(head):
             return module, head, "function"
-        if head in classes:
+        bases = view.class_bases(head)
+        if bases is not None:
             if len(parts) == 1:
                 return module, head, "class"
-            if len(parts) == 2 and f"{head}.{parts[1]}" in functions:
+            if len(parts) == 2 and view.has_function(f"{head}.{parts[1]}"):
                 return module, f"{head}.{parts[1]}", "function"
             return None
-        alias = summary.get("aliases", {}).get(head)
+        alias = view.alias(head)
         if alias is not None:
             return self.resolve_spelled(module, alias.split(".") + parts[1:], depth + 1)
-        target = summary.get("imports", {}).get(head)
+        target = view.import_of(head)
         if target is not None:
             found = self.find_module(module, target)
             if found is None:
@@ -163,10 +215,10 @@ class Project(Record):
         found = self.resolve_name(module, parts, depth)
         if found is not None:
             return found
-        summary = self.summary(module)
-        if summary is None:
+        view = self._view(module)
+        if view is None:
             return None
-        target = summary.get("imports", {}).get(parts[0])
+        target = view.import_of(parts[0])
         if target is None:
             return None
         located = self.find_module(module, ".".join([target, *parts[1:-1]]) if len(parts) > 1 else target)
@@ -177,15 +229,15 @@ class Project(Record):
 
     def method(self, module: str, class_name: str, name: str, depth: int = 0) -> tuple[str, str] | None:
         """``Class.name`` in the class or, in order, its bases (project classes only)."""
-        summary = self.summary(module)
-        if summary is None or depth > MAX_DEPTH:
+        view = self._view(module)
+        if view is None or depth > MAX_DEPTH:
             return None
-        if f"{class_name}.{name}" in summary.get("functions", {}):
+        if view.has_function(f"{class_name}.{name}"):
             return module, f"{class_name}.{name}"
-        info = summary.get("classes", {}).get(class_name)
-        if info is None:
+        bases = view.class_bases(class_name)
+        if bases is None:
             return None
-        for base in info.get("bases", []):
+        for base in bases:
             found = self.resolve_spelled(module, base.split("."), depth + 1)
             if found is not None and found[2] == "class":
                 result = self.method(found[0], found[1], name, depth + 1)
@@ -204,11 +256,36 @@ class Project(Record):
         """
         self._without = without
         try:
+            if self.outline is not None:
+                # On outlines first: where that proves the call lands nowhere, nothing is parsed.
+                self._text_first = True
+                try:
+                    if self._landing(module, call) is None:
+                        return None
+                except Uncertain:
+                    pass
+                finally:
+                    self._text_first = False
             return self._resolve_call(module, call)
         finally:
             self._without = None
 
     def _resolve_call(self, module: str, call: dict) -> Target | None:
+        found = self._landing(module, call)
+        if found is None:
+            return None
+        other, name, skip = found
+        target_summary = self.summary(other)
+        function = target_summary.get("functions", {}).get(name) if target_summary else None
+        if function is None:
+            return None
+        if skip and not function.get("params"):
+            return None  # a static method: arguments do not shift
+        return Target(other, name, function, skip)
+
+    def _landing(self, module: str, call: dict) -> tuple[str, str, int] | None:
+        """The module and qualified name of the project function a call lands in, and how many
+        leading parameters it does not pass."""
         summary = self.summary(module)
         if summary is None:
             return None
@@ -237,14 +314,7 @@ class Project(Record):
                 # ``Class.method(obj, ...)`` passes self explicitly; a plain function has none.
         if found is None:
             return None
-        other, name = found
-        target_summary = self.summary(other)
-        function = target_summary.get("functions", {}).get(name) if target_summary else None
-        if function is None:
-            return None
-        if skip and not function.get("params"):
-            return None  # a static method: arguments do not shift
-        return Target(other, name, function, skip)
+        return found[0], found[1], skip
 
     def resolve_run(self, module: str, frame: str, spelled: str) -> Target | None:
         """What a call spelled ``spelled`` in ``frame`` runs: the project function it lands in

@@ -66,7 +66,7 @@ def link_results(
     else:
         files = sorted(_relative(path, str(root)) for path in targets)
     store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
-    project = Project(set(files), store.summary, store.defines_without)
+    project = Project(set(files), store.summary, store.defines_without, store.outline)
     base = str(root)
     target_rels = {}
     for rel in files:

@@ -24,12 +24,13 @@ try:
 except ImportError:  # pragma: no cover - interpreters built without it
     from hashlib import blake2b
 
+from .outline import Outline, defines_without
+
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
 FORMAT = 9
 
 _RACY_NS = 2_000_000_000
-_ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
 # Below this many summaries to make, worker processes cost more than they save.
 _PARALLEL_SUMMARIES = 24
 
@@ -48,64 +49,6 @@ def summarize_bytes(data: bytes) -> dict | None:
         return summarize(build_facts(parse_source(source), source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # such a file links to nothing
         return None
-
-
-_TOP_DEF = re.compile(rb"(?:async[ \t]+)?def[ \t]+(\w+)")
-_TOP_CLASS = re.compile(rb"class[ \t]+(\w+)")
-
-
-def defines_without(data: bytes, spelled: str, token: re.Pattern) -> bool:
-    """Whether in the module ``data`` the function ``spelled`` (``f`` or ``Class.method``) is
-    certainly one of its own, without a match of ``token``: the module defines ``f`` (or
-    ``Class``) at its top level, the name is not imported or bound by the module's own code,
-    and neither that definition nor the module's own code (imports, aliases, conditional
-    definitions) holds a match. A text test, so that a module is not parsed only to find out
-    that the function a call lands in does nothing a rule asks about; whenever it is not
-    certain (the definition does not parse on its own: its end is not known), False.
-    """
-    parts = spelled.split(".")
-    if len(parts) > 2:
-        return False
-    wanted = parts[0] if len(parts) == 1 else f"class {parts[0]}"
-    word = re.compile(rb"\b" + re.escape(parts[0].encode()) + rb"\b")
-    lines = data.split(b"\n")
-    segments = []
-    start = None
-    kind = None
-
-    def close(end: int) -> bool:
-        """False when the block from ``start`` to ``end`` makes the test uncertain."""
-        if start is None:
-            return True
-        text = b"\n".join(lines[start:end])
-        if kind == wanted:
-            segments.append(text)
-            return token.search(text) is None
-        if kind == "":  # module-level code: imports, aliases, ``if``/``try`` blocks, decorators
-            return token.search(text) is None and word.search(text) is None
-        return True  # another function or class: its own business
-
-    for index, line in enumerate(lines):
-        first = line[:1]
-        if not first or first in b" \t#\r\x0c)]}":
-            continue  # blank, a comment, indented, or the closing bracket of a signature
-        if not close(index):
-            return False
-        start = index
-        match = _TOP_DEF.match(line)
-        if match is not None:
-            kind = match.group(1).decode("ascii", "replace")
-        else:
-            match = _TOP_CLASS.match(line)
-            kind = f"class {match.group(1).decode('ascii', 'replace')}" if match is not None else ""
-    if not close(len(lines)) or not segments:
-        return False
-    for text in segments:
-        try:
-            compile(text, "<segment>", "exec", _ONLY_AST)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return False  # cut inside a string or a bracket: its end is not known
-    return True
 
 
 def content_hash(data: bytes) -> str:
@@ -200,7 +143,16 @@ class SummaryStore:
         An entry the cache already holds is checked against the file only when a rule asks about
         it (a warm run of a whole tree would otherwise look at every file twice)."""
         if self.path is not None and rel not in self.entries:
-            self._fresh(rel)
+            try:
+                stat = os.stat(os.path.join(self._base, rel))
+            except OSError:
+                return
+            # Without the hash of its bytes (reading and hashing every file of a tree linted cold
+            # cost more than the rest of the pass): a later run trusts the entry while the file's
+            # size and time are unchanged, as it would with a hash, and starts a new one otherwise.
+            self.entries[rel] = {"key": "", "classes": {}, "stat": [stat.st_size, stat.st_mtime_ns]}
+            self._verified.add(rel)
+            self.dirty = True
 
     def has_summary(self, rel: str) -> bool:
         """Whether the file's summary is known (made by this run's lint pass or an earlier one).
@@ -223,6 +175,23 @@ class SummaryStore:
             self._texts[rel] = data
         return defines_without(data, name, pattern)
 
+    def outline(self, rel: str) -> Outline | None:
+        """The file's outline, to resolve calls on before summarizing it; None when its summary
+        is known (or certainly None: no helper token) or the file cannot be read."""
+        if self.has_summary(rel):
+            return None
+        data = self._data.get(rel) or self._texts.get(rel)
+        if data is None:
+            try:
+                with open(os.path.join(self._base, rel), "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                return None
+            self._texts[rel] = data
+        if not any(token in data for token in HELPER_TOKENS):
+            return None
+        return Outline(data)
+
     def mentions(self, rel: str, name: str) -> bool:
         """Whether the file's text contains ``name`` (a cheap test before linking its calls)."""
         data = self._data.get(rel)
@@ -241,10 +210,12 @@ class SummaryStore:
         if "summary" not in entry:
             data = self._data.pop(rel, None)
             if data is None:
-                try:
-                    data = (self.root / rel).read_bytes()
-                except OSError:
-                    return None
+                data = self._texts.get(rel)
+                if data is None:
+                    try:
+                        data = (self.root / rel).read_bytes()
+                    except OSError:
+                        return None
                 if content_hash(data) != entry["key"]:
                     entry = {"key": content_hash(data), "classes": {}, "stat": entry.get("stat")}
                     self.entries[rel] = entry

@@ -49,6 +49,7 @@ from ..rules.scaler_queries import float16_in_code, is_epoch_loop, saver_has_sca
 from ..syntax import call_args, dotted, iter_nodes
 from ..vocabulary import EventKind
 from .float16_sites import add_float16_parts, framework_runs
+from .outline import project_imports
 from .snapshots import collected, collector, is_stub, record_class, scaler_attribute, snapshot_saves
 
 _SCALER_TEXT = re.compile(r"scaler", re.IGNORECASE)
@@ -120,34 +121,8 @@ def summarize(facts: AmpFacts) -> dict:
 
 
 def _project_imports(module: ast.Module) -> dict[str, str]:
-    """Local name → dotted target for every import at module level (also inside a top-level
-    ``if``/``try``). Relative imports keep their dots: ``from .utils import f`` → ``.utils.f``."""
-    found: dict[str, str] = {}
-
-    def scan(body: list[ast.stmt]) -> None:
-        for stmt in body:
-            if isinstance(stmt, ast.Import):
-                for alias in stmt.names:
-                    if alias.asname:
-                        found.setdefault(alias.asname, alias.name)
-                    else:
-                        head = alias.name.split(".", 1)[0]
-                        found.setdefault(head, head)
-            elif isinstance(stmt, ast.ImportFrom):
-                base = "." * stmt.level + (stmt.module or "")
-                for alias in stmt.names:
-                    if alias.name == "*":
-                        continue
-                    target = f"{base}.{alias.name}" if stmt.module else f"{base}{alias.name}"
-                    found.setdefault(alias.asname or alias.name, target)
-            elif isinstance(stmt, ast.If):
-                scan(stmt.body)
-                scan(stmt.orelse)
-            elif isinstance(stmt, ast.Try):
-                scan(stmt.body)
-
-    scan(module.body)
-    return found
+    """Local name → dotted target for every import at module level (``outline.project_imports``)."""
+    return project_imports(module.body)
 
 
 def _aliases(facts: AmpFacts) -> dict[str, str]:

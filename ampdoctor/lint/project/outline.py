@@ -1,0 +1,395 @@
+"""What a module's text says for certain, read without parsing the whole module.
+
+The link step often needs only a module's outline: whether it defines a function or a class of
+some name, the bases of a class, and where a name it imports comes from. A call made inside an
+autocast region that reaches a library class through a project base class (``self.assertTrue``
+in a test case whose base class lives in a 5,000-line module) would otherwise cost that module's
+summary, to learn that the call lands nowhere in the project.
+
+The module's text is cut into top-level blocks at the lines that start at the left margin (a
+``def``, a ``class``, or other module-level code: imports, assignments, ``if``/``try`` blocks,
+decorators). Each question is answered from the text alone, or raises ``Uncertain``; then the
+caller summarizes the module. A block is trusted only where it parses on its own (a line at the
+left margin inside a string cuts a block where its end is not known, and it no longer parses).
+"""
+
+from __future__ import annotations
+
+import re
+
+_ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
+_TOP_DEF = re.compile(rb"(?:async[ \t]+)?def[ \t]+(\w+)")
+_TOP_CLASS = re.compile(rb"class[ \t]+(\w+)")
+# First characters of a line that continues the block above: blank, indented, a comment, the
+# closing bracket of a signature.
+_GOES_ON = b" \t#\r\x0c)]}"
+# How many lines a class header may span.
+_HEADER_LINES = 12
+_PARSE_ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError)
+
+
+class Uncertain(Exception):
+    """The text does not tell for certain: the module must be summarized."""
+
+
+def blocks(lines: list[bytes]) -> list[tuple[str, int, int]]:
+    """The top-level blocks of a module's lines: ``(kind, first, end)`` with kind the function's
+    name, ``"class Name"``, or ``""`` for other module-level code; ``end`` exclusive."""
+    found = []
+    start = None
+    kind = ""
+    for index, line in enumerate(lines):
+        first = line[:1]
+        if not first or first in _GOES_ON:
+            continue
+        if start is not None:
+            found.append((kind, start, index))
+        start = index
+        match = _TOP_DEF.match(line)
+        if match is not None:
+            kind = match.group(1).decode("ascii", "replace")
+        else:
+            match = _TOP_CLASS.match(line)
+            kind = f"class {match.group(1).decode('ascii', 'replace')}" if match is not None else ""
+    if start is not None:
+        found.append((kind, start, len(lines)))
+    return found
+
+
+def parses(text: bytes):
+    """The syntax tree of ``text`` alone, or None when it does not parse."""
+    try:
+        return compile(text, "<block>", "exec", _ONLY_AST)
+    except _PARSE_ERRORS:
+        return None
+
+
+def defines_without(data: bytes, spelled: str, token: re.Pattern) -> bool:
+    """Whether in the module ``data`` the function ``spelled`` (``f`` or ``Class.method``) is
+    certainly one of its own, without a match of ``token``: the module defines ``f`` (or
+    ``Class``) at its top level, the name is not imported or bound by the module's own code,
+    and neither that definition nor the module's own code (imports, aliases, conditional
+    definitions) holds a match. A text test, so that a module is not parsed only to find out
+    that the function a call lands in does nothing a rule asks about; whenever it is not
+    certain (the definition does not parse on its own: its end is not known), False.
+    """
+    parts = spelled.split(".")
+    if len(parts) > 2:
+        return False
+    wanted = parts[0] if len(parts) == 1 else f"class {parts[0]}"
+    word = re.compile(rb"\b" + re.escape(parts[0].encode()) + rb"\b")
+    lines = data.split(b"\n")
+    segments = []
+    for kind, start, end in blocks(lines):
+        if kind != wanted and kind != "":
+            continue  # another function or class: its own business
+        text = b"\n".join(lines[start:end])
+        if token.search(text) is not None:
+            return False
+        if kind == wanted:
+            segments.append(text)
+        elif word.search(text) is not None:
+            return False  # module-level code binds or rebinds the name
+    return bool(segments) and all(parses(text) is not None for text in segments)
+
+
+def project_imports(body: list) -> dict[str, str]:
+    """Local name → dotted target for every import among the statements ``body`` of a module
+    (also inside a top-level ``if``/``try``). Relative imports keep their dots:
+    ``from .utils import f`` → ``.utils.f``. The summary's ``imports``."""
+    import _ast
+
+    found: dict[str, str] = {}
+
+    def scan(statements: list) -> None:
+        for stmt in statements:
+            kind = type(stmt)
+            if kind is _ast.Import:
+                for alias in stmt.names:
+                    if alias.asname:
+                        found.setdefault(alias.asname, alias.name)
+                    else:
+                        head = alias.name.split(".", 1)[0]
+                        found.setdefault(head, head)
+            elif kind is _ast.ImportFrom:
+                base = "." * stmt.level + (stmt.module or "")
+                for alias in stmt.names:
+                    if alias.name == "*":
+                        continue
+                    target = f"{base}.{alias.name}" if stmt.module else f"{base}{alias.name}"
+                    found.setdefault(alias.asname or alias.name, target)
+            elif kind is _ast.If:
+                scan(stmt.body)
+                scan(stmt.orelse)
+            elif kind is _ast.Try:
+                scan(stmt.body)
+
+    scan(body)
+    return found
+
+
+def _dotted(expr) -> str | None:
+    """``a.b.c`` for a chain of names and attributes (as ``syntax.dotted``)."""
+    import _ast
+
+    parts = []
+    while type(expr) is _ast.Attribute:
+        parts.append(expr.attr)
+        expr = expr.value
+    if type(expr) is _ast.Name:
+        parts.append(expr.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+class Outline:
+    """The questions the link step asks of a summary (``functions``, ``classes``, ``aliases``,
+    ``imports``), answered from a module's text: exactly, or by raising ``Uncertain``.
+
+    Only answers that let a walk through the module end without a result are given with
+    certainty: a name the module does not define, a class's bases, an import. A function the
+    module may define is ``Uncertain``: the link step needs its summary anyway.
+    """
+
+    __slots__ = ("_block_starts", "_blocks", "_classes", "_headers", "_imports", "_lines", "_starts", "_trees", "data")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self._lines: list[bytes] | None = None
+        self._blocks: list[tuple[str, int, int]] = []
+        self._starts: list[int] = []
+        self._headers: dict[int, tuple[int, list[str]] | None] = {}
+        self._classes: dict[str, list[str] | None] = {}
+        self._imports: dict[str, str | None] = {}
+        self._block_starts: list[int] = []
+        self._trees: dict[int, object] = {}
+
+    # ---- the questions ------------------------------------------------------------------------
+
+    def has_function(self, qualname: str) -> bool:
+        """Whether ``qualname`` (``f`` or ``Class.f``) is among the summary's functions."""
+        name = qualname.rsplit(".", 1)[-1]
+        data = self.data
+        for offset in _occurrences(data, name):
+            if _keyword_before(data, offset)[0] == b"def":
+                raise Uncertain(qualname)  # it may: the summary says
+        return False
+
+    def class_bases(self, name: str) -> list[str] | None:
+        """The bases of the module's class ``name`` as the summary spells them; None when the
+        module certainly has no class of that name."""
+        if name not in self._classes:
+            self._classes[name] = self._class_bases(name)
+        return self._classes[name]
+
+    def alias(self, name: str) -> str | None:
+        """The module-level alias ``name = other.name``: None when the module certainly binds
+        ``name`` by no assignment outside its functions (an assignment in a class body counts)."""
+        data = self.data
+        for offset in _occurrences(data, name):
+            after = offset + len(name)
+            rest = data[after : after + 64].lstrip()
+            if rest[:1] == b"." or data[_skip_blanks_back(data, offset) - 1 : offset][:1] == b".":
+                continue  # an attribute, or the name of one
+            index = self._block_at(offset)
+            if index is None:
+                raise Uncertain(name)
+            kind, start, _end = self._blocks[index]
+            if kind and not kind.startswith("class "):
+                continue  # inside a module-level function: its own frame
+            if kind:
+                header = self._header(index)
+                if header is not None and self._line_of(offset) < start + header[0]:
+                    continue  # a class's bases and keywords assign nothing
+                if not _may_assign(rest):
+                    continue  # a use in a class body (a call, an argument, a word in a comment)
+            tree = self._tree(index)
+            if tree is None or name in _stored(tree):
+                raise Uncertain(name)
+        return None
+
+    def import_of(self, name: str) -> str | None:
+        """The dotted target the module's top-level imports bind ``name`` to, or None."""
+        if name not in self._imports:
+            self._imports[name] = self._import_of(name)
+        return self._imports[name]
+
+    # ---- text ---------------------------------------------------------------------------------
+
+    def _split(self) -> list[bytes]:
+        if self._lines is None:
+            self._lines = self.data.split(b"\n")
+            self._blocks = blocks(self._lines)
+            self._block_starts = [start for _kind, start, _end in self._blocks]
+            starts = [0]
+            for line in self._lines[:-1]:
+                starts.append(starts[-1] + len(line) + 1)
+            self._starts = starts
+        return self._lines
+
+    def _line_of(self, offset: int) -> int:
+        from bisect import bisect_right
+
+        self._split()
+        return bisect_right(self._starts, offset) - 1
+
+    def _block_at(self, offset: int) -> int | None:
+        """The index of the block that holds the byte at ``offset``."""
+        from bisect import bisect_right
+
+        line = self._line_of(offset)
+        index = bisect_right(self._block_starts, line) - 1
+        return index if index >= 0 and line < self._blocks[index][2] else None
+
+    def _tree(self, index: int):
+        """The syntax tree of a block alone; module-level code that does not parse alone (the
+        ``try:`` of a ``try``/``except``) is joined with the module-level blocks after it. None
+        when that does not parse either."""
+        if index not in self._trees:
+            kind, start, end = self._blocks[index]
+            lines = self._split()
+            tree = parses(b"\n".join(lines[start:end]))
+            following = index + 1
+            while tree is None and not kind and following < len(self._blocks) and following - index <= 8:
+                if self._blocks[following][0]:
+                    break
+                end = self._blocks[following][2]
+                tree = parses(b"\n".join(lines[start:end]))
+                following += 1
+            self._trees[index] = tree
+        return self._trees[index]
+
+    def _header(self, index: int) -> tuple[int, list[str]] | None:
+        """The class block's header: how many lines it spans and the bases it names; None when
+        it does not parse on its own."""
+        if index not in self._headers:
+            import _ast
+
+            self._headers[index] = None
+            kind, start, end = self._blocks[index]
+            lines = self._split()
+            for count in range(1, min(end - start, _HEADER_LINES) + 1):
+                tree = parses(b"\n".join(lines[start : start + count]) + b"\n pass\n")
+                if tree is None:
+                    continue
+                node = tree.body[0] if len(tree.body) == 1 else None
+                if type(node) is _ast.ClassDef and f"class {node.name}" == kind and len(node.body) == 1:
+                    if type(node.body[0]) is _ast.Pass:
+                        bases = [spelled for spelled in map(_dotted, node.bases) if spelled]
+                        self._headers[index] = (count, bases)
+                break
+        return self._headers[index]
+
+    def _class_bases(self, name: str) -> list[str] | None:
+        data = self.data
+        matches = []
+        for offset in _occurrences(data, name):
+            keyword, start = _keyword_before(data, offset)
+            if keyword == b"class":
+                matches.append(start)
+        if not matches:
+            return None
+        if len(matches) > 1 or (matches[0] and data[matches[0] - 1] != 0x0A):
+            raise Uncertain(name)  # several classes of that name, or one nested in a block
+        index = self._block_at(matches[0])
+        header = self._header(index) if index is not None else None
+        if header is None or self._blocks[index][0] != f"class {name}":
+            raise Uncertain(name)
+        # The line must be the class itself, not text in a string: then nothing else binds it.
+        if self.has_function(name) or self.import_of(name) is not None or self.alias(name) is not None:
+            raise Uncertain(name)
+        return header[1]
+
+    def _import_of(self, name: str) -> str | None:
+        """From the module-level blocks that mention ``name``, each of which must parse."""
+        seen = set()
+        bound = []
+        for offset in _occurrences(self.data, name):
+            index = self._block_at(offset)
+            if index is None:
+                raise Uncertain(name)
+            if self._blocks[index][0] or index in seen:
+                continue
+            seen.add(index)
+            tree = self._tree(index)
+            if tree is None:
+                raise Uncertain(name)
+            target = project_imports(tree.body).get(name)
+            if target is not None:
+                bound.append(target)
+        if len(bound) > 1:
+            raise Uncertain(name)  # bound twice: which one holds is the summary's to say
+        return bound[0] if bound else None
+
+
+def _occurrences(data: bytes, name: str):
+    """The offsets of ``name`` as a whole word in ``data``."""
+    word = _word(name)
+    size = len(word)
+    offset = data.find(word)
+    while offset >= 0:
+        before = data[offset - 1] if offset else 0x20
+        after = data[offset + size] if offset + size < len(data) else 0x20
+        if not (_is_word(before) or _is_word(after)):
+            yield offset
+        offset = data.find(word, offset + size)
+
+
+def _skip_blanks_back(data: bytes, offset: int) -> int:
+    """The offset just after the last byte before ``offset`` that is not a blank, a line break
+    or a line continuation."""
+    while offset and data[offset - 1] in b" \t\\\r\n\x0c":
+        offset -= 1
+    return offset
+
+
+def _keyword_before(data: bytes, offset: int) -> tuple[bytes, int]:
+    """The word before ``offset`` (blanks between) and where it starts."""
+    end = _skip_blanks_back(data, offset)
+    start = end
+    while start and _is_word(data[start - 1]):
+        start -= 1
+    return data[start:end], start
+
+
+def _is_word(byte: int) -> bool:
+    return byte >= 0x80 or byte == 0x5F or 0x30 <= byte <= 0x39 or 0x41 <= byte <= 0x5A or 0x61 <= byte <= 0x7A
+
+
+# What may follow a name that an assignment binds (``x =``, ``x: int =``, ``x, y =``, ``(x) =``,
+# ``[x] =``, ``x +=``), or hide it (a comment or a line break after it): ``=`` but not ``==``.
+_TARGET_END = re.compile(rb"(?:=(?!=)|[,):\]#\\]|[-+*/%@&|^<>]+=)")
+
+
+def _may_assign(rest: bytes) -> bool:
+    """Whether the text after a name (leading blanks stripped) may make it an assignment target."""
+    return not rest or _TARGET_END.match(rest) is not None
+
+
+def _word(name: str) -> bytes:
+    if not name.isascii() or not name.isidentifier():
+        raise Uncertain(name)
+    return name.encode("ascii")
+
+
+def _stored(tree) -> set[str]:
+    """Every name assigned anywhere in ``tree``."""
+    import _ast
+
+    return {node.id for node in _walk(tree) if type(node) is _ast.Name and type(node.ctx) is _ast.Store}
+
+
+def _walk(tree):
+    """Every node of ``tree`` (``ast.walk`` without importing ast)."""
+    import _ast
+
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                todo.extend(item for item in value if isinstance(item, _ast.AST))
+            elif isinstance(value, _ast.AST):
+                todo.append(value)

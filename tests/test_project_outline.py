@@ -1,0 +1,213 @@
+"""A module's outline: what its text says for certain, and that resolving a call on outlines
+first never changes where it lands."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, known_codes, lint_paths
+from ampdoctor.lint.engine import parse_source
+from ampdoctor.lint.facts import build_facts
+from ampdoctor.lint.project import store as store_module
+from ampdoctor.lint.project.link import Project
+from ampdoctor.lint.project.outline import Outline, Uncertain
+from ampdoctor.lint.project.store import BACKWARD_TEXT, defines_without
+from ampdoctor.lint.project.summary import summarize
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "projects"
+
+BASES = '''\
+"""Test helpers."""
+import unittest
+
+import expecttest
+from torch.nn import Module as TorchModule
+
+from .loops import Loop, run_backward
+
+TOLERANCE = 1e-3
+hooks = ["_backward_hooks"]
+
+
+class TestCase(expecttest.TestCase):
+    """Usage::
+
+        class MyTest(TestCase):
+            ...
+    """
+
+    precision = TOLERANCE
+
+    def setUp(self):
+        super().setUp()
+        self.case = TestCase()
+
+    def check(self, model):
+        self.assertTrue(isinstance(model, TestCase))
+
+
+class Trainer(
+    Loop,
+    metaclass=type,
+):
+    def fit(self, loss):
+        run_backward(loss)
+
+
+def helper(x):
+    TestCase = x  # a local of its own
+    return TestCase
+'''
+
+
+def outline(text: str) -> Outline:
+    return Outline(textwrap.dedent(text).encode())
+
+
+def test_an_outline_answers_what_the_text_says_for_certain():
+    module = outline(BASES)
+    assert module.class_bases("TestCase") == ["expecttest.TestCase"]
+    assert module.class_bases("Trainer") == ["Loop"]  # a header over several lines
+    assert module.class_bases("Missing") is None
+    assert module.has_function("TestCase.assertTrue") is False
+    assert module.has_function("missing") is False
+    with pytest.raises(Uncertain):
+        module.has_function("TestCase.check")  # it may: the summary says
+    with pytest.raises(Uncertain):
+        module.has_function("helper")
+    assert module.import_of("expecttest") == "expecttest"
+    assert module.import_of("TorchModule") == "torch.nn.Module"
+    assert module.import_of("Loop") == ".loops.Loop"
+    assert module.import_of("unittest") == "unittest"
+    assert module.import_of("TestCase") is None
+    assert module.alias("expecttest") is None
+    assert module.alias("TestCase") is None  # uses and locals of a function bind no alias
+    with pytest.raises(Uncertain):
+        module.alias("TOLERANCE")  # assigned at module level
+
+
+def test_an_outline_is_uncertain_where_the_text_may_mislead():
+    # Bound again by the module's own code: by an assignment, in a class body, by a second import.
+    with pytest.raises(Uncertain):
+        outline(BASES + "expecttest = None\n").alias("expecttest")
+    with pytest.raises(Uncertain):
+        outline(BASES.replace("    precision = TOLERANCE", "    expecttest = TOLERANCE")).alias("expecttest")
+    with pytest.raises(Uncertain):
+        outline(BASES + "from other import expecttest\n").import_of("expecttest")
+    # An import in an ``else`` block, which does not parse alone.
+    with pytest.raises(Uncertain):
+        outline("if X:\n    import a\nelse:\n    import b as a\n").import_of("a")
+    assert outline("try:\n    import a\nexcept ImportError:\n    pass\n").import_of("a") == "a"
+    # A class of that name twice, or inside a block, or also imported: the summary says which.
+    with pytest.raises(Uncertain):
+        outline(BASES + "\n\nclass TestCase:\n    pass\n").class_bases("TestCase")
+    with pytest.raises(Uncertain):
+        outline("if X:\n    class A(B):\n        pass\n").class_bases("A")
+    with pytest.raises(Uncertain):
+        outline("from x import A\n\n\nclass A(B):\n    pass\n").class_bases("A")
+    # A header that does not parse on its own (a one-line class).
+    with pytest.raises(Uncertain):
+        outline("class A(B): pass\n").class_bases("A")
+    # Names that are not plain ASCII identifiers are left to the summary.
+    with pytest.raises(Uncertain):
+        outline("class Ä(B):\n    pass\n").class_bases("Ä")
+
+
+def test_the_text_test_on_a_function_still_holds_after_the_move():
+    module = b"import torch\n\n\ndef move(batch):\n    return batch\n\n\ndef run(loss):\n    loss.backward()\n"
+    assert defines_without(module, "move", BACKWARD_TEXT)
+    assert not defines_without(module, "run", BACKWARD_TEXT)
+
+
+def _summary(data: bytes) -> dict | None:
+    source = data.decode("utf-8")
+    return summarize(build_facts(parse_source(source), source))
+
+
+def _landings(root: Path, with_outlines: bool) -> list:
+    files = {p.relative_to(root).as_posix() for p in root.rglob("*.py")}
+    summaries = {rel: _summary((root / rel).read_bytes()) for rel in files}
+
+    def outline_of(rel: str) -> Outline | None:
+        return Outline((root / rel).read_bytes())
+
+    found = []
+    for rel in sorted(files):
+        for call in (summaries[rel] or {}).get("calls", []):
+            for without in (None, BACKWARD_TEXT):
+                project = Project(files, summaries.get, outline=outline_of if with_outlines else None)
+                target = project.resolve_call(rel, call, without)
+                found.append((rel, call["callee"], target and (target.module, target.name, target.skip)))
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
+def test_every_call_of_the_project_fixtures_lands_where_it_did_without_outlines(name: str):
+    root = FIXTURES / name
+    assert _landings(root, True) == _landings(root, False)
+
+
+TRAIN = """\
+import torch
+
+from helpers import TestCase
+
+
+class TestAmp(TestCase):
+    def test_step(self, model, batch):
+        with torch.autocast("cuda", dtype=torch.float16):
+            self.assertTrue(model(batch) is not None)
+"""
+FIT = """\
+import torch
+
+from helpers import TestCase
+
+
+class TestAmp(TestCase):
+    def test_step(self, model, batch):
+        with torch.autocast("cuda", dtype=torch.float16):
+            self.fit(model(batch).sum())
+"""
+RUNNER = """\
+import expecttest
+
+
+class Trainer(object):
+    def fit(self, loss):
+        loss.backward()
+
+
+class TestCase(Trainer, expecttest.TestCase):
+    pass
+"""
+
+
+@pytest.mark.parametrize("script", ["library_method", "project_method"])
+def test_a_base_class_module_is_parsed_only_where_the_call_may_land_in_it(tmp_path: Path, monkeypatch, script: str):
+    if script == "library_method":
+        train, helpers = TRAIN, BASES.replace("from .loops import Loop, run_backward\n", "")
+    else:
+        train, helpers = FIT, RUNNER
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    (tmp_path / "train.py").write_text(train, encoding="utf-8")
+    (tmp_path / "helpers.py").write_text(helpers, encoding="utf-8")
+    made = []
+    original = store_module.summarize_bytes
+    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: made.append(data) or original(data))
+    settings = Settings(root=tmp_path)
+    request = LintRequest(settings, settings.enabled_codes(known_codes()))
+    run = lint_paths([tmp_path / "train.py"], request, cwd=tmp_path)
+    findings = sorted((f.location.line, f.code) for f in run.findings)
+    if script == "project_method":
+        assert findings == [(9, "AMP101")]  # self.fit runs the backward inside autocast
+        assert helpers.encode() in made
+    else:
+        # self.assertTrue comes from a library class, through a project class in a module that
+        # is never parsed.
+        assert findings == []
+        assert helpers.encode() not in made
