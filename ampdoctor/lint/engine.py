@@ -68,7 +68,7 @@ class FileResult(Record):
     changed it; ``cells``: for notebooks, cell number → text; ``error``: why the file could not
     be read, decoded or parsed; ``notebook``: (original JSON text, NotebookSource) when fixes
     changed a notebook; ``summary``: the module's project summary, when the run asked for it and
-    the file was parsed.
+    the file was parsed; ``half_risk``: see ``project.tokens.float16_risk``.
     """
 
     __slots__ = (
@@ -84,6 +84,7 @@ class FileResult(Record):
         "notebook",
         "file_path",
         "summary",
+        "half_risk",
     )
 
     def __init__(
@@ -113,6 +114,9 @@ class FileResult(Record):
         self.notebook = notebook
         self.file_path = file_path
         self.summary = summary
+        # For a file read but not parsed in a run that links the project: whether its text holds
+        # what float16 autocast set up elsewhere breaks (None: not looked at).
+        self.half_risk: bool | None = None
 
     @property
     def changed(self) -> bool:
@@ -417,12 +421,12 @@ def _lint_data(
         (prefiltered or passes_prefilter(data, spec)) and _text_gate(options.codes).keeps(data)
     ):
         if options.summaries:
-            from .project.tokens import wanted_without_rules
+            from .project.tokens import float16_risk, wanted_without_rules
 
+            result.half_risk = float16_risk(data)
             if wanted_without_rules(data):
-                # No rule of its own can fire, but the project pass may judge it from elsewhere
-                # (an update helper's clip, a fill run under float16 autocast set up in another
-                # module): summarize it here, in the worker that has its bytes.
+                # No rule of its own can fire, but the project pass judges an update helper's
+                # clip from its callers: summarize it here, in the worker that has its bytes.
                 result.summary = _summary_only(data)
         return result
     try:

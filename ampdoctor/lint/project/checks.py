@@ -25,7 +25,15 @@ from .store import BACKWARD_TEXT
 _SAVE_DEPTH = 2
 
 
-def run_checks(project: Project, targets: Iterable[str], callers: Callers, codes: frozenset[str]) -> list[CrossReport]:
+def run_checks(
+    project: Project,
+    targets: Iterable[str],
+    callers: Callers,
+    codes: frozenset[str],
+    lazy: Iterable[str] = (),
+) -> list[CrossReport]:
+    """The cross-module findings in ``targets`` (the named files with a summary); ``lazy``: named
+    files to summarize only when float16 autocast set up elsewhere reaches them."""
     targets = sorted(set(targets))
     reports: list[CrossReport] = []
     if "AMP211" in codes:
@@ -41,7 +49,7 @@ def run_checks(project: Project, targets: Iterable[str], callers: Callers, codes
     if "AMP209" in codes:
         reports.extend(_bfloat16_scaler_factory(project, targets, callers))
     if "AMP301" in codes or "AMP105" in codes:
-        reports.extend(float16_elsewhere(project, targets, callers, codes))
+        reports.extend(float16_elsewhere(project, targets, callers, codes, sorted(set(lazy))))
     return reports
 
 

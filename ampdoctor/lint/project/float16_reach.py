@@ -25,7 +25,8 @@ whose class the project does not show (a parameter, a factory's result, a regist
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 
 from .link import Project, Target
 from .reports import Callers, CrossReport
@@ -58,29 +59,43 @@ class _Entry:
 
 
 def float16_elsewhere(
-    project: Project, targets: list[str], callers: Callers, codes: frozenset[str]
+    project: Project, targets: list[str], callers: Callers, codes: frozenset[str], lazy: list[str] = ()
 ) -> Iterator[CrossReport]:
-    risky = []
-    for module in targets:
-        summary = project.summary(module)
-        for name, function in (summary or {}).get("functions", {}).items():
-            for risk in function.get("half_risks", []):
-                if risk["code"] in codes:
-                    risky.append((module, name, risk))
-    if not risky:
+    """``targets``: named modules already summarized; ``lazy``: named modules whose text holds a
+    risk, summarized only if an entry's walk reaches them."""
+    risky = _risks(project, targets, codes)
+    candidates = {module for module, _name, _risk in risky} | set(lazy)
+    if not candidates:
         return
-    runs = _runs(project, callers)
+    runs = _runs(project, callers, candidates)
     if not runs:
         return
+    reached_modules = {module for _entry, reached in runs for module, _name in reached}
+    risky.extend(_risks(project, [module for module in lazy if module in reached_modules], codes))
     for module, name, risk in risky:
         entry = next((e for e, reached in runs if (module, name) in reached and risk["code"] in e.codes), None)
         if entry is not None:
             yield _report(module, risk, entry)
 
 
-def _runs(project: Project, callers: Callers) -> list[tuple[_Entry, set[tuple[str, str]]]]:
-    """Each place the project runs its code under float16 autocast, with the functions run."""
-    roots = sorted(set(callers.with_class("autocast")) | set(callers.with_class("precision")))
+def _risks(project: Project, modules: Iterable[str], codes: frozenset[str]) -> list[tuple[str, str, dict]]:
+    found = []
+    for module in modules:
+        summary = project.summary(module)
+        for name, function in (summary or {}).get("functions", {}).items():
+            for risk in function.get("half_risks", []):
+                if risk["code"] in codes:
+                    found.append((module, name, risk))
+    return found
+
+
+def _runs(project: Project, callers: Callers, risky: set[str]) -> list[tuple[_Entry, set[tuple[str, str]]]]:
+    """Each place the project runs its code under float16 autocast, with the functions run
+    (from the modules that can reach one of the ``risky`` modules at all)."""
+    imports = _Imports(project)
+    precision = set(callers.with_class("precision"))
+    autocast = {root for root in callers.with_class("autocast") if root not in precision and imports.may_enter(root)}
+    roots = [root for root in sorted(precision | autocast) if imports.may_reach(root, risky)]
     found = []
     memo: dict[tuple[str, str], set[tuple[str, str]]] = {}
     for root in roots:
@@ -129,6 +144,95 @@ def _entries(project: Project, module: str) -> Iterator[_Entry]:
             function = project.summary(method[0]).get("functions", {}).get(method[1]) if method else None
             if function is not None:
                 yield _Entry(Target(method[0], method[1], function, 1), module, where, handed, codes)
+
+
+# Import statements anywhere in a module's text: ``from X import a, b`` (also parenthesized) and
+# ``import X.Y as Z, W``. A superset of what the linker follows: every call it resolves into
+# another module goes through an import of the calling module (or of a class's module, for a
+# base class), so a module whose imports cannot lead to a risky module cannot run its code.
+_FROM_IMPORT = re.compile(rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n#;]*)", re.MULTILINE)
+_IMPORT = re.compile(rb"^[ \t]*import[ \t]+([^\n#;]+)", re.MULTILINE)
+_NAME = re.compile(rb"[A-Za-z_]\w*")
+# What a region's codes need, in the text of the autocast call itself (``model.autocast_region``
+# reads only the call's arguments): a float16 dtype, or a device written out that is not the
+# CPU (CUDA's default dtype is float16). ``torch.cuda.amp.autocast()`` (or the name imported
+# from there, or imported under another name) names no device: its module is kept as it is.
+_AUTOCAST_CALL = re.compile(rb"autocast[ \t]*\(((?:[^()]|\([^()]*\))*)\)")
+_FLOAT16_OR_DEVICE = re.compile(rb"float16|half|fp16|[\"'](?!cpu[\"'])[a-z]+(?::\d+)?[\"']")
+
+
+class _Imports:
+    """The project modules each module imports, read from its text (no summary needed), to skip
+    the entries whose code cannot reach the modules with a risk: summarizing them costs."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self._edges: dict[str, set[str]] = {}
+
+    def may_enter(self, module: str) -> bool:
+        """Whether the module's text may hold a float16 or non-CPU autocast region."""
+        read = self.project.text
+        data = read(module) if read is not None else None
+        if data is None:
+            return read is None  # no texts to read: every root stays
+        if b"cuda.amp" in data or b"autocast as " in data:
+            return True
+        return any(_FLOAT16_OR_DEVICE.search(call.group(1)) for call in _AUTOCAST_CALL.finditer(data))
+
+    def may_reach(self, root: str, targets: set[str]) -> bool:
+        if self.project.text is None:  # no texts to read: every root stays
+            return True
+        seen = {root}
+        frontier = [root]
+        # Each call the walk follows crosses at most one import (a re-export in ``__init__.py``
+        # one more): twice the depth bounds it.
+        for _hop in range(2 * _DEPTH + 1):
+            if seen & targets:
+                return True
+            following = []
+            for module in frontier:
+                for imported in self._of(module):
+                    if imported not in seen:
+                        seen.add(imported)
+                        following.append(imported)
+            if not following:
+                break
+            frontier = following
+        return bool(seen & targets)
+
+    def _of(self, module: str) -> set[str]:
+        edges = self._edges.get(module)
+        if edges is None:
+            edges = self._edges[module] = set()
+            read = self.project.text
+            data = (read(module) if read is not None else None) or b""
+            for target, plain in _targets(data):
+                found = self.project.find_module(module, target)
+                if found is None:
+                    continue
+                edges.add(found[0])
+                if plain and found[0].endswith("/__init__.py"):
+                    # ``import pkg`` then ``pkg.model.Net()``: the linker may land in any module
+                    # of the package.
+                    folder = found[0][: -len("__init__.py")]
+                    edges.update(rel for rel in self.project.files if rel.startswith(folder))
+        return edges
+
+
+def _targets(data: bytes) -> Iterator[tuple[str, bool]]:
+    """The dotted targets of the imports in ``data``, each with whether it is a plain ``import``."""
+    for match in _FROM_IMPORT.finditer(data):
+        base = match.group(1).decode("ascii", "replace")
+        yield base, False
+        for name in _NAME.findall(match.group(2)):
+            if name != b"as":
+                spelled = name.decode("ascii", "replace")
+                yield (f"{base}{spelled}" if base.endswith(".") else f"{base}.{spelled}"), False
+    for match in _IMPORT.finditer(data):
+        for part in match.group(1).split(b","):
+            words = part.split()
+            if words:
+                yield words[0].decode("ascii", "replace"), True
 
 
 def _region_codes(region: dict) -> set:

@@ -38,6 +38,7 @@ MAX_DEPTH = 4
 SummaryLoader = Callable[[str], "dict | None"]
 # A module's outline (its text), or None where its summary is at hand or the text cannot be read.
 OutlineLoader = Callable[[str], "Outline | None"]
+TextLoader = Callable[[str], "bytes | None"]
 # (module, name, pattern) -> whether the module certainly defines the function ``name`` (``f``
 # or ``Class.method``) with no match of ``pattern`` in its text (``store.defines_without``).
 TextTest = Callable[[str, str, "re.Pattern"], bool]
@@ -103,10 +104,11 @@ class Project(Record):
     ``files``: project-relative POSIX paths of every Python module; ``load(rel)``: the summary of
     one of them (read from the cache or made on demand), None when it cannot be read or parsed;
     ``text_test``: a look at a module's text that spares summarizing it (see ``resolve_call``);
-    ``outline``: a module's outline, to resolve a call before summarizing the modules it passes.
+    ``outline``: a module's outline, to resolve a call before summarizing the modules it passes;
+    ``text``: a module's bytes, None when it cannot be read.
     """
 
-    __slots__ = ("_outlines", "_summaries", "_text_first", "_without", "files", "load", "outline", "text_test")
+    __slots__ = ("_outlines", "_summaries", "_text_first", "_without", "files", "load", "outline", "text", "text_test")
 
     def __init__(
         self,
@@ -114,11 +116,13 @@ class Project(Record):
         load: SummaryLoader,
         text_test: TextTest | None = None,
         outline: OutlineLoader | None = None,
+        text: TextLoader | None = None,
     ) -> None:
         self.files = files
         self.load = load
         self.text_test = text_test
         self.outline = outline
+        self.text = text
         self._summaries: dict[str, dict | None] = {}
         self._outlines: dict[str, Outline | None] = {}
         self._without: re.Pattern | None = None

@@ -18,6 +18,7 @@ from .checks import Callers, CrossReport, run_checks
 from .link import Project
 from .root import project_root
 from .store import SummaryStore
+from .tokens import float16_risk
 
 CACHE_DIR = ".ampdoctor_cache"
 # More Python files than any project holds: the marked folder is something else (a home folder
@@ -66,7 +67,7 @@ def link_results(
     else:
         files = sorted(_relative(path, str(root)) for path in targets)
     store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
-    project = Project(set(files), store.summary, store.defines_without, store.outline)
+    project = Project(set(files), store.summary, store.defines_without, store.outline, store.text)
     base = str(root)
     target_rels = {}
     for rel in files:
@@ -93,7 +94,22 @@ def link_results(
     checked = [rel for rel in target_rels if store.has_summary(rel)]
     store.prefetch(checked, jobs)
     callers = Callers(files, store.has_class, store.mentions)
-    reports = run_checks(project, checked, callers, codes)
+    # Named files that only hold what float16 autocast set up elsewhere breaks (a BCE, a large
+    # fill): summarized only if such an autocast reaches them.
+    lazy = []
+    if "AMP301" in codes or "AMP105" in codes:
+        summarized = set(checked)
+        lazy = [
+            rel
+            for rel, result in target_rels.items()
+            if rel not in summarized
+            and (
+                result.half_risk
+                if result.half_risk is not None
+                else store.has_class(rel, "half_risk") and float16_risk(store.text(rel) or b"")
+            )
+        ]
+    reports = run_checks(project, checked, callers, codes, lazy)
     if use_cache:
         store.forget_missing(set(files))
         store.save()

@@ -205,6 +205,11 @@ def collector(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef)
     ``return`` is ``{k: v.state_dict() for k, v in vars(p).items() if isinstance(v, Optimizer)}``
     (or the list of them over ``.values()``, or over ``p.__dict__``) with ``torch.optim.Optimizer``
     as the only type admitted."""
+    if "isinstance" not in facts.source or "state_dict" not in facts.source:
+        return None  # the shape below names both
+    text = facts.text(function)
+    if "isinstance" not in text or "state_dict" not in text:
+        return None
     returns = [n for n in iter_nodes(function) if isinstance(n, ast.Return)]
     if len(returns) != 1 or not isinstance(returns[0].value, (ast.DictComp, ast.ListComp)):
         return None

@@ -192,6 +192,17 @@ class SummaryStore:
             return None
         return Outline(data)
 
+    def text(self, rel: str) -> bytes | None:
+        """The file's bytes (kept while its summary is still to be made), None if unreadable."""
+        data = self._data.get(rel) or self._texts.get(rel)
+        if data is None:
+            try:
+                with open(os.path.join(self._base, rel), "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                return None
+        return data
+
     def mentions(self, rel: str, name: str) -> bool:
         """Whether the file's text contains ``name`` (a cheap test before linking its calls)."""
         data = self._data.get(rel)

@@ -16,6 +16,8 @@ TOKEN_CLASSES = {
     "clip": (b"clip_grad",),
     # Lightning's float16 mixed precision as a literal: ``precision="16-mixed"``, ``precision=16``.
     "precision": (b"16-mixed", b"precision=16", b'precision="16', b"precision='16"),
+    # What float16 autocast set up elsewhere breaks: a BCE, a fill (``float16_risk`` is exact).
+    "half_risk": (b"binary_cross_entropy", b"BCELoss", b"masked_fill", b"fill_", b"new_full", b"full_like", b"where("),
 }
 # Without a match, a function runs no backward (``loss.backward()``, ``torch.autograd.backward``
 # however imported, ``accelerator.backward(loss)``, Lightning's ``self.manual_backward(loss)``).
@@ -38,11 +40,17 @@ HELPER_TOKENS = (
 
 
 def wanted_without_rules(data: bytes) -> bool:
-    """Whether a module that no rule of its own needs to parse is still worth a summary, since
-    the project pass may judge it from elsewhere: it clips gradients (an update helper judged by
-    its callers), or it holds what float16 autocast set up in another module breaks (a BCE, a
-    fill with a constant past float16's range)."""
-    if b"clip_grad" in data or any(token in data for token in _FLOAT16_RISK_TOKENS):
+    """Whether a module that no rule of its own needs to parse is still worth a summary in the
+    lint pass, since the project pass judges it from its callers: it clips gradients (an update
+    helper). A module that only holds what float16 autocast breaks (``float16_risk``) is
+    summarized later, and only when an autocast set up elsewhere reaches it."""
+    return b"clip_grad" in data
+
+
+def float16_risk(data: bytes) -> bool:
+    """Whether the module holds what float16 autocast set up in another module breaks: a BCE,
+    or a fill with a constant past float16's range."""
+    if any(token in data for token in _FLOAT16_RISK_TOKENS):
         return True
     if not any(token in data for token in _FILL_TOKENS):
         return False

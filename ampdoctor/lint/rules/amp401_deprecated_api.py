@@ -425,18 +425,21 @@ def _module_level_imports(body: list) -> Iterable[ast.ImportFrom]:
 
 
 _VERSION_TEST = re.compile(r"version|TORCH_(GREATER|LESS|GE|LT|VER)|_GE_|_LT_|hasattr\(\s*torch", re.I)
+_AMP_WORD = re.compile(r"\bamp\b")
 _FALLBACK_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "Exception"}
 
 
 def _version_gated(facts: AmpFacts) -> set[int]:
     """ids of the nodes inside a branch kept for old torch versions."""
     gated: set[int] = set()
+    new_api = _new_api_spans(facts)
     for node in iter_nodes(facts.module):
         kind = type(node)
-        if kind is ast.IfExp or kind is ast.If:
+        if new_api and (kind is ast.IfExp or kind is ast.If):
             body = [node.body] if kind is ast.IfExp else node.body
             orelse = [node.orelse] if kind is ast.IfExp else node.orelse
-            new_body, new_else = _uses_new_api(facts, body), _uses_new_api(facts, orelse)
+            new_body = _holds(body, new_api)
+            new_else = _holds(orelse, new_api)
             if (new_body or new_else) and (_VERSION_TEST.search(facts.text(node.test)) or (kind is ast.IfExp)):
                 for arm in ([orelse] if new_body else []) + ([body] if new_else else []):
                     gated.update(id(inner) for part in arm for inner in iter_nodes(part))
@@ -445,16 +448,32 @@ def _version_gated(facts: AmpFacts) -> set[int]:
     return gated
 
 
-def _uses_new_api(facts: AmpFacts, statements: list) -> bool:
-    """Whether the statements name ``torch.amp``'s autocast or GradScaler (not the deprecated ones)."""
+def _new_api_spans(facts: AmpFacts) -> list[tuple[int, int]]:
+    """Where the module names ``torch.amp``'s autocast or GradScaler (not the deprecated ones):
+    the (line, column) of each such node, found in one walk; an ``if`` arm holds one when the
+    position lies inside the arm's span (a node's span holds its children's)."""
+    if not _AMP_WORD.search(facts.source):  # neither ``torch.amp`` nor ``from torch import amp``
+        return []
+    found = []
+    for node in iter_nodes(facts.module):
+        if type(node) is ast.ImportFrom and node.module == "torch.amp":
+            found.append((node.lineno, node.col_offset))
+        elif type(node) is ast.Attribute:
+            qname = facts.qualify(node) or ""
+            if qname.startswith("torch.amp.") and qname.rsplit(".", 1)[-1] in _KINDS:
+                found.append((node.lineno, node.col_offset))
+    return found
+
+
+def _holds(statements: list, positions: list[tuple[int, int]]) -> bool:
     for statement in statements:
-        for inner in iter_nodes(statement):
-            if type(inner) is ast.ImportFrom and inner.module == "torch.amp":
-                return True
-            if type(inner) is ast.Attribute:
-                qname = facts.qualify(inner) or ""
-                if qname.startswith("torch.amp.") and qname.rsplit(".", 1)[-1] in _KINDS:
-                    return True
+        start = (statement.lineno, statement.col_offset)
+        end = (statement.end_lineno or statement.lineno, statement.end_col_offset or 0)
+        if type(statement) in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef) and statement.decorator_list:
+            first = statement.decorator_list[0]
+            start = min(start, (first.lineno, first.col_offset))
+        if any(start <= position < end for position in positions):
+            return True
     return False
 
 
