@@ -328,3 +328,71 @@ def test_bfloat16_mixed_precision_on_a_gpu_still_bans_bce_but_holds_the_fill(tmp
     assert lint_tree(root) == {BCE_AT}
     (root / "train.py").write_text(train.replace("L.Trainer(", 'L.Trainer(accelerator="cpu", '))
     assert lint_tree(root) == set()
+
+
+TRAIN_CUDA_AMP = """\
+from torch.cuda.amp import autocast
+
+from model import Net
+
+
+def main(loader):
+    model = Net()
+    for x, mask in loader:
+        with autocast():
+            out = model(x, mask)
+        out.sum().backward()
+"""
+
+TRAIN_PACKAGE = """\
+import torch
+import nets
+
+
+def main(loader):
+    model = nets.model.Net()
+    for x, mask in loader:
+        with torch.autocast("cuda"):
+            out = model(x, mask)
+        out.sum().backward()
+"""
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_the_deprecated_cuda_autocast_with_no_argument_is_float16(tmp_path: Path, use_cache: bool):
+    # Its text names no dtype and no device: the root stays by its import from torch.cuda.amp.
+    write(tmp_path, {"attention.py": ATTENTION.replace("FILL", "-1e9"), "model.py": MODEL, "train.py": TRAIN_CUDA_AMP})
+    assert lint_tree(tmp_path, use_cache=use_cache) == {FILL_AT}
+
+
+def test_a_model_reached_through_a_plainly_imported_package(tmp_path: Path):
+    # ``import nets`` then ``nets.model.Net()``, with nothing imported in ``__init__.py``: the
+    # package's modules are all in reach.
+    write(tmp_path, {"train.py": TRAIN_PACKAGE})
+    write(
+        tmp_path / "nets",
+        {
+            "__init__.py": "",
+            "attention.py": ATTENTION.replace("FILL", "-1e9"),
+            "model.py": MODEL.replace("from attention import", "from .attention import"),
+        },
+    )
+    (tmp_path / "nets" / "pyproject.toml").unlink()
+    found = lint_tree(tmp_path)
+    assert found == {("nets/attention.py", 13, "AMP301")}
+
+
+def test_an_autocast_elsewhere_that_cannot_reach_the_fill_costs_no_finding(tmp_path: Path):
+    # A float16 region in a module that imports nothing leading to the fill: no finding, and the
+    # module holding only the fill is never summarized for it.
+    other = TRAIN_FLAG.replace("from model import Net", "from other import Net").replace("MAKE", "Net()")
+    other = other.replace("DEVICE", '"cuda"').replace("DTYPE", "torch.float16")
+    write(
+        tmp_path,
+        {
+            "attention.py": ATTENTION.replace("FILL", "-1e9"),
+            "other.py": "from torch import nn\n\n\nclass Net(nn.Module):\n    def forward(self, x, mask):\n        return x\n",
+            "train.py": other,
+        },
+    )
+    assert lint_tree(tmp_path) == set()
