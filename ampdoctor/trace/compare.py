@@ -4,9 +4,11 @@ Each run (a child process, see compare_run.py) describes itself as a ``RunRecord
 mixed-precision run builds the ``Comparison`` from its own record and the float32 run's, and the
 report shows it (terminal block, JSON ``compare`` object, HTML section).
 
-A speed ratio is stated only when the two runs' spreads (interquartile ranges of the per-iteration
-times) do not overlap; otherwise the difference is not measurable and the report says so. The
-same for memory: peaks within ``MEMORY_NOISE`` of each other are "no measurable difference".
+A speed ratio is stated only when the two runs' bands (median ± the median absolute deviation of
+the per-iteration times) do not overlap; otherwise the difference is not measurable and the
+report says so. The median absolute deviation ignores a minority of slow iterations (where the
+interquartile range is stretched by any that reach the upper quarter). The same for memory:
+peaks within ``MEMORY_NOISE`` of each other are "no measurable difference".
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class RunRecord:
             "left_out": dict(self.left_out),
             "median_seconds": timing.median,
             "quartiles_seconds": list(quartiles) if quartiles else None,
+            "deviation_seconds": timing.deviation,
             "spread": timing.spread,
             "peak_memory_bytes": self.peak_bytes,
             "memory_method": self.memory_method,
@@ -159,6 +162,12 @@ class Comparison:
     @property
     def compared(self) -> bool:
         return self.status == COMPARED
+
+    @property
+    def fast_enough(self) -> bool:
+        """A measurable speed-up of at least the ``compare_speedup`` goal."""
+        goal = self.thresholds.get("compare_speedup", 1.0)
+        return self.measurable and self.speedup is not None and self.speedup >= goal
 
     def common_loss(self) -> Optional[tuple[int, Optional[float], Optional[float]]]:
         """(step, mixed loss, float32 loss) at the last step both runs reached with a loss."""
@@ -246,17 +255,17 @@ def compare_runs(
     if a.median and b.median:
         result.speedup = b.median / a.median
         enough = min(len(a.seconds), len(b.seconds)) >= MIN_TIMED
-        result.measurable = enough and not _overlap(a.quartiles, b.quartiles)
+        result.measurable = enough and not _overlap(a.band, b.band)
         if not enough:
             result.explanation = (
                 f"speed not measurable: {min(len(a.seconds), len(b.seconds))} timed iteration(s), "
-                f"{MIN_TIMED} needed (raise --steps)"
+                f"{MIN_TIMED} needed ({_raise(mixed)})"
             )
     else:
         result.status = TOO_SHORT
         result.explanation = (
-            "too few iterations to time: the op-recording window, the warm-up and the profiled "
-            "iterations are left out; raise --steps."
+            "too few iterations to time: the op-recording window, the warm-up, the profiled "
+            f"iterations and those that sample gradient statistics are left out; {_raise(mixed)}."
         )
     mixed_used, float32_used = used_memory(mixed), used_memory(float32)
     if mixed_used and float32_used:
@@ -264,12 +273,21 @@ def compare_runs(
         result.memory_measurable = abs(result.memory_change) > MEMORY_NOISE
     if result.speedup is not None:
         # Mixed precision is adopted for speed and for memory: short of either goal, explain.
-        fast_enough = result.measurable and result.speedup >= speedup_goal
+        fast_enough = result.fast_enough
         saves_memory = result.memory_change is None or (
             result.memory_measurable and -result.memory_change >= memory_goal
         )
         result.paying_off = fast_enough and saves_memory
     return result
+
+
+def _raise(run: RunRecord) -> str:
+    """What to raise for more timed iterations: --steps, and --gradient-interval where the
+    gradient samples took a large part of the timed phase."""
+    sampled = run.left_out.get("gradients", 0)
+    if sampled and sampled * 3 >= sampled + len(run.seconds):
+        return "raise --steps or --gradient-interval"
+    return "raise --steps"
 
 
 def used_memory(run: RunRecord) -> Optional[int]:

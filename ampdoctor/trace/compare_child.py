@@ -27,7 +27,14 @@ class CompareChild:
         self.session = session
         self.baseline = baseline
         self.out = out
-        self.clock = RunClock(window=session.record_ops_steps, profile=role == MIXED)
+        # Both runs leave out the iterations on which the mixed-precision run samples gradient
+        # statistics (the same schedule: both get the same --gradient-interval); the float32 run
+        # does not sample them at all.
+        self.clock = RunClock(
+            window=session.record_ops_steps, profile=role == MIXED, sampled=session.gradient_sample_scheduled
+        )
+        if role == FLOAT32:
+            session.samples_past_window = False
         self.switch = None
         self.outer_regions = 0
         session.iteration_listeners.append(self.clock)
@@ -118,8 +125,9 @@ class CompareChild:
         profile = self.clock.profile_result
         if profile is not None:
             comparison.profile = profile.to_dict()
-            if profile.device_busy_seconds is not None and profile.wall_seconds > 0:
-                comparison.device_busy_share = min(profile.device_busy_seconds / profile.wall_seconds, 1.0)
+            if profile.device_busy_seconds is not None and profile.script_seconds > 0:
+                # The tracer's own work inside the profiled iterations is not the script's.
+                comparison.device_busy_share = min(profile.device_busy_seconds / profile.script_seconds, 1.0)
         comparison.thresholds.update(cast_share=limits.cast_share, align_share=limits.align_share)
         locator = Locator(report.script, obs.class_files)
         found = evaluate_compare(obs, comparison, profile, hardware, limits, locator)

@@ -52,7 +52,12 @@ def headline(comparison: Comparison) -> str:
 
 def _left_out(comparison: Comparison) -> str:
     left = comparison.mixed.left_out
-    names = (("window", "op-recording"), ("warmup", "warm-up"), ("profiled", "profiled"))
+    names = (
+        ("window", "op-recording"),
+        ("warmup", "warm-up"),
+        ("profiled", "profiled"),
+        ("gradients", "gradient samples"),
+    )
     parts = [f"{left[key]} {label}" for key, label in names if left.get(key)]
     return f"; left out: {', '.join(parts)}" if parts else ""
 
@@ -85,8 +90,12 @@ def summary_lines(comparison: Comparison) -> list[str]:
         step, mixed_loss, float32_loss = loss
         lines.append(f"loss    after {step} iterations {mixed_loss:.4g} (mixed) vs {float32_loss:.4g} (float32)")
     if comparison.device_busy_share is not None:
-        line = f"device  busy {comparison.device_busy_share:.0%} of each profiled iteration"
-        if comparison.device_busy_share < 0.5:
+        line = (
+            f"device  busy {comparison.device_busy_share:.0%} of each profiled iteration "
+            "(under torch.profiler, the tracer's own work taken off)"
+        )
+        # Said only where the speed-up is missing: it is the reason, not a forecast.
+        if comparison.device_busy_share < 0.5 and not comparison.fast_enough:
             line += ": mixed precision cannot speed up the time the GPU waits"
         lines.append(line)
     if comparison.causes:

@@ -60,8 +60,8 @@ The ``compare`` object (``--compare float32``): ``against`` "float32"; ``status`
 "nothing to compare" (no autocast, no GradScaler) | "cast by hand" (low-precision parameters:
 no float32 run to make) | "float32 run failed" | "too few iterations"; ``explanation`` (one line,
 null when compared and measurable); ``speedup`` float32 median / mixed median (>1: mixed precision is faster);
-``measurable`` false when the two runs' interquartile ranges overlap or either run has fewer
-than 5 timed iterations (then no ratio is claimed, and ``explanation`` says why);
+``measurable`` false when the two runs' bands (median ± median absolute deviation) overlap or
+either run has fewer than 5 timed iterations (then no ratio is claimed, and ``explanation`` says why);
 ``memory_change`` mixed / float32 - 1 of the memory each run used (CUDA: allocator peak; CPU:
 peak resident size above the size when tracing started); ``memory_measurable`` (beyond 2%);
 ``paying_off`` (speed-up at least ``thresholds.compare_speedup`` and memory saving at least
@@ -69,13 +69,15 @@ peak resident size above the size when tracing started); ``memory_measurable`` (
 float32}: the last step both runs reached; ``causes`` [{code, share, of: "iteration time" |
 "GEMM time" | "GEMM arithmetic", module}], ranked, the findings AMP512-AMP514 behind a run that
 does not pay off; ``device_busy_share`` (CUDA: kernel time over the profiled iterations' wall
-time, else null); ``hardware`` [{device, name, dtype, fast, capability, flags, reason}] per
+time less ampdoctor's instrumentation, measured under torch.profiler; else null); ``hardware`` [{device, name, dtype, fast, capability, flags, reason}] per
 autocast setting; ``profile`` {top_ops [{op, seconds, share}] (self time, largest five),
-wall_seconds, gemm_seconds, cast_seconds, device_busy_seconds, time: "cpu" | "device"} over the profiled iterations of the mixed-precision run, or null;
+wall_seconds, instrumentation_seconds, gemm_seconds, cast_seconds, device_busy_seconds, time: "cpu" | "device"} over the profiled iterations of the mixed-precision run, or null;
 ``thresholds``; ``runs`` {mixed, float32 (null when it failed to report)}, each {role, steps,
 stopped, error, iteration_seconds and timed_steps (the timed iterations), left_out {window,
-warmup, profiled: iterations not timed}, median_seconds, quartiles_seconds, spread (half the
-interquartile range over the median), peak_memory_bytes, memory_method, start_memory_bytes (CPU),
+warmup, profiled, gradients: iterations not timed; gradients: those on which the
+mixed-precision run samples gradient statistics (--gradient-interval), left out of both runs},
+median_seconds, quartiles_seconds, deviation_seconds (median absolute deviation), spread
+(deviation_seconds over the median), peak_memory_bytes, memory_method, start_memory_bytes (CPU),
 loss (per iteration), matmul_dtypes {output dtype: forward matmul-class ops in the census},
 autocast [[device, dtype]], autocast_regions (outermost enabled regions entered), scalers,
 low_precision_parameters, switched_off

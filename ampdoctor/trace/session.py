@@ -111,6 +111,9 @@ class TraceSession:
         self.steps = steps
         self.record_ops_steps = record_ops_steps
         self.gradient_interval = gradient_interval
+        # Off in the float32 run of --compare: its gradients are not reported, and sampling them
+        # would only cost time.
+        self.samples_past_window = True
         self.thresholds = thresholds or Thresholds()
         # Findings point at this file; by default the running program's main script.
         self.script = script or getattr(sys.modules.get("__main__"), "__file__", None)
@@ -435,12 +438,19 @@ class TraceSession:
         self.pending.scale_slots = (batch.add(scale_before), batch.add(scale_after))
         self._close_iteration()
 
-    def _gradient_shares_due(self) -> bool:
-        """Whether the iteration under way gets the full gradient statistics (the shares of
-        AMP505 and max |g|): the first iteration and every one of the op-recording window, then
-        every ``gradient_interval``-th. The others get the inf/NaN check only."""
-        step = self.observations.steps + 1
+    def gradient_sample_scheduled(self, step: int) -> bool:
+        """Whether iteration ``step`` is one the schedule gives the full gradient statistics (the
+        shares of AMP505 and max |g|): the first iteration and every one of the op-recording
+        window, then every ``gradient_interval``-th. The others get the inf/NaN check only."""
         return step <= max(self.record_ops_steps, 1) or step % self.gradient_interval == 0
+
+    def _gradient_shares_due(self) -> bool:
+        """Whether the iteration under way gets the full gradient statistics (past the
+        op-recording window only while ``samples_past_window`` is on)."""
+        step = self.observations.steps + 1
+        if step > max(self.record_ops_steps, 1) and not self.samples_past_window:
+            return False
+        return self.gradient_sample_scheduled(step)
 
     def _remember_scaler(self, scaler) -> None:
         if id(scaler) in self._scalers_seen:

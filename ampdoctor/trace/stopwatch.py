@@ -10,6 +10,15 @@ i-1 to the end of i. Iterations fall in four phases, the same in both runs:
    float32 run's timing too, so both time the same iterations),
 4. the timed iterations: the median and the spread compared.
 
+Among the iterations of phase 4, those on which the mixed-precision run samples the full gradient
+statistics (every ``--gradient-interval``-th: a device pass over every gradient, which can cost
+more than the iteration itself) are left out too, in both runs, so both time the same iterations
+and none of them carries the tracer's extra work.
+
+The spread is the median absolute deviation relative to the median: an iteration slowed by
+something else now and then (a checkpoint, a log line, the system) moves it only when it happens
+on more than half of the timed iterations.
+
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` (the allocator's peak since the process
 started, which is the start of the run); on CPU the process's peak resident set size
 (``ru_maxrss``), which includes Python and torch themselves, so the resident size when the
@@ -22,12 +31,13 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 WARMUP = 2
 PROFILED = 2
 
 WINDOW, WARM, PROFILE, TIMED = "window", "warmup", "profiled", "timed"
+GRADIENTS = "gradients"  # a timed-phase iteration on which gradient statistics are sampled
 
 CPU_MEMORY_METHOD = "process peak resident set size (ru_maxrss), Python and torch included"
 CUDA_MEMORY_METHOD = "torch.cuda.max_memory_allocated"
@@ -56,12 +66,28 @@ class Timing:
         return q1, q3
 
     @property
-    def spread(self) -> Optional[float]:
-        """Half the interquartile range relative to the median (the "±3%")."""
-        quartiles, median = self.quartiles, self.median
-        if quartiles is None or not median:
+    def deviation(self) -> Optional[float]:
+        """The median absolute deviation from the median (seconds)."""
+        median = self.median
+        if median is None:
             return None
-        return (quartiles[1] - quartiles[0]) / 2 / median
+        return statistics.median(abs(s - median) for s in self.seconds)
+
+    @property
+    def band(self) -> Optional[tuple[float, float]]:
+        """(median - deviation, median + deviation): the range compared between the runs."""
+        median, deviation = self.median, self.deviation
+        if median is None or deviation is None:
+            return None
+        return median - deviation, median + deviation
+
+    @property
+    def spread(self) -> Optional[float]:
+        """The median absolute deviation relative to the median (the "±3%")."""
+        deviation, median = self.deviation, self.median
+        if deviation is None or not median:
+            return None
+        return deviation / median
 
 
 @dataclass
@@ -72,13 +98,24 @@ class Memory:
 
 
 class RunClock:
-    """Listener that times iterations; ``profile=True`` also profiles a few of them."""
+    """Listener that times iterations; ``profile=True`` also profiles a few of them.
 
-    def __init__(self, window: int, profile: bool = False, warmup: int = WARMUP, profiled: int = PROFILED) -> None:
+    ``sampled(step)`` says whether the mixed-precision run samples the full gradient statistics
+    on that iteration (the session's schedule): such iterations are not timed."""
+
+    def __init__(
+        self,
+        window: int,
+        profile: bool = False,
+        warmup: int = WARMUP,
+        profiled: int = PROFILED,
+        sampled: Optional[Callable[[int], bool]] = None,
+    ) -> None:
         self.window = window
         self.warmup = warmup
         self.profiled = profiled
         self.profile = profile
+        self.sampled = sampled
         self.durations: dict[int, float] = {}
         self.steps_seen: list[int] = []
         self.profile_result: Any = None  # profile.ProfileShares
@@ -95,6 +132,8 @@ class RunClock:
             return WARM
         if step <= self.window + self.warmup + self.profiled:
             return PROFILE
+        if self.sampled is not None and self.sampled(step):
+            return GRADIENTS
         return TIMED
 
     def __call__(self, record: Any, observations: Any) -> None:
