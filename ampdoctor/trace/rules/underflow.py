@@ -56,6 +56,13 @@ def _model_share(observations: Observations, params: list[tuple[GradientStats, f
     return lost / total if total else 0.0
 
 
+def _boundary_share(observations: Observations) -> float:
+    """The share of all the float16 gradient elements measured at module outputs that are lost."""
+    total = sum(b.numel for b in observations.boundaries.values())
+    lost = sum(b.coarse_subnormal for b in observations.boundaries.values())
+    return lost / total if total else 0.0
+
+
 def _suggested_scale(observations: Observations) -> Optional[float]:
     """The largest power of two that keeps the largest gradient at half float16's max."""
     largest = max((g.max_abs for g in observations.gradients.values()), default=0.0)
@@ -76,11 +83,16 @@ def underflow_prone_gradients(
         # key bias of attention, which softmax ignores) are not the model's gradients underflowing.
         params = []
     # At module boundaries the gradients are float16 values already, and zeros are mostly the
-    # inactive units of a following ReLU: only the measured coarse subnormals count there.
+    # inactive units of a following ReLU: only the measured coarse subnormals count there. As
+    # for parameters, a few modules losing a little (the query and key gradients of attention at
+    # random initialisation) are not the model's gradients underflowing: they count when the
+    # share lost over all the measured boundaries is material too.
     boundaries = sorted(
         ((b, b.coarse_subnormal_share) for b in observations.boundaries.values()),
         key=lambda item: -item[1],
     )
+    if _boundary_share(observations) <= thresholds.underflow_share:
+        boundaries = []
     boundaries = [(b, share) for b, share in boundaries if share > thresholds.underflow_share]
     if not params and not boundaries:
         return
