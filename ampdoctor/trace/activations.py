@@ -8,7 +8,8 @@ is the previous module's unchanged output reuses that measurement.
 
 Boundaries: during the op-recording window only, the float16 gradients that flow into module
 outputs during backward (``register_multi_grad_hook``, as ``ModuleTracker`` does; no full
-backward hooks, which break in-place modules): shares of zeros and subnormals.
+backward hooks, which break in-place modules): shares of zeros, subnormals and coarse subnormals
+(nonzero below 2**-20).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 from torch.autograd.graph import register_multi_grad_hook
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from ..float16 import FLOAT16_SMALLEST_NORMAL
+from ..float16 import FLOAT16_COARSE_SUBNORMAL, FLOAT16_SMALLEST_NORMAL
 from .compiled import outside_compiled
 from .numerics import ModuleInfo, ModuleRegistry, max_abs
 from .ops import dtype_name, float_tensors, quiet
@@ -180,8 +181,11 @@ class ActivationMonitor:
 
 
 def boundary_row(grads: list[torch.Tensor]) -> torch.Tensor:
-    """[zero share, subnormal share] of the float16 gradients reaching a module's outputs."""
+    """[zero, subnormal, coarse subnormal shares] of the float16 gradients reaching a module's
+    outputs. They are float16 values already: the coarse subnormals are the nonzero ones below
+    2**-20, which keep at most 4 significant bits (what flushed is among the zeros)."""
     numel = sum(g.numel() for g in grads)
     zeros = sum((g == 0).sum(dtype=torch.float32) for g in grads)
     subnormal = sum(((g != 0) & (g.abs() < FLOAT16_SMALLEST_NORMAL)).sum(dtype=torch.float32) for g in grads)
-    return torch.stack([zeros / numel, subnormal / numel])
+    coarse = sum(((g != 0) & (g.abs() < FLOAT16_COARSE_SUBNORMAL)).sum(dtype=torch.float32) for g in grads)
+    return torch.stack([zeros / numel, subnormal / numel, coarse / numel])

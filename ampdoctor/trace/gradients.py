@@ -2,8 +2,9 @@
 
 Per parameter, at the moment the gradients hold their true values (after
 ``scaler.unscale_`` or before a plain ``optimizer.step``), the shares of elements that are
-zero, that would fall below float16's smallest subnormal (2**-24) or smallest normal (2**-14)
-when multiplied by the loss scale, that are non-finite, and max |g|. ``gradient_row`` states
+zero, that would fall below float16's smallest subnormal (2**-24), smallest normal (2**-14) or
+below 2**-20 (a subnormal with at most 4 significant bits) when multiplied by the loss scale,
+that are non-finite, and max |g|. ``gradient_row`` states
 the definition; ``GradientMonitor`` computes the same numbers for all parameters at once, in
 cache-sized chunks of the flattened gradients, with integer arithmetic on float32 bits. These
 statistics are sampled (the session decides which iterations: the op-recording window, then
@@ -21,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..float16 import FLOAT16_SMALLEST_NORMAL, FLOAT16_SMALLEST_SUBNORMAL
+from ..float16 import FLOAT16_COARSE_SUBNORMAL, FLOAT16_SMALLEST_NORMAL, FLOAT16_SMALLEST_SUBNORMAL
 from .numerics import ModuleRegistry, ParamInfo
 from .ops import quiet
 
@@ -32,20 +33,23 @@ from .ops import quiet
 GRADIENT_CHUNK = 1 << 16
 
 # Rows of int32 values whose per-piece sums, less ``_ROW_FLOORS`` times the piece's length, count
-# elements: |g| != 0; |g|*scale != 0; |g|*scale >= 2**-24; |g|*scale >= 2**-14; |g| not finite.
-# The row order lets paired rows come from one op over both |g| and |g| * scale.
-_NONZERO, _SCALED_NONZERO, _AT_LEAST_SUBNORMAL, _NONFINITE, _AT_LEAST_NORMAL = range(5)
-_COUNTED_ROWS = 5
-_ROW_FLOORS = (0, 0, 102, 254, 112)
-# Biased float32 exponents: 2**-24 and 2**-14 have exponent fields 103 and 113; inf and NaN 255.
+# elements: |g| != 0; |g|*scale != 0; |g|*scale >= 2**-24; |g|*scale >= 2**-20; |g| not finite;
+# |g|*scale >= 2**-14. The row order lets paired rows come from one op over both |g| and |g| * scale.
+_NONZERO, _SCALED_NONZERO, _AT_LEAST_SUBNORMAL, _AT_LEAST_FINE, _NONFINITE, _AT_LEAST_NORMAL = range(6)
+_COUNTED_ROWS = 6
+_ROW_FLOORS = (0, 0, 102, 106, 254, 112)
+# Biased float32 exponents: 2**-24, 2**-20 and 2**-14 have exponent fields 103, 107 and 113; inf
+# and NaN 255.
 _EXPONENT_SHIFT = 23
 
 
 def gradient_row(grad: torch.Tensor, scale: Optional[torch.Tensor], grads_scaled: bool) -> torch.Tensor:
-    """[zero, below subnormal, subnormal, non-finite shares, max |g| unscaled] of one gradient.
+    """[zero, below subnormal, subnormal, non-finite, coarse subnormal shares, max |g| unscaled]
+    of one gradient.
 
-    "Below subnormal" and "subnormal" compare |g| times the loss scale with float16's
-    thresholds: the value the gradient had (or would have had) in float16 during backward.
+    "Below subnormal", "subnormal" and "coarse subnormal" (the part of the subnormal band below
+    2**-20) compare |g| times the loss scale with float16's thresholds: the value the gradient
+    had (or would have had) in float16 during backward.
     This is the definition, written plainly; ``GradientChunks`` computes the same numbers in
     fewer, cheaper passes, and the tests hold the two equal.
     """
@@ -65,6 +69,9 @@ def gradient_row(grad: torch.Tensor, scale: Optional[torch.Tensor], grads_scaled
             .to(torch.float32)
             .mean(),
             (~finite).to(torch.float32).mean(),
+            (nonzero & (scaled < FLOAT16_COARSE_SUBNORMAL) & (scaled >= FLOAT16_SMALLEST_SUBNORMAL))
+            .to(torch.float32)
+            .mean(),
             torch.where(finite, true, torch.zeros_like(true)).amax(),
         ]
     )
@@ -73,7 +80,7 @@ def gradient_row(grad: torch.Tensor, scale: Optional[torch.Tensor], grads_scaled
 
 @dataclass
 class GradientChunk:
-    """One chunk's results in two ``DeviceBatch`` slots: per piece, the five row sums, and the
+    """One chunk's results in two ``DeviceBatch`` slots: per piece, the six row sums, and the
     largest finite |g|; piece i belongs to ``GradientChunks.params[owners[i]]``."""
 
     sums_slot: int
@@ -103,12 +110,13 @@ class GradientChunks:
                 maxima[owner] = max(maxima[owner], piece_maxima[piece])
         rows = []
         for info, numel, totals, maximum in zip(self.params, self.numels, counts, maxima):
-            nonzero, scaled_nonzero, subnormal_or_more, nonfinite, normal_or_more = totals
+            nonzero, scaled_nonzero, subnormal_or_more, fine_or_more, nonfinite, normal_or_more = totals
             shares = [
                 (numel - nonzero) / numel,
                 (scaled_nonzero - subnormal_or_more) / numel,
                 (subnormal_or_more - normal_or_more) / numel,
                 nonfinite / numel,
+                (subnormal_or_more - fine_or_more) / numel,
             ]
             rows.append((info, [*shares, maximum]))
         return rows
@@ -261,6 +269,7 @@ class GradientMonitor:
         torch.clamp(bits, 0, 1, out=rows[_NONZERO : _SCALED_NONZERO + 1])
         exponents = torch.bitwise_right_shift(bits, _EXPONENT_SHIFT, out=rows[_NONFINITE : _AT_LEAST_NORMAL + 1])
         torch.clamp(exponents[1], 102, 103, out=rows[_AT_LEAST_SUBNORMAL])
+        torch.clamp(exponents[1], 106, 107, out=rows[_AT_LEAST_FINE])
         exponents[0].clamp_(254, 255)
         exponents[1].clamp_(112, 113)
         magnitude.nan_to_num_(nan=0.0, posinf=0.0)

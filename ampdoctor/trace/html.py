@@ -226,15 +226,13 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
             for p in what_if.params
         ]
     else:
-        from .rules.underflow import lost_share
+        from .rules.underflow import stats_lost_share
 
         rows = []
         for stats in report.observations.gradients.values():
             if not stats.sampled_iterations:
                 continue
-            share = lost_share(
-                stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), report.thresholds
-            )
+            share = stats_lost_share(stats, report.thresholds)
             scale = stats.last_scale or 1.0
             rows.append((stats.name, share, FLOAT16_MAX / (stats.max_abs * scale) if stats.max_abs else None))
     rows.sort(key=lambda row: (-row[1], row[2] if row[2] is not None else math.inf))

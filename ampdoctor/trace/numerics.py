@@ -24,7 +24,9 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from .ops import WRAPPER_PREFIXES, dtype_name
 
-GRADIENT_FIELDS = ("zero", "below_subnormal", "subnormal", "nonfinite", "max_abs")
+# The values of ``gradients.gradient_row``, in order: shares of elements, then max |g|.
+GRADIENT_FIELDS = ("zero", "below_subnormal", "subnormal", "nonfinite", "coarse_subnormal", "max_abs")
+GRADIENT_SHARES = GRADIENT_FIELDS[:-1]
 
 
 @dataclass

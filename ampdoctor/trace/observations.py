@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .backward import BackwardOrigin, find_origin, produced_maxima
-from .numerics import GRADIENT_FIELDS, ModuleInfo, ParamInfo, PendingIteration
+from .numerics import GRADIENT_SHARES, ModuleInfo, ParamInfo, PendingIteration
 
 
 @dataclass
@@ -53,12 +53,12 @@ class GradientStats:
     dtype: str
     iterations: int = 0
     sampled_iterations: int = 0
-    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_FIELDS[:4], 0.0))
-    worst: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_FIELDS[:4], 0.0))
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_SHARES, 0.0))
+    worst: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_SHARES, 0.0))
     max_abs: float = 0.0
     # Shares measured on iterations whose step was applied (skipped steps hold inf/NaN).
     healthy_iterations: int = 0
-    healthy_totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_FIELDS[:4], 0.0))
+    healthy_totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRADIENT_SHARES, 0.0))
     last_scale: Optional[float] = None
     first_nonfinite_step: Optional[int] = None
     # (step, shares) of the latest sampled iteration, for listeners such as TensorBoard.
@@ -77,7 +77,7 @@ class GradientStats:
 
     def add(self, values: list[float], step: int, skipped: bool, scale: Optional[float]) -> None:
         """A sampled iteration: the ``gradient_row`` values."""
-        shares = dict(zip(GRADIENT_FIELDS[:4], values[:4]))
+        shares = dict(zip(GRADIENT_SHARES, values))
         self.iterations += 1
         self.sampled_iterations += 1
         for name, share in shares.items():
@@ -87,8 +87,9 @@ class GradientStats:
             self.healthy_iterations += 1
             for name, share in shares.items():
                 self.healthy_totals[name] += share
-        if math.isfinite(values[4]):
-            self.max_abs = max(self.max_abs, values[4])
+        maximum = values[len(GRADIENT_SHARES)]
+        if math.isfinite(maximum):
+            self.max_abs = max(self.max_abs, maximum)
         if shares["nonfinite"] > 0 and self.first_nonfinite_step is None:
             self.first_nonfinite_step = step
         self.last_scale = scale
@@ -122,6 +123,8 @@ class BoundaryStats:
     numel: float = 0.0
     zero: float = 0.0
     subnormal: float = 0.0
+    # Nonzero below 2**-20 (part of the subnormals): at most 4 significant bits left.
+    coarse_subnormal: float = 0.0
 
     @property
     def zero_share(self) -> float:
@@ -130,6 +133,10 @@ class BoundaryStats:
     @property
     def subnormal_share(self) -> float:
         return self.subnormal / self.numel if self.numel else 0.0
+
+    @property
+    def coarse_subnormal_share(self) -> float:
+        return self.coarse_subnormal / self.numel if self.numel else 0.0
 
 
 @dataclass
@@ -320,13 +327,14 @@ class Observations:
 
     def _absorb_boundaries(self, pending: PendingIteration, values) -> None:
         for info, numel, slot in pending.boundaries:
-            zero, subnormal = values[slot]
+            zero, subnormal, coarse = values[slot]
             stats = self.boundaries.get(info.path)
             if stats is None:
                 stats = self.boundaries[info.path] = BoundaryStats(info.path, info.class_name)
             stats.numel += numel
             stats.zero += zero * numel
             stats.subnormal += subnormal * numel
+            stats.coarse_subnormal += coarse * numel
 
     def name_origin_op(self) -> None:
         """Name the op behind the non-finite origin from the census ranges, when it saw it."""

@@ -30,13 +30,15 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
 ``gradients``          per parameter: {name, module, module_class, shape, dtype, iterations
                        (with a gradient, each checked for inf/NaN: first_nonfinite_step),
                        sampled_iterations (those with the full statistics), zero,
-                       below_subnormal, subnormal, nonfinite (mean shares over the sampled
-                       iterations whose step was applied), worst (max share per field),
-                       max_abs (unscaled, over the sampled iterations), float16_limit (65504 /
-                       the last loss scale), lost_share, first_nonfinite_step}
+                       below_subnormal, subnormal, nonfinite, coarse_subnormal (the part of
+                       subnormal below 2**-20) (mean shares over the sampled iterations whose
+                       step was applied), worst (max share per field), max_abs (unscaled, over
+                       the sampled iterations), float16_limit (65504 / the last loss scale),
+                       lost_share (AMP505's measure), first_nonfinite_step}
 ``activations``        per module: {module, module_class, calls, max_abs: {dtype: value},
                        max_abs_step: {dtype: iteration of that value}, first_nonfinite_step}
-``boundaries``         per module (op-recording window): {module, module_class, zero, subnormal}
+``boundaries``         per module (op-recording window): {module, module_class, zero, subnormal,
+                       coarse_subnormal}
 ``origin``             the first non-finite activation: {step, module, module_class, input_max,
                        op, op_input_max} or null
 ``backward_origin``    the first module whose backward made a finite gradient inf/NaN, on a
@@ -98,6 +100,7 @@ from typing import Any, Optional
 
 from ..findings import Finding, Severity
 from ..float16 import FLOAT16_MAX
+from .numerics import GRADIENT_SHARES
 from .observations import Observations
 from .ops import sorted_census
 from .outcome import Outcome, how_it_ended
@@ -213,6 +216,7 @@ class TraceReport:
                     "module_class": b.module_class,
                     "zero": b.zero_share,
                     "subnormal": b.subnormal_share,
+                    "coarse_subnormal": b.coarse_subnormal_share,
                 }
                 for b in obs.boundaries.values()
             ],
@@ -234,7 +238,7 @@ class TraceReport:
         write_text_atomic(path, self.to_json() + "\n")
 
     def _gradient_dict(self, stats) -> dict[str, Any]:
-        means = {name: stats.mean(name) for name in ("zero", "below_subnormal", "subnormal", "nonfinite")}
+        means = {name: stats.mean(name) for name in GRADIENT_SHARES}
         return {
             "name": stats.name,
             "module": stats.module,
@@ -248,7 +252,9 @@ class TraceReport:
             "max_abs": json_number(stats.max_abs),
             # The largest unscaled gradient float16 can hold at the last loss scale.
             "float16_limit": FLOAT16_MAX / (stats.last_scale or 1.0),
-            "lost_share": lost_share(means["zero"], means["below_subnormal"], means["subnormal"], self.thresholds),
+            "lost_share": lost_share(
+                means["zero"], means["below_subnormal"], means["coarse_subnormal"], self.thresholds
+            ),
             "first_nonfinite_step": stats.first_nonfinite_step,
         }
 

@@ -13,7 +13,7 @@ from ..findings import Finding, Severity
 from .observations import Observations
 from .ops import sorted_census
 from .rulebase import format_scale
-from .rules.underflow import float16_gradients, lost_share
+from .rules.underflow import float16_gradients, stats_lost_share
 
 # Ops that move or reinterpret data without computing: left out of the terminal table (they
 # stay in --json) so the precision-relevant rows are visible.
@@ -162,9 +162,7 @@ def _underflow_table(report):
 
     ranked = []
     for stats in report.observations.gradients.values():
-        share = lost_share(
-            stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), report.thresholds
-        )
+        share = stats_lost_share(stats, report.thresholds)
         ranked.append((share, stats.mean("subnormal"), stats))
     ranked = [item for item in sorted(ranked, key=lambda item: (-item[0], -item[1])) if item[0] > 0 or item[1] > 0]
     # The shares say what float16 would lose: without float16 gradients (a bfloat16 or float32
@@ -172,20 +170,26 @@ def _underflow_table(report):
     if not ranked or not float16_gradients(report.observations):
         return None
     table = Table(title="Most underflow-prone gradients (float16 at the loss scale)", title_justify="left")
-    for column in ("parameter", "lost", "zero", "< 2**-24", "subnormal", "max |g|"):
+    # |g| * scale in disjoint bands: flushed, coarse subnormal (at most 4 significant bits, lost)
+    # and fine subnormal (5 to 10 bits, kept).
+    for column in ("parameter", "lost", "zero", "< 2**-24", "2**-24..-20", "2**-20..-14", "max |g|"):
         table.add_column(column, justify="left" if column == "parameter" else "right", overflow="fold")
     for share, _, stats in ranked[:5]:
+        coarse = stats.mean("coarse_subnormal")
         table.add_row(
             stats.name,
             f"{share:.1%}",
             f"{stats.mean('zero'):.1%}",
             f"{stats.mean('below_subnormal'):.1%}",
-            f"{stats.mean('subnormal'):.1%}",
+            f"{coarse:.1%}",
+            f"{max(stats.mean('subnormal') - coarse, 0.0):.1%}",
             f"{stats.max_abs:.3g}",
         )
+    caption = "lost: below 2**-20 once scaled, and the zeros where 2**-24..-20 is populated"
     interval = report.observations.gradient_interval
     if interval > 1:
-        table.caption = f"measured on the first iterations, then every {interval}th (--gradient-interval)"
+        caption += f"; measured on the first iterations, then every {interval}th (--gradient-interval)"
+    table.caption = caption
     return table
 
 

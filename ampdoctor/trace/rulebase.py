@@ -67,10 +67,16 @@ class Thresholds:
     # AMP504 (backward): skipped steps before an overflow born in the backward is reported (a
     # skip or two while GradScaler calibrates its scale is how it is meant to work).
     origin_skips: int = 4
-    # AMP505: share of gradient elements that float16 flushes to zero or holds as subnormals at
-    # the loss scale in use. Exact zeros count only where at least ``underflow_evidence`` of the
-    # elements sit in float16's subnormal band: zeros alone are usually structural (inactive
-    # ReLU units, unused embedding rows) and do not depend on precision.
+    # AMP505: share of gradient elements, of a parameter or reaching a module's outputs, that
+    # float16 loses at the loss scale in use: flushed to zero (below 2**-24) or kept with at most
+    # 4 significant bits (below 2**-20: a rounding error over 2**-5 of the value, up to 1/2).
+    # Subnormals from 2**-20 up keep 5 to 10 bits (at most 3% rounding error, small beside the
+    # gradient's own mini-batch noise): not counted, however many they are. The share must also
+    # be exceeded over the whole model (all parameter elements; all measured boundary elements):
+    # a few modules losing a little are not the model's gradients underflowing. Exact zeros
+    # count (parameters only) where at least ``underflow_evidence`` of the elements sit between
+    # 2**-24 and 2**-20, evidence that the values reach down to where float16 flushes: zeros
+    # alone are usually structural (inactive ReLU units, unused embedding rows).
     underflow_share: float = 0.01
     underflow_evidence: float = 0.001
     # AMP506: float16 outputs above FLOAT16_MAX / activation_headroom.

@@ -53,7 +53,7 @@ class TensorBoardLog:
             if sampled is None or sampled[0] != step:
                 continue
             shares = sampled[1]
-            share = lost_share(shares["zero"], shares["below_subnormal"], shares["subnormal"], self._thresholds)
+            share = lost_share(shares["zero"], shares["below_subnormal"], shares["coarse_subnormal"], self._thresholds)
             writer.add_scalar(f"ampdoctor/underflow_share/{stats.name}", share, step)
 
     def close(self) -> None:

@@ -42,6 +42,7 @@ def _edge_case_gradients():
             -(2.0**-25),
             2.0**-24,
             2.0**-20,
+            2.0**-20 * 0.999,
             -(2.0**-14),
             2.0**-14 * 0.999,
             3.0,
@@ -197,7 +198,7 @@ def test_chunked_gradient_statistics_count_nan_as_nonfinite_and_nowhere_else():
     session = _Session()
     GradientMonitor(ModuleRegistry(), session).capture(torch.optim.SGD([param], lr=0.1), "SGD#1", None, False)
     ((_, row),) = session.pending.gradients[0].rows(session.pending.batch.read())
-    assert row == [0.25, 0.25, 0.0, 0.5, 2.0**-26]
+    assert row == [0.25, 0.25, 0.0, 0.5, 0.0, 2.0**-26]
 
 
 def test_gradient_scratch_is_released_with_the_session():

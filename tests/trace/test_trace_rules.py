@@ -2,11 +2,11 @@
 
 import pytest
 
-from ampdoctor.trace.observations import GradientStats, IterationRecord, Observations, ScalerConfig
+from ampdoctor.trace.observations import BoundaryStats, GradientStats, IterationRecord, Observations, ScalerConfig
 from ampdoctor.trace.rulebase import Locator, Thresholds, format_scale
 from ampdoctor.trace.rules import evaluate
 from ampdoctor.trace.rules.scale import frequent_skipped_steps, loss_scale_collapse
-from ampdoctor.trace.rules.underflow import lost_share
+from ampdoctor.trace.rules.underflow import lost_share, underflow_prone_gradients
 
 LOCATOR = Locator("train.py", {})
 
@@ -62,21 +62,112 @@ def test_skip_share_is_measured_after_the_warm_up_and_must_exceed_the_threshold(
 
 
 def test_zeros_count_as_underflow_only_with_subnormal_evidence():
+    # The evidence is the coarse band just above where float16 flushes (2**-24 to 2**-20).
     thresholds = Thresholds()
-    assert lost_share(zero=0.5, below_subnormal=0.0, subnormal=0.0, thresholds=thresholds) == 0.0
-    assert lost_share(zero=0.5, below_subnormal=0.0, subnormal=0.002, thresholds=thresholds) == pytest.approx(0.502)
-    assert lost_share(zero=0.0, below_subnormal=0.03, subnormal=0.0, thresholds=thresholds) == 0.03
+    assert lost_share(zero=0.5, below_subnormal=0.0, coarse_subnormal=0.0, thresholds=thresholds) == 0.0
+    assert lost_share(zero=0.5, below_subnormal=0.0, coarse_subnormal=0.002, thresholds=thresholds) == pytest.approx(
+        0.502
+    )
+    assert lost_share(zero=0.0, below_subnormal=0.03, coarse_subnormal=0.0, thresholds=thresholds) == 0.03
 
 
 def test_underflow_rule_needs_float16_gradients():
     observations = Observations()
     stats = GradientStats("fc.weight", "fc", "Linear", (4, 4), "float32")
-    stats.add([0.0, 0.5, 0.0, 0.0, 1e-9], step=1, skipped=False, scale=1.0)
+    stats.add([0.0, 0.5, 0.0, 0.0, 0.0, 1e-9], step=1, skipped=False, scale=1.0)
     observations.gradients["fc.weight"] = stats
     observations.iterations.append(IterationRecord(step=1))
     assert "AMP505" not in codes(observations)  # no float16 anywhere
     observations.autocast_dtypes.add(("cpu", "float16"))
     assert "AMP505" in codes(observations)
+
+
+def float16_run(params=(), boundaries=()):
+    """A float16 run at GradScaler's initial scale: ``params`` are (name, numel, [zero, below
+    2**-24, subnormal, coarse subnormal]) and ``boundaries`` (module, numel, [subnormal,
+    coarse])."""
+    observations = scaled_run([65536.0])
+    observations.autocast_dtypes.add(("cuda", "float16"))
+    for name, numel, (zero, below, subnormal, coarse) in params:
+        stats = GradientStats(name, name.rsplit(".", 1)[0], "Linear", (numel,), "float32")
+        stats.add([zero, below, subnormal, 0.0, coarse, 1e-3], step=1, skipped=False, scale=65536.0)
+        observations.gradients[name] = stats
+    for module, numel, (subnormal, coarse) in boundaries:
+        observations.boundaries[module] = BoundaryStats(
+            module, "Linear", numel=numel, subnormal=subnormal * numel, coarse_subnormal=coarse * numel
+        )
+    return observations
+
+
+def test_upper_band_subnormals_and_a_one_percent_boundary_share_stay_silent():
+    # What healthy float16 runs at scale 65536 look like (GPT-2 with the HF Trainer, a ResNet):
+    # query/key gradients with a quarter of their elements between 2**-20 and 2**-14, where
+    # float16 still keeps 5 to 10 significant bits; module outputs with 1% to 32% subnormal, a
+    # few tenths of a percent of them below 2**-20; and a structural zero share (an embedding's
+    # unused rows) beside a populated upper band.
+    observations = float16_run(
+        params=[
+            ("h.7.attn.c_attn.weight", 1_769_472, (0.0005, 0.0, 0.28, 0.004)),
+            ("h.6.attn.c_attn.weight", 1_769_472, (0.0005, 0.0, 0.25, 0.004)),
+            ("wte.weight", 1_000_000, (0.9, 0.0, 0.05, 0.0)),
+            ("h.5.mlp.0.weight", 2_359_296, (0.0001, 0.0, 0.002, 0.0)),
+        ],
+        boundaries=[
+            ("transformer.h.5.attn.c_attn", 1000, (0.014, 0.0002)),
+            ("h.7.attn.c_attn", 1000, (0.32, 0.005)),
+        ],
+    )
+    assert "AMP505" not in codes(observations)
+
+
+def test_a_few_modules_losing_a_little_at_random_init_stay_silent():
+    # A GPT at random initialisation (measured on a GPU at scale 65536): attention is uniform,
+    # so the query and key gradients are tiny, and 1-1.5% of the c_attn gradients fall below
+    # 2**-20, in three of its 51 parameters and at three of its module outputs; the model's
+    # gradient as a whole loses well under 1%.
+    params = [(f"h.{i}.attn.c_attn.weight", 1_769_472, (0.0005, 0.0, 0.27, 0.013)) for i in (5, 6, 7)]
+    params += [(f"h.{i}.mlp.0.weight", 2_359_296, (0.0001, 0.0, 0.002, 0.0)) for i in range(8)]
+    params += [("wte.weight", 38_633_472, (0.0, 0.0, 0.0, 0.0))]
+    boundaries = [(f"h.{i}.attn.c_attn", 9_437_184, (0.31, 0.012)) for i in (6, 7)]
+    boundaries += [(f"h.{i}.mlp.0", 12_582_912, (0.002, 0.0)) for i in range(8)]
+    assert "AMP505" not in codes(float16_run(params=params, boundaries=boundaries))
+    # The same shares throughout the model are the model's gradients underflowing.
+    everywhere = [(f"h.{i}.attn.c_attn", 9_437_184, (0.31, 0.012)) for i in range(8)]
+    finding = next(underflow_prone_gradients(float16_run(boundaries=everywhere), Thresholds(), LOCATOR))
+    assert len(finding.extra["boundaries"]) == 8
+
+
+def test_flushed_or_coarse_gradients_fire_at_a_parameter_and_at_a_boundary():
+    # Zeros where the band just above 2**-24 is populated flushed there.
+    flushed = float16_run(params=[("fc.weight", 4096, (0.2, 0.0, 0.5, 0.002)), ("fc.bias", 64, (0.0, 0.0, 0.0, 0.0))])
+    finding = next(underflow_prone_gradients(flushed, Thresholds(), LOCATOR))
+    assert finding.extra["parameters"] == [{"name": "fc.weight", "module": "fc", "lost_share": pytest.approx(0.202)}]
+    assert "`fc.weight` 20%" in finding.message and "at most 4 significant bits" in finding.message
+    # Values kept with at most 4 significant bits, with nothing flushed yet.
+    coarse = float16_run(params=[("fc.weight", 4096, (0.0, 0.0, 0.6, 0.05))])
+    assert next(underflow_prone_gradients(coarse, Thresholds(), LOCATOR)).extra["parameters"][0][
+        "lost_share"
+    ] == pytest.approx(0.05)
+    # At a module boundary, the nonzero float16 gradients below 2**-20.
+    boundary = float16_run(boundaries=[("blocks.1.conv1", 1000, (0.4, 0.03)), ("stem.0", 1000, (0.06, 0.001))])
+    finding = next(underflow_prone_gradients(boundary, Thresholds(), LOCATOR))
+    assert finding.extra["boundaries"] == [{"module": "blocks.1.conv1", "lost_share": pytest.approx(0.03)}]
+    assert finding.extra["parameters"] == [] and "`blocks.1.conv1` 3%" in finding.message
+
+
+def test_underflow_thresholds_can_be_overridden():
+    observations = float16_run(
+        params=[("fc.weight", 4096, (0.0, 0.0, 0.3, 0.005))], boundaries=[("fc", 4096, (0.3, 0.005))]
+    )
+    assert "AMP505" not in codes(observations)
+    stricter = Thresholds().with_overrides({"underflow_share": "0.001"})
+    finding = next(underflow_prone_gradients(observations, stricter, LOCATOR))
+    assert [p["name"] for p in finding.extra["parameters"]] == ["fc.weight"]
+    assert [b["module"] for b in finding.extra["boundaries"]] == ["fc"]
+    # Zeros count once the coarse band reaches ``underflow_evidence``.
+    zeros = float16_run(params=[("fc.weight", 4096, (0.3, 0.0, 0.3, 0.0005))])
+    assert "AMP505" not in codes(zeros)
+    assert "AMP505" in codes(zeros, Thresholds().with_overrides({"underflow_evidence": "0.0001"}))
 
 
 def test_non_finite_loss_of_an_unfinished_iteration_is_reported():

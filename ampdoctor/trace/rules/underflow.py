@@ -14,12 +14,19 @@ from ..observations import GradientStats, Observations
 from ..rulebase import Locator, Thresholds, class_of, format_scale, make_finding, rule
 
 
-def lost_share(zero: float, below_subnormal: float, subnormal: float, thresholds: Thresholds) -> float:
-    """Share of elements float16 loses at the loss scale: below 2**-24 (flushed to zero), in
-    the subnormal band (fewer than 10 significant bits), and the zeros when that band is
-    populated (evidence that they flushed there rather than being structural)."""
-    evidenced_zeros = zero if subnormal >= thresholds.underflow_evidence else 0.0
-    return below_subnormal + subnormal + evidenced_zeros
+def lost_share(zero: float, below_subnormal: float, coarse_subnormal: float, thresholds: Thresholds) -> float:
+    """Share of elements float16 loses at the loss scale: below 2**-24 (flushed to zero), the
+    coarse subnormals from 2**-24 to 2**-20 (at most 4 significant bits left, a rounding error
+    over 2**-5 of the value), and the zeros when that coarse band is populated (evidence that
+    the values reach down to where float16 flushes, so that the zeros flushed there rather than
+    being structural). The subnormals from 2**-20 to 2**-14 keep 5 to 10 bits: not lost."""
+    evidenced_zeros = zero if coarse_subnormal >= thresholds.underflow_evidence else 0.0
+    return below_subnormal + coarse_subnormal + evidenced_zeros
+
+
+def stats_lost_share(stats: GradientStats, thresholds: Thresholds) -> float:
+    """``lost_share`` of a parameter's mean shares."""
+    return lost_share(stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("coarse_subnormal"), thresholds)
 
 
 def float16_gradients(observations: Observations) -> bool:
@@ -32,7 +39,7 @@ def float16_gradients(observations: Observations) -> bool:
 def gradient_losses(observations: Observations, thresholds: Thresholds) -> list[tuple[GradientStats, float]]:
     ranked = []
     for stats in observations.gradients.values():
-        share = lost_share(stats.mean("zero"), stats.mean("below_subnormal"), stats.mean("subnormal"), thresholds)
+        share = stats_lost_share(stats, thresholds)
         if share > thresholds.underflow_share:
             ranked.append((stats, share))
     return sorted(ranked, key=lambda item: -item[1])
@@ -46,6 +53,13 @@ def _model_share(observations: Observations, params: list[tuple[GradientStats, f
     """The share of all the model's gradient elements that the flagged parameters lose."""
     total = sum(math.prod(stats.shape) for stats in observations.gradients.values())
     lost = sum(share * math.prod(stats.shape) for stats, share in params)
+    return lost / total if total else 0.0
+
+
+def _boundary_share(observations: Observations) -> float:
+    """The share of all the float16 gradient elements measured at module outputs that are lost."""
+    total = sum(b.numel for b in observations.boundaries.values())
+    lost = sum(b.coarse_subnormal for b in observations.boundaries.values())
     return lost / total if total else 0.0
 
 
@@ -68,12 +82,17 @@ def underflow_prone_gradients(
         # A few elements of a small tensor (a bias whose gradient is rounding noise, such as the
         # key bias of attention, which softmax ignores) are not the model's gradients underflowing.
         params = []
-    # At module boundaries zeros are mostly the inactive units of a following ReLU: only the
-    # measured subnormal values count there.
+    # At module boundaries the gradients are float16 values already, and zeros are mostly the
+    # inactive units of a following ReLU: only the measured coarse subnormals count there. As
+    # for parameters, a few modules losing a little (the query and key gradients of attention at
+    # random initialisation) are not the model's gradients underflowing: they count when the
+    # share lost over all the measured boundaries is material too.
     boundaries = sorted(
-        ((b, b.subnormal_share) for b in observations.boundaries.values()),
+        ((b, b.coarse_subnormal_share) for b in observations.boundaries.values()),
         key=lambda item: -item[1],
     )
+    if _boundary_share(observations) <= thresholds.underflow_share:
+        boundaries = []
     boundaries = [(b, share) for b, share in boundaries if share > thresholds.underflow_share]
     if not params and not boundaries:
         return
@@ -81,10 +100,16 @@ def underflow_prone_gradients(
     parts = []
     if params:
         named = ", ".join(f"`{s.name}` {share:.0%}" for s, share in params[:5])
-        parts.append(f"{len(params)} parameter gradient(s) fall below float16's normal range once scaled: {named}")
+        parts.append(
+            f"{len(params)} parameter gradient(s) flush to zero or keep at most 4 significant bits "
+            f"(below 2**-24 or 2**-20) once scaled: {named}"
+        )
     if boundaries:
         named = ", ".join(f"`{b.module}` {share:.0%}" for b, share in boundaries[:3])
-        parts.append(f"float16 gradients reaching {len(boundaries)} module output(s) are subnormal: {named}")
+        parts.append(
+            f"float16 gradients reaching {len(boundaries)} module output(s) keep at most 4 significant bits "
+            f"(nonzero below 2**-20): {named}"
+        )
     message = f"gradients underflow float16 at loss scale {format_scale(scale)}; " + "; ".join(parts) + "."
     help = _underflow_help(observations, scale)
     top = params[0][0] if params else None
