@@ -6,11 +6,13 @@ zero, that would fall below float16's smallest subnormal (2**-24), smallest norm
 below 2**-20 (a subnormal with at most 4 significant bits) when multiplied by the loss scale,
 that are non-finite, and max |g|. ``gradient_row`` states
 the definition; ``GradientMonitor`` computes the same numbers for all parameters at once, in
-cache-sized chunks of the flattened gradients, with integer arithmetic on float32 bits. These
-statistics are sampled (the session decides which iterations: the op-recording window, then
-every n-th). On the other iterations, one ``aminmax`` per gradient tells which parameters held
-inf/NaN, so non-finite gradients are seen on every iteration; it is skipped when the scaler's
-own ``found_inf`` already says that none did and can be read without a device sync.
+chunks of the flattened gradients (cache-sized on a CPU, large on an accelerator, where every
+op is a kernel launch), with integer arithmetic on float32 bits. These statistics are sampled
+(the session decides which iterations: the op-recording window, then every n-th). On the other
+iterations, max |g| per gradient tells which parameters held inf/NaN, so non-finite gradients
+are seen on every iteration: one fused ``_foreach_norm`` per device and dtype on CUDA, one
+``aminmax`` per gradient elsewhere (faster there). It is skipped when the scaler's own
+``found_inf`` already says that none did and can be read without a device sync.
 """
 
 from __future__ import annotations
@@ -28,13 +30,31 @@ from .ops import quiet
 
 # Gradient statistics run over chunks of at most this many elements, packed from the flattened
 # gradients: a handful of ops per chunk instead of a dozen per parameter, in a scratch buffer that
-# stays in cache and is reused across iterations (no allocation per iteration). At 2**16, every
-# per-piece sum of the rows below (each element at most 255) is below 2**24: exact in float32.
+# is reused across iterations (no allocation per iteration). On a CPU the chunk stays in cache.
+# On an accelerator each op is a kernel launch that costs host time whatever its size, so chunks
+# are 16 times larger there (a 32 MiB scratch buffer): 2**16-element chunks took ~1,460 chunks
+# of ~10 launches each for 96M parameters. Exactness: each element of a row is at most 255, so a
+# per-piece int32 sum is at most 255 * 2**20 < 2**31 (no overflow); the row's floor is subtracted
+# on the device, and the counts left (at most 2**20 < 2**24) are exact in the float32 the batch
+# is read in.
 GRADIENT_CHUNK = 1 << 16
+ACCELERATOR_GRADIENT_CHUNK = 1 << 20
 
-# Rows of int32 values whose per-piece sums, less ``_ROW_FLOORS`` times the piece's length, count
-# elements: |g| != 0; |g|*scale != 0; |g|*scale >= 2**-24; |g|*scale >= 2**-20; |g| not finite;
-# |g|*scale >= 2**-14. The row order lets paired rows come from one op over both |g| and |g| * scale.
+# Devices whose fused ``_foreach_norm`` takes max |g| of many gradients in a few launches, with
+# NaN propagating; elsewhere (a CPU runs it tensor by tensor, several times slower than
+# ``aminmax``) the check takes one ``aminmax`` per gradient.
+_FUSED_CHECK_DEVICES = frozenset({"cuda"})
+
+
+def chunk_elements(device: torch.device) -> int:
+    """How many elements one chunk of the gradient statistics holds on ``device``."""
+    return GRADIENT_CHUNK if device.type == "cpu" else ACCELERATOR_GRADIENT_CHUNK
+
+
+# Rows of int32 values whose per-piece sums, less ``_ROW_FLOORS`` times the piece's length (taken
+# off on the device), count elements: |g| != 0; |g|*scale != 0; |g|*scale >= 2**-24;
+# |g|*scale >= 2**-20; |g| not finite; |g|*scale >= 2**-14. The row order lets paired rows come
+# from one op over both |g| and |g| * scale.
 _NONZERO, _SCALED_NONZERO, _AT_LEAST_SUBNORMAL, _AT_LEAST_FINE, _NONFINITE, _AT_LEAST_NORMAL = range(6)
 _COUNTED_ROWS = 6
 _ROW_FLOORS = (0, 0, 102, 106, 254, 112)
@@ -80,13 +100,12 @@ def gradient_row(grad: torch.Tensor, scale: Optional[torch.Tensor], grads_scaled
 
 @dataclass
 class GradientChunk:
-    """One chunk's results in two ``DeviceBatch`` slots: per piece, the six row sums, and the
+    """One chunk's results in two ``DeviceBatch`` slots: per piece, the six row counts, and the
     largest finite |g|; piece i belongs to ``GradientChunks.params[owners[i]]``."""
 
     sums_slot: int
     maxima_slot: int
     owners: list[int]
-    lengths: list[int]
 
 
 @dataclass
@@ -103,10 +122,10 @@ class GradientChunks:
         maxima = [0.0 for _ in self.params]
         for chunk in self.chunks:
             sums, piece_maxima = values[chunk.sums_slot], values[chunk.maxima_slot]
-            for piece, (owner, length) in enumerate(zip(chunk.owners, chunk.lengths)):
+            for piece, owner in enumerate(chunk.owners):
                 totals = counts[owner]
                 for row in range(_COUNTED_ROWS):
-                    totals[row] += sums[piece * _COUNTED_ROWS + row] - _ROW_FLOORS[row] * length
+                    totals[row] += sums[piece * _COUNTED_ROWS + row]
                 maxima[owner] = max(maxima[owner], piece_maxima[piece])
         rows = []
         for info, numel, totals, maximum in zip(self.params, self.numels, counts, maxima):
@@ -125,21 +144,22 @@ class GradientChunks:
 @dataclass
 class GradientCheck:
     """An iteration without the shares: the parameters that had a gradient and, unless their
-    gradients are known to be finite (the scaler found no inf/NaN), whether each held inf/NaN,
-    from one ``aminmax`` per gradient. ``groups`` are (slot, owners): one stacked tensor per
-    device and dtype, holding [min, max] of each owner in turn."""
+    gradients are known to be finite (the scaler found no inf/NaN), whether each held inf/NaN.
+    ``groups`` are (slot, owners, per owner): one stacked tensor per device and dtype, holding
+    ``per owner`` values of each owner in turn ([min, max] from ``aminmax``, or [max |g|] from
+    the fused norm); any of them is non-finite exactly when the gradient holds inf/NaN."""
 
     params: list[ParamInfo] = field(default_factory=list)
-    groups: list[tuple[int, list[int]]] = field(default_factory=list)
+    groups: list[tuple[int, list[int], int]] = field(default_factory=list)
 
     def nonfinite(self, values: list[list[float]]) -> list[tuple[ParamInfo, bool]]:
         flags = [False] * len(self.params)
-        for slot, owners in self.groups:
-            extremes = values[slot]
+        isfinite = math.isfinite
+        for slot, owners, per_owner in self.groups:
+            numbers = values[slot]
             for position, owner in enumerate(owners):
-                low, high = extremes[2 * position], extremes[2 * position + 1]
-                # NaN != NaN; an inf is the minimum or the maximum.
-                flags[owner] = low != low or high != high or math.isinf(low) or math.isinf(high)
+                start = position * per_owner
+                flags[owner] = not all(isfinite(v) for v in numbers[start : start + per_owner])
         return list(zip(self.params, flags))
 
 
@@ -161,7 +181,7 @@ class GradientMonitor:
         self._registry = registry
         self._session = session
         self._failed = False
-        self._scratch: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._scratch: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
     def release(self) -> None:
         self._scratch.clear()
@@ -206,18 +226,23 @@ class GradientMonitor:
     def _check(self, optimizer: Any, label: str, known_finite: bool) -> None:
         capture = GradientCheck()
         groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
+        for info, grad in self._gradients(optimizer, label):
+            if not known_finite:
+                owners, grads = groups.setdefault((grad.device, grad.dtype), ([], []))
+                owners.append(len(capture.params))
+                grads.append(grad)
+            capture.params.append(info)
+        if not capture.params:
+            return
+        batch = self._session.pending.batch
         with torch.no_grad(), quiet():
-            for info, grad in self._gradients(optimizer, label):
-                if not known_finite:
-                    owners, extremes = groups.setdefault((grad.device, grad.dtype), ([], []))
-                    owners.append(len(capture.params))
-                    extremes.extend(torch.aminmax(grad))
-                capture.params.append(info)
-            if not capture.params:
-                return
-            batch = self._session.pending.batch
-            for owners, extremes in groups.values():
-                capture.groups.append((batch.add(torch.stack(extremes)), owners))
+            for (device, dtype), (owners, grads) in groups.items():
+                if device.type in _FUSED_CHECK_DEVICES and dtype.is_floating_point:
+                    # max |g| of every gradient in one fused pass; NaN propagates, inf is inf.
+                    values, per_owner = torch._foreach_norm(grads, math.inf), 1
+                else:
+                    values, per_owner = [v for grad in grads for v in torch.aminmax(grad)], 2
+                capture.groups.append((batch.add(torch.stack(values)), owners, per_owner))
         self._session.pending.gradient_checks.append(capture)
 
     def _capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
@@ -233,18 +258,21 @@ class GradientMonitor:
         with torch.no_grad(), quiet():
             for device, flats in by_device.items():
                 device_scale = None if scale is None else scale.detach().to(device)
-                for owners, pieces in _chunks(flats, GRADIENT_CHUNK):
+                for owners, pieces in _chunks(flats, chunk_elements(device)):
                     sums, piece_maxima = self._measure_chunk(device, pieces, device_scale, grads_scaled)
-                    lengths = [piece.numel() for piece in pieces]
-                    capture.chunks.append(GradientChunk(batch.add(sums), batch.add(piece_maxima), owners, lengths))
+                    capture.chunks.append(GradientChunk(batch.add(sums), batch.add(piece_maxima), owners))
         self._session.pending.gradients.append(capture)
 
-    def _buffers(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _buffers(self, device: torch.device, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The scratch buffers of ``device``, for chunks of up to ``size`` elements, and the
+        row floors as a device tensor."""
         buffers = self._scratch.get(device)
-        if buffers is None:
+        if buffers is None or buffers[0].shape[1] < size:
+            length = max(size, chunk_elements(device))
             buffers = (
-                torch.empty((2, GRADIENT_CHUNK), dtype=torch.float32, device=device),
-                torch.empty((_COUNTED_ROWS, GRADIENT_CHUNK), dtype=torch.int32, device=device),
+                torch.empty((2, length), dtype=torch.float32, device=device),
+                torch.empty((_COUNTED_ROWS, length), dtype=torch.int32, device=device),
+                torch.tensor(_ROW_FLOORS, dtype=torch.int32, device=device),
             )
             self._scratch[device] = buffers
         return buffers
@@ -253,7 +281,7 @@ class GradientMonitor:
         self, device: torch.device, pieces: list[torch.Tensor], scale: Optional[torch.Tensor], grads_scaled: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
         size = sum(piece.numel() for piece in pieces)
-        floats, ints = self._buffers(device)
+        floats, ints, floors = self._buffers(device, size)
         magnitude, rows = floats[0, :size], ints[:, :size]
         # |g| (IEEE abs clears the sign bit of NaN too, which the integer rows below rely on).
         if len(pieces) == 1 and pieces[0].dtype == torch.float32:
@@ -277,7 +305,8 @@ class GradientMonitor:
         offset = 0
         for piece in pieces:
             end = offset + piece.numel()
-            sums.append(rows[:, offset:end].sum(dim=1, dtype=torch.int32))
+            # Counts, below 2**24 for any chunk size used: exact once read as float32.
+            sums.append(rows[:, offset:end].sum(dim=1, dtype=torch.int32).sub_(floors, alpha=end - offset))
             maxima.append(magnitude[offset:end].amax())
             offset = end
         piece_maxima = torch.stack(maxima)

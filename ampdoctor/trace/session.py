@@ -43,9 +43,9 @@ float16's subnormal and normal ranges at the loss scale) and max |g| are measure
 iteration, on every iteration of the op-recording window, and then on every
 ``gradient_interval``-th iteration (default 4; 1 measures every iteration). Every iteration
 still gets the loss, the loss scale, the scaler's ``found_inf``, the activation ranges, and which
-parameters' gradients held inf/NaN: one ``aminmax`` per gradient, skipped when the scaler's
-``found_inf`` says there was none and reading it costs no device sync (it is on the CPU). The
-report states the interval.
+parameters' gradients held inf/NaN: max |g| per gradient (one fused op per device and dtype on
+CUDA, one ``aminmax`` per gradient on a CPU), skipped when the scaler's ``found_inf`` says there
+was none and reading it costs no device sync (it is on the CPU). The report states the interval.
 """
 
 from __future__ import annotations

@@ -97,9 +97,49 @@ def test_chunked_gradient_statistics_equal_the_plain_definition(monkeypatch, sca
     )
 
 
-def test_gradient_check_finds_the_nonfinite_gradients_of_the_plain_definition():
+def test_large_chunks_count_exactly(monkeypatch):
+    """An accelerator's chunks (2**20 elements) give per-piece row sums far above 2**24, which
+    float32 cannot hold exactly: the counts come out exact all the same, gradient by gradient,
+    equal to the plain definition's (a count off by one would show here)."""
+    monkeypatch.setattr(gradients, "GRADIENT_CHUNK", gradients.ACCELERATOR_GRADIENT_CHUNK)
+    assert gradients.chunk_elements(torch.device("cpu")) == 1 << 20
+    torch.manual_seed(1)
+    size = (1 << 20) + 3  # one piece fills a chunk, the rest starts the next
+    grad = torch.randn(size) * 1e-3
+    grad[torch.randperm(size)[:1000]] = 2.0**-22  # float16-subnormal once scaled by 4
+    grad[:5] = 0.0
+    grad[7] = math.nan
+    grad[-1] = math.inf
+    small = torch.randn(77) * 2.0**-26
+    grads = [grad, small]
+    params = [nn.Parameter(torch.zeros(g.shape)) for g in grads]
+    for param, g in zip(params, grads):
+        param.grad = g.clone()
+    session = _Session()
+    scale = torch.tensor(4.0)
+    GradientMonitor(ModuleRegistry(), session).capture(torch.optim.SGD(params, lr=0.1), "SGD#1", scale, False)
+    assert session.errors == []
+    (capture,) = session.pending.gradients
+    assert len(capture.chunks) == 2
+    rows = capture.rows(session.pending.batch.read())
+    for (_, row), g in zip(rows, grads):
+        numel = g.numel()
+        expected = gradient_row(g, scale, False).tolist()
+        # Compared as counts of elements: exact.
+        assert [round(share * numel) for share in row[:4]] == [round(share * numel) for share in expected[:4]]
+        assert row[4] == pytest.approx(expected[4], rel=1e-6)
+    assert round(rows[0][1][3] * size) == 2 and round(rows[0][1][0] * size) == 5
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_gradient_check_finds_the_nonfinite_gradients_of_the_plain_definition(monkeypatch, fused):
     """Iterations without the full statistics still tell, per parameter, whether the gradient
-    held inf/NaN, in agreement with ``gradient_row``'s non-finite share."""
+    held inf/NaN, in agreement with ``gradient_row``'s non-finite share; with one ``aminmax``
+    per gradient (CPU) or one fused max-norm per device and dtype (CUDA; the same code on CPU)."""
+    if fused:
+        monkeypatch.setattr(gradients, "_FUSED_CHECK_DEVICES", frozenset({"cpu"}))
+    else:
+        monkeypatch.setattr(torch, "_foreach_norm", None)  # the per-gradient path only
     grads = _edge_case_gradients()
     params = [nn.Parameter(torch.zeros(g.shape, dtype=g.dtype)) for g in grads]
     for param, grad in zip(params, grads):
@@ -130,6 +170,8 @@ def test_gradients_known_finite_are_listed_without_device_work(monkeypatch):
     param.grad = torch.ones(3)
     session = _Session()
     monkeypatch.setattr(torch, "aminmax", None)  # any device op would fail
+    monkeypatch.setattr(torch, "_foreach_norm", None)
+    monkeypatch.setattr(gradients, "_FUSED_CHECK_DEVICES", frozenset({"cpu"}))
     GradientMonitor(ModuleRegistry(), session).capture(
         torch.optim.SGD([param], lr=0.1), "SGD#1", None, False, full=False, known_finite=True
     )
