@@ -7,6 +7,7 @@
 #
 # Every step runs under `timeout`, a failed step does not stop the others, and no step starts
 # once BUDGET seconds (default 420) have passed; a step's limit is cut to what is left of it.
+# ONLY='nanogpt_plain|nanogpt_compare' runs just the steps whose names match.
 set -u
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -16,6 +17,8 @@ DEVICE=${DEVICE:-cuda}
 SIZE=${SIZE:-gpu}
 PYTHON=${PYTHON:-python3}
 BUDGET=${BUDGET:-420}
+# A regular expression of the step names to run (all when empty), e.g. ONLY='nanogpt_.*|hf_.*'.
+ONLY=${ONLY:-}
 NANOGPT_STEPS=${NANOGPT_STEPS:-20}
 STEPS=${STEPS:-10}
 mkdir -p "$OUT"
@@ -59,6 +62,10 @@ step() {
     shift 6
     local left=$((BUDGET - (SECONDS - START)))
     local shown="$*"
+    if [[ -n "$ONLY" && ! "$name" =~ ^($ONLY)$ ]]; then
+        echo "[$((SECONDS - START))s] $name: not selected (ONLY=$ONLY)"
+        return
+    fi
     if ((left < 30)); then
         printf '%s\t%s\t%s\tskipped\t0\t0\t%s\t%s\n' "$name" "$reference" "$expected" "$json" "$shown" >>"$LOGS/steps.tsv"
         echo "[$((SECONDS - START))s] $name: skipped, the time budget is spent"
