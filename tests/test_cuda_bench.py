@@ -128,3 +128,25 @@ def test_the_huge_mask_fill_crashes_under_float16():
     result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert result.returncode == 1
     assert "without overflow" in result.stderr
+
+
+@pytest.mark.slow
+def test_only_runs_just_the_steps_it_names(tmp_path):
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "OUT": str(tmp_path / "out"),
+        "DEVICE": "cpu",
+        "SIZE": "tiny",
+        "PYTHON": sys.executable,
+        "ONLY": "buggy_clip_plain",
+        "BUDGET": "200",
+    }
+    run = subprocess.run(
+        ["bash", str(BENCH / "run.sh")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280
+    )
+    assert run.returncode == 0, run.stderr
+    assert "buggy_clip_plain (limit" in run.stdout
+    assert "nanogpt_plain: not selected" in run.stdout and "hf_trace: not selected" in run.stdout
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "== buggy_clip_plain: exit 0 ok" in summary
+    assert "== nanogpt_plain" not in summary and "== hf_trace" not in summary
