@@ -11,6 +11,15 @@ from collections.abc import Iterator
 FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
+def span(node: ast.AST) -> list[int]:
+    """``[line, column, end_line, end_column]`` of a node, 1-based columns (ast's are 0-based)."""
+    line = getattr(node, "lineno", 1)
+    column = getattr(node, "col_offset", 0)
+    end_line = getattr(node, "end_lineno", None) or line
+    end_column = getattr(node, "end_col_offset", None)
+    return [line, column + 1, end_line, (end_column if end_column is not None else column) + 1]
+
+
 def dotted(expr: ast.AST | None) -> str | None:
     """``a.b.c`` for Name/Attribute chains, else None."""
     parts = []

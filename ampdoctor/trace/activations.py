@@ -185,7 +185,15 @@ def boundary_row(grads: list[torch.Tensor]) -> torch.Tensor:
     outputs. They are float16 values already: the coarse subnormals are the nonzero ones below
     2**-20, which keep at most 4 significant bits (what flushed is among the zeros)."""
     numel = sum(g.numel() for g in grads)
-    zeros = sum((g == 0).sum(dtype=torch.float32) for g in grads)
-    subnormal = sum(((g != 0) & (g.abs() < FLOAT16_SMALLEST_NORMAL)).sum(dtype=torch.float32) for g in grads)
-    coarse = sum(((g != 0) & (g.abs() < FLOAT16_COARSE_SUBNORMAL)).sum(dtype=torch.float32) for g in grads)
+    zeros = _total([(g == 0).sum(dtype=torch.float32) for g in grads])
+    subnormal = _total([((g != 0) & (g.abs() < FLOAT16_SMALLEST_NORMAL)).sum(dtype=torch.float32) for g in grads])
+    coarse = _total([((g != 0) & (g.abs() < FLOAT16_COARSE_SUBNORMAL)).sum(dtype=torch.float32) for g in grads])
     return torch.stack([zeros / numel, subnormal / numel, coarse / numel])
+
+
+def _total(counts: list[torch.Tensor]) -> torch.Tensor:
+    """The sum of one or more counts, on their device (``sum()`` would start from a Python 0)."""
+    total = counts[0]
+    for count in counts[1:]:
+        total = total + count
+    return total

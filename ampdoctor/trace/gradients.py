@@ -239,7 +239,7 @@ class GradientMonitor:
             for (device, dtype), (owners, grads) in groups.items():
                 if device.type in _FUSED_CHECK_DEVICES and dtype.is_floating_point:
                     # max |g| of every gradient in one fused pass; NaN propagates, inf is inf.
-                    values, per_owner = torch._foreach_norm(grads, math.inf), 1
+                    values, per_owner = list(torch._foreach_norm(grads, math.inf)), 1
                 else:
                     values, per_owner = [v for grad in grads for v in torch.aminmax(grad)], 2
                 capture.groups.append((batch.add(torch.stack(values)), owners, per_owner))

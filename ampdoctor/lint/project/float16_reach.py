@@ -59,7 +59,7 @@ class _Entry:
 
 
 def float16_elsewhere(
-    project: Project, targets: list[str], callers: Callers, codes: frozenset[str], lazy: list[str] = ()
+    project: Project, targets: list[str], callers: Callers, codes: frozenset[str], lazy: Iterable[str] = ()
 ) -> Iterator[CrossReport]:
     """``targets``: named modules already summarized; ``lazy``: named modules whose text holds a
     risk, summarized only if an entry's walk reaches them."""
@@ -141,7 +141,9 @@ def _entries(project: Project, module: str) -> Iterator[_Entry]:
         handed = (run["call"], f"`{run['model']}`, a `{found[1]}`, is handed to the {run['api']} here")
         for hook in _STEPS if run["api"] == "Trainer" else ("forward",):
             method = project.method(found[0], found[1], hook)
-            function = project.summary(method[0]).get("functions", {}).get(method[1]) if method else None
+            if method is None:
+                continue
+            function = (project.summary(method[0]) or {}).get("functions", {}).get(method[1])
             if function is not None:
                 yield _Entry(Target(method[0], method[1], function, 1), module, where, handed, codes)
 

@@ -24,7 +24,7 @@ import ast
 from ..model import AmpFacts, CallSite, Frame
 from ..rules.amp104_107_regions import _BCE_FUNCTIONS, _BCE_MODULES, _bound_to_bce
 from ..rules.amp301_303_numerics import _FACTORIES, _explicit_non_half, _made_non_half, _overflows
-from ..syntax import dotted, number_value, string_value
+from ..syntax import dotted, number_value, span, string_value
 from ..vocabulary import DTYPES
 
 # The fills whose value is written into the tensor's own dtype: on a float16 tensor torch raises
@@ -116,13 +116,13 @@ def half_risks(facts: AmpFacts, frame: Frame, losses: list) -> list[dict]:
         if site.region is not None:
             continue
         if site.qname in _BCE_FUNCTIONS:
-            risks.append({"code": "AMP105", "at": _position(site.node), "what": "binary_cross_entropy"})
+            risks.append({"code": "AMP105", "at": span(site.node), "what": "binary_cross_entropy"})
             continue
         func = site.node.func
         name = dotted(func)
         if name is not None and site.qname is None and any(a.target == name for a in losses):
             if _bound_to_bce(facts, name, frame, losses):
-                risks.append({"code": "AMP105", "at": _position(site.node), "what": "nn.BCELoss"})
+                risks.append({"code": "AMP105", "at": span(site.node), "what": "nn.BCELoss"})
                 continue
         risk = _fill_risk(facts, site)
         if risk is not None:
@@ -160,7 +160,7 @@ def _fill_risk(facts: AmpFacts, site: CallSite) -> dict | None:
         receiver = site.receiver if site.qname is None else None
         return {
             "code": "AMP301",
-            "at": _position(arg.value),
+            "at": span(arg.value),
             "text": facts.text(arg.value),
             "label": site.qname or f".{site.method}()",
             "bound": "min" if value < 0 else "max",
@@ -222,7 +222,7 @@ def framework_runs(facts: AmpFacts, qualname) -> list[dict]:
             continue
         precision = site.arg(None, "precision")
         dtype = _MIXED.get(_precision_text(precision.value) or "") if precision is not None else None
-        if dtype is None:
+        if precision is None or dtype is None:
             continue
         accelerator = site.arg(None, "accelerator")
         frame_name = qualname(site.frame)
@@ -230,7 +230,7 @@ def framework_runs(facts: AmpFacts, qualname) -> list[dict]:
             continue
         made = {
             "api": api,
-            "at": _position(precision.value),
+            "at": span(precision.value),
             "precision": facts.text(precision.value),
             "dtype": dtype,
             "accelerator": string_value(accelerator.value) if accelerator is not None else None,
@@ -258,7 +258,7 @@ def framework_runs(facts: AmpFacts, qualname) -> list[dict]:
             model = use.arg(0, "model" if api == "Trainer" else "module")
             if model is None or model.star or not isinstance(model.value, ast.Name):
                 continue
-            runs.append({**made, "call": _position(use.node), "model": model.value.id})
+            runs.append({**made, "call": span(use.node), "model": model.value.id})
     return runs
 
 
@@ -275,9 +275,3 @@ def _precision_text(expr: ast.expr) -> str | None:
         return text
     value = number_value(expr)
     return str(int(value)) if isinstance(expr, ast.Constant) and type(expr.value) is int and value is not None else None
-
-
-def _position(node: ast.AST) -> list[int]:
-    end_line = getattr(node, "end_lineno", None) or node.lineno
-    end_col = getattr(node, "end_col_offset", None)
-    return [node.lineno, node.col_offset + 1, end_line, (end_col if end_col is not None else node.col_offset) + 1]

@@ -136,7 +136,7 @@ class Project(Record):
     def _view(self, rel: str) -> Outline | _Summarized | None:
         """What the walk reads of a module: its outline while resolving on text (for a module
         not summarized yet), else its summary."""
-        if self._text_first and rel not in self._summaries and rel in self.files:
+        if self._text_first and self.outline is not None and rel not in self._summaries and rel in self.files:
             if rel not in self._outlines:
                 self._outlines[rel] = self.outline(rel)
             found = self._outlines[rel]
@@ -153,10 +153,10 @@ class Project(Record):
         if target.startswith("."):
             level = len(target) - len(target.lstrip("."))
             parts = [p for p in target[level:].split(".") if p]
-            base = importer.split("/")[:-1]
-            if level - 1 > len(base):
+            folder = importer.split("/")[:-1]
+            if level - 1 > len(folder):
                 return None
-            bases = ["/".join(base[: len(base) - (level - 1)])]
+            bases = ["/".join(folder[: len(folder) - (level - 1)])]
         else:
             parts = target.split(".")
             folders = importer.split("/")[:-1]

@@ -293,7 +293,7 @@ class Outline:
             raise Uncertain(name)  # several classes of that name, or one nested in a block
         index = self._block_at(matches[0])
         header = self._header(index) if index is not None else None
-        if header is None or self._blocks[index][0] != f"class {name}":
+        if index is None or header is None or self._blocks[index][0] != f"class {name}":
             raise Uncertain(name)
         # The line must be the class itself, not text in a string: then nothing else binds it.
         if self.has_function(name) or self.import_of(name) is not None or self.alias(name) is not None:

@@ -23,7 +23,7 @@ import re
 
 from ..model import AmpFacts, CallSite, Frame
 from ..passes import is_optimizer
-from ..syntax import call_args, dotted, iter_nodes
+from ..syntax import call_args, dotted, iter_nodes, span
 from ..vocabulary import GRAD_SCALER_NAMES
 
 _SCALER_TEXT = re.compile(r"scaler", re.IGNORECASE)
@@ -37,12 +37,6 @@ _NAMED_TUPLE = frozenset({"NamedTuple", "typing.NamedTuple", "typing_extensions.
 _ASDICT = frozenset({"asdict", "dataclasses.asdict"})
 _OPTIMIZER_BASE = "torch.optim.Optimizer"
 _COPY = frozenset({"deepcopy", "copy.deepcopy", "copy", "copy.copy"})
-
-
-def _position(node: ast.AST) -> list[int]:
-    end_line = getattr(node, "end_lineno", None) or node.lineno
-    end_col = getattr(node, "end_col_offset", None)
-    return [node.lineno, node.col_offset + 1, end_line, (end_col if end_col is not None else node.col_offset) + 1]
 
 
 # ---------------------------------------------------------------------------------------
@@ -93,7 +87,7 @@ def scaler_attribute(facts: AmpFacts, class_name: str) -> dict | None:
             for site in frame.calls
         )
         if used:
-            return {"name": assignment.target, "at": _position(value)}
+            return {"name": assignment.target, "at": span(value)}
     return None
 
 
@@ -144,7 +138,7 @@ def snapshot_saves(facts: AmpFacts, by_target, reach) -> list[dict]:
         at = reach(save.frame)
         if at is None:
             continue
-        built.update({"at": _position(save.node), "reach": at})
+        built.update({"at": span(save.node), "reach": at})
         found.append(built)
     return found
 
@@ -159,7 +153,7 @@ def _construction(facts: AmpFacts, save: CallSite, expr: ast.expr, by_target, na
         last = func.rsplit(".", 1)[-1]
         if func.startswith("torch.") or not last[:1].isupper():
             return None
-        args = []
+        args: list[dict] = []
         for index, item in enumerate(call_args(expr)):
             if item.star:
                 return None

@@ -47,6 +47,7 @@ from ..model import AmpFacts, CallSite, Frame
 from ..passes import is_optimizer, is_optimizer_constructor
 from ..rules.scaler_queries import float16_in_code, is_epoch_loop, saver_has_scaler, scaler_enabled
 from ..syntax import call_args, dotted, iter_nodes
+from ..syntax import span as position
 from ..vocabulary import EventKind
 from .float16_sites import add_float16_parts, framework_runs
 from .outline import project_imports
@@ -63,13 +64,6 @@ _SCALAR_NAME = re.compile(
 _RETURNS_MODULE = frozenset({"cuda", "to", "cpu", "train", "eval", "requires_grad_"})
 # Callees that are never project code (builtins and common containers).
 _BUILTINS = frozenset(dir(builtins))
-
-
-def position(node: ast.AST) -> list[int]:
-    """``[line, column, end_line, end_column]``, 1-based columns (ast columns are 0-based)."""
-    end_line = getattr(node, "end_lineno", None) or node.lineno
-    end_col = getattr(node, "end_col_offset", None)
-    return [node.lineno, node.col_offset + 1, end_line, (end_col if end_col is not None else node.col_offset) + 1]
 
 
 def qualname(frame: Frame) -> str | None:
