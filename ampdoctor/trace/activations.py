@@ -4,7 +4,8 @@ Global forward pre/post hooks (``torch.nn.modules.module``) measure max |x| of e
 floating inputs and outputs, with one ``aminmax`` pass per tensor. A module whose output is
 non-finite while its inputs were finite is where a non-finite value was born. Inputs are measured in the pre-hook,
 before an in-place module (``ReLU(inplace=True)``) overwrites them, and a module's input that
-is the previous module's unchanged output reuses that measurement.
+is the previous module's unchanged output reuses that measurement. On iterations the session
+runs bare (``--compare``'s timed ones) the hooks are taken off, and put back after.
 
 Boundaries: during the op-recording window only, the float16 gradients that flow into module
 outputs during backward (``register_multi_grad_hook``, as ``ModuleTracker`` does; no full
@@ -60,6 +61,10 @@ class ActivationMonitor:
         self._known: dict[int, tuple[Any, int, int]] = {}
         self._grad_handles: list[Any] = []
         self.record_boundaries = False
+        # Hooks taken off for the iterations that run bare (see set_paused); a monitor that
+        # failed stays off.
+        self.paused = False
+        self._failed = False
         # backward.BackwardWatch, set by the session: gradient hooks on watched iterations.
         self.backward_watch: Any = None
 
@@ -74,6 +79,18 @@ class ActivationMonitor:
             handle.remove()
         self._handles.clear()
         self.stop_boundaries()
+
+    def set_paused(self, paused: bool) -> None:
+        """Take the hooks off for an iteration that runs bare (no Python per module call, no
+        device work), or put them back; called between iterations."""
+        if paused == self.paused or self._failed:
+            return
+        self.paused = paused
+        if paused:
+            self.remove()
+            self._open_calls = []  # post-hooks of calls open now will not run
+        else:
+            self.install()
 
     def new_iteration(self) -> None:
         """Forget slots of the batch just read; a forward still open keeps its depth."""
@@ -123,6 +140,7 @@ class ActivationMonitor:
             self._fail(exc)
 
     def _fail(self, exc: Exception) -> None:
+        self._failed = True
         self.remove()
         self._session.instrument_failed("activation hooks", exc)
 

@@ -1,9 +1,11 @@
 """The two child runs of ``--compare float32``, seen from inside.
 
 ``CompareChild`` is what the trace command adds to a session in a child: the clock (both runs),
-the mixed-precision switch-off (the float32 run), the profile (the mixed-precision run). After
-the run, the float32 run writes its ``RunRecord`` and report to the file the parent named; the
-mixed-precision run reads it and puts the comparison and its findings into its own report.
+timed iterations that run bare (both runs: no activation hooks, no gradient check; see
+``TraceSession.bare_steps``), the mixed-precision switch-off (the float32 run), the profile (the
+mixed-precision run). After the run, the float32 run writes its ``RunRecord`` and report to the
+file the parent named; the mixed-precision run reads it and puts the comparison and its findings
+into its own report.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections import Counter
 from typing import Any, Optional
 
 from .compare import LOW_PRECISION, RunRecord, compare_runs
-from .stopwatch import RunClock
+from .stopwatch import TIMED, RunClock
 
 FLOAT32, MIXED = "float32", "mixed"
 
@@ -33,6 +35,10 @@ class CompareChild:
         self.clock = RunClock(
             window=session.record_ops_steps, profile=role == MIXED, sampled=session.gradient_sample_scheduled
         )
+        # The timed iterations run bare in both runs: what is timed is the script, not the
+        # tracer's per-module hooks (whose host work sets the pace on a fast GPU). The other
+        # iterations keep every instrument, so the findings still come from observations.
+        session.bare_steps = lambda step: self.clock.phase(step) == TIMED
         if role == FLOAT32:
             session.samples_past_window = False
         self.switch = None

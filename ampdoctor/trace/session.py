@@ -42,10 +42,11 @@ Gradient statistics are sampled: the per-parameter shares behind AMP505 (zeros, 
 float16's subnormal and normal ranges at the loss scale) and max |g| are measured on the first
 iteration, on every iteration of the op-recording window, and then on every
 ``gradient_interval``-th iteration (default 4; 1 measures every iteration). Every iteration
-still gets the loss, the loss scale, the scaler's ``found_inf``, the activation ranges, and which
-parameters' gradients held inf/NaN: max |g| per gradient (one fused op per device and dtype on
-CUDA, one ``aminmax`` per gradient on a CPU), skipped when the scaler's ``found_inf`` says there
-was none and reading it costs no device sync (it is on the CPU). The report states the interval.
+still gets the loss, the loss scale and the scaler's ``found_inf``; every one not run bare
+(``bare_steps``: --compare's timed ones) the activation ranges, and which parameters' gradients
+held inf/NaN: max |g| per gradient (one fused op per device and dtype on CUDA, one ``aminmax``
+per gradient on a CPU), skipped when the scaler's ``found_inf`` says there was none and reading
+it costs no device sync (it is on the CPU). The report states the interval.
 """
 
 from __future__ import annotations
@@ -114,6 +115,11 @@ class TraceSession:
         # Off in the float32 run of --compare: its gradients are not reported, and sampling them
         # would only cost time.
         self.samples_past_window = True
+        # Iterations that run bare, without the per-module and per-gradient instruments (the
+        # activation hooks, the inf/NaN check, the backward watch, an origin census): set by
+        # --compare for its timed iterations; decided at each iteration boundary.
+        self.bare_steps: Optional[Callable[[int], bool]] = None
+        self._bare = False
         self.thresholds = thresholds or Thresholds()
         # Findings point at this file; by default the running program's main script.
         self.script = script or getattr(sys.modules.get("__main__"), "__file__", None)
@@ -294,11 +300,12 @@ class TraceSession:
         census.failed = True
         self._exit_stack.callback(census.remove)
 
-    def _probe_origin_op(self) -> None:
+    def _probe_origin_op(self, bare_next: bool = False) -> None:
         """A non-finite activation appeared after the census window: run the census for one
-        more iteration so the op behind it can be named (it usually recurs)."""
+        more iteration so the op behind it can be named (it usually recurs); not on one that
+        runs bare (a later one that does not)."""
         origin = self.observations.origin
-        if origin is None or self._origin_probed or self._census is not None:
+        if origin is None or self._origin_probed or self._census is not None or bare_next:
             return
         self._origin_probed = True
         self.observations.name_origin_op()
@@ -382,6 +389,8 @@ class TraceSession:
         self.pending = self.pending.after()
 
     def _capture_plain_gradients(self, optimizer) -> None:
+        if self._bare:
+            return
         self._gradients.capture(
             optimizer, self._label(optimizer), scale=None, grads_scaled=False, full=self._gradient_shares_due()
         )
@@ -400,6 +409,8 @@ class TraceSession:
         self._protocol.scaler_step(scaler, optimizer, unscaling=True)
 
     def scaler_unscaled(self, scaler, optimizer) -> None:
+        if self._bare:
+            return
         full = self._gradient_shares_due()
         self._gradients.capture(
             optimizer,
@@ -415,7 +426,7 @@ class TraceSession:
         self._protocol.scaler_step(scaler, optimizer)
         if self.observations.step_site is None:
             self.observations.step_site = user_site(skip=2)
-        if grads_scaled:
+        if grads_scaled and not self._bare:
             self._gradients.capture(
                 optimizer, self._label(optimizer), scaler._scale, grads_scaled=True, full=self._gradient_shares_due()
             )
@@ -497,7 +508,8 @@ class TraceSession:
         self._read_pending(record, with_census_ranges=window_ends)
         if record.skipped:
             self._skipped_total += 1
-        self._backward.next_iteration(in_window=step < self.record_ops_steps, skipped=record.skipped)
+        bare_next = self.bare_steps is not None and self.bare_steps(step + 1)
+        self._backward.next_iteration(in_window=step < self.record_ops_steps, skipped=record.skipped and not bare_next)
         for listener in list(self.iteration_listeners):
             try:
                 listener(record, self.observations)
@@ -506,7 +518,9 @@ class TraceSession:
                 self.instrument_failed(f"{type(listener).__name__}", exc)
         if window_ends:
             self._stop_census()
-        self._probe_origin_op()
+        self._probe_origin_op(bare_next)
+        self._bare = bare_next
+        self._activations.set_paused(bare_next)
         if self._progress is not None:
             scale = record.scale_after if record.scale_after is not None else record.scale
             self._progress(step, self.steps, scale, self._skipped_total)

@@ -13,7 +13,10 @@ i-1 to the end of i. Iterations fall in four phases, the same in both runs:
 Among the iterations of phase 4, those on which the mixed-precision run samples the full gradient
 statistics (every ``--gradient-interval``-th: a device pass over every gradient, which can cost
 more than the iteration itself) are left out too, in both runs, so both time the same iterations
-and none of them carries the tracer's extra work.
+and none of them carries the tracer's extra work. The timed iterations run bare in both runs
+(``TraceSession.bare_steps``): no activation hooks (an ``aminmax`` and Python per module call,
+whose host work sets the pace on a fast GPU), no inf/NaN gradient check, so they time the script
+and not the tracer; the other phases keep every instrument.
 
 The spread is the median absolute deviation relative to the median: an iteration slowed by
 something else now and then (a checkpoint, a log line, the system) moves it only when it happens

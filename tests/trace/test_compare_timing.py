@@ -204,3 +204,90 @@ def test_each_run_leaves_out_the_sampled_iterations(role, sampled, monkeypatch):
     # The float32 run samples the gradient statistics in the op-recording window only.
     stats = next(iter(session.observations.gradients.values()))
     assert stats.sampled_iterations == sampled
+
+
+def _instrument_work(session: TraceSession, monkeypatch) -> dict[int, tuple[int, int, int]]:
+    """Per iteration: (activation measurements on the device, module outputs recorded, gradient
+    captures) made while it ran, counted at its end."""
+    from ampdoctor.trace import activations
+
+    counts = {"max_abs": 0, "captures": 0}
+    measure = activations.max_abs
+
+    def counted_max_abs(tensors):
+        counts["max_abs"] += 1
+        return measure(tensors)
+
+    monkeypatch.setattr(activations, "max_abs", counted_max_abs)
+    monitor = session._gradients
+    capture = monitor.capture
+
+    def counted_capture(*args, **kwargs):
+        counts["captures"] += 1
+        return capture(*args, **kwargs)
+
+    monkeypatch.setattr(monitor, "capture", counted_capture)
+    per_step: dict[int, tuple[int, int, int]] = {}
+    seen = {"max_abs": 0, "captures": 0, "calls": 0}
+
+    def listener(record, observations) -> None:
+        calls = sum(stats.calls for stats in observations.activations.values())
+        per_step[record.step] = (
+            counts["max_abs"] - seen["max_abs"],
+            calls - seen["calls"],
+            counts["captures"] - seen["captures"],
+        )
+        seen.update(max_abs=counts["max_abs"], captures=counts["captures"], calls=calls)
+
+    session.iteration_listeners.append(listener)
+    return per_step
+
+
+def _train_scaled(steps: int) -> None:
+    """As ``_train``, with a GradScaler (unscale_ before the step): the scaler's gradient path."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu")
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(torch.randn(4, 8)).float().pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("train", [_train, _train_scaled])
+@pytest.mark.parametrize("role", ["float32", "mixed"])
+def test_timed_iterations_run_without_the_per_module_instruments(role, train, monkeypatch):
+    with contextlib.redirect_stdout(io.StringIO()), TraceSession(record_ops_steps=1, gradient_interval=4) as session:
+        child = CompareChild(role, session)
+        if role == "mixed":
+            monkeypatch.setattr(child.clock, "profile", False)
+        per_step = _instrument_work(session, monkeypatch)
+        with child:
+            train(13)
+    timed = child.clock.timing().steps
+    assert timed == [6, 7, 9, 10, 11, 13]
+    assert sorted(per_step) == list(range(1, 14))
+    for step, (measured, recorded, captures) in per_step.items():
+        if step in timed:
+            assert (measured, recorded, captures) == (0, 0, 0), step
+        elif step > 2:  # the first iterations close late (a plain step): their counts shift
+            # Every untimed iteration observes: the Linear's input and output, its gradients.
+            assert measured >= 2 and recorded >= 1 and captures == 1, step
+    # The activation ranges and gradients still come from the untimed iterations.
+    assert session.observations.activations and session.observations.gradients
+    assert not child.clock.profile_error
+
+
+def test_plain_trace_observes_activations_on_every_iteration(monkeypatch):
+    with contextlib.redirect_stdout(io.StringIO()), TraceSession(record_ops_steps=1, gradient_interval=4) as session:
+        per_step = _instrument_work(session, monkeypatch)
+        _train(13)
+    assert sorted(per_step) == list(range(1, 14))
+    for step, (measured, recorded, captures) in per_step.items():
+        if step > 2:
+            assert measured >= 2 and recorded >= 1 and captures == 1, step
+    assert session.bare_steps is None
