@@ -306,7 +306,11 @@ class TraceSession:
     def _queue_census_ranges(self, batch) -> list[tuple[tuple, int, int]]:
         if self._census is None:
             return []
-        return [(key, batch.add(r.input_max), batch.add(r.output_max)) for key, r in self._census.ranges.items()]
+        zero = torch.zeros(())  # the input range of an op whose inputs were all empty
+        return [
+            (key, batch.add_abs_max(r.inputs) if r.inputs else batch.add(zero), batch.add_abs_max(r.outputs))
+            for key, r in self._census.ranges.items()
+        ]
 
     # -- events ------------------------------------------------------------------------------
 
