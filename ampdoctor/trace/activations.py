@@ -25,8 +25,8 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from ..float16 import FLOAT16_COARSE_SUBNORMAL, FLOAT16_SMALLEST_NORMAL
 from .compiled import outside_compiled
-from .numerics import ModuleInfo, ModuleRegistry, max_abs
-from .ops import dtype_name, float_tensors, quiet
+from .numerics import ModuleInfo, ModuleRegistry
+from .ops import dtype_name, float_tensors, max_abs, quiet
 from .sites import user_site
 
 # Flush early when an iteration never closes (a script that never steps an optimizer), so the

@@ -32,8 +32,8 @@ import torch
 from torch.autograd.graph import register_multi_grad_hook
 
 from ..float16 import FLOAT16_MAX
-from .numerics import ModuleInfo, max_abs
-from .ops import float_tensors, quiet
+from .numerics import ModuleInfo
+from .ops import float_tensors, max_abs, quiet
 
 # Iterations watched after skipped steps, over the whole run: enough for a collapse from 2**16
 # (each skip halves the scale) and for a few late overflows, bounded for long runs.

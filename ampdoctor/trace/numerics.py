@@ -286,14 +286,3 @@ class PendingIteration:
 
 
 _PENDING_FIELDS = frozenset(f.name for f in fields(PendingIteration))
-
-
-def max_abs(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Device scalars whose largest absolute value is max |x| over the tensors: the minimum and
-    maximum of each non-empty one, from one ``aminmax`` pass (NaN propagates). Read them with
-    ``DeviceBatch.add_abs_max``; an empty list if there is nothing to measure."""
-    extremes: list[torch.Tensor] = []
-    for tensor in tensors:
-        if tensor.numel() > 0:
-            extremes.extend(torch.aminmax(tensor.detach()))
-    return extremes

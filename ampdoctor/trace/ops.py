@@ -23,6 +23,7 @@ Two pieces:
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -141,6 +142,11 @@ _METADATA_OPS = frozenset(
 FORWARD = "forward"
 BACKWARD = "backward"
 
+_UNKNOWN = object()
+# Sets of running modules remembered by the census before it starts again (a bound for scripts
+# that call modules in ever new combinations).
+_MAX_MODULE_SETS = 4096
+
 _quiet_depth = 0
 # While torch.profiler records the iterations of a ``--compare`` run (stopwatch.py), ampdoctor's
 # own ops are marked with this range, so the profile can leave them out.
@@ -154,6 +160,30 @@ def mark_own_ops(enabled: bool) -> None:
     _marking = enabled
 
 
+# The census's dispatch mode while it is installed (OpCensus.install). A quiet block takes it off
+# the top of this thread's mode stack for the block's duration, so ampdoctor's own ops skip the
+# Python dispatch altogether (several microseconds each) rather than being passed through it.
+_census_mode: Optional[TorchDispatchMode] = None
+_stepped_aside = threading.local()
+_stack_length = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_stack_at = getattr(torch._C, "_get_dispatch_stack_at", None)
+_stack_pop = getattr(torch._C, "_pop_torch_dispatch_stack", None)
+_stack_push = getattr(torch._C, "_push_on_torch_dispatch_stack", None)
+_CAN_STEP_ASIDE = None not in (_stack_length, _stack_at, _stack_pop, _stack_push)
+
+
+def _step_aside() -> Optional[TorchDispatchMode]:
+    """Pop the census mode when it is the top of this thread's mode stack; the mode popped."""
+    mode = _census_mode
+    if mode is None or not _CAN_STEP_ASIDE:
+        return None
+    length = _stack_length()
+    if length == 0 or _stack_at(length - 1) is not mode:
+        return None
+    _stack_pop(None)
+    return mode
+
+
 class _Quiet:
     """Ops run by ampdoctor's own hooks inside this block are not counted by the census.
 
@@ -165,6 +195,12 @@ class _Quiet:
     def __enter__(self) -> None:
         global _quiet_depth
         _quiet_depth += 1
+        # Per thread, what each open block popped (None: nothing), so nested blocks and blocks
+        # on other threads put back only their own.
+        aside = getattr(_stepped_aside, "modes", None)
+        if aside is None:
+            aside = _stepped_aside.modes = []
+        aside.append(_step_aside())
         if _marking and _quiet_depth == 1:
             _open_ranges.append(torch.autograd.profiler.record_function(OWN_RANGE).__enter__())
 
@@ -173,6 +209,10 @@ class _Quiet:
         _quiet_depth -= 1
         if _quiet_depth == 0 and _open_ranges:
             _open_ranges.pop().__exit__(None, None, None)
+        aside = getattr(_stepped_aside, "modes", None)
+        mode = aside.pop() if aside else None
+        if mode is not None and mode is _census_mode:  # not if the census ended in the block
+            _stack_push(mode)
 
 
 _QUIET = _Quiet()
@@ -307,12 +347,32 @@ class OpKey:
         return self.op in MATMUL_OPS
 
 
+# A range keeps at most this many device scalars per side before folding them into one.
+_RANGE_PARTS = 64
+
+
 @dataclass
 class OpRange:
-    """Largest |input| and |output| of one op in one module, kept on the device."""
+    """Largest |input| and |output| of one op in one module, kept on the device as the minima and
+    maxima of the tensors measured (``DeviceBatch.add_abs_max`` reduces them on the host when
+    the window ends: no device op per call beyond the ``aminmax`` that measures)."""
 
-    input_max: torch.Tensor
-    output_max: torch.Tensor
+    inputs: list[torch.Tensor]
+    outputs: list[torch.Tensor]
+
+    def add(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        self.inputs += inputs
+        self.outputs += outputs
+        if len(self.inputs) > _RANGE_PARTS:
+            self.inputs = [_fold(self.inputs)]
+        if len(self.outputs) > _RANGE_PARTS:
+            self.outputs = [_fold(self.outputs)]
+
+
+def _fold(parts: list[torch.Tensor]) -> torch.Tensor:
+    """max |v| over the device scalars ``parts``, as one float32 scalar (NaN if any is NaN)."""
+    device = parts[0].device
+    return torch.stack([part.to(device, torch.float32) for part in parts]).abs().amax()
 
 
 def float_tensors(tree: Any) -> list[torch.Tensor]:
@@ -359,25 +419,26 @@ def _ordered_dtypes(tensors: list[torch.Tensor]) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def max_abs(tensors: list[torch.Tensor]) -> Optional[torch.Tensor]:
-    """max |x| over the tensors as a device scalar (NaN if any NaN), None if empty.
-
-    The scalar keeps the tensors' dtype when they share one (every float dtype holds its own
-    extremes exactly; ``DeviceBatch`` converts to float32 when it reads), otherwise float32.
-    """
-    # aminmax is one vectorised pass without a temporary; the infinity norm and abs().amax()
-    # were several times slower on CPU. Both propagate NaN.
-    maxima = []
+def max_abs(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Device scalars whose largest absolute value is max |x| over the tensors: the minimum and
+    maximum of each non-empty one, from one ``aminmax`` pass (NaN propagates). Read them with
+    ``numerics.DeviceBatch.add_abs_max``; an empty list if there is nothing to measure."""
+    found: list[torch.Tensor] = []
     for tensor in tensors:
         if tensor.numel() > 0:
-            low, high = torch.aminmax(tensor.detach())
-            maxima.append(torch.maximum(high, low.neg()))
-    if not maxima:
-        return None
-    if len(maxima) == 1:
-        return maxima[0]
-    target = maxima[0].device
-    return torch.stack([m.to(target, torch.float32) for m in maxima]).amax()
+            found.extend(torch.aminmax(tensor.detach()))
+    return found
+
+
+# Per op overload, what the census needs to know of it: (name of its overload packet, whether
+# it is a metadata op that is not counted, whether it is a view). Found once per overload.
+_OP_FACTS: dict[Any, tuple[str, bool, bool]] = {}
+
+
+def _op_facts(func: Any) -> tuple[str, bool, bool]:
+    name = func.overloadpacket.__name__
+    facts = _OP_FACTS[func] = (name, name in _METADATA_OPS, bool(getattr(func, "is_view", False)))
+    return facts
 
 
 class _CensusMode(TorchDispatchMode):
@@ -386,26 +447,32 @@ class _CensusMode(TorchDispatchMode):
         self.census = census
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        if kwargs is None:
+            kwargs = {}
         census = self.census
-        name = func.overloadpacket.__name__
-        if _quiet_depth or census.failed or name in _METADATA_OPS:
+        facts = _OP_FACTS.get(func) or _op_facts(func)
+        if _quiet_depth or census.failed or facts[1]:
             return func(*args, **kwargs)
         try:
-            inputs = float_tensors((args, kwargs))
+            inputs = float_tensors((args, kwargs) if kwargs else args)
             module = census.current_module()
-            probe = census.wants_range(func, inputs, module)
-            # Measured before the op runs: an in-place op overwrites its input.
-            input_max = max_abs(inputs) if probe else None
+            phase = census.phase()
+            # Ranges serve to name the op behind a non-finite module output, so only forward
+            # ops run inside a module are measured (not the optimizer's, the scaler's or
+            # clipping's ops). Views and detach copy no values: they cannot be where a
+            # non-finite value appears. Inputs are measured before the op runs: an in-place op
+            # overwrites them.
+            probe = module is not None and not facts[2] and phase == FORWARD and bool(inputs)
+            input_extremes = max_abs(inputs) if probe else None
         except Exception as exc:  # the census must never break the script
             census.fail(exc)
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
         try:
             outputs = float_tensors(out)
-            census.count(name, inputs, outputs, module)
+            census.count(facts[0], inputs, outputs, module, phase)
             if probe and outputs:
-                census.record_range(name, input_max, max_abs(outputs), module)
+                census.record_range(facts[0], input_extremes, max_abs(outputs), module)
         except Exception as exc:
             census.fail(exc)
         return out
@@ -426,6 +493,8 @@ class OpCensus:
         # captured the first time the combination runs in a forward (sites.py).
         self.sites: dict[tuple[Optional[str], str, Optional[str]], tuple[str, int]] = {}
         self._autocast = autocast
+        # frozenset of the tracker's running modules -> the innermost one's path (current_module)
+        self._modules: dict[frozenset, Optional[str]] = {}
         self._tracker: Optional[ModuleTracker] = None
         self._mode: Optional[_CensusMode] = None
 
@@ -442,9 +511,14 @@ class OpCensus:
         self._tracker.__enter__()
         self._mode = _CensusMode(self)
         self._mode.__enter__()
+        global _census_mode
+        _census_mode = self._mode
 
     def remove(self) -> None:
+        global _census_mode
         if self._mode is not None:
+            if _census_mode is self._mode:
+                _census_mode = None
             self._mode.__exit__(None, None, None)
             self._mode = None
         if self._tracker is not None:
@@ -457,57 +531,63 @@ class OpCensus:
         if self._on_error is not None:
             self._on_error(exc)
 
-    def _phase(self) -> str:
+    def phase(self) -> str:
         return BACKWARD if self._tracker is not None and self._tracker.is_bw else FORWARD
 
     def current_module(self) -> Optional[str]:
-        """The innermost module running now, as a path; None outside modules."""
-        return innermost(self._tracker.parents) if self._tracker is not None else None
+        """The innermost module running now, as a path; None outside modules. The tracker's set
+        of running modules changes only on module calls: its path is found once per set."""
+        if self._tracker is None:
+            return None
+        parents = frozenset(self._tracker.parents)
+        module = self._modules.get(parents, _UNKNOWN)
+        if module is _UNKNOWN:
+            if len(self._modules) >= _MAX_MODULE_SETS:
+                self._modules.clear()
+            module = self._modules[parents] = innermost(parents)
+        return module
 
-    def count(self, op: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], module: Optional[str]) -> None:
-        device = (inputs or outputs)[0].device.type if (inputs or outputs) else "cpu"
+    def count(
+        self, op: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], module: Optional[str], phase: str
+    ) -> None:
+        first = inputs[0] if inputs else outputs[0] if outputs else None
+        output_dtype = dtype_name(outputs[0].dtype) if outputs else None
         key = (
             module,
             op,
             _ordered_dtypes(inputs),
-            dtype_name(outputs[0].dtype) if outputs else None,
-            self._autocast.state(device),
-            self._phase(),
+            output_dtype,
+            self._autocast.state(first.device.type if first is not None else "cpu"),
+            phase,
         )
-        if key not in self._tallies and key[5] == FORWARD:
-            site_key = (module, op, key[3])
-            if site_key not in self.sites:
-                site = user_site(skip=2)
-                if site is not None:
-                    self.sites[site_key] = site
-        self._tallies[key] += 1
+        tallies = self._tallies
+        known = tallies.get(key)
+        if known is None:
+            known = 0
+            if phase == FORWARD:
+                site_key = (module, op, output_dtype)
+                if site_key not in self.sites:
+                    site = user_site(skip=2)
+                    if site is not None:
+                        self.sites[site_key] = site
+        tallies[key] = known + 1
         if op in MATMUL_OPS:
             shapes = tuple(tuple(t.shape) for t in inputs if t.dim() > 0)
-            self.gemms[(module, op, key[5], key[3], shapes)] += 1
-
-    def wants_range(self, func, inputs: list[torch.Tensor], module: Optional[str]) -> bool:
-        # Ranges serve to name the op behind a non-finite module output, so only forward ops run
-        # inside a module are measured (not the optimizer's, the scaler's or clipping's ops).
-        # Views and detach copy no values: they cannot be where a non-finite value appears.
-        if module is None or getattr(func, "is_view", False):
-            return False
-        return bool(inputs) and self._phase() == FORWARD
+            self.gemms[(module, op, phase, output_dtype, shapes)] += 1
 
     def record_range(
-        self, op: str, input_max: Optional[torch.Tensor], output_max: Optional[torch.Tensor], module: Optional[str]
+        self, op: str, inputs: Optional[list[torch.Tensor]], outputs: list[torch.Tensor], module: Optional[str]
     ) -> None:
-        if output_max is None:
+        """Fold the minima and maxima of one call's inputs and outputs (``max_abs``) into the
+        range of (module, op)."""
+        if not outputs:
             return
-        if input_max is None:
-            input_max = torch.zeros((), dtype=torch.float32, device=output_max.device)
         key = (module, op)
         known = self.ranges.get(key)
         if known is None:
-            self.ranges[key] = OpRange(input_max, output_max)
-            return
-        # torch.maximum propagates NaN, so a NaN seen once stays visible.
-        known.input_max = torch.maximum(known.input_max, input_max.to(known.input_max.device))
-        known.output_max = torch.maximum(known.output_max, output_max.to(known.output_max.device))
+            self.ranges[key] = OpRange(list(inputs or ()), outputs)
+        else:
+            known.add(inputs or [], outputs)
 
 
 def sorted_census(ops: dict) -> list:

@@ -66,7 +66,7 @@ from .compiled import CompilePatch
 from .gradients import GradientMonitor
 from .numerics import ModuleRegistry, PendingIteration
 from .observations import IterationRecord, Observations, ScalerConfig
-from .ops import AutocastTracker, OpCensus, dtype_name
+from .ops import AutocastTracker, OpCensus, dtype_name, quiet
 from .outcome import Outcome, exit_code_of
 from .protocol import ProtocolWatch
 from .rulebase import Thresholds
@@ -316,7 +316,12 @@ class TraceSession:
     def _queue_census_ranges(self, batch) -> list[tuple[tuple, int, int]]:
         if self._census is None:
             return []
-        return [(key, batch.add(r.input_max), batch.add(r.output_max)) for key, r in self._census.ranges.items()]
+        with quiet():  # the input range of an op whose inputs were all empty
+            zero = torch.zeros(())
+        return [
+            (key, batch.add_abs_max(r.inputs) if r.inputs else batch.add(zero), batch.add_abs_max(r.outputs))
+            for key, r in self._census.ranges.items()
+        ]
 
     # -- events ------------------------------------------------------------------------------
 

@@ -12,10 +12,9 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 import ampdoctor.trace.gradients as gradients
-import ampdoctor.trace.numerics as numerics
 from ampdoctor.trace.gradients import GradientMonitor, gradient_row
 from ampdoctor.trace.numerics import DeviceBatch, ModuleRegistry, PendingIteration
-from ampdoctor.trace.ops import float_tensors
+from ampdoctor.trace.ops import float_tensors, max_abs
 from ampdoctor.trace.session import trace_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -287,9 +286,9 @@ def test_abs_max_slots_read_the_largest_magnitude_and_propagate_nan():
 def test_activation_extremes_give_max_abs_of_every_tensor():
     tensors = [torch.tensor([[-3.0, 1.0]]), torch.empty(0), torch.tensor([2.5], dtype=torch.bfloat16)]
     batch = DeviceBatch()
-    slot = batch.add_abs_max(numerics.max_abs(tensors))
+    slot = batch.add_abs_max(max_abs(tensors))
     assert batch.read()[slot] == [3.0]
-    assert numerics.max_abs([torch.empty(0)]) == []
+    assert max_abs([torch.empty(0)]) == []
 
 
 Pair = namedtuple("Pair", "first second")
