@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -142,7 +143,6 @@ _METADATA_OPS = frozenset(
 FORWARD = "forward"
 BACKWARD = "backward"
 
-_UNKNOWN = object()
 # Sets of running modules remembered by the census before it starts again (a bound for scripts
 # that call modules in ever new combinations).
 _MAX_MODULE_SETS = 4096
@@ -165,10 +165,10 @@ def mark_own_ops(enabled: bool) -> None:
 # Python dispatch altogether (several microseconds each) rather than being passed through it.
 _census_mode: Optional[TorchDispatchMode] = None
 _stepped_aside = threading.local()
-_stack_length = getattr(torch._C, "_len_torch_dispatch_stack", None)
-_stack_at = getattr(torch._C, "_get_dispatch_stack_at", None)
-_stack_pop = getattr(torch._C, "_pop_torch_dispatch_stack", None)
-_stack_push = getattr(torch._C, "_push_on_torch_dispatch_stack", None)
+_stack_length: Any = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_stack_at: Any = getattr(torch._C, "_get_dispatch_stack_at", None)
+_stack_pop: Any = getattr(torch._C, "_pop_torch_dispatch_stack", None)
+_stack_push: Any = getattr(torch._C, "_push_on_torch_dispatch_stack", None)
 _CAN_STEP_ASIDE = None not in (_stack_length, _stack_at, _stack_pop, _stack_push)
 
 
@@ -251,7 +251,7 @@ def tracker_path(tracker_name: str) -> str:
     return ".".join(parts) or root
 
 
-def innermost(parents: set[str]) -> Optional[str]:
+def innermost(parents: AbstractSet[str]) -> Optional[str]:
     """The deepest module among ModuleTracker's parents, as a path; None outside modules."""
     names = [name for name in parents if name != "Global"]
     if not names:
@@ -415,7 +415,9 @@ def _is_leaf(value: Any) -> bool:
 def _ordered_dtypes(tensors: list[torch.Tensor]) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     for tensor in tensors:
-        seen.setdefault(dtype_name(tensor.dtype), None)
+        name = dtype_name(tensor.dtype)
+        if name is not None:
+            seen.setdefault(name, None)
     return tuple(seen)
 
 
@@ -540,11 +542,11 @@ class OpCensus:
         if self._tracker is None:
             return None
         parents = frozenset(self._tracker.parents)
-        module = self._modules.get(parents, _UNKNOWN)
-        if module is _UNKNOWN:
-            if len(self._modules) >= _MAX_MODULE_SETS:
-                self._modules.clear()
-            module = self._modules[parents] = innermost(parents)
+        if parents in self._modules:
+            return self._modules[parents]
+        if len(self._modules) >= _MAX_MODULE_SETS:
+            self._modules.clear()
+        module = self._modules[parents] = innermost(parents)
         return module
 
     def count(
