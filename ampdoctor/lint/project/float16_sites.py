@@ -23,7 +23,7 @@ import ast
 
 from ..model import AmpFacts, CallSite, Frame
 from ..rules.amp104_107_regions import _BCE_FUNCTIONS, _BCE_MODULES, _bound_to_bce
-from ..rules.amp301_303_numerics import _FACTORIES, _explicit_non_half, _made_non_half, _overflows
+from ..rules.amp301_303_numerics import _FACTORIES, _explicit_non_half, _made_non_half, overflowing_fill
 from ..syntax import dotted, number_value, span, string_value
 from ..vocabulary import DTYPES
 
@@ -150,23 +150,18 @@ def _fill_risk(facts: AmpFacts, site: CallSite) -> dict | None:
             return None
         if _float32_receiver(facts, site):
             return None
-    for position, keyword in slots:
-        arg = site.arg(position, keyword)
-        if arg is None:
-            continue
-        value = _overflows(arg.value)
-        if value is None:
-            continue
-        receiver = site.receiver if site.qname is None else None
-        return {
-            "code": "AMP301",
-            "at": span(arg.value),
-            "text": facts.text(arg.value),
-            "label": site.qname or f".{site.method}()",
-            "bound": "min" if value < 0 else "max",
-            "receiver": receiver,
-        }
-    return None
+    found = overflowing_fill(site, slots)
+    if found is None:
+        return None
+    fill, value = found
+    return {
+        "code": "AMP301",
+        "at": span(fill),
+        "text": facts.text(fill),
+        "label": site.qname or f".{site.method}()",
+        "bound": "min" if value < 0 else "max",
+        "receiver": site.receiver if site.qname is None else None,
+    }
 
 
 def _float32_receiver(facts: AmpFacts, site: CallSite) -> bool:

@@ -122,13 +122,9 @@ class SummaryStore:
             return False
         known = entry.setdefault("classes", {})
         if kind not in known:
-            data = self._data.get(rel)
+            data = self._read(rel)
             if data is None:
-                try:
-                    with open(os.path.join(self._base, rel), "rb") as handle:
-                        data = handle.read()
-                except OSError:
-                    return False
+                return False
             known[kind] = any(token in data for token in TOKEN_CLASSES[kind])
             self.dirty = True
         return known[kind]
@@ -165,35 +161,32 @@ class SummaryStore:
 
     def defines_without(self, rel: str, name: str, pattern: re.Pattern) -> bool:
         """``defines_without`` on the file's bytes (False when it cannot be read)."""
-        data = self._data.get(rel) or self._texts.get(rel)
-        if data is None:
-            try:
-                with open(os.path.join(self._base, rel), "rb") as handle:
-                    data = handle.read()
-            except OSError:
-                return False
-            self._texts[rel] = data
-        return defines_without(data, name, pattern)
+        data = self._read(rel, keep=True)
+        return data is not None and defines_without(data, name, pattern)
 
     def outline(self, rel: str) -> Outline | None:
         """The file's outline, to resolve calls on before summarizing it; None when its summary
         is known (or certainly None: no helper token) or the file cannot be read."""
         if self.has_summary(rel):
             return None
-        data = self._data.get(rel) or self._texts.get(rel)
-        if data is None:
-            try:
-                with open(os.path.join(self._base, rel), "rb") as handle:
-                    data = handle.read()
-            except OSError:
-                return None
-            self._texts[rel] = data
-        if not any(token in data for token in HELPER_TOKENS):
+        data = self._read(rel, keep=True)
+        if data is None or not any(token in data for token in HELPER_TOKENS):
             return None
         return Outline(data)
 
     def text(self, rel: str) -> bytes | None:
-        """The file's bytes (kept while its summary is still to be made), None if unreadable."""
+        """The file's bytes, None if unreadable."""
+        return self._read(rel)
+
+    def mentions(self, rel: str, name: str) -> bool:
+        """Whether the file's text contains ``name`` (a cheap test before linking its calls)."""
+        data = self._read(rel)
+        return data is not None and name.encode() in data
+
+    def _read(self, rel: str, keep: bool = False) -> bytes | None:
+        """The file's bytes: those the lint pass handed over, those read earlier and kept, or
+        read now (and kept when ``keep``: outlines and text tests read a file again); None if
+        it cannot be read."""
         data = self._data.get(rel) or self._texts.get(rel)
         if data is None:
             try:
@@ -201,18 +194,9 @@ class SummaryStore:
                     data = handle.read()
             except OSError:
                 return None
+            if keep:
+                self._texts[rel] = data
         return data
-
-    def mentions(self, rel: str, name: str) -> bool:
-        """Whether the file's text contains ``name`` (a cheap test before linking its calls)."""
-        data = self._data.get(rel)
-        if data is None:
-            try:
-                with open(os.path.join(self._base, rel), "rb") as handle:
-                    data = handle.read()
-            except OSError:
-                return False
-        return name.encode() in data
 
     def summary(self, rel: str) -> dict | None:
         entry = self._fresh(rel)

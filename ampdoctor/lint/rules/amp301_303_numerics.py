@@ -73,6 +73,19 @@ _FILL_FUNCTIONS = {
 _RECEIVER_FIX = {"masked_fill", "masked_fill_", "fill_", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max"}
 
 
+def overflowing_fill(site, slots) -> tuple[ast.expr, float] | None:
+    """The fill value among a call's ``slots`` ((position, keyword) pairs) that float16 cannot
+    hold, with its value; None when every one fits or none is a literal."""
+    for position, keyword in slots:
+        arg = site.arg(position, keyword)
+        if arg is None:
+            continue
+        value = _overflows(arg.value)
+        if value is not None:
+            return arg.value, value
+    return None
+
+
 def _overflows(expr: ast.expr) -> float | None:
     value = number_value(expr)
     if value is None or not _is_finite(value) or abs(value) <= FLOAT16_MAX:
@@ -195,15 +208,10 @@ class Float16OverflowConstant(LintRule):
                 continue
             if site.qname is None and _made_non_half(site, facts):
                 continue
-            for position, keyword in slots:
-                arg = site.arg(position, keyword)
-                if arg is None:
-                    continue
-                value = _overflows(arg.value)
-                if value is None:
-                    continue
+            found = overflowing_fill(site, slots)
+            if found is not None:
                 label = site.qname or f".{site.method}()"
-                yield self._report(facts, arg.value, value, label, site, torch_name)
+                yield self._report(facts, found[0], found[1], label, site, torch_name)
         for target, value in _stores_into_float16(facts):
             yield Report(
                 self.code,
