@@ -23,7 +23,7 @@ import ast
 
 from ..model import AmpFacts, CallSite, Frame
 from ..rules.amp104_107_regions import _BCE_FUNCTIONS, _BCE_MODULES, _bound_to_bce
-from ..rules.amp301_303_numerics import _FACTORIES, _explicit_non_half, _made_non_half, overflowing_fill
+from ..rules.amp301_303_numerics import _FACTORIES, _explicit_non_half, _made_non_half, overflowing_fills
 from ..syntax import dotted, number_value, span, string_value
 from ..vocabulary import DTYPES
 
@@ -150,7 +150,7 @@ def _fill_risk(facts: AmpFacts, site: CallSite) -> dict | None:
             return None
         if _float32_receiver(facts, site):
             return None
-    found = overflowing_fill(site, slots)
+    found = next(overflowing_fills(site, slots), None)
     if found is None:
         return None
     fill, value = found

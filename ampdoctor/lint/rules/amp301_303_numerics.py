@@ -9,7 +9,7 @@ float16 somewhere in the module.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from ...records import Record
 from ..anchors import Anchors
@@ -73,17 +73,16 @@ _FILL_FUNCTIONS = {
 _RECEIVER_FIX = {"masked_fill", "masked_fill_", "fill_", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max"}
 
 
-def overflowing_fill(site, slots) -> tuple[ast.expr, float] | None:
-    """The fill value among a call's ``slots`` ((position, keyword) pairs) that float16 cannot
-    hold, with its value; None when every one fits or none is a literal."""
+def overflowing_fills(site, slots) -> Iterator[tuple[ast.expr, float]]:
+    """The fill values among a call's ``slots`` ((position, keyword) pairs) that float16 cannot
+    hold, each with its value (none when every one fits or none is a literal)."""
     for position, keyword in slots:
         arg = site.arg(position, keyword)
         if arg is None:
             continue
         value = _overflows(arg.value)
         if value is not None:
-            return arg.value, value
-    return None
+            yield arg.value, value
 
 
 def _overflows(expr: ast.expr) -> float | None:
@@ -208,10 +207,9 @@ class Float16OverflowConstant(LintRule):
                 continue
             if site.qname is None and _made_non_half(site, facts):
                 continue
-            found = overflowing_fill(site, slots)
-            if found is not None:
+            for fill, value in overflowing_fills(site, slots):
                 label = site.qname or f".{site.method}()"
-                yield self._report(facts, found[0], found[1], label, site, torch_name)
+                yield self._report(facts, fill, value, label, site, torch_name)
         for target, value in _stores_into_float16(facts):
             yield Report(
                 self.code,
