@@ -23,23 +23,19 @@ import ast
 
 from ..model import AmpFacts, CallSite, Frame
 from ..rules.amp104_107_regions import _BCE_FUNCTIONS, _BCE_MODULES, _bound_to_bce
-from ..rules.amp301_303_numerics import _FACTORIES, _explicit_non_half, _made_non_half, overflowing_fills
+from ..rules.amp301_303_numerics import _FACTORIES, _explicit_non_half, overflowing_fills
+from ..rules.amp301_303_numerics import _FILL_FUNCTIONS as _AMP301_FUNCTIONS
+from ..rules.amp301_303_numerics import _FILL_METHODS as _AMP301_METHODS
 from ..syntax import dotted, number_value, span, string_value
 from ..vocabulary import DTYPES
 
-# The fills whose value is written into the tensor's own dtype: on a float16 tensor torch raises
-# for a value past 65504 (``masked_fill``, ``fill_``, the ``full`` family), or the value becomes
-# ±inf (``torch.where``). Clamps are left out: a bound past the range does not change the data.
-_FILL_METHODS = {
-    "masked_fill": ((1, "value"),),
-    "masked_fill_": ((1, "value"),),
-    "fill_": ((0, "value"),),
-    "new_full": ((1, "fill_value"),),
-}
+# AMP301's fills whose value is written into the tensor's own dtype: on a float16 tensor torch
+# raises for a value past 65504 (``masked_fill``, ``fill_``, ``new_full``, ``full_like``), or the
+# value becomes ±inf (``torch.where``). Clamps are left out (a bound past the range does not
+# change the data), and ``torch.full`` too (float32 unless its dtype says otherwise).
+_FILL_METHODS = {name: slots for name, slots in _AMP301_METHODS.items() if not name.startswith(("clamp", "clip"))}
 _FILL_FUNCTIONS = {
-    "torch.masked_fill": ((2, "value"),),
-    "torch.full_like": ((1, "fill_value"),),
-    "torch.where": ((1, "input"), (2, "other")),
+    name: slots for name, slots in _AMP301_FUNCTIONS.items() if name not in ("torch.full", "torch.clamp", "torch.clip")
 }
 # Calls whose result is float32 whatever autocast does (a plain factory, an explicit upcast).
 _FLOAT32_METHODS = {"float", "double"}
@@ -146,9 +142,8 @@ def _fill_risk(facts: AmpFacts, site: CallSite) -> dict | None:
         slots = _FILL_METHODS.get(site.method or "")
         if slots is None:
             return None
-        if (site.method == "new_full" and _explicit_non_half(site, facts)) or _made_non_half(site, facts):
-            return None
-        if _float32_receiver(facts, site):
+        # The receiver made right there by a factory naming another dtype is one of these too.
+        if (site.method == "new_full" and _explicit_non_half(site, facts)) or _float32_receiver(facts, site):
             return None
     found = next(overflowing_fills(site, slots), None)
     if found is None:
