@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 
 from .float16_reach import float16_elsewhere
 from .link import Project, Target
-from .reports import Callers, CrossReport
+from .reports import RESUME, Callers, CrossReport
 from .snapshot_checks import collected_checkpoints, snapshot_checkpoints
 from .store import BACKWARD_TEXT
 
@@ -38,8 +38,8 @@ def run_checks(
     reports: list[CrossReport] = []
     if "AMP211" in codes:
         reports.extend(_checkpoints(project, targets))
-        for found in (*snapshot_checkpoints(project, targets), *collected_checkpoints(project, targets)):
-            reports.append(CrossReport("AMP211", *found))
+        reports.extend(snapshot_checkpoints(project, targets))
+        reports.extend(collected_checkpoints(project, targets))
     if "AMP201" in codes:
         reports.extend(_clips_in_helpers(project, targets, callers))
     if "AMP101" in codes:
@@ -79,9 +79,7 @@ def _checkpoints(project: Project, targets: list[str]) -> Iterator[CrossReport]:
                 "AMP211",
                 module,
                 call["at"],
-                f"`{name}(...)` writes a checkpoint with the optimizer's state but not the GradScaler's: on resume "
-                "the loss scale restarts at its initial value (65536) and the first steps are skipped while it "
-                "backs off",
+                f"`{name}(...)` writes a checkpoint with the optimizer's state but not the GradScaler's: " + RESUME,
                 f"Hand `scaler.state_dict()` to `{name}` and save it with the checkpoint; restore it with "
                 "`scaler.load_state_dict(...)` on resume",
                 [

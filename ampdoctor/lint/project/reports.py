@@ -7,6 +7,11 @@ from collections.abc import Callable, Iterable
 
 from ...records import Record
 
+# What AMP211 costs, said the same way by every check that reports it.
+RESUME = (
+    "on resume the loss scale restarts at its initial value (65536) and the first steps are skipped while it backs off"
+)
+
 
 class CrossReport(Record):
     """A finding before it has a display path: module (project-relative), position, message,

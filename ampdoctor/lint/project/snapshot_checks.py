@@ -3,7 +3,7 @@ snapshot whose fields cannot hold the scaler's state, and a mapping whose optimi
 from a helper that keeps only ``torch.optim.Optimizer`` objects while the GradScaler lives in
 another object (see ``snapshots.py`` for what the summaries hold).
 
-Each check yields ``(module, at, message, help, related)``; ``checks.py`` makes the reports.
+Each check yields AMP211 reports; ``checks.py`` runs them.
 """
 
 from __future__ import annotations
@@ -11,20 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .link import Project
-
-Found = tuple[str, list[int], str, str, list[tuple[str, list[int], str]]]
-
-_RESUME = (
-    "on resume the loss scale restarts at its initial value (65536) and the first steps are skipped while it backs off"
-)
-
+from .reports import RESUME, CrossReport
 
 # ---------------------------------------------------------------------------------------
 # Snapshots of record classes
 # ---------------------------------------------------------------------------------------
 
 
-def snapshot_checkpoints(project: Project, targets: list[str]) -> Iterator[Found]:
+def snapshot_checkpoints(project: Project, targets: list[str]) -> Iterator[CrossReport]:
     for module in targets:
         summary = project.summary(module) or {}
         for save in summary.get("snapshots", []):
@@ -37,11 +31,12 @@ def snapshot_checkpoints(project: Project, targets: list[str]) -> Iterator[Found
             if record is None or not _without_scaler(record, save["args"]):
                 continue
             short = class_name.rsplit(".", 1)[-1]
-            yield (
+            yield CrossReport(
+                "AMP211",
                 module,
                 save["at"],
                 f"checkpoint saves `{short}`, whose fields hold the optimizer's state but not the GradScaler's: "
-                + _RESUME,
+                + RESUME,
                 f"Add a field for `scaler.state_dict()` to `{short}`, fill it when saving, and call "
                 "`scaler.load_state_dict(...)` on resume",
                 [
@@ -81,7 +76,7 @@ def _without_scaler(record: dict, args: list[dict]) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
-def collected_checkpoints(project: Project, targets: list[str]) -> Iterator[Found]:
+def collected_checkpoints(project: Project, targets: list[str]) -> Iterator[CrossReport]:
     for module in targets:
         summary = project.summary(module) or {}
         for name, function in summary.get("functions", {}).items():
@@ -97,7 +92,7 @@ def collected_checkpoints(project: Project, targets: list[str]) -> Iterator[Foun
                     break
 
 
-def _collected_report(project: Project, module: str, name: str, save: dict, taken: dict) -> Found | None:
+def _collected_report(project: Project, module: str, name: str, save: dict, taken: dict) -> CrossReport | None:
     kinds = taken["kinds"]
     if "scaler" in kinds or "opaque" in kinds:
         return None
@@ -121,11 +116,12 @@ def _collected_report(project: Project, module: str, name: str, save: dict, take
     if any(state == holder or state.startswith(holder + ".") for state in taken["states"]):
         return None  # the object that holds the scaler is saved some other way
     short = collector.name.rsplit(".", 1)[-1]
-    return (
+    return CrossReport(
+        "AMP211",
         module,
         save["at"],
         f"checkpoint saves the optimizers' state that `{short}` collects (only `torch.optim.Optimizer` objects) "
-        f"but not the GradScaler held by `{holder}`: " + _RESUME,
+        f"but not the GradScaler held by `{holder}`: " + RESUME,
         f"Save `{holder}`'s GradScaler state with the checkpoint and restore it with `load_state_dict(...)` on resume",
         [
             (collector.module, collector.function["at"], f"`{short}` keeps only the optimizers; the scaler is not one"),
