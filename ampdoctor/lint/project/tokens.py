@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import re
 
+# What float16 autocast set up elsewhere asks about: a module's fills and BCE (and, below, the
+# ``forward`` through which a model reaches them).
+_FLOAT16_RISK_TOKENS = (b"binary_cross_entropy", b"BCELoss")
+_FILL_TOKENS = (b"masked_fill", b"fill_", b"new_full", b"full_like", b"torch.where", b".where(")
 # What a module's bytes must hold to take part in a cross-module rule, by role: it makes or uses
 # a GradScaler ("scaler": its calls may carry one, or write a checkpoint beside one), runs
 # autocast, loops over epochs, or clips gradients (an update helper).
@@ -17,15 +21,11 @@ TOKEN_CLASSES = {
     # Lightning's float16 mixed precision as a literal: ``precision="16-mixed"``, ``precision=16``.
     "precision": (b"16-mixed", b"precision=16", b'precision="16', b"precision='16"),
     # What float16 autocast set up elsewhere breaks: a BCE, a fill (``float16_risk`` is exact).
-    "half_risk": (b"binary_cross_entropy", b"BCELoss", b"masked_fill", b"fill_", b"new_full", b"full_like", b"where("),
+    "half_risk": (*_FLOAT16_RISK_TOKENS, *_FILL_TOKENS),
 }
 # Without a match, a function runs no backward (``loss.backward()``, ``torch.autograd.backward``
 # however imported, ``accelerator.backward(loss)``, Lightning's ``self.manual_backward(loss)``).
 BACKWARD_TEXT = re.compile(rb"\bbackward\b|manual_backward")
-# What float16 autocast set up elsewhere asks about: a module's fills and BCE (and, below, the
-# ``forward`` through which a model reaches them).
-_FLOAT16_RISK_TOKENS = (b"binary_cross_entropy", b"BCELoss")
-_FILL_TOKENS = (b"masked_fill", b"fill_", b"new_full", b"full_like", b"torch.where", b".where(")
 # Bytes without which a module's functions do nothing the cross-module rules ask about.
 HELPER_TOKENS = (
     b"save",
