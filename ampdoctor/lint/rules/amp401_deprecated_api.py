@@ -221,14 +221,16 @@ class DeprecatedAmpApi(LintRule):
     def _imports(self, facts: AmpFacts, gated: _Gated) -> Iterable[Report]:
         by_statement: dict[int, list[ImportRef]] = {}
         for ref in facts.import_refs:
-            if ref.fallback or id(ref.node) in gated:
-                continue  # ``except ImportError:`` fallback or version-gated import for old torch versions
-            if (
+            if not (
                 _deprecated(ref.qname)
                 or ref.qname in _DEPRECATED_MODULES
-                or (ref.module or "").startswith(tuple(f"{m}." for m in _DEPRECATED_MODULES))
+                or (ref.module or "").startswith(_DEPRECATED_PREFIXES)
             ):
-                by_statement.setdefault(id(ref.node), []).append(ref)
+                continue
+            # Asked only of deprecated imports: the first question walks the module for its gates.
+            if ref.fallback or id(ref.node) in gated:
+                continue  # ``except ImportError:`` fallback or version-gated import for old torch versions
+            by_statement.setdefault(id(ref.node), []).append(ref)
         if by_statement:
             from ..textpos import import_alias_name, import_from_module
         for refs in by_statement.values():
@@ -347,6 +349,9 @@ class DeprecatedAmpApi(LintRule):
                 description, (NodeEdit("replace", node, f'{head}.amp.{target.name}(device_type="{target.device}")'),)
             )
         return None
+
+
+_DEPRECATED_PREFIXES = tuple(f"{m}." for m in _DEPRECATED_MODULES)
 
 
 def _held_references(facts: AmpFacts) -> set[int]:
