@@ -119,9 +119,9 @@ def test_a_cold_cached_run_searches_each_file_for_tokens_once(tmp_path: Path, mo
     searched: list[int] = []
     real = engine.passes_prefilter
 
-    def counting(data, spec):
+    def counting(data, spec, seen=None):
         searched.append(len(data))
-        return real(data, spec)
+        return real(data, spec, seen)
 
     monkeypatch.setattr(engine, "passes_prefilter", counting)
     findings = _run([tmp_path], tmp_path, use_cache=True, jobs=1)

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from ampdoctor.cli import main
 from ampdoctor.lint import engine
-from ampdoctor.lint.engine import FileResult, WriteError, write_result
+from ampdoctor.lint.engine import FileResult
+from ampdoctor.lint.writing import WriteError, write_result
 
 BUGGY = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
 FIXED = 'import torch\nscaler = torch.amp.GradScaler("cuda")\n'

@@ -101,7 +101,7 @@ def test_the_corpus_has_fixes_to_check():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_fixing_a_notebook_twice_changes_nothing_the_second_time(tmp_path, path):
-    from ampdoctor.lint.engine import write_result
+    from ampdoctor.lint.writing import write_result
 
     target = tmp_path / path.name
     target.write_bytes(path.read_bytes())

@@ -208,9 +208,17 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
         if hit is not None:
             results.append(result_from_cache(job.path, job.display, data, *hit))
             continue
-        if spec is not None and not passes_prefilter(data, spec) and not (request.links_project and _wanted(data)):
+        seen: dict[bytes, bool] = {}
+        if (
+            spec is not None
+            and not passes_prefilter(data, spec, seen)
+            and not (request.links_project and _wanted(data))
+        ):
             cache.put_skipped(job.display, stat)
-            results.append(FileResult(job.display, file_path=str(job.path)))
+            result = FileResult(job.display, file_path=str(job.path))
+            if request.links_project and job.path.suffix == ".py":
+                _read_for_project(result, data, seen)
+            results.append(result)
             continue
         key = content_key(data, job.per_file_ignored)
         hit = cache.get(job.display, key, stat)
@@ -227,6 +235,14 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
             cache.put(result.path, key, result.findings, result.suppressed, stat)
     cache.save()
     return results
+
+
+def _read_for_project(result, data: bytes, seen: dict[bytes, bool]) -> None:
+    """What the project pass asks of a file's bytes, taken while they are in hand."""
+    from .project.tokens import import_targets, token_classes
+
+    result.classes = token_classes(data, seen)
+    result.imports = import_targets(data)
 
 
 def _wanted(data: bytes) -> bool:
@@ -255,13 +271,30 @@ def _run(jobs: list[_Job], request: LintRequest) -> list:
         return _lint_batch(jobs, request)
     from concurrent.futures import ProcessPoolExecutor
 
-    # Largest files first, in small batches handed out as workers free up: one huge file must
-    # not end up at the back of a long batch (longest-processing-time-first scheduling).
-    jobs = sorted(jobs, key=_size, reverse=True)
-    size = max(1, min(64, len(jobs) // (workers * 16)))
-    batches = [jobs[i : i + size] for i in range(0, len(jobs), size)]
     with ProcessPoolExecutor(max_workers=workers) as pool:
+        batches = _batches(jobs, workers)
         return [result for batch in pool.map(_lint_batch, batches, [request] * len(batches)) for result in batch]
+
+
+def _batches(jobs: list[_Job], workers: int) -> list[list[_Job]]:
+    """The jobs in batches for the workers, largest files first (longest-processing-time-first
+    scheduling), each batch holding about the same number of bytes: a large file goes alone, so
+    the few files that are parsed (the large ones, mostly) spread over the workers instead of
+    filling the first batch; the many small ones travel together, for fewer round trips."""
+    sized = sorted(((_size(job), job) for job in jobs), key=lambda pair: pair[0], reverse=True)
+    budget = max(1, sum(size for size, _ in sized) // (workers * 32))
+    batches: list[list[_Job]] = []
+    batch: list[_Job] = []
+    held = 0
+    for size, job in sized:
+        if batch and (held + size > budget or len(batch) >= 64):
+            batches.append(batch)
+            batch, held = [], 0
+        batch.append(job)
+        held += size
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 def _size(job: _Job) -> int:

@@ -107,7 +107,7 @@ def run_lint(
 
 def _write_fixes(run) -> None:
     """Write every changed file; one that cannot be written is reported and the rest still are."""
-    from .engine import WriteError, write_result
+    from .writing import WriteError, write_result
 
     for result in run.results:
         if result.changed:
@@ -128,7 +128,7 @@ def _print_errors(run) -> None:
 
 
 def _print_diff(run) -> int:
-    from .engine import unified_diff
+    from .writing import unified_diff
 
     changed = 0
     for result in run.results:

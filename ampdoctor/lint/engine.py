@@ -85,6 +85,8 @@ class FileResult(Record):
         "file_path",
         "summary",
         "half_risk",
+        "classes",
+        "imports",
     )
 
     def __init__(
@@ -117,6 +119,10 @@ class FileResult(Record):
         # For a file read but not parsed in a run that links the project: whether its text holds
         # what float16 autocast set up elsewhere breaks (None: not looked at).
         self.half_risk: bool | None = None
+        # For a file the lint pass read in a run that links the project: the token classes its
+        # bytes hold and its imports (``project.tokens``), so the project pass need not read it.
+        self.classes: frozenset[str] | None = None
+        self.imports: list[tuple[str, bool]] | None = None
 
     @property
     def changed(self) -> bool:
@@ -160,8 +166,11 @@ def prefilter_spec(codes: Iterable[str]) -> PrefilterSpec:
     return tuple(sorted(spec, key=repr))
 
 
-def passes_prefilter(data: bytes, spec: PrefilterSpec) -> bool:
-    seen: dict[bytes, bool] = {}  # rules share tokens: search the file for each one once
+def passes_prefilter(data: bytes, spec: PrefilterSpec, seen: dict[bytes, bool] | None = None) -> bool:
+    """Whether some rule of ``spec`` can fire on ``data``. ``seen``: the tokens searched for so far
+    and whether each was found (rules share tokens: each is searched for once), filled in."""
+    if seen is None:
+        seen = {}
     for tokens, patterns in spec:
         for token in tokens:
             found = seen.get(token)
@@ -417,9 +426,15 @@ def _lint_data(
 ) -> FileResult:
     if path.suffix == ".ipynb":
         return _lint_notebook(path, display, data, options, spec, result)
-    if spec is not None and not (
-        (prefiltered or passes_prefilter(data, spec)) and _text_gate(options.codes).keeps(data)
-    ):
+    seen: dict[bytes, bool] = {}  # the prefilter's searches serve the token classes too
+    passes = spec is None or prefiltered or passes_prefilter(data, spec, seen)
+    if options.summaries and path.suffix == ".py":
+        from .project.tokens import import_targets, token_classes
+
+        # What the project pass asks of the bytes, taken while they are in hand.
+        result.classes = token_classes(data, seen)
+        result.imports = import_targets(data)
+    if spec is not None and not (passes and _text_gate(options.codes).keeps(data)):
         if options.summaries:
             from .project.tokens import float16_risk, wanted_without_rules
 
@@ -565,85 +580,3 @@ def _to_cell(finding: Finding, notebook) -> Finding:
         fix = fix.replace(edits=tuple(edits)) if edits is not None else None
     location = loc.replace(line=line, end_line=end_line, cell=cell)
     return finding.replace(location=location, fix=fix)
-
-
-class WriteError(Exception):
-    """A fixed file left as it is: changed on disk since it was read, or the fix cannot be kept."""
-
-
-def write_result(path: Path, result: FileResult) -> None:
-    """Write fixed text atomically: a temporary file beside the original, then a rename.
-
-    Nothing is written unless the new text parses and the file still holds what was read;
-    the file keeps its mode, encoding (declared or UTF-8), byte-order mark and line endings.
-    """
-    if not result.changed:
-        return
-    path = Path(os.path.realpath(path))  # through a symbolic link: replace the file, not the link
-    notebook = path.suffix == ".ipynb"
-    read_text = result.notebook[0] if notebook and result.notebook else result.original
-    text = _notebook_text(result) if notebook else result.source or ""
-    _check_parses(text, notebook)
-    current = path.read_bytes()
-    if not _holds(current, read_text, notebook):
-        raise WriteError("changed on disk since it was read; not overwritten")
-    data = text.encode("utf-8") if notebook else _encode_like(text, current)
-    import tempfile
-
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".ampdoctor", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, os.stat(path).st_mode & 0o7777)
-        if path.read_bytes() != current:  # a last look just before the rename
-            raise WriteError("changed on disk since it was read; not overwritten")
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
-
-
-def _check_parses(text: str, notebook: bool) -> None:
-    from .notebooks import NotebookError, read_notebook
-
-    try:
-        parse_source(read_notebook(text).source if notebook else text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, NotebookError):
-        raise WriteError("the fixed text does not parse; not written") from None
-
-
-def _holds(data: bytes, text: str | None, notebook: bool) -> bool:
-    """Whether ``data`` decodes to the ``text`` that was checked."""
-    try:
-        return (data.decode("utf-8") if notebook else decode_source(data)) == text
-    except (UnicodeDecodeError, ValueError):
-        return False
-
-
-def _encode_like(text: str, current: bytes) -> bytes:
-    """Encode as the file on disk is: its declared encoding, or UTF-8; with its BOM if it has one."""
-    import tokenize
-    from io import BytesIO
-
-    encoding, _ = tokenize.detect_encoding(BytesIO(current).readline)  # "utf-8-sig" with a BOM
-    try:
-        return text.encode(encoding)
-    except (LookupError, UnicodeEncodeError):
-        raise WriteError(f"the fixed text cannot be written as {encoding}; not written") from None
-
-
-def unified_diff(result: FileResult) -> str:
-    if not result.changed:
-        return ""
-    before = (result.original or "").splitlines(keepends=True)
-    after = (result.source or "").splitlines(keepends=True)
-    import difflib
-
-    return "".join(
-        difflib.unified_diff(
-            before, after, fromfile=f"a/{result.path.lstrip('/')}", tofile=f"b/{result.path.lstrip('/')}"
-        )
-    )

@@ -25,11 +25,11 @@ whose class the project does not show (a parameter, a factory's result, a regist
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 
 from .link import Project, Target
 from .reports import Callers, CrossReport
+from .tokens import FLOAT16_AUTOCAST
 
 # How deep the functions an autocast runs are followed, and how many at most from one entry.
 _DEPTH = 6
@@ -94,7 +94,7 @@ def _runs(project: Project, callers: Callers, risky: set[str]) -> list[tuple[_En
     (from the modules that can reach one of the ``risky`` modules at all)."""
     imports = _Imports(project)
     precision = set(callers.with_class("precision"))
-    autocast = {root for root in callers.with_class("autocast") if root not in precision and imports.may_enter(root)}
+    autocast = {root for root in callers.with_class(FLOAT16_AUTOCAST) if root not in precision}
     roots = [root for root in sorted(precision | autocast) if imports.may_reach(root, risky)]
     found = []
     memo: dict[tuple[str, str], set[tuple[str, str]]] = {}
@@ -148,21 +148,6 @@ def _entries(project: Project, module: str) -> Iterator[_Entry]:
                 yield _Entry(Target(method[0], method[1], function, 1), module, where, handed, codes)
 
 
-# Import statements anywhere in a module's text: ``from X import a, b`` (also parenthesized) and
-# ``import X.Y as Z, W``. A superset of what the linker follows: every call it resolves into
-# another module goes through an import of the calling module (or of a class's module, for a
-# base class), so a module whose imports cannot lead to a risky module cannot run its code.
-_FROM_IMPORT = re.compile(rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n#;]*)", re.MULTILINE)
-_IMPORT = re.compile(rb"^[ \t]*import[ \t]+([^\n#;]+)", re.MULTILINE)
-_NAME = re.compile(rb"[A-Za-z_]\w*")
-# What a region's codes need, in the text of the autocast call itself (``model.autocast_region``
-# reads only the call's arguments): a float16 dtype, or a device written out that is not the
-# CPU (CUDA's default dtype is float16). ``torch.cuda.amp.autocast()`` (or the name imported
-# from there, or imported under another name) names no device: its module is kept as it is.
-_AUTOCAST_CALL = re.compile(rb"autocast[ \t]*\(((?:[^()]|\([^()]*\))*)\)")
-_FLOAT16_OR_DEVICE = re.compile(rb"float16|half|fp16|[\"'](?!cpu[\"'])[a-z]+(?::\d+)?[\"']")
-
-
 class _Imports:
     """The project modules each module imports, read from its text (no summary needed), to skip
     the entries whose code cannot reach the modules with a risk: summarizing them costs."""
@@ -170,16 +155,6 @@ class _Imports:
     def __init__(self, project: Project) -> None:
         self.project = project
         self._edges: dict[str, set[str]] = {}
-
-    def may_enter(self, module: str) -> bool:
-        """Whether the module's text may hold a float16 or non-CPU autocast region."""
-        read = self.project.text
-        data = read(module) if read is not None else None
-        if data is None:
-            return read is None  # no texts to read: every root stays
-        if b"cuda.amp" in data or b"autocast as " in data:
-            return True
-        return any(_FLOAT16_OR_DEVICE.search(call.group(1)) for call in _AUTOCAST_CALL.finditer(data))
 
     def may_reach(self, root: str, targets: set[str]) -> bool:
         if self.project.text is None:  # no texts to read: every root stays
@@ -206,9 +181,7 @@ class _Imports:
         edges = self._edges.get(module)
         if edges is None:
             edges = self._edges[module] = set()
-            read = self.project.text
-            data = (read(module) if read is not None else None) or b""
-            for target, plain in _targets(data):
+            for target, plain in self.project.imports(module):
                 found = self.project.find_module(module, target)
                 if found is None:
                     continue
@@ -219,22 +192,6 @@ class _Imports:
                     folder = found[0][: -len("__init__.py")]
                     edges.update(rel for rel in self.project.files if rel.startswith(folder))
         return edges
-
-
-def _targets(data: bytes) -> Iterator[tuple[str, bool]]:
-    """The dotted targets of the imports in ``data``, each with whether it is a plain ``import``."""
-    for match in _FROM_IMPORT.finditer(data):
-        base = match.group(1).decode("ascii", "replace")
-        yield base, False
-        for name in _NAME.findall(match.group(2)):
-            if name != b"as":
-                spelled = name.decode("ascii", "replace")
-                yield (f"{base}{spelled}" if base.endswith(".") else f"{base}.{spelled}"), False
-    for match in _IMPORT.finditer(data):
-        for part in match.group(1).split(b","):
-            words = part.split()
-            if words:
-                yield words[0].decode("ascii", "replace"), True
 
 
 def _region_codes(region: dict) -> set:

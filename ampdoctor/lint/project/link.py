@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from ...records import Record
 from .outline import Outline, Uncertain
+from .tokens import import_targets
 
 MAX_DEPTH = 4
 
@@ -39,6 +40,7 @@ SummaryLoader = Callable[[str], "dict | None"]
 # A module's outline (its text), or None where its summary is at hand or the text cannot be read.
 OutlineLoader = Callable[[str], "Outline | None"]
 TextLoader = Callable[[str], "bytes | None"]
+ImportsLoader = Callable[[str], "list[tuple[str, bool]]"]
 # (module, name, pattern) -> whether the module certainly defines the function ``name`` (``f``
 # or ``Class.method``) with no match of ``pattern`` in its text (``store.defines_without``).
 TextTest = Callable[[str, str, "re.Pattern"], bool]
@@ -105,10 +107,22 @@ class Project(Record):
     one of them (read from the cache or made on demand), None when it cannot be read or parsed;
     ``text_test``: a look at a module's text that spares summarizing it (see ``resolve_call``);
     ``outline``: a module's outline, to resolve a call before summarizing the modules it passes;
-    ``text``: a module's bytes, None when it cannot be read.
+    ``text``: a module's bytes, None when it cannot be read; ``import_list``: a module's
+    imports as ``tokens.import_targets`` reads them (from its text when not given).
     """
 
-    __slots__ = ("_outlines", "_summaries", "_text_first", "_without", "files", "load", "outline", "text", "text_test")
+    __slots__ = (
+        "_outlines",
+        "_summaries",
+        "_text_first",
+        "_without",
+        "files",
+        "import_list",
+        "load",
+        "outline",
+        "text",
+        "text_test",
+    )
 
     def __init__(
         self,
@@ -117,16 +131,25 @@ class Project(Record):
         text_test: TextTest | None = None,
         outline: OutlineLoader | None = None,
         text: TextLoader | None = None,
+        import_list: ImportsLoader | None = None,
     ) -> None:
         self.files = files
         self.load = load
         self.text_test = text_test
         self.outline = outline
         self.text = text
+        self.import_list = import_list
         self._summaries: dict[str, dict | None] = {}
         self._outlines: dict[str, Outline | None] = {}
         self._without: re.Pattern | None = None
         self._text_first = False
+
+    def imports(self, rel: str) -> list[tuple[str, bool]]:
+        """The dotted targets of the module's imports, each with whether it is a plain ``import``."""
+        if self.import_list is not None:
+            return self.import_list(rel)
+        data = self.text(rel) if self.text is not None else None
+        return import_targets(data) if data else []
 
     def summary(self, rel: str) -> dict | None:
         if rel not in self._summaries:

@@ -67,7 +67,7 @@ def link_results(
     else:
         files = sorted(_relative(path, str(root)) for path in targets)
     store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
-    project = Project(set(files), store.summary, store.defines_without, store.outline, store.text)
+    project = Project(set(files), store.summary, store.defines_without, store.outline, store.text, store.imports)
     base = str(root)
     target_rels = {}
     for rel in files:
@@ -86,6 +86,9 @@ def link_results(
             store.note(rel)  # read and passed over by the lint pass: nothing to link
         elif not store.known(rel):
             unknown.append(rel)  # served from the result cache, its summary lost: make it again
+        if result.classes is not None:  # what the lint pass read of its bytes
+            store.seed(rel, result.classes, result.imports)
+            result.classes = result.imports = None
     for rel in unknown:
         store.summary(rel)
     # A named file can hold a cross-module finding when the lint pass summarized it, now or in
@@ -227,14 +230,12 @@ def link_source(findings: list, summary: dict, source: str, path: str, codes: fr
     """``findings`` of one source text (``lint_source``) with what the cross-function rules find
     between its own functions and methods: the text is a project of one module."""
     from ..engine import _apply_suppressions
-    from .store import TOKEN_CLASSES
+    from .tokens import has_class
 
     rel = "module.py"
     project = Project({rel}, {rel: summary}.get)
     data = source.encode("utf-8", "replace")
-    callers = Callers(
-        [rel], lambda _rel, kind: any(t in data for t in TOKEN_CLASSES[kind]), lambda _rel, name: name in source
-    )
+    callers = Callers([rel], lambda _rel, kind: has_class(data, kind), lambda _rel, name: name in source)
     taken = {(f.code, f.location.line) for f in findings}
     added = []
     for report in run_checks(project, [rel], callers, codes):

@@ -17,7 +17,8 @@ import re
 import time
 from pathlib import Path
 
-from .tokens import BACKWARD_TEXT, HELPER_TOKENS, TOKEN_CLASSES  # noqa: F401  (the checks read them here)
+from .tokens import BACKWARD_TEXT, CLASSES, HELPER_TOKENS, TOKEN_CLASSES, import_targets  # noqa: F401
+from .tokens import has_class as _has_class
 
 try:
     from _blake2 import blake2b
@@ -67,6 +68,7 @@ class SummaryStore:
         self._data: dict[str, bytes] = {}
         self._verified: set[str] = set()
         self._texts: dict[str, bytes] = {}
+        self._imports: dict[str, list[tuple[str, bool]]] = {}
         self._base = str(root)
         if folder is not None:
             from ..cache import build_fingerprint
@@ -125,9 +127,36 @@ class SummaryStore:
             data = self._read(rel)
             if data is None:
                 return False
-            known[kind] = any(token in data for token in TOKEN_CLASSES[kind])
+            known[kind] = _has_class(data, kind)
             self.dirty = True
         return known[kind]
+
+    def seed(self, rel: str, classes: frozenset[str], imports: list[tuple[str, bool]] | None) -> None:
+        """What the lint pass read of a file's bytes in this run: the token classes it holds and
+        its imports, so that the project pass need not read it again."""
+        entry = self.entries.get(rel) if rel in self._verified else None
+        if entry is None:
+            signature = None
+            if self.path is not None:
+                try:
+                    stat = os.stat(os.path.join(self._base, rel))
+                except OSError:
+                    return
+                signature = [stat.st_size, stat.st_mtime_ns]
+            entry = self.entries[rel] = {"key": "", "classes": {}, "stat": signature}
+            self._verified.add(rel)
+            self.dirty = True
+        entry["classes"] = {kind: kind in classes for kind in CLASSES}
+        if imports is not None:
+            self._imports[rel] = imports
+
+    def imports(self, rel: str) -> list[tuple[str, bool]]:
+        """The file's imports (``tokens.import_targets``): those the lint pass read, or read now."""
+        found = self._imports.get(rel)
+        if found is None:
+            data = self._read(rel)
+            found = self._imports[rel] = import_targets(data) if data else []
+        return found
 
     def known(self, rel: str) -> bool:
         """Whether the cache has an entry for the file as it is on disk."""
