@@ -197,7 +197,10 @@ class BackwardWatch:
         def on_gradients(grads) -> None:
             self._record([g for g in grads if g is not None], call, info, side)
 
-        self._handles.append(register_multi_grad_hook(tensors, on_gradients))
+        # torch finds a leaf's grad accumulator through ``t.view_as(t)`` (an aten ``view``): the
+        # tracer's op, not the model's, so the census must not count it.
+        with quiet():
+            self._handles.append(register_multi_grad_hook(tensors, on_gradients))
 
 
 def find_origin(

@@ -158,7 +158,7 @@ def gradient_bars_svg(
     top.set_yticks(positions, labels=list(names))
     top.invert_yaxis()
     top.set_xlim(0, max(1.0, max(100.0 * share for share in underflow) * 1.15))
-    top.set_xlabel("% of elements below float16's normal range", color=_INK)
+    top.set_xlabel("% of elements lost in float16 (below 2**-20 once scaled)", color=_INK)
     if not any(share > 0 for share in underflow):
         top.text(
             0.5,

@@ -128,7 +128,8 @@ def _one_line_errors() -> Iterator[None]:
 def _trace(request: TraceRequest, listeners: list):
     from .deadline import Deadline
     from .runner import run_target
-    from .session import TraceSession, TraceTimeout
+    from .session import TraceSession
+    from .stopping import TraceTimeout
 
     run = request.run
     show_progress = sys.stderr.isatty() if request.progress is None else request.progress

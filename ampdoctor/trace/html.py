@@ -221,10 +221,7 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
     what_if = report.what_if
     if what_if is not None and what_if.params:
         scale = what_if.scale[-1] if what_if.scale else 2.0**16
-        rows = [
-            (p.name, p.below_normal_mean, FLOAT16_MAX / (p.max_abs * scale) if p.max_abs else None)
-            for p in what_if.params
-        ]
+        rows = [(p.name, p.lost_mean, FLOAT16_MAX / (p.max_abs * scale) if p.max_abs else None) for p in what_if.params]
     else:
         from .rules.underflow import stats_lost_share
 
@@ -350,6 +347,9 @@ def _comparison_table(result, real: list[float]) -> str:
     needed = (
         ""
         if result.needed_scale is None
-        else f"<p>Smallest loss scale that keeps 99% of the gradient elements in float16's normal range: <b>{scale_text(result.needed_scale)}</b></p>"
+        else (
+            "<p>Smallest loss scale at which float16 loses (flushes to zero or keeps at most 4 significant "
+            f"bits: below 2**-20 once scaled) at most {result.tolerance:.0%} of the gradient elements: <b>{scale_text(result.needed_scale)}</b></p>"
+        )
     )
     return f"<table><thead><tr>{''.join(columns)}</tr></thead><tbody>{''.join(rows)}</tbody></table>{needed}"

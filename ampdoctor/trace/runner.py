@@ -25,7 +25,7 @@ from typing import Optional
 
 from .deadline import stop_landed
 from .outcome import Outcome, exit_code_of
-from .session import StopTracing, TraceTimeout
+from .stopping import StopTracing, TraceTimeout
 
 
 class UsageError(Exception):

@@ -13,9 +13,10 @@ Python API::
     report.to_dict()                             # the versioned JSON document (see report.py)
 
 With ``steps=N`` the session stops the training code after the Nth iteration by raising a
-private ``BaseException`` from the optimizer step (``except Exception`` in the training code does
-not catch it); the ``with`` block swallows it, so execution continues after the block. With
-``steps=None`` the session observes until the block ends.
+private ``BaseException`` (``StopTracing``, stopping.py) from the optimizer step (``except
+Exception`` in the training code does not catch it); the ``with`` block swallows it, so
+execution continues after the block. With ``steps=None`` the session observes until the block
+ends.
 
 Create the GradScaler inside the ``with`` block (scripts run by ``ampdoctor trace`` always do):
 a scaler made before the session is torch's own class, its loss scale and skipped steps are not
@@ -67,25 +68,18 @@ from .gradients import GradientMonitor
 from .numerics import ModuleRegistry, PendingIteration
 from .observations import IterationRecord, Observations, ScalerConfig
 from .ops import AutocastTracker, OpCensus, dtype_name, quiet
-from .outcome import Outcome, exit_code_of
+from .outcome import Outcome
 from .protocol import ProtocolWatch
 from .rulebase import Thresholds
 from .scaler import ScalerPatch, found_no_inf, stepped_by_untraced_scaler
 from .sites import user_site
+from .stopping import StopTracing, outcome_of
 from .threads import ThreadStops
 
 DEFAULT_RECORD_OPS_STEPS = 2
 DEFAULT_GRADIENT_INTERVAL = 4
 
 _active: Optional[TraceSession] = None
-
-
-class StopTracing(BaseException):
-    """Raised from a step hook after the last requested iteration; never seen by users."""
-
-
-class TraceTimeout(StopTracing):
-    """Raised in the script when ``--timeout`` expires (deadline.py)."""
 
 
 ProgressCallback = Callable[[int, Optional[int], Optional[float], int], None]
@@ -226,7 +220,7 @@ class TraceSession:
             if stack is not None:
                 stack.close()
         if exc_type is not None and self.outcome.reason == "end":
-            self.outcome = _outcome_of(exc_type, exc)
+            self.outcome = outcome_of(exc_type, exc)
         if self.lint:
             from .static import imported_local_files
 
@@ -573,18 +567,6 @@ class TraceSession:
 def _has_closure(args: tuple, kwargs: dict) -> bool:
     """Whether ``optimizer.step`` was given a closure that computes the gradients."""
     return callable(kwargs.get("closure")) or bool(args and callable(args[0]))
-
-
-def _outcome_of(exc_type, exc) -> Outcome:
-    if issubclass(exc_type, TraceTimeout):
-        return Outcome("timeout")
-    if issubclass(exc_type, StopTracing):
-        return Outcome("steps")
-    if issubclass(exc_type, KeyboardInterrupt):
-        return Outcome("interrupt", error="KeyboardInterrupt")
-    if issubclass(exc_type, SystemExit):
-        return Outcome("exit", exit_code=exit_code_of(exc))
-    return Outcome("error", error=f"{exc_type.__name__}: {exc}")
 
 
 def trace_session(

@@ -5,9 +5,11 @@ The script runs unchanged. Every iteration, at the moment its gradients hold the
 parameter and max |g| are queued on the device and read in the iteration's one sync. A shadow
 GradScaler with torch's state machine (``ShadowScaler``) is advanced on whether ``g * scale``
 would overflow float16. Because the histogram bins are powers of two, the share of a gradient
-that float16 would flush to zero is known on the host for any power-of-two scale: the predicted
-one, and the smallest one that keeps every parameter's underflow small (the ``init_scale`` to
-recommend). Module outputs beyond float16's range come from the activation measurements the
+that float16 would lose is known on the host for any power-of-two scale: the predicted one, and
+the smallest one at which the gradient as a whole loses little (the ``init_scale`` to
+recommend). "Lost" is AMP505's definition (``rules/underflow.py``): below 2**-20 once scaled,
+flushed to zero or kept with at most 4 significant bits; the subnormals from 2**-20 to 2**-14
+keep 5 to 10 bits and are not lost. The share tolerated is AMP505's ``underflow_share``. Module outputs beyond float16's range come from the activation measurements the
 session already takes; the module where the overflow is born (output beyond 65504, inputs
 within) and the smallest enclosing module whose output is back in range say what to keep in
 float32.
@@ -19,13 +21,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..float16 import FLOAT16_MAX
+from ..float16 import FLOAT16_COARSE_SUBNORMAL, FLOAT16_MAX, FLOAT16_SMALLEST_NORMAL, FLOAT16_SMALLEST_SUBNORMAL
+from .rulebase import Thresholds
 
 SAFE, SAFE_WITH_CHANGES, UNSAFE = "safe", "safe with changes", "unsafe"
 UNKNOWN = "unknown"  # no optimizer step was traced and nothing overflowed: no evidence either way
-# A parameter whose gradient loses more than this share of its non-zero elements to zero at a
-# scale "needs" a larger scale.
-UNDERFLOW_TOLERANCE = 0.01
+# The share of the gradient's non-zero elements that may be lost at a scale before it "needs" a
+# larger one: AMP505's threshold (``--threshold underflow_share=...`` changes both).
+UNDERFLOW_TOLERANCE = Thresholds().underflow_share
 _EXPONENT_BINS = 256
 _FLOAT32_BIAS = 127
 
@@ -55,30 +58,33 @@ class ShadowScaler:
             self.growth_tracker = successful
 
 
-def underflow_share(histogram: list[float], scale: float, floor_exponent: int = -24) -> float:
-    """Share of the non-zero elements whose |g| * scale is below 2**floor_exponent: with -24
-    (float16's smallest subnormal) they become zero, with -14 (its smallest normal) they lose
-    precision at least. Exact for a power-of-two scale (bin edges are powers of two)."""
+def underflow_share(histogram: list[float], scale: float, floor: float = FLOAT16_COARSE_SUBNORMAL) -> float:
+    """Share of the non-zero elements whose |g| * scale is below ``floor``, a power of two. By
+    default AMP505's cut, 2**-20: what float16 flushes to zero or keeps with at most 4
+    significant bits, the share lost; with 2**-24 (its smallest subnormal), what it flushes to
+    zero. Exact for a power-of-two scale (bin edges are powers of two). The zeros of the run are
+    left out: measured at the gradients' true values, they are not float16's doing."""
     nonzero = sum(histogram[1:255])
     if not nonzero:
         return 0.0
     # An element of exponent field e is below 2**(e - 126); it is under the floor for sure
-    # when 2**(e - 126) * scale <= 2**floor_exponent.
-    limit = floor_exponent - math.log2(scale) + 126
+    # when 2**(e - 126) * scale <= floor.
+    limit = math.log2(floor) - math.log2(scale) + 126
     lost = sum(histogram[e] for e in range(1, 255) if e <= limit)
     return lost / nonzero
 
 
 def needed_scale(histograms: dict[str, list[float]], tolerance: float = UNDERFLOW_TOLERANCE) -> float:
     """The smallest power of two at which at most ``tolerance`` of all non-zero gradient
-    elements fall below float16's normal range (flushed to zero or subnormal). Over all
-    parameters together: one parameter with negligible gradients (a saturated gate) must not
-    demand a scale the others cannot take; the per-parameter shares are reported beside."""
+    elements are lost in float16 (``underflow_share``: below 2**-20 once scaled, AMP505's
+    definition). Over all parameters together, as AMP505 asks the whole model's share to be
+    material: one parameter with negligible gradients (a saturated gate) must not demand a scale
+    the others cannot take; the per-parameter shares are reported beside."""
     combined = [sum(bins) for bins in zip(*histograms.values())]
     exponent = -24
     while exponent < 127:
         scale = 2.0**exponent
-        if underflow_share(combined, scale, -14) <= tolerance:
+        if underflow_share(combined, scale) <= tolerance:
             return scale
         exponent += 1
     return math.inf
@@ -90,12 +96,21 @@ class ParamWhatIf:
     module: Optional[str]
     histogram: list[float] = field(default_factory=lambda: [0.0] * _EXPONENT_BINS)
     max_abs: float = 0.0
-    # Per iteration: the share lost at that iteration's predicted scale (summed, then averaged).
+    # Per iteration, at that iteration's predicted scale (summed, then averaged): the share lost
+    # as AMP505 counts it (below 2**-20 once scaled: flushed, or at most 4 significant bits)...
+    lost_total: float = 0.0
+    lost_worst: float = 0.0
+    # ... the part of it flushed to zero (below 2**-24) ...
     underflow_total: float = 0.0
     underflow_worst: float = 0.0
-    # The same for elements below float16's normal range (2**-14): zero or subnormal.
+    # ... and all elements below float16's normal range (2**-14), the subnormals that keep 5 to
+    # 10 bits included (not lost; in the JSON report for the record).
     below_normal_total: float = 0.0
     iterations: int = 0
+
+    @property
+    def lost_mean(self) -> float:
+        return self.lost_total / self.iterations if self.iterations else 0.0
 
     @property
     def below_normal_mean(self) -> float:
@@ -131,6 +146,8 @@ class WhatIfResult:
     keep_float32: list[str]
     init_scale: Optional[float]
     nonfinite_steps: list[int] = field(default_factory=list)
+    # The share of gradient elements that may be lost at ``needed_scale`` (AMP505's threshold).
+    tolerance: float = UNDERFLOW_TOLERANCE
 
     def to_dict(self) -> dict[str, Any]:
         from .report import json_number
@@ -154,6 +171,8 @@ class WhatIfResult:
                     "name": p.name,
                     "module": p.module,
                     "max_abs": json_number(p.max_abs),
+                    "lost_share": p.lost_mean,
+                    "lost_worst": p.lost_worst,
                     "underflow_share": p.underflow_mean,
                     "underflow_worst": p.underflow_worst,
                     "below_normal_share": p.below_normal_mean,
@@ -195,6 +214,8 @@ class WhatIfFloat16:
 
     def __init__(self, session: Any) -> None:
         self.session = session
+        thresholds = getattr(session, "thresholds", None)
+        self.tolerance = thresholds.underflow_share if thresholds is not None else UNDERFLOW_TOLERANCE
         self.shadow = ShadowScaler()
         self.scale_trajectory: list[float] = []
         self.skipped: list[int] = []
@@ -268,10 +289,13 @@ class WhatIfFloat16:
             nonfinite = nonfinite or not math.isfinite(top)
             if not math.isfinite(top) or top * scale > FLOAT16_MAX:
                 overflow = True
-            share = underflow_share(histogram, scale)
-            stats.underflow_total += share
-            stats.underflow_worst = max(stats.underflow_worst, share)
-            stats.below_normal_total += underflow_share(histogram, scale, -14)
+            lost = underflow_share(histogram, scale)
+            stats.lost_total += lost
+            stats.lost_worst = max(stats.lost_worst, lost)
+            flushed = underflow_share(histogram, scale, FLOAT16_SMALLEST_SUBNORMAL)
+            stats.underflow_total += flushed
+            stats.underflow_worst = max(stats.underflow_worst, flushed)
+            stats.below_normal_total += underflow_share(histogram, scale, FLOAT16_SMALLEST_NORMAL)
             stats.iterations += 1
         self.scale_trajectory.append(scale)
         if nonfinite:
@@ -333,7 +357,7 @@ class WhatIfFloat16:
                 f"iterations (first at {self.nonfinite_steps[0]}): no loss scale helps; see the findings"
             )
         histograms = {name: p.histogram for name, p in self.params.items()}
-        needed = needed_scale(histograms) if histograms else None
+        needed = needed_scale(histograms, self.tolerance) if histograms else None
         ceiling = max((p.max_abs for p in self.params.values()), default=0.0)
         init_scale = None
         # The largest power-of-two scale at which the largest gradient still fits float16.
@@ -343,8 +367,8 @@ class WhatIfFloat16:
         elif needed is not None and needed > top_scale:
             unsafe = True
             reasons.append(
-                f"gradients need a scale of at least {_power(needed)} to keep underflow under "
-                f"{UNDERFLOW_TOLERANCE:.0%} of the elements below float16's normal range, but max |g| = {ceiling:.4g} overflows float16 above {_power(top_scale)}"
+                f"gradients need a scale of at least {_power(needed)} so that at most {self.tolerance:.0%} of "
+                f"them {_LOST}, but max |g| = {ceiling:.4g} overflows float16 above {_power(top_scale)}"
             )
         elif steps and len(self.skipped) > steps / 4 and math.isfinite(top_scale):
             changes = True
@@ -358,9 +382,9 @@ class WhatIfFloat16:
             changes = True
             init_scale = needed
             reasons.append(
-                f"gradients need a scale of at least {_power(needed)} to keep {1 - UNDERFLOW_TOLERANCE:.0%} of "
-                f"the gradient elements in float16's normal range (the default scaler would run at "
-                f"{_power(self._settled_scale())}): GradScaler(init_scale={needed:g})"
+                f"gradients need a scale of at least {_power(needed)} so that at most {self.tolerance:.0%} of "
+                f"them {_LOST} (the default scaler would run at {_power(self._settled_scale())}): "
+                f"GradScaler(init_scale={needed:g})"
             )
         real = [value for value in self.real_scale if value is not None]
         if real and needed is not None and math.isfinite(needed) and real[-1] < needed:
@@ -380,7 +404,7 @@ class WhatIfFloat16:
         verdict = UNSAFE if unsafe else SAFE_WITH_CHANGES if changes else SAFE if self.scale_trajectory else UNKNOWN
         if verdict == SAFE and self.scale_trajectory:
             reasons.insert(0, "no activation beyond 65504 and the gradients fit float16 at the predicted scale")
-        params = sorted(self.params.values(), key=lambda p: (-p.underflow_mean, -p.below_normal_mean))
+        params = sorted(self.params.values(), key=lambda p: (-p.lost_mean, -p.underflow_mean))
         return WhatIfResult(
             "float16",
             verdict,
@@ -395,6 +419,7 @@ class WhatIfFloat16:
             keep,
             init_scale,
             list(self.nonfinite_steps),
+            self.tolerance,
         )
 
     def _born_overflows(self) -> list[ActivationOverflow]:
@@ -426,6 +451,10 @@ class WhatIfFloat16:
                 return parent
         # Only the whole model (whose path is its class name) would hold it: that is no float16.
         return None
+
+
+# What float16 loses, in AMP505's words.
+_LOST = "flush to zero or keep at most 4 significant bits (below 2**-20) once scaled"
 
 
 def _power(scale: float) -> str:

@@ -48,14 +48,15 @@ def render_what_if(result, console) -> None:
     if result.params:
         grads = Table(title="Gradients at the predicted scale")
         grads.add_column("parameter", overflow="fold")
-        grads.add_column("underflow to zero", justify="right")
-        grads.add_column("below normal", justify="right")
+        grads.add_column("lost", justify="right")
+        grads.add_column("< 2**-24", justify="right")
         grads.add_column("max |g|", justify="right")
+        grads.caption = "lost: below 2**-20 once scaled, as AMP505 counts it"
         for param in result.params[:_ROWS]:
             grads.add_row(
                 escape(param.name),
+                f"{param.lost_mean:.2%}",
                 f"{param.underflow_mean:.2%}",
-                f"{param.below_normal_mean:.2%}",
                 f"{param.max_abs:.3g}",
             )
         console.print(grads)

@@ -185,6 +185,42 @@ def test_parameter_hooks_are_removed_after_each_watched_iteration():
     assert not session._backward._handles
 
 
+def _census(monkeypatch, watch_backward: bool) -> dict:
+    """The op census of a small float16 CPU model over the op-recording window, in which the
+    tracer registers its backward hooks (or, with ``watch_backward`` False, registers none)."""
+    if not watch_backward:
+        monkeypatch.setattr(BackwardWatch, "watch", lambda *args, **kwargs: None)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace_session(steps=None, record_ops_steps=2) as session:
+        scaler = torch.amp.GradScaler("cpu")
+        for _ in range(3):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.randn(8, 4)).float().mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    monkeypatch.undo()
+    assert not session.observations.instrument_errors
+    return dict(session.observations.ops)
+
+
+def test_the_census_leaves_out_the_views_torch_makes_for_the_tracers_hooks(monkeypatch):
+    """``register_multi_grad_hook`` finds a parameter's grad accumulator through
+    ``p.view_as(p)`` (an aten ``view``); the model runs no view in its forward. The census's
+    views with the backward hooks are those without them."""
+    watched = _census(monkeypatch, watch_backward=True)
+    unwatched = _census(monkeypatch, watch_backward=False)
+    assert [key for key in watched if key.op in ("view", "view_as") and key.phase == "forward" and key.module] == []
+    assert _views(watched) == _views(unwatched)
+
+
+def _views(ops: dict) -> dict:
+    return {key: count for key, count in ops.items() if key.op in ("view", "view_as")}
+
+
 def _float16_loss_training(steps: int, **thresholds):
     """A float16 loss scaled by 2**16 overflows once (the scale itself does not fit float16):
     GradScaler skips one step while it calibrates, which is how it is meant to work."""

@@ -25,7 +25,8 @@ import ampdoctor
 import ampdoctor.trace.scaler as traced_scaler
 from ampdoctor.trace.deadline import Deadline
 from ampdoctor.trace.runner import Target, run_target
-from ampdoctor.trace.session import TraceSession, TraceTimeout, active_session
+from ampdoctor.trace.session import TraceSession, active_session
+from ampdoctor.trace.stopping import TraceTimeout
 
 ODD = Path(__file__).resolve().parent / "scripts" / "odd"
 

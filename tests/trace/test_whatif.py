@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from ampdoctor.float16 import FLOAT16_SMALLEST_SUBNORMAL
+from ampdoctor.trace.gradients import gradient_row
 from ampdoctor.trace.whatif import SAFE, SAFE_WITH_CHANGES, UNSAFE, ShadowScaler, needed_scale, underflow_share
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
@@ -63,13 +65,44 @@ def test_shadow_scaler_defaults_are_torchs():
     assert _shadow_scales(steps)[-2] == 2.0**15  # backed off twice, grew once after 2000 clean
 
 
+def _histogram(grad: torch.Tensor) -> list[float]:
+    return torch.bincount((grad.abs().view(torch.int32) >> 23).long(), minlength=256).float().tolist()
+
+
 def test_underflow_share_counts_what_float16_flushes_to_zero():
     grad = torch.tensor([1e-9, 1e-9, 1e-3, 0.0])
-    histogram = torch.bincount((grad.view(torch.int32) >> 23).long(), minlength=256).float().tolist()
-    # 1e-9 * 2**10 ~ 1e-6 is a float16 subnormal (kept); at 2**0 it is below 2**-24 (lost).
-    assert underflow_share(histogram, 2.0**10) == 0.0
-    assert underflow_share(histogram, 1.0) == pytest.approx(2 / 3)
+    histogram = _histogram(grad)
+    # 1e-9 * 2**10 ~ 1e-6 is a float16 subnormal (kept); at 2**0 it is below 2**-24 (flushed).
+    assert underflow_share(histogram, 2.0**10, FLOAT16_SMALLEST_SUBNORMAL) == 0.0
+    assert underflow_share(histogram, 1.0, FLOAT16_SMALLEST_SUBNORMAL) == pytest.approx(2 / 3)
     assert (grad[:3] * needed_scale({"g": histogram}) >= 2**-24).all()
+
+
+@pytest.mark.parametrize("log2_scale", [0, 6, 13, 16, 20])
+def test_what_if_counts_as_lost_what_amp505_counts(log2_scale):
+    """The share the what-if calls lost at a scale is AMP505's: flushed to zero or below 2**-20
+    once scaled (below_subnormal + coarse_subnormal of ``gradient_row``), over the nonzero values."""
+    torch.manual_seed(log2_scale)
+    grad = torch.exp2(torch.empty(4096).uniform_(-48, -4)) * torch.randn(4096).sign()
+    grad[::7] = 0.0
+    scale = torch.tensor(2.0**log2_scale)
+    zero, below_subnormal, _, _, coarse, _ = gradient_row(grad, scale, grads_scaled=False).tolist()
+    expected = (below_subnormal + coarse) / (1 - zero)
+    assert 0.0 < expected < 1.0
+    assert underflow_share(_histogram(grad), 2.0**log2_scale) == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_needed_scale_lifts_gradients_above_amp505s_cut():
+    """Values at 2**-30 are kept by AMP505 from a scale of 2**10 (2**-20 once scaled): subnormals
+    from 2**-20 to 2**-14 are not lost, so the what-if asks for no more."""
+    histogram = _histogram(torch.full((100,), 2.0**-30))
+    needed = needed_scale({"g": histogram})
+    assert needed == 2.0**10
+    assert underflow_share(histogram, needed) == 0.0 and underflow_share(histogram, needed / 2) == 1.0
+    # The tolerance is AMP505's threshold: 1% of the elements may be lost, not more.
+    mixed = _histogram(torch.cat([torch.full((98,), 2.0**-10), torch.full((2,), 2.0**-30)]))
+    assert needed_scale({"g": mixed}, tolerance=0.01) == 2.0**10
+    assert needed_scale({"g": mixed}, tolerance=0.05) < 2.0**10
 
 
 def _what_if(trace_cli, name: str, *extra: str) -> dict:
@@ -101,7 +134,11 @@ def test_tiny_gradients_need_a_larger_init_scale(trace_cli):
     assert needed > 2.0**16 and what_if["init_scale"] == needed
     # At the default scale everything underflows; at the recommended one, the gradients survive.
     assert all(g["underflow_share"] > 0.99 for g in what_if["gradients"])
+    assert all(g["lost_share"] > 0.99 and g["lost_worst"] >= g["lost_share"] for g in what_if["gradients"])
     assert any(f"init_scale={needed:g}" in reason for reason in what_if["reasons"])
+    # In AMP505's words: what float16 flushes to zero or keeps with at most 4 significant bits.
+    assert any("keep at most 4 significant bits (below 2**-20)" in reason for reason in what_if["reasons"])
+    assert not any("normal range" in reason for reason in what_if["reasons"])
     assert what_if["skipped"] == []
 
 
