@@ -127,3 +127,20 @@ def test_a_cold_cached_run_searches_each_file_for_tokens_once(tmp_path: Path, mo
     findings = _run([tmp_path], tmp_path, use_cache=True, jobs=1)
     assert len(searched) == 3  # the cache's check is not repeated by the engine
     assert findings == _run([tmp_path], tmp_path, prefilter=False, jobs=1)
+
+
+def test_the_workers_batches_hold_every_file_once_with_the_large_ones_alone(tmp_path: Path):
+    from ampdoctor.lint import _batches, _Job
+
+    (tmp_path / "huge.py").write_text("x = 1\n" * 20_000, encoding="utf-8")
+    (tmp_path / "large.py").write_text("x = 1\n" * 10_000, encoding="utf-8")
+    for index in range(300):
+        (tmp_path / f"small_{index}.py").write_text("y = 2\n" * 10, encoding="utf-8")
+    jobs = [_Job(path, path.name, ()) for path in sorted(tmp_path.iterdir())]
+    batches = _batches(jobs, 2)
+    assert sorted(job.display for batch in batches for job in batch) == sorted(job.display for job in jobs)
+    assert [job.display for job in batches[0]] == ["huge.py"]
+    assert [job.display for job in batches[1]] == ["large.py"]
+    assert all(len(batch) <= 64 for batch in batches)
+    sizes = [job.path.stat().st_size for batch in batches for job in batch]
+    assert sizes == sorted(sizes, reverse=True)  # largest first

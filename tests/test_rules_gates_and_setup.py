@@ -155,12 +155,54 @@ if compare_version("torch", ">=", "2.4.0"):
 else:
     from torch.cuda.amp import autocast
 """,
+    "decorated method of a class in the fallback arm": """\
+import torch
+
+if hasattr(torch.amp, "custom_fwd"):
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        @torch.amp.custom_fwd(device_type="cuda")
+        def forward(ctx, x):
+            return x * 2
+else:
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        @torch.cuda.amp.custom_fwd
+        def forward(ctx, x):
+            return x * 2
+""",
+    "a use deep inside the fallback arm of a function": """\
+import torch
+
+_TORCH_GE_2_4 = hasattr(torch.amp, "autocast")
+
+
+def contexts(flags):
+    if _TORCH_GE_2_4:
+        return [torch.amp.autocast("cuda", enabled=flag) for flag in flags]
+    else:
+        return [torch.cuda.amp.autocast(enabled=flag) for flag in flags]
+""",
 }
 
 
 @pytest.mark.parametrize("source", GATED.values(), ids=GATED.keys())
 def test_amp401_version_gated_fallbacks_are_correct_code(source):
     assert lint_text(source) == []
+
+
+def test_amp401_a_use_beside_a_gate_is_still_reported():
+    source = """\
+import torch
+
+if hasattr(torch.amp, "GradScaler"):
+    scaler = torch.amp.GradScaler("cuda")
+else:
+    scaler = torch.cuda.amp.GradScaler()
+ctx = torch.cuda.amp.autocast()
+"""
+    (finding,) = lint_text(source)
+    assert finding.location.line == 7
 
 
 def test_amp401_ungated_uses_are_still_reported_with_their_fix():

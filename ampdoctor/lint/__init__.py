@@ -239,10 +239,9 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
 
 def _read_for_project(result, data: bytes, seen: dict[bytes, bool]) -> None:
     """What the project pass asks of a file's bytes, taken while they are in hand."""
-    from .project.tokens import import_targets, token_classes
+    from .project.tokens import token_classes
 
     result.classes = token_classes(data, seen)
-    result.imports = import_targets(data)
 
 
 def _wanted(data: bytes) -> bool:

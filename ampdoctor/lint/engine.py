@@ -86,7 +86,6 @@ class FileResult(Record):
         "summary",
         "half_risk",
         "classes",
-        "imports",
     )
 
     def __init__(
@@ -120,9 +119,8 @@ class FileResult(Record):
         # what float16 autocast set up elsewhere breaks (None: not looked at).
         self.half_risk: bool | None = None
         # For a file the lint pass read in a run that links the project: the token classes its
-        # bytes hold and its imports (``project.tokens``), so the project pass need not read it.
+        # bytes hold (``project.tokens``), so that the project pass need not read it for them.
         self.classes: frozenset[str] | None = None
-        self.imports: list[tuple[str, bool]] | None = None
 
     @property
     def changed(self) -> bool:
@@ -429,16 +427,15 @@ def _lint_data(
     seen: dict[bytes, bool] = {}  # the prefilter's searches serve the token classes too
     passes = spec is None or prefiltered or passes_prefilter(data, spec, seen)
     if options.summaries and path.suffix == ".py":
-        from .project.tokens import import_targets, token_classes
+        from .project.tokens import token_classes
 
-        # What the project pass asks of the bytes, taken while they are in hand.
+        # What the project pass asks of every file's bytes, taken while they are in hand.
         result.classes = token_classes(data, seen)
-        result.imports = import_targets(data)
     if spec is not None and not (passes and _text_gate(options.codes).keeps(data)):
         if options.summaries:
             from .project.tokens import float16_risk, wanted_without_rules
 
-            result.half_risk = float16_risk(data)
+            result.half_risk = float16_risk(data, seen)
             if wanted_without_rules(data):
                 # No rule of its own can fire, but the project pass judges an update helper's
                 # clip from its callers: summarize it here, in the worker that has its bytes.

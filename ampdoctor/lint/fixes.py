@@ -99,11 +99,17 @@ class SourceLines:
 
     def segment(self, node: ast.AST) -> str:
         """The exact source text of a node."""
+        bounds = self.bounds(node)
+        return "" if bounds is None else self.source[bounds[0] : bounds[1]]
+
+    def bounds(self, node: ast.AST) -> tuple[int, int] | None:
+        """Where a node's text starts and ends in ``source`` (offsets), None without a position:
+        to search it (``pattern.search(source, start, end)``) without copying it out."""
         span = self.span(node)
         if span is None:
-            return ""
+            return None
         line, column, end_line, end_column = span
-        return self.source[self.offset(line, column) : self.offset(end_line, end_column)]
+        return self.offset(line, column), self.offset(end_line, end_column)
 
     def text(self, line: int) -> str:
         """The line without its newline."""

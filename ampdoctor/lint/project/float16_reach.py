@@ -162,7 +162,8 @@ class _Imports:
         seen = {root}
         frontier = [root]
         # Each call the walk follows crosses at most one import (a re-export in ``__init__.py``
-        # one more): twice the depth bounds it.
+        # one more): twice the depth bounds it. Each root's walk stops at the first target it
+        # meets: one walk backwards from the targets for all roots lists far more modules.
         for _hop in range(2 * _DEPTH + 1):
             if seen & targets:
                 return True

@@ -87,8 +87,8 @@ def link_results(
         elif not store.known(rel):
             unknown.append(rel)  # served from the result cache, its summary lost: make it again
         if result.classes is not None:  # what the lint pass read of its bytes
-            store.seed(rel, result.classes, result.imports)
-            result.classes = result.imports = None
+            store.seed(rel, result.classes)
+            result.classes = None
     for rel in unknown:
         store.summary(rel)
     # A named file can hold a cross-module finding when the lint pass summarized it, now or in

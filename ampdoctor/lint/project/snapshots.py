@@ -194,15 +194,17 @@ def _untouched(facts: AmpFacts, frame: Frame, name: str, built: int, save: CallS
 # ---------------------------------------------------------------------------------------
 
 
-def collector(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> int | None:
+def collector(
+    facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, bounds: tuple[int, int] | None = None
+) -> int | None:
     """The index of the parameter whose attributes ``function`` collects, when its one
     ``return`` is ``{k: v.state_dict() for k, v in vars(p).items() if isinstance(v, Optimizer)}``
     (or the list of them over ``.values()``, or over ``p.__dict__``) with ``torch.optim.Optimizer``
     as the only type admitted."""
-    if "isinstance" not in facts.source or "state_dict" not in facts.source:
-        return None  # the shape below names both
-    text = facts.text(function)
-    if "isinstance" not in text or "state_dict" not in text:
+    if bounds is None and ("isinstance" not in facts.source or "state_dict" not in facts.source):
+        return None  # the shape below names both (a caller that gives bounds has looked)
+    start, end = bounds or facts.lines.bounds(function) or (0, 0)  # the function's text, where it lies
+    if facts.source.find("isinstance", start, end) < 0 or facts.source.find("state_dict", start, end) < 0:
         return None
     returns = [n for n in iter_nodes(function) if isinstance(n, ast.Return)]
     if len(returns) != 1 or not isinstance(returns[0].value, (ast.DictComp, ast.ListComp)):

@@ -131,9 +131,9 @@ class SummaryStore:
             self.dirty = True
         return known[kind]
 
-    def seed(self, rel: str, classes: frozenset[str], imports: list[tuple[str, bool]] | None) -> None:
-        """What the lint pass read of a file's bytes in this run: the token classes it holds and
-        its imports, so that the project pass need not read it again."""
+    def seed(self, rel: str, classes: frozenset[str]) -> None:
+        """What the lint pass read of a file's bytes in this run: the token classes it holds, so
+        that the project pass need not read it again to find the modules a rule asks about."""
         entry = self.entries.get(rel) if rel in self._verified else None
         if entry is None:
             signature = None
@@ -147,11 +147,10 @@ class SummaryStore:
             self._verified.add(rel)
             self.dirty = True
         entry["classes"] = {kind: kind in classes for kind in CLASSES}
-        if imports is not None:
-            self._imports[rel] = imports
 
     def imports(self, rel: str) -> list[tuple[str, bool]]:
-        """The file's imports (``tokens.import_targets``): those the lint pass read, or read now."""
+        """The file's imports (``tokens.import_targets``), read when first asked for: a walk of
+        the imports reads a few hundred modules of a tree of thousands."""
         found = self._imports.get(rel)
         if found is None:
             data = self._read(rel)
@@ -240,9 +239,14 @@ class SummaryStore:
                         data = (self.root / rel).read_bytes()
                     except OSError:
                         return None
-                if content_hash(data) != entry["key"]:
-                    entry = {"key": content_hash(data), "classes": {}, "stat": entry.get("stat")}
+                key = content_hash(data)
+                if entry["key"] and key != entry["key"]:
+                    entry = {"key": key, "classes": {}, "stat": entry.get("stat")}
                     self.entries[rel] = entry
+                else:
+                    # A file read and passed over in this run (or trusted by its size and time):
+                    # what is known of its bytes stands.
+                    entry["key"] = key
             entry["summary"] = summarize_bytes(data)
             self.dirty = True
         return entry["summary"]

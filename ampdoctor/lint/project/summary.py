@@ -82,10 +82,13 @@ def summarize(facts: AmpFacts) -> dict:
     functions: dict[str, dict] = {}
     index = _AssignmentIndex(facts)
     frames = []
+    # What each function's text is searched for, looked for in the whole module once first.
+    mentions = (_SCALER_TEXT.search(facts.source) is not None, "GradScaler" in facts.source)
+    may_collect = "isinstance" in facts.source and "state_dict" in facts.source  # ``collector``'s shape
     for function, frame in facts.functions:
         name = qualname(frame)
         if name is not None:
-            functions[name] = _function(facts, function, frame, index)
+            functions[name] = _function(facts, function, frame, index, mentions, may_collect)
             frames.append((name, frame))
     classes = _classes(facts)
     add_float16_parts(facts, frames, functions, imports, set(functions) | set(classes), instances)
@@ -195,15 +198,23 @@ def _params(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str]
 
 
 def _function(
-    facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame, index: _AssignmentIndex
+    facts: AmpFacts,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    frame: Frame,
+    index: _AssignmentIndex,
+    mentions: tuple[bool, bool] = (True, True),
+    may_collect: bool = True,
 ) -> dict:
     params, star = _params(function)
-    text = facts.text(function)
+    # The function's text searched where it lies, not copied out (large modules have thousands).
+    source = facts.source
+    start, end = facts.lines.bounds(function) or (0, 0)
     summary: dict = {
         "at": position(function),
         "params": params,
         "star": star,
-        "scaler": bool(_SCALER_TEXT.search(text)) or "GradScaler" in text,
+        "scaler": (mentions[0] and _SCALER_TEXT.search(source, start, end) is not None)
+        or (mentions[1] and source.find("GradScaler", start, end) >= 0),
     }
     saves = [_save(facts, site, frame, params, index) for site in frame.calls if site.qname == "torch.save"]
     if saves:
@@ -217,7 +228,7 @@ def _function(
     returned = _returned_scaler(facts, function, frame)
     if returned is not None:
         summary["returns_scaler"] = returned
-    owner = collector(facts, function)
+    owner = collector(facts, function, (start, end)) if may_collect else None
     if owner is not None:
         summary["collects"] = owner
     if is_stub(function):
@@ -422,6 +433,7 @@ def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict],
     function's own parameters on, or whose result a module with autocast keeps."""
     records = []
     reach_cache: dict[int, list[int] | None] = {}
+    params_cache: dict[int, frozenset[str]] = {}
     mentions_scaler = bool(_SCALER_TEXT.search(facts.source))
     for site in facts.calls:
         callee = _callee(site, imports, functions)
@@ -453,12 +465,11 @@ def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict],
         if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is site.node and facts.regions:
             record["assigned"] = True
             relevant = True
-        args = _arguments(facts, site, index)
-        params = _param_names(site.frame)
-        if any("is_scaler" in a or "map" in a or a.get("name") in params for a in args):
-            relevant = True
-        if not relevant:
+        if key not in params_cache:
+            params_cache[key] = _param_names(site.frame)
+        if not relevant and not _passes_on(facts, site, params_cache[key], index):
             continue
+        args = _arguments(facts, site, index)
         if args:
             record["args"] = args
         if any(a.star for a in call_args(site.node)):
@@ -469,6 +480,17 @@ def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict],
             record["scaler"] = True
         records.append(record)
     return records
+
+
+def _passes_on(facts: AmpFacts, site: CallSite, params: frozenset[str], index: _AssignmentIndex) -> bool:
+    """Whether the call passes a scaler, one of the function's own parameters or a checkpoint
+    mapping on (what ``_arguments`` would record), tested without building the records."""
+    values = [arg.value for arg in call_args(site.node) if not arg.star]
+    for value in values:
+        name = dotted(value)
+        if name and (name in facts.scalers or name in params):
+            return True
+    return any(mapping_of(facts, site.frame, value, site.order, index) is not None for value in values)
 
 
 def _param_names(frame: Frame) -> frozenset[str]:

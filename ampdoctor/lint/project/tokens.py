@@ -1,7 +1,7 @@
 """What a module's bytes must hold to take part in the project pass: tested before any parse,
 and importable without the fact model. The lint pass, which has every file's bytes in hand,
-asks ``token_classes`` and ``import_targets`` of each one, so that the project pass reads none of
-them again (``wanted_without_rules`` of the files no rule of their own needs to parse)."""
+asks ``token_classes`` of each one, so that the project pass reads none of them again for that
+(and ``wanted_without_rules`` of the files no rule of their own needs to parse)."""
 
 from __future__ import annotations
 
@@ -40,66 +40,90 @@ HELPER_TOKENS = (
 )
 
 
+# ``P.step(optimizer)``: a step with an argument, as a GradScaler's is (``optimizer.step()`` has none).
+_STEP_WITH_ARGUMENT = re.compile(rb"\.step\(\s*[^)\s]")
+
+
 def wanted_without_rules(data: bytes) -> bool:
     """Whether a module that no rule of its own needs to parse is still worth a summary in the
-    lint pass, since the project pass judges it from its callers: it clips gradients (an update
-    helper). A module that only holds what float16 autocast breaks (``float16_risk``) is
-    summarized later, and only when an autocast set up elsewhere reaches it."""
-    return b"clip_grad" in data
+    lint pass, since the project pass judges it from its callers: it clips gradients and steps
+    something with an argument (an update helper: ``scaler.step(optimizer)`` on a scaler it
+    receives; ``summary._clips_before_param_step``). A module that only holds what float16
+    autocast breaks (``float16_risk``) is summarized later, and only when an autocast set up
+    elsewhere reaches it."""
+    return b"clip_grad" in data and _STEP_WITH_ARGUMENT.search(data) is not None
 
 
-def float16_risk(data: bytes) -> bool:
+def float16_risk(data: bytes, seen: dict[bytes, bool] | None = None) -> bool:
     """Whether the module holds what float16 autocast set up in another module breaks: a BCE,
-    or a fill with a constant past float16's range."""
-    if any(token in data for token in _FLOAT16_RISK_TOKENS):
+    or a fill with a constant past float16's range. ``seen``: as for ``token_classes``."""
+    holds = _Search(data, seen)
+    if any(holds(token) for token in _FLOAT16_RISK_TOKENS):
         return True
-    if not any(token in data for token in _FILL_TOKENS):
+    if not any(holds(token) for token in _FILL_TOKENS):
         return False
     from ..textscan.literals import literal_flags
 
     return "big-fill" in literal_flags(data, ("big-fill",))
 
 
-# Every precision token holds one of these: most modules are passed over on two searches.
-_PRECISION_HINTS = (b"16-mixed", b"precision")
+# A shorter word that each of these tokens holds: one search for it passes most modules over
+# (each search of a token costs about 20 ms over the 46 MB of the torch tree).
+_WITHIN = {
+    b"masked_fill": b"fill",
+    b"fill_": b"fill",
+    b"new_full": b"full",
+    b"full_like": b"full",
+    b"torch.where": b"where",
+    b".where(": b"where",
+    b"precision=16": b"precision",
+    b'precision="16': b"precision",
+    b"precision='16": b"precision",
+}
 # What a region needs to run code in float16 (or on an accelerator), in the text of the autocast
 # call itself (``model.autocast_region`` reads only the call's arguments): a float16 dtype, or a
-# device written out that is not the CPU (CUDA's default dtype is float16).
+# device written out that is not the CPU (CUDA's default dtype is float16); ``bfloat16`` is not
+# float16.
 # ``torch.cuda.amp.autocast()`` (or the name imported from there, or imported under another name)
 # names no device: such a module is kept as it is.
 _AUTOCAST_CALL = re.compile(rb"autocast[ \t]*\(((?:[^()]|\([^()]*\))*)\)")
-_FLOAT16_OR_DEVICE = re.compile(rb"float16|half|fp16|[\"'](?!cpu[\"'])[a-z]+(?::\d+)?[\"']")
+_FLOAT16_OR_DEVICE = re.compile(rb"(?<![bB])float16|half|fp16|[\"'](?!cpu[\"'])[a-z]+(?::\d+)?[\"']")
 # A class of its own, tested on the text: the module may hold a float16 or non-CPU autocast region.
 FLOAT16_AUTOCAST = "float16_autocast"
 CLASSES = (*TOKEN_CLASSES, FLOAT16_AUTOCAST)
+
+
+class _Search:
+    """``token in data``, each token searched for once: ``seen`` holds the answers so far (the
+    prefilter's among them) and is filled in."""
+
+    __slots__ = ("data", "seen")
+
+    def __init__(self, data: bytes, seen: dict[bytes, bool] | None) -> None:
+        self.data = data
+        self.seen = {} if seen is None else seen
+
+    def __call__(self, token: bytes) -> bool:
+        found = self.seen.get(token)
+        if found is None:
+            within = _WITHIN.get(token)
+            found = self.seen[token] = (within is None or self(within)) and token in self.data
+        return found
 
 
 def has_class(data: bytes, kind: str) -> bool:
     """Whether ``data`` holds a token of class ``kind`` (one of ``CLASSES``)."""
     if kind == FLOAT16_AUTOCAST:
         return _float16_autocast(data)
-    if kind == "precision" and not any(hint in data for hint in _PRECISION_HINTS):
-        return False
-    return any(token in data for token in TOKEN_CLASSES[kind])
+    holds = _Search(data, None)
+    return any(holds(token) for token in TOKEN_CLASSES[kind])
 
 
 def token_classes(data: bytes, seen: dict[bytes, bool] | None = None) -> frozenset[str]:
-    """The ``CLASSES`` that ``data`` holds. ``seen``: tokens the prefilter already searched for
-    (found or not), taken from there rather than searched again."""
-    known = seen if seen is not None else {}
-
-    def holds(token: bytes) -> bool:
-        found = known.get(token)
-        if found is None:
-            found = token in data
-        return found
-
-    found = set()
-    for kind, tokens in TOKEN_CLASSES.items():
-        if kind == "precision" and not any(hint in data for hint in _PRECISION_HINTS):
-            continue
-        if any(holds(token) for token in tokens):
-            found.add(kind)
+    """The ``CLASSES`` that ``data`` holds. ``seen``: tokens already searched for (found or not),
+    the prefilter's among them: taken from there rather than searched again, and filled in."""
+    holds = _Search(data, seen)
+    found = {kind for kind, tokens in TOKEN_CLASSES.items() if any(holds(token) for token in tokens)}
     if "autocast" in found and _float16_autocast(data):
         found.add(FLOAT16_AUTOCAST)
     return frozenset(found)

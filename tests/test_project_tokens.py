@@ -1,0 +1,163 @@
+"""What the lint pass reads of a file's bytes for the project pass (``project/tokens.py``), and
+that the project pass then reads no file again for it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, engine, known_codes, lint_paths
+from ampdoctor.lint.project import store as store_module
+from ampdoctor.lint.project.tokens import (
+    CLASSES,
+    FLOAT16_AUTOCAST,
+    float16_risk,
+    has_class,
+    import_targets,
+    token_classes,
+    wanted_without_rules,
+)
+
+# The reference: one line-anchored regular expression per statement kind over the whole text.
+_FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n#;]*)", re.MULTILINE)
+_PLAIN = re.compile(rb"^[ \t]*import[ \t]+([^\n#;]+)", re.MULTILINE)
+_NAME = re.compile(rb"[A-Za-z_]\w*")
+
+
+def _reference(data: bytes) -> list[tuple[str, bool]]:
+    found = []
+    for match in _FROM.finditer(data):
+        base = match.group(1).decode()
+        found.append((base, False))
+        for name in _NAME.findall(match.group(2)):
+            if name != b"as":
+                found.append((f"{base}{name.decode()}" if base.endswith(".") else f"{base}.{name.decode()}", False))
+    for match in _PLAIN.finditer(data):
+        for part in match.group(1).split(b","):
+            if part.split():
+                found.append((part.split()[0].decode(), True))
+    return found
+
+
+IMPORTS = b'''\
+"""A module: the word import in a docstring is no import."""
+import os, sys as system
+import torch.nn.functional as F  # a comment
+from . import utils
+from ..engine import (
+    train_one_epoch,
+    evaluate as run_eval,
+)
+from importlib import import_module
+from pkg.sub import a; import b
+x = 1  # import nothing
+def f():
+    from .models import build_model
+    import_module("x")
+    return build_model
+if True: import hidden
+'''
+
+
+def test_import_targets_match_the_line_anchored_reading():
+    found = import_targets(IMPORTS)
+    assert sorted(found) == sorted(_reference(IMPORTS))
+    assert ("..engine.train_one_epoch", False) in found and ("..engine.evaluate", False) in found
+    assert (".models.build_model", False) in found  # inside a function too
+    assert ("torch.nn.functional", True) in found and ("sys", True) in found
+    assert all(target != "hidden" for target, _plain in found)  # not at the start of a line
+
+
+def test_import_targets_on_the_repository_own_sources():
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted((root / "ampdoctor").rglob("*.py")) + sorted((root / "fixtures").rglob("*.py")):
+        data = path.read_bytes()
+        assert sorted(import_targets(data)) == sorted(_reference(data)), path
+
+
+SAMPLES = {
+    "scaler and epochs": b"scaler = torch.amp.GradScaler('cuda')\nfor epoch in range(3):\n    pass\n",
+    "lightning float16": b'trainer = Trainer(precision="16-mixed")\n',
+    "lightning integer": b"trainer = Trainer(precision=16)\n",
+    "precision word only": b"precision = compute_precision(y, p)\n",
+    "float16 autocast": b'with torch.autocast("cuda", dtype=torch.float16):\n    y = model(x)\n',
+    "cpu autocast": b'with torch.autocast("cpu", dtype=torch.bfloat16):\n    y = model(x)\n',
+    "fill": b"scores = scores.masked_fill(mask, -1e9)\n",
+    "where": b"y = torch.where(mask, x, -1e9)\n",
+    "full word only": b"full = True\nwhere = None\nfill = 0\n",
+    "bce": b"loss = F.binary_cross_entropy(p, y)\n",
+    "nothing": b"x = 1\n",
+}
+
+
+@pytest.mark.parametrize("data", SAMPLES.values(), ids=SAMPLES.keys())
+def test_token_classes_agree_with_each_class_asked_on_its_own(data: bytes):
+    expected = {kind for kind in CLASSES if has_class(data, kind)}
+    assert token_classes(data) == expected
+    # With the prefilter's answers handed over (the way the lint pass calls it): the same.
+    seen: dict[bytes, bool] = {}
+    engine.passes_prefilter(data, engine.prefilter_spec(frozenset(known_codes())), seen)
+    assert token_classes(data, seen) == expected
+    assert float16_risk(data, seen) == float16_risk(data)
+
+
+def test_the_classes_of_some_samples():
+    assert token_classes(SAMPLES["scaler and epochs"]) == {"scaler", "epoch"}
+    assert "precision" in token_classes(SAMPLES["lightning integer"])
+    assert "precision" not in token_classes(SAMPLES["precision word only"])
+    assert FLOAT16_AUTOCAST in token_classes(SAMPLES["float16 autocast"])
+    assert token_classes(SAMPLES["cpu autocast"]) == {"autocast"}
+    assert token_classes(SAMPLES["full word only"]) == frozenset()
+    assert float16_risk(SAMPLES["where"]) and not float16_risk(SAMPLES["full word only"])
+
+
+def test_a_clip_helper_is_summarized_only_when_it_steps_something_with_an_argument():
+    helper = b"def update(scaler, optimizer, model):\n    clip_grad_norm_(model.parameters(), 1.0)\n    scaler.step(\n        optimizer)\n"
+    plain = b"def update(optimizer, model):\n    clip_grad_norm_(model.parameters(), 1.0)\n    optimizer.step()\n"
+    assert wanted_without_rules(helper)
+    assert not wanted_without_rules(plain)
+
+
+PROJECT = {
+    "pyproject.toml": "",
+    "train.py": """\
+import torch
+from model import Net
+
+model = Net()
+with torch.autocast("cuda", dtype=torch.float16):
+    y = model(torch.randn(2, 4))
+""",
+    "model.py": """\
+import torch
+
+
+class Net(torch.nn.Module):
+    def forward(self, x):
+        return x.masked_fill(x > 0, -1e9)
+""",
+    **{f"other_{i}.py": f"VALUE_{i} = {i}\n" for i in range(30)},
+}
+
+
+@pytest.mark.parametrize("use_cache", [False, True], ids=["no cache", "cold cache"])
+def test_the_project_pass_reads_no_file_again_for_its_token_classes(tmp_path: Path, monkeypatch, use_cache: bool):
+    for name, text in PROJECT.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    asked: list[str] = []
+    real = store_module._has_class
+
+    def counting(data: bytes, kind: str) -> bool:
+        asked.append(kind)
+        return real(data, kind)
+
+    monkeypatch.setattr(store_module, "_has_class", counting)
+    monkeypatch.chdir(tmp_path)
+    request = LintRequest(Settings(root=tmp_path), frozenset(known_codes()), jobs=1, use_cache=use_cache)
+    run = lint_paths([tmp_path], request, cwd=tmp_path)
+    codes = [(Path(r.path).name, f.code) for r in run.results for f in r.findings]
+    assert ("model.py", "AMP301") in codes  # the float16 pass ran and asked its questions
+    assert asked == []  # answered from what the lint pass read
