@@ -155,6 +155,7 @@ class _Imports:
     def __init__(self, project: Project) -> None:
         self.project = project
         self._edges: dict[str, set[str]] = {}
+        self._packages: dict[str, list[str]] = {}
 
     def may_reach(self, root: str, targets: set[str]) -> bool:
         if self.project.text is None:  # no texts to read: every root stays
@@ -178,6 +179,12 @@ class _Imports:
             frontier = following
         return bool(seen & targets)
 
+    def _package(self, folder: str) -> list[str]:
+        files = self._packages.get(folder)
+        if files is None:
+            files = self._packages[folder] = [rel for rel in self.project.files if rel.startswith(folder)]
+        return files
+
     def _of(self, module: str) -> set[str]:
         edges = self._edges.get(module)
         if edges is None:
@@ -190,8 +197,7 @@ class _Imports:
                 if plain and found[0].endswith("/__init__.py"):
                     # ``import pkg`` then ``pkg.model.Net()``: the linker may land in any module
                     # of the package.
-                    folder = found[0][: -len("__init__.py")]
-                    edges.update(rel for rel in self.project.files if rel.startswith(folder))
+                    edges.update(self._package(found[0][: -len("__init__.py")]))
         return edges
 
 

@@ -112,6 +112,8 @@ class Project(Record):
     """
 
     __slots__ = (
+        "_found",
+        "_module_names",
         "_outlines",
         "_summaries",
         "_text_first",
@@ -140,6 +142,8 @@ class Project(Record):
         self.text = text
         self.import_list = import_list
         self._summaries: dict[str, dict | None] = {}
+        self._found: dict[tuple[str, str], tuple[tuple[str, tuple[str, ...]], ...]] = {}
+        self._module_names: frozenset[str] | None = None
         self._outlines: dict[str, Outline | None] = {}
         self._without: re.Pattern | None = None
         self._text_first = False
@@ -173,15 +177,41 @@ class Project(Record):
     def find_module(self, importer: str, target: str) -> tuple[str, list[str]] | None:
         """The module file ``target`` (a dotted import target) names, seen from ``importer``,
         and the attribute parts left after it: ``("pkg/utils.py", ["save_checkpoint"])``."""
+        # The answer depends on the importer's folder, except that a module never imports
+        # itself: the first two matches seen from a folder are kept for its other modules.
+        key = (importer.rpartition("/")[0], target)
+        matches = self._found.get(key)
+        if matches is None:
+            matches = self._found[key] = self._matches(importer, target)
+        for candidate, rest in matches:
+            if candidate != importer:
+                return candidate, list(rest)
+        return None
+
+    def _names(self) -> frozenset[str]:
+        """Every folder name and module name (without ``.py``) in the project's paths."""
+        if self._module_names is None:
+            names = set()
+            for rel in self.files:
+                *folders, name = rel.split("/")
+                names.update(folders)
+                names.add(name[:-3] if name.endswith(".py") else name)
+            self._module_names = frozenset(names)
+        return self._module_names
+
+    def _matches(self, importer: str, target: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        found: list[tuple[str, tuple[str, ...]]] = []
         if target.startswith("."):
             level = len(target) - len(target.lstrip("."))
             parts = [p for p in target[level:].split(".") if p]
             folder = importer.split("/")[:-1]
             if level - 1 > len(folder):
-                return None
+                return ()
             bases = ["/".join(folder[: len(folder) - (level - 1)])]
         else:
             parts = target.split(".")
+            if parts[0] not in self._names():
+                return ()  # ``torch``, ``numpy``: no file or folder of the project has the name
             folders = importer.split("/")[:-1]
             # The importer's own top-level package, wherever the project keeps it (one of many
             # examples in a repository): ``import pkg.mod`` in ``apps/x/pkg/train.py`` runs with
@@ -192,9 +222,11 @@ class Project(Record):
             for count in range(len(parts), 0, -1):
                 stem = "/".join(filter(None, [base, *parts[:count]]))
                 for candidate in (f"{stem}.py", f"{stem}/__init__.py"):
-                    if candidate in self.files and candidate != importer:
-                        return candidate, parts[count:]
-        return None
+                    if candidate in self.files:
+                        found.append((candidate, tuple(parts[count:])))
+                        if len(found) == 2:
+                            return tuple(found)
+        return tuple(found)
 
     # ---- names --------------------------------------------------------------------------------
 

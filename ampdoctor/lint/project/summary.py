@@ -40,6 +40,7 @@ a class's ``record`` and ``scaler_attr`` (``snapshots.py``).
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import re
 
@@ -83,7 +84,7 @@ def summarize(facts: AmpFacts) -> dict:
     index = _AssignmentIndex(facts)
     frames = []
     # What each function's text is searched for, looked for in the whole module once first.
-    mentions = (_SCALER_TEXT.search(facts.source) is not None, "GradScaler" in facts.source)
+    mentions = _Mentions(facts)
     may_collect = "isinstance" in facts.source and "state_dict" in facts.source  # ``collector``'s shape
     for function, frame in facts.functions:
         name = qualname(frame)
@@ -104,7 +105,7 @@ def summarize(facts: AmpFacts) -> dict:
         "classes": classes,
         "instances": instances,
         "functions": functions,
-        "calls": _calls(facts, imports, functions, index),
+        "calls": _calls(facts, imports, functions, index, mentions),
         "framework": framework_runs(facts, qualname) if "precision" in facts.source else [],
         "snapshots": snapshot_saves(facts, index.of, lambda frame: scaler_in_reach(facts, frame, index))
         if facts.scalers
@@ -197,24 +198,36 @@ def _params(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str]
     return names, args.vararg is not None or args.kwarg is not None
 
 
+class _Mentions:
+    """Where the module's text says "scaler" (in any case; ``GradScaler`` among them): found in one
+    search of the module, then asked of a function's or a call's span without searching again."""
+
+    def __init__(self, facts: AmpFacts) -> None:
+        self._scaler = [match.start() for match in _SCALER_TEXT.finditer(facts.source)]
+        self.any_scaler = bool(self._scaler)
+
+    def scaler_within(self, start: int, end: int) -> bool:
+        """Whether "scaler" (in any case) lies wholly inside ``source[start:end]``."""
+        at = bisect.bisect_left(self._scaler, start)
+        return at < len(self._scaler) and self._scaler[at] + 6 <= end
+
+
 def _function(
     facts: AmpFacts,
     function: ast.FunctionDef | ast.AsyncFunctionDef,
     frame: Frame,
     index: _AssignmentIndex,
-    mentions: tuple[bool, bool] = (True, True),
-    may_collect: bool = True,
+    mentions: _Mentions,
+    may_collect: bool,
 ) -> dict:
     params, star = _params(function)
     # The function's text searched where it lies, not copied out (large modules have thousands).
-    source = facts.source
     start, end = facts.lines.bounds(function) or (0, 0)
     summary: dict = {
         "at": position(function),
         "params": params,
         "star": star,
-        "scaler": (mentions[0] and _SCALER_TEXT.search(source, start, end) is not None)
-        or (mentions[1] and source.find("GradScaler", start, end) >= 0),
+        "scaler": mentions.scaler_within(start, end),
     }
     saves = [_save(facts, site, frame, params, index) for site in frame.calls if site.qname == "torch.save"]
     if saves:
@@ -427,14 +440,20 @@ def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
 # ---------------------------------------------------------------------------------------
 
 
-def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict], index: _AssignmentIndex) -> list[dict]:
+def _calls(
+    facts: AmpFacts,
+    imports: dict[str, str],
+    functions: dict[str, dict],
+    index: _AssignmentIndex,
+    mentions: _Mentions,
+) -> list[dict]:
     """The calls a cross-module rule may ask about: those made with a scaler in reach, inside
     an autocast region, in a loop, passing a scaler, a checkpoint mapping or one of the
     function's own parameters on, or whose result a module with autocast keeps."""
     records = []
     reach_cache: dict[int, list[int] | None] = {}
     params_cache: dict[int, frozenset[str]] = {}
-    mentions_scaler = bool(_SCALER_TEXT.search(facts.source))
+    mentions_scaler = mentions.any_scaler
     for site in facts.calls:
         callee = _callee(site, imports, functions)
         if callee is None:
@@ -474,7 +493,7 @@ def _calls(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict],
             record["args"] = args
         if any(a.star for a in call_args(site.node)):
             record["star"] = True
-        if (mentions_scaler and _SCALER_TEXT.search(facts.text(site.node))) or any(
+        if mentions.scaler_within(*(facts.lines.bounds(site.node) or (0, 0))) or any(
             dotted(a.value) in facts.scalers for a in call_args(site.node)
         ):
             record["scaler"] = True
