@@ -82,6 +82,8 @@ SAMPLES = {
     "scaler and epochs": b"scaler = torch.amp.GradScaler('cuda')\nfor epoch in range(3):\n    pass\n",
     "lightning float16": b'trainer = Trainer(precision="16-mixed")\n',
     "lightning integer": b"trainer = Trainer(precision=16)\n",
+    "fabric": b'fabric = L.Fabric(accelerator="cuda", precision="16-mixed")\n',
+    "precision outside lightning": b'config = dict(precision="16-mixed")\n',
     "precision word only": b"precision = compute_precision(y, p)\n",
     "float16 autocast": b'with torch.autocast("cuda", dtype=torch.float16):\n    y = model(x)\n',
     "cpu autocast": b'with torch.autocast("cpu", dtype=torch.bfloat16):\n    y = model(x)\n',
@@ -108,6 +110,8 @@ def test_the_classes_of_some_samples():
     assert token_classes(SAMPLES["scaler and epochs"]) == {"scaler", "epoch"}
     assert "precision" in token_classes(SAMPLES["lightning integer"])
     assert "precision" not in token_classes(SAMPLES["precision word only"])
+    assert "precision" in token_classes(SAMPLES["fabric"])
+    assert "precision" not in token_classes(SAMPLES["precision outside lightning"])
     assert FLOAT16_AUTOCAST in token_classes(SAMPLES["float16 autocast"])
     assert token_classes(SAMPLES["cpu autocast"]) == {"autocast"}
     assert token_classes(SAMPLES["full word only"]) == frozenset()
@@ -119,6 +123,8 @@ def test_a_clip_helper_is_summarized_only_when_it_steps_something_with_an_argume
     plain = b"def update(optimizer, model):\n    clip_grad_norm_(model.parameters(), 1.0)\n    optimizer.step()\n"
     assert wanted_without_rules(helper)
     assert not wanted_without_rules(plain)
+    for step in ("optimizer.step(closure)", "optimizer.step(**kwargs)", "optimizer.step(lambda: loss)"):
+        assert not wanted_without_rules(plain.replace(b"optimizer.step()", step.encode()))
 
 
 PROJECT = {

@@ -19,7 +19,8 @@ TOKEN_CLASSES = {
     "autocast": (b"autocast",),
     "epoch": (b"epoch",),
     "clip": (b"clip_grad",),
-    # Lightning's float16 mixed precision as a literal: ``precision="16-mixed"``, ``precision=16``.
+    # Lightning's float16 mixed precision as a literal: ``precision="16-mixed"``, ``precision=16``
+    # (in a ``Trainer`` or ``Fabric`` call: ``_CLASS_NEEDS``).
     "precision": (b"16-mixed", b"precision=16", b'precision="16', b"precision='16"),
     # What float16 autocast set up elsewhere breaks: a BCE, a fill (``float16_risk`` is exact).
     "half_risk": (*_FLOAT16_RISK_TOKENS, *_FILL_TOKENS),
@@ -40,8 +41,9 @@ HELPER_TOKENS = (
 )
 
 
-# ``P.step(optimizer)``: a step with an argument, as a GradScaler's is (``optimizer.step()`` has none).
-_STEP_WITH_ARGUMENT = re.compile(rb"\.step\(\s*[^)\s]")
+# ``P.step(optimizer)``: a step with an argument, as a GradScaler's is (``optimizer.step()`` has
+# none, ``optimizer.step(closure)`` and ``.step(**kwargs)`` do not hand over an optimizer).
+_STEP_WITH_ARGUMENT = re.compile(rb"\.step\(\s*(?!closure\b|lambda\b|\*)[^)\s]")
 
 
 def wanted_without_rules(data: bytes) -> bool:
@@ -111,11 +113,22 @@ class _Search:
         return found
 
 
+# A class that counts only beside one of these: Lightning's precision is read from the arguments
+# of a ``Trainer(...)`` or ``Fabric(...)`` call (``float16_sites.framework_runs``).
+_CLASS_NEEDS = {"precision": (b"Trainer", b"Fabric")}
+
+
 def has_class(data: bytes, kind: str) -> bool:
     """Whether ``data`` holds a token of class ``kind`` (one of ``CLASSES``)."""
     if kind == FLOAT16_AUTOCAST:
         return _float16_autocast(data)
-    holds = _Search(data, None)
+    return _holds_class(_Search(data, None), kind)
+
+
+def _holds_class(holds: _Search, kind: str) -> bool:
+    needs = _CLASS_NEEDS.get(kind)
+    if needs is not None and not any(holds(token) for token in needs):
+        return False
     return any(holds(token) for token in TOKEN_CLASSES[kind])
 
 
@@ -123,7 +136,7 @@ def token_classes(data: bytes, seen: dict[bytes, bool] | None = None) -> frozens
     """The ``CLASSES`` that ``data`` holds. ``seen``: tokens already searched for (found or not),
     the prefilter's among them: taken from there rather than searched again, and filled in."""
     holds = _Search(data, seen)
-    found = {kind for kind, tokens in TOKEN_CLASSES.items() if any(holds(token) for token in tokens)}
+    found = {kind for kind in TOKEN_CLASSES if _holds_class(holds, kind)}
     if "autocast" in found and _float16_autocast(data):
         found.add(FLOAT16_AUTOCAST)
     return frozenset(found)

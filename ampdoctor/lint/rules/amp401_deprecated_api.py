@@ -128,10 +128,10 @@ class _Uses:
         self.handled: set[int] = set()
         self.other = 0
 
-    def scan(self, module: ast.Module) -> None:
+    def scan(self, facts: AmpFacts) -> None:
         # Parents come before their children, so a handled callee is marked before it is seen.
         watched = self.names | self.module_aliases
-        for node in iter_nodes(module, prune=(ast.Import, ast.ImportFrom)):
+        for node in _mentioning(facts, watched):
             kind = type(node)
             if kind is ast.Call:
                 self._call(node)
@@ -181,6 +181,30 @@ class _Uses:
         if type(value) is ast.Name and value.id in self.module_aliases and id(value) not in self.handled:
             self.other += 1
             self.handled.add(id(value))
+
+
+def _mentioning(facts: AmpFacts, names: set[str]) -> Iterable[ast.AST]:
+    """The module's nodes in source order (``iter_nodes``, imports not entered), passing over
+    every statement whose text (its decorators included) holds none of ``names``: nothing in it
+    can use them, and a large module is mostly such statements."""
+    source, lines = facts.source, facts.lines
+    stack: list[ast.AST] = [facts.module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.stmt):
+            span = lines.bounds(node)
+            if span is not None:
+                start, end = span
+                decorators = getattr(node, "decorator_list", None)
+                if decorators:
+                    first = lines.bounds(decorators[0])
+                    if first is not None:
+                        start = min(start, first[0])
+                if not any(source.find(name, start, end) >= 0 for name in names):
+                    continue
+        yield node
+        if type(node) not in (ast.Import, ast.ImportFrom):
+            stack.extend(reversed(children(node)))
 
 
 @register
@@ -278,7 +302,7 @@ class DeprecatedAmpApi(LintRule):
             rename = NodeEdit("replace", name, "torch.amp")
             module_aliases = {refs[0].local}
         uses = _Uses(names, module_aliases)
-        uses.scan(facts.module)
+        uses.scan(facts)
         if uses.other:
             return None  # a use we cannot rewrite (``isinstance(x, GradScaler)``, ``cls = autocast``)
         if any(call in gated for call, _local in uses.calls):
