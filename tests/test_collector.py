@@ -1,0 +1,80 @@
+"""The cyclic garbage collector is paused while files are linted, and what a batch leaves is
+reclaimed (``lint/collector.py``)."""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from pathlib import Path
+
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, _Job, _lint_batch, _worker_batch, collector, known_codes, lint_paths
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lint"
+
+
+def _jobs(tmp_path: Path) -> list[_Job]:
+    names = ("buggy_no_update.py", "clean_nanogpt_style.py")
+    for name in names:
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    return [_Job(tmp_path / name, name, ()) for name in names]
+
+
+def _request(tmp_path: Path) -> LintRequest:
+    return LintRequest(Settings(root=tmp_path), frozenset(known_codes()), jobs=1)
+
+
+def test_paused_turns_the_collector_off_inside_and_back_on_after():
+    assert gc.isenabled()
+    with collector.paused():
+        assert not gc.isenabled()
+        with collector.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner block leaves it as it found it
+    assert gc.isenabled()
+
+
+def test_a_worker_batch_leaves_no_cycles_behind(tmp_path: Path):
+    jobs = _jobs(tmp_path)
+    request = _request(tmp_path)
+    gc.collect()
+    with collector.paused():  # as in a worker, forked from a process whose collector is off
+        results = _lint_batch(jobs, request)
+        assert any(result.parsed for result in results)
+        assert gc.collect() > 0  # a parsed module's facts hold cycles: uncollected, they stay
+        results = _worker_batch(jobs, request)
+        assert any(result.parsed for result in results)
+        assert gc.collect() == 0
+
+
+def test_a_long_run_in_one_process_collects_as_it_goes(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(collector, "_PARSED_BUDGET", 1)
+    collections: list[str] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            collections.append(phase)
+
+    gc.callbacks.append(seen)
+    try:
+        _lint_batch(_jobs(tmp_path), _request(tmp_path))
+    finally:
+        gc.callbacks.remove(seen)
+    assert len(collections) >= 2  # one per parsed file over the (tiny) budget
+
+
+def test_a_one_file_run_pays_for_no_full_collection(tmp_path: Path):
+    collections: list[str] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            collections.append(phase)
+
+    gc.collect()
+    gc.callbacks.append(seen)
+    try:
+        run = lint_paths([_jobs(tmp_path)[0].path], _request(tmp_path), cwd=tmp_path)
+    finally:
+        gc.callbacks.remove(seen)
+    assert run.results and collections == []
+    assert gc.isenabled()
