@@ -45,22 +45,17 @@ import builtins
 import re
 
 from ..model import AmpFacts, CallSite, Frame
-from ..passes import is_optimizer, is_optimizer_constructor
+from ..passes import is_optimizer_constructor
 from ..rules.scaler_queries import float16_in_code, is_epoch_loop, saver_has_scaler, scaler_enabled
 from ..syntax import call_args, dotted, iter_nodes
 from ..syntax import span as position
 from ..vocabulary import EventKind
 from .float16_sites import add_float16_parts, framework_runs
+from .mappings import AssignmentIndex, mapping_of, state_of
 from .outline import project_imports
 from .snapshots import collected, collector, is_stub, record_class, scaler_attribute, snapshot_saves
 
 _SCALER_TEXT = re.compile(r"scaler", re.IGNORECASE)
-# Saved values that are plain bookkeeping, never a container of training state.
-_SCALAR_NAME = re.compile(
-    r"(^|_)(epoch|epochs|step|steps|iter|iters|iteration|global_step|loss|best\w*|acc\w*|metric\w*|score|lr|"
-    r"args|config|cfg|hparams|path|name|arch|version|seed)$",
-    re.IGNORECASE,
-)
 # nn.Module methods that return the module itself.
 _RETURNS_MODULE = frozenset({"cuda", "to", "cpu", "train", "eval", "requires_grad_"})
 # Callees that are never project code (builtins and common containers).
@@ -81,7 +76,7 @@ def summarize(facts: AmpFacts) -> dict:
     imports = _project_imports(facts.module)
     instances = _instances(facts)
     functions: dict[str, dict] = {}
-    index = _AssignmentIndex(facts)
+    index = AssignmentIndex(facts)
     frames = []
     # What each function's text is searched for, looked for in the whole module once first.
     mentions = _Mentions(facts)
@@ -216,7 +211,7 @@ def _function(
     facts: AmpFacts,
     function: ast.FunctionDef | ast.AsyncFunctionDef,
     frame: Frame,
-    index: _AssignmentIndex,
+    index: AssignmentIndex,
     mentions: _Mentions,
     may_collect: bool,
 ) -> dict:
@@ -254,7 +249,7 @@ def _function(
     return summary
 
 
-def _save(facts: AmpFacts, site: CallSite, frame: Frame, params: list[str], index: _AssignmentIndex) -> dict:
+def _save(facts: AmpFacts, site: CallSite, frame: Frame, params: list[str], index: AssignmentIndex) -> dict:
     record: dict = {"at": position(site.node)}
     arg = site.arg(0, "obj")
     if arg is None or arg.star:
@@ -281,74 +276,6 @@ def _changed_in(facts: AmpFacts, frame: Frame, name: str, before: CallSite) -> b
     if any(where is frame and target == name for target, _node, where in facts.item_assignments):
         return True
     return any(site.receiver == name and site.order < before.order for site in frame.calls)
-
-
-def mapping_of(
-    facts: AmpFacts, frame: Frame, expr: ast.expr, order: int, index: _AssignmentIndex | None = None
-) -> ast.expr | None:
-    """The dict literal (or ``dict(...)`` call) that ``expr`` is or names, when the frame builds
-    it in one piece before ``order`` and completes it nowhere else; otherwise None."""
-    if _is_mapping_literal(expr):
-        return expr
-    name = dotted(expr)
-    if name is None:
-        return None
-    candidates = (
-        index.of(frame, name)
-        if index is not None
-        else [a for a in facts.assignments if a.frame is frame and a.target == name]
-    )
-    earlier = [a for a in candidates if a.order < order]
-    if len(earlier) != 1 or not _is_mapping_literal(earlier[0].value):
-        return None
-    built = earlier[0].order
-    for site in frame.calls:
-        if built < site.order < order and (
-            site.receiver == name or any(dotted(a.value) == name for a in call_args(site.node))
-        ):
-            return None  # completed elsewhere: ``state.update(...)``, ``add_extra(state)``
-    if any(where is frame and target == name for target, _node, where in facts.item_assignments):
-        return None
-    return earlier[0].value
-
-
-def _is_mapping_literal(expr: ast.expr) -> bool:
-    return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and dotted(expr.func) == "dict")
-
-
-def state_of(facts: AmpFacts, mapping: ast.expr, params: list[str] | None = None) -> dict:
-    """What a checkpoint mapping holds: ``optim`` (an optimizer's ``state_dict()``), ``scaler``
-    (anything that mentions a scaler), ``opaque`` (a ``**spread``, or a value that may carry
-    state built elsewhere: a parameter or a name that is not plain bookkeeping)."""
-    text = facts.text(mapping)
-    optim = False
-    opaque = False
-    for node in iter_nodes(mapping):
-        if isinstance(node, ast.Dict):
-            if any(key is None for key in node.keys):
-                opaque = True
-            for value in node.values:
-                opaque = opaque or _may_carry_state(value, params)
-        elif isinstance(node, ast.Call):
-            func = node.func
-            if isinstance(func, ast.Attribute) and func.attr == "state_dict":
-                receiver = dotted(func.value)
-                if is_optimizer(receiver, facts) or "optim" in (receiver or "").lower():
-                    optim = True
-            if dotted(func) == "dict":
-                if any(a.star for a in call_args(node)):
-                    opaque = True
-                opaque = opaque or any(_may_carry_state(k.value, params) for k in node.keywords if k.arg)
-    return {"optim": optim, "scaler": bool(_SCALER_TEXT.search(text)), "opaque": opaque}
-
-
-def _may_carry_state(value: ast.expr, params: list[str] | None) -> bool:
-    """A bare name or attribute as a saved value: a container built elsewhere, unless its name
-    says it is bookkeeping (``epoch``, ``best_acc``, ``args``)."""
-    if type(value) not in (ast.Name, ast.Attribute):
-        return False
-    last = (dotted(value) or "").rsplit(".", 1)[-1]
-    return not _SCALAR_NAME.search(last)
 
 
 def _clips_before_param_step(facts: AmpFacts, frame: Frame, params: list[str]) -> list[dict]:
@@ -444,7 +371,7 @@ def _calls(
     facts: AmpFacts,
     imports: dict[str, str],
     functions: dict[str, dict],
-    index: _AssignmentIndex,
+    index: AssignmentIndex,
     mentions: _Mentions,
 ) -> list[dict]:
     """The calls a cross-module rule may ask about: those made with a scaler in reach, inside
@@ -501,7 +428,7 @@ def _calls(
     return records
 
 
-def _passes_on(facts: AmpFacts, site: CallSite, params: frozenset[str], index: _AssignmentIndex) -> bool:
+def _passes_on(facts: AmpFacts, site: CallSite, params: frozenset[str], index: AssignmentIndex) -> bool:
     """Whether the call passes a scaler, one of the function's own parameters or a checkpoint
     mapping on (what ``_arguments`` would record), tested without building the records."""
     values = [arg.value for arg in call_args(site.node) if not arg.star]
@@ -519,26 +446,7 @@ def _param_names(frame: Frame) -> frozenset[str]:
     return frozenset(_params(node)[0])
 
 
-class _AssignmentIndex:
-    """Assignments by (frame, target), in order: the summary's questions about one name must
-    not scan the whole module each time (a generated module has a hundred thousand of them)."""
-
-    def __init__(self, facts: AmpFacts) -> None:
-        self.by_target: dict[tuple[int, str], list] = {}
-        self.scalers_made: dict[str, ast.AST] = {}
-        self.module_scaler: ast.AST | None = None
-        for assignment in facts.assignments:
-            self.by_target.setdefault((id(assignment.frame), assignment.target), []).append(assignment)
-            if assignment.target in facts.scalers:
-                self.scalers_made.setdefault(assignment.target, assignment)
-                if assignment.frame.parent is None and self.module_scaler is None:
-                    self.module_scaler = assignment.value
-
-    def of(self, frame: Frame, target: str) -> list:
-        return self.by_target.get((id(frame), target), [])
-
-
-def _reach(facts: AmpFacts, frame: Frame, index: _AssignmentIndex) -> list[int] | None:
+def _reach(facts: AmpFacts, frame: Frame, index: AssignmentIndex) -> list[int] | None:
     # A frame that saves its scaler's state some other way is not judged.
     if any(s.method == "state_dict" and _SCALER_TEXT.search(s.receiver or "") for s in frame.calls):
         return None
@@ -562,7 +470,7 @@ def _callee(site: CallSite, imports: dict[str, str], functions: dict[str, dict])
     return spelled
 
 
-def _arguments(facts: AmpFacts, site: CallSite, index: _AssignmentIndex | None = None) -> list[dict]:
+def _arguments(facts: AmpFacts, site: CallSite, index: AssignmentIndex | None = None) -> list[dict]:
     """Per argument: its position or keyword, its spelling, whether it is a known scaler, and
     what a checkpoint mapping passed there holds; ``state`` (for the scalers it passes) tells
     whether a scaled backward came before the call with no ``unscale_`` since."""
@@ -599,7 +507,7 @@ def _scaler_state(site: CallSite, scaler: str) -> dict:
     return {"kind": "unscaled" if unscaled else "scaled", "backward": position(last.call.node)}
 
 
-def scaler_in_reach(facts: AmpFacts, frame: Frame, index: _AssignmentIndex) -> list[int] | None:
+def scaler_in_reach(facts: AmpFacts, frame: Frame, index: AssignmentIndex) -> list[int] | None:
     """Where the scaler that ``frame`` trains with is made, when it has one: a module-level
     scaler, one the frame itself uses (or receives as a parameter), or a ``self.`` scaler of
     its class. None otherwise."""

@@ -1,0 +1,109 @@
+"""Checkpoint mappings in a module's code: the dict a ``torch.save`` (or a save helper's
+argument) writes, whether the frame builds it in one piece, and what it holds (an optimizer's
+state, a scaler, state built elsewhere). Shared by the module summary's functions and calls.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from ..model import AmpFacts, Frame
+from ..passes import is_optimizer
+from ..syntax import call_args, dotted, iter_nodes
+
+_SCALER_TEXT = re.compile(r"scaler", re.IGNORECASE)
+
+# Saved values that are plain bookkeeping, never a container of training state.
+_SCALAR_NAME = re.compile(
+    r"(^|_)(epoch|epochs|step|steps|iter|iters|iteration|global_step|loss|best\w*|acc\w*|metric\w*|score|lr|"
+    r"args|config|cfg|hparams|path|name|arch|version|seed)$",
+    re.IGNORECASE,
+)
+
+
+class AssignmentIndex:
+    """Assignments by (frame, target), in order: the summary's questions about one name must
+    not scan the whole module each time (a generated module has a hundred thousand of them)."""
+
+    def __init__(self, facts: AmpFacts) -> None:
+        self.by_target: dict[tuple[int, str], list] = {}
+        self.scalers_made: dict[str, ast.AST] = {}
+        self.module_scaler: ast.AST | None = None
+        for assignment in facts.assignments:
+            self.by_target.setdefault((id(assignment.frame), assignment.target), []).append(assignment)
+            if assignment.target in facts.scalers:
+                self.scalers_made.setdefault(assignment.target, assignment)
+                if assignment.frame.parent is None and self.module_scaler is None:
+                    self.module_scaler = assignment.value
+
+    def of(self, frame: Frame, target: str) -> list:
+        return self.by_target.get((id(frame), target), [])
+
+
+def mapping_of(
+    facts: AmpFacts, frame: Frame, expr: ast.expr, order: int, index: AssignmentIndex | None = None
+) -> ast.expr | None:
+    """The dict literal (or ``dict(...)`` call) that ``expr`` is or names, when the frame builds
+    it in one piece before ``order`` and completes it nowhere else; otherwise None."""
+    if _is_mapping_literal(expr):
+        return expr
+    name = dotted(expr)
+    if name is None:
+        return None
+    candidates = (
+        index.of(frame, name)
+        if index is not None
+        else [a for a in facts.assignments if a.frame is frame and a.target == name]
+    )
+    earlier = [a for a in candidates if a.order < order]
+    if len(earlier) != 1 or not _is_mapping_literal(earlier[0].value):
+        return None
+    built = earlier[0].order
+    for site in frame.calls:
+        if built < site.order < order and (
+            site.receiver == name or any(dotted(a.value) == name for a in call_args(site.node))
+        ):
+            return None  # completed elsewhere: ``state.update(...)``, ``add_extra(state)``
+    if any(where is frame and target == name for target, _node, where in facts.item_assignments):
+        return None
+    return earlier[0].value
+
+
+def _is_mapping_literal(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and dotted(expr.func) == "dict")
+
+
+def state_of(facts: AmpFacts, mapping: ast.expr, params: list[str] | None = None) -> dict:
+    """What a checkpoint mapping holds: ``optim`` (an optimizer's ``state_dict()``), ``scaler``
+    (anything that mentions a scaler), ``opaque`` (a ``**spread``, or a value that may carry
+    state built elsewhere: a parameter or a name that is not plain bookkeeping)."""
+    text = facts.text(mapping)
+    optim = False
+    opaque = False
+    for node in iter_nodes(mapping):
+        if isinstance(node, ast.Dict):
+            if any(key is None for key in node.keys):
+                opaque = True
+            for value in node.values:
+                opaque = opaque or _may_carry_state(value, params)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr == "state_dict":
+                receiver = dotted(func.value)
+                if is_optimizer(receiver, facts) or "optim" in (receiver or "").lower():
+                    optim = True
+            if dotted(func) == "dict":
+                if any(a.star for a in call_args(node)):
+                    opaque = True
+                opaque = opaque or any(_may_carry_state(k.value, params) for k in node.keywords if k.arg)
+    return {"optim": optim, "scaler": bool(_SCALER_TEXT.search(text)), "opaque": opaque}
+
+
+def _may_carry_state(value: ast.expr, params: list[str] | None) -> bool:
+    """A bare name or attribute as a saved value: a container built elsewhere, unless its name
+    says it is bookkeeping (``epoch``, ``best_acc``, ``args``)."""
+    if type(value) not in (ast.Name, ast.Attribute):
+        return False
+    last = (dotted(value) or "").rsplit(".", 1)[-1]
+    return not _SCALAR_NAME.search(last)
