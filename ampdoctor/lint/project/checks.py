@@ -20,6 +20,7 @@ from .link import Project, Target
 from .reports import RESUME, Callers, CrossReport
 from .snapshot_checks import collected_checkpoints, snapshot_checkpoints
 from .store import BACKWARD_TEXT
+from .tokens import SAVE_TEXT
 
 # How far a checkpoint handed from helper to helper is followed.
 _SAVE_DEPTH = 2
@@ -111,8 +112,10 @@ def _incomplete_save(project: Project, target: Target, call: dict, depth: int) -
     for inner in project.calls(target.module):
         if inner.get("frame") != target.name or inner.get("star"):
             continue
-        # The next level looks only at the backward its function runs itself.
-        next_target = project.resolve_call(target.module, inner, without=BACKWARD_TEXT)
+        # The last level must write the checkpoint itself: a function whose text has no ``save``
+        # is not summarized to find that out. (A level before it may hand on further.)
+        last = depth + 1 >= _SAVE_DEPTH
+        next_target = project.resolve_call(target.module, inner, without=SAVE_TEXT if last else None)
         if next_target is None:
             continue
         forwarded = _forward_args(target, call, inner)

@@ -28,6 +28,9 @@ TOKEN_CLASSES = {
 # Without a match, a function runs no backward (``loss.backward()``, ``torch.autograd.backward``
 # however imported, ``accelerator.backward(loss)``, Lightning's ``self.manual_backward(loss)``).
 BACKWARD_TEXT = re.compile(rb"\bbackward\b|manual_backward")
+# Without a match, a function writes no checkpoint itself: ``torch.save`` however it is spelled
+# or imported (the module's own code is searched too: ``from torch import save as persist``).
+SAVE_TEXT = re.compile(rb"save")
 # Bytes without which a module's functions do nothing the cross-module rules ask about.
 HELPER_TOKENS = (
     b"save",
