@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..model import AmpFacts, Frame
+from ..model import AmpFacts, Assignment, Frame
 from ..passes import is_optimizer
 from ..syntax import call_args, dotted, iter_nodes
 
@@ -28,7 +28,7 @@ class AssignmentIndex:
 
     def __init__(self, facts: AmpFacts) -> None:
         self.by_target: dict[tuple[int, str], list] = {}
-        self.scalers_made: dict[str, ast.AST] = {}
+        self.scalers_made: dict[str, Assignment] = {}
         self.module_scaler: ast.AST | None = None
         for assignment in facts.assignments:
             self.by_target.setdefault((id(assignment.frame), assignment.target), []).append(assignment)

@@ -469,15 +469,14 @@ def _gates(facts: AmpFacts, parent: ast.AST, child: ast.AST, new_api: list[tuple
     """Whether ``child`` is in an arm of ``parent`` kept for old torch: the other arm of a version
     test (or of ``a if c else b``) that uses the new API, or the body of an ``except`` that
     catches the failed import or attribute."""
-    kind = type(parent)
-    if kind is ast.ExceptHandler:
+    if isinstance(parent, ast.ExceptHandler):
         return _catches_fallback(parent) and any(child is statement for statement in parent.body)
-    if not new_api or (kind is not ast.IfExp and kind is not ast.If):
+    if not new_api or not isinstance(parent, (ast.If, ast.IfExp)):
         return False
-    body = [parent.body] if kind is ast.IfExp else parent.body
-    orelse = [parent.orelse] if kind is ast.IfExp else parent.orelse
+    body = [parent.body] if isinstance(parent, ast.IfExp) else parent.body
+    orelse = [parent.orelse] if isinstance(parent, ast.IfExp) else parent.orelse
     if any(child is part for part in orelse):
-        other = body
+        other: list = body
     elif any(child is part for part in body):
         other = orelse
     else:
@@ -502,7 +501,7 @@ def _chain_to(module: ast.Module, target: ast.AST) -> tuple[ast.AST, ...] | None
             if child is target:
                 return (*path, child)
             span = _outer_span(child) if placed is not None else None
-            if span is None or (span[0] <= placed[0] and placed[1] <= span[1]):
+            if span is None or placed is None or (span[0] <= placed[0] and placed[1] <= span[1]):
                 stack.append((child, (*path, child)))
     return None
 
@@ -511,11 +510,12 @@ def _outer_span(node: ast.AST) -> tuple[tuple[int, int], tuple[int, int]] | None
     line = getattr(node, "lineno", None)
     if line is None:
         return None
-    start = (line, node.col_offset)
-    if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef) and node.decorator_list:
-        first = node.decorator_list[0]
+    start = (line, getattr(node, "col_offset", 0))
+    decorators = getattr(node, "decorator_list", None)
+    if decorators:
+        first = decorators[0]
         start = min(start, (first.lineno, first.col_offset))
-    return start, (node.end_lineno or line, node.end_col_offset or 0)
+    return start, (getattr(node, "end_lineno", None) or line, getattr(node, "end_col_offset", None) or 0)
 
 
 def _new_api_spans(facts: AmpFacts) -> list[tuple[int, int]]:
