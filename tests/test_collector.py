@@ -78,3 +78,25 @@ def test_a_one_file_run_pays_for_no_full_collection(tmp_path: Path):
         gc.callbacks.remove(seen)
     assert run.results and collections == []
     assert gc.isenabled()
+
+
+def test_the_project_pass_collects_as_it_summarizes(tmp_path: Path, monkeypatch):
+    from ampdoctor.lint.project.store import SummaryStore
+
+    _jobs(tmp_path)
+    monkeypatch.setattr(collector, "_PARSED_BUDGET", 1)
+    store = SummaryStore(tmp_path, None)
+    collections: list[str] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            collections.append(phase)
+
+    gc.callbacks.append(seen)
+    try:
+        with collector.paused():  # as in a lint run
+            summaries = [store.summary(name) for name in ("buggy_no_update.py", "clean_nanogpt_style.py")]
+    finally:
+        gc.callbacks.remove(seen)
+    assert all(summary is not None for summary in summaries)
+    assert len(collections) == 2

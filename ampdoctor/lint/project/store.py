@@ -25,6 +25,7 @@ try:
 except ImportError:  # pragma: no cover - interpreters built without it
     from hashlib import blake2b
 
+from ..collector import Spending
 from .outline import Outline, defines_without
 
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
@@ -69,6 +70,7 @@ class SummaryStore:
         self._verified: set[str] = set()
         self._texts: dict[str, bytes] = {}
         self._imports: dict[str, list[tuple[str, bool]]] = {}
+        self._spending = Spending()
         self._base = str(root)
         if folder is not None:
             from ..cache import build_fingerprint
@@ -248,6 +250,7 @@ class SummaryStore:
                     # what is known of its bytes stands.
                     entry["key"] = key
             entry["summary"] = summarize_bytes(data)
+            self._spending.parsed_source(len(data))  # the collector is paused: see collector.py
             self.dirty = True
         return entry["summary"]
 
