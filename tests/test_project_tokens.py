@@ -87,6 +87,7 @@ SAMPLES = {
     "precision word only": b"precision = compute_precision(y, p)\n",
     "float16 autocast": b'with torch.autocast("cuda", dtype=torch.float16):\n    y = model(x)\n',
     "cpu autocast": b'with torch.autocast("cpu", dtype=torch.bfloat16):\n    y = model(x)\n',
+    "deprecated scaler, no autocast": b"scaler = torch.cuda.amp.GradScaler()\n",
     "fill": b"scores = scores.masked_fill(mask, -1e9)\n",
     "where": b"y = torch.where(mask, x, -1e9)\n",
     "full word only": b"full = True\nwhere = None\nfill = 0\n",
@@ -114,6 +115,7 @@ def test_the_classes_of_some_samples():
     assert "precision" not in token_classes(SAMPLES["precision outside lightning"])
     assert FLOAT16_AUTOCAST in token_classes(SAMPLES["float16 autocast"])
     assert token_classes(SAMPLES["cpu autocast"]) == {"autocast"}
+    assert token_classes(SAMPLES["deprecated scaler, no autocast"]) == {"scaler"}
     assert token_classes(SAMPLES["full word only"]) == frozenset()
     assert float16_risk(SAMPLES["where"]) and not float16_risk(SAMPLES["full word only"])
 

@@ -123,8 +123,8 @@ _CLASS_NEEDS = {"precision": (b"Trainer", b"Fabric")}
 
 def has_class(data: bytes, kind: str) -> bool:
     """Whether ``data`` holds a token of class ``kind`` (one of ``CLASSES``)."""
-    if kind == FLOAT16_AUTOCAST:
-        return _float16_autocast(data)
+    if kind == FLOAT16_AUTOCAST:  # an autocast region, in float16 or on an accelerator
+        return has_class(data, "autocast") and _float16_autocast(data)
     return _holds_class(_Search(data, None), kind)
 
 
@@ -137,12 +137,37 @@ def _holds_class(holds: _Search, kind: str) -> bool:
 
 def token_classes(data: bytes, seen: dict[bytes, bool] | None = None) -> frozenset[str]:
     """The ``CLASSES`` that ``data`` holds. ``seen``: tokens already searched for (found or not),
-    the prefilter's among them: taken from there rather than searched again, and filled in."""
-    holds = _Search(data, seen)
-    found = {kind for kind in TOKEN_CLASSES if _holds_class(holds, kind)}
+    the prefilter's among them: taken from there rather than searched again, and filled in.
+    Asked of every file of a tree, so written as plain loops (``has_class`` is the reference)."""
+    known = {} if seen is None else seen
+    found = []
+    for kind, needs, tokens in _PLAN:
+        for group in (needs, tokens) if needs else (tokens,):
+            for token in group:
+                held = known.get(token)
+                if held is None:
+                    within = _WITHIN.get(token)
+                    if within is not None:
+                        inside = known.get(within)
+                        if inside is None:
+                            inside = known[within] = within in data
+                        held = inside and token in data
+                    else:
+                        held = token in data
+                    known[token] = held
+                if held:
+                    break
+            else:
+                break  # no token of this group: not this class
+        else:
+            found.append(kind)
     if "autocast" in found and _float16_autocast(data):
-        found.add(FLOAT16_AUTOCAST)
+        found.append(FLOAT16_AUTOCAST)
     return frozenset(found)
+
+
+# Per class: the tokens one of which it needs beside its own (``_CLASS_NEEDS``), and its own.
+_PLAN = tuple((kind, _CLASS_NEEDS.get(kind, ()), tokens) for kind, tokens in TOKEN_CLASSES.items())
 
 
 def _float16_autocast(data: bytes) -> bool:
