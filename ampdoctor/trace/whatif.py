@@ -9,10 +9,10 @@ that float16 would lose is known on the host for any power-of-two scale: the pre
 the smallest one at which the gradient as a whole loses little (the ``init_scale`` to
 recommend). "Lost" is AMP505's definition (``rules/underflow.py``): below 2**-20 once scaled,
 flushed to zero or kept with at most 4 significant bits; the subnormals from 2**-20 to 2**-14
-keep 5 to 10 bits and are not lost. The share tolerated is AMP505's ``underflow_share``. Module outputs beyond float16's range come from the activation measurements the
-session already takes; the module where the overflow is born (output beyond 65504, inputs
-within) and the smallest enclosing module whose output is back in range say what to keep in
-float32.
+keep 5 to 10 bits and are not lost. The share tolerated is AMP505's ``underflow_share``.
+Module outputs beyond float16's range come from the activation measurements the session already
+takes; the module where the overflow is born (output beyond 65504, inputs within) and the
+smallest enclosing module whose output is back in range say what to keep in float32.
 """
 
 from __future__ import annotations
