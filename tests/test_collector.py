@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ampdoctor.config import Settings
@@ -22,6 +24,22 @@ def _jobs(tmp_path: Path) -> list[_Job]:
 
 def _request(tmp_path: Path) -> LintRequest:
     return LintRequest(Settings(root=tmp_path), frozenset(known_codes()), jobs=1)
+
+
+@contextmanager
+def _full_collections() -> Iterator[list[str]]:
+    """The full collections made inside the block (one entry each)."""
+    collections: list[str] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            collections.append(phase)
+
+    gc.callbacks.append(seen)
+    try:
+        yield collections
+    finally:
+        gc.callbacks.remove(seen)
 
 
 def test_paused_turns_the_collector_off_inside_and_back_on_after():
@@ -49,33 +67,15 @@ def test_a_worker_batch_leaves_no_cycles_behind(tmp_path: Path):
 
 def test_a_long_run_in_one_process_collects_as_it_goes(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(collector, "_PARSED_BUDGET", 1)
-    collections: list[str] = []
-
-    def seen(phase: str, info: dict) -> None:
-        if phase == "start" and info["generation"] == 2:
-            collections.append(phase)
-
-    gc.callbacks.append(seen)
-    try:
+    with _full_collections() as collections:
         _lint_batch(_jobs(tmp_path), _request(tmp_path))
-    finally:
-        gc.callbacks.remove(seen)
     assert len(collections) >= 2  # one per parsed file over the (tiny) budget
 
 
 def test_a_one_file_run_pays_for_no_full_collection(tmp_path: Path):
-    collections: list[str] = []
-
-    def seen(phase: str, info: dict) -> None:
-        if phase == "start" and info["generation"] == 2:
-            collections.append(phase)
-
     gc.collect()
-    gc.callbacks.append(seen)
-    try:
+    with _full_collections() as collections:
         run = lint_paths([_jobs(tmp_path)[0].path], _request(tmp_path), cwd=tmp_path)
-    finally:
-        gc.callbacks.remove(seen)
     assert run.results and collections == []
     assert gc.isenabled()
 
@@ -86,17 +86,7 @@ def test_the_project_pass_collects_as_it_summarizes(tmp_path: Path, monkeypatch)
     _jobs(tmp_path)
     monkeypatch.setattr(collector, "_PARSED_BUDGET", 1)
     store = SummaryStore(tmp_path, None)
-    collections: list[str] = []
-
-    def seen(phase: str, info: dict) -> None:
-        if phase == "start" and info["generation"] == 2:
-            collections.append(phase)
-
-    gc.callbacks.append(seen)
-    try:
-        with collector.paused():  # as in a lint run
-            summaries = [store.summary(name) for name in ("buggy_no_update.py", "clean_nanogpt_style.py")]
-    finally:
-        gc.callbacks.remove(seen)
+    with _full_collections() as collections, collector.paused():  # paused, as in a lint run
+        summaries = [store.summary(name) for name in ("buggy_no_update.py", "clean_nanogpt_style.py")]
     assert all(summary is not None for summary in summaries)
     assert len(collections) == 2

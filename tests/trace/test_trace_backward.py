@@ -165,21 +165,29 @@ def test_in_place_modules_train_identically_while_watched():
     assert not session.observations.instrument_errors
 
 
+def _three_float16_steps(model, optimizer, after_step=lambda: None) -> None:
+    scaler = torch.amp.GradScaler("cpu")
+    for _ in range(3):
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(torch.randn(8, 4)).float().mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        after_step()
+
+
 def test_parameter_hooks_are_removed_after_each_watched_iteration():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with trace_session(steps=None, record_ops_steps=3) as session:
-        scaler = torch.amp.GradScaler("cpu")
-        for _ in range(3):
-            optimizer.zero_grad()
-            with torch.autocast("cpu", dtype=torch.float16):
-                loss = model(torch.randn(8, 4)).float().mean()
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+
+        def only_while_watched() -> None:
             watch: BackwardWatch = session._backward
             assert not watch._handles or watch.active  # the next iteration's, if any, only while watched
+
+        _three_float16_steps(model, optimizer, only_while_watched)
     for param in model.parameters():
         assert not param._backward_hooks
     assert not session._backward._handles
@@ -194,14 +202,7 @@ def _census(monkeypatch, watch_backward: bool) -> dict:
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with trace_session(steps=None, record_ops_steps=2) as session:
-        scaler = torch.amp.GradScaler("cpu")
-        for _ in range(3):
-            optimizer.zero_grad()
-            with torch.autocast("cpu", dtype=torch.float16):
-                loss = model(torch.randn(8, 4)).float().mean()
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+        _three_float16_steps(model, optimizer)
     monkeypatch.undo()
     assert not session.observations.instrument_errors
     return dict(session.observations.ops)
