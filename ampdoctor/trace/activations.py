@@ -203,9 +203,11 @@ def boundary_row(grads: list[torch.Tensor]) -> torch.Tensor:
     outputs. They are float16 values already: the coarse subnormals are the nonzero ones below
     2**-20, which keep at most 4 significant bits (what flushed is among the zeros)."""
     numel = sum(g.numel() for g in grads)
-    zeros = _total([(g == 0).sum(dtype=torch.float32) for g in grads])
-    subnormal = _total([((g != 0) & (g.abs() < FLOAT16_SMALLEST_NORMAL)).sum(dtype=torch.float32) for g in grads])
-    coarse = _total([((g != 0) & (g.abs() < FLOAT16_COARSE_SUBNORMAL)).sum(dtype=torch.float32) for g in grads])
+    magnitudes = [g.abs() for g in grads]  # once per gradient: every count below reads it
+    zeros = _total([(m == 0).sum(dtype=torch.float32) for m in magnitudes])
+    # A zero is below both cuts: counted below them, then taken off.
+    subnormal = _total([(m < FLOAT16_SMALLEST_NORMAL).sum(dtype=torch.float32) for m in magnitudes]) - zeros
+    coarse = _total([(m < FLOAT16_COARSE_SUBNORMAL).sum(dtype=torch.float32) for m in magnitudes]) - zeros
     return torch.stack([zeros / numel, subnormal / numel, coarse / numel])
 
 

@@ -368,3 +368,14 @@ def test_overhead_benchmark_runs_and_prints_its_table(tmp_path):
         "peak RSS traced",
     ):
         assert any(line.startswith(f"| {label} |") for line in lines), label
+
+
+def test_boundary_row_counts_zeros_subnormals_and_coarse_subnormals_of_float16_gradients():
+    from ampdoctor.trace.activations import boundary_row
+
+    values = [0.0, -0.0, 2.0**-24, -(2.0**-21), 2.0**-20, 2.0**-15, -(2.0**-14), 1.0, float("nan"), float("inf")]
+    grads = [torch.tensor(values[:5], dtype=torch.float16), torch.tensor(values[5:], dtype=torch.float16)]
+    zeros, subnormal, coarse = boundary_row(grads).tolist()
+    assert zeros == pytest.approx(2 / 10)  # 0.0 and -0.0
+    assert subnormal == pytest.approx(4 / 10)  # 2**-24, 2**-21, 2**-20, 2**-15: nonzero below 2**-14
+    assert coarse == pytest.approx(2 / 10)  # 2**-24 and 2**-21: nonzero below 2**-20
