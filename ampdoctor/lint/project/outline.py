@@ -128,20 +128,6 @@ def project_imports(body: list) -> dict[str, str]:
     return found
 
 
-def _dotted(expr) -> str | None:
-    """``a.b.c`` for a chain of names and attributes (as ``syntax.dotted``)."""
-    import _ast
-
-    parts = []
-    while type(expr) is _ast.Attribute:
-        parts.append(expr.attr)
-        expr = expr.value
-    if type(expr) is _ast.Name:
-        parts.append(expr.id)
-        return ".".join(reversed(parts))
-    return None
-
-
 class Outline:
     """The questions the link step asks of a summary (``functions``, ``classes``, ``aliases``,
     ``imports``), answered from a module's text: exactly, or by raising ``Uncertain``.
@@ -265,6 +251,8 @@ class Outline:
         if index not in self._headers:
             import _ast
 
+            from ..syntax import dotted
+
             self._headers[index] = None
             kind, start, end = self._blocks[index]
             lines = self._split()
@@ -275,7 +263,7 @@ class Outline:
                 node = tree.body[0] if len(tree.body) == 1 else None
                 if type(node) is _ast.ClassDef and f"class {node.name}" == kind and len(node.body) == 1:
                     if type(node.body[0]) is _ast.Pass:
-                        bases = [spelled for spelled in map(_dotted, node.bases) if spelled]
+                        bases = [spelled for spelled in map(dotted, node.bases) if spelled]
                         self._headers[index] = (count, bases)
                 break
         return self._headers[index]
