@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 
 from .model import AmpFacts, Assignment, Block, CallSite, Frame, ImportRef, WithRef
 from .passes import classify_events, find_scalers_and_optimizers, resolve_regions
-from .syntax import children, dotted, qualify
+from .syntax import children, dotted, qualify, qualify_spelled
 
 
 def _import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[ast.alias, str, str, str | None]]:
@@ -276,13 +276,19 @@ class _FactWalk:
         frame = self._frame_stack[-1]
         self._order += 1
         func = node.func
-        receiver = method = None
-        if type(func) is ast.Attribute:
+        kind = type(func)
+        receiver = method = spelled = None
+        if kind is ast.Attribute:
             method = func.attr
             receiver = dotted(func.value)
+            if receiver is not None:
+                spelled = f"{receiver}.{method}"
+        elif kind is ast.Name:
+            spelled = func.id
+        qname = qualify_spelled(spelled, self.imports) if spelled is not None else None
         site = CallSite(
             node=node,
-            qname=qualify(func, self.imports),
+            qname=qname,
             receiver=receiver,
             method=method,
             frame=frame,
@@ -290,17 +296,30 @@ class _FactWalk:
             withs=tuple(self._with_stack[-1]),
             order=self._order,
             statement=self._statements[-1] if self._statements else node,
+            spelled=spelled,
         )
         frame.calls.append(site)
         self.calls.append(site)
-        return False
+        if spelled is None:
+            return False  # the callee is an expression of its own (a call's result, a subscript)
+        # The callee is a chain of names: record it as ``_attribute`` would, without spelling
+        # it again, and visit the arguments.
+        if qname is not None and kind is ast.Attribute:
+            self.references.append((func, qname))
+        arguments = [arg for arg in node.args if type(arg) not in _LEAVES]
+        arguments.extend(node.keywords)
+        self._work.extend(reversed(arguments))
+        return True
 
     def _attribute(self, node: ast.Attribute) -> bool:
-        name = qualify(node, self.imports)
+        name = dotted(node)
         if name is None:
-            return False
-        # A resolved chain holds only names: nothing further inside it to record.
-        self.references.append((node, name))
+            return False  # a chain over a call or a subscript: what is inside is visited
+        resolved = qualify_spelled(name, self.imports)
+        if resolved is not None:
+            self.references.append((node, resolved))
+        # A chain of names holds nothing further to record (its shorter chains share its head,
+        # so none of them resolves when it does not).
         return True
 
 

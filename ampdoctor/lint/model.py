@@ -83,7 +83,7 @@ class WithRef(Record):
 
 
 class CallSite(Record):
-    __slots__ = ("node", "qname", "receiver", "method", "frame", "path", "withs", "order", "statement")
+    __slots__ = ("node", "qname", "receiver", "method", "frame", "path", "withs", "order", "statement", "spelled")
 
     def __init__(
         self,
@@ -96,9 +96,11 @@ class CallSite(Record):
         withs: tuple[WithRef, ...],
         order: int,
         statement: ast.AST,
+        spelled: str | None = None,
     ) -> None:
         self.node = node
         self.qname = qname  # resolved dotted name of the callee, when it is a known import
+        self.spelled = spelled  # the callee as written, when it is a dotted name (``dotted(node.func)``)
         self.receiver = receiver  # dotted spelling of ``x`` in ``x.method(...)``
         self.method = method
         self.frame = frame

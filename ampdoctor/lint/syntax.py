@@ -105,6 +105,11 @@ def qualify(expr: ast.AST | None, imports: dict[str, str]) -> str | None:
     name = dotted(expr)
     if name is None:
         return None
+    return qualify_spelled(name, imports)
+
+
+def qualify_spelled(name: str, imports: dict[str, str]) -> str | None:
+    """``qualify`` of a dotted name already spelled out (``dotted``'s answer)."""
     head, _, rest = name.partition(".")
     base = imports.get(head)
     if base is None:

@@ -80,7 +80,7 @@ def function_uses(
     for site in frame.calls:
         if site.qname is not None and (site.qname == "torch" or site.qname.startswith("torch.")):
             continue
-        spelled = dotted(site.node.func)
+        spelled = site.spelled
         if spelled is None:
             continue
         parts = spelled.split(".")

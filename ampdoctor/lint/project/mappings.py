@@ -30,8 +30,13 @@ class AssignmentIndex:
         self.by_target: dict[tuple[int, str], list] = {}
         self.scalers_made: dict[str, Assignment] = {}
         self.module_scaler: ast.AST | None = None
+        # (frame, target) pairs bound to a dict literal somewhere: only those can name a mapping.
+        self.mappings: set[tuple[int, str]] = set()
         for assignment in facts.assignments:
-            self.by_target.setdefault((id(assignment.frame), assignment.target), []).append(assignment)
+            key = (id(assignment.frame), assignment.target)
+            self.by_target.setdefault(key, []).append(assignment)
+            if is_mapping_literal(assignment.value):
+                self.mappings.add(key)
             if assignment.target in facts.scalers:
                 self.scalers_made.setdefault(assignment.target, assignment)
                 if assignment.frame.parent is None and self.module_scaler is None:
@@ -40,13 +45,17 @@ class AssignmentIndex:
     def of(self, frame: Frame, target: str) -> list:
         return self.by_target.get((id(frame), target), [])
 
+    def may_name_mapping(self, frame: Frame, name: str) -> bool:
+        """False when ``mapping_of`` is certainly None for ``name`` in ``frame``."""
+        return (id(frame), name) in self.mappings
+
 
 def mapping_of(
     facts: AmpFacts, frame: Frame, expr: ast.expr, order: int, index: AssignmentIndex | None = None
 ) -> ast.expr | None:
     """The dict literal (or ``dict(...)`` call) that ``expr`` is or names, when the frame builds
     it in one piece before ``order`` and completes it nowhere else; otherwise None."""
-    if _is_mapping_literal(expr):
+    if is_mapping_literal(expr):
         return expr
     name = dotted(expr)
     if name is None:
@@ -57,7 +66,7 @@ def mapping_of(
         else [a for a in facts.assignments if a.frame is frame and a.target == name]
     )
     earlier = [a for a in candidates if a.order < order]
-    if len(earlier) != 1 or not _is_mapping_literal(earlier[0].value):
+    if len(earlier) != 1 or not is_mapping_literal(earlier[0].value):
         return None
     built = earlier[0].order
     for site in frame.calls:
@@ -70,7 +79,7 @@ def mapping_of(
     return earlier[0].value
 
 
-def _is_mapping_literal(expr: ast.expr) -> bool:
+def is_mapping_literal(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and dotted(expr.func) == "dict")
 
 

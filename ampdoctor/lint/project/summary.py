@@ -44,14 +44,14 @@ import bisect
 import builtins
 import re
 
-from ..model import AmpFacts, CallSite, Frame
+from ..model import AmpFacts, Block, CallSite, Frame
 from ..passes import is_optimizer_constructor
 from ..rules.scaler_queries import float16_in_code, is_epoch_loop, saver_has_scaler, scaler_enabled
 from ..syntax import call_args, dotted, iter_nodes
 from ..syntax import span as position
 from ..vocabulary import EventKind
 from .float16_sites import add_float16_parts, framework_runs
-from .mappings import AssignmentIndex, mapping_of, state_of
+from .mappings import AssignmentIndex, is_mapping_literal, mapping_of, state_of
 from .outline import project_imports
 from .snapshots import collected, collector, is_stub, record_class, scaler_attribute, snapshot_saves
 
@@ -198,7 +198,17 @@ class _Mentions:
     search of the module, then asked of a function's or a call's span without searching again."""
 
     def __init__(self, facts: AmpFacts) -> None:
-        self._scaler = [match.start() for match in _SCALER_TEXT.finditer(facts.source)]
+        source = facts.source
+        if source.isascii():  # lowering keeps every offset, and a plain search beats the case-blind regex
+            lowered = source.lower()
+            found = []
+            at = lowered.find("scaler")
+            while at >= 0:
+                found.append(at)
+                at = lowered.find("scaler", at + 6)
+            self._scaler = found
+        else:
+            self._scaler = [match.start() for match in _SCALER_TEXT.finditer(source)]
         self.any_scaler = bool(self._scaler)
 
     def scaler_within(self, start: int, end: int) -> bool:
@@ -380,6 +390,14 @@ def _calls(
     records = []
     reach_cache: dict[int, list[int] | None] = {}
     params_cache: dict[int, frozenset[str]] = {}
+    epoch_cache: dict[int, bool] = {}
+
+    def epoch_loop(block: Block) -> bool:
+        known = epoch_cache.get(id(block.node))
+        if known is None:
+            known = epoch_cache[id(block.node)] = is_epoch_loop(facts, block.node)
+        return known
+
     mentions_scaler = mentions.any_scaler
     for site in facts.calls:
         callee = _callee(site, imports, functions)
@@ -388,7 +406,7 @@ def _calls(
         frame_name = qualname(site.frame)
         if frame_name is None:
             continue
-        record: dict = {"callee": callee, "frame": frame_name, "at": position(site.node)}
+        record: dict = {"callee": callee, "frame": frame_name, "at": None}
         key = id(site.frame)
         if key not in reach_cache:
             reach_cache[key] = _reach(facts, site.frame, index) if mentions_scaler else None
@@ -400,11 +418,12 @@ def _calls(
         if region is not None and region.enabled.counts_as_on:
             record["region"] = {"at": position(region.node), "dtype": region.effective_dtype, "device": region.device}
             relevant = True
-        if site.loop is not None:
-            record["loop"] = position(site.loop.node)[:2]
-            if is_epoch_loop(facts, site.loop.node):
+        loop = site.loop
+        if loop is not None:
+            record["loop"] = position(loop.node)[:2]
+            if epoch_loop(loop):
                 record["epoch_loop"] = True
-            elif any(block.is_loop and is_epoch_loop(facts, block.node) for block in site.path):
+            elif any(block.is_loop and epoch_loop(block) for block in site.path):
                 record["in_epoch"] = True  # a loop over batches inside the epoch loop
             relevant = True
         statement = site.statement
@@ -415,6 +434,7 @@ def _calls(
             params_cache[key] = _param_names(site.frame)
         if not relevant and not _passes_on(facts, site, params_cache[key], index):
             continue
+        record["at"] = position(site.node)
         args = _arguments(facts, site, index)
         if args:
             record["args"] = args
@@ -431,12 +451,20 @@ def _calls(
 def _passes_on(facts: AmpFacts, site: CallSite, params: frozenset[str], index: AssignmentIndex) -> bool:
     """Whether the call passes a scaler, one of the function's own parameters or a checkpoint
     mapping on (what ``_arguments`` would record), tested without building the records."""
-    values = [arg.value for arg in call_args(site.node) if not arg.star]
-    for value in values:
-        name = dotted(value)
-        if name and (name in facts.scalers or name in params):
+    for arg in call_args(site.node):
+        if arg.star:
+            continue
+        value = arg.value
+        if is_mapping_literal(value):
             return True
-    return any(mapping_of(facts, site.frame, value, site.order, index) is not None for value in values)
+        name = dotted(value)
+        if name is None:
+            continue
+        if name in facts.scalers or name in params:
+            return True
+        if index.may_name_mapping(site.frame, name) and mapping_of(facts, site.frame, value, site.order, index):
+            return True
+    return False
 
 
 def _param_names(frame: Frame) -> frozenset[str]:
@@ -458,7 +486,7 @@ def _callee(site: CallSite, imports: dict[str, str], functions: dict[str, dict])
     that is not torch's, ``self.m``/``cls.m``, or a method of a local object."""
     if site.qname is not None and (site.qname == "torch" or site.qname.startswith("torch.")):
         return None
-    spelled = dotted(site.node.func)
+    spelled = site.spelled
     if spelled is None:
         return None
     head = spelled.split(".", 1)[0]
