@@ -141,6 +141,12 @@ class Discovery:
         self.unlistable: list[tuple[str, str]] = []
 
     def files(self, paths: Sequence[Path]) -> Iterator[Path]:
+        """The files to lint, as ``names`` spells them, as paths."""
+        return (Path(name) for name in self.names(paths))
+
+    def names(self, paths: Sequence[Path]) -> Iterator[str]:
+        """The files to lint, each once, spelled below the path given for it (a path object for
+        each of a tree's files costs more than the walk itself)."""
         seen: set[str] = set()
         for path in paths:
             if path.is_dir():
@@ -152,7 +158,7 @@ class Discovery:
             for key, file in found:
                 if key not in seen:
                     seen.add(key)
-                    yield Path(file)
+                    yield file
 
     def _relative(self, absolute: str) -> str:
         if absolute.startswith(self.root + os.sep):
@@ -167,6 +173,8 @@ class Discovery:
         """(absolute path, spelling) of the files below ``top`` (absolute, real), spelled below
         ``shown`` (the folder as the user gave it)."""
         inherited = self._ignores_above(top) if self.respect_gitignore else []
+        # Spelled as a path object would spell them: ``./train.py`` is ``train.py``.
+        prefix = "" if shown == "." else shown
         applicable: dict[str, list[tuple[str, GitIgnore]]] = {}
 
         def unlistable(exc: OSError) -> None:
@@ -177,12 +185,12 @@ class Discovery:
         for folder, dirs, files in os.walk(top, onerror=unlistable):
             parent = applicable.get(os.path.dirname(folder), inherited)
             rules = parent
-            if self.respect_gitignore:
+            if self.respect_gitignore and ".gitignore" in files:  # not opened where the listing has none
                 own = self._ignore_for(folder)
                 if own is not None:
                     rules = [*parent, (folder, own)]
             applicable[folder] = rules
-            spelled = shown if folder == top else os.path.join(shown, folder[len(top) + 1 :])
+            spelled = prefix if folder == top else os.path.join(prefix, folder[len(top) + 1 :])
             kept = []
             for name in sorted(dirs):
                 child = f"{folder}{os.sep}{name}"
