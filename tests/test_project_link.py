@@ -16,6 +16,7 @@ from ampdoctor.lint.facts import build_facts
 from ampdoctor.lint.project import store as store_module
 from ampdoctor.lint.project.link import Project
 from ampdoctor.lint.project.root import module_name, project_root
+from ampdoctor.lint.project.run import project_folder
 from ampdoctor.lint.project.store import SummaryStore
 from ampdoctor.lint.project.summary import summarize
 
@@ -117,6 +118,19 @@ def test_project_root_is_the_nearest_marked_folder_shared_by_all_paths(tmp_path:
     assert project_root([tmp_path / "a/pkg/train.py", tmp_path / "a/pkg/utils.py"]) == (tmp_path / "a").resolve()
     assert project_root([tmp_path / "a/pkg/train.py", tmp_path / "b/x.py"]) is None
     assert module_name(tmp_path / "a/pkg/__init__.py", tmp_path / "a") == "pkg"
+
+
+def test_an_installed_package_is_not_part_of_the_project_around_its_environment(tmp_path: Path):
+    # The project's listing skips environment folders; a package linted inside one is its own.
+    installed = ".venv/lib/python3.11/site-packages/pkg"
+    write(tmp_path, {"train.py": "", f"{installed}/mod.py": "", "venv/lib/other/x.py": ""})
+    assert project_root([tmp_path / installed / "mod.py"]) is None
+    assert project_root([tmp_path / "venv/lib/other/x.py"]) is None
+    assert project_folder([str(tmp_path / installed / "mod.py")]) == ((tmp_path / installed).resolve(), False)
+    # A marked package inside the environment is still its own project.
+    write(tmp_path / installed, {"sub/a.py": ""})
+    assert project_root([tmp_path / installed / "sub/a.py"]) == (tmp_path / installed).resolve()
+    assert project_root([tmp_path / "train.py"]) == tmp_path.resolve()
     assert module_name(tmp_path / "a/pkg/utils.py", tmp_path / "a") == "pkg.utils"
 
 

@@ -14,6 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 MARKERS = ("pyproject.toml", "setup.cfg", ".git")
+# Folders that hold installed packages, not the code of the project around them (the project's
+# own listing skips them too): a module below one belongs to no marked folder above it.
+ENVIRONMENT_FOLDERS = frozenset({"site-packages", "dist-packages", ".venv", "venv", ".tox", ".nox", ".eggs"})
 
 
 def marked_folder(start: Path) -> Path | None:
@@ -36,6 +39,8 @@ def _marked(folder: str, known: dict[str, str | None]) -> str | None:
         if any(os.path.exists(os.path.join(folder, marker)) for marker in MARKERS):
             found = folder
             break
+        if os.path.basename(folder) in ENVIRONMENT_FOLDERS:
+            break  # an installed package: the project around the environment is not its project
         parent = os.path.dirname(folder)
         if parent == folder:
             break
