@@ -115,6 +115,7 @@ class Project(Record):
         "_found",
         "_module_names",
         "_outlines",
+        "_stems",
         "_summaries",
         "_text_first",
         "_without",
@@ -144,6 +145,7 @@ class Project(Record):
         self._summaries: dict[str, dict | None] = {}
         self._found: dict[tuple[str, str], tuple[tuple[str, tuple[str, ...]], ...]] = {}
         self._module_names: frozenset[str] | None = None
+        self._stems: frozenset[str] = frozenset()
         self._outlines: dict[str, Outline | None] = {}
         self._without: re.Pattern | None = None
         self._text_first = False
@@ -192,12 +194,23 @@ class Project(Record):
         """Every folder name and module name (without ``.py``) in the project's paths."""
         if self._module_names is None:
             names = set()
+            stems = set()
             for rel in self.files:
                 *folders, name = rel.split("/")
                 names.update(folders)
                 names.add(name[:-3] if name.endswith(".py") else name)
+                for end in range(1, len(folders) + 1):
+                    stems.add("/".join(folders[:end]))
+                stems.add(rel[:-3] if rel.endswith(".py") else rel)
             self._module_names = frozenset(names)
+            self._stems = frozenset(stems)
         return self._module_names
+
+    def _holds(self, stem: str) -> bool:
+        """Whether ``stem`` is a folder of the project or a module's path without ``.py``: where
+        it is neither, no module lies at or below it."""
+        self._names()
+        return stem in self._stems
 
     def _matches(self, importer: str, target: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
         found: list[tuple[str, tuple[str, ...]]] = []
@@ -219,6 +232,8 @@ class Project(Record):
             own = ["/".join(folders[:i]) for i in range(len(folders) - 1, 0, -1) if folders[i] == parts[0]]
             bases = list(dict.fromkeys(["/".join(folders), *own, "", "src"]))
         for base in bases:
+            if not parts or not self._holds(f"{base}/{parts[0]}" if base else parts[0]):
+                continue  # nothing of the target's first name there (most bases, for most targets)
             for count in range(len(parts), 0, -1):
                 stem = "/".join(filter(None, [base, *parts[:count]]))
                 for candidate in (f"{stem}.py", f"{stem}/__init__.py"):
