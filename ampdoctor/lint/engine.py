@@ -431,6 +431,10 @@ def _lint_data(
 
         # What the project pass asks of every file's bytes, taken while they are in hand.
         result.classes = token_classes(data, seen)
+    if passes and spec is not None and seen:
+        from .textscan.memo import seed
+
+        seed(data, seen)  # the text gate searches for some of the same tokens
     if spec is not None and not (passes and _text_gate(options.codes).keeps(data)):
         if options.summaries:
             from .project.tokens import float16_risk, wanted_without_rules

@@ -47,7 +47,7 @@ import re
 from ..model import AmpFacts, Block, CallSite, Frame
 from ..passes import is_optimizer_constructor
 from ..rules.scaler_queries import float16_in_code, is_epoch_loop, saver_has_scaler, scaler_enabled
-from ..syntax import call_args, dotted, iter_nodes
+from ..syntax import Arg, call_args, dotted, iter_nodes
 from ..syntax import span as position
 from ..vocabulary import EventKind
 from .float16_sites import add_float16_parts, framework_runs
@@ -432,32 +432,41 @@ def _calls(
             relevant = True
         if key not in params_cache:
             params_cache[key] = _param_names(site.frame)
-        if not relevant and not _passes_on(facts, site, params_cache[key], index):
+        arguments = call_args(site.node)
+        names = [dotted(arg.value) for arg in arguments]
+        if not relevant and not _passes_on(facts, site, params_cache[key], index, arguments, names):
             continue
         record["at"] = position(site.node)
-        args = _arguments(facts, site, index)
+        args = _arguments(facts, site, index, arguments, names)
         if args:
             record["args"] = args
-        if any(a.star for a in call_args(site.node)):
+        if any(a.star for a in arguments):
             record["star"] = True
-        if mentions.scaler_within(*(facts.lines.bounds(site.node) or (0, 0))) or any(
-            dotted(a.value) in facts.scalers for a in call_args(site.node)
+        if any(name in facts.scalers for name in names) or mentions.scaler_within(
+            *(facts.lines.bounds(site.node) or (0, 0))
         ):
             record["scaler"] = True
         records.append(record)
     return records
 
 
-def _passes_on(facts: AmpFacts, site: CallSite, params: frozenset[str], index: AssignmentIndex) -> bool:
+def _passes_on(
+    facts: AmpFacts,
+    site: CallSite,
+    params: frozenset[str],
+    index: AssignmentIndex,
+    arguments: list[Arg],
+    names: list[str | None],
+) -> bool:
     """Whether the call passes a scaler, one of the function's own parameters or a checkpoint
-    mapping on (what ``_arguments`` would record), tested without building the records."""
-    for arg in call_args(site.node):
+    mapping on (what ``_arguments`` would record), tested without building the records.
+    ``arguments``: the call's ``call_args``; ``names``: the ``dotted`` spelling of each."""
+    for arg, name in zip(arguments, names):
         if arg.star:
             continue
         value = arg.value
         if is_mapping_literal(value):
             return True
-        name = dotted(value)
         if name is None:
             continue
         if name in facts.scalers or name in params:
@@ -498,27 +507,31 @@ def _callee(site: CallSite, imports: dict[str, str], functions: dict[str, dict])
     return spelled
 
 
-def _arguments(facts: AmpFacts, site: CallSite, index: AssignmentIndex | None = None) -> list[dict]:
-    """Per argument: its position or keyword, its spelling, whether it is a known scaler, and
-    what a checkpoint mapping passed there holds; ``state`` (for the scalers it passes) tells
-    whether a scaled backward came before the call with no ``unscale_`` since."""
+def _arguments(
+    facts: AmpFacts, site: CallSite, index: AssignmentIndex, arguments: list[Arg], names: list[str | None]
+) -> list[dict]:
+    """Per argument (``arguments``, the call's ``call_args``, spelled ``names``): its position or
+    keyword, its spelling, whether it is a known scaler, and what a checkpoint mapping passed
+    there holds; ``state`` (for the scalers it passes) tells whether a scaled backward came
+    before the call with no ``unscale_`` since."""
     out = []
     position_index = 0
-    for arg in call_args(site.node):
+    for arg, name in zip(arguments, names):
         if arg.star:
             continue
         item: dict = {"kw": arg.keyword} if arg.keyword else {"pos": position_index}
         if not arg.keyword:
             position_index += 1
-        name = dotted(arg.value)
         if name:
             item["name"] = name
             if name in facts.scalers:
                 item["is_scaler"] = True
                 item["state"] = _scaler_state(site, name)
-        mapping = mapping_of(facts, site.frame, arg.value, site.order, index)
-        if mapping is not None:
-            item["map"] = state_of(facts, mapping)
+        value = arg.value
+        if is_mapping_literal(value) or (name and index.may_name_mapping(site.frame, name)):
+            mapping = mapping_of(facts, site.frame, value, site.order, index)
+            if mapping is not None:
+                item["map"] = state_of(facts, mapping)
         out.append(item)
     return [item for item in out if len(item) > 1]
 

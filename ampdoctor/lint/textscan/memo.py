@@ -29,6 +29,14 @@ def _contains(data: bytes, token: bytes) -> bool:
     return found
 
 
+def seed(data: bytes, found: dict[bytes, bool]) -> None:
+    """Take what is already known of ``data``: ``found`` maps tokens to whether ``data`` holds
+    each (the token prefilter's searches), so that the checks do not search for them again."""
+    memo = _memo(data)
+    for token, held in found.items():
+        memo.setdefault(token, held)
+
+
 def _mentions_some(data: bytes, tokens) -> bool:
     """Whether the module may mention one of ``tokens`` (always, when it is not ASCII: NFKC)."""
     for token in tokens:
