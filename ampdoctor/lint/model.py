@@ -238,6 +238,7 @@ class AmpFacts(Record):
         "item_assignments",
         "_lines",
         "_paths",
+        "constructors",
     )
 
     def __init__(
@@ -283,6 +284,9 @@ class AmpFacts(Record):
         self.item_assignments = [] if item_assignments is None else item_assignments
         self._lines = _lines
         self._paths = _paths  # paths.PathIndex, made on the first question about paths (paths_of)
+        # Whether a call node builds an optimizer (``passes.is_optimizer_constructor``), by the
+        # node's id: the rules and the summary ask it of every call, several times.
+        self.constructors: dict[int, bool] = {}
 
     # ---- queries --------------------------------------------------------------------
 

@@ -201,6 +201,13 @@ _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 
 
 def is_optimizer_constructor(call: ast.Call, facts: AmpFacts) -> bool:
+    known = facts.constructors.get(id(call))
+    if known is None:
+        known = facts.constructors[id(call)] = _builds_optimizer(call, facts)
+    return known
+
+
+def _builds_optimizer(call: ast.Call, facts: AmpFacts) -> bool:
     qname = facts.qualify(call.func) or dotted(call.func) or ""
     if qname.startswith(_NOT_OPTIMIZERS):
         return False  # schedulers and SWA helpers also have .step()

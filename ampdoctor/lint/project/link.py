@@ -179,6 +179,8 @@ class Project(Record):
     def find_module(self, importer: str, target: str) -> tuple[str, list[str]] | None:
         """The module file ``target`` (a dotted import target) names, seen from ``importer``,
         and the attribute parts left after it: ``("pkg/utils.py", ["save_checkpoint"])``."""
+        if not target.startswith(".") and target.partition(".")[0] not in (self._module_names or self._names()):
+            return None  # ``torch``, ``numpy``: no file or folder of the project has the name
         # The answer depends on the importer's folder, except that a module never imports
         # itself: the first two matches seen from a folder are kept for its other modules.
         key = (importer.rpartition("/")[0], target)
