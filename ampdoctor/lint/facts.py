@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 
 from .model import AmpFacts, Assignment, Block, CallSite, Frame, ImportRef, WithRef
 from .passes import classify_events, find_scalers_and_optimizers, resolve_regions
-from .syntax import children, dotted, qualify, qualify_spelled
+from .syntax import children_except, dotted, qualify, qualify_spelled
 
 
 def _import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[ast.alias, str, str, str | None]]:
@@ -109,16 +109,16 @@ class _FactWalk:
         return [lambda: self._enter(kind, owner), *body, self._exit]
 
     def _visit(self, node: ast.AST) -> None:
-        handler = _HANDLERS.get(type(node))
+        kind = type(node)
+        handler = _HANDLERS.get(kind)
         if handler is not None:
             if handler(self, node):
                 return
         # Names and constants record nothing here: not visiting them saves half the work.
-        inner = [child for child in children(node) if type(child) not in _LEAVES]
-        if isinstance(node, ast.stmt):
+        inner = children_except(node, _LEAVES)
+        if kind in _STATEMENTS:
             self._statements.append(node)
-            self._schedule([*inner, self._statements.pop])
-            return
+            inner.append(self._statements.pop)
         self._work.extend(reversed(inner))
 
     # ---- frames -------------------------------------------------------------------------
@@ -324,6 +324,8 @@ class _FactWalk:
 
 
 _LEAVES = (ast.Name, ast.Constant)
+# Every statement type (the walk keeps the innermost statement around each call).
+_STATEMENTS = frozenset(cls for cls in vars(ast).values() if isinstance(cls, type) and issubclass(cls, ast.stmt))
 _HANDLERS = {
     ast.ClassDef: _FactWalk._class_def,
     ast.FunctionDef: _FactWalk._function_def,

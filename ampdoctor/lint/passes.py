@@ -14,7 +14,7 @@ import re
 from .held import constant_device, delegated_backward, held_region, module_strings
 from .held import factories as held_factories
 from .model import AmpFacts, CallSite, Event, Region, autocast_region
-from .syntax import call_args, dotted, get_arg, qualify, string_value
+from .syntax import call_args, dotted, get_arg, qualify, qualify_spelled, string_value
 from .vocabulary import (
     AUTOCAST_NAMES,
     AUTOGRAD_BACKWARD,
@@ -132,6 +132,8 @@ def resolve_regions(facts: AmpFacts) -> None:
         regions.setdefault(id(region.node), region)
     # Regions that enclose no call at all (``with autocast(): pass``) still count as uses.
     for site in facts.calls:
+        if site.spelled is None or qualify_spelled(site.spelled, facts.imports) not in AUTOCAST_NAMES:
+            continue  # not an autocast call (``autocast_region`` would say None)
         if id(site.node) not in regions:
             region = autocast_region(site.node, facts.imports)
             if region is not None:

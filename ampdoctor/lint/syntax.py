@@ -151,6 +151,20 @@ def children(node: ast.AST) -> list[ast.AST]:
     return found
 
 
+def children_except(node: ast.AST, skipped: tuple[type, ...]) -> list[ast.AST]:
+    """``children(node)`` without the nodes whose type is one of ``skipped``, in one pass."""
+    if type(node) is ast.Dict:
+        return [child for child in children(node) if type(child) not in skipped]
+    found: list[ast.AST] = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name, None)
+        if type(value) is list:
+            found.extend(item for item in value if isinstance(item, ast.AST) and type(item) not in skipped)
+        elif isinstance(value, ast.AST) and type(value) not in skipped:
+            found.append(value)
+    return found
+
+
 def iter_nodes(root: ast.AST, prune: tuple[type, ...] = ()) -> Iterator[ast.AST]:
     """Every node under ``root`` (included), in source order, without recursion.
 

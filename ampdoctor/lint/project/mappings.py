@@ -80,7 +80,13 @@ def mapping_of(
 
 
 def is_mapping_literal(expr: ast.expr) -> bool:
-    return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and dotted(expr.func) == "dict")
+    """A dict display or a ``dict(...)`` call (the name ``dict`` alone: ``dotted`` gives "dict")."""
+    if isinstance(expr, ast.Dict):
+        return True
+    if not isinstance(expr, ast.Call):
+        return False
+    func = expr.func
+    return type(func) is ast.Name and func.id == "dict"
 
 
 def state_of(facts: AmpFacts, mapping: ast.expr, params: list[str] | None = None) -> dict:
