@@ -78,6 +78,9 @@ class _FactWalk:
         self._frame_stack: list[Frame] = []
         self._path_stack: list[list[Block]] = []
         self._with_stack: list[list[WithRef]] = []
+        # The innermost frame's path and ``with`` items as tuples, shared by the calls made
+        # while neither changes; None once one does.
+        self._shape: tuple[tuple[Block, ...], tuple[WithRef, ...]] | None = None
         self._statements: list[ast.AST] = []
         self._class_stack: list[str] = []
         self._order = 0
@@ -130,19 +133,23 @@ class _FactWalk:
         self._frame_stack.append(frame)
         self._path_stack.append([])
         self._with_stack.append([])
+        self._shape = None
         return frame
 
     def _pop_frame(self) -> None:
         self._frame_stack.pop()
         self._path_stack.pop()
         self._with_stack.pop()
+        self._shape = None
 
     def _enter(self, kind: str, node: ast.AST) -> None:
         self._blocks += 1
         self._path_stack[-1].append(Block(kind, node, self._blocks))
+        self._shape = None
 
     def _exit(self) -> None:
         self._path_stack[-1].pop()
+        self._shape = None
 
     # ---- handlers: return True when they scheduled the children themselves -----------------
 
@@ -177,6 +184,7 @@ class _FactWalk:
             self.functions.append((node, frame))
             # A decorated function runs its body inside the decorator's region, if it is one.
             self._with_stack[-1].extend(WithRef(d, decorator=True) for d in node.decorator_list)
+            self._shape = None
 
         head: list = [*node.decorator_list, node.args]
         if node.returns is not None:
@@ -227,9 +235,11 @@ class _FactWalk:
 
         def enter_body() -> None:
             self._with_stack[-1].extend(refs)
+            self._shape = None
 
         def leave_body() -> None:
             del self._with_stack[-1][-len(refs) :]
+            self._shape = None
 
         heads = [part for item in node.items for part in (item.context_expr, item.optional_vars) if part is not None]
         self._schedule([*heads, enter_body, *node.body, leave_body, self._statements.pop])
@@ -286,14 +296,17 @@ class _FactWalk:
         elif kind is ast.Name:
             spelled = func.id
         qname = qualify_spelled(spelled, self.imports) if spelled is not None else None
+        shape = self._shape
+        if shape is None:
+            shape = self._shape = (tuple(self._path_stack[-1]), tuple(self._with_stack[-1]))
         site = CallSite(
             node=node,
             qname=qname,
             receiver=receiver,
             method=method,
             frame=frame,
-            path=tuple(self._path_stack[-1]),
-            withs=tuple(self._with_stack[-1]),
+            path=shape[0],
+            withs=shape[1],
             order=self._order,
             statement=self._statements[-1] if self._statements else node,
             spelled=spelled,

@@ -100,6 +100,8 @@ def factories(facts, autocast_names) -> dict[str, Held]:
             add(assignment.target, choices, assignment.value.test if type(assignment.value) is ast.IfExp else None)
     for function, _frame in facts.functions:
         arguments = function.args
+        if not arguments.defaults and not arguments.kw_defaults:
+            continue
         positional = [*arguments.posonlyargs, *arguments.args]
         pairs = list(zip(positional[len(positional) - len(arguments.defaults) :], arguments.defaults))
         pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]

@@ -181,6 +181,8 @@ class Frame(Record):
         self.events = [] if events is None else events
 
     def events_of(self, *kinds: EventKind) -> list[Event]:
+        if not self.events:  # most frames: asked of every function, often
+            return []
         return [e for e in self.events if e.kind in kinds]
 
 

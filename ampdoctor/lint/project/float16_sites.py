@@ -114,9 +114,8 @@ def half_risks(facts: AmpFacts, frame: Frame, losses: list) -> list[dict]:
         if site.qname in _BCE_FUNCTIONS:
             risks.append({"code": "AMP105", "at": span(site.node), "what": "binary_cross_entropy"})
             continue
-        func = site.node.func
-        name = dotted(func)
-        if name is not None and site.qname is None and any(a.target == name for a in losses):
+        name = site.spelled
+        if losses and name is not None and site.qname is None and any(a.target == name for a in losses):
             if _bound_to_bce(facts, name, frame, losses):
                 risks.append({"code": "AMP105", "at": span(site.node), "what": "nn.BCELoss"})
                 continue
