@@ -269,14 +269,14 @@ def test_a_file_that_cannot_be_read_is_one_line(folder, monkeypatch):
     stops a read)."""
     write(folder, "secret.py", HEADER)
     write(folder, "ok.py", HEADER)
-    real = Path.read_bytes
+    real = os.open
 
-    def refuse(self):
-        if self.name == "secret.py":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real(self)
+    def refuse(path, *args, **kwargs):
+        if os.path.basename(path) == "secret.py":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(os, "open", refuse)
     result = lint(".")
     assert result.exit_code == 2
     lines = finding_lines(result.output)
