@@ -129,6 +129,47 @@ def test_a_cold_cached_run_searches_each_file_for_tokens_once(tmp_path: Path, mo
     assert findings == _run([tmp_path], tmp_path, prefilter=False, jobs=1)
 
 
+def test_a_cold_cached_run_of_a_tree_is_recorded_from_the_workers(tmp_path: Path, monkeypatch):
+    """The files the cache does not know are read, keyed and screened in the workers; the cache
+    records what they found, and the next run neither reads nor lints a file again."""
+    import json
+    import os
+
+    shutil.copy(FIXTURES / "buggy_no_update.py", tmp_path / "train.py")
+    for index in range(60):
+        (tmp_path / f"plain_{index}.py").write_text(f"value = {index}\n", encoding="utf-8")
+    past = 1_600_000_000
+    for path in tmp_path.iterdir():
+        os.utime(path, (past, past))  # older than the cache: no entry is racy
+    screened_by = tmp_path.parent / f"{tmp_path.name}-screens"
+    real = engine.passes_prefilter
+
+    def recording(data, spec, seen=None):
+        with open(screened_by, "a", encoding="utf-8") as log:  # the workers are other processes
+            log.write(f"{os.getpid()}\n")
+        return real(data, spec, seen)
+
+    monkeypatch.setattr(engine, "passes_prefilter", recording)
+    first = _run([tmp_path], tmp_path, use_cache=True, jobs=2)
+    screens = screened_by.read_text(encoding="utf-8").split()
+    assert len(screens) == 61 and str(os.getpid()) not in screens  # each file once, none here
+    monkeypatch.setattr(engine, "passes_prefilter", real)
+    assert first == _run([tmp_path], tmp_path, jobs=1)
+    assert {code for _, _, _, code, _ in first} >= {"AMP101", "AMP201"}
+    (cache_file,) = (tmp_path / ".ampdoctor_cache").glob("lint-*.json")
+    entries = json.loads(cache_file.read_text(encoding="utf-8"))["files"]
+    assert sorted(entries) == sorted(path.name for path in tmp_path.glob("*.py"))
+    assert all(entries[f"plain_{index}.py"].get("skip") for index in range(60))
+    assert "key" in entries["train.py"] and entries["train.py"]["findings"]
+
+    def no_lint(*args, **kwargs):
+        raise AssertionError("linted again")
+
+    monkeypatch.setattr(engine, "lint_file", no_lint)
+    monkeypatch.setattr(engine, "read_regular", no_lint)
+    assert _run([tmp_path], tmp_path, use_cache=True, jobs=2) == first
+
+
 def test_the_workers_batches_hold_every_file_once_with_the_large_ones_alone(tmp_path: Path):
     from ampdoctor.lint import _batches, _Job
 

@@ -68,17 +68,16 @@ def lint_source(
 
 class _Job(Record):
     """One file to lint. ``name``: its path as a string (a path object is made only where one is
-    used: a tree's worth of them, and pickling them to the workers, cost 30 ms);
-    ``prefiltered``: its bytes are known to pass the token prefilter (the cache checked them),
-    so the worker does not search them again."""
+    used: a tree's worth of them, and pickling them to the workers, cost 30 ms). ``keyed``: the
+    result cache does not know the file, so the worker that reads it also keys its bytes."""
 
-    __slots__ = ("name", "display", "per_file_ignored", "prefiltered")
+    __slots__ = ("name", "display", "per_file_ignored", "keyed")
 
-    def __init__(self, name: str, display: str, per_file_ignored: tuple[str, ...], prefiltered: bool = False) -> None:
+    def __init__(self, name: str, display: str, per_file_ignored: tuple[str, ...]) -> None:
         self.name = name
         self.display = display
         self.per_file_ignored = per_file_ignored
-        self.prefiltered = prefiltered
+        self.keyed = False
 
     @property
     def path(self) -> Path:
@@ -190,19 +189,18 @@ def _say_project_failed(exc: Exception) -> None:
 
 
 def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
-    """Serve unchanged files from the cache; lint the rest (in parallel when there are many)."""
+    """Serve unchanged files from the cache; lint the rest (in parallel when there are many).
+
+    A file is read here only when the cache holds findings for it: to show them, or to compare
+    its bytes when its size or time changed. The files the cache does not know are read, keyed
+    and screened by the token prefilter where they are linted (in the workers, when there are
+    many: a tree linted for the first time), and what that found is recorded here afterwards."""
     from .cache import ResultCache, content_key, decode_entry
-    from .engine import FileResult, passes_prefilter, prefilter_spec, result_from_cache
+    from .engine import FileResult, result_from_cache
 
     cache = ResultCache(request.settings.root, request.codes)
-    spec = None
-    if request.prefilter:
-        # The spec comes from the rule classes (importing every rule module); a warm cache knows it.
-        spec = cache.prefilter
-        if spec is None:
-            spec = prefilter_spec(request.codes)
-            cache.prefilter = spec
-    results, misses, pending = [], [], {}
+    screens = request.prefilter
+    results, misses, stats = [], [], {}
     for job in jobs:
         try:
             stat = os.stat(job.name)
@@ -210,63 +208,41 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
                 misses.append(job)  # the engine says why it is not read
                 continue
             entry = cache.by_stat(job.display, stat)
-            if entry is not None and entry.get("skip") and spec is not None:
+            if entry is not None and entry.get("skip") and screens:
                 results.append(FileResult(job.display, file_path=job.name))
                 continue
             hit = decode_entry(entry) if entry is not None and "key" in entry else None
             if hit is not None and not hit[0]:
                 results.append(FileResult(job.display, suppressed=hit[1], file_path=job.name, parsed=True))
                 continue
-            with open(job.name, "rb") as handle:
-                data = handle.read()
+            known = cache.entries.get(job.display)
+            if hit is None and isinstance(known, dict) and "key" in known:
+                # Changed size or time, or written just before the cache: compare the bytes.
+                with open(job.name, "rb") as handle:
+                    data = handle.read()
+                hit = cache.get(job.display, content_key(data, job.per_file_ignored), stat)
+            elif hit is not None:  # findings to show: their lines come from the file
+                with open(job.name, "rb") as handle:
+                    data = handle.read()
         except OSError:
             misses.append(job)  # the engine reports why it cannot be read
             continue
         if hit is not None:
             results.append(result_from_cache(job.path, job.display, data, *hit))
             continue
-        seen: dict[bytes, bool] = {}
-        if (
-            spec is not None
-            and not passes_prefilter(data, spec, seen)
-            and not (request.links_project and _wanted(data))
-        ):
-            cache.put_skipped(job.display, stat)
-            result = FileResult(job.display, file_path=job.name)
-            if request.links_project and job.name.endswith(".py"):
-                _read_for_project(result, data, seen)
-            results.append(result)
-            continue
-        key = content_key(data, job.per_file_ignored)
-        hit = cache.get(job.display, key, stat)
-        if hit is None:
-            job.prefiltered = spec is not None
-            misses.append(job)
-            pending[job.display] = (key, stat)
-        else:
-            results.append(result_from_cache(job.path, job.display, data, *hit))
+        job.keyed = True
+        misses.append(job)
+        stats[job.display] = stat
     for result in _run(misses, request):
+        stat = stats.get(result.path)
+        if stat is not None and result.key is not None:
+            if result.screened and screens:
+                cache.put_skipped(result.path, stat)
+            elif result.unreported_error is None:
+                cache.put(result.path, result.key, result.findings, result.suppressed, stat)
         results.append(result)
-        if result.path in pending and result.unreported_error is None:
-            key, stat = pending[result.path]
-            cache.put(result.path, key, result.findings, result.suppressed, stat)
     cache.save()
     return results
-
-
-def _read_for_project(result, data: bytes, seen: dict[bytes, bool]) -> None:
-    """What the project pass asks of a file's bytes, taken while they are in hand."""
-    from .project.tokens import token_classes
-
-    result.classes = token_classes(data, seen)
-
-
-def _wanted(data: bytes) -> bool:
-    """A file no rule of its own needs that the project pass may still judge (its summary is
-    made by the lint pass, see ``engine._lint_data``)."""
-    from .project.tokens import wanted_without_rules
-
-    return wanted_without_rules(data)
 
 
 def _display(name: str, base: str) -> str:
@@ -366,7 +342,7 @@ def _lint_each(jobs: Iterable[_Job], request: LintRequest) -> list:
             request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored, summaries=request.links_project
         )
         try:
-            result = engine.lint_file(job.path, job.display, options, spec, job.prefiltered)
+            result = engine.lint_file(job.path, job.display, options, spec, job.keyed)
         except Exception as exc:  # a defect of ours on this file: say so, and check the others
             result = engine.internal_error(job.path, job.display, exc)
         results.append(result)

@@ -72,20 +72,9 @@ class ResultCache:
         key = blake2b(f"{build_fingerprint()}|{sorted(codes)}".encode(), digest_size=12).hexdigest()
         self.path = self.folder / f"lint-{key}.json"
         self.entries: dict[str, dict[str, object]] = {}
-        self._prefilter: tuple | None = None
         self.written_ns = 0
         self.dirty = False
         self._load()
-
-    @property
-    def prefilter(self) -> tuple | None:
-        """The prefilter spec of the selected rules, as stored by an earlier run."""
-        return self._prefilter
-
-    @prefilter.setter
-    def prefilter(self, value: tuple) -> None:
-        self._prefilter = tuple(value)
-        self.dirty = True
 
     def _load(self) -> None:
         try:
@@ -95,7 +84,6 @@ class ResultCache:
         if isinstance(data, dict) and data.get("format") == _FORMAT and isinstance(data.get("files"), dict):
             self.entries = data["files"]
             self.written_ns = int(data.get("written_ns") or 0)
-            self._prefilter = _decode_prefilter(data.get("prefilter"))
 
     def by_stat(self, path: str, stat: os.stat_result) -> dict[str, object] | None:
         """The entry for an unchanged file (same size and mtime, not racy), without reading it."""
@@ -147,13 +135,7 @@ class ResultCache:
             temp = self.folder / f".lint-{os.getpid()}-{time.monotonic_ns()}.tmp"
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                prefilter = _encode_prefilter(self._prefilter)
-                document = {
-                    "format": _FORMAT,
-                    "written_ns": time.time_ns(),
-                    "prefilter": prefilter,
-                    "files": self.entries,
-                }
+                document = {"format": _FORMAT, "written_ns": time.time_ns(), "files": self.entries}
                 # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
                 handle.write(json.dumps(document, separators=(",", ":")))
             os.replace(temp, self.path)
@@ -171,24 +153,6 @@ def decode_entry(entry: dict[str, Any]) -> tuple[list[Finding], int] | None:
     try:
         return [_finding(item) for item in entry["findings"]], int(entry["suppressed"])
     except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _encode_prefilter(spec: tuple | None) -> list | None:
-    if spec is None:
-        return None
-    return [
-        [[t.decode("latin-1") for t in tokens], [p.decode("latin-1") for p in patterns]] for tokens, patterns in spec
-    ]
-
-
-def _decode_prefilter(raw: Any) -> tuple | None:
-    try:
-        return tuple(
-            (tuple(t.encode("latin-1") for t in tokens), tuple(p.encode("latin-1") for p in patterns))
-            for tokens, patterns in raw
-        )
-    except (TypeError, ValueError, AttributeError):
         return None
 
 

@@ -69,7 +69,10 @@ class FileResult(Record):
     changed it; ``cells``: for notebooks, cell number → text; ``error``: why the file could not
     be read, decoded or parsed; ``notebook``: (original JSON text, NotebookSource) when fixes
     changed a notebook; ``summary``: the module's project summary, when the run asked for it and
-    the file was parsed; ``half_risk``: see ``project.tokens.float16_risk``.
+    the file was parsed; ``half_risk``: see ``project.tokens.float16_risk``; ``key``: the cache's
+    key for its bytes, when the run asked for it (``lint_file(keyed=True)``); ``screened``: the
+    token prefilter passed it over (no selected rule can fire on it, and the project pass needs no
+    summary of it), which the cache records as such.
     """
 
     __slots__ = (
@@ -87,6 +90,8 @@ class FileResult(Record):
         "summary",
         "half_risk",
         "classes",
+        "key",
+        "screened",
     )
 
     def __init__(
@@ -122,6 +127,8 @@ class FileResult(Record):
         # For a file the lint pass read in a run that links the project: the token classes its
         # bytes hold (``project.tokens``), so that the project pass need not read it for them.
         self.classes: frozenset[str] | None = None
+        self.key: str | None = None
+        self.screened = False
 
     @property
     def changed(self) -> bool:
@@ -374,10 +381,14 @@ def fix_source(source: str, path: str, options: LintOptions) -> tuple[str, int, 
 
 
 def lint_file(
-    path: Path, display: str, options: LintOptions, spec: PrefilterSpec | None, prefiltered: bool = False
+    path: Path,
+    display: str,
+    options: LintOptions,
+    spec: PrefilterSpec | None,
+    keyed: bool = False,
 ) -> FileResult:
-    """Lint one file. With ``spec``, a file no selected rule could fire on is not parsed; with
-    ``prefiltered``, its bytes are already known to pass ``spec``'s token search."""
+    """Lint one file. With ``spec``, a file no selected rule could fire on is not parsed. With
+    ``keyed``, the result carries the cache's key for the file's bytes (``result.key``)."""
     result = FileResult(display, file_path=str(path))
     try:
         data = read_regular(path)
@@ -385,11 +396,15 @@ def lint_file(
             return _unreadable(result, "cannot read: not a regular file")
     except OSError as exc:
         return _unreadable(result, f"cannot read: {exc.strerror or exc}")
+    if keyed:
+        from .cache import content_key
+
+        result.key = content_key(data, options.per_file_ignored)
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         # Checked before the prefilter, whose tokens cannot match UTF-16 bytes.
         return _unreadable(result, "cannot decode: UTF-16 source (Python reads UTF-8 or a declared 8-bit encoding)")
     try:
-        return _lint_data(path, display, data, options, spec, prefiltered, result)
+        return _lint_data(path, display, data, options, spec, result)
     except RecursionError:  # a walk in the text gate, the model or a fix went too deep
         return _unreadable(
             FileResult(display, file_path=str(path)), "cannot analyse: an expression is nested too deeply"
@@ -442,13 +457,12 @@ def _lint_data(
     data: bytes,
     options: LintOptions,
     spec: PrefilterSpec | None,
-    prefiltered: bool,
     result: FileResult,
 ) -> FileResult:
     if path.suffix == ".ipynb":
         return _lint_notebook(path, display, data, options, spec, result)
     seen: dict[bytes, bool] = {}  # the prefilter's searches serve the token classes too
-    passes = spec is None or prefiltered or passes_prefilter(data, spec, seen)
+    passes = spec is None or passes_prefilter(data, spec, seen)
     if options.summaries and path.suffix == ".py":
         from .project.tokens import token_classes
 
@@ -467,6 +481,8 @@ def _lint_data(
                 # No rule of its own can fire, but the project pass judges an update helper's
                 # clip from its callers: summarize it here, in the worker that has its bytes.
                 result.summary = _summary_only(data)
+                return result
+        result.screened = not passes
         return result
     try:
         source = decode_source(data)
@@ -547,6 +563,7 @@ def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, 
     from .notebooks import NotebookError, read_notebook
 
     if spec is not None and not passes_prefilter(data, spec):
+        result.screened = True
         return result
     try:
         text = data.decode("utf-8")
