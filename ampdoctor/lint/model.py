@@ -22,8 +22,12 @@ class Block(Value):
     _uncompared = ("node",)
 
     def __init__(self, kind: str, node: ast.AST, ident: int = 0) -> None:
-        # kind: "loop", "if", "else", "try", "except", "finally", "match"
-        self._set(kind, node, ident)
+        # kind: "loop", "if", "else", "try", "except", "finally", "match". Set one by one, not
+        # through ``_set``: a module makes one of these per branch and loop body.
+        setattr_ = object.__setattr__
+        setattr_(self, "kind", kind)
+        setattr_(self, "node", node)
+        setattr_(self, "ident", ident)
 
     @property
     def is_loop(self) -> bool:
@@ -82,8 +86,23 @@ class WithRef(Record):
         self.region = region
 
 
+_UNSET = object()
+
+
 class CallSite(Record):
-    __slots__ = ("node", "qname", "receiver", "method", "frame", "path", "withs", "order", "statement", "spelled")
+    __slots__ = (
+        "node",
+        "qname",
+        "receiver",
+        "method",
+        "frame",
+        "path",
+        "withs",
+        "order",
+        "statement",
+        "spelled",
+        "_region",
+    )
 
     def __init__(
         self,
@@ -101,6 +120,7 @@ class CallSite(Record):
         self.node = node
         self.qname = qname  # resolved dotted name of the callee, when it is a known import
         self.spelled = spelled  # the callee as written, when it is a dotted name (``dotted(node.func)``)
+        self._region: Region | object | None = _UNSET  # ``region``, once asked (the model is complete then)
         self.receiver = receiver  # dotted spelling of ``x`` in ``x.method(...)``
         self.method = method
         self.frame = frame
@@ -111,11 +131,17 @@ class CallSite(Record):
 
     @property
     def region(self) -> Region | None:
-        """The innermost autocast region around the call (on, off or maybe), or None."""
-        for ref in reversed(self.withs):
-            if ref.region is not None:
-                return ref.region
-        return None
+        """The innermost autocast region around the call (on, off or maybe), or None. Asked
+        only of a finished model (``passes.resolve_regions`` has given each ``with`` its region)."""
+        found = self._region
+        if found is _UNSET:
+            found = None
+            for ref in reversed(self.withs):
+                if ref.region is not None:
+                    found = ref.region
+                    break
+            self._region = found
+        return found  # type: ignore[return-value]
 
     @property
     def in_autocast(self) -> bool:
