@@ -87,16 +87,22 @@ class _FactWalk:
         self._blocks = 0
         self._seen_imports: set[int] = {id(ref.node) for ref in import_refs}
         self._work: list = []
+        # The markers, made once (a bound method is a new object at each lookup).
+        self._leave_block = self._exit
+        self._leave_statement = self._statements.pop
 
     def run(self, module: ast.Module) -> None:
         self._push_frame(module, "<module>")
         work = self._work
         work.extend(reversed(module.body))
         visit = self._visit
+        enter = self._enter
         while work:
             item = work.pop()
             if isinstance(item, ast.AST):
                 visit(item)
+            elif type(item) is tuple:  # (kind, owner): a block starts
+                enter(*item)
             else:
                 item()
 
@@ -109,7 +115,7 @@ class _FactWalk:
     def _block(self, kind: str, owner: ast.AST, body: Sequence[ast.AST]) -> list:
         if not body:
             return []
-        return [lambda: self._enter(kind, owner), *body, self._exit]
+        return [(kind, owner), *body, self._leave_block]
 
     def _visit(self, node: ast.AST) -> None:
         kind = type(node)
@@ -121,7 +127,7 @@ class _FactWalk:
         inner = children_except(node, _LEAVES)
         if kind in _STATEMENTS:
             self._statements.append(node)
-            inner.append(self._statements.pop)
+            inner.append(self._leave_statement)
         self._work.extend(reversed(inner))
 
     # ---- frames -------------------------------------------------------------------------
@@ -189,13 +195,13 @@ class _FactWalk:
         head: list = [*node.decorator_list, node.args]
         if node.returns is not None:
             head.append(node.returns)
-        self._schedule([*head, enter_body, *node.body, self._pop_frame, self._statements.pop])
+        self._schedule([*head, enter_body, *node.body, self._pop_frame, self._leave_statement])
         return True
 
     def _loop(self, node: ast.For | ast.AsyncFor | ast.While) -> bool:
         self._statements.append(node)
         head = [node.test] if type(node) is ast.While else [node.target, node.iter]
-        self._schedule([*head, *self._block("loop", node, node.body), *node.orelse, self._statements.pop])
+        self._schedule([*head, *self._block("loop", node, node.body), *node.orelse, self._leave_statement])
         return True
 
     def _if(self, node: ast.If) -> bool:
@@ -205,7 +211,7 @@ class _FactWalk:
                 node.test,
                 *self._block("if", node, node.body),
                 *self._block("else", node, node.orelse),
-                self._statements.pop,
+                self._leave_statement,
             ]
         )
         return True
@@ -217,7 +223,7 @@ class _FactWalk:
             items.extend(self._block("except", handler, [*([handler.type] if handler.type else []), *handler.body]))
         items.extend(node.orelse)
         items.extend(self._block("finally", node, node.finalbody))
-        self._schedule([*items, self._statements.pop])
+        self._schedule([*items, self._leave_statement])
         return True
 
     def _match(self, node: ast.AST) -> bool:
@@ -226,7 +232,7 @@ class _FactWalk:
         for case in node.cases:
             body = [case.pattern, *([case.guard] if case.guard is not None else []), *case.body]
             items.extend(self._block("match", case, body))
-        self._schedule([*items, self._statements.pop])
+        self._schedule([*items, self._leave_statement])
         return True
 
     def _with(self, node: ast.With | ast.AsyncWith) -> bool:
@@ -242,7 +248,7 @@ class _FactWalk:
             self._shape = None
 
         heads = [part for item in node.items for part in (item.context_expr, item.optional_vars) if part is not None]
-        self._schedule([*heads, enter_body, *node.body, leave_body, self._statements.pop])
+        self._schedule([*heads, enter_body, *node.body, leave_body, self._leave_statement])
         return True
 
     def _import(self, node: ast.Import | ast.ImportFrom) -> bool:
