@@ -170,6 +170,24 @@ def test_a_cold_cached_run_of_a_tree_is_recorded_from_the_workers(tmp_path: Path
     assert _run([tmp_path], tmp_path, use_cache=True, jobs=2) == first
 
 
+def test_workers_started_early_are_let_go_when_few_files_need_linting(tmp_path: Path):
+    import os
+
+    from ampdoctor.lint import _early_pool, _Job, _run
+
+    shutil.copy(FIXTURES / "buggy_no_update.py", tmp_path / "train.py")
+    settings = Settings(root=tmp_path)
+    request = LintRequest(settings=settings, codes=settings.enabled_codes(known_codes()), jobs=2)
+    pool = _early_pool(request)
+    assert pool is not None
+    (result,) = _run([_Job(str(tmp_path / "train.py"), "train.py", ())], request, pool)
+    assert {f.code for f in result.findings} >= {"AMP101", "AMP201"}
+    with pytest.raises(RuntimeError):  # shut down: the file was linted here
+        pool.submit(os.getpid)
+    single = LintRequest(settings=settings, codes=settings.enabled_codes(known_codes()), jobs=1)
+    assert _early_pool(single) is None
+
+
 def test_the_workers_batches_hold_every_file_once_with_the_large_ones_alone(tmp_path: Path):
     from ampdoctor.lint import _batches, _Job
 

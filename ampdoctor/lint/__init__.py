@@ -144,14 +144,26 @@ def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None) -
     )
     base = os.path.realpath(cwd) + os.sep
     per_file = bool(settings.per_file_ignores)
-    jobs = [
-        _Job(name, _display(name, base), settings.ignored_for(Path(name)) if per_file else ())
-        for name in discovery.names(paths)
-    ]
+    cache = None
     if request.use_cache and not request.fix:
-        results = _run_cached(jobs, request)
-    else:
-        results = _run(jobs, request)
+        from .cache import ResultCache
+
+        cache = ResultCache(settings.root, request.codes)
+    # Where the cache cannot serve the run (no cache, or none yet for this build and these rules),
+    # the workers start as soon as the files listed so far are worth them, while the listing goes
+    # on: their start (a fork, the imports, the rules' gates) took 50-80 ms before the first batch.
+    early = cache is None or not cache.entries
+    pool = None
+    try:
+        jobs = []
+        for name in discovery.names(paths):
+            jobs.append(_Job(name, _display(name, base), settings.ignored_for(Path(name)) if per_file else ()))
+            if early and len(jobs) == PARALLEL_THRESHOLD:
+                pool = _early_pool(request)
+        results = _run_cached(jobs, request, cache, pool) if cache is not None else _run(jobs, request, pool)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     if discovery.unlistable:
         from .engine import unreadable
 
@@ -188,17 +200,16 @@ def _say_project_failed(exc: Exception) -> None:
     )
 
 
-def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
+def _run_cached(jobs: list[_Job], request: LintRequest, cache, pool=None) -> list:
     """Serve unchanged files from the cache; lint the rest (in parallel when there are many).
 
     A file is read here only when the cache holds findings for it: to show them, or to compare
     its bytes when its size or time changed. The files the cache does not know are read, keyed
     and screened by the token prefilter where they are linted (in the workers, when there are
     many: a tree linted for the first time), and what that found is recorded here afterwards."""
-    from .cache import ResultCache, content_key, decode_entry
+    from .cache import content_key, decode_entry
     from .engine import FileResult, result_from_cache
 
-    cache = ResultCache(request.settings.root, request.codes)
     screens = request.prefilter
     results, misses, stats = [], [], {}
     for job in jobs:
@@ -233,7 +244,7 @@ def _run_cached(jobs: list[_Job], request: LintRequest) -> list:
         job.keyed = True
         misses.append(job)
         stats[job.display] = stat
-    for result in _run(misses, request):
+    for result in _run(misses, request, pool):
         stat = stats.get(result.path)
         if stat is not None and result.key is not None:
             if result.screened and screens:
@@ -254,22 +265,57 @@ def _display(name: str, base: str) -> str:
     return Path(name).as_posix()
 
 
-def _run(jobs: list[_Job], request: LintRequest) -> list:
-    if not jobs:
-        return []  # nothing to parse: the rules are never imported
-    workers = request.jobs if request.jobs is not None else (os.cpu_count() or 1)
+def _workers(request: LintRequest) -> int:
+    return request.jobs if request.jobs is not None else (os.cpu_count() or 1)
+
+
+def _run(jobs: list[_Job], request: LintRequest, pool=None) -> list:
+    """Lint ``jobs``: in worker processes when there are many (in ``pool`` when one was
+    started early), else here. ``pool`` is shut down once it is of no more use."""
+    workers = _workers(request)
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
-        return _lint_batch(jobs, request)
-    from concurrent.futures import ProcessPoolExecutor
-
-    from .collector import worker_started
-
-    with ProcessPoolExecutor(max_workers=workers, initializer=worker_started) as pool:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)  # started for a folder of few files
+        return _lint_batch(jobs, request) if jobs else []  # none: the rules are never imported
+    if pool is None:
+        pool = _start_pool(request)
+    with pool:
         batches = _batches(jobs, workers)
         linted = pool.map(_worker_batch, batches, [request] * len(batches))
         if request.links_project:
             _ready_project_pass()
         return [result for batch in linted for result in batch]
+
+
+def _early_pool(request: LintRequest):
+    """The worker processes, started before all the files are listed. None where one process
+    lints."""
+    if _workers(request) <= 1:
+        return None
+    pool = _start_pool(request)
+    pool.submit(os.getpid)  # starts the processes now (all of them, where they are forked)
+    return pool
+
+
+def _start_pool(request: LintRequest):
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=_workers(request), initializer=_worker_ready, initargs=(request,))
+
+
+def _worker_ready(request: LintRequest) -> None:
+    """A worker's start: what every batch needs is imported and built once, before the batches
+    come; then what it holds so far is frozen out of the collector's sight (collector.py)."""
+    from . import engine
+    from .collector import worker_started
+
+    if request.prefilter:
+        engine.prefilter_spec(request.codes)  # imports the rules
+        engine._text_gate(request.codes)  # made once per rule selection, then looked up
+    if request.links_project:
+        from . import facts  # noqa: F401
+        from .project import summary, tokens  # noqa: F401
+    worker_started()
 
 
 def _ready_project_pass() -> None:
