@@ -168,7 +168,7 @@ def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None) -
         from .engine import unreadable
 
         results.extend(
-            unreadable(_display(Path(f), base), f, f"cannot list folder: {why}") for f, why in discovery.unlistable
+            unreadable(_display(f, base), f, f"cannot list folder: {why}") for f, why in discovery.unlistable
         )
     if request.links_project:
         from .project.run import link_results
@@ -245,12 +245,12 @@ def _run_cached(jobs: list[_Job], request: LintRequest, cache, pool=None) -> lis
         misses.append(job)
         stats[job.display] = stat
     for result in _run(misses, request, pool):
-        stat = stats.get(result.path)
-        if stat is not None and result.key is not None:
+        seen_as = stats.get(result.path)
+        if seen_as is not None and result.key is not None:
             if result.screened and screens:
-                cache.put_skipped(result.path, stat)
+                cache.put_skipped(result.path, seen_as)
             elif result.unreported_error is None:
-                cache.put(result.path, result.key, result.findings, result.suppressed, stat)
+                cache.put(result.path, result.key, result.findings, result.suppressed, seen_as)
         results.append(result)
     cache.save()
     return results

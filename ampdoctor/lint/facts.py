@@ -32,11 +32,15 @@ and ``iteration.py`` (paths through a loop body and how two events relate on the
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .model import AmpFacts, Assignment, Block, CallSite, Frame, ImportRef, WithRef
 from .passes import classify_events, find_scalers_and_optimizers, resolve_regions
 from .syntax import children_except, dotted, qualify, qualify_spelled
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[ast.alias, str, str, str | None]]:
@@ -124,7 +128,7 @@ class _FactWalk:
             if handler(self, node):
                 return
         # Names and constants record nothing here: not visiting them saves half the work.
-        inner = children_except(node, _LEAVES)
+        inner: list = children_except(node, _LEAVES)
         if kind in _STATEMENTS:
             self._statements.append(node)
             inner.append(self._leave_statement)
@@ -294,12 +298,12 @@ class _FactWalk:
         func = node.func
         kind = type(func)
         receiver = method = spelled = None
-        if kind is ast.Attribute:
+        if type(func) is ast.Attribute:
             method = func.attr
             receiver = dotted(func.value)
             if receiver is not None:
                 spelled = f"{receiver}.{method}"
-        elif kind is ast.Name:
+        elif type(func) is ast.Name:
             spelled = func.id
         qname = qualify_spelled(spelled, self.imports) if spelled is not None else None
         shape = self._shape
@@ -325,7 +329,7 @@ class _FactWalk:
         # it again, and visit the arguments.
         if qname is not None and kind is ast.Attribute:
             self.references.append((func, qname))
-        arguments = [arg for arg in node.args if type(arg) not in _LEAVES]
+        arguments: list[ast.AST] = [arg for arg in node.args if type(arg) not in _LEAVES]
         arguments.extend(node.keywords)
         self._work.extend(reversed(arguments))
         return True
@@ -345,7 +349,7 @@ class _FactWalk:
 _LEAVES = (ast.Name, ast.Constant)
 # Every statement type (the walk keeps the innermost statement around each call).
 _STATEMENTS = frozenset(cls for cls in vars(ast).values() if isinstance(cls, type) and issubclass(cls, ast.stmt))
-_HANDLERS = {
+_HANDLERS: dict[type, Callable[[_FactWalk, Any], bool]] = {
     ast.ClassDef: _FactWalk._class_def,
     ast.FunctionDef: _FactWalk._function_def,
     ast.AsyncFunctionDef: _FactWalk._function_def,

@@ -20,6 +20,9 @@ class Block(Value):
 
     __slots__ = ("kind", "node", "ident")
     _uncompared = ("node",)
+    kind: str
+    node: ast.AST
+    ident: int
 
     def __init__(self, kind: str, node: ast.AST, ident: int = 0) -> None:
         # kind: "loop", "if", "else", "try", "except", "finally", "match". Set one by one, not

@@ -32,14 +32,14 @@ class AssignmentIndex:
         self.module_scaler: ast.AST | None = None
         # (frame, target) pairs bound to a dict literal somewhere: only those can name a mapping.
         self.mappings: set[tuple[int, str]] = set()
-        dict_type, call_type, name_type = ast.Dict, ast.Call, ast.Name
+        dict_type, call_type = ast.Dict, ast.Call
         for assignment in facts.assignments:
             key = (id(assignment.frame), assignment.target)
             self.by_target.setdefault(key, []).append(assignment)
             value = assignment.value
             kind = type(value)
-            # ``is_mapping_literal``, written out: a module may hold a hundred thousand of these.
-            if kind is dict_type or (kind is call_type and type(value.func) is name_type and value.func.id == "dict"):
+            # ``is_mapping_literal`` called only for calls: a module may hold a hundred thousand.
+            if kind is dict_type or (kind is call_type and is_mapping_literal(value)):
                 self.mappings.add(key)
             if assignment.target in facts.scalers:
                 self.scalers_made.setdefault(assignment.target, assignment)
