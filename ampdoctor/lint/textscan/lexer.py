@@ -233,6 +233,18 @@ def _spend(d: bytes) -> None:
 
 def _word_positions(d: bytes, word: bytes):
     """Start of each occurrence of ``word`` as a whole identifier."""
+    whole = _WHOLE_WORDS.get(word)
+    if whole is None:
+        if len(_WHOLE_WORDS) > 256:
+            _WHOLE_WORDS.clear()
+        whole = _WHOLE_WORDS[word] = _whole_word(word)
+    if whole is not None:
+        # The expression's own search finds the whole words: most occurrences of a short word
+        # are inside longer ones ("amp" in "example"), each a step of the loop below.
+        for match in whole.finditer(d):
+            _spend(d)
+            yield match.start()
+        return
     n = len(word)
     i = d.find(word)
     while i >= 0:
@@ -243,3 +255,16 @@ def _word_positions(d: bytes, word: bytes):
 
 
 _ID_BYTES = frozenset(bytes([c]) for c in _ID)
+_WHOLE_WORDS: dict[bytes, re.Pattern[bytes] | None] = {}
+
+
+def _whole_word(word: bytes) -> re.Pattern[bytes] | None:
+    """``word`` as a whole identifier, for a word made of identifier characters (for such a word
+    the matches are exactly the loop's: no whole-word occurrence can start inside another
+    occurrence, whose characters are all identifier characters); None otherwise."""
+    if not word or not all(c in _ID for c in word):
+        return None
+    # The word first, so that the expression's search looks for it as a literal; the character
+    # before it is tested by a look back over it.
+    literal = re.escape(word)
+    return re.compile(literal + rb"(?![A-Za-z0-9_\x80-\xff])(?<![A-Za-z0-9_\x80-\xff]" + literal + rb")")
