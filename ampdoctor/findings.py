@@ -12,6 +12,9 @@ import enum
 from .records import Value
 from .severity import Severity
 
+# The code of a file that could not be read, decoded or parsed (never hidden by a per-file ignore).
+PARSE_ERROR = "AMP000"
+
 __all__ = ["Applicability", "Edit", "Finding", "Fix", "Location", "Severity"]
 
 

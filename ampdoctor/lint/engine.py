@@ -14,11 +14,11 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 from ..catalog import severity_of
-from ..findings import Finding, Location
+from ..findings import PARSE_ERROR, Finding, Location
 from ..records import Record
 from .fixes import (
     FixError,
@@ -30,14 +30,9 @@ from .fixes import (
     realize_rewrites,
     resolve_fix,
 )
+from .suppressions import apply_suppressions
 
-PARSE_ERROR = "AMP000"
 MAX_FIX_PASSES = 10
-
-# Suppression comments (compiled on first use by ``re``: only lines with findings are read).
-_NOQA = r"(?i)#\s*noqa\b(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+|\s+[A-Za-z]+[0-9]+)*))?"
-_IGNORE = r"#\s*ampdoctor:\s*ignore\b(?:\[(?P<codes>[^\]]*)\])?"
-_CODE = r"[A-Za-z]+[0-9]+"
 
 
 class LintOptions(Record):
@@ -270,7 +265,7 @@ def check_source(
     except RecursionError:  # an expression the parser took but the model's walks cannot descend
         message = "cannot analyse: an expression is nested too deeply"
         return [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), message, Location(path, 1, 1))], 0, False
-    kept, suppressed = _apply_suppressions(findings, source, options.per_file_ignored)
+    kept, suppressed = apply_suppressions(findings, source, options.per_file_ignored)
     return kept, suppressed, True
 
 
@@ -307,43 +302,6 @@ def _position(reports, lines: SourceLines, path: str) -> list[Finding]:
             )
         )
     return sorted(findings, key=Finding.sort_key)
-
-
-def _suppressed_codes(line: str) -> set[str] | None:
-    """None: nothing suppressed; empty set: everything; else the codes named."""
-    if "#" not in line:
-        return None
-    result: set[str] | None = None
-    for pattern in (_NOQA, _IGNORE):
-        for match in re.finditer(pattern, line):
-            codes = match.group("codes")
-            if not codes:
-                return set()
-            result = (result or set()) | {c.upper() for c in re.findall(_CODE, codes)}
-    return result
-
-
-def _apply_suppressions(findings: list[Finding], source: str, ignored: Sequence[str]) -> tuple[list[Finding], int]:
-    lines = source.splitlines()
-    kept, suppressed = [], 0
-    for finding in findings:
-        noqa_lines = finding.extra.pop("_noqa_lines", [finding.location.line])
-        if any(finding.code.startswith(prefix) for prefix in ignored) and finding.code != PARSE_ERROR:
-            continue
-        if _is_suppressed(finding.code, noqa_lines, lines):
-            suppressed += 1
-            continue
-        kept.append(finding)
-    return kept, suppressed
-
-
-def _is_suppressed(code: str, line_numbers: Iterable[int], lines: list[str]) -> bool:
-    for number in line_numbers:
-        if 1 <= number <= len(lines):
-            codes = _suppressed_codes(lines[number - 1])
-            if codes is not None and (not codes or code in codes):
-                return True
-    return False
 
 
 def fix_source(source: str, path: str, options: LintOptions) -> tuple[str, int, list[Finding], int, bool]:

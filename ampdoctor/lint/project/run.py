@@ -181,7 +181,8 @@ def _display(path: Path, cwd: Path) -> str:
 
 
 def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, settings) -> None:
-    from ..engine import _apply_suppressions, decode_source
+    from ..engine import decode_source
+    from ..suppressions import apply_suppressions
 
     by_module: dict[str, list[CrossReport]] = {}
     for report in reports:
@@ -220,7 +221,7 @@ def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, se
                 continue
             result.source = source
         ignored = settings.ignored_for(Path(result.file_path)) if settings.per_file_ignores else ()
-        kept, suppressed = _apply_suppressions(findings, source, ignored)
+        kept, suppressed = apply_suppressions(findings, source, ignored)
         result.findings = sorted([*result.findings, *kept], key=Finding.sort_key)
         result.suppressed += suppressed
         result.parsed = True
@@ -229,7 +230,7 @@ def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, se
 def link_source(findings: list, summary: dict, source: str, path: str, codes: frozenset[str]) -> list:
     """``findings`` of one source text (``lint_source``) with what the cross-function rules find
     between its own functions and methods: the text is a project of one module."""
-    from ..engine import _apply_suppressions
+    from ..suppressions import apply_suppressions
     from .tokens import has_class
 
     rel = "module.py"
@@ -256,7 +257,7 @@ def link_source(findings: list, summary: dict, source: str, path: str, codes: fr
         )
     if not added:
         return findings
-    kept, _suppressed = _apply_suppressions(added, source, ())
+    kept, _suppressed = apply_suppressions(added, source, ())
     return sorted([*findings, *kept], key=Finding.sort_key)
 
 
