@@ -30,115 +30,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
+from torch.utils import _python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
-from .opnames import CONVOLUTION_OPS
+from .opnames import MATMUL_OPS, METADATA_OPS, SENSITIVE_OPS  # noqa: F401 (the vocabulary, named here too)
 from .sites import user_site
-
-# aten overload packets (names as ``func.overloadpacket.__name__``) of the ops that autocast
-# exists to speed up. ``linear`` and ``matmul`` decompose into these before dispatch.
-MATMUL_OPS = frozenset(
-    {
-        "mm",
-        "addmm",
-        "bmm",
-        "baddbmm",
-        "addbmm",
-        "mv",
-        "addmv",
-        "dot",
-        "vdot",
-        "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_flash_attention_for_cpu",
-        "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention",
-        "_flash_attention_forward",
-        "_efficient_attention_forward",
-        "_native_multi_head_attention",
-    }
-    | CONVOLUTION_OPS
-)
-
-# Ops whose accuracy or range suffers in float16; autocast keeps them in float32 on CUDA.
-SENSITIVE_OPS = frozenset(
-    {
-        "_softmax",
-        "_log_softmax",
-        "softmax",
-        "log_softmax",
-        "native_layer_norm",
-        "layer_norm",
-        "native_group_norm",
-        "group_norm",
-        "native_batch_norm",
-        "_native_batch_norm_legit",
-        "_native_batch_norm_legit_functional",
-        "_native_batch_norm_legit_no_training",
-        "batch_norm",
-        "_batch_norm_with_update",
-        "exp",
-        "log",
-        "log1p",
-        "log2",
-        "log10",
-        "pow",
-        "sum",
-        "mean",
-        "prod",
-        "cumsum",
-        "var",
-        "std",
-        "var_mean",
-        "std_mean",
-        "norm",
-        "linalg_vector_norm",
-        "logsumexp",
-        "nll_loss_forward",
-        "nll_loss2d_forward",
-        "nll_loss",
-        "cross_entropy_loss",
-        "mse_loss",
-        "l1_loss",
-        "smooth_l1_loss",
-        "huber_loss",
-        "binary_cross_entropy",
-        "binary_cross_entropy_with_logits",
-        "kl_div",
-        "soft_margin_loss",
-        "multilabel_margin_loss_forward",
-        "multi_margin_loss",
-        "cosine_embedding_loss",
-        "poisson_nll_loss",
-        "margin_ranking_loss",
-        "hinge_embedding_loss",
-    }
-)
-
-# Ops that only ask about metadata or mark profiler ranges: counting them says nothing about
-# precision.
-_METADATA_OPS = frozenset(
-    {
-        "is_contiguous",
-        "sym_is_contiguous",
-        "is_strides_like_format",
-        "is_non_overlapping_and_dense",
-        "size",
-        "sym_size",
-        "stride",
-        "sym_stride",
-        "storage_offset",
-        "sym_storage_offset",
-        "numel",
-        "sym_numel",
-        "dim",
-        "layout",
-        "_record_function_enter",
-        "_record_function_enter_new",
-        "_record_function_exit",
-    }
-)
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -439,7 +337,7 @@ _OP_FACTS: dict[Any, tuple[str, bool, bool]] = {}
 
 def _op_facts(func: Any) -> tuple[str, bool, bool]:
     name = func.overloadpacket.__name__
-    facts = _OP_FACTS[func] = (name, name in _METADATA_OPS, bool(getattr(func, "is_view", False)))
+    facts = _OP_FACTS[func] = (name, name in METADATA_OPS, bool(getattr(func, "is_view", False)))
     return facts
 
 
@@ -518,10 +416,14 @@ class OpCensus:
 
     def remove(self) -> None:
         global _census_mode
-        if self._mode is not None:
-            if _census_mode is self._mode:
+        mode = self._mode
+        if mode is not None:
+            if _census_mode is mode:
                 _census_mode = None
-            self._mode.__exit__(None, None, None)
+            # A stop (``--timeout``) can land between a push or pop and the line after it:
+            # pop the mode only where it is still on the stack.
+            if _pushed(mode):
+                mode.__exit__(None, None, None)
             self._mode = None
         if self._tracker is not None:
             self._tracker.__exit__()
@@ -595,3 +497,10 @@ class OpCensus:
 def sorted_census(ops: dict) -> list:
     """The census's (key, count) items: matmul-class ops first, then by count."""
     return sorted(ops.items(), key=lambda item: (item[0].op not in MATMUL_OPS, -item[1], item[0].module or ""))
+
+
+def _pushed(mode: TorchDispatchMode) -> bool:
+    """Whether ``mode`` is on this thread's dispatch mode stack (torch has no public name for the
+    stack; with a torch that has none, every mode is taken as pushed)."""
+    stack = getattr(_python_dispatch, "_get_current_dispatch_mode_stack", None)
+    return stack is None or any(current is mode for current in stack())

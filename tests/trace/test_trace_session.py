@@ -456,3 +456,20 @@ def test_the_gradient_check_is_skipped_only_when_the_scaler_found_no_inf(monkeyp
     run_script("seeded_hex.py", steps=None, record_ops_steps=0, gradient_interval=100)
     session_skips = [known for full, known in calls if not full]
     assert False in session_skips and True in session_skips  # init_scale 2**24 overflows at first
+
+
+def test_the_census_mode_is_popped_once_however_a_stop_interrupts_its_removal():
+    """A stop (``--timeout``) can land right after the census's dispatch mode is popped, before
+    the census notes it: removing it again must neither raise nor pop another mode."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    from ampdoctor.trace.ops import AutocastTracker, OpCensus
+
+    census = OpCensus(AutocastTracker())
+    census.install()
+    mode = census._mode
+    assert _get_current_dispatch_mode_stack()[-1] is mode
+    mode.__exit__(None, None, None)  # popped: the stop lands before ``_mode`` is cleared
+    census.remove()
+    assert not census.active and _get_current_dispatch_mode_stack() == []
+    torch.ones(2) + 1  # the dispatcher still works

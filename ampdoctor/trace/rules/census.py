@@ -72,7 +72,7 @@ def float32_matmul_in_autocast(
 def sensitive_op_in_low_precision(
     observations: Observations, thresholds: Thresholds, locator: Locator
 ) -> Iterator[Finding]:
-    from ..ops import SENSITIVE_OPS
+    from ..opnames import SENSITIVE_OPS
 
     grouped = _ops_by_module(
         observations,

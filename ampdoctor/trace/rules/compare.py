@@ -277,7 +277,7 @@ def with_gemm_share(
 def _first_low_precision_matmul(observations: Observations, dtype: str):
     """Where the user's code first issued a ``dtype`` matmul (the forward under autocast)."""
     from ...findings import Location
-    from ..ops import MATMUL_OPS
+    from ..opnames import MATMUL_OPS
 
     for (_module, op, output_dtype), site in observations.op_sites.items():
         if op in MATMUL_OPS and output_dtype == dtype:
