@@ -74,6 +74,28 @@ def test_undecodable_or_unparsable_bytes_are_one_amp000_line(folder, data, messa
 @pytest.mark.parametrize(
     "data",
     [
+        HEADER.encode() + b"name = '\xe9t\xe9'\n",
+        HEADER.encode("utf-16"),
+        HEADER.encode() + b"x = 1\0\n",
+    ],
+    ids=["non-utf8", "utf16-le-bom", "nul"],
+)
+def test_the_result_cache_reports_odd_bytes_as_an_uncached_run_does(folder, data):
+    """With the cache on (the default), a first run and a cached second run say what ``--no-cache``
+    says: a UTF-16 file is not passed over because no token matches its bytes."""
+    write(folder, "odd.py", data)
+    write(folder, "ok.py", HEADER)
+    expected = finding_lines(lint("odd.py", "ok.py").output)
+    for _ in range(2):  # the first run fills the cache, the second is served from it
+        result = CliRunner().invoke(main, ["lint", "--isolated", "--jobs", "1", "--output-format", "concise", "."])
+        assert result.exit_code == 2, result.output
+        assert finding_lines(result.output) == expected
+    assert (folder / ".ampdoctor_cache").is_dir()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
         b"# -*- coding: latin-1 -*-\n" + HEADER.encode() + b"name = '\xe9t\xe9'\n",
         b"\xef\xbb\xbf" + HEADER.encode(),
         HEADER.replace("\n", "\r\n").encode(),
@@ -395,16 +417,26 @@ def test_a_folder_that_cannot_be_listed_is_one_line(folder, monkeypatch):
 
 
 def test_pipes_and_devices_are_not_read(folder):
-    """Reading a named pipe would wait for a writer, and a device may never end."""
+    """Reading a named pipe would wait for a writer, and a device may never end; a socket (and a
+    device) is not even opened."""
+    import socket
+
     os.mkfifo(folder / "pipe.py")
     (folder / "zeros.py").symlink_to("/dev/zero")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(folder / "sock.py"))
     write(folder, "ok.py", HEADER)
-    for args in ([".", "--no-cache"], ["."], ["pipe.py", "zeros.py", "ok.py"]):
-        result = CliRunner().invoke(main, ["lint", "--isolated", "--jobs", "1", "--output-format", "concise", *args])
-        assert result.exit_code == 2, result.output
-        assert finding_lines(result.output) == [
-            finding_lines(result.output)[0],
-            "pipe.py:1:1: AMP000 [error] cannot read: not a regular file",
-            "zeros.py:1:1: AMP000 [error] cannot read: not a regular file",
-        ]
-        assert finding_lines(result.output)[0].startswith("ok.py:2:10: AMP401")
+    try:
+        for args in ([".", "--no-cache"], ["."], ["pipe.py", "sock.py", "zeros.py", "ok.py"]):
+            command = ["lint", "--isolated", "--jobs", "1", "--output-format", "concise", *args]
+            result = CliRunner().invoke(main, command)
+            assert result.exit_code == 2, result.output
+            assert finding_lines(result.output) == [
+                finding_lines(result.output)[0],
+                "pipe.py:1:1: AMP000 [error] cannot read: not a regular file",
+                "sock.py:1:1: AMP000 [error] cannot read: not a regular file",
+                "zeros.py:1:1: AMP000 [error] cannot read: not a regular file",
+            ]
+            assert finding_lines(result.output)[0].startswith("ok.py:2:10: AMP401")
+    finally:
+        server.close()

@@ -374,20 +374,20 @@ def unreadable(display: str, path: str, error: str) -> FileResult:
     return _unreadable(FileResult(display, file_path=path), error)
 
 
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0)
 
 
 def read_regular(path: Path | str) -> bytes | None:
-    """The bytes of ``path`` (through links), or None when it is not a regular file; raises
-    OSError as ``open`` does. Opened without blocking (a FIFO would wait for a writer) and read
-    with plain system calls: a buffered file object per file cost twice as much over a tree."""
+    """The bytes of ``path`` (through links), or None when it is not a regular file (a pipe, a
+    socket or a device is never opened: that could block, or act on the device); raises OSError
+    as ``open`` does. Read with plain system calls: a buffered file object per file cost twice
+    as much over a tree."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return None
     fd = os.open(path, _READ_FLAGS)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
+        size = os.fstat(fd).st_size + 1  # one more: a file that grew since is read whole all the same
         chunks = []
-        size = info.st_size + 1  # one more: a file that grew since is read whole all the same
         while True:
             chunk = os.read(fd, max(size, 1 << 16))
             if not chunk:
