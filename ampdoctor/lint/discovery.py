@@ -185,7 +185,7 @@ class Discovery:
         for folder, dirs, files in os.walk(top, onerror=unlistable):
             parent = applicable.get(os.path.dirname(folder), inherited)
             rules = parent
-            if self.respect_gitignore and ".gitignore" in files:  # not opened where the listing has none
+            if self.respect_gitignore and _lists_gitignore(files):  # not opened where the listing has none
                 own = self._ignore_for(folder)
                 if own is not None:
                     rules = [*parent, (folder, own)]
@@ -226,6 +226,12 @@ class Discovery:
         if folder not in self._ignores:
             self._ignores[folder] = GitIgnore.load(Path(folder))
         return self._ignores[folder]
+
+
+def _lists_gitignore(names: list[str]) -> bool:
+    """Whether a folder listing holds a ``.gitignore`` (in any case: on a file system that
+    ignores case, opening ``.gitignore`` finds ``.GITIGNORE`` too)."""
+    return ".gitignore" in names or any(len(name) == 10 and name.lower() == ".gitignore" for name in names)
 
 
 def _ignored(rules: list[tuple[str, GitIgnore]], absolute: str, is_dir: bool) -> bool:
