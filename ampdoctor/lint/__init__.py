@@ -227,14 +227,11 @@ def _run_cached(jobs: list[_Job], request: LintRequest, cache, pool=None) -> lis
                 results.append(FileResult(job.display, suppressed=hit[1], file_path=job.name, parsed=True))
                 continue
             known = cache.entries.get(job.display)
-            if hit is None and isinstance(known, dict) and "key" in known:
-                # Changed size or time, or written just before the cache: compare the bytes.
-                with open(job.name, "rb") as handle:
+            if hit is not None or (isinstance(known, dict) and "key" in known):
+                with open(job.name, "rb") as handle:  # findings to show, or bytes to compare
                     data = handle.read()
-                hit = cache.get(job.display, content_key(data, job.per_file_ignored), stat)
-            elif hit is not None:  # findings to show: their lines come from the file
-                with open(job.name, "rb") as handle:
-                    data = handle.read()
+                if hit is None:  # changed size or time, or written just before the cache
+                    hit = cache.get(job.display, content_key(data, job.per_file_ignored), stat)
         except OSError:
             misses.append(job)  # the engine reports why it cannot be read
             continue

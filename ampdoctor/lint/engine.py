@@ -398,11 +398,6 @@ def read_regular(path: Path | str) -> bytes | None:
         os.close(fd)
 
 
-def is_regular_file(path: Path | str) -> bool:
-    """Whether ``path`` (through links) is a regular file; raises OSError as ``os.stat`` does."""
-    return stat.S_ISREG(os.stat(path).st_mode)
-
-
 def _unreadable(result: FileResult, error: str) -> FileResult:
     result.error = error
     result.findings = [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), error, Location(result.path))]
