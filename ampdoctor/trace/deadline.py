@@ -8,7 +8,8 @@ the stop to the session's thread, delivered at its next Python instruction.
 A stop can be lost: raised while the script runs a ``__del__`` method or a weak-reference
 callback (Python prints "Exception ignored" and goes on), or caught by the script's own bare
 ``except:``. So it is sent again every ``REPEAT`` seconds until it lands (the runner calls
-``stop_landed``, or the block ends). If it still has not landed ``grace`` seconds after the
+``stop_landed``, or the block ends); it is also held back while the tracer's own bookkeeping runs
+a block that must not be cut in half (``holding_stops``). If it still has not landed ``grace`` seconds after the
 deadline, a watchdog thread gives up on stopping the script: it calls ``on_give_up`` (which
 writes what report it can) and ends the process with exit status 124, so ``--timeout`` always
 ends the run.
@@ -34,6 +35,25 @@ def stop_landed() -> None:
     """The stop reached code that handles it (the runner caught it): send no more."""
     if _active is not None:
         _active.landed = True
+
+
+# Blocks of the tracer's own bookkeeping that a stop must not cut in half (a dispatch mode
+# pushed but not yet recorded, or popped but still recorded): while one runs, the stop waits
+# for the next repeat.
+_holding = 0
+
+
+class holding_stops:
+    """``with holding_stops():`` no stop lands inside the block; it lands after it, on the next
+    repeat (``REPEAT`` seconds)."""
+
+    def __enter__(self) -> None:
+        global _holding
+        _holding += 1
+
+    def __exit__(self, *exc_info) -> None:
+        global _holding
+        _holding -= 1
 
 
 class Deadline:
@@ -94,14 +114,15 @@ class Deadline:
         thread.start()
 
     def _expire(self, signum, frame) -> None:
-        if not self.landed:
+        if not self.landed and not _holding:
             raise self._stop_type()
 
     def _send_until_landed(self) -> None:
         if self._done.wait(self._seconds):
             return
         while not self.landed:
-            send_exception(self._thread, self._stop_type)
+            if not _holding:
+                send_exception(self._thread, self._stop_type)
             if self._done.wait(REPEAT):
                 return
 

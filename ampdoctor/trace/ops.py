@@ -35,6 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
+from .deadline import holding_stops
 from .opnames import MATMUL_OPS, METADATA_OPS, SENSITIVE_OPS  # noqa: F401 (the vocabulary, named here too)
 from .sites import user_site
 
@@ -114,6 +115,16 @@ class _Quiet:
 
 
 _QUIET = _Quiet()
+
+
+def reset_quiet() -> None:
+    """Forget the quiet blocks left open on this thread: a stop (``--timeout``) that lands inside
+    a block's start or end leaves its count behind, and a later census would count nothing. Only
+    when no session is active (its hooks are the only ones that open quiet blocks)."""
+    global _quiet_depth
+    _quiet_depth = 0
+    _open_ranges.clear()
+    _stepped_aside.modes = []
 
 
 def quiet() -> _Quiet:
@@ -407,27 +418,27 @@ class OpCensus:
         return Counter({OpKey(*key): count for key, count in self._tallies.items()})
 
     def install(self) -> None:
-        self._tracker = ModuleTracker()
-        self._tracker.__enter__()
-        self._mode = _CensusMode(self)
-        self._mode.__enter__()
         global _census_mode
-        _census_mode = self._mode
+        with holding_stops():  # a ``--timeout`` stop lands before or after, never between
+            self._tracker = ModuleTracker()
+            self._tracker.__enter__()
+            self._mode = _CensusMode(self)
+            self._mode.__enter__()
+            _census_mode = self._mode
 
     def remove(self) -> None:
         global _census_mode
-        mode = self._mode
-        if mode is not None:
-            if _census_mode is mode:
-                _census_mode = None
-            # A stop (``--timeout``) can land between a push or pop and the line after it:
-            # pop the mode only where it is still on the stack.
-            if _pushed(mode):
-                mode.__exit__(None, None, None)
-            self._mode = None
-        if self._tracker is not None:
-            self._tracker.__exit__()
-            self._tracker = None
+        with holding_stops():
+            mode = self._mode
+            if mode is not None:
+                if _census_mode is mode:
+                    _census_mode = None
+                if _pushed(mode):  # popped already where a training thread ended the window
+                    mode.__exit__(None, None, None)
+                self._mode = None
+            if self._tracker is not None:
+                self._tracker.__exit__()
+                self._tracker = None
 
     def fail(self, exc: Exception) -> None:
         """Stop counting (the mode stays installed until the session removes it)."""

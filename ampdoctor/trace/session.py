@@ -67,7 +67,7 @@ from .compiled import CompilePatch
 from .gradients import GradientMonitor
 from .numerics import ModuleRegistry, PendingIteration
 from .observations import IterationRecord, Observations, ScalerConfig
-from .ops import AutocastTracker, OpCensus, dtype_name, quiet
+from .ops import AutocastTracker, OpCensus, dtype_name, quiet, reset_quiet
 from .outcome import Outcome
 from .protocol import ProtocolWatch
 from .rulebase import Thresholds
@@ -164,6 +164,7 @@ class TraceSession:
         global _active
         if _active is not None:
             raise RuntimeError("a trace session is already active; sessions do not nest")
+        reset_quiet()  # what an earlier session's stop may have left (ops.reset_quiet)
         stack = contextlib.ExitStack()
         try:
             self._install(stack)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ampdoctor.trace.deadline import Deadline
+from ampdoctor.trace.deadline import Deadline, holding_stops
 
 
 class Expired(BaseException):
@@ -31,6 +31,35 @@ def test_on_the_main_thread_a_blocking_wait_is_interrupted():
         with Deadline(0.2, Expired):
             threading.Event().wait(60)
     assert signal.getsignal(signal.SIGALRM) is handler and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("in_thread", [False, True])
+def test_a_stop_waits_for_a_held_block_and_lands_after_it(in_thread):
+    """The tracer's own bookkeeping (a dispatch mode pushed and recorded) is never cut in half."""
+    results = []
+
+    def run() -> None:
+        finished_held = False
+        try:
+            with Deadline(0.05, Expired):
+                with holding_stops():
+                    end = time.monotonic() + 0.4  # well past the deadline
+                    while time.monotonic() < end:
+                        pass
+                    finished_held = True
+                end = time.monotonic() + 30  # busy: a stop sent to a thread lands between instructions
+                while time.monotonic() < end:
+                    pass
+        except Expired:
+            results.append(finished_held)
+
+    if in_thread:
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join(60)
+    else:
+        run()
+    assert results == [True]
 
 
 def test_on_another_thread_the_stop_is_sent_to_that_thread():

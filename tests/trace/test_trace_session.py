@@ -95,6 +95,17 @@ def test_census_window_ends_after_k_iterations_and_hooks_follow():
     assert addmm == {"0": 1, "2": 1}  # two Linear layers, one iteration
 
 
+def test_a_quiet_block_left_open_by_an_earlier_stop_does_not_silence_the_next_census(monkeypatch):
+    """A ``--timeout`` stop landing inside a quiet block's start leaves its count behind: the
+    next session starts from none."""
+    from ampdoctor.trace import ops
+
+    monkeypatch.setattr(ops, "_quiet_depth", 1)  # a block entered, its end never run
+    session, _ = run_script("loop_forever.py", steps=4, record_ops_steps=1)
+    addmm = {key.module: count for key, count in session.observations.ops.items() if key.op == "addmm"}
+    assert addmm == {"0": 1, "2": 1}
+
+
 @pytest.mark.slow
 def test_losses_and_weights_are_bit_identical_with_and_without_tracing():
     reference = io.StringIO()
