@@ -201,22 +201,56 @@ def test_helper_without_the_scaler_is_reported_at_the_call(tmp_path: Path):
 
 
 @pytest.mark.parametrize(
-    "helper",
+    "script, helper",
     [
-        HELPER.replace("path):", "path, scaler=None):"),  # the helper knows about scalers
-        HELPER.replace(
-            "def save_checkpoint(model, optimizer, path)", "def save_checkpoint(model, optimizer, path, **kw)"
+        # The helper saves the scaler it is handed, and the caller hands it over.
+        (
+            SCRIPT.replace('optimizer, "ckpt.pt")', 'optimizer, "ckpt.pt", scaler)'),
+            HELPER.replace("path):", "path, scaler=None):").replace(
+                "optimizer.state_dict()}", 'optimizer.state_dict(), "scaler": scaler and scaler.state_dict()}'
+            ),
         ),
-        HELPER.replace("optimizer.state_dict()}", "optimizer.state_dict(), **EXTRA}"),
+        # The helper saves whatever extra state it is given, and the caller gives the scaler's.
+        (
+            SCRIPT.replace('optimizer, "ckpt.pt")', 'optimizer, "ckpt.pt", scaler=scaler.state_dict())'),
+            HELPER.replace("path):", "path, **extra):").replace(
+                "optimizer.state_dict()}", "optimizer.state_dict(), **extra}"
+            ),
+        ),
+        # The checkpoint spreads a mapping the module takes from ``import *``: it may hold anything.
+        (
+            SCRIPT,
+            HELPER.replace("import torch", "import torch\nfrom settings import *").replace(
+                "optimizer.state_dict()}", "optimizer.state_dict(), **EXTRA}"
+            ),
+        ),
     ],
 )
-def test_helper_that_may_carry_the_scaler_is_not_reported(tmp_path: Path, helper: str):
-    write(tmp_path, {"train.py": SCRIPT, "utils.py": helper})
+def test_helper_that_may_carry_the_scaler_is_not_reported(tmp_path: Path, script: str, helper: str):
+    write(tmp_path, {"train.py": script, "utils.py": helper})
     assert lint_tree(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    "helper",
+    [
+        HELPER.replace("path):", "path, scaler=None):"),  # takes a scaler it never saves
+        HELPER.replace("path):", "path, **kw):"),  # takes keywords it never saves
+        # saves the scaler, but none is handed over
+        HELPER.replace("path):", "path, scaler=None):").replace(
+            "optimizer.state_dict()}", 'optimizer.state_dict(), "scaler": scaler and scaler.state_dict()}'
+        ),
+    ],
+)
+def test_helper_that_takes_a_scaler_but_is_not_handed_one_is_reported(tmp_path: Path, helper: str):
+    write(tmp_path, {"train.py": SCRIPT, "utils.py": helper})
+    assert lint_tree(tmp_path) == [("train.py", 11, "AMP211")]
+
+
 def test_call_that_passes_the_scaler_or_spreads_arguments_is_not_reported(tmp_path: Path):
-    script = SCRIPT.replace('save_checkpoint(model, optimizer, "ckpt.pt")', "save_checkpoint(*parts)")
+    script = SCRIPT.replace('save_checkpoint(model, optimizer, "ckpt.pt")', "save_checkpoint(*parts)").replace(
+        "from utils import save_checkpoint", "from utils import save_checkpoint\nfrom settings import *"
+    )
     write(tmp_path, {"train.py": script, "utils.py": HELPER})
     assert lint_tree(tmp_path) == []
     script = SCRIPT + 'torch.save(scaler.state_dict(), "scaler.pt")\n'
@@ -304,7 +338,9 @@ def test_unchanged_files_are_summarized_once_and_a_changed_one_again(tmp_path: P
     made.clear()
     assert lint_tree(tmp_path, [tmp_path / "train.py"], use_cache=True) == [("train.py", 11, "AMP211")]
     assert made == []
-    (tmp_path / "utils.py").write_text(HELPER.replace("path):", "path, scaler):"), encoding="utf-8")
+    # The helper now writes the weights alone: an export, not a checkpoint to resume from.
+    export = HELPER.replace(', "optimizer": optimizer.state_dict()}', "}")
+    (tmp_path / "utils.py").write_text(export, encoding="utf-8")
     assert lint_tree(tmp_path, [tmp_path / "train.py"], use_cache=True) == []
     assert len(made) == 1
 

@@ -67,18 +67,15 @@ def test_snapshot_saved_as_it_is_or_through_a_named_tuple_is_reported():
     [
         # a field for the scaler, filled
         ("    epoch: int\n", "    epoch: int\n    scaler_state: dict\n"),
-        # a field that may carry anything
+        # a field given what a call made from the scaler returns
         ("Snapshot(model.state_dict(), optimizer.state_dict(), epoch)",
-         "Snapshot(model.state_dict(), optimizer.state_dict(), extra_state)"),
+         "Snapshot(model.state_dict(), optimizer.state_dict(), extra(scaler))"),
         # completed after it is built
         ("        torch.save(asdict(snapshot), path)",
          "        snapshot.extra = scaler.state_dict()\n        torch.save(asdict(snapshot), path)"),
-        # handed to a helper before the save
-        ("        torch.save(asdict(snapshot), path)", "        record(snapshot)\n        torch.save(asdict(snapshot), path)"),
-        # a field left to a default that is not a literal
-        ("    epoch: int\n", "    epoch: int\n    extra: dict = field(default_factory=dict)\n"),
-        # a dataclass that inherits its fields
-        ("class Snapshot:", "class Snapshot(BaseSnapshot):"),
+        # handed to a helper, with the scaler, before the save
+        ("        torch.save(asdict(snapshot), path)",
+         "        record(snapshot, scaler)\n        torch.save(asdict(snapshot), path)"),
         # no optimizer state: a weights-only export
         ("Snapshot(model.state_dict(), optimizer.state_dict(), epoch)", "Snapshot(model.state_dict(), None, epoch)"),
         # no scaler in the code
@@ -96,6 +93,20 @@ def test_snapshot_that_may_hold_the_scaler_or_needs_none_is_not_reported(old: st
     if "scaler_state" in new:
         source = source.replace("optimizer.state_dict(), epoch)", "optimizer.state_dict(), epoch, scaler.state_dict())")
     assert "AMP211" not in {code for _line, code in codes(source)}
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        # handed to a helper that is not given the scaler: it cannot add its state
+        ("        torch.save(asdict(snapshot), path)", "        record(snapshot)\n        torch.save(asdict(snapshot), path)"),
+        # a field left to its default, an empty mapping
+        ("    epoch: int\n", "    epoch: int\n    extra: dict = field(default_factory=dict)\n"),
+    ],
+)  # fmt: skip
+def test_snapshot_completed_without_the_scaler_is_still_reported(old: str, new: str):
+    assert old in SNAPSHOT
+    assert (24 + new.count("\n") - old.count("\n"), "AMP211") in codes(SNAPSHOT.replace(old, new))
 
 
 COLLECTOR = """\
@@ -130,8 +141,8 @@ class Trainer:
 def test_optimizer_states_collected_by_type_leave_the_wrapped_scaler_out():
     (finding,) = [f for f in lint_source(COLLECTOR, "trainer.py") if f.code == "AMP211"]
     assert finding.location.line == 25
-    assert "`self.update`" in finding.message
-    assert [r.line for r in finding.related] == [21, 7]
+    assert "held by `self.update`" in finding.message
+    assert [(r.line, r.message) for r in finding.related] == [(7, "the GradScaler whose state is left out")]
 
 
 def test_collector_through_a_name_or_a_module_function_is_followed():
@@ -164,8 +175,8 @@ def test_collector_through_a_name_or_a_module_function_is_followed():
         ("class AmpStep:", "class AmpStep(torch.optim.Optimizer):"),
         # the wrapper never trains with its scaler
         ("        self.scaler.scale(loss).backward()\n        self.scaler.step(self.optimizer)\n", "        pass\n"),
-        # another value may carry anything
-        ('"epoch": epoch}', '"extra": extra_state, "epoch": epoch}'),
+        # another value comes from a method of the object that holds the scaler
+        ('"epoch": epoch}', '"extra": self.extra_state(), "epoch": epoch}'),
         # no scaler anywhere
         ('        self.scaler = torch.amp.GradScaler("cuda")\n', "        self.scaler = None\n"),
     ],

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from .checkpoints import checkpoint_reports
 from .float16_reach import float16_elsewhere
 from .link import Project, Target
 from .reports import RESUME, Callers, CrossReport
-from .snapshot_checks import collected_checkpoints, snapshot_checkpoints
 from .store import BACKWARD_TEXT
 from .tokens import SAVE_TEXT
 
@@ -38,9 +38,7 @@ def run_checks(
     targets = sorted(set(targets))
     reports: list[CrossReport] = []
     if "AMP211" in codes:
-        reports.extend(_checkpoints(project, targets))
-        reports.extend(snapshot_checkpoints(project, targets))
-        reports.extend(collected_checkpoints(project, targets))
+        reports.extend(checkpoint_reports(project, targets))
     if "AMP201" in codes:
         reports.extend(_clips_in_helpers(project, targets, callers))
     if "AMP101" in codes:

@@ -183,10 +183,11 @@ class Project(Record):
             return None  # ``torch``, ``numpy``: no file or folder of the project has the name
         # The answer depends on the importer's folder, except that a module never imports
         # itself: the first two matches seen from a folder are kept for its other modules.
-        key = (importer.rpartition("/")[0], target)
+        extra = self._search_paths(importer)
+        key = (importer.rpartition("/")[0], target, extra)
         matches = self._found.get(key)
         if matches is None:
-            matches = self._found[key] = self._matches(importer, target)
+            matches = self._found[key] = self._matches(importer, target, extra)
         for candidate, rest in matches:
             if candidate != importer:
                 return candidate, list(rest)
@@ -214,7 +215,33 @@ class Project(Record):
         self._names()
         return stem in self._stems
 
-    def _matches(self, importer: str, target: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    def _search_paths(self, importer: str) -> tuple[str, ...]:
+        """Folders the importer adds to ``sys.path`` (``sys.path.append(os.path.join(here,
+        "train"))``), project-relative: its summary's ``paths``, ``+name`` beside the importer
+        or at the root, ``^n`` the folder ``n`` levels above the importer's."""
+        summary = self._summaries.get(importer) if importer in self._summaries else None
+        paths = summary.get("paths") if summary else None
+        if not paths:
+            return ()
+        folders = importer.split("/")[:-1]
+        out: list[str] = []
+        for path in paths:
+            if path.startswith("^"):
+                up = int(path[1:])
+                if up <= len(folders):
+                    out.append("/".join(folders[: len(folders) - up]))
+            else:
+                name = path[1:].strip("/")
+                parts = [p for p in name.split("/") if p and p != "."]
+                if ".." in parts:
+                    continue
+                out.append("/".join([*folders, *parts]))
+                out.append("/".join(parts))
+        return tuple(dict.fromkeys(out))
+
+    def _matches(
+        self, importer: str, target: str, extra: tuple[str, ...] = ()
+    ) -> tuple[tuple[str, tuple[str, ...]], ...]:
         found: list[tuple[str, tuple[str, ...]]] = []
         if target.startswith("."):
             level = len(target) - len(target.lstrip("."))
@@ -232,7 +259,7 @@ class Project(Record):
             # examples in a repository): ``import pkg.mod`` in ``apps/x/pkg/train.py`` runs with
             # ``apps/x`` on the path and finds ``apps/x/pkg/mod.py``.
             own = ["/".join(folders[:i]) for i in range(len(folders) - 1, 0, -1) if folders[i] == parts[0]]
-            bases = list(dict.fromkeys(["/".join(folders), *own, "", "src"]))
+            bases = list(dict.fromkeys(["/".join(folders), *own, "", "src", *extra]))
         for base in bases:
             if not parts or not self._holds(f"{base}/{parts[0]}" if base else parts[0]):
                 continue  # nothing of the target's first name there (most bases, for most targets)

@@ -54,6 +54,7 @@ from .float16_sites import add_float16_parts, framework_runs
 from .mappings import AssignmentIndex, is_mapping_literal, mapping_of, state_of
 from .outline import project_imports
 from .snapshots import collected, collector, is_stub, record_class, scaler_attribute, snapshot_saves
+from .values import module_flows
 
 _SCALER_TEXT = re.compile(r"scaler", re.IGNORECASE)
 # nn.Module methods that return the module itself.
@@ -78,6 +79,7 @@ def summarize(facts: AmpFacts) -> dict:
     functions: dict[str, dict] = {}
     index = AssignmentIndex(facts)
     frames = []
+    flowing: list[tuple[str, ast.AST, str | None]] = [("<module>", facts.module, None)]
     # What each function's text is searched for, looked for in the whole module once first.
     mentions = _Mentions(facts)
     may_collect = "isinstance" in facts.source and "state_dict" in facts.source  # ``collector``'s shape
@@ -86,6 +88,7 @@ def summarize(facts: AmpFacts) -> dict:
         if name is not None:
             functions[name] = _function(facts, function, frame, index, mentions, may_collect)
             frames.append((name, frame))
+            flowing.append((name, function, frame.class_name))
     classes = _classes(facts)
     add_float16_parts(facts, frames, functions, imports, set(functions) | set(classes), instances)
     regions = [{"at": position(r.node), "dtype": r.effective_dtype} for r in facts.regions if r.enabled.counts_as_on]
@@ -102,6 +105,8 @@ def summarize(facts: AmpFacts) -> dict:
         "functions": functions,
         "calls": _calls(facts, imports, functions, index, mentions),
         "framework": framework_runs(facts, qualname) if "precision" in facts.source else [],
+        "flows": module_flows(facts, flowing),
+        "paths": _search_paths(facts) if "sys.path" in facts.source else [],
         "snapshots": snapshot_saves(facts, index.of, lambda frame: scaler_in_reach(facts, frame, index))
         if facts.scalers
         else [],
@@ -116,6 +121,35 @@ def summarize(facts: AmpFacts) -> dict:
 def _project_imports(module: ast.Module) -> dict[str, str]:
     """Local name → dotted target for every import at module level (``outline.project_imports``)."""
     return project_imports(module.body)
+
+
+def _search_paths(facts: AmpFacts) -> list[str]:
+    """The folders the module adds to ``sys.path``, as the linker reads them
+    (``Project._search_paths``): ``+train`` for a path that ends in a literal folder name,
+    ``^1`` for ``os.path.dirname(os.path.dirname(__file__))`` (the module's folder's parent)."""
+    found = []
+    for site in facts.calls:
+        if site.qname not in ("sys.path.append", "sys.path.insert"):
+            continue
+        arg = site.arg(0 if site.qname.endswith("append") else 1, None)
+        if arg is None:
+            continue
+        expr = arg.value
+        strings = [n.value for n in ast.walk(expr) if type(n) is ast.Constant and type(n.value) is str]
+        if strings:
+            found.append("+" + strings[-1])
+            continue
+        levels = 0
+        while type(expr) is ast.Call and dotted(expr.func) in (
+            "os.path.dirname",
+            "os.path.abspath",
+            "os.path.realpath",
+        ):
+            levels += dotted(expr.func) == "os.path.dirname"
+            expr = expr.args[0] if expr.args else None
+        if type(expr) is ast.Name and expr.id == "__file__" and levels >= 1:
+            found.append(f"^{levels - 1}")
+    return found
 
 
 def _aliases(facts: AmpFacts) -> dict[str, str]:

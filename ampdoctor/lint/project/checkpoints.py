@@ -1,0 +1,274 @@
+"""AMP211 on abstract values: a checkpoint that holds an optimizer's state and certainly not the
+GradScaler's, written in code that trains with a scaler, however the checkpoint is put together
+and however many functions and modules it passes through on its way to ``torch.save``.
+
+For every function of a reported module that trains with a GradScaler (it builds one, uses one,
+its class holds one, or its module body makes one), each ``torch.save`` it reaches is judged
+on the value it writes (``flow.py``): directly, or through the project functions it calls with
+their arguments bound (to ``MAX_HOPS`` calls deep). The value must hold an optimizer's state
+(``O``) and nothing that may be a scaler or its state (no ``S@`` atom) or anything at all
+(``U``). A helper that trains with a scaler of its own is judged where it is written.
+
+Silence where the scaler's state may be kept another way: a ``torch.save`` in the module (or in
+the module that makes the scaler, or in a function the scaler is handed to) writes a scaler's
+state, or the scaler (or an object that holds it) is handed to code the project does not show
+(a library's checkpoint manager, a call that cannot be resolved).
+
+A finding is reported at the ``torch.save`` when the function writes it itself, else at the
+call that hands the checkpoint on; one finding per written checkpoint and module, with the
+other calls that reach it as related locations.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from .flow import Values, flatten, scalers_in
+from .link import Project, Target
+from .reports import RESUME, CrossReport
+
+MAX_HOPS = 3
+# A function whose text has none of these writes no checkpoint and hands none on: the calls
+# into it are not followed (its module is then never parsed for that).
+CHECKPOINT_TEXT = re.compile(rb"save|ckpt|checkpoint|snapshot|persist|dump")
+
+
+def checkpoint_reports(project: Project, targets: list[str], values: Values | None = None) -> Iterator[CrossReport]:
+    values = values or Values(project)
+    judge = _Judge(values)
+    for module in targets:
+        yield from judge.module(module)
+
+
+class _Judge:
+    def __init__(self, values: Values) -> None:
+        self.values = values
+        self._reach: dict[tuple[str, str], frozenset] = {}
+        self._kept: dict[str, bool] = {}
+
+    def reach(self, module: str, function: str) -> frozenset:
+        """The enabled scalers ``function`` trains with (``S@`` atoms, disabled ones left out)."""
+        key = (module, function)
+        known = self._reach.get(key)
+        if known is not None:
+            return known
+        values = self.values
+        flows = values.flows(module)
+        found = set(scalers_in(values.resolve(module, function, flows.get(function, {}).get("scalers", []))))
+        if function != "<module>":
+            found.update(scalers_in(values.resolve(module, "<module>", flows.get("<module>", {}).get("scalers", []))))
+        if "." in function:
+            found.update(values.held_scalers(module, function.split(".", 1)[0], 0))
+        value = frozenset(a for a in found if a != "S@-")
+        self._reach[key] = value
+        return value
+
+    def _callees_scalers(self, module: str, function: str, flow: dict) -> frozenset:
+        """The scalers made and used by the functions ``function`` calls (``train_one_epoch``
+        that builds its own): it trains with them, one call away."""
+        values = self.values
+        found: set = set()
+        for call in flow.get("calls", []):
+            target = values.target(module, function, call)
+            if target is None:
+                continue
+            atoms = values.flow(target.module, target.name).get("scalers", [])
+            made = [a for a in atoms if a.startswith("S@") and ":" in a]
+            if made:
+                found.update(values.resolve(target.module, target.name, made))
+        return frozenset(found)
+
+    def module(self, module: str) -> Iterator[CrossReport]:
+        values = self.values
+        flows = values.flows(module)
+        # (save module, save position) → [(anchor, caller module, reach)]
+        found: dict[tuple[str, tuple[int, ...]], list[tuple[list[int], frozenset, str | None]]] = {}
+        for function, flow in flows.items():
+            if not flow.get("saves") and not flow.get("calls"):
+                continue
+            # The checkpoints first: most functions write none, and their scalers are not looked for.
+            written: list[tuple[str, tuple[int, ...], list[int], str | None]] = []
+            for at, atoms in flow.get("saves", []):
+                if _incomplete(flatten(values.resolve(module, function, atoms))):
+                    written.append((module, tuple(at), at, None))
+            for call in flow.get("calls", []):
+                target = values.target(module, function, call, CHECKPOINT_TEXT)
+                if target is None or self.reach(target.module, target.name):
+                    continue
+                binding = values.bind(module, function, call, target, (), 0)
+                for where, at, value in self._saves(target, binding, 1):
+                    if _incomplete(value):
+                        written.append((where, tuple(at), call["at"], call.get("callee")))
+            if not written:
+                continue
+            reach = self.reach(module, function) or self._callees_scalers(module, function, flow)
+            if not reach:
+                continue
+            for where, save_at, anchor, callee in written:
+                found.setdefault((where, save_at), []).append((anchor, reach, callee))
+        for (where, save_at), anchors in sorted(found.items(), key=lambda item: min(a[0] for a in item[1])):
+            anchors.sort(key=lambda a: a[0])
+            at, reach, callee = anchors[0]
+            if self._kept_elsewhere(module, reach):
+                continue
+            scaler = _made_at(reach)
+            related = []
+            record = self._record_class(where, save_at) if callee is None else None
+            if record is not None:
+                related.append((record[0], record[2], f"`{record[1]}` has no field that can hold the scaler's state"))
+            if callee is not None:
+                related.append((where, list(save_at), "the checkpoint is written here, without the scaler's state"))
+            if scaler is not None:
+                related.append((scaler[0], scaler[1], "the GradScaler whose state is left out"))
+            holder = self._holder(module, at, reach)
+            whose = f"the GradScaler's (held by `{holder}`)" if holder else "the GradScaler's"
+            related.extend(
+                (module, other, "the same checkpoint is written through this call too")
+                for other, _r, _c in anchors[1:]
+                if other != at
+            )
+            if callee is not None:
+                yield CrossReport(
+                    "AMP211",
+                    module,
+                    at,
+                    f"`{callee}(...)` writes a checkpoint with the optimizer's state but not {whose}: " + RESUME,
+                    f"Hand `scaler.state_dict()` to `{callee}` and save it with the checkpoint; restore it with "
+                    "`scaler.load_state_dict(...)` on resume",
+                    related,
+                )
+            else:
+                yield CrossReport(
+                    "AMP211",
+                    module,
+                    at,
+                    (
+                        f"checkpoint saves `{record[1]}`, whose fields hold the optimizer's state but not {whose}: "
+                        if record is not None
+                        else f"checkpoint saves the optimizer's state but not {whose}: "
+                    )
+                    + RESUME,
+                    'Add `"scaler": scaler.state_dict()` to the checkpoint and `scaler.load_state_dict(...)` on resume',
+                    related,
+                )
+
+    def _record_class(self, module: str, save_at: tuple[int, ...]) -> tuple[str, str, list[int]] | None:
+        """The project class whose object a ``torch.save`` writes (``Snapshot(...)``, through
+        ``asdict`` or a name), when it writes nothing else: (module, class, where it is defined)."""
+        values = self.values
+        for _function, flow in values.flows(module).items():
+            for at, atoms in flow.get("saves", []):
+                if tuple(at) != save_at:
+                    continue
+                calls = flow.get("calls", [])
+                found = set()
+                for atom in atoms:
+                    if atom[0] != "C" or int(atom[1:]) >= len(calls):
+                        return None
+                    built = values.construction(module, calls[int(atom[1:])].get("callee", ""))
+                    if built is None:
+                        return None
+                    found.add(built)
+                if len(found) != 1:
+                    return None
+                ((other, name),) = found
+                info = (values.project.summary(other) or {}).get("classes", {}).get(name, {})
+                return other, name.rsplit(".", 1)[-1], info.get("at", [1, 1, 1, 1])
+        return None
+
+    def _holder(self, module: str, at: list[int], reach: frozenset) -> str | None:
+        """``self.x`` where the scaler the finding is about lives in a field of the class (of
+        the function that holds the finding), when it does."""
+        values = self.values
+        for function, flow in values.flows(module).items():
+            if "." not in function:
+                continue
+            spans = [call["at"] for call in flow.get("calls", [])] + [save[0] for save in flow.get("saves", [])]
+            if at not in spans:
+                continue
+            owner = function.split(".", 1)[0]
+            for where, cls in values.hierarchy(module, owner):
+                for name, _stored in _fields(values, where, cls).items():
+                    if scalers_in(values.field(where, cls, name, 0)) & reach:
+                        return f"self.{name}"
+            return None
+        return None
+
+    def _saves(self, target: Target, binding: tuple, hops: int) -> Iterator[tuple[str, list[int], frozenset]]:
+        values = self.values
+        flow = values.flow(target.module, target.name)
+        for at, atoms in flow.get("saves", []):
+            yield target.module, at, flatten(values.resolve(target.module, target.name, atoms, binding))
+        if hops >= MAX_HOPS:
+            return
+        for call in flow.get("calls", []):
+            inner = values.target(target.module, target.name, call, CHECKPOINT_TEXT)
+            if inner is None or self.reach(inner.module, inner.name):
+                continue
+            yield from self._saves(inner, values.bind(target.module, target.name, call, inner, binding, 0), hops + 1)
+
+    def _kept_elsewhere(self, module: str, reach: frozenset) -> bool:
+        """Whether some scaler's state is written, or a scaler handed to unseen code, in the
+        module, in the modules that make the scalers, or in the functions they are handed to."""
+        modules = {module} | {atom.split("@")[1] for atom in reach if atom.count("@") == 2}
+        return any(self._keeps(m) for m in sorted(modules))
+
+    def _keeps(self, module: str) -> bool:
+        known = self._kept.get(module)
+        if known is not None:
+            return known
+        self._kept[module] = False
+        values = self.values
+        kept = False
+        for function, flow in values.flows(module).items():
+            for _at, atoms in flow.get("saves", []):
+                if scalers_in(values.resolve(module, function, atoms)):
+                    kept = True
+            for _at, _callee, atoms in flow.get("escapes", []):
+                if scalers_in(values.resolve(module, function, atoms)):
+                    kept = True
+            for call in flow.get("calls", []):
+                # Handed over by name (``scaler``, ``self.scaler``, ``self``), not a value some
+                # call made from it (a loss computed by a method of a class that holds one).
+                args = [[a for a in atoms if a[0] in "SPFGHI"] for _key, atoms in call.get("args", [])]
+                if not args or not any(scalers_in(values.resolve(module, function, a)) for a in args):
+                    continue
+                target = values.target(module, function, call)
+                if target is not None:
+                    if target.module != module and self._keeps(target.module):
+                        kept = True
+                    continue
+                built = values.construction(module, call.get("callee", ""))
+                if built is not None:
+                    if built[0] != module and self._keeps(built[0]):
+                        kept = True
+                    continue
+                kept = True  # a scaler handed to code the project does not show
+            if kept:
+                break
+        self._kept[module] = kept
+        return kept
+
+
+def _fields(values: Values, module: str, cls: str) -> dict[str, list[str]]:
+    prefix = cls + "."
+    out: dict[str, list[str]] = {}
+    for function, flow in values.flows(module).items():
+        if function.startswith(prefix):
+            for name, stored in flow.get("stores", {}).items():
+                out.setdefault(name, []).extend(stored)
+    return out
+
+
+def _incomplete(value: frozenset) -> bool:
+    return "O" in value and "U" not in value and not any(type(a) is str and a.startswith("S@") for a in value)
+
+
+def _made_at(reach: frozenset) -> tuple[str, list[int]] | None:
+    for atom in sorted(reach):
+        parts = atom.split("@")
+        if len(parts) == 3 and ":" in parts[2]:
+            line, column = parts[2].split(":")
+            return parts[1], [int(line), int(column), int(line), int(column)]
+    return None

@@ -1,0 +1,355 @@
+"""The link step for abstract values: what the atoms of ``values.py`` stand for in the project.
+
+A value of a function's summary names parameters, calls, fields and globals; here each is
+looked up, for one call site at a time (its arguments bound to the callee's parameters), in the
+summaries of the modules the linker reaches:
+
+* ``P3``: what the call site passed for that parameter (nothing, where none is bound: a default,
+  or a caller the analysis does not start from);
+* ``C5``: what the callee returns with the call's arguments bound, a project class's object
+  (it holds what it was given, and a scaler if the class keeps one), or, where the call lands
+  nowhere the project shows, the taint of what it was given;
+* ``Fname``: what the class's methods (and its bases') store into ``self.name``;
+* ``Gname``: what the module binds to ``name`` (at module level or through ``global``);
+* ``H``: the scalers the method's class holds;
+* ``Xname``: a scaler where an object's field of that name is given one in the module.
+
+Resolved values hold concrete atoms only: ``S@module@L:C`` (a scaler made there), ``S@module@~``
+(a scaler of unseen origin), ``S@-`` (a disabled one), ``O``, ``U``, and tuples as
+``("T", (value, ...))``. The walk is bounded in depth; past it a value is ``U`` (anything).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from .link import Project, Target
+
+MAX_DEPTH = 6
+_U = frozenset({"U"})
+EMPTY: frozenset = frozenset()
+
+Bound = tuple  # ((param atom, concrete value), ...), sorted: hashable
+
+
+def flatten(value: frozenset) -> frozenset:
+    """The atoms of a resolved value with tuples opened (their elements joined)."""
+    if not any(type(a) is tuple for a in value):
+        return value
+    out: set = set()
+    stack = list(value)
+    while stack:
+        atom = stack.pop()
+        if type(atom) is tuple:
+            for element in atom[1]:
+                stack.extend(element)
+        else:
+            out.add(atom)
+    return frozenset(out)
+
+
+def lower(value: frozenset) -> frozenset:
+    """The taint channel of a resolved value (``O`` dropped, tuples opened)."""
+    return frozenset(a for a in flatten(value) if a != "O")
+
+
+def scalers_in(value: frozenset) -> frozenset:
+    return frozenset(a for a in flatten(value) if type(a) is str and a.startswith("S@"))
+
+
+class Values:
+    """Resolves the abstract values of a project's summaries (see the module docstring)."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self._memo: dict[tuple, frozenset] = {}
+        self._active: set[tuple] = set()
+        self._holders: dict[tuple[str, str], frozenset] = {}
+        self._fields: dict[tuple[str, str, str], frozenset] = {}
+
+    # ---- summaries --------------------------------------------------------------------------
+
+    def flows(self, module: str) -> dict:
+        summary = self.project.summary(module)
+        return summary.get("flows", {}) if summary else {}
+
+    def flow(self, module: str, function: str) -> dict:
+        return self.flows(module).get(function, {})
+
+    # ---- resolution -------------------------------------------------------------------------
+
+    def resolve(self, module: str, function: str, atoms: Iterable[str], bound: Bound = (), depth: int = 0) -> frozenset:
+        out: set = set()
+        for atom in atoms:
+            out.update(self.atom(module, function, atom, bound, depth))
+        return frozenset(out)
+
+    def atom(self, module: str, function: str, atom: str, bound: Bound, depth: int) -> frozenset:
+        head = atom[0]
+        if head == "O" or head == "U":
+            return frozenset({atom})
+        if head == "S":
+            return frozenset({atom if atom == "S@-" else f"S@{module}@{atom[2:]}"})
+        if depth > MAX_DEPTH:
+            return _U
+        key = (module, function, atom, bound)
+        known = self._memo.get(key)
+        if known is not None:
+            return known
+        if key in self._active:
+            return EMPTY  # a recursive definition adds nothing new
+        self._active.add(key)
+        try:
+            value = self._atom(module, function, atom, bound, depth)
+        finally:
+            self._active.discard(key)
+        self._memo[key] = value
+        return value
+
+    def _atom(self, module: str, function: str, atom: str, bound: Bound, depth: int) -> frozenset:
+        head = atom[0]
+        low = head.islower()
+        if head in "Pp":
+            wanted = "P" + atom[1:]
+            for name, value in bound:
+                if name == wanted:
+                    return lower(value) if low else value
+            return EMPTY
+        if head == "I":
+            index_text, _, inner = atom[1:].partition("|")
+            index = int(index_text)
+            value = self.atom(module, function, inner, bound, depth)
+            out: set = set()
+            for element in value:
+                if type(element) is tuple:
+                    items = element[1]
+                    out.update(items[index] if index < len(items) else flatten(frozenset({element})))
+                else:
+                    out.add(element)
+            return frozenset(out)
+        if head == "T":
+            tuples = self.flow(module, function).get("tuples", [])
+            index = int(atom[1:])
+            if index >= len(tuples):
+                return _U
+            return frozenset({("T", tuple(self.resolve(module, function, e, bound, depth) for e in tuples[index]))})
+        if head in "Cc":
+            value = self._call(module, function, int(atom[1:]), bound, depth)
+            return lower(value) if low else value
+        if head in "Ff":
+            owner = function.split(".", 1)[0] if "." in function else None
+            value = self.field(module, owner, atom[1:], depth) if owner else EMPTY
+            return lower(value) if low else value
+        if head in "Gg":
+            value = self.global_value(module, atom[1:], depth)
+            return lower(value) if low else value
+        if head == "H":
+            owner = function.split(".", 1)[0] if "." in function else None
+            return self.held_scalers(module, owner, depth) if owner else EMPTY
+        if head == "Y":
+            owner = function.split(".", 1)[0] if "." in function else None
+            return self.optimizer_fields(module, owner, depth) if owner else EMPTY
+        if head == "X":
+            name = atom[1:]
+            if "scaler" in name.lower():
+                return frozenset({f"S@{module}@~"})
+            out: set = set()
+            for other, flow in self.flows(module).items():
+                stored = flow.get("xstores", {}).get(name)
+                if stored:
+                    out.update(scalers_in(self.resolve(module, other, stored, (), depth + 1)))
+            return frozenset(out)
+        return _U
+
+    # ---- calls -----------------------------------------------------------------------------
+
+    def target(self, module: str, function: str, call: dict, without: re.Pattern | None = None) -> Target | None:
+        """The project function ``call`` (made in ``function``) lands in; ``without``: only
+        where the function's text may match this pattern (see ``Project.resolve_call``)."""
+        callee = call.get("callee")
+        if not callee:
+            return None
+        if callee.startswith("super."):
+            owner = function.split(".", 1)[0] if "." in function else None
+            if owner is None:
+                return None
+            return self._super_method(module, owner, callee[6:])
+        return self.project.resolve_call(module, {"callee": callee, "frame": function}, without=without)
+
+    def _super_method(self, module: str, owner: str, name: str) -> Target | None:
+        summary = self.project.summary(module)
+        info = summary.get("classes", {}).get(owner) if summary else None
+        if info is None:
+            return None
+        for base in info.get("bases", []):
+            found = self.project.resolve_spelled(module, base.split("."))
+            if found is not None and found[2] == "class":
+                method = self.project.method(found[0], found[1], name)
+                if method is not None:
+                    target_summary = self.project.summary(method[0])
+                    function = (target_summary or {}).get("functions", {}).get(method[1])
+                    if function is not None:
+                        return Target(method[0], method[1], function, 1)
+        return None
+
+    def construction(self, module: str, callee: str) -> tuple[str, str] | None:
+        """The project class a call constructs, when it names one."""
+        found = self.project.resolve_spelled(module, callee.split("."))
+        if found is not None and found[2] == "class":
+            return found[0], found[1]
+        return None
+
+    def bind(self, module: str, function: str, call: dict, target: Target, bound: Bound, depth: int) -> Bound:
+        """The callee's parameters bound to what ``call`` (made in ``function``) passes."""
+        params: list[str] = target.function.get("params", [])
+        callee_flow = self.flow(target.module, target.name)
+        positional = callee_flow.get("npos", len(params))
+        pairs: dict[str, set] = {}
+        extra: list[frozenset] = []
+        spread: set = set()
+        for key, atoms in call.get("args", []):
+            value = self.resolve(module, function, atoms, bound, depth)
+            if key == "*" or key == "**":
+                spread.update(value)
+                continue
+            if isinstance(key, int):
+                index = key + target.skip
+                if index < positional:
+                    pairs.setdefault(f"P{index}", set()).update(value)
+                else:
+                    extra.append(value)
+            elif key in params:
+                pairs.setdefault(f"P{params.index(key)}", set()).update(value)
+            else:
+                pairs.setdefault("P**", set()).update(value)
+        if extra:
+            pairs["P*"] = {("T", tuple(extra))}
+        if spread:
+            # A ``*args``/``**kwargs`` spread may fill any parameter not given otherwise.
+            for index in range(target.skip, len(params)):
+                pairs.setdefault(f"P{index}", set()).update(spread)
+            pairs.setdefault("P*", set()).update(spread)
+            pairs.setdefault("P**", set()).update(spread)
+        return tuple(sorted((name, frozenset(value)) for name, value in pairs.items()))
+
+    def _call(self, module: str, function: str, index: int, bound: Bound, depth: int) -> frozenset:
+        calls = self.flow(module, function).get("calls", [])
+        if index >= len(calls):
+            return _U
+        call = calls[index]
+        target = self.target(module, function, call)
+        if target is not None:
+            callee_flow = self.flow(target.module, target.name)
+            returned = callee_flow.get("ret")
+            if not returned:
+                return EMPTY
+            binding = self.bind(module, function, call, target, bound, depth)
+            return self.resolve(target.module, target.name, returned, binding, depth + 1)
+        callee = call.get("callee", "")
+        built = self.construction(module, callee) if callee and callee[-1:] != "." else None
+        if built is not None:
+            given = EMPTY.union(
+                *(self.resolve(module, function, atoms, bound, depth) for _k, atoms in call.get("args", []))
+            )
+            return given | self.held_scalers(built[0], built[1], depth + 1)
+        return self.resolve(module, function, call.get("fallback", []), bound, depth)
+
+    # ---- fields, globals, holders ------------------------------------------------------------
+
+    def hierarchy(self, module: str, owner: str) -> list[tuple[str, str]]:
+        """The class and its project bases, nearest first."""
+        out: list[tuple[str, str]] = []
+        stack = [(module, owner)]
+        while stack and len(out) < 12:
+            current = stack.pop(0)
+            if current in out:
+                continue
+            out.append(current)
+            summary = self.project.summary(current[0])
+            info = summary.get("classes", {}).get(current[1]) if summary else None
+            for base in (info or {}).get("bases", []):
+                found = self.project.resolve_spelled(current[0], base.split("."))
+                if found is not None and found[2] == "class":
+                    stack.append((found[0], found[1]))
+        return out
+
+    def field(self, module: str, owner: str, name: str, depth: int) -> frozenset:
+        key = (module, owner, name)
+        known = self._fields.get(key)
+        if known is not None:
+            return known
+        self._fields[key] = EMPTY  # a field defined through itself
+        out: set = set()
+        for where, cls in self.hierarchy(module, owner):
+            prefix = cls + "."
+            for function, flow in self.flows(where).items():
+                if function.startswith(prefix):
+                    stored = flow.get("stores", {}).get(name)
+                    if stored:
+                        out.update(self.resolve(where, function, stored, (), depth + 1))
+        value = frozenset(out)
+        self._fields[key] = value
+        return value
+
+    def held_scalers(self, module: str, owner: str, depth: int) -> frozenset:
+        """The scalers an object of the class trains with: those its fields' objects hold, and
+        those built into its fields where a method of the class (or a base) uses a scaler (a
+        scaler built and never used holds no state worth saving)."""
+        key = (module, owner)
+        known = self._holders.get(key)
+        if known is not None:
+            return known
+        self._holders[key] = EMPTY
+        out: set = set()
+        built: set = set()  # scalers built into a field, which count only where the class uses one
+        uses = False
+        for where, cls in self.hierarchy(module, owner):
+            prefix = cls + "."
+            for function, flow in self.flows(where).items():
+                if not function.startswith(prefix):
+                    continue
+                uses = uses or bool(flow.get("scalers"))
+                for stored in flow.get("stores", {}).values():
+                    direct = [atom for atom in stored if atom.startswith("S@")]
+                    if direct:
+                        built.update(self.resolve(where, function, direct, (), depth + 1))
+                    rest = [atom for atom in stored if not atom.startswith("S@")]
+                    if rest:
+                        out.update(scalers_in(self.resolve(where, function, rest, (), depth + 1)))
+        if uses:
+            out.update(built)
+        value = frozenset(out)
+        self._holders[key] = value
+        return value
+
+    def optimizer_fields(self, module: str, owner: str, depth: int) -> frozenset:
+        """The scalers held by objects in the class's fields whose class derives from an
+        Optimizer (a filter ``isinstance(v, torch.optim.Optimizer)`` keeps them)."""
+        out: set = set()
+        for where, cls in self.hierarchy(module, owner):
+            prefix = cls + "."
+            for function, flow in self.flows(where).items():
+                if not function.startswith(prefix):
+                    continue
+                calls = flow.get("calls", [])
+                for stored in flow.get("stores", {}).values():
+                    for atom in stored:
+                        if atom[0] != "C" or int(atom[1:]) >= len(calls):
+                            continue
+                        built = self.construction(where, calls[int(atom[1:])].get("callee", ""))
+                        if built is not None and any(
+                            base.rsplit(".", 1)[-1] == "Optimizer"
+                            for m, c in self.hierarchy(*built)
+                            for base in ((self.project.summary(m) or {}).get("classes", {}).get(c, {}).get("bases", []))
+                        ):
+                            out.update(self.held_scalers(built[0], built[1], depth + 1))
+        return frozenset(out)
+
+    def global_value(self, module: str, name: str, depth: int) -> frozenset:
+        out: set = set()
+        for function, flow in self.flows(module).items():
+            stored = flow.get("gstores", {}).get(name)
+            if stored:
+                out.update(self.resolve(module, function, stored, (), depth + 1))
+        return frozenset(out)
