@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from .flow import Values, flatten, scalers_in
+from .flow import Values, flatten
 from .link import Project, Target
 from .reports import RESUME, CrossReport
 
@@ -55,9 +55,11 @@ class _Judge:
             return known
         values = self.values
         flows = values.flows(module)
-        found = set(scalers_in(values.resolve(module, function, flows.get(function, {}).get("scalers", []))))
+        found = set(values.scalers(values.resolve(module, function, flows.get(function, {}).get("scalers", []))))
         if function != "<module>":
-            found.update(scalers_in(values.resolve(module, "<module>", flows.get("<module>", {}).get("scalers", []))))
+            found.update(
+                values.scalers(values.resolve(module, "<module>", flows.get("<module>", {}).get("scalers", [])))
+            )
         if "." in function:
             found.update(values.held_scalers(module, function.split(".", 1)[0], 0))
         value = frozenset(a for a in found if a != "S@-")
@@ -79,6 +81,25 @@ class _Judge:
                 found.update(values.resolve(target.module, target.name, made))
         return frozenset(found)
 
+    def _subclasses_scalers(self, module: str, function: str) -> frozenset:
+        """For a method of a base class that holds no scaler: the scalers the project's
+        subclasses hold that do not override it (the object that runs it is one of theirs)."""
+        if "." not in function:
+            return frozenset()
+        values = self.values
+        owner, _, name = function.partition(".")
+        found: set = set()
+        for where, cls in values.subclasses(module, owner):
+            if any(
+                values.flows(m).get(f"{c}.{name}") is not None
+                or f"{c}.{name}" in (values.project.summary(m) or {}).get("functions", {})
+                for m, c in values.hierarchy(where, cls)
+                if (m, c) != (module, owner) and (m, c) not in values.hierarchy(module, owner)
+            ):
+                continue  # overridden below the base: the base's method does not run for it
+            found.update(values.held_scalers(where, cls, 0))
+        return frozenset(found)
+
     def module(self, module: str) -> Iterator[CrossReport]:
         values = self.values
         flows = values.flows(module)
@@ -90,7 +111,7 @@ class _Judge:
             # The checkpoints first: most functions write none, and their scalers are not looked for.
             written: list[tuple[str, tuple[int, ...], list[int], str | None]] = []
             for at, atoms in flow.get("saves", []):
-                if _incomplete(flatten(values.resolve(module, function, atoms))):
+                if _incomplete(values, flatten(values.resolve(module, function, atoms))):
                     written.append((module, tuple(at), at, None))
             for call in flow.get("calls", []):
                 target = values.target(module, function, call, CHECKPOINT_TEXT)
@@ -98,17 +119,23 @@ class _Judge:
                     continue
                 binding = values.bind(module, function, call, target, (), 0)
                 for where, at, value in self._saves(target, binding, 1):
-                    if _incomplete(value):
+                    if _incomplete(values, value):
                         written.append((where, tuple(at), call["at"], call.get("callee")))
             if not written:
                 continue
-            reach = self.reach(module, function) or self._callees_scalers(module, function, flow)
+            reach = (
+                self.reach(module, function)
+                or self._callees_scalers(module, function, flow)
+                or self._subclasses_scalers(module, function)
+            )
             if not reach:
                 continue
             for where, save_at, anchor, callee in written:
                 found.setdefault((where, save_at), []).append((anchor, reach, callee))
         for (where, save_at), anchors in sorted(found.items(), key=lambda item: min(a[0] for a in item[1])):
-            anchors.sort(key=lambda a: a[0])
+            # The ``torch.save`` itself where the function that writes it trains with the scaler
+            # (the mapping is completed there), else the first call that hands it on.
+            anchors.sort(key=lambda a: (a[2] is not None, a[0]))
             at, reach, callee = anchors[0]
             if self._kept_elsewhere(module, reach):
                 continue
@@ -126,7 +153,7 @@ class _Judge:
             related.extend(
                 (module, other, "the same checkpoint is written through this call too")
                 for other, _r, _c in anchors[1:]
-                if other != at
+                if other != at and tuple(other) != save_at
             )
             if callee is not None:
                 yield CrossReport(
@@ -190,7 +217,7 @@ class _Judge:
             owner = function.split(".", 1)[0]
             for where, cls in values.hierarchy(module, owner):
                 for name, _stored in _fields(values, where, cls).items():
-                    if scalers_in(values.field(where, cls, name, 0)) & reach:
+                    if values.scalers(values.field(where, cls, name, 0)) & reach:
                         return f"self.{name}"
             return None
         return None
@@ -223,16 +250,17 @@ class _Judge:
         kept = False
         for function, flow in values.flows(module).items():
             for _at, atoms in flow.get("saves", []):
-                if scalers_in(values.resolve(module, function, atoms)):
+                if values.scalers(values.resolve(module, function, atoms)):
                     kept = True
             for _at, _callee, atoms in flow.get("escapes", []):
-                if scalers_in(values.resolve(module, function, atoms)):
+                if values.scalers(values.resolve(module, function, atoms)):
                     kept = True
             for call in flow.get("calls", []):
-                # Handed over by name (``scaler``, ``self.scaler``, ``self``), not a value some
-                # call made from it (a loss computed by a method of a class that holds one).
-                args = [[a for a in atoms if a[0] in "SPFGHI"] for _key, atoms in call.get("args", [])]
-                if not args or not any(scalers_in(values.resolve(module, function, a)) for a in args):
+                # A scaler handed over by name (``scaler``, ``self.scaler``: the summary marks a
+                # name used as a scaler), not a value made from one, nor an object that may
+                # reach one through its fields (a task that keeps a reference to its trainer).
+                args = [[a for a in atoms if a.startswith("S@")] for _key, atoms in call.get("args", [])]
+                if not args or not any(values.scalers(values.resolve(module, function, a)) for a in args):
                     continue
                 target = values.target(module, function, call)
                 if target is not None:
@@ -261,8 +289,8 @@ def _fields(values: Values, module: str, cls: str) -> dict[str, list[str]]:
     return out
 
 
-def _incomplete(value: frozenset) -> bool:
-    return "O" in value and "U" not in value and not any(type(a) is str and a.startswith("S@") for a in value)
+def _incomplete(values: Values, value: frozenset) -> bool:
+    return "O" in value and "U" not in value and not values.scalers(value)
 
 
 def _made_at(reach: frozenset) -> tuple[str, list[int]] | None:

@@ -33,6 +33,16 @@ EMPTY: frozenset = frozenset()
 Bound = tuple  # ((param atom, concrete value), ...), sorted: hashable
 
 
+def self_type(module: str, function: str, bound: Bound) -> tuple[str, str] | None:
+    """The class of ``self`` in a method: the one a caller bound (a subclass's method calling an
+    inherited one), else the method's own."""
+    for name, value in bound:
+        if name == "self":
+            where, _, cls = next(iter(value)).partition("|")
+            return where, cls
+    return (module, function.split(".", 1)[0]) if "." in function else None
+
+
 def flatten(value: frozenset) -> frozenset:
     """The atoms of a resolved value with tuples opened (their elements joined)."""
     if not any(type(a) is tuple for a in value):
@@ -68,6 +78,20 @@ class Values:
         self._holders: dict[tuple[str, str], frozenset] = {}
         self._fields: dict[tuple[str, str, str], frozenset] = {}
 
+    def scalers(self, value: frozenset) -> frozenset:
+        """The scalers a resolved value may be or hold: ``S@`` atoms, and the scalers held by
+        the objects (``H@module|Class``) in it."""
+        out: set = set()
+        for atom in flatten(value):
+            if type(atom) is not str:
+                continue
+            if atom.startswith("S@"):
+                out.add(atom)
+            elif atom.startswith("H@"):
+                where, _, cls = atom[2:].partition("|")
+                out.update(self.held_scalers(where, cls, 1))
+        return frozenset(out)
+
     # ---- summaries --------------------------------------------------------------------------
 
     def flows(self, module: str) -> dict:
@@ -89,8 +113,8 @@ class Values:
         head = atom[0]
         if head == "O" or head == "U":
             return frozenset({atom})
-        if head == "S":
-            return frozenset({atom if atom == "S@-" else f"S@{module}@{atom[2:]}"})
+        if head == "S" or head == "s":  # ``s@``: a value made from a scaler, which may hold its state
+            return frozenset({"S@-" if atom[1:] == "@-" else f"S@{module}@{atom[2:]}"})
         if depth > MAX_DEPTH:
             return _U
         key = (module, function, atom, bound)
@@ -138,18 +162,48 @@ class Values:
             value = self._call(module, function, int(atom[1:]), bound, depth)
             return lower(value) if low else value
         if head in "Ff":
-            owner = function.split(".", 1)[0] if "." in function else None
-            value = self.field(module, owner, atom[1:], depth) if owner else EMPTY
+            owner = self_type(module, function, bound)
+            value = self.field(owner[0], owner[1], atom[1:], depth) if owner else EMPTY
             return lower(value) if low else value
         if head in "Gg":
             value = self.global_value(module, atom[1:], depth)
             return lower(value) if low else value
         if head == "H":
-            owner = function.split(".", 1)[0] if "." in function else None
-            return self.held_scalers(module, owner, depth) if owner else EMPTY
+            owner = self_type(module, function, bound)
+            return frozenset({f"H@{owner[0]}|{owner[1]}"}) if owner else EMPTY
+        if head in "Qq":
+            # Field ``name`` of what parameter ``i`` is bound to: a project object's field, a
+            # scaler's (a scaler), nothing of anything else (an attribute of a value is not it).
+            index, _, name = atom[1:].partition("|")
+            wanted = "P" + index
+            out: set = set()
+            for param, value in bound:
+                if param != wanted:
+                    continue
+                for element in flatten(value):
+                    if type(element) is not str:
+                        continue
+                    if element.startswith("H@"):
+                        where, _, cls = element[2:].partition("|")
+                        out.update(self.field(where, cls, name, depth + 1))
+                    elif element.startswith("S@") or element == "U":
+                        out.add(element)
+            value = frozenset(out)
+            return lower(value) if low else value
         if head == "Y":
-            owner = function.split(".", 1)[0] if "." in function else None
-            return self.optimizer_fields(module, owner, depth) if owner else EMPTY
+            owner = self_type(module, function, bound)
+            return self.optimizer_fields(owner[0], owner[1], depth) if owner else EMPTY
+        if head in "Kk" or head in "Zz":
+            # An object of a class a parameter's annotation names: the scalers it holds (``K``),
+            # or one of its fields (``Zfield|Class``).
+            name, _, spelled = atom[1:].partition("|") if head in "Zz" else ("", "", atom[1:])
+            built = self.construction(module, spelled)
+            if built is None:
+                return EMPTY
+            if head in "Kk":
+                return frozenset({f"H@{built[0]}|{built[1]}"})
+            value = self.field(built[0], built[1], name, depth + 1)
+            return lower(value) if low else value
         if head == "X":
             name = atom[1:]
             if "scaler" in name.lower():
@@ -158,7 +212,7 @@ class Values:
             for other, flow in self.flows(module).items():
                 stored = flow.get("xstores", {}).get(name)
                 if stored:
-                    out.update(scalers_in(self.resolve(module, other, stored, (), depth + 1)))
+                    out.update(self.scalers(self.resolve(module, other, stored, (), depth + 1)))
             return frozenset(out)
         return _U
 
@@ -225,6 +279,11 @@ class Values:
                 pairs.setdefault("P**", set()).update(value)
         if extra:
             pairs["P*"] = {("T", tuple(extra))}
+        callee = call.get("callee", "")
+        if target.skip and (callee.startswith(("self.", "super."))) and callee.count(".") == 1:
+            owner = self_type(module, function, bound)
+            if owner is not None:
+                pairs["self"] = {f"{owner[0]}|{owner[1]}"}  # the object is of the caller's class
         if spread:
             # A ``*args``/``**kwargs`` spread may fill any parameter not given otherwise.
             for index in range(target.skip, len(params)):
@@ -316,7 +375,7 @@ class Values:
                         built.update(self.resolve(where, function, direct, (), depth + 1))
                     rest = [atom for atom in stored if not atom.startswith("S@")]
                     if rest:
-                        out.update(scalers_in(self.resolve(where, function, rest, (), depth + 1)))
+                        out.update(self.scalers(self.resolve(where, function, rest, (), depth + 1)))
         if uses:
             out.update(built)
         value = frozenset(out)
@@ -345,6 +404,39 @@ class Values:
                         ):
                             out.update(self.held_scalers(built[0], built[1], depth + 1))
         return frozenset(out)
+
+    def subclasses(self, module: str, owner: str) -> list[tuple[str, str]]:
+        """The project's classes derived from the class (directly or not), found from the
+        modules whose text names it."""
+        out: list[tuple[str, str]] = []
+        todo = [(module, owner)]
+        seen = {(module, owner)}
+        while todo and len(out) < 24:
+            base = todo.pop()
+            short = base[1].rsplit(".", 1)[-1]
+            pattern = re.compile(
+                rb"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*\b" + re.escape(short.encode()) + rb"\b[^)]*)\)", re.M
+            )
+            for rel in sorted(self.project.files):
+                data = self.project.text(rel) if self.project.text is not None else None
+                if not data or short.encode() not in data:
+                    continue
+                for match in pattern.finditer(data):
+                    name = match.group(1).decode()
+                    if (rel, name) in seen:
+                        continue
+                    summary = self.project.summary(rel)
+                    info = (summary or {}).get("classes", {}).get(name)
+                    if info is None:
+                        continue
+                    for spelled in info.get("bases", []):
+                        found = self.project.resolve_spelled(rel, spelled.split("."))
+                        if found is not None and found[2] == "class" and (found[0], found[1]) == base:
+                            seen.add((rel, name))
+                            out.append((rel, name))
+                            todo.append((rel, name))
+                            break
+        return out
 
     def global_value(self, module: str, name: str, depth: int) -> frozenset:
         out: set = set()

@@ -115,6 +115,7 @@ class Project(Record):
         "_found",
         "_module_names",
         "_outlines",
+        "_paths",
         "_stems",
         "_summaries",
         "_text_first",
@@ -147,6 +148,7 @@ class Project(Record):
         self._module_names: frozenset[str] | None = None
         self._stems: frozenset[str] = frozenset()
         self._outlines: dict[str, Outline | None] = {}
+        self._paths: dict[str, tuple[str, ...]] = {}
         self._without: re.Pattern | None = None
         self._text_first = False
 
@@ -219,25 +221,44 @@ class Project(Record):
         """Folders the importer adds to ``sys.path`` (``sys.path.append(os.path.join(here,
         "train"))``), project-relative: its summary's ``paths``, ``+name`` beside the importer
         or at the root, ``^n`` the folder ``n`` levels above the importer's."""
+        known = self._paths.get(importer)
+        if known is not None:
+            return known
+        self._paths[importer] = ()
         summary = self._summaries.get(importer) if importer in self._summaries else None
-        paths = summary.get("paths") if summary else None
-        if not paths:
-            return ()
-        folders = importer.split("/")[:-1]
+        paths = [(importer, p) for p in (summary.get("paths") or [])] if summary else []
+        # ``import _init_paths``: a module of the project imported for what it adds to the path.
+        for target, plain in self.imports(importer) if summary else ():
+            if not plain:
+                continue
+            found = self.find_module(importer, target)
+            if found is None or found[1]:
+                continue
+            data = self.text(found[0]) if self.text is not None else None
+            if data and b"sys.path" in data:
+                other = self.summary(found[0])
+                paths.extend((found[0], p) for p in (other or {}).get("paths") or [])
         out: list[str] = []
-        for path in paths:
+        for where, path in paths:
+            folders = where.split("/")[:-1]
             if path.startswith("^"):
                 up = int(path[1:])
                 if up <= len(folders):
                     out.append("/".join(folders[: len(folders) - up]))
             else:
-                name = path[1:].strip("/")
-                parts = [p for p in name.split("/") if p and p != "."]
-                if ".." in parts:
+                parts = [p for p in path[1:].split("/") if p and p != "."]
+                up = 0
+                while parts and parts[0] == "..":
+                    parts.pop(0)
+                    up += 1
+                if ".." in parts or up > len(folders):
                     continue
-                out.append("/".join([*folders, *parts]))
-                out.append("/".join(parts))
-        return tuple(dict.fromkeys(out))
+                out.append("/".join([*folders[: len(folders) - up], *parts]))
+                if not up:
+                    out.append("/".join(parts))
+        result = tuple(dict.fromkeys(out))
+        self._paths[importer] = result
+        return result
 
     def _matches(
         self, importer: str, target: str, extra: tuple[str, ...] = ()

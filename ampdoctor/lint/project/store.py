@@ -38,16 +38,18 @@ _PARALLEL_SUMMARIES = 24
 
 
 def summarize_bytes(data: bytes) -> dict | None:
-    """Parse ``data`` and summarize it; None when it cannot be decoded or parsed, or when no
-    helper token appears in it."""
-    if not any(token in data for token in HELPER_TOKENS):
-        return None
+    """Parse ``data`` and summarize it (only its names where no helper token appears in it);
+    None when it cannot be decoded or parsed."""
     from ..engine import decode_source, parse_source
     from ..facts import build_facts
-    from .summary import summarize
+    from .summary import light_summary, summarize
 
     try:
         source = decode_source(data)
+        if not any(token in data for token in HELPER_TOKENS):
+            # Nothing of its own to link, but a package's ``__init__`` re-exports what its
+            # modules define, and a module of plain classes names their bases.
+            return light_summary(parse_source(source))
         return summarize(build_facts(parse_source(source), source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # such a file links to nothing
         return None

@@ -113,6 +113,38 @@ def summarize(facts: AmpFacts) -> dict:
     }
 
 
+def light_summary(module: ast.Module) -> dict:
+    """The names of a module that does nothing the cross-module rules ask about: its imports,
+    aliases, classes (with their bases) and functions, so that a call or a class is followed
+    through it (a package's ``__init__`` that re-exports)."""
+    classes: dict[str, dict] = {}
+    functions: dict[str, dict] = {}
+    aliases: dict[str, str] = {}
+    for stmt in module.body:
+        if isinstance(stmt, ast.ClassDef):
+            classes[stmt.name] = {"at": position(stmt), "bases": [dotted(b) for b in stmt.bases if dotted(b)]}
+            for item in stmt.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    params, star = _params(item)
+                    functions[f"{stmt.name}.{item.name}"] = {"at": position(item), "params": params, "star": star}
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params, star = _params(stmt)
+            functions[stmt.name] = {"at": position(stmt), "params": params, "star": star}
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            spelled = dotted(stmt.value)
+            if spelled:
+                aliases[stmt.targets[0].id] = spelled
+    return {
+        "imports": project_imports(module.body),
+        "aliases": aliases,
+        "classes": classes,
+        "functions": functions,
+        "calls": [],
+        "flows": {},
+        "light": True,
+    }
+
+
 # ---------------------------------------------------------------------------------------
 # Module level
 # ---------------------------------------------------------------------------------------
@@ -129,6 +161,12 @@ def _search_paths(facts: AmpFacts) -> list[str]:
     ``^1`` for ``os.path.dirname(os.path.dirname(__file__))`` (the module's folder's parent)."""
     found = []
     for site in facts.calls:
+        if site.qname in ("os.path.join", "posixpath.join"):
+            # ``add_path(osp.join(this_dir, "..", "lib"))`` through a helper of the module's own
+            parts = [a.value for a in site.node.args[1:] if type(a) is ast.Constant and type(a.value) is str]
+            if parts and len(parts) == len(site.node.args) - 1:
+                found.append("+" + "/".join(parts))
+            continue
         if site.qname not in ("sys.path.append", "sys.path.insert"):
             continue
         arg = site.arg(0 if site.qname.endswith("append") else 1, None)

@@ -34,6 +34,13 @@ SAVE_TEXT = re.compile(rb"save")
 # Bytes without which a module's functions do nothing the cross-module rules ask about.
 HELPER_TOKENS = (
     b"save",
+    # What a value may come from: an optimizer or a scaler a factory builds, a state it returns,
+    # the folders a module adds to ``sys.path``.
+    b"optim",
+    b"scaler",
+    b"Scaler",
+    b"state_dict",
+    b"sys.path",
     b"clip_grad",
     b"backward",
     b"step",
@@ -51,12 +58,20 @@ _STEP_WITH_ARGUMENT = re.compile(rb"\.step\(\s*(?!closure\b|lambda\b|\*)[^)\s]")
 
 def wanted_without_rules(data: bytes) -> bool:
     """Whether a module that no rule of its own needs to parse is still worth a summary in the
-    lint pass, since the project pass judges it from its callers: it clips gradients and steps
-    something with an argument (an update helper: ``scaler.step(optimizer)`` on a scaler it
-    receives; ``summary._clips_before_param_step``). A module that only holds what float16
-    autocast breaks (``float16_risk``) is summarized later, and only when an autocast set up
-    elsewhere reaches it."""
-    return b"clip_grad" in data and _STEP_WITH_ARGUMENT.search(data) is not None
+    lint pass, since the project pass judges it:
+
+    * it clips gradients and steps something with an argument (an update helper:
+      ``scaler.step(optimizer)`` on a scaler it receives; ``summary._clips_before_param_step``),
+      judged from its callers;
+    * it saves something and names a scaler or an optimizer's state (a checkpoint written by a
+      method of a class whose base or subclass holds the scaler, a callback handed the trainer,
+      a script that calls its save helper): AMP211 on abstract values (``checkpoints.py``).
+
+    A module that only holds what float16 autocast breaks (``float16_risk``) is summarized
+    later, and only when an autocast set up elsewhere reaches it."""
+    if b"clip_grad" in data and _STEP_WITH_ARGUMENT.search(data) is not None:
+        return True
+    return b"save" in data and (b"state_dict" in data or b"GradScaler" in data or b"scaler" in data)
 
 
 def float16_risk(data: bytes, seen: dict[bytes, bool] | None = None) -> bool:

@@ -16,6 +16,8 @@ rebinding). An atom says where part of the value may come from:
 ``T2``     the tuple display ``tuples[2]`` (its elements are values of their own)
 ``I1|C5``  element 1 of what ``C5`` is (``a, b = f()``)
 ``Xname``  ``obj.name`` on an object that is not ``self``: taint only (see below)
+``Qi|name`` field ``name`` of what parameter ``i`` is bound to; ``Zname|Class`` of an object of
+           the class a parameter's annotation names, ``KClass`` that object itself
 ``H``      ``self`` itself (``vars(self)``, ``self.state_dict()`` of an unseen method)
 ``U``      anything at all (``**spread`` into a value the analysis cannot split)
 
@@ -23,7 +25,7 @@ A value has two channels. *Taint* asks "may it hold the scaler's state?" and fol
 everywhere, through any call, attribute or arithmetic; *content* (``O``, the optimizer's state,
 which a checkpoint must hold to be one) is positive evidence and passes only through what keeps
 it whole: names, containers, ``state_dict()``, copies. A lower-case variant of a symbolic atom
-(``p3``, ``c5``, ``fname``, ``gname``) carries the taint channel only: ``optimizer.param_groups``
+(``p3``, ``c5``, ``fname``, ``gname``, ``s@L:C``) carries the taint channel only: ``optimizer.param_groups``
 is not the optimizer's state, but ``scaler._scale`` is still the scaler's.
 
 Nothing here is resolved: ``P``, ``C``, ``F``, ``G``, ``X`` and ``H`` atoms name what the link
@@ -81,7 +83,7 @@ _UNKNOWN: frozenset[str] = frozenset({"U"})
 _OPTIMIZER: frozenset[str] = frozenset({"O"})
 
 # Content channel → taint channel.
-_LOWER = {"P": "p", "C": "c", "F": "f", "G": "g"}
+_LOWER = {"P": "p", "C": "c", "F": "f", "G": "g", "Q": "q", "Z": "z", "K": "k", "S": "s"}
 
 # Calls that return (a copy of, a view of, a container of) their arguments: both channels pass.
 _PASS_THROUGH = frozenset(
@@ -132,10 +134,11 @@ def lower(atoms: frozenset[str]) -> frozenset[str]:
 
 
 class _Params:
-    __slots__ = ("index", "first", "vararg", "kwarg", "positional")
+    __slots__ = ("index", "first", "vararg", "kwarg", "positional", "classes")
 
     def __init__(self, node: ast.FunctionDef | ast.AsyncFunctionDef | None, method: bool) -> None:
         self.index: dict[str, str] = {}
+        self.classes = {}
         self.first: str | None = None
         self.vararg = self.kwarg = None
         self.positional = 0
@@ -144,8 +147,13 @@ class _Params:
         args = node.args
         self.positional = len(args.posonlyargs) + len(args.args)
         named = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+        self.classes: dict[str, str] = {}
         for i, name in enumerate(named):
             self.index[name] = f"P{i}"
+        for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs):
+            spelled = _annotated_class(arg.annotation)
+            if spelled is not None:
+                self.classes[arg.arg] = spelled
         if args.vararg is not None:
             self.vararg = args.vararg.arg
             self.index[self.vararg] = "P*"
@@ -400,7 +408,7 @@ class _FunctionWalk:
                 b.xstores.append((target.attr, dotted(owner), value))
                 root = _root_name(owner)
                 if root is not None:
-                    b.names.setdefault(root, []).append(("taint-" + kind, detail, value))
+                    b.names.setdefault(root, []).append(("holds-" + kind, detail, value))
         elif tkind is ast.Subscript:
             self._bind_into(target.value, kind, detail, value)
         elif tkind is ast.Starred:
@@ -423,7 +431,7 @@ class _FunctionWalk:
                 b.xstores.append((container.attr, dotted(owner), value))
                 root = _root_name(owner)
                 if root is not None:
-                    b.names.setdefault(root, []).append(("taint-" + kind, detail, value))
+                    b.names.setdefault(root, []).append(("holds-" + kind, detail, value))
         elif type(container) is ast.Subscript:
             self._bind_into(container.value, kind, detail, value)
 
@@ -466,6 +474,12 @@ class _FunctionWalk:
         taint = kind.startswith("taint-")
         if taint:
             kind = kind[6:]
+        if kind.startswith("holds-"):
+            # ``obj.field = value``: the object now holds the value; it becomes a holder of the
+            # scalers stored by name (``args.scaler = scaler``), not of everything the value is
+            # (``task.trainer = self``, a back-reference, does not make the task its trainer).
+            value = self._bound(kind[6:], detail, expr)
+            return frozenset(atom for atom in value if atom.startswith("S@"))
         value = self.ev(expr)
         if kind == "in":
             value = self._elements(value)
@@ -610,16 +624,34 @@ class _FunctionWalk:
             value = value | {self.params.index[name]}
         if name == self.params.first:
             value = value | {"H"}  # the object itself: whatever its fields hold
+        elif name in self.params.classes:
+            value = value | {"K" + self.params.classes[name]}  # an object of the annotated class
         roles = self._roles(name) if (self.facts.scalers or self.facts.optimizers) else EMPTY
         return value | roles if roles else value
 
     def _attribute(self, expr: ast.Attribute) -> frozenset[str]:
         owner = expr.value
+        name = expr.attr
         spelled = dotted(expr)
         roles = self._roles(spelled) if spelled is not None and (self.facts.scalers or self.facts.optimizers) else EMPTY
         if type(owner) is ast.Name and owner.id == self.params.first:
-            return frozenset({f"F{expr.attr}"}) | roles
-        return lower(self.ev(owner)) | {f"X{expr.attr}"} | roles
+            return frozenset({f"F{name}"}) | roles
+        # A field of an object whose class the link step may know (a parameter, bound per call
+        # site; an annotated one), else the taint of the object (``scaler._scale`` is the scaler's).
+        out = {f"X{name}"}
+        for atom in self.ev(owner):
+            head = atom[0]
+            if head == "P":
+                out.add(f"Q{atom[1:]}|{name}")
+            elif head == "K":
+                out.add(f"Z{name}|{atom[1:]}")
+            elif atom == "H":
+                out.add(f"F{name}")
+            elif head == "S":
+                out.add(atom)
+            elif head != "O" and head != "A":
+                out.add(_LOWER.get(head, head) + atom[1:] if head in _LOWER else atom)
+        return frozenset(out) | roles
 
     # ---- calls -----------------------------------------------------------------------------
 
@@ -681,8 +713,8 @@ class _FunctionWalk:
         if spelled is not None and _is_project_receiver(owner, receiver, self):
             return self._project_call(call, spelled)
         result = lower(receiver | self._arguments_union(call))
-        if self._final and _holds_scaler(result):
-            self._record_escape(call, spelled or method, result)
+        if self._final:
+            self._record_escape(call, spelled or method)
         return result
 
     def _library(self, call: ast.Call, qname: str, spelled: str | None) -> frozenset[str]:
@@ -693,10 +725,9 @@ class _FunctionWalk:
             return self._arguments_union(call)
         head = qname.split(".", 1)[0]
         if head in _LIBRARY_ROOTS or qname.split(".")[-1] in ("info", "warning", "debug", "error", "print"):
-            result = lower(self._arguments_union(call))
-            if self._final and _holds_scaler(result) and head != "torch":
-                self._record_escape(call, spelled or qname, result)
-            return EMPTY if head == "torch" else result
+            if self._final and head != "torch":
+                self._record_escape(call, spelled or qname)
+            return EMPTY if head == "torch" else lower(self._arguments_union(call))
         return self._project_call(call, spelled or qname)
 
     def _arguments_union(self, call: ast.Call) -> frozenset[str]:
@@ -757,23 +788,38 @@ class _FunctionWalk:
             value = self.ev(arg)
         self.saves.append([span(call), sorted(value)])
 
-    def _record_escape(self, call: ast.Call, callee: str, value: frozenset[str]) -> None:
+    def _record_escape(self, call: ast.Call, callee: str) -> None:
+        """A library call handed a scaler by name, or ``self`` (which may hold one): what it does
+        with it the project does not show."""
         if id(call) in self._escaped:
             return
-        self._escaped.add(id(call))
-        self.escapes.append([span(call), callee, sorted(a for a in value if a.startswith("S@") or a == "H")])
+        facts = self.facts
+        args = [a.value if type(a) is ast.Starred else a for a in call.args]
+        args.extend(k.value for k in call.keywords)
+        handed: set[str] = set()
+        for arg in args:
+            spelled = dotted(arg)
+            if spelled is None:
+                continue
+            if spelled == self.params.first:
+                handed.add("H")
+            elif spelled in facts.scalers:
+                handed.update(a for a in self._roles(spelled) if a.startswith("S@"))
+        if handed:
+            self._escaped.add(id(call))
+            self.escapes.append([span(call), callee, sorted(handed)])
 
     def _scalers_used(self) -> set[str]:
         """The scalers the function trains with or hands on: the receivers of its ``scale``,
         ``step``, ``unscale_`` and ``update`` calls on scalers, the scalers it passes to a call,
         and its parameters used as scalers. A scaler only built and stored is not one."""
         facts = self.facts
-        if not facts.scalers:
-            return set()
         found: set[str] = set()
         for name in self.params.index:
             if name in facts.scalers:  # handed in by the caller, which made it
                 found.add(self.context.scaler_made.get(name, "S@~"))
+        # An object of an annotated class (``trainer: Trainer``): the scalers it holds.
+        found.update("K" + spelled for spelled in self.params.classes.values())
         for call in self.bindings.calls:
             func = call.func
             named: list[ast.expr] = []
@@ -781,11 +827,47 @@ class _FunctionWalk:
                 named.append(func.value)
             named.extend(arg for arg in call.args if type(arg) in (ast.Name, ast.Attribute))
             named.extend(k.value for k in call.keywords if type(k.value) in (ast.Name, ast.Attribute))
+            if not facts.scalers:
+                continue
             for expr in named:
                 spelled = dotted(expr)
                 if spelled is not None and spelled in facts.scalers:
                     found.update(a for a in self.ev(expr) if a[0] in "SPFGC" or a.startswith("I"))
         return found
+
+
+_NOT_CLASSES = frozenset({"Any", "Optional", "Union", "Callable", "Dict", "List", "Tuple", "Type", "Sequence",
+                          "Mapping", "Iterable", "Iterator", "Tensor", "Module", "Path", "Namespace", "DictConfig"})  # fmt: skip
+
+
+def _annotated_class(annotation: ast.expr | None) -> str | None:
+    """The class a parameter's annotation names (``Trainer``, ``"Trainer"``, ``Optional[Trainer]``,
+    ``Trainer | None``), when it names one that may be the project's."""
+    if annotation is None:
+        return None
+    if type(annotation) is ast.Constant and type(annotation.value) is str:
+        text = annotation.value.strip()
+        return (
+            text
+            if text.replace(".", "").replace("_", "").isalnum()
+            and text.rsplit(".", 1)[-1][:1].isupper()
+            and text.rsplit(".", 1)[-1] not in _NOT_CLASSES
+            else None
+        )
+    if type(annotation) is ast.Subscript and dotted(annotation.value) in ("Optional", "typing.Optional"):
+        return _annotated_class(annotation.slice)
+    if type(annotation) is ast.BinOp and type(annotation.op) is ast.BitOr:
+        left, right = annotation.left, annotation.right
+        if type(right) is ast.Constant and right.value is None:
+            return _annotated_class(left)
+        if type(left) is ast.Constant and left.value is None:
+            return _annotated_class(right)
+        return None
+    spelled = dotted(annotation)
+    if spelled is None or spelled.startswith(("torch.", "nn.", "np.", "typing.")):
+        return None
+    last = spelled.rsplit(".", 1)[-1]
+    return spelled if last[:1].isupper() and last not in _NOT_CLASSES and not last.isupper() else None
 
 
 def _holds_containers(bound: list[tuple[str, object, ast.expr]], records: set[str]) -> bool:
