@@ -436,11 +436,10 @@ class _FunctionWalk:
             self._bind_into(container.value, kind, detail, value)
 
     def _handovers(self) -> None:
-        """A call handed a scaler (or ``self``, which may hold one) beside a mapping, a list or
-        a record object of the function's own may put the scaler's state into it
-        (``add_scaler_state(ckpt, scaler)``): the container takes the scaler's taint."""
+        """A call handed a scaler beside a mapping, a list or a record object of the function's
+        own may put the scaler's state into it (``add_scaler_state(ckpt, scaler)``): the
+        container takes the scaler's taint."""
         scalers = self.facts.scalers
-        first = self.params.first
         names = self.bindings.names
         for call in self.bindings.calls:
             func = call.func
@@ -450,7 +449,7 @@ class _FunctionWalk:
             args.extend(k.value for k in call.keywords)
             if type(func) is ast.Attribute:
                 args.append(func.value)
-            given = [a for a in args if (dotted(a) in scalers) or (type(a) is ast.Name and a.id == first)]
+            given = [a for a in args if dotted(a) in scalers]
             if not given:
                 continue
             records = self.context.records
@@ -763,6 +762,10 @@ class _FunctionWalk:
             else:
                 args.append([keyword.arg, sorted(self.ev(keyword.value))])
         receiver = self.ev(call.func.value) if type(call.func) is ast.Attribute else EMPTY
+        # Where it lands nowhere the project shows, ``self.m()`` is a library base class's method
+        # (``nn.Module.named_parameters``), which knows nothing of the object's own fields: the
+        # result carries what it was given, and a scaler it was called on, not the whole object.
+        receiver = frozenset(atom for atom in receiver if atom != "H")
         fallback = lower(receiver.union(*(frozenset(a[1]) for a in args)) if args else receiver)
         record: dict = {"callee": spelled, "at": span(call)}
         if args:
