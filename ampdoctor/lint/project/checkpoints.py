@@ -120,7 +120,7 @@ class _Judge:
                 binding = values.bind(module, function, call, target, (), 0)
                 for where, at, value in self._saves(target, binding, 1):
                     if _incomplete(values, value):
-                        written.append((where, tuple(at), call["at"], call.get("callee")))
+                        written.append((where, tuple(at), call["at"], _spelled(call.get("callee", ""))))
             if not written:
                 continue
             reach = (
@@ -287,6 +287,11 @@ def _fields(values: Values, module: str, cls: str) -> dict[str, list[str]]:
             for name, stored in flow.get("stores", {}).items():
                 out.setdefault(name, []).extend(stored)
     return out
+
+
+def _spelled(callee: str) -> str:
+    """The callee as written: ``super().save`` for the summary's ``super.save``."""
+    return "super()" + callee[5:] if callee.startswith("super.") else callee
 
 
 def _incomplete(values: Values, value: frozenset) -> bool:
