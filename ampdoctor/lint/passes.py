@@ -80,6 +80,10 @@ def _region_of_expression(expr: ast.expr, facts: AmpFacts, held: dict | None = N
         if name in CUSTOM_FWD_NAMES and get_arg(expr, None, "cast_inputs") is not None:
             # custom_fwd(cast_inputs=...) runs forward with autocast disabled.
             return Region(expr, None, None, False, Enabled.OFF, "custom_fwd")
+        if _framework_autocast(expr):
+            # ``accelerator.autocast()`` (Accelerate), ``fabric.autocast()`` (Lightning Fabric):
+            # torch's autocast with the dtype the object was configured with, when it is.
+            return Region(expr, None, None, False, Enabled.MAYBE)
         return held_region(expr, facts, held) if held else None
     if type(expr) is ast.IfExp:
         # ``ctx = nullcontext() if cpu else torch.autocast(...)``: on in one arm only.
@@ -97,6 +101,18 @@ def _region_of_expression(expr: ast.expr, facts: AmpFacts, held: dict | None = N
     if name is not None:
         return facts.context_objects.get(name)
     return None
+
+
+_FRAMEWORK_OBJECT = re.compile(r"(^|_)(accelerator|fabric)$", re.I)
+
+
+def _framework_autocast(call: ast.Call) -> bool:
+    """``accelerator.autocast()`` / ``self.accelerator.autocast()`` / ``fabric.autocast()``."""
+    func = call.func
+    if type(func) is not ast.Attribute or func.attr != "autocast" or call.args:
+        return False
+    receiver = dotted(func.value)
+    return receiver is not None and _FRAMEWORK_OBJECT.search(receiver.rsplit(".", 1)[-1]) is not None
 
 
 def resolve_regions(facts: AmpFacts) -> None:

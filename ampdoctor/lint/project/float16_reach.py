@@ -49,8 +49,15 @@ class _Entry:
     __slots__ = ("call", "call_note", "codes", "function", "module", "note", "where")
 
     def __init__(
-        self, function: Target, module: str, where: tuple[list[int], str], call: tuple[list[int], str], codes: set
+        self,
+        function: Target | None,
+        module: str,
+        where: tuple[list[int], str],
+        call: tuple[list[int], str],
+        codes: set,
     ) -> None:
+        # None: an *open* entry, a model whose class the project does not name (a factory's, a
+        # registry's, a parameter's): any module the entry's module imports may be what it runs.
         self.function = function
         self.module = module
         self.where, self.note = where
@@ -95,16 +102,54 @@ def _runs(project: Project, callers: Callers, risky: set[str]) -> list[tuple[_En
     imports = _Imports(project)
     precision = set(callers.with_class("precision"))
     autocast = {root for root in callers.with_class(FLOAT16_AUTOCAST) if root not in precision}
-    roots = [root for root in sorted(precision | autocast) if imports.may_reach(root, risky)]
+    roots = sorted(precision | autocast)
     found = []
     memo: dict[tuple[str, str], set[tuple[str, str]]] = {}
     for root in roots:
         for entry in _entries(project, root):
+            if entry.function is None:
+                found.append((entry, _opened(project, imports, root, risky)))
+                continue
+            if not imports.may_reach(root, risky):
+                continue
             key = (entry.function.module, entry.function.name)
             if key not in memo:
                 memo[key] = _reached(project, entry.function)
             found.append((entry, memo[key]))
     return found
+
+
+def _opened(project: Project, imports: _Imports, root: str, risky: set[str]) -> set[tuple[str, str]]:
+    """What an open entry may run: the functions of the modules with a risk that the entry's
+    module reaches through the project's imports (a registry or a factory imports the model's
+    classes), tests left out (a training run does not run them)."""
+    reached: set[tuple[str, str]] = set()
+    # The code that builds the model and hands it over imports the training loop too: a
+    # ``DefaultTrainer`` that calls ``build_model`` and makes the ``AMPTrainer``.
+    setters = [root, *(m for m in imports.importers(root) if not _is_test(m))]
+    package = _package_of(root)
+    for module in sorted(risky):
+        if _is_test(module) or package is None or _package_of(module) != package:
+            continue  # a script outside the package may train any of a library's models
+        if not any(module == s or imports.may_reach(s, {module}) for s in setters):
+            continue
+        summary = project.summary(module)
+        reached.update((module, name) for name in (summary or {}).get("functions", {}))
+    return reached
+
+
+def _package_of(module: str) -> str | None:
+    """The top-level package a module belongs to (``src/`` layouts looked through), or None for
+    a module at the root (a script)."""
+    parts = module.split("/")
+    if parts[0] == "src" and len(parts) > 2:
+        return parts[1]
+    return parts[0] if len(parts) > 1 else None
+
+
+def _is_test(module: str) -> bool:
+    parts = module.split("/")
+    return any(part in ("test", "tests", "testing") for part in parts[:-1]) or parts[-1].startswith("test_")
 
 
 def _entries(project: Project, module: str) -> Iterator[_Entry]:
@@ -117,8 +162,8 @@ def _entries(project: Project, module: str) -> Iterator[_Entry]:
         if not codes:
             continue
         target = project.resolve_run(module, call.get("frame", "<module>"), call["callee"])
+        dtype = f"{region['dtype']} " if region.get("dtype") else ""
         if target is not None:
-            dtype = f"{region['dtype']} " if region.get("dtype") else ""
             yield _Entry(
                 target,
                 module,
@@ -126,18 +171,27 @@ def _entries(project: Project, module: str) -> Iterator[_Entry]:
                 (call["at"], f"`{call['callee']}(...)` runs `{target.name}` here, in autocast"),
                 codes,
             )
+        elif _model_call(summary, call) and _trains(summary, call.get("frame", "<module>")):
+            yield _Entry(
+                None,
+                module,
+                (region["at"], f"the {dtype}autocast region it runs in"),
+                (call["at"], f"`{call['callee']}(...)` runs a model of the project here, in autocast"),
+                codes,
+            )
     instances = summary.get("instances", {})
     for run in summary.get("framework", []):
         spelled = instances.get(f"{run['frame']}:{run['model']}") or instances.get(f"<module>:{run['model']}")
-        if spelled is None:
-            continue  # a model from a factory, a parameter, a registry: its class is not known
-        found = project.resolve_spelled(module, spelled.split("."))
-        if found is None or found[2] != "class":
-            continue
         codes = _lightning_codes(run)
         if not codes:
             continue
         where = (run["at"], f"{run['dtype']} mixed precision is set here: `{run['api']}(precision={run['precision']})`")
+        found = project.resolve_spelled(module, spelled.split(".")) if spelled is not None else None
+        if found is None or found[2] != "class":
+            # A model from a factory, a parameter, a registry: any LightningModule it imports.
+            handed = (run["call"], f"`{run['model']}` is handed to the {run['api']} here")
+            yield _Entry(None, module, where, handed, codes)
+            continue
         handed = (run["call"], f"`{run['model']}`, a `{found[1]}`, is handed to the {run['api']} here")
         for hook in _STEPS if run["api"] == "Trainer" else ("forward",):
             method = project.method(found[0], found[1], hook)
@@ -156,6 +210,7 @@ class _Imports:
         self.project = project
         self._edges: dict[str, set[str]] = {}
         self._packages: dict[str, list[str]] = {}
+        self._importers: dict[str, set[str]] | None = None
 
     def may_reach(self, root: str, targets: set[str]) -> bool:
         if self.project.text is None:  # no texts to read: every root stays
@@ -179,6 +234,16 @@ class _Imports:
             frontier = following
         return bool(seen & targets)
 
+    def importers(self, module: str) -> list[str]:
+        """The project's modules that import ``module`` (its package's ``__init__`` counts as
+        it), found once for all modules from their texts."""
+        if self._importers is None:
+            self._importers = {}
+            for rel in sorted(self.project.files):
+                for imported in self._of(rel):
+                    self._importers.setdefault(imported, set()).add(rel)
+        return sorted(self._importers.get(module, ()))
+
     def _package(self, folder: str) -> list[str]:
         files = self._packages.get(folder)
         if files is None:
@@ -199,6 +264,27 @@ class _Imports:
                     # of the package.
                     edges.update(self._package(found[0][: -len("__init__.py")]))
         return edges
+
+
+def _trains(summary: dict, frame: str) -> bool:
+    """Whether the function (or the module body) runs a backward pass: the autocast region around
+    a model there is a training step's, not a preprocessing or evaluation pass."""
+    return frame in summary.get("trains", ())
+
+
+def _model_call(summary: dict, call: dict) -> bool:
+    """A call of an object (``self.model(x)``, ``model(images)``, ``self.net_g(z)``): a name the
+    module binds to something other than a function or a class of its own, or one of ``self``'s
+    fields, called as it is, not an import's function."""
+    parts = call["callee"].split(".")
+    if parts[0] in ("self", "cls"):
+        return len(parts) == 2
+    if len(parts) != 1:
+        return False
+    name = parts[0]
+    if name in summary.get("imports", {}) or name in summary.get("functions", {}) or name in summary.get("classes", {}):
+        return False
+    return f"{call.get('frame', '<module>')}:{name}" not in summary.get("instances", {})
 
 
 def _region_codes(region: dict) -> set:

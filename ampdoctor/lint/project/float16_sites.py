@@ -210,8 +210,17 @@ def framework_runs(facts: AmpFacts, qualname) -> list[dict]:
         if api is None:
             continue
         precision = site.arg(None, "precision")
-        dtype = _MIXED.get(_precision_text(precision.value) or "") if precision is not None else None
-        if precision is None or dtype is None:
+        if precision is None:
+            continue
+        dtype = _MIXED.get(_precision_text(precision.value) or "")
+        if dtype is None and type(precision.value) is ast.Name:
+            # ``precision = 16 if config.use_mixed_precision else 32``: float16 on one path.
+            bound = [a for a in facts.assignments if a.frame is site.frame and a.target == precision.value.id]
+            arms = [n for a in bound for n in ast.walk(a.value) if type(n) is ast.Constant]
+            dtype = next(
+                (_MIXED[t] for n in arms if (t := _precision_text(n)) in _MIXED and _MIXED[t] == "float16"), None
+            )
+        if dtype is None:
             continue
         accelerator = site.arg(None, "accelerator")
         frame_name = qualname(site.frame)

@@ -106,11 +106,23 @@ def summarize(facts: AmpFacts) -> dict:
         "calls": _calls(facts, imports, functions, index, mentions),
         "framework": framework_runs(facts, qualname) if "precision" in facts.source else [],
         "flows": module_flows(facts, flowing),
+        "trains": _training_frames(facts),
         "paths": _search_paths(facts) if "sys.path" in facts.source else [],
         "snapshots": snapshot_saves(facts, index.of, lambda frame: scaler_in_reach(facts, frame, index))
         if facts.scalers
         else [],
     }
+
+
+def _training_frames(facts: AmpFacts) -> list[str]:
+    """The functions (and ``<module>``) that run a backward pass of their own."""
+    kinds = (EventKind.BACKWARD, EventKind.SCALED_BACKWARD, EventKind.DELEGATED_BACKWARD)
+    found = []
+    for frame in facts.frames:
+        name = qualname(frame)
+        if name is not None and frame.events_of(*kinds):
+            found.append(name)
+    return found
 
 
 def light_summary(module: ast.Module) -> dict:

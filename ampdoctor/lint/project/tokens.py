@@ -21,7 +21,7 @@ TOKEN_CLASSES = {
     "clip": (b"clip_grad",),
     # Lightning's float16 mixed precision as a literal: ``precision="16-mixed"``, ``precision=16``
     # (in a ``Trainer`` or ``Fabric`` call: ``_CLASS_NEEDS``).
-    "precision": (b"16-mixed", b"precision=16", b'precision="16', b"precision='16"),
+    "precision": (b"16-mixed", b"precision=16", b'precision="16', b"precision='16", b"precision=precision"),
     # What float16 autocast set up elsewhere breaks: a BCE, a fill (``float16_risk`` is exact).
     "half_risk": (*_FLOAT16_RISK_TOKENS, *_FILL_TOKENS),
 }
@@ -97,6 +97,7 @@ _WITHIN = {
     b"torch.where": b"where",
     b".where(": b"where",
     b"precision=16": b"precision",
+    b"precision=precision": b"precision",
     b'precision="16': b"precision",
     b"precision='16": b"precision",
 }

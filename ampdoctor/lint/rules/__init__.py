@@ -77,7 +77,7 @@ class LintRule:
 
 
 # Anchors shared by the rule families.
-AUTOCAST = Anchors(names=tuple(AUTOCAST_NAMES))
+AUTOCAST = Anchors(names=tuple(AUTOCAST_NAMES), methods=("autocast",))  # ``accelerator.autocast()`` too
 SCALED_BACKWARD = Anchors(methods=("scale",))
 SCALER = Anchors(names=tuple(GRAD_SCALER_NAMES), methods=("scale",))
 # float16 autocast, ``.half()``, or a cast / ``dtype=`` to float16 (a dtype table is not a use).
