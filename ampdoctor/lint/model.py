@@ -149,7 +149,9 @@ class CallSite(Record):
     @property
     def in_autocast(self) -> bool:
         region = self.region
-        return region is not None and region.enabled.counts_as_on
+        if region is None or not region.enabled.counts_as_on:
+            return False
+        return region.flag is None or not _path_denies(self.path, region.flag)
 
     @property
     def loop(self) -> Block | None:
@@ -160,6 +162,28 @@ class CallSite(Record):
 
     def arg(self, position: int | None = None, keyword: str | None = None) -> Arg | None:
         return get_arg(self.node, position, keyword)
+
+
+def _path_denies(path: tuple[Block, ...], flag: ast.expr) -> bool:
+    """Whether the path runs only where ``flag`` (what turns a region on) is false: the ``else``
+    of ``if flag:``, or the body of ``if not flag:`` (``if fp16: scaled ... else: loss.backward()``
+    inside ``with ctx:`` where ``ctx`` is autocast only when ``fp16``)."""
+    wanted = ast.dump(flag)
+    for block in path:
+        node = block.node
+        if type(node) is not ast.If:
+            continue
+        test = node.test
+        if block.kind == "else" and ast.dump(test) == wanted:
+            return True
+        if (
+            block.kind == "if"
+            and type(test) is ast.UnaryOp
+            and type(test.op) is ast.Not
+            and ast.dump(test.operand) == wanted
+        ):
+            return True
+    return False
 
 
 class Event(Record):

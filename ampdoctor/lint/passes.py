@@ -103,6 +103,22 @@ def _region_of_expression(expr: ast.expr, facts: AmpFacts, held: dict | None = N
     return None
 
 
+def _choosing_test(assignment) -> ast.expr | None:
+    """The test of the ``if`` whose body (not its ``else``) makes the assignment, directly."""
+    frame = assignment.frame.node
+    stack = [frame]
+    while stack:
+        node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if type(child) is ast.If and any(
+                type(stmt) is ast.Assign and stmt.value is assignment.value for stmt in child.body
+            ):
+                return child.test
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.expr)):
+                stack.append(child)
+    return None
+
+
 _FRAMEWORK_OBJECT = re.compile(r"(^|_)(accelerator|fabric)$", re.I)
 
 
@@ -118,12 +134,22 @@ def _framework_autocast(call: ast.Call) -> bool:
 def resolve_regions(facts: AmpFacts) -> None:
     held = held_factories(facts, AUTOCAST_NAMES)
     # Context objects: ``ctx = torch.autocast(...)`` anywhere in the module, by spelling.
+    bound: dict[str, int] = {}
+    for assignment in facts.assignments:
+        bound[assignment.target] = bound.get(assignment.target, 0) + 1
     for assignment in facts.assignments:
         region = _region_of_expression(assignment.value, facts, held)
         if region is not None:
             existing = facts.context_objects.get(assignment.target)
             if existing is not None and existing.enabled is not region.enabled:
                 region = Region(region.node, region.device, region.dtype, region.dtype_given, Enabled.MAYBE)
+            elif existing is None and bound[assignment.target] > 1 and region.enabled is Enabled.ON:
+                # ``ctx = nullcontext()`` then ``if fp16: ctx = torch.autocast(...)``: on where the
+                # test that chose it holds (the region's flag), off elsewhere.
+                flag = _choosing_test(assignment)
+                region = Region(
+                    region.node, region.device, region.dtype, region.dtype_given, Enabled.MAYBE, region.kind, flag
+                )
             facts.context_objects[assignment.target] = region
     seen: dict[int, Region] = {}
     for site in facts.calls:

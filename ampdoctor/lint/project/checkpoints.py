@@ -60,7 +60,8 @@ class _Judge:
             found.update(
                 values.scalers(values.resolve(module, "<module>", flows.get("<module>", {}).get("scalers", [])))
             )
-        if "." in function:
+        if "." in function and not flows.get(function, {}).get("plain"):
+            # (a method that trains a model of its own without the scaler saves that training)
             found.update(values.held_scalers(module, function.split(".", 1)[0], 0))
         value = frozenset(a for a in found if a != "S@-")
         self._reach[key] = value

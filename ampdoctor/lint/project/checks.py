@@ -152,13 +152,25 @@ def _forward_args(target: Target, call: dict, inner: dict) -> dict | None:
 def _callers_of(
     project: Project, callers: Callers, kind: str, module: str, name: str
 ) -> Iterator[tuple[str, dict, Target]]:
+    short = name.rsplit(".", 1)[-1]
+    overridden = None  # the classes whose method of that name ``name`` overrides
     for caller in callers.of(kind, name):
         for call in project.calls(caller):
-            if name.rsplit(".", 1)[-1] not in call["callee"]:
+            if short not in call["callee"]:
                 continue  # cheap: the spelling must at least end in the function's name
             target = project.resolve_call(caller, call)
-            if target is not None and target.module == module and target.name == name:
+            if target is None:
+                continue
+            if target.module == module and target.name == name:
                 yield caller, call, target
+            elif "." in name and target.name.rsplit(".", 1)[-1] == short and call["callee"].startswith("self."):
+                # ``self.training_step(...)`` in a base class runs the subclass's override.
+                if overridden is None:
+                    from .flow import Values
+
+                    overridden = set(Values(project).hierarchy(module, name.split(".", 1)[0])[1:])
+                if (target.module, target.name.split(".", 1)[0]) in overridden:
+                    yield caller, call, target
 
 
 def _clips_in_helpers(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
@@ -280,8 +292,9 @@ def _scaler_per_call(project: Project, targets: list[str], callers: Callers) -> 
             for caller, call, _target in _callers_of(project, callers, "epoch", module, name):
                 if "loop" not in call or (caller == module and call.get("frame") == "<module>"):
                     continue  # a loop of the same module body: the file-local rule judges it
-                if not call.get("epoch_loop") and "epoch" not in _short(name).lower():
+                if not call.get("epoch_loop") and "epoch" not in _short(name).lower() and not new.get("single_step"):
                     continue  # a loop over folds or trials may well want a fresh scaler each time
+                    # (but not one that takes a single step with each fresh scaler)
                 short = _short(name)
                 yield CrossReport(
                     "AMP205",

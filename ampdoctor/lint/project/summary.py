@@ -105,13 +105,24 @@ def summarize(facts: AmpFacts) -> dict:
         "functions": functions,
         "calls": _calls(facts, imports, functions, index, mentions),
         "framework": framework_runs(facts, qualname) if "precision" in facts.source else [],
-        "flows": module_flows(facts, flowing),
+        "flows": _mark_plain_steps(facts, module_flows(facts, flowing)),
         "trains": _training_frames(facts),
         "paths": _search_paths(facts) if "sys.path" in facts.source else [],
         "snapshots": snapshot_saves(facts, index.of, lambda frame: scaler_in_reach(facts, frame, index))
         if facts.scalers
         else [],
     }
+
+
+def _mark_plain_steps(facts: AmpFacts, flows: dict[str, dict]) -> dict[str, dict]:
+    """``plain`` on the flows of the functions that step an optimizer themselves without a
+    scaler (``loss.backward(); optimizer.step()``): what they save is that training's state."""
+    for frame in facts.frames:
+        if frame.events_of(EventKind.OPTIMIZER_STEP) and not frame.events_of(EventKind.SCALER_STEP):
+            name = qualname(frame)
+            if name is not None and name in flows:
+                flows[name]["plain"] = True
+    return flows
 
 
 def _training_frames(facts: AmpFacts) -> list[str]:
@@ -443,7 +454,10 @@ def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
         if new.call.loop is not None:
             continue
         statement = new.call.statement
-        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and statement.value is new.call.node):
+        value = statement.value if isinstance(statement, ast.Assign) else None
+        if type(value) is ast.IfExp and new.call.node in (value.body, value.orelse):
+            value = new.call.node  # ``scaler = GradScaler() if amp else None``
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and value is new.call.node):
             continue
         target = dotted(statement.targets[0])
         if target is None or (
@@ -451,8 +465,12 @@ def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
             and not (target.count(".") == 1 and target.startswith("self.") and not new.call.path and frame.class_name)
         ):
             continue  # ``if self.scaler is None: self.scaler = ...`` is set-up done once
-        if any(s.receiver == target and s.method == "step" for s in frame.calls):
-            return {"at": position(new.call.node), "name": target}
+        steps = [s for s in frame.calls if s.receiver == target and s.method == "step"]
+        if steps:
+            found = {"at": position(new.call.node), "name": target}
+            if all(s.loop is None for s in steps):
+                found["single_step"] = True  # one optimizer step per call, on a fresh scaler
+            return found
     return None
 
 
