@@ -111,7 +111,7 @@ class Values:
 
     def atom(self, module: str, function: str, atom: str, bound: Bound, depth: int) -> frozenset:
         head = atom[0]
-        if head == "O" or head == "U":
+        if head == "O" or head == "U" or head == "A":
             return frozenset({atom})
         if head == "S" or head == "s":  # ``s@``: a value made from a scaler, which may hold its state
             return frozenset({"S@-" if atom[1:] == "@-" else f"S@{module}@{atom[2:]}"})
@@ -171,6 +171,20 @@ class Values:
         if head == "H":
             owner = self_type(module, function, bound)
             return frozenset({f"H@{owner[0]}|{owner[1]}"}) if owner else EMPTY
+        if head in "Dd":
+            # Field ``name`` of the objects another atom resolves to.
+            name, _, base = atom[1:].partition("#")
+            out_d: set = set()
+            for element in flatten(self.atom(module, function, base, bound, depth + 1)):
+                if type(element) is not str:
+                    continue
+                if element.startswith("H@"):
+                    where, _, cls = element[2:].partition("|")
+                    out_d.update(self.field(where, cls, name, depth + 1))
+                elif element.startswith("S@") or element == "U":
+                    out_d.add(element)
+            value = frozenset(out_d)
+            return lower(value) if low else value
         if head in "Qq":
             # Field ``name`` of what parameter ``i`` is bound to: a project object's field, a
             # scaler's (a scaler), nothing of anything else (an attribute of a value is not it).
@@ -229,7 +243,28 @@ class Values:
             if owner is None:
                 return None
             return self._super_method(module, owner, callee[6:])
-        return self.project.resolve_call(module, {"callee": callee, "frame": function}, without=without)
+        found = self.project.resolve_call(module, {"callee": callee, "frame": function}, without=without)
+        if found is None and call.get("recv"):
+            found = self._method_of_value(module, function, call)
+        return found
+
+    def _method_of_value(self, module: str, function: str, call: dict) -> Target | None:
+        """``engine.autocast()`` where ``engine`` is an object of one project class (a factory's
+        result, a field set in a base class): that class's method."""
+        name = call["callee"].rsplit(".", 1)[-1]
+        classes = {
+            atom[2:]
+            for atom in flatten(self.resolve(module, function, call["recv"], (), 1))
+            if type(atom) is str and atom.startswith("H@")
+        }
+        if len(classes) != 1:
+            return None
+        where, _, cls = next(iter(classes)).partition("|")
+        method = self.project.method(where, cls, name)
+        if method is None:
+            return None
+        function_summary = (self.project.summary(method[0]) or {}).get("functions", {}).get(method[1])
+        return None if function_summary is None else Target(method[0], method[1], function_summary, 1)
 
     def _super_method(self, module: str, owner: str, name: str) -> Target | None:
         summary = self.project.summary(module)
@@ -311,7 +346,7 @@ class Values:
             given = EMPTY.union(
                 *(self.resolve(module, function, atoms, bound, depth) for _k, atoms in call.get("args", []))
             )
-            return given | self.held_scalers(built[0], built[1], depth + 1)
+            return given | {f"H@{built[0]}|{built[1]}"}  # the object: what it holds, its fields
         return self.resolve(module, function, call.get("fallback", []), bound, depth)
 
     # ---- fields, globals, holders ------------------------------------------------------------

@@ -17,7 +17,9 @@ rebinding). An atom says where part of the value may come from:
 ``I1|C5``  element 1 of what ``C5`` is (``a, b = f()``)
 ``Xname``  ``obj.name`` on an object that is not ``self``: taint only (see below)
 ``Qi|name`` field ``name`` of what parameter ``i`` is bound to; ``Zname|Class`` of an object of
-           the class a parameter's annotation names, ``KClass`` that object itself
+           the class a parameter's annotation names, ``KClass`` that object itself;
+           ``Dname#atom`` field ``name`` of the object another atom is (``self.engine.scaler``)
+``A@dtype@state@device`` an autocast context (``A@-@off@-``: a null one)
 ``H``      ``self`` itself (``vars(self)``, ``self.state_dict()`` of an unseen method)
 ``U``      anything at all (``**spread`` into a value the analysis cannot split)
 
@@ -38,11 +40,12 @@ from __future__ import annotations
 import ast
 import builtins
 
-from ..model import AmpFacts
+from ..held import NULL_CONTEXTS
+from ..model import AmpFacts, autocast_region
 from ..passes import is_optimizer, is_optimizer_constructor
 from ..rules.scaler_queries import scaler_enabled
 from ..syntax import dotted, span
-from ..vocabulary import GRAD_SCALER_NAMES
+from ..vocabulary import AUTOCAST_NAMES, GRAD_SCALER_NAMES
 from .snapshots import record_class
 
 TYPE_CHECKING = False
@@ -83,7 +86,7 @@ _UNKNOWN: frozenset[str] = frozenset({"U"})
 _OPTIMIZER: frozenset[str] = frozenset({"O"})
 
 # Content channel → taint channel.
-_LOWER = {"P": "p", "C": "c", "F": "f", "G": "g", "Q": "q", "Z": "z", "K": "k", "S": "s"}
+_LOWER = {"P": "p", "C": "c", "F": "f", "G": "g", "Q": "q", "Z": "z", "K": "k", "S": "s", "D": "d"}
 
 # Calls that return (a copy of, a view of, a container of) their arguments: both channels pass.
 _PASS_THROUGH = frozenset(
@@ -114,6 +117,7 @@ _PLAIN_BUILTINS = frozenset(dir(builtins)) - {"dict", "list", "tuple", "set", "f
                                               "enumerate", "max", "min"}  # fmt: skip
 # Builtins that return some of their arguments (``getattr(obj, name)``, ``max(a, b)``): taint passes.
 _BUILTIN_NAMES = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__"}
+_PARTIAL = frozenset({"functools.partial"})
 _TAINT_BUILTINS = frozenset({"getattr", "map", "filter", "zip", "enumerate", "max", "min"})
 _LIBRARY_ROOTS = ("torch", "numpy", "np", "math", "os", "sys", "json", "time", "logging", "re", "random", "shutil")
 _OPTIMIZER_TYPES = frozenset({"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"})
@@ -169,7 +173,7 @@ class _Bindings:
     expressions (``kind`` says how: plain, an element of an iterable, element ``i`` of a tuple,
     a mutation that adds to it), its returns, its calls, its field and global stores."""
 
-    __slots__ = ("names", "returns", "calls", "stores", "xstores", "globals", "declared_global")
+    __slots__ = ("names", "returns", "calls", "stores", "xstores", "globals", "declared_global", "withs")
 
     def __init__(self) -> None:
         self.names: dict[str, list[tuple[str, object, ast.expr]]] = {}
@@ -179,6 +183,7 @@ class _Bindings:
         self.xstores: list[tuple[str, str | None, ast.expr]] = []  # (field, object name, expr)
         self.globals: list[tuple[str, str, object, ast.expr]] = []
         self.declared_global: set[str] = set()
+        self.withs: list[ast.expr] = []
 
 
 class ModuleFlows:
@@ -327,6 +332,9 @@ class _FunctionWalk:
             flow["xstores"] = {k: sorted(v) for k, v in xstores.items()}
         if self.escapes:
             flow["escapes"] = self.escapes
+        withs = self._held_contexts()
+        if withs:
+            flow["withs"] = withs
         scalers = self._scalers_used()
         if scalers:
             flow["scalers"] = sorted(scalers)
@@ -357,6 +365,7 @@ class _FunctionWalk:
                 self._bind_target(node.target, "in", None, node.iter)
             elif kind is ast.With or kind is ast.AsyncWith:
                 for item in node.items:
+                    b.withs.append(item.context_expr)
                     if item.optional_vars is not None:
                         self._bind_target(item.optional_vars, "=", None, item.context_expr)
             elif kind is ast.Return and node.value is not None and not self.is_module:
@@ -434,6 +443,17 @@ class _FunctionWalk:
                     b.names.setdefault(root, []).append(("holds-" + kind, detail, value))
         elif type(container) is ast.Subscript:
             self._bind_into(container.value, kind, detail, value)
+
+    def _held_contexts(self) -> list[list]:
+        """The ``with`` items whose context the module does not show being made (``self.amp_cm``,
+        ``self.engine.autocast()``, a factory's result): where each is, and its value, so that
+        the link step can tell an autocast made elsewhere (``A@`` atoms)."""
+        found = []
+        for expr in self.bindings.withs:
+            value = self.ev(expr)
+            if any(atom[0] in "CFGPQZI" for atom in value):
+                found.append([span(expr), sorted(value)])
+        return found
 
     def _handovers(self) -> None:
         """A call handed a scaler beside a mapping, a list or a record object of the function's
@@ -648,6 +668,8 @@ class _FunctionWalk:
                 out.add(f"F{name}")
             elif head == "S":
                 out.add(atom)
+            elif head in "FCGDQZ":
+                out.add(f"D{name}#{atom}")  # the field of whatever object that atom is
             elif head != "O" and head != "A":
                 out.add(_LOWER.get(head, head) + atom[1:] if head in _LOWER else atom)
         return frozenset(out) | roles
@@ -661,6 +683,9 @@ class _FunctionWalk:
         qname = facts.qualify(func) if spelled is not None else None
         if qname in GRAD_SCALER_NAMES:
             return frozenset({_scaler_atom(facts, call) or "S@~"})
+        held = _autocast_atom(facts, call, qname)
+        if held is not None:
+            return frozenset({held})
         if qname == "torch.save":
             if self._final:
                 self._record_save(call)
@@ -683,8 +708,10 @@ class _FunctionWalk:
         if name in _PLAIN_BUILTINS and name not in self.context.module_names and name not in self.env:
             return EMPTY
         if name in self.env or name in self.params.index:
-            # A callable held in a local or a parameter: what it returns may be anything it got.
-            return lower(self._arguments_union(call) | self.ev(func))
+            # A callable held in a local or a parameter: what it returns may be anything it got
+            # (and an autocast factory held there makes an autocast context).
+            held = self.ev(func)
+            return lower(self._arguments_union(call) | held) | {a for a in held if a[0] == "A"}
         return self._project_call(call, spelled)
 
     def _method_value(
@@ -770,6 +797,12 @@ class _FunctionWalk:
         record: dict = {"callee": spelled, "at": span(call)}
         if args:
             record["args"] = args
+        if type(call.func) is ast.Attribute and not (
+            type(call.func.value) is ast.Name and call.func.value.id == self.params.first
+        ):
+            objects = sorted(a for a in receiver if a[0] in "FCGDQZ")
+            if objects:
+                record["recv"] = objects  # the object the method is called on, for the link step
         if star:
             record["star"] = True
         if fallback:
@@ -871,6 +904,23 @@ def _annotated_class(annotation: ast.expr | None) -> str | None:
         return None
     last = spelled.rsplit(".", 1)[-1]
     return spelled if last[:1].isupper() and last not in _NOT_CLASSES and not last.isupper() else None
+
+
+def _autocast_atom(facts: AmpFacts, call: ast.Call, qname: str | None) -> str | None:
+    """``A@dtype@state`` for a call that makes an autocast context (or a factory of one, bound
+    by ``partial``), ``A@-@off`` for a null context: what a ``with`` of it opens."""
+    if qname in NULL_CONTEXTS:
+        return "A@-@off"
+    if qname in _PARTIAL and call.args and facts.qualify(call.args[0]) in AUTOCAST_NAMES:
+        inner = ast.Call(func=call.args[0], args=list(call.args[1:]), keywords=list(call.keywords))
+        region = autocast_region(inner, facts.imports)
+    elif qname in AUTOCAST_NAMES:
+        region = autocast_region(call, facts.imports)
+    else:
+        return None
+    if region is None:
+        return None
+    return f"A@{region.effective_dtype or '-'}@{region.enabled.value}@{region.device or '-'}"
 
 
 def _holds_containers(bound: list[tuple[str, object, ast.expr]], records: set[str]) -> bool:
