@@ -397,7 +397,9 @@ def _prescan_imports(module: ast.Module) -> tuple[dict[str, str], list[ImportRef
     return imports, refs
 
 
-def build_facts(module: ast.Module, source: str) -> AmpFacts:
+def build_facts(module: ast.Module, source: str, seeds: dict | None = None) -> AmpFacts:
+    """The module's AmpFacts; ``seeds``: what the project analysis knows of it (regions opened
+    by contexts made elsewhere, calls that clip in another function: ``project/seeds.py``)."""
     imports, refs = _prescan_imports(module)
     visitor = _FactWalk(imports, refs)
     visitor.run(module)
@@ -415,6 +417,7 @@ def build_facts(module: ast.Module, source: str) -> AmpFacts:
         functions=visitor.functions,
         item_assignments=visitor.item_assignments,
     )
+    facts.seeds = seeds
     resolve_regions(facts)
     find_scalers_and_optimizers(facts)
     classify_events(facts)

@@ -294,6 +294,7 @@ class AmpFacts(Record):
         "_lines",
         "_paths",
         "constructors",
+        "seeds",
     )
 
     def __init__(
@@ -342,6 +343,9 @@ class AmpFacts(Record):
         # Whether a call node builds an optimizer (``passes.is_optimizer_constructor``), by the
         # node's id: the rules and the summary ask it of every call, several times.
         self.constructors: dict[int, bool] = {}
+        # What the project analysis knows of this module's calls and ``with`` items that its own
+        # code does not show (``project/seeds.py``): None in a file-local run.
+        self.seeds: dict | None = None
 
     # ---- queries --------------------------------------------------------------------
 

@@ -103,6 +103,16 @@ def _region_of_expression(expr: ast.expr, facts: AmpFacts, held: dict | None = N
     return None
 
 
+def _seeded_region(expr: ast.expr, seeds: dict) -> Region | None:
+    """The region a ``with`` item opens by what the project analysis found it to be (an
+    autocast context made in another module: ``self.amp_cm``, ``self.engine.autocast()``)."""
+    found = seeds.get("regions", {}).get((expr.lineno, expr.col_offset + 1))
+    if found is None:
+        return None
+    dtype, enabled, device = found
+    return Region(expr, device, dtype, dtype is not None, Enabled(enabled))
+
+
 def _choosing_test(assignment) -> ast.expr | None:
     """The test of the ``if`` whose body (not its ``else``) makes the assignment, directly."""
     frame = assignment.frame.node
@@ -158,6 +168,8 @@ def resolve_regions(facts: AmpFacts) -> None:
             if key in seen or ref.region is not None:
                 continue
             region = _region_of_expression(ref.expr, facts, held)
+            if region is None and facts.seeds is not None:
+                region = _seeded_region(ref.expr, facts.seeds)
             if region is not None and ref.decorator:
                 region = Region(
                     region.node,
@@ -283,6 +295,8 @@ def classify_events(facts: AmpFacts) -> None:
 
 def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> Event | None:
     method, receiver = site.method, site.receiver
+    if facts.seeds is not None and (site.node.lineno, site.node.col_offset + 1) in facts.seeds.get("clips", ()):
+        return Event(EventKind.CLIP, site)  # a call of a function that clips (project/seeds.py)
     if site.qname in GRAD_SCALER_NAMES:
         return Event(EventKind.SCALER_NEW, site)
     if site.qname in CLIP_NAMES:

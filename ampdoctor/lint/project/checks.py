@@ -17,8 +17,10 @@ from collections.abc import Iterable, Iterator
 
 from .checkpoints import checkpoint_reports
 from .float16_reach import float16_elsewhere
+from .flow import Values
 from .link import Project, Target
 from .reports import RESUME, Callers, CrossReport
+from .seeds import seeded_reports
 from .store import BACKWARD_TEXT
 from .tokens import SAVE_TEXT
 
@@ -37,8 +39,10 @@ def run_checks(
     files to summarize only when float16 autocast set up elsewhere reaches them."""
     targets = sorted(set(targets))
     reports: list[CrossReport] = []
+    values = Values(project)
     if "AMP211" in codes:
-        reports.extend(checkpoint_reports(project, targets))
+        reports.extend(checkpoint_reports(project, targets, values))
+    reports.extend(seeded_reports(values, targets, codes))
     if "AMP201" in codes:
         reports.extend(_clips_in_helpers(project, targets, callers))
     if "AMP101" in codes:

@@ -244,17 +244,22 @@ class Values:
                 return None
             return self._super_method(module, owner, callee[6:])
         found = self.project.resolve_call(module, {"callee": callee, "frame": function}, without=without)
-        if found is None and call.get("recv"):
-            found = self._method_of_value(module, function, call)
+        name = call["callee"].rsplit(".", 1)[-1]
+        # By the object's value: only where the method's name may answer what the caller asks
+        # (a ``save_state`` for a checkpoint): that walk reads the modules of the object's class.
+        if found is None and call.get("recv") and (without is None or without.search(name.encode())):
+            found = self._method_of_value(module, function, call, call["recv"], name)
+        if found is None and call.get("func") and without is None:
+            found = self._method_of_value(module, function, call, call["func"], "__call__")
         return found
 
-    def _method_of_value(self, module: str, function: str, call: dict) -> Target | None:
+    def _method_of_value(self, module: str, function: str, call: dict, atoms: list[str], name: str) -> Target | None:
         """``engine.autocast()`` where ``engine`` is an object of one project class (a factory's
-        result, a field set in a base class): that class's method."""
-        name = call["callee"].rsplit(".", 1)[-1]
+        result, a field set in a base class): that class's method (``__call__`` for an object
+        called as a function)."""
         classes = {
             atom[2:]
-            for atom in flatten(self.resolve(module, function, call["recv"], (), 1))
+            for atom in flatten(self.resolve(module, function, atoms, (), 1))
             if type(atom) is str and atom.startswith("H@")
         }
         if len(classes) != 1:

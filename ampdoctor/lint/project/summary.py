@@ -116,12 +116,18 @@ def summarize(facts: AmpFacts) -> dict:
 
 def _mark_plain_steps(facts: AmpFacts, flows: dict[str, dict]) -> dict[str, dict]:
     """``plain`` on the flows of the functions that step an optimizer themselves without a
-    scaler (``loss.backward(); optimizer.step()``): what they save is that training's state."""
+    scaler (``loss.backward(); optimizer.step()``): what they save is that training's state;
+    ``scaled`` on those that run a scaled backward."""
     for frame in facts.frames:
+        if not frame.events:
+            continue
+        name = qualname(frame)
+        if name is None or name not in flows:
+            continue
         if frame.events_of(EventKind.OPTIMIZER_STEP) and not frame.events_of(EventKind.SCALER_STEP):
-            name = qualname(frame)
-            if name is not None and name in flows:
-                flows[name]["plain"] = True
+            flows[name]["plain"] = True
+        if frame.events_of(EventKind.SCALED_BACKWARD):
+            flows[name]["scaled"] = True  # its calls may run on scaled gradients (``seeds.py``)
     return flows
 
 
@@ -335,6 +341,9 @@ def _function(
     clips = _clips_before_param_step(facts, frame, params)
     if clips:
         summary["clips"] = clips
+    clip = _clip_for_caller(frame)
+    if clip is not None:
+        summary["clips_for_caller"] = clip
     backward = _own_backward(frame)
     if backward is not None:
         summary["backward"] = backward
@@ -381,6 +390,18 @@ def _changed_in(facts: AmpFacts, frame: Frame, name: str, before: CallSite) -> b
     if any(where is frame and target == name for target, _node, where in facts.item_assignments):
         return True
     return any(site.receiver == name and site.order < before.order for site in frame.calls)
+
+
+def _clip_for_caller(frame: Frame) -> list[int] | None:
+    """Where the function clips gradients that it neither scaled nor unscaled itself (no scaled
+    backward, no ``unscale_``, no scaler step in it): the state of the gradients is its
+    caller's (a ``_clip_gradients`` helper, a ``ClipGradNorm`` object's ``__call__``)."""
+    if frame.events_of(EventKind.SCALED_BACKWARD, EventKind.UNSCALE, EventKind.SCALER_STEP, EventKind.BACKWARD):
+        return None
+    for clip in frame.events_of(EventKind.CLIP):
+        if not clip.norm_only:
+            return position(clip.call.node)
+    return None
 
 
 def _clips_before_param_step(facts: AmpFacts, frame: Frame, params: list[str]) -> list[dict]:

@@ -803,6 +803,9 @@ class _FunctionWalk:
             objects = sorted(a for a in receiver if a[0] in "FCGDQZ")
             if objects:
                 record["recv"] = objects  # the object the method is called on, for the link step
+        called = sorted(a for a in self.ev(call.func) if a[0] in "FCGDQZ")
+        if called:
+            record["func"] = called  # an object called as a function (``self.clip_grad_norm(...)``)
         if star:
             record["star"] = True
         if fallback:
@@ -910,7 +913,7 @@ def _autocast_atom(facts: AmpFacts, call: ast.Call, qname: str | None) -> str | 
     """``A@dtype@state`` for a call that makes an autocast context (or a factory of one, bound
     by ``partial``), ``A@-@off`` for a null context: what a ``with`` of it opens."""
     if qname in NULL_CONTEXTS:
-        return "A@-@off"
+        return "A@-@off@-"
     if qname in _PARTIAL and call.args and facts.qualify(call.args[0]) in AUTOCAST_NAMES:
         inner = ast.Call(func=call.args[0], args=list(call.args[1:]), keywords=list(call.keywords))
         region = autocast_region(inner, facts.imports)

@@ -1,0 +1,107 @@
+"""What the project analysis tells a module's own rules, and the findings that follow.
+
+The file-local rules see a module as it is written. Some of what they ask about is made in
+another function or module: the autocast context a ``with`` opens (``with self.amp_cm:``,
+``with self.engine.autocast():``, a context a factory or a base class in another module made)
+and the gradient clip that a called helper runs (``self._clip_gradients(...)``, a
+``ClipGradNorm`` object called as a function). The abstract values (``flow.py``) find both;
+here they become *seeds* for the module's fact model (``build_facts(..., seeds)``): a region
+for each such ``with`` item, a clip event for each such call. The module's rules then run again
+on the seeded model, and what they find beyond the file-local run is a cross-module finding
+(AMP101 for a backward run inside an autocast made elsewhere, AMP201 for a helper that clips
+gradients still multiplied by the loss scale ...).
+
+Seeds are positions, ``(line, column)`` as the summary spans have them, so that they survive
+the trip from the summary to a parse of the module's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .flow import Values, flatten
+from .reports import CrossReport
+
+
+def module_seeds(values: Values, module: str) -> dict | None:
+    """The seeds of one module (None when the project tells it nothing new)."""
+    regions: dict[tuple[int, int], tuple[str | None, str, str | None]] = {}
+    clips: dict[tuple[int, int], tuple[str, list[int]]] = {}
+    for function, flow in values.flows(module).items():
+        for at, atoms in flow.get("withs", []):
+            region = _region(flatten(values.resolve(module, function, atoms)))
+            if region is not None:
+                regions[(at[0], at[1])] = region
+        if not flow.get("scaled"):
+            continue  # a helper's clip matters only after a scaled backward of the caller's
+        for call in flow.get("calls", []):
+            if not call.get("callee"):
+                continue
+            target = values.target(module, function, call)
+            if target is None:
+                continue
+            clip = target.function.get("clips_for_caller")
+            if clip is not None:
+                clips[(call["at"][0], call["at"][1])] = (target.module, clip)
+    if not regions and not clips:
+        return None
+    return {"regions": regions, "clips": clips}
+
+
+def _region(value: frozenset) -> tuple[str | None, str, str | None] | None:
+    """(dtype, enabled, device) of the autocast contexts a ``with`` item may be (``A@`` atoms):
+    on only where every choice is an enabled autocast; off-only choices open nothing."""
+    held = [atom.split("@")[1:] for atom in value if type(atom) is str and atom.startswith("A@")]
+    if not held:
+        return None
+    states = {state for _dtype, state, _device in held}
+    if states == {"off"}:
+        return None
+    others = any(type(atom) is not str or not atom.startswith("A@") for atom in value)
+    enabled = "on" if states == {"on"} and not others else "maybe"
+    dtypes = {dtype for dtype, state, _device in held if state != "off"}
+    devices = {device for _dtype, state, device in held if state != "off"}
+    dtype = next(iter(dtypes)) if len(dtypes) == 1 else None
+    device = next(iter(devices)) if len(devices) == 1 else None
+    return (None if dtype == "-" else dtype), enabled, (None if device == "-" else device)
+
+
+def seeded_reports(values: Values, targets: list[str], codes: frozenset[str]) -> Iterator[CrossReport]:
+    """The findings of each target module's rules on its seeded fact model (the file-local ones
+    among them are dropped when the reports are attached: same code, same line)."""
+    for module in targets:
+        seeds = module_seeds(values, module)
+        if seeds is None:
+            continue
+        yield from _relint(values, module, seeds, codes)
+
+
+def _relint(values: Values, module: str, seeds: dict, codes: frozenset[str]) -> Iterator[CrossReport]:
+    from ..engine import decode_source, parse_source
+    from ..facts import build_facts
+    from ..rules import lint_rules
+
+    data = values.project.text(module) if values.project.text is not None else None
+    if not data:
+        return
+    try:
+        source = decode_source(data)
+        facts = build_facts(parse_source(source), source, seeds)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return
+    rules = lint_rules()
+    lines = facts.lines
+    clips = seeds["clips"]
+    for code in sorted(codes):
+        rule = rules.get(code)
+        if rule is None:
+            continue
+        for report in rule.check(facts):
+            at = lines.span(report.node)
+            if at is None:
+                continue
+            related = []
+            clip = clips.get((at[0], at[1]))
+            if clip is not None:
+                related.append((clip[0], clip[1], "the clip that the call runs"))
+            yield CrossReport(report.code, module, list(at), report.message, report.help or "", related)
