@@ -301,6 +301,8 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
         return Event(EventKind.SCALER_NEW, site)
     if site.qname in CLIP_NAMES:
         return Event(EventKind.CLIP, site, norm_only=_is_norm_only(site, facts))
+    if _unseen_clipper(site, facts):
+        return Event(EventKind.CLIP, site)
     if site.qname in AUTOGRAD_BACKWARD:
         tensors = site.arg(0, "tensors")
         scaler = _is_scale_call(tensors.value) if tensors else None
@@ -360,6 +362,24 @@ def downcast_dtype(site: CallSite, facts: AmpFacts) -> str | None:
         if dtype in ("float16", "bfloat16"):
             return dtype
     return None
+
+
+_CLIPPER_NAME = re.compile(r"(^|_)clip_?grad", re.I)
+
+
+def _unseen_clipper(site: CallSite, facts: AmpFacts) -> bool:
+    """A call of a gradient clipper the module does not define (``self.clip_grad_norm(params)``
+    where the object comes from a config registry): its name says what it does. One the module
+    defines is judged by what its body does (``project/seeds.py``); one handed a scaler may
+    unscale first, and is left alone."""
+    if site.qname is not None or site.spelled is None:
+        return False
+    name = site.spelled.rsplit(".", 1)[-1]
+    if not _CLIPPER_NAME.search(name):
+        return False
+    if any(function.name == name for function, _frame in facts.functions):
+        return False
+    return not any((dotted(arg.value) or "") in facts.scalers for arg in call_args(site.node))
 
 
 def _is_norm_only(site: CallSite, facts: AmpFacts) -> bool:

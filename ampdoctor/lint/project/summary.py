@@ -75,6 +75,10 @@ def qualname(frame: Frame) -> str | None:
 def summarize(facts: AmpFacts) -> dict:
     """The module's summary (see the module docstring)."""
     imports = _project_imports(facts.module)
+    for ref in facts.import_refs:
+        # An import inside a function (``from pkg.base import BaseTask`` to dodge a cycle) names
+        # its class there as well, where the name is not bound at module level.
+        imports.setdefault(ref.local, ref.qname)
     instances = _instances(facts)
     functions: dict[str, dict] = {}
     index = AssignmentIndex(facts)

@@ -359,6 +359,9 @@ class _FunctionWalk:
                     self._bind_target(target, "=", None, node.value)
             elif kind is ast.AnnAssign and node.value is not None:
                 self._bind_target(node.target, "=", None, node.value)
+                spelled = _annotated_class(node.annotation)
+                if spelled is not None and type(node.target) is ast.Name:
+                    b.names.setdefault(node.target.id, []).append(("class", spelled, node.value))
             elif kind is ast.AugAssign:
                 self._bind_target(node.target, "=", None, node.value)
             elif kind is ast.For or kind is ast.AsyncFor:
@@ -490,6 +493,8 @@ class _FunctionWalk:
     # ---- values ----------------------------------------------------------------------------
 
     def _bound(self, kind: str, detail: object, expr: ast.expr) -> frozenset[str]:
+        if kind == "class":
+            return frozenset({f"K{detail}"})  # ``task: BaseTask = ...``: an object of that class
         taint = kind.startswith("taint-")
         if taint:
             kind = kind[6:]
