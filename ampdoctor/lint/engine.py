@@ -249,6 +249,7 @@ def check_source(
         return [_parse_error(path, exc)], 0, False
     try:
         facts = build_facts(tree, source)
+        facts.path = path
         if options.summaries and summary is not None:
             from .project.summary import summarize
 

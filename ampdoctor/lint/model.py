@@ -295,6 +295,7 @@ class AmpFacts(Record):
         "_paths",
         "constructors",
         "seeds",
+        "path",
     )
 
     def __init__(
@@ -346,6 +347,9 @@ class AmpFacts(Record):
         # What the project analysis knows of this module's calls and ``with`` items that its own
         # code does not show (``project/seeds.py``): None in a file-local run.
         self.seeds: dict | None = None
+        # The module's path as the run names it (``""`` for a source text): a rule may ask what
+        # the module is for (a test, a benchmark of apex).
+        self.path = ""
 
     # ---- queries --------------------------------------------------------------------
 

@@ -290,8 +290,19 @@ def _computes(function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) ->
     )
 
 
-def _opens_autocast(frame: Frame) -> bool:
-    return any(site.qname in AUTOCAST_NAMES for site in frame.calls)
+def _opens_autocast(frame: Frame, helpers: dict[str, Frame] | None = None) -> bool:
+    """Whether the method opens an autocast region itself, or calls a function of the module
+    that does (``afb1d(x, ..., use_amp)`` entering ``torch.autocast(enabled=use_amp)``)."""
+    if any(site.qname in AUTOCAST_NAMES for site in frame.calls):
+        return True
+    if not helpers:
+        return False
+    return any(
+        type(site.node.func) is ast.Name
+        and site.node.func.id in helpers
+        and any(inner.qname in AUTOCAST_NAMES for inner in helpers[site.node.func.id].calls)
+        for site in frame.calls
+    )
 
 
 @register
@@ -305,6 +316,8 @@ class CustomFunctionWithoutCustomFwd(LintRule):
         if not any(r.enabled.counts_as_on and r.kind != "custom_fwd" for r in facts.regions):
             return
         frames = {id(node): frame for node, frame in facts.functions}
+        # The module's own functions, by name: a Function may enter autocast through them.
+        helpers = {node.name: frame for node, frame in facts.functions if frame.class_name is None}
         for cls, bases in facts.classes:
             if not any(b in _FUNCTION_BASES for b in bases):
                 continue
@@ -315,7 +328,7 @@ class CustomFunctionWithoutCustomFwd(LintRule):
             forward_frame, backward_frame = frames.get(id(forward)), frames.get(id(backward))
             if forward_frame is None or backward_frame is None or not _computes(forward, forward_frame):
                 continue  # ``return x.view_as(x)``: autocast has nothing to cast in forward
-            if _opens_autocast(forward_frame) or _opens_autocast(backward_frame):
+            if _opens_autocast(forward_frame, helpers) or _opens_autocast(backward_frame, helpers):
                 continue  # the Function saves and restores the autocast state itself
             missing = []
             if not _decorated_with(forward, CUSTOM_FWD_NAMES, facts):

@@ -122,6 +122,21 @@ class UnscaledBackward(LintRule):
 # --------------------------------------------------------------------------------------
 
 
+def _lazy_set_up(facts: AmpFacts, new: Event, loop, target: str) -> bool:
+    """Whether a construction inside a loop sits under a test of the scaler itself (``if scaler
+    is None:``, ``if not hasattr(self, "scaler"):``): made once, on the first pass. A test of
+    anything else (``if cfg.mixed_precision:``) builds a new scaler on every pass it holds."""
+    inside = False
+    name = target.rsplit(".", 1)[-1]
+    for block in new.path:
+        if block.ident == loop.ident:
+            inside = True
+            continue
+        if inside and block.kind in ("if", "else") and name in facts.text(block.node.test):
+            return True
+    return False
+
+
 @register
 class ScalerInLoop(LintRule):
     code = "AMP205"
@@ -144,8 +159,7 @@ class ScalerInLoop(LintRule):
 
     def _in_stepping_loop(self, frame: Frame, facts: AmpFacts, new: Event, target: str) -> Report | None:
         loop = new.call.loop
-        # Only a construction directly in the loop body: ``if scaler is None:`` is lazy set-up.
-        if loop is None or new.path[-1].ident != loop.ident:
+        if loop is None or _lazy_set_up(facts, new, loop, target):
             return None
         if not any(
             s.order > new.order and s.call.loop is not None and s.call.loop.ident == loop.ident

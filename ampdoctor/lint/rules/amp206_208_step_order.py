@@ -49,6 +49,20 @@ _SKIP_TEST = re.compile(r"finite|nan|inf\b|overflow|skip|norm|step|update", re.I
 # --------------------------------------------------------------------------------------
 
 
+def _built_in_loops(facts: AmpFacts, frame: Frame) -> set[tuple[str, int]]:
+    """(name, loop) for each name the frame binds to a new GradScaler inside a loop."""
+    from .scaler_queries import target_of
+
+    found = set()
+    for new in frame.events_of(EventKind.SCALER_NEW):
+        loop = new.call.loop
+        if loop is not None:
+            target = target_of(facts, new.call.node)
+            if target is not None:
+                found.add((target, loop.ident))
+    return found
+
+
 @register
 class DoubleUnscale(LintRule):
     code = "AMP206"
@@ -58,11 +72,17 @@ class DoubleUnscale(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for frame in facts.frames:
             reported: set[int] = set()
+            # A scaler built anew in the loop (AMP205's mistake) is never unscaled twice.
+            fresh = _built_in_loops(facts, frame)
+            unscaled = {id(e.call.node): e for e in frame.events_of(EventKind.UNSCALE)} if fresh else {}
             for report in (
                 *self._twice_on_one_path(frame, facts),
                 *self._per_micro_step(frame, facts),
                 *self._iteration_without_update(frame, facts),
             ):
+                event = unscaled.get(id(report.node))
+                if event is not None and event.call.loop is not None and (event.scaler, event.call.loop.ident) in fresh:
+                    continue  # rebuilt on every pass of the loop its unscale_ repeats in
                 if id(report.node) not in reported:
                     reported.add(id(report.node))
                     yield report

@@ -336,6 +336,28 @@ def _is_fsdp1(qname: str | None) -> bool:
     return bool(qname) and qname.startswith("torch.distributed.") and qname.endswith(".FullyShardedDataParallel")
 
 
+def _excludes_sharding(facts: AmpFacts, new, wraps: list[CallSite]) -> bool:
+    """Whether the scaler is built only where the FSDP wrap is not: under ``assert not flag``
+    earlier in its block, or in the ``else`` of ``if flag:``, where every wrap runs only under
+    ``if flag:`` (``flag``: the same expression, ``args.fsdp``)."""
+    tests = set()
+    for wrap in wraps:
+        guards = {ast.dump(b.node.test) for b in wrap.path if b.kind == "if" and type(b.node) is ast.If}
+        if not guards:
+            return False  # a wrap that always runs
+        tests |= guards
+    for block in new.path:
+        if block.kind == "else" and type(block.node) is ast.If and ast.dump(block.node.test) in tests:
+            return True
+    statement = new.call.statement
+    for node in ast.walk(new.call.frame.node):
+        if type(node) is ast.Assert and node.lineno <= statement.lineno and node.col_offset == statement.col_offset:
+            test = node.test
+            if type(test) is ast.UnaryOp and type(test.op) is ast.Not and ast.dump(test.operand) in tests:
+                return True
+    return False
+
+
 @register
 class FsdpPlainGradScaler(LintRule):
     code = "AMP212"
@@ -347,10 +369,13 @@ class FsdpPlainGradScaler(LintRule):
             return
         if mentions(facts, "ShardedGradScaler"):
             return
+        wraps = [site for site in facts.calls if _is_fsdp1(site.qname)]
         for new in facts.events(EventKind.SCALER_NEW):
             qname = new.call.qname or ""
             if qname in _SHARDED or scaler_enabled(new.call.node, qname) is False:
                 continue
+            if _excludes_sharding(facts, new, wraps):
+                continue  # the scaler is made only where the model is not sharded
             yield Report(
                 self.code,
                 new.call.node,
