@@ -80,8 +80,36 @@ def _condition(block: Block) -> tuple[str, bool] | None:
     return ast.dump(test), truth
 
 
+_JUMPS = (ast.Continue, ast.Break, ast.Return, ast.Raise)
+
+
+def _ends_the_pass(block: Block) -> bool:
+    """Whether an ``if``/``else`` arm ends with ``continue``, ``break``, ``return`` or ``raise``:
+    what runs in it leaves the pass, and nothing after the ``if`` runs on that path."""
+    node = block.node
+    if type(node) is not ast.If:
+        return False
+    body = node.body if block.kind == "if" else node.orelse if block.kind == "else" else None
+    return bool(body) and isinstance(body[-1], _JUMPS)
+
+
+def leaves_the_pass(event: Event) -> bool:
+    """Whether the event runs in an ``if``/``else`` arm that ends the pass (a skip branch)."""
+    return any(block.kind in ("if", "else") and _ends_the_pass(block) for block in event.path)
+
+
+def _skips_past(first: Event, later: Event) -> bool:
+    """``first`` runs in an arm that ends the pass, and ``later`` comes after that arm."""
+    inside = {id(block.node) for block in later.path}
+    return first.order < later.order and any(
+        block.kind in ("if", "else") and id(block.node) not in inside and _ends_the_pass(block) for block in first.path
+    )
+
+
 def exclusive(a: Event, b: Event) -> bool:
     """True when the two calls can never run in the same pass."""
+    if _skips_past(a, b) or _skips_past(b, a):
+        return True  # a skip branch: ``zero_grad(); scaler.step(); scaler.update(); continue``
     arms = {id(block.node): block.kind for block in a.path if block.kind in _BRANCH_KINDS}
     for block in b.path:
         kind = arms.get(id(block.node))

@@ -23,11 +23,10 @@ import ast
 
 from ..model import AmpFacts, CallSite, Frame
 from ..rules.amp104_107_regions import _BCE_FUNCTIONS, _BCE_MODULES, _bound_to_bce
-from ..rules.amp301_303_numerics import _FACTORIES, _explicit_non_half, overflowing_fills
 from ..rules.amp301_303_numerics import _FILL_FUNCTIONS as _AMP301_FUNCTIONS
 from ..rules.amp301_303_numerics import _FILL_METHODS as _AMP301_METHODS
-from ..syntax import dotted, number_value, span, string_value
-from ..vocabulary import DTYPES
+from ..rules.amp301_303_numerics import _explicit_non_half, float32_receiver, overflowing_fills
+from ..syntax import number_value, span, string_value
 
 # AMP301's fills whose value is written into the tensor's own dtype: on a float16 tensor torch
 # raises for a value past 65504 (``masked_fill``, ``fill_``, ``new_full``, ``full_like``), or the
@@ -37,8 +36,6 @@ _FILL_METHODS = {name: slots for name, slots in _AMP301_METHODS.items() if not n
 _FILL_FUNCTIONS = {
     name: slots for name, slots in _AMP301_FUNCTIONS.items() if name not in ("torch.full", "torch.clamp", "torch.clip")
 }
-# Calls whose result is float32 whatever autocast does (a plain factory, an explicit upcast).
-_FLOAT32_METHODS = {"float", "double"}
 # Lightning's mixed precision, as ``precision=`` spells it (1.x and 2.x) → the autocast dtype.
 _MIXED = {"16-mixed": "float16", "16": "float16", "bf16-mixed": "bfloat16", "bf16": "bfloat16"}
 _LIGHTNING = ("lightning.", "pytorch_lightning.", "lightning_fabric.")
@@ -142,7 +139,7 @@ def _fill_risk(facts: AmpFacts, site: CallSite) -> dict | None:
         if slots is None:
             return None
         # The receiver made right there by a factory naming another dtype is one of these too.
-        if (site.method == "new_full" and _explicit_non_half(site, facts)) or _float32_receiver(facts, site):
+        if (site.method == "new_full" and _explicit_non_half(site, facts)) or float32_receiver(facts, site):
             return None
     found = next(overflowing_fills(site, slots), None)
     if found is None:
@@ -156,43 +153,6 @@ def _fill_risk(facts: AmpFacts, site: CallSite) -> dict | None:
         "bound": "min" if value < 0 else "max",
         "receiver": site.receiver if site.qname is None else None,
     }
-
-
-def _float32_receiver(facts: AmpFacts, site: CallSite) -> bool:
-    """The tensor a method fills is not float16 for certain: ``x.float().masked_fill(...)``, or
-    a name last bound in the function to such a value or to a torch factory without a float16
-    dtype (``bias = torch.zeros(n)``: autocast leaves factories alone)."""
-    func = site.node.func
-    receiver = func.value if isinstance(func, ast.Attribute) else None
-    if receiver is None:
-        return False
-    if _not_half(facts, receiver):
-        return True
-    name = dotted(receiver)
-    if name is None:
-        return False
-    earlier = [a for a in facts.assignments if a.frame is site.frame and a.target == name and a.order < site.order]
-    return bool(earlier) and _not_half(facts, earlier[-1].value)
-
-
-def _not_half(facts: AmpFacts, expr: ast.expr) -> bool:
-    if not isinstance(expr, ast.Call):
-        return False
-    func = expr.func
-    if isinstance(func, ast.Attribute) and func.attr in _FLOAT32_METHODS and not (expr.args or expr.keywords):
-        return True
-    if isinstance(func, ast.Attribute) and func.attr == "to":
-        target = expr.args[0] if expr.args else next((k.value for k in expr.keywords if k.arg == "dtype"), None)
-        named = DTYPES.get(facts.qualify(target) or "") if target is not None else None
-        return named is not None and named != "float16"
-    factory = facts.qualify(func)
-    if factory not in _FACTORIES:
-        return False
-    dtype = next((k.value for k in expr.keywords if k.arg == "dtype"), None)
-    if dtype is None:
-        return not factory.endswith("_like")  # float32 (or an integer type) by default
-    named = DTYPES.get(facts.qualify(dtype) or "")
-    return named is not None and named != "float16"
 
 
 # ---------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from ..iteration import (
     exclusive,
     feeds,
     is_prefix,
+    leaves_the_pass,
 )
 from ..model import AmpFacts, CallSite, Region
 from ..passes import is_optimizer
@@ -410,8 +411,10 @@ class ZeroGradBeforeStep(LintRule):
                 for zero in zeroes:
                     if zero.optimizer != step.optimizer or not backward.order < zero.order < step.order:
                         continue
-                    # Only a zero_grad that runs whenever the step does; a guarded one is a deliberate skip.
-                    if not is_prefix(zero.path, step.path) or exclusive(backward, zero):
+                    # Only a zero_grad that runs whenever the step does; a guarded one is a deliberate
+                    # skip, and so is one in an arm that leaves the pass (``zero_grad(); scaler.step();
+                    # scaler.update(); continue`` drops a bad batch and keeps the scaler's schedule).
+                    if not is_prefix(zero.path, step.path) or exclusive(backward, zero) or leaves_the_pass(zero):
                         continue
                     yield Report(
                         self.code,

@@ -132,6 +132,47 @@ def _made_non_half(site: CallSite, facts: AmpFacts) -> bool:
     return named is not None and named != "float16"
 
 
+# Calls whose result is float32 whatever autocast does (a plain factory, an explicit upcast).
+_FLOAT32_METHODS = {"float", "double"}
+
+
+def float32_receiver(facts: AmpFacts, site: CallSite) -> bool:
+    """The tensor a method fills is not float16 for certain: ``x.float().masked_fill(...)``, or
+    a name last bound in the function to such a value or to a torch factory without a float16
+    dtype (``bias = torch.zeros(n)``: autocast leaves factories alone)."""
+    func = site.node.func
+    receiver = func.value if isinstance(func, ast.Attribute) else None
+    if receiver is None:
+        return False
+    if _not_half(facts, receiver):
+        return True
+    name = dotted(receiver)
+    if name is None:
+        return False
+    earlier = [a for a in facts.assignments if a.frame is site.frame and a.target == name and a.order < site.order]
+    return bool(earlier) and _not_half(facts, earlier[-1].value)
+
+
+def _not_half(facts: AmpFacts, expr: ast.expr) -> bool:
+    if not isinstance(expr, ast.Call):
+        return False
+    func = expr.func
+    if isinstance(func, ast.Attribute) and func.attr in _FLOAT32_METHODS and not (expr.args or expr.keywords):
+        return True
+    if isinstance(func, ast.Attribute) and func.attr == "to":
+        target = expr.args[0] if expr.args else next((k.value for k in expr.keywords if k.arg == "dtype"), None)
+        named = DTYPES.get(facts.qualify(target) or "") if target is not None else None
+        return named is not None and named != "float16"
+    factory = facts.qualify(func)
+    if factory not in _FACTORIES:
+        return False
+    dtype = next((k.value for k in expr.keywords if k.arg == "dtype"), None)
+    if dtype is None:
+        return not factory.endswith("_like")  # float32 (or an integer type) by default
+    named = DTYPES.get(facts.qualify(dtype) or "")
+    return named is not None and named != "float16"
+
+
 def _torch_name(facts: AmpFacts) -> str | None:
     names = [local for local, qname in facts.imports.items() if qname == "torch"]
     if "torch" in names:
@@ -205,8 +246,8 @@ class Float16OverflowConstant(LintRule):
                 continue
             if site.method == "new_full" and _explicit_non_half(site, facts):
                 continue
-            if site.qname is None and _made_non_half(site, facts):
-                continue
+            if site.qname is None and (_made_non_half(site, facts) or float32_receiver(facts, site)):
+                continue  # ``scores.float().masked_fill(mask, -1e18)``: a float32 tensor
             for fill, value in overflowing_fills(site, slots):
                 label = site.qname or f".{site.method}()"
                 yield self._report(facts, fill, value, label, site, torch_name)
