@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from typing import ClassVar
 
 
+# Events of a training step: a half model beside them is trained, and its casts are this rule's.
+_TRAINING = (EventKind.BACKWARD, EventKind.SCALED_BACKWARD, EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP)
+
+
 def _where(site: CallSite) -> str:
     region = site.region
     if region is not None and region.enabled is Enabled.MAYBE:
@@ -208,6 +212,7 @@ class DowncastInAutocast(LintRule):
     anchors = AUTOCAST
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
+        reported: set[int] = set()
         for site in facts.calls:
             if site.method not in ("half", "bfloat16", "to", "type"):
                 continue
@@ -220,6 +225,11 @@ class DowncastInAutocast(LintRule):
             dtype = downcast_dtype(site, facts)
             if dtype is None:
                 continue
+            if _stored(site) or _matches_a_half_model(facts, site):
+                continue
+            if id(site.statement) in reported:
+                continue  # one cause, one finding: ``x.half(), y.half()`` on one line
+            reported.add(id(site.statement))
             call_text = f"{site.method}()" if site.method in ("half", "bfloat16") else f"{site.method}(torch.{dtype})"
             yield Report(
                 self.code,
@@ -228,6 +238,38 @@ class DowncastInAutocast(LintRule):
                 help="Remove the cast and let autocast choose the precision per op",
                 statement=site.statement,
             )
+
+
+def _stored(site: CallSite) -> bool:
+    """A cast whose result is stored, not computed with: ``state.exp_avg = m.to(torch.bfloat16)``,
+    ``buffer[i] = x.half()``, ``p.data.copy_(q.half())`` (a value kept in a dtype of its own)."""
+    statement = site.statement
+    if type(statement) is ast.Assign and statement.value is site.node:
+        return all(type(t) in (ast.Attribute, ast.Subscript) for t in statement.targets)
+    if type(statement) is ast.Expr and type(statement.value) is ast.Call:
+        call = statement.value
+        return (
+            type(call.func) is ast.Attribute
+            and call.func.attr in ("copy_", "set_")
+            and any(arg is site.node for arg in call.args)
+        )
+    return False
+
+
+def _matches_a_half_model(facts: AmpFacts, site: CallSite) -> bool:
+    """An input cast to float16 in a function that made its model float16 (``model.half()``):
+    the cast matches the model's dtype (inference with a half model), it is not autocast's
+    business."""
+    if site.method not in ("half", "to", "type"):
+        return False
+    return any(
+        other.method == "half"
+        and not other.node.args
+        and other.receiver not in (None, site.receiver)
+        and other.order < site.order
+        for other in site.frame.calls
+        if other.region is None or other.node is not site.node
+    ) and not any(e.kind in _TRAINING for e in site.frame.events)
 
 
 def _guarded_by_own_flag(site: CallSite, region) -> bool:

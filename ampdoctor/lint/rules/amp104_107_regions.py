@@ -277,10 +277,26 @@ _NEUTRAL_METHODS = VIEW_METHODS | {
 _NEUTRAL_NAMES = {"len", "isinstance", "tuple", "list", "super", "getattr", "setattr", "hasattr", "range", "print"}
 
 
+# Ops autocast leaves alone that a Function may be made of: moving and gathering tensors
+# between processes, joining, splitting and allocating them.
+_NEUTRAL_TORCH = ("torch.distributed.",)
+_NEUTRAL_TORCH_NAMES = frozenset(
+    {
+        "torch.cat", "torch.concat", "torch.stack", "torch.split", "torch.chunk", "torch.narrow",
+        "torch.empty", "torch.empty_like", "torch.zeros", "torch.zeros_like", "torch.ones", "torch.ones_like",
+        "torch.flatten", "torch.unbind",
+    }
+)  # fmt: skip
+
+
 def _computes(function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) -> bool:
-    """Whether ``forward`` runs any op autocast could cast (a ``@`` or a non-bookkeeping call)."""
+    """Whether ``forward`` runs any op autocast could cast (a ``@`` or a non-bookkeeping call:
+    not a view, a copy, a gather or a scatter between processes, a join or a split)."""
     for site in frame.calls:
         if site.method in _NEUTRAL_METHODS or dotted(site.node.func) in _NEUTRAL_NAMES:
+            continue
+        qname = site.qname or ""
+        if qname.startswith(_NEUTRAL_TORCH) or qname in _NEUTRAL_TORCH_NAMES:
             continue
         return True
     return any(

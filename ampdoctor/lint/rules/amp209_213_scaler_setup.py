@@ -26,6 +26,7 @@ from .scaler_queries import (
     float16_in_code,
     framework_backward,
     mentions,
+    never_trains,
     saver_has_scaler,
     scaler_device,
     scaler_enabled,
@@ -100,6 +101,8 @@ class Float16WithoutScaler(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not any(r.is_float16 for r in facts.regions) or self._has_scaler(facts) or uses_framework(facts):
             return
+        if never_trains(facts):
+            return  # a backward for a gradient check or a timing: nothing is updated
         reported: set[int] = set()
         decorated = _float16_decorated(facts)
         for frame in facts.frames:

@@ -31,6 +31,21 @@ def uses_framework(facts: AmpFacts) -> bool:
     )
 
 
+def never_trains(facts: AmpFacts) -> bool:
+    """Whether the module shows no training at all: no optimizer or scaler step, no optimizer
+    built, no ``step`` of anything handed an argument. A gradient-equality unit test or a
+    kernel timing script runs a backward without ever updating a parameter."""
+    from ..passes import is_optimizer_constructor
+    from ..vocabulary import EventKind
+
+    if next(facts.events(EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.DELEGATED_BACKWARD), None):
+        return False
+    for site in facts.calls:
+        if site.method == "step" or (site.spelled is not None and is_optimizer_constructor(site.node, facts)):
+            return False
+    return True
+
+
 def scaler_enabled_arg(call: ast.Call, qname: str):
     """The ``enabled`` argument of a GradScaler construction (an ``Arg``), or None."""
     arg = get_arg(call, None, "enabled")
