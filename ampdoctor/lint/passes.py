@@ -295,8 +295,13 @@ def classify_events(facts: AmpFacts) -> None:
 
 def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> Event | None:
     method, receiver = site.method, site.receiver
-    if facts.seeds is not None and (site.node.lineno, site.node.col_offset + 1) in facts.seeds.get("clips", ()):
-        return Event(EventKind.CLIP, site)  # a call of a function that clips (project/seeds.py)
+    if facts.seeds is not None:
+        at = (site.node.lineno, site.node.col_offset + 1)
+        if at in facts.seeds.get("clips", ()):
+            return Event(EventKind.CLIP, site)  # a call of a function that clips (project/seeds.py)
+        unscale = facts.seeds.get("unscales", {}).get(at)
+        if unscale is not None:  # a call of a helper that unscales the scaler it is handed
+            return Event(EventKind.UNSCALE, site, scaler=unscale[0], optimizer=unscale[1])
     if site.qname in GRAD_SCALER_NAMES:
         return Event(EventKind.SCALER_NEW, site)
     if site.qname in CLIP_NAMES:

@@ -260,7 +260,7 @@ class _Judge:
                 # A scaler handed over by name (``scaler``, ``self.scaler``: the summary marks a
                 # name used as a scaler), not a value made from one, nor an object that may
                 # reach one through its fields (a task that keeps a reference to its trainer).
-                args = [[a for a in atoms if a.startswith("S@")] for _key, atoms in call.get("args", [])]
+                args = [[a for a in atoms if a.startswith("S@")] for _key, atoms, *_ in call.get("args", [])]
                 if not args or not any(values.scalers(values.resolve(module, function, a)) for a in args):
                     continue
                 target = values.target(module, function, call)

@@ -302,7 +302,7 @@ class Values:
         pairs: dict[str, set] = {}
         extra: list[frozenset] = []
         spread: set = set()
-        for key, atoms in call.get("args", []):
+        for key, atoms, *_ in call.get("args", []):
             value = self.resolve(module, function, atoms, bound, depth)
             if key == "*" or key == "**":
                 spread.update(value)
@@ -349,7 +349,7 @@ class Values:
         built = self.construction(module, callee) if callee and callee[-1:] != "." else None
         if built is not None:
             given = EMPTY.union(
-                *(self.resolve(module, function, atoms, bound, depth) for _k, atoms in call.get("args", []))
+                *(self.resolve(module, function, atoms, bound, depth) for _k, atoms, *_ in call.get("args", []))
             )
             return given | {f"H@{built[0]}|{built[1]}"}  # the object: what it holds, its fields
         return self.resolve(module, function, call.get("fallback", []), bound, depth)

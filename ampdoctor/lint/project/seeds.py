@@ -27,13 +27,14 @@ def module_seeds(values: Values, module: str) -> dict | None:
     """The seeds of one module (None when the project tells it nothing new)."""
     regions: dict[tuple[int, int], tuple[str | None, str, str | None]] = {}
     clips: dict[tuple[int, int], tuple[str, list[int]]] = {}
+    unscales: dict[tuple[int, int], tuple[str, str | None, str, list[int]]] = {}
     for function, flow in values.flows(module).items():
         for at, atoms in flow.get("withs", []):
             region = _region(flatten(values.resolve(module, function, atoms)))
             if region is not None:
                 regions[(at[0], at[1])] = region
-        if not flow.get("scaled"):
-            continue  # a helper's clip matters only after a scaled backward of the caller's
+        if not flow.get("scaled") and not flow.get("scalers"):
+            continue  # a helper's clip or unscale_ matters only where the caller trains with a scaler
         for call in flow.get("calls", []):
             if not call.get("callee"):
                 continue
@@ -41,11 +42,25 @@ def module_seeds(values: Values, module: str) -> dict | None:
             if target is None:
                 continue
             clip = target.function.get("clips_for_caller")
-            if clip is not None:
+            if clip is not None and flow.get("scaled"):
                 clips[(call["at"][0], call["at"][1])] = (target.module, clip)
-    if not regions and not clips:
+            unscale = target.function.get("unscales_for_caller")
+            if unscale is not None:
+                scaler = _spelled_argument(call, unscale[0] - target.skip)
+                optimizer = _spelled_argument(call, unscale[1] - target.skip) if unscale[1] is not None else None
+                if scaler is not None:
+                    unscales[(call["at"][0], call["at"][1])] = (scaler, optimizer, target.module, unscale[2])
+    if not regions and not clips and not unscales:
         return None
-    return {"regions": regions, "clips": clips}
+    return {"regions": regions, "clips": clips, "unscales": unscales}
+
+
+def _spelled_argument(call: dict, index: int) -> str | None:
+    """The name a call passes at a position (from the ``spelled`` its summary keeps)."""
+    for key, _atoms, *rest in call.get("args", []):
+        if key == index and rest:
+            return rest[0]
+    return None
 
 
 def _region(value: frozenset) -> tuple[str | None, str, str | None] | None:
@@ -104,4 +119,7 @@ def _relint(values: Values, module: str, seeds: dict, codes: frozenset[str]) -> 
             clip = clips.get((at[0], at[1]))
             if clip is not None:
                 related.append((clip[0], clip[1], "the clip that the call runs"))
+            unscale = seeds["unscales"].get((at[0], at[1]))
+            if unscale is not None:
+                related.append((unscale[2], unscale[3], "the `unscale_` that the call runs"))
             yield CrossReport(report.code, module, list(at), report.message, report.help or "", related)

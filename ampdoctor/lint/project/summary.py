@@ -348,6 +348,9 @@ def _function(
     clip = _clip_for_caller(frame)
     if clip is not None:
         summary["clips_for_caller"] = clip
+    unscales = _unscale_for_caller(frame, params)
+    if unscales is not None:
+        summary["unscales_for_caller"] = unscales
     backward = _own_backward(frame)
     if backward is not None:
         summary["backward"] = backward
@@ -394,6 +397,19 @@ def _changed_in(facts: AmpFacts, frame: Frame, name: str, before: CallSite) -> b
     if any(where is frame and target == name for target, _node, where in facts.item_assignments):
         return True
     return any(site.receiver == name and site.order < before.order for site in frame.calls)
+
+
+def _unscale_for_caller(frame: Frame, params: list[str]) -> list | None:
+    """``[scaler parameter, optimizer parameter or None, where]`` when the function unscales the
+    gradients of a scaler it is handed (``scaler.unscale_(optimizer)`` on its parameters) and
+    steps nothing: the step is its caller's (a per-micro-batch helper)."""
+    if frame.events_of(EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP, EventKind.UPDATE):
+        return None
+    for event in frame.events_of(EventKind.UNSCALE):
+        if event.scaler in params:
+            optimizer = params.index(event.optimizer) if event.optimizer in params else None
+            return [params.index(event.scaler), optimizer, position(event.call.node)]
+    return None
 
 
 def _clip_for_caller(frame: Frame) -> list[int] | None:

@@ -785,7 +785,15 @@ class _FunctionWalk:
                 star = True
                 args.append(["*", sorted(self.ev(arg.value))])
                 continue
-            args.append([position, sorted(self.ev(arg))])
+            entry: list = [position, sorted(self.ev(arg))]
+            spelled_arg = dotted(arg)
+            if (
+                spelled_arg is not None
+                and self.facts.scalers
+                and (spelled_arg in self.facts.scalers or spelled_arg in self.facts.optimizers)
+            ):
+                entry.append(spelled_arg)  # a scaler or an optimizer by name, for the seeds
+            args.append(entry)
             position += 1
         for keyword in call.keywords:
             if keyword.arg is None:
