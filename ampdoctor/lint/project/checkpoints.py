@@ -67,6 +67,28 @@ class _Judge:
         self._reach[key] = value
         return value
 
+    def _trains_itself(self, module: str, function: str) -> bool:
+        """Whether a callee trains with a scaler of its own, as its module shows (then it judges
+        its own checkpoints, and a caller's call into it is not followed): it uses a scaler, its
+        module body makes one, or a method of its class in its module uses one."""
+        flows = self.values.flows(module)
+        if flows.get(function, {}).get("scalers") or flows.get("<module>", {}).get("scalers"):
+            return True
+        if "." not in function or not self._class_uses(module, function):
+            return False
+        # The class uses a scaler in some method: one it keeps in a field, or a local of that method?
+        prefix = function.split(".", 1)[0] + "."
+        return any(
+            name.startswith(prefix)
+            and any(atom.startswith("S@") for stored in flow.get("stores", {}).values() for atom in stored)
+            for name, flow in flows.items()
+        )
+
+    def _class_uses(self, module: str, function: str) -> bool:
+        """Whether a method of the function's class, in its own module, uses a scaler."""
+        prefix = function.split(".", 1)[0] + "."
+        return any(name.startswith(prefix) and flow.get("scalers") for name, flow in self.values.flows(module).items())
+
     def _callees_scalers(self, module: str, function: str, flow: dict) -> frozenset:
         """The scalers made and used by the functions ``function`` calls (``train_one_epoch``
         that builds its own): it trains with them, one call away."""
@@ -106,17 +128,26 @@ class _Judge:
         flows = values.flows(module)
         # (save module, save position) → [(anchor, caller module, reach)]
         found: dict[tuple[str, tuple[int, ...]], list[tuple[list[int], frozenset, str | None]]] = {}
+        module_scalers = bool(flows.get("<module>", {}).get("scalers"))
         for function, flow in flows.items():
             if not flow.get("saves") and not flow.get("calls"):
                 continue
-            # The checkpoints first: most functions write none, and their scalers are not looked for.
+            # A function that trains with a scaler of its own (it uses one, or its module body
+            # does) is followed into every call; any other only where its own text or a callee's
+            # name speaks of a checkpoint (its scaler, if any, is found afterwards: a base class's,
+            # a subclass's, a callee's), so that a large tree is not summarized call by call.
+            trains = (
+                module_scalers or bool(flow.get("scalers")) or ("." in function and self._class_uses(module, function))
+            )
             written: list[tuple[str, tuple[int, ...], list[int], str | None]] = []
             for at, atoms in flow.get("saves", []):
                 if _incomplete(values, flatten(values.resolve(module, function, atoms))):
                     written.append((module, tuple(at), at, None))
             for call in flow.get("calls", []):
+                if not trains and not CHECKPOINT_TEXT.search(call.get("callee", "").rsplit(".", 1)[-1].encode()):
+                    continue
                 target = values.target(module, function, call, CHECKPOINT_TEXT)
-                if target is None or self.reach(target.module, target.name):
+                if target is None or self._trains_itself(target.module, target.name):
                     continue
                 binding = values.bind(module, function, call, target, (), 0)
                 for where, at, value in self._saves(target, binding, 1):
@@ -232,7 +263,7 @@ class _Judge:
             return
         for call in flow.get("calls", []):
             inner = values.target(target.module, target.name, call, CHECKPOINT_TEXT)
-            if inner is None or self.reach(inner.module, inner.name):
+            if inner is None or self._trains_itself(inner.module, inner.name):
                 continue
             yield from self._saves(inner, values.bind(target.module, target.name, call, inner, binding, 0), hops + 1)
 

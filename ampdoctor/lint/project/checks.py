@@ -158,7 +158,10 @@ def _callers_of(
 ) -> Iterator[tuple[str, dict, Target]]:
     short = name.rsplit(".", 1)[-1]
     overridden = None  # the classes whose method of that name ``name`` overrides
+    imports = _imports_of(project)
     for caller in callers.of(kind, name):
+        if not imports.relates(caller, module):
+            continue  # no import leads from one to the other: no call can land (not summarized)
         for call in project.calls(caller):
             if short not in call["callee"]:
                 continue  # cheap: the spelling must at least end in the function's name
@@ -175,6 +178,17 @@ def _callers_of(
                     overridden = set(Values(project).hierarchy(module, name.split(".", 1)[0])[1:])
                 if (target.module, target.name.split(".", 1)[0]) in overridden:
                     yield caller, call, target
+
+
+def _imports_of(project: Project):
+    """The project's import edges, read from the modules' texts once per run."""
+    from .float16_reach import _Imports
+
+    found = getattr(project, "_import_edges", None)
+    if found is None:
+        found = _Imports(project)
+        project._import_edges = found  # type: ignore[attr-defined]
+    return found
 
 
 def _clips_in_helpers(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
@@ -293,7 +307,10 @@ def _scaler_per_call(project: Project, targets: list[str], callers: Callers) -> 
             new = function.get("new_scaler")
             if new is None or function.get("builds_optimizer"):
                 continue
-            for caller, call, _target in _callers_of(project, callers, "epoch", module, name):
+            # A function that takes one step on its fresh scaler is wrong in any loop: its callers
+            # need not speak of epochs.
+            kind = "any" if new.get("single_step") else "epoch"
+            for caller, call, _target in _callers_of(project, callers, kind, module, name):
                 if "loop" not in call or (caller == module and call.get("frame") == "<module>"):
                     continue  # a loop of the same module body: the file-local rule judges it
                 if not call.get("epoch_loop") and "epoch" not in _short(name).lower() and not new.get("single_step"):

@@ -234,6 +234,17 @@ class _Imports:
             frontier = following
         return bool(seen & targets)
 
+    def relates(self, caller: str, module: str) -> bool:
+        """Whether a call in ``caller`` may land in ``module``: the same module, an import of it
+        (directly, or through a package ``__init__`` that imports it), or an import the other way
+        (a base class's method calling, through ``self``, a subclass's override)."""
+        if self.project.text is None or caller == module:
+            return True
+        edges = self._of(caller)
+        if module in edges or caller in self._of(module):
+            return True
+        return any(other.endswith("__init__.py") and module in self._of(other) for other in edges)
+
     def importers(self, module: str) -> list[str]:
         """The project's modules that import ``module`` (its package's ``__init__`` counts as
         it), found once for all modules from their texts."""

@@ -262,12 +262,17 @@ class Values:
             for atom in flatten(self.resolve(module, function, atoms, (), 1))
             if type(atom) is str and atom.startswith("H@")
         }
-        if len(classes) != 1:
+        # Of the classes the object may be of, those that have the method (a wrapper such as a
+        # DistributedDataParallel subclass does not): one definition, or no answer.
+        methods = set()
+        for held in sorted(classes)[:8]:
+            where, _, cls = held.partition("|")
+            found = self.project.method(where, cls, name)
+            if found is not None:
+                methods.add(found)
+        if len(methods) != 1:
             return None
-        where, _, cls = next(iter(classes)).partition("|")
-        method = self.project.method(where, cls, name)
-        if method is None:
-            return None
+        method = next(iter(methods))
         function_summary = (self.project.summary(method[0]) or {}).get("functions", {}).get(method[1])
         return None if function_summary is None else Target(method[0], method[1], function_summary, 1)
 

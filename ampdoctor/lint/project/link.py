@@ -115,6 +115,7 @@ class Project(Record):
         "_found",
         "_module_names",
         "_outlines",
+        "_import_edges",
         "_paths",
         "_stems",
         "_summaries",
@@ -149,6 +150,7 @@ class Project(Record):
         self._stems: frozenset[str] = frozenset()
         self._outlines: dict[str, Outline | None] = {}
         self._paths: dict[str, tuple[str, ...]] = {}
+        self._import_edges = None  # the checks' import index (``checks._imports_of``)
         self._without: re.Pattern | None = None
         self._text_first = False
 

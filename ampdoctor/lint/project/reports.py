@@ -44,7 +44,10 @@ class Callers:
 
     def with_class(self, kind: str) -> list[str]:
         if kind not in self._by_class:
-            self._by_class[kind] = [rel for rel in self.files if self.has_class(rel, kind)]
+            # ``any``: every module (the name alone narrows them down, and the imports after it)
+            self._by_class[kind] = (
+                list(self.files) if kind == "any" else [r for r in self.files if self.has_class(r, kind)]
+            )
         return self._by_class[kind]
 
     def of(self, kind: str, name: str) -> list[str]:

@@ -395,6 +395,14 @@ class FsdpPlainGradScaler(LintRule):
 # --------------------------------------------------------------------------------------
 
 
+def _keeps_zeros(call: ast.Call) -> bool:
+    """``zero_grad(set_to_none=False)`` (or ``zero_grad(False)``): gradients become zeros, not None."""
+    for keyword in call.keywords:
+        if keyword.arg == "set_to_none":
+            return type(keyword.value) is ast.Constant and keyword.value.value is False
+    return bool(call.args) and type(call.args[0]) is ast.Constant and call.args[0].value is False
+
+
 @register
 class ZeroGradBeforeStep(LintRule):
     code = "AMP213"
@@ -415,9 +423,13 @@ class ZeroGradBeforeStep(LintRule):
                     if zero.optimizer != step.optimizer or not backward.order < zero.order < step.order:
                         continue
                     # Only a zero_grad that runs whenever the step does; a guarded one is a deliberate
-                    # skip, and so is one in an arm that leaves the pass (``zero_grad(); scaler.step();
-                    # scaler.update(); continue`` drops a bad batch and keeps the scaler's schedule).
-                    if not is_prefix(zero.path, step.path) or exclusive(backward, zero) or leaves_the_pass(zero):
+                    # skip, and so is one in an arm that leaves the pass when it keeps zeroed tensors
+                    # (``zero_grad(set_to_none=False); scaler.step(); scaler.update(); continue`` drops
+                    # a bad batch and keeps the scaler's schedule; with the default ``set_to_none=True``
+                    # the step finds no gradients and raises "No inf checks were recorded").
+                    if not is_prefix(zero.path, step.path) or exclusive(backward, zero):
+                        continue
+                    if leaves_the_pass(zero) and _keeps_zeros(zero.call.node):
                         continue
                     yield Report(
                         self.code,

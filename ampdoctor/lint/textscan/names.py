@@ -291,8 +291,9 @@ def _references(d: bytes, names: tuple[bytes, ...]) -> bool:
 
 def autocast_anchor(data: bytes) -> bool:
     """Whether the module may reference one of the autocast names (``torch.autocast``,
-    ``torch.cuda.amp.autocast``, ... or an import of them), as the gate resolves names."""
-    return references(data, _AUTOCAST_NAMES)
+    ``torch.cuda.amp.autocast``, ... or an import of them), as the gate resolves names, or call
+    a method of that name (``accelerator.autocast()``: the AUTOCAST anchors' ``methods``)."""
+    return references(data, _AUTOCAST_NAMES) or calls_method(data, b"autocast")
 
 
 def calls_method(data: bytes, name: bytes | str) -> bool:
