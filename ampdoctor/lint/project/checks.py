@@ -19,13 +19,9 @@ from .checkpoints import checkpoint_reports
 from .float16_reach import float16_elsewhere
 from .flow import Values
 from .link import Project, Target
-from .reports import RESUME, Callers, CrossReport
+from .reports import Callers, CrossReport
 from .seeds import seeded_reports
 from .store import BACKWARD_TEXT
-from .tokens import SAVE_TEXT
-
-# How far a checkpoint handed from helper to helper is followed.
-_SAVE_DEPTH = 2
 
 
 def run_checks(
@@ -58,94 +54,6 @@ def run_checks(
 
 def _name(target: Target) -> str:
     return target.name.rsplit(".", 1)[-1]
-
-
-# ---------------------------------------------------------------------------------------
-# AMP211: a checkpoint written through a helper, without the scaler
-# ---------------------------------------------------------------------------------------
-
-
-def _checkpoints(project: Project, targets: list[str]) -> Iterator[CrossReport]:
-    for module in targets:
-        for call in project.calls(module):
-            if "reach" not in call or call.get("scaler") or call.get("star"):
-                continue
-            target = project.resolve_call(module, call)
-            if target is None:
-                continue
-            save = _incomplete_save(project, target, call, 0)
-            if save is None:
-                continue
-            where, at = save
-            name = call["callee"]
-            yield CrossReport(
-                "AMP211",
-                module,
-                call["at"],
-                f"`{name}(...)` writes a checkpoint with the optimizer's state but not the GradScaler's: " + RESUME,
-                f"Hand `scaler.state_dict()` to `{name}` and save it with the checkpoint; restore it with "
-                "`scaler.load_state_dict(...)` on resume",
-                [
-                    (where, at, "the checkpoint is written here, without the scaler's state"),
-                    (module, call["reach"], "the GradScaler whose state is left out"),
-                ],
-            )
-
-
-def _incomplete_save(project: Project, target: Target, call: dict, depth: int) -> tuple[str, list[int]] | None:
-    """Where ``target`` (called by ``call``) writes a checkpoint that holds an optimizer's state
-    and certainly not the scaler's; None when it does not, or when that is not certain."""
-    function = target.function
-    if function.get("scaler") or function.get("star"):
-        return None
-    for save in function.get("saves", []):
-        if "param" in save:
-            arg = target.arg_for(call, save["param"])
-            state = arg.get("map") if arg else None
-        elif save.get("local"):
-            continue  # the file's own AMP211 reports this save where it is written
-        else:
-            state = save.get("state")
-        if state and state.get("optim") and not state.get("scaler") and not state.get("opaque"):
-            return target.module, save["at"]
-    if depth >= _SAVE_DEPTH:
-        return None
-    # The helper hands its checkpoint argument on to another helper that writes it.
-    for inner in project.calls(target.module):
-        if inner.get("frame") != target.name or inner.get("star"):
-            continue
-        # The last level must write the checkpoint itself: a function whose text has no ``save``
-        # is not summarized to find that out. (A level before it may hand on further.)
-        last = depth + 1 >= _SAVE_DEPTH
-        next_target = project.resolve_call(target.module, inner, without=SAVE_TEXT if last else None)
-        if next_target is None:
-            continue
-        forwarded = _forward_args(target, call, inner)
-        if forwarded is None:
-            continue
-        found = _incomplete_save(project, next_target, forwarded, depth + 1)
-        if found is not None:
-            return found
-    return None
-
-
-def _forward_args(target: Target, call: dict, inner: dict) -> dict | None:
-    """``inner`` (a call made by ``target``) with each argument that is one of ``target``'s
-    parameters replaced by what ``call`` passed for it."""
-    params = target.function.get("params", [])
-    args = []
-    for arg in inner.get("args", []):
-        name = arg.get("name")
-        if name in params:
-            outer = target.arg_for(call, params.index(name))
-            if outer is None:
-                return None
-            replaced = {k: v for k, v in outer.items() if k not in ("pos", "kw")}
-            replaced.update({k: arg[k] for k in ("pos", "kw") if k in arg})
-            args.append(replaced)
-        else:
-            args.append(arg)
-    return {**inner, "args": args}
 
 
 # ---------------------------------------------------------------------------------------

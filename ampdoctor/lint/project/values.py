@@ -1,189 +1,49 @@
 """Abstract values with provenance: what each function of a module does with the values that
 matter to a training step, as plain data for the project summary.
 
-Every expression a cross-module rule asks about gets an *abstract value*: a set of atoms, each
-a short string, joined (set union) wherever a name is bound more than once (branches, loops,
-rebinding). An atom says where part of the value may come from:
-
-``S@L:C``  a GradScaler made here (line:column of its construction), or its state;
-           ``S@~`` a scaler of unseen origin (a parameter or field used as one), ``S@-`` one
-           built with ``enabled=False``
-``O``      an optimizer, or its ``state_dict()``
-``P3``     the function's fourth parameter (``P*``/``P**``: ``*args``/``**kwargs``)
-``C5``     what the function's sixth recorded call returns (a call that may land in the project)
-``Fname``  ``self.name``: a field of the method's class (and its bases)
-``Gname``  a name bound at module level
-``T2``     the tuple display ``tuples[2]`` (its elements are values of their own)
-``I1|C5``  element 1 of what ``C5`` is (``a, b = f()``)
-``Xname``  ``obj.name`` on an object that is not ``self``: taint only (see below)
-``Qi|name`` field ``name`` of what parameter ``i`` is bound to; ``Zname|Class`` of an object of
-           the class a parameter's annotation names, ``KClass`` that object itself;
-           ``Dname#atom`` field ``name`` of the object another atom is (``self.engine.scaler``)
-``A@dtype@state@device`` an autocast context (``A@-@off@-``: a null one)
-``H``      ``self`` itself (``vars(self)``, ``self.state_dict()`` of an unseen method)
-``U``      anything at all (``**spread`` into a value the analysis cannot split)
-
-A value has two channels. *Taint* asks "may it hold the scaler's state?" and follows a value
-everywhere, through any call, attribute or arithmetic; *content* (``O``, the optimizer's state,
-which a checkpoint must hold to be one) is positive evidence and passes only through what keeps
-it whole: names, containers, ``state_dict()``, copies. A lower-case variant of a symbolic atom
-(``p3``, ``c5``, ``fname``, ``gname``, ``s@L:C``) carries the taint channel only: ``optimizer.param_groups``
-is not the optimizer's state, but ``scaler._scale`` is still the scaler's.
-
-Nothing here is resolved: ``P``, ``C``, ``F``, ``G``, ``X`` and ``H`` atoms name what the link
-step (``flow.py``) resolves against the project, for each call site. The summary is built from
-the module's tree in one walk per function, in the lint worker that parsed it.
+Every expression a cross-module rule asks about gets an *abstract value*: a set of atoms (see
+``value_atoms.py`` for their vocabulary), joined wherever a name is bound more than once. Where
+the names are bound comes first (``value_bindings.py``); here each name's value is the join of
+what it is bound to, repeated until it holds, and then each function's returns, ``torch.save``
+calls, calls that may land in the project, field stores and ``with`` items are evaluated into its
+``FunctionFlow``. Nothing is resolved here: the link step (``flow.py``) resolves the symbolic
+atoms against the project, for each call site. The summary is built from the module's tree, in
+the lint worker that parsed it.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 
-from ..held import NULL_CONTEXTS
-from ..model import AmpFacts, autocast_region
+from ..model import AmpFacts
 from ..passes import is_optimizer, is_optimizer_constructor
-from ..rules.scaler_queries import scaler_enabled
 from ..syntax import dotted, span
-from ..vocabulary import AUTOCAST_NAMES, GRAD_SCALER_NAMES
-from .snapshots import record_class
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import TypedDict
-
-    class CallFlow(TypedDict, total=False):
-        """A call that may land in the project: its callee as spelled, where it is, its
-        arguments' values (``[position or keyword, atoms]``), whether it spreads ``*``/``**``,
-        and what it is worth when it lands nowhere the project shows (``fallback``)."""
-
-        callee: str
-        at: list[int]
-        args: list[list]
-        star: bool
-        fallback: list[str]
-
-    class FunctionFlow(TypedDict, total=False):
-        """One function's values (see the module docstring): its returns, ``torch.save``s, the
-        calls that may land in the project, its stores into ``self`` fields, module globals and
-        other objects' fields, library calls handed a scaler, and the scalers it trains with."""
-
-        ret: list[str]
-        saves: list[list]
-        calls: list[CallFlow]
-        stores: dict[str, list[str]]
-        gstores: dict[str, list[str]]
-        xstores: dict[str, list[str]]
-        escapes: list[list]
-        scalers: list[str]
-        tuples: list[list[list[str]]]
-        npos: int
-
-
-Atoms = frozenset  # of str
-EMPTY: frozenset[str] = frozenset()
-_UNKNOWN: frozenset[str] = frozenset({"U"})
-_OPTIMIZER: frozenset[str] = frozenset({"O"})
-
-# Content channel → taint channel.
-_LOWER = {"P": "p", "C": "c", "F": "f", "G": "g", "Q": "q", "Z": "z", "K": "k", "S": "s", "D": "d"}
-
-# Calls that return (a copy of, a view of, a container of) their arguments: both channels pass.
-_PASS_THROUGH = frozenset(
-    {
-        "dict", "list", "tuple", "set", "frozenset", "sorted", "reversed", "iter", "next",
-        "copy.copy", "copy.deepcopy", "deepcopy", "collections.OrderedDict", "OrderedDict",
-        "dataclasses.asdict", "asdict", "dataclasses.astuple", "astuple", "dataclasses.replace",
-        "types.SimpleNamespace", "SimpleNamespace", "collections.ChainMap", "ChainMap",
-    }
-)  # fmt: skip
-# Methods that return their receiver's contents (or part of them).
-_PASS_METHODS = frozenset(
-    {"items", "values", "keys", "copy", "get", "pop", "popitem", "_asdict", "__getitem__", "setdefault", "to_dict"}
+from ..vocabulary import GRAD_SCALER_NAMES
+from .value_atoms import (
+    _BUILTIN_NAMES,
+    _LIBRARY_ROOTS,
+    _LOWER,
+    _MUTATORS,
+    _OPTIMIZER,
+    _OPTIMIZER_TYPES,
+    _PASS_METHODS,
+    _PASS_THROUGH,
+    _PLAIN_BUILTINS,
+    _SCALER_PLAIN,
+    _TAINT_BUILTINS,
+    _UNKNOWN,
+    EMPTY,
+    _autocast_atom,
+    _is_static,
+    _module_level_names,
+    _Params,
+    _root_name,
+    _scaler_atom,
+    _scaler_constructions,
+    lower,
+    record_class,
 )
-# Methods that put their arguments into their receiver.
-_MUTATORS = frozenset({"update", "setdefault", "append", "extend", "insert", "add", "__setitem__"})
-# A GradScaler's methods that return plain numbers or flags (``scaler.get_scale()`` for logging).
-_SCALER_PLAIN = frozenset(
-    {
-        "get_scale", "is_enabled", "get_growth_factor", "get_backoff_factor", "get_growth_interval",
-        "scale", "step", "update", "unscale_", "load_state_dict", "set_growth_factor",
-        "set_backoff_factor", "set_growth_interval",
-    }
-)  # fmt: skip
-# Builtins whose results carry nothing of their arguments' state (a number, a string, a flag).
-_PLAIN_BUILTINS = frozenset(dir(builtins)) - {"dict", "list", "tuple", "set", "frozenset", "sorted", "reversed",
-                                              "iter", "next", "vars", "getattr", "super", "map", "filter", "zip",
-                                              "enumerate", "max", "min"}  # fmt: skip
-# Builtins that return some of their arguments (``getattr(obj, name)``, ``max(a, b)``): taint passes.
-_BUILTIN_NAMES = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__"}
-_PARTIAL = frozenset({"functools.partial"})
-_TAINT_BUILTINS = frozenset({"getattr", "map", "filter", "zip", "enumerate", "max", "min"})
-_LIBRARY_ROOTS = ("torch", "numpy", "np", "math", "os", "sys", "json", "time", "logging", "re", "random", "shutil")
-_OPTIMIZER_TYPES = frozenset({"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"})
-
-
-def lower(atoms: frozenset[str]) -> frozenset[str]:
-    """The taint channel of a value: content atoms dropped, symbolic ones made taint-only."""
-    if not atoms:
-        return atoms
-    out = set()
-    for atom in atoms:
-        head = atom[0]
-        if head == "O" or head == "A":
-            continue
-        low = _LOWER.get(head)
-        out.add(low + atom[1:] if low is not None else atom)
-    return frozenset(out)
-
-
-class _Params:
-    __slots__ = ("index", "first", "vararg", "kwarg", "positional", "classes")
-
-    def __init__(self, node: ast.FunctionDef | ast.AsyncFunctionDef | None, method: bool) -> None:
-        self.index: dict[str, str] = {}
-        self.classes = {}
-        self.first: str | None = None
-        self.vararg = self.kwarg = None
-        self.positional = 0
-        if node is None:
-            return
-        args = node.args
-        self.positional = len(args.posonlyargs) + len(args.args)
-        named = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
-        self.classes: dict[str, str] = {}
-        for i, name in enumerate(named):
-            self.index[name] = f"P{i}"
-        for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs):
-            spelled = _annotated_class(arg.annotation)
-            if spelled is not None:
-                self.classes[arg.arg] = spelled
-        if args.vararg is not None:
-            self.vararg = args.vararg.arg
-            self.index[self.vararg] = "P*"
-        if args.kwarg is not None:
-            self.kwarg = args.kwarg.arg
-            self.index[self.kwarg] = "P**"
-        if method and named:
-            self.first = named[0]
-
-
-class _Bindings:
-    """What one function's walk collects before any value is computed: each name's bound
-    expressions (``kind`` says how: plain, an element of an iterable, element ``i`` of a tuple,
-    a mutation that adds to it), its returns, its calls, its field and global stores."""
-
-    __slots__ = ("names", "returns", "calls", "stores", "xstores", "globals", "declared_global", "withs")
-
-    def __init__(self) -> None:
-        self.names: dict[str, list[tuple[str, object, ast.expr]]] = {}
-        self.returns: list[ast.expr] = []
-        self.calls: list[ast.Call] = []
-        self.stores: list[tuple[str, str, object, ast.expr]] = []  # (field, kind, detail, expr)
-        self.xstores: list[tuple[str, str | None, ast.expr]] = []  # (field, object name, expr)
-        self.globals: list[tuple[str, str, object, ast.expr]] = []
-        self.declared_global: set[str] = set()
-        self.withs: list[ast.expr] = []
+from .value_bindings import BindingWalk, _Bindings
 
 
 class ModuleFlows:
@@ -198,7 +58,7 @@ class ModuleFlows:
             isinstance(stmt, ast.ImportFrom) and any(alias.name == "*" for alias in stmt.names)
             for stmt in facts.module.body
         )
-        self.records = {node.name for node, _bases in facts.classes if record_class(facts, node) is not None}
+        self.records = {node.name for node, _bases in facts.classes if record_class(facts, node)}
         # Functions and classes defined at module level: a name of one is code, not state.
         self.defined = {
             stmt.name
@@ -221,41 +81,7 @@ def module_flows(facts: AmpFacts, functions: list[tuple[str, ast.AST, str | None
     return out
 
 
-def _module_level_names(module: ast.Module) -> set[str]:
-    names: set[str] = set()
-    for stmt in module.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                names.add(node.id)
-    return names
-
-
-def _scaler_constructions(facts: AmpFacts) -> dict[str, str]:
-    """Spelled name → the atom of the GradScaler bound to it in this module (its first one)."""
-    made: dict[str, str] = {}
-    for assignment in facts.assignments:
-        value = assignment.value
-        if type(value) is ast.IfExp:
-            value = next((arm for arm in (value.body, value.orelse) if type(arm) is ast.Call), value)
-        if type(value) is ast.Call and assignment.target not in made:
-            atom = _scaler_atom(facts, value)
-            if atom is not None:
-                made[assignment.target] = atom
-    return made
-
-
-def _scaler_atom(facts: AmpFacts, call: ast.Call) -> str | None:
-    qname = facts.qualify(call.func)
-    if qname not in GRAD_SCALER_NAMES:
-        return None
-    if scaler_enabled(call, qname or "") is False:
-        return "S@-"
-    return f"S@{call.lineno}:{call.col_offset + 1}"
-
-
-class _FunctionWalk:
+class _FunctionWalk(BindingWalk):
     def __init__(self, context: ModuleFlows, node: ast.AST, class_name: str | None) -> None:
         self.context = context
         self.facts = context.facts
@@ -344,109 +170,6 @@ class _FunctionWalk:
             flow["npos"] = self.params.positional
         return flow
 
-    def _collect(self, body: list[ast.stmt]) -> None:
-        """Record bindings, returns, stores and calls of a body (nested functions included: a
-        closure shares the names of the function around it; nested classes are left out)."""
-        b = self.bindings
-        stack: list[ast.AST] = list(reversed(body))
-        while stack:
-            node = stack.pop()
-            kind = type(node)
-            if kind is ast.ClassDef:
-                continue
-            if kind is ast.Assign:
-                for target in node.targets:
-                    self._bind_target(target, "=", None, node.value)
-            elif kind is ast.AnnAssign and node.value is not None:
-                self._bind_target(node.target, "=", None, node.value)
-                spelled = _annotated_class(node.annotation)
-                if spelled is not None and type(node.target) is ast.Name:
-                    b.names.setdefault(node.target.id, []).append(("class", spelled, node.value))
-            elif kind is ast.AugAssign:
-                self._bind_target(node.target, "=", None, node.value)
-            elif kind is ast.For or kind is ast.AsyncFor:
-                self._bind_target(node.target, "in", None, node.iter)
-            elif kind is ast.With or kind is ast.AsyncWith:
-                for item in node.items:
-                    b.withs.append(item.context_expr)
-                    if item.optional_vars is not None:
-                        self._bind_target(item.optional_vars, "=", None, item.context_expr)
-            elif kind is ast.Return and node.value is not None and not self.is_module:
-                b.returns.append(node.value)
-            elif (kind is ast.Yield or kind is ast.YieldFrom) and node.value is not None:
-                b.returns.append(node.value)
-            elif kind is ast.Global:
-                b.declared_global.update(node.names)
-            elif kind is ast.NamedExpr:
-                self._bind_target(node.target, "=", None, node.value)
-            elif kind is ast.comprehension:
-                self._bind_target(node.target, "in", None, node.iter)
-            elif kind is ast.Call:
-                b.calls.append(node)
-                self._mutation(node)
-            elif kind is ast.Lambda:
-                stack.append(node.body)
-                continue
-            if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
-                if not self.is_module:
-                    stack.extend(reversed(node.body))
-                continue
-            stack.extend(reversed(_children(node)))
-
-    def _bind_target(self, target: ast.expr, kind: str, detail: object, value: ast.expr) -> None:
-        b = self.bindings
-        tkind = type(target)
-        if tkind is ast.Name:
-            name = target.id
-            if name in b.declared_global and not self.is_module:
-                b.globals.append((name, kind, detail, value))
-            else:
-                b.names.setdefault(name, []).append((kind, detail, value))
-        elif tkind is ast.Tuple or tkind is ast.List:
-            if kind == "=" and type(value) in (ast.Tuple, ast.List) and len(value.elts) == len(target.elts):
-                for t, v in zip(target.elts, value.elts):
-                    self._bind_target(t, "=", None, v)
-                return
-            for index, element in enumerate(target.elts):
-                if type(element) is ast.Starred:
-                    self._bind_target(element.value, kind, detail, value)
-                    continue
-                self._bind_target(element, "at" if kind == "=" else "in-at", index, value)
-        elif tkind is ast.Attribute:
-            owner = target.value
-            if type(owner) is ast.Name and owner.id == self.params.first:
-                b.stores.append((target.attr, kind, detail, value))
-            else:
-                b.xstores.append((target.attr, dotted(owner), value))
-                root = _root_name(owner)
-                if root is not None:
-                    b.names.setdefault(root, []).append(("holds-" + kind, detail, value))
-        elif tkind is ast.Subscript:
-            self._bind_into(target.value, kind, detail, value)
-        elif tkind is ast.Starred:
-            self._bind_target(target.value, kind, detail, value)
-
-    def _bind_into(self, container: ast.expr, kind: str, detail: object, value: ast.expr) -> None:
-        """``container[k] = value`` / ``container.update(value)``: the container now holds it."""
-        b = self.bindings
-        if type(container) is ast.Name:
-            name = container.id
-            if name in b.declared_global and not self.is_module:
-                b.globals.append((name, kind, detail, value))
-            else:
-                b.names.setdefault(name, []).append((kind, detail, value))
-        elif type(container) is ast.Attribute:
-            owner = container.value
-            if type(owner) is ast.Name and owner.id == self.params.first:
-                b.stores.append((container.attr, kind, detail, value))
-            else:
-                b.xstores.append((container.attr, dotted(owner), value))
-                root = _root_name(owner)
-                if root is not None:
-                    b.names.setdefault(root, []).append(("holds-" + kind, detail, value))
-        elif type(container) is ast.Subscript:
-            self._bind_into(container.value, kind, detail, value)
-
     def _held_contexts(self) -> list[list]:
         """The ``with`` items whose context the module does not show being made (``self.amp_cm``,
         ``self.engine.autocast()``, a factory's result): where each is, and its value, so that
@@ -457,40 +180,6 @@ class _FunctionWalk:
             if any(atom[0] in "CFGPQZI" for atom in value):
                 found.append([span(expr), sorted(value)])
         return found
-
-    def _handovers(self) -> None:
-        """A call handed a scaler beside a mapping, a list or a record object of the function's
-        own may put the scaler's state into it (``add_scaler_state(ckpt, scaler)``): the
-        container takes the scaler's taint."""
-        scalers = self.facts.scalers
-        names = self.bindings.names
-        for call in self.bindings.calls:
-            func = call.func
-            if type(func) is ast.Attribute and dotted(func.value) in scalers:
-                continue  # a scaler's own method: ``scaler.step(optimizer)`` keeps nothing there
-            args = [a.value if type(a) is ast.Starred else a for a in call.args]
-            args.extend(k.value for k in call.keywords)
-            if type(func) is ast.Attribute:
-                args.append(func.value)
-            given = [a for a in args if dotted(a) in scalers]
-            if not given:
-                continue
-            records = self.context.records
-            for arg in args:
-                if type(arg) is ast.Name and arg.id in names and _holds_containers(names[arg.id], records):
-                    for source in given:
-                        names[arg.id].append(("taint-=", None, source))
-
-    def _mutation(self, call: ast.Call) -> None:
-        func = call.func
-        if type(func) is not ast.Attribute or func.attr not in _MUTATORS:
-            return
-        values = [arg.value if type(arg) is ast.Starred else arg for arg in call.args]
-        values.extend(k.value for k in call.keywords)
-        for value in values:
-            self._bind_into(func.value, "=", None, value)
-
-    # ---- values ----------------------------------------------------------------------------
 
     def _bound(self, kind: str, detail: object, expr: ast.expr) -> frozenset[str]:
         if kind == "class":
@@ -888,88 +577,6 @@ class _FunctionWalk:
         return found
 
 
-_NOT_CLASSES = frozenset({"Any", "Optional", "Union", "Callable", "Dict", "List", "Tuple", "Type", "Sequence",
-                          "Mapping", "Iterable", "Iterator", "Tensor", "Module", "Path", "Namespace", "DictConfig"})  # fmt: skip
-
-
-def _annotated_class(annotation: ast.expr | None) -> str | None:
-    """The class a parameter's annotation names (``Trainer``, ``"Trainer"``, ``Optional[Trainer]``,
-    ``Trainer | None``), when it names one that may be the project's."""
-    if annotation is None:
-        return None
-    if type(annotation) is ast.Constant and type(annotation.value) is str:
-        text = annotation.value.strip()
-        return (
-            text
-            if text.replace(".", "").replace("_", "").isalnum()
-            and text.rsplit(".", 1)[-1][:1].isupper()
-            and text.rsplit(".", 1)[-1] not in _NOT_CLASSES
-            else None
-        )
-    if type(annotation) is ast.Subscript and dotted(annotation.value) in ("Optional", "typing.Optional"):
-        return _annotated_class(annotation.slice)
-    if type(annotation) is ast.BinOp and type(annotation.op) is ast.BitOr:
-        left, right = annotation.left, annotation.right
-        if type(right) is ast.Constant and right.value is None:
-            return _annotated_class(left)
-        if type(left) is ast.Constant and left.value is None:
-            return _annotated_class(right)
-        return None
-    spelled = dotted(annotation)
-    if spelled is None or spelled.startswith(("torch.", "nn.", "np.", "typing.")):
-        return None
-    last = spelled.rsplit(".", 1)[-1]
-    return spelled if last[:1].isupper() and last not in _NOT_CLASSES and not last.isupper() else None
-
-
-def _autocast_atom(facts: AmpFacts, call: ast.Call, qname: str | None) -> str | None:
-    """``A@dtype@state`` for a call that makes an autocast context (or a factory of one, bound
-    by ``partial``), ``A@-@off`` for a null context: what a ``with`` of it opens."""
-    if qname in NULL_CONTEXTS:
-        return "A@-@off@-"
-    if qname in _PARTIAL and call.args and facts.qualify(call.args[0]) in AUTOCAST_NAMES:
-        inner = ast.Call(func=call.args[0], args=list(call.args[1:]), keywords=list(call.keywords))
-        region = autocast_region(inner, facts.imports)
-    elif qname in AUTOCAST_NAMES:
-        region = autocast_region(call, facts.imports)
-    else:
-        return None
-    if region is None:
-        return None
-    return f"A@{region.effective_dtype or '-'}@{region.enabled.value}@{region.device or '-'}"
-
-
-def _holds_containers(bound: list[tuple[str, object, ast.expr]], records: set[str]) -> bool:
-    """Whether a name is bound to a mapping, a list or set, or an object of one of the module's
-    dataclasses or named tuples (``records``): something a callee can put state into. (Not any
-    object: a model handed to ``train(model, scaler)`` does not keep the scaler.)"""
-    for kind, _detail, expr in bound:
-        if kind != "=":
-            continue
-        if type(expr) in (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp):
-            return True
-        if type(expr) is ast.Call:
-            spelled = dotted(expr.func) or ""
-            last = spelled.rsplit(".", 1)[-1]
-            if last in ("dict", "list", "OrderedDict", "defaultdict", "asdict") or last in records:
-                return True
-    return False
-
-
-def _holds_scaler(value: frozenset[str]) -> bool:
-    return any(atom.startswith("S@") or atom == "H" for atom in value)
-
-
-def _is_static(node: ast.AST) -> bool:
-    return any(dotted(d) in ("staticmethod",) for d in getattr(node, "decorator_list", ()))
-
-
-def _root_name(expr: ast.expr) -> str | None:
-    while type(expr) in (ast.Attribute, ast.Subscript):
-        expr = expr.value  # type: ignore[attr-defined]
-    return expr.id if type(expr) is ast.Name else None
-
-
 def _is_local_object(owner: ast.expr, walk: _FunctionWalk) -> bool:
     """Whether a method's receiver is a local, a parameter or ``self``-rooted (its qualified
     name through the imports is then a coincidence of spelling, not a library's function)."""
@@ -987,20 +594,3 @@ def _is_project_receiver(owner: ast.expr, value: frozenset[str], walk: _Function
     if root == walk.params.first:
         return True
     return any(atom[0] == "C" or atom[0] == "G" for atom in value)
-
-
-_CHILD_CACHE: dict[type, tuple[str, ...]] = {}
-
-
-def _children(node: ast.AST) -> list[ast.AST]:
-    fields = _CHILD_CACHE.get(type(node))
-    if fields is None:
-        fields = _CHILD_CACHE[type(node)] = tuple(f for f in node._fields if f not in ("ctx", "op", "ops"))
-    out: list[ast.AST] = []
-    for field in fields:
-        value = getattr(node, field, None)
-        if isinstance(value, ast.AST):
-            out.append(value)
-        elif type(value) is list:
-            out.extend(v for v in value if isinstance(v, ast.AST))
-    return out

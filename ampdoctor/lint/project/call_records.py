@@ -1,0 +1,144 @@
+"""The module's calls that may land in project code, with what the cross-module checks ask
+about each (``summary.py``'s ``calls``): the callee as spelled and the frame it is made in, the
+autocast region around it, the loop it runs in (an epoch loop, a loop inside one), whether its
+result is kept, and its arguments (position or keyword, spelling, and for a scaler whether a
+scaled backward came before the call with no ``unscale_`` since).
+
+A call is kept when a check may ask about it: made in an autocast region or a loop, kept in a
+module with autocast, or handing a scaler or one of the function's own parameters on.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+
+from ..model import AmpFacts, Block, CallSite, Frame
+from ..rules.scaler_queries import is_epoch_loop
+from ..syntax import Arg, call_args, dotted
+from ..syntax import span as position
+from ..vocabulary import EventKind
+from .function_parts import params_of, qualname
+
+# Callees that are never project code (builtins and common containers).
+_BUILTINS = frozenset(dir(builtins))
+
+
+def call_records(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict]) -> list[dict]:
+    """The calls a cross-module rule may ask about (see the module docstring)."""
+    records = []
+    params_cache: dict[int, frozenset[str]] = {}
+    epoch_cache: dict[int, bool] = {}
+
+    def epoch_loop(block: Block) -> bool:
+        known = epoch_cache.get(id(block.node))
+        if known is None:
+            known = epoch_cache[id(block.node)] = is_epoch_loop(facts, block.node)
+        return known
+
+    for site in facts.calls:
+        callee = _callee(site, imports, functions)
+        if callee is None:
+            continue
+        frame_name = qualname(site.frame)
+        if frame_name is None:
+            continue
+        record: dict = {"callee": callee, "frame": frame_name, "at": None}
+        relevant = False
+        region = site.region
+        if region is not None and region.enabled.counts_as_on:
+            record["region"] = {"at": position(region.node), "dtype": region.effective_dtype, "device": region.device}
+            relevant = True
+        loop = site.loop
+        if loop is not None:
+            record["loop"] = position(loop.node)[:2]
+            if epoch_loop(loop):
+                record["epoch_loop"] = True
+            elif any(block.is_loop and epoch_loop(block) for block in site.path):
+                record["in_epoch"] = True  # a loop over batches inside the epoch loop
+            relevant = True
+        statement = site.statement
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is site.node and facts.regions:
+            record["assigned"] = True
+            relevant = True
+        key = id(site.frame)
+        if key not in params_cache:
+            params_cache[key] = _param_names(site.frame)
+        arguments = call_args(site.node)
+        names = [dotted(arg.value) for arg in arguments]
+        if not relevant and not _passes_on(facts, params_cache[key], arguments, names):
+            continue
+        record["at"] = position(site.node)
+        args = _arguments(facts, site, arguments, names)
+        if args:
+            record["args"] = args
+        if any(a.star for a in arguments):
+            record["star"] = True
+        records.append(record)
+    return records
+
+
+def _passes_on(facts: AmpFacts, params: frozenset[str], arguments: list[Arg], names: list[str | None]) -> bool:
+    """Whether the call hands a scaler or one of the function's own parameters on (what
+    ``_arguments`` would record), tested without building the records."""
+    for arg, name in zip(arguments, names):
+        if not arg.star and name is not None and (name in facts.scalers or name in params):
+            return True
+    return False
+
+
+def _param_names(frame: Frame) -> frozenset[str]:
+    node = frame.node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return frozenset()
+    return frozenset(params_of(node)[0])
+
+
+def _callee(site: CallSite, imports: dict[str, str], functions: dict[str, dict]) -> str | None:
+    """The callee as spelled, when it may be project code: a name of this module or an import
+    that is not torch's, ``self.m``/``cls.m``, or a method of a local object."""
+    if site.qname is not None and (site.qname == "torch" or site.qname.startswith("torch.")):
+        return None
+    spelled = site.spelled
+    if spelled is None:
+        return None
+    head = spelled.split(".", 1)[0]
+    if head in _BUILTINS and head not in imports and head not in functions:
+        return None
+    target = imports.get(head)
+    if target is not None and (target == "torch" or target.startswith(("torch.", "numpy", "math", "os", "sys"))):
+        return None
+    return spelled
+
+
+def _arguments(facts: AmpFacts, site: CallSite, arguments: list[Arg], names: list[str | None]) -> list[dict]:
+    """Per argument (``arguments``, the call's ``call_args``, spelled ``names``): its position or
+    keyword, its spelling, and whether it is a known scaler; ``state`` (for the scalers it
+    passes) tells whether a scaled backward came before the call with no ``unscale_`` since."""
+    out = []
+    position_index = 0
+    for arg, name in zip(arguments, names):
+        if arg.star:
+            continue
+        item: dict = {"kw": arg.keyword} if arg.keyword else {"pos": position_index}
+        if not arg.keyword:
+            position_index += 1
+        if name:
+            item["name"] = name
+            if name in facts.scalers:
+                item["is_scaler"] = True
+                item["state"] = _scaler_state(site, name)
+        out.append(item)
+    return [item for item in out if len(item) > 1]
+
+
+def _scaler_state(site: CallSite, scaler: str) -> dict:
+    """``scaled``: the scaler's last backward before the call in this frame has not been
+    unscaled since; ``unscaled``: it has; ``none``: no scaled backward before the call."""
+    frame = site.frame
+    backwards = [e for e in frame.events_of(EventKind.SCALED_BACKWARD) if e.scaler == scaler and e.order < site.order]
+    if not backwards:
+        return {"kind": "none"}
+    last = backwards[-1]
+    unscaled = any(e.scaler == scaler and last.order < e.order < site.order for e in frame.events_of(EventKind.UNSCALE))
+    return {"kind": "unscaled" if unscaled else "scaled", "backward": position(last.call.node)}

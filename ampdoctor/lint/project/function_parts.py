@@ -1,0 +1,228 @@
+"""What one function does with the training step, for the cross-module checks: the parts of a
+function's summary (``summary.py``) read off the module's fact model.
+
+``params``/``star``  its parameters in order (``self`` included), and whether it takes ``*``/``**``
+``clips``      a clip followed by ``P.step(optimizer)`` on a parameter ``P`` with no ``P.unscale_``
+               before it and no scaled backward in the function: the scaled backward is a caller's
+               (AMP201 across functions, ``checks.py``)
+``clips_for_caller``   a clip of gradients the function neither scaled nor unscaled (a
+               ``_clip_gradients`` helper): a clip in its callers' model (``seeds.py``)
+``unscales_for_caller`` the scaler and optimizer parameters it unscales without stepping (a
+               per-micro-batch helper): an ``unscale_`` in its callers' model (``seeds.py``)
+``backward``   the first backward it runs outside any autocast region of its own (AMP101 when a
+               caller runs it in autocast)
+``returns_scaler`` where the enabled GradScaler it returns is built (AMP209)
+``new_scaler`` a GradScaler built into a local (or a ``self.`` field at the top of a method) and
+               stepped in the function, ``single_step`` when it takes one step per call (AMP205)
+``stub``       an abstract body (a subclass overrides it)
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ..model import AmpFacts, Frame
+from ..passes import is_optimizer_constructor
+from ..rules.scaler_queries import scaler_enabled
+from ..syntax import dotted, iter_nodes
+from ..syntax import span as position
+from ..vocabulary import EventKind
+
+
+def qualname(frame: Frame) -> str | None:
+    """``f``, ``Class.f`` or ``<module>``; None for a nested function."""
+    if frame.parent is None:
+        return "<module>"
+    if frame.parent.parent is not None:
+        return None
+    return f"{frame.class_name}.{frame.name}" if frame.class_name else frame.name
+
+
+def params_of(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str], bool]:
+    args = function.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    return names, args.vararg is not None or args.kwarg is not None
+
+
+def function_summary(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) -> dict:
+    params, star = params_of(function)
+    summary: dict = {"at": position(function), "params": params, "star": star}
+    clips = _clips_before_param_step(facts, frame, params)
+    if clips:
+        summary["clips"] = clips
+    clip = _clip_for_caller(frame)
+    if clip is not None:
+        summary["clips_for_caller"] = clip
+    unscales = _unscale_for_caller(frame, params)
+    if unscales is not None:
+        summary["unscales_for_caller"] = unscales
+    backward = _own_backward(frame)
+    if backward is not None:
+        summary["backward"] = backward
+    returned = _returned_scaler(facts, function, frame)
+    if returned is not None:
+        summary["returns_scaler"] = returned
+    if is_stub(function):
+        summary["stub"] = True
+    new_scaler = _local_scaler(facts, frame)
+    if new_scaler is not None:
+        summary["new_scaler"] = new_scaler
+        if any(is_optimizer_constructor(site.node, facts) for site in frame.calls):
+            summary["builds_optimizer"] = True
+    return summary
+
+
+def _unscale_for_caller(frame: Frame, params: list[str]) -> list | None:
+    """``[scaler parameter, optimizer parameter or None, where]`` when the function unscales the
+    gradients of a scaler it is handed (``scaler.unscale_(optimizer)`` on its parameters) and
+    steps nothing: the step is its caller's (a per-micro-batch helper)."""
+    if frame.events_of(EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP, EventKind.UPDATE):
+        return None
+    for event in frame.events_of(EventKind.UNSCALE):
+        if event.scaler in params:
+            optimizer = params.index(event.optimizer) if event.optimizer in params else None
+            return [params.index(event.scaler), optimizer, position(event.call.node)]
+    return None
+
+
+def _clip_for_caller(frame: Frame) -> list[int] | None:
+    """Where the function clips gradients that it neither scaled nor unscaled itself (no scaled
+    backward, no ``unscale_``, no scaler step in it): the state of the gradients is its
+    caller's (a ``_clip_gradients`` helper, a ``ClipGradNorm`` object's ``__call__``)."""
+    if frame.events_of(EventKind.SCALED_BACKWARD, EventKind.UNSCALE, EventKind.SCALER_STEP, EventKind.BACKWARD):
+        return None
+    for clip in frame.events_of(EventKind.CLIP):
+        if not clip.norm_only:
+            return position(clip.call.node)
+    return None
+
+
+def _clips_before_param_step(facts: AmpFacts, frame: Frame, params: list[str]) -> list[dict]:
+    if frame.events_of(EventKind.SCALED_BACKWARD) or not params:
+        return []
+    found = []
+    for clip in frame.events_of(EventKind.CLIP):
+        if clip.norm_only:
+            continue
+        for site in frame.calls:
+            if site.order <= clip.order or site.method != "step" or site.receiver not in params:
+                continue
+            scaler = site.receiver
+            unscaled = any(
+                s.receiver == scaler and s.method == "unscale_" and s.order < clip.order for s in frame.calls
+            )
+            if unscaled:
+                continue
+            optimizer = site.arg(0, "optimizer")
+            found.append(
+                {
+                    "param": scaler,
+                    "clip": position(clip.call.node),
+                    "optimizer": dotted(optimizer.value) if optimizer else None,
+                }
+            )
+            break
+    return found
+
+
+def _own_backward(frame: Frame) -> list[int] | None:
+    kinds = (EventKind.BACKWARD, EventKind.SCALED_BACKWARD, EventKind.DELEGATED_BACKWARD)
+    for event in frame.events_of(*kinds):
+        if event.call.region is None:
+            return position(event.call.node)
+    for site in frame.calls:  # ``accelerator.backward(loss)``: a backward the model leaves out of its events
+        if site.method == "backward" and site.region is None and "accelerator" in (site.receiver or "").lower():
+            return position(site.node)
+    return None
+
+
+def _returned_scaler(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[int] | None:
+    """Where the GradScaler is built that the function returns (``return GradScaler(...)``, or
+    a local bound to one and returned), when it is enabled whatever the arguments."""
+    made = {}
+    for new in frame.events_of(EventKind.SCALER_NEW):
+        if scaler_enabled(new.call.node, new.call.qname or "") is not True:
+            continue
+        statement = new.call.statement
+        if isinstance(statement, ast.Return) and statement.value is new.call.node:
+            return position(new.call.node)
+        if (
+            isinstance(statement, ast.Assign)
+            and statement.value is new.call.node
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
+            made[statement.targets[0].id] = new.call.node
+    if not made:
+        return None
+    for node in iter_nodes(function):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Name) and node.value.id in made:
+            return position(made[node.value.id])
+    return None
+
+
+def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
+    """A GradScaler built into a local of this function (not in a loop of its own), or into a
+    ``self.`` attribute at the top of a method's body, and stepped in the function."""
+    for new in frame.events_of(EventKind.SCALER_NEW):
+        if new.call.loop is not None:
+            continue
+        statement = new.call.statement
+        value = statement.value if isinstance(statement, ast.Assign) else None
+        if type(value) is ast.IfExp and new.call.node in (value.body, value.orelse):
+            value = new.call.node  # ``scaler = GradScaler() if amp else None``
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and value is new.call.node):
+            continue
+        target = dotted(statement.targets[0])
+        if target is None or (
+            type(statement.targets[0]) is not ast.Name
+            and not (target.count(".") == 1 and target.startswith("self.") and not new.call.path and frame.class_name)
+        ):
+            continue  # ``if self.scaler is None: self.scaler = ...`` is set-up done once
+        steps = [s for s in frame.calls if s.receiver == target and s.method == "step"]
+        if steps:
+            found = {"at": position(new.call.node), "name": target}
+            if all(s.loop is None for s in steps):
+                found["single_step"] = True  # one optimizer step per call, on a fresh scaler
+            return found
+    return None
+
+
+def is_stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A body of a docstring, ``pass``, ``...`` or ``raise NotImplementedError``: an abstract
+    method that a subclass overrides."""
+    for stmt in function.body:
+        if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+            continue
+        if isinstance(stmt, ast.Raise) and "NotImplementedError" in (dotted(getattr(stmt.exc, "func", stmt.exc)) or ""):
+            continue
+        return False
+    return True
+
+
+def mark_steps(facts: AmpFacts, flows: dict[str, dict]) -> dict[str, dict]:
+    """``plain`` on the flows of the functions that step an optimizer themselves without a
+    scaler (``loss.backward(); optimizer.step()``): what they save is that training's state;
+    ``scaled`` on those that run a scaled backward."""
+    for frame in facts.frames:
+        if not frame.events:
+            continue
+        name = qualname(frame)
+        if name is None or name not in flows:
+            continue
+        if frame.events_of(EventKind.OPTIMIZER_STEP) and not frame.events_of(EventKind.SCALER_STEP):
+            flows[name]["plain"] = True
+        if frame.events_of(EventKind.SCALED_BACKWARD):
+            flows[name]["scaled"] = True  # its calls may run on scaled gradients (``seeds.py``)
+    return flows
+
+
+def training_frames(facts: AmpFacts) -> list[str]:
+    """The functions (and ``<module>``) that run a backward pass of their own."""
+    kinds = (EventKind.BACKWARD, EventKind.SCALED_BACKWARD, EventKind.DELEGATED_BACKWARD)
+    found = []
+    for frame in facts.frames:
+        name = qualname(frame)
+        if name is not None and frame.events_of(*kinds):
+            found.append(name)
+    return found
