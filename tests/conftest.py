@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -5,6 +6,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# An internal failure re-raises instead of being said in one line (the project pass, trace):
+# a test then fails on it. The tests of that one line take the variable away.
+os.environ.setdefault("AMPDOCTOR_DEBUG", "1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -314,6 +314,7 @@ def test_a_failing_project_pass_is_said_in_one_line_and_the_files_own_findings_s
         raise KeyError("functions")
 
     monkeypatch.setattr(run_module, "link_results", broken)
+    monkeypatch.delenv("AMPDOCTOR_DEBUG", raising=False)
     assert lint_tree(tmp_path) == own
     lines = capsys.readouterr().err.splitlines()
     assert lines == ["ampdoctor: the project analysis failed (KeyError: 'functions'); file-local findings only"]

@@ -146,7 +146,7 @@ class _Judge:
             for call in flow.get("calls", []):
                 if not trains and not CHECKPOINT_TEXT.search(call.get("callee", "").rsplit(".", 1)[-1].encode()):
                     continue
-                target = values.target(module, function, call, CHECKPOINT_TEXT)
+                target = values.target(module, function, call, CHECKPOINT_TEXT, CHECKPOINT_TEXT)
                 if target is None or self._trains_itself(target.module, target.name):
                     continue
                 binding = values.bind(module, function, call, target, (), 0)
@@ -262,7 +262,7 @@ class _Judge:
         if hops >= MAX_HOPS:
             return
         for call in flow.get("calls", []):
-            inner = values.target(target.module, target.name, call, CHECKPOINT_TEXT)
+            inner = values.target(target.module, target.name, call, CHECKPOINT_TEXT, CHECKPOINT_TEXT)
             if inner is None or self._trains_itself(inner.module, inner.name):
                 continue
             yield from self._saves(inner, values.bind(target.module, target.name, call, inner, binding, 0), hops + 1)

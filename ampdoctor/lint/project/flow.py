@@ -27,6 +27,10 @@ from collections.abc import Iterable
 from .link import Project, Target
 
 MAX_DEPTH = 6
+# What a module's text must name for a call into it to return a value that matters here (an
+# optimizer or its state, a scaler, an autocast context, a checkpoint): a call into any other
+# module is taken as its fallback (the taint of what it is given), without summarizing it.
+VALUE_WORDS = re.compile(rb"optim|[Ss]caler|state_dict|autocast|save|Adam|SGD|Optimizer")
 _U = frozenset({"U"})
 EMPTY: frozenset = frozenset()
 
@@ -77,6 +81,7 @@ class Values:
         self._active: set[tuple] = set()
         self._holders: dict[tuple[str, str], frozenset] = {}
         self._fields: dict[tuple[str, str, str], frozenset] = {}
+        self._gates: dict[str, object] = {}
 
     def scalers(self, value: frozenset) -> frozenset:
         """The scalers a resolved value may be or hold: ``S@`` atoms, and the scalers held by
@@ -232,9 +237,12 @@ class Values:
 
     # ---- calls -----------------------------------------------------------------------------
 
-    def target(self, module: str, function: str, call: dict, without: re.Pattern | None = None) -> Target | None:
+    def target(
+        self, module: str, function: str, call: dict, without: re.Pattern | None = None, words: re.Pattern | None = None
+    ) -> Target | None:
         """The project function ``call`` (made in ``function``) lands in; ``without``: only
-        where the function's text may match this pattern (see ``Project.resolve_call``)."""
+        where the function's text may match this pattern; ``words``: only in a module whose text
+        matches it, or one already summarized (see ``Project.resolve_call``)."""
         callee = call.get("callee")
         if not callee:
             return None
@@ -243,7 +251,8 @@ class Values:
             if owner is None:
                 return None
             return self._super_method(module, owner, callee[6:])
-        found = self.project.resolve_call(module, {"callee": callee, "frame": function}, without=without)
+        gate = self._gate_for(words) if words is not None else None
+        found = self.project.resolve_call(module, {"callee": callee, "frame": function}, without=without, gate=gate)
         name = call["callee"].rsplit(".", 1)[-1]
         # By the object's value: only where the method's name may answer what the caller asks
         # (a ``save_state`` for a checkpoint): that walk reads the modules of the object's class.
@@ -252,6 +261,19 @@ class Values:
         if found is None and call.get("func") and without is None:
             found = self._method_of_value(module, function, call, call["func"], "__call__")
         return found
+
+    def _gate_for(self, words: re.Pattern):
+        gates = self._gates
+        gate = gates.get(words.pattern)
+        if gate is None:
+            text = self.project.text
+
+            def gate(rel: str) -> bool:
+                data = text(rel) if text is not None else None
+                return data is None or words.search(data) is not None
+
+            gates[words.pattern] = gate
+        return gate
 
     def _method_of_value(self, module: str, function: str, call: dict, atoms: list[str], name: str) -> Target | None:
         """``engine.autocast()`` where ``engine`` is an object of one project class (a factory's
@@ -342,7 +364,7 @@ class Values:
         if index >= len(calls):
             return _U
         call = calls[index]
-        target = self.target(module, function, call)
+        target = self.target(module, function, call, words=VALUE_WORDS)
         if target is not None:
             callee_flow = self.flow(target.module, target.name)
             returned = callee_flow.get("ret")

@@ -44,6 +44,8 @@ ImportsLoader = Callable[[str], "list[tuple[str, bool]]"]
 # (module, name, pattern) -> whether the module certainly defines the function ``name`` (``f``
 # or ``Class.method``) with no match of ``pattern`` in its text (``store.defines_without``).
 TextTest = Callable[[str, str, "re.Pattern"], bool]
+# module -> whether a walk may land in its functions (``resolve_call``'s ``gate``).
+ModuleGate = Callable[[str], bool]
 
 
 class Target(Record):
@@ -100,6 +102,36 @@ class _Summarized:
         return self.summary.get("imports", {}).get(name)
 
 
+class _Gated:
+    """A module's outline, asked for its names only: no function of it is one a call lands in."""
+
+    __slots__ = ("outline",)
+
+    def __init__(self, outline: Outline) -> None:
+        self.outline = outline
+
+    def has_function(self, qualname: str) -> bool:
+        return False
+
+    def class_bases(self, name: str) -> list[str] | None:
+        try:
+            return self.outline.class_bases(name)
+        except Uncertain:
+            return None
+
+    def alias(self, name: str) -> str | None:
+        try:
+            return self.outline.alias(name)
+        except Uncertain:
+            return None
+
+    def import_of(self, name: str) -> str | None:
+        try:
+            return self.outline.import_of(name)
+        except Uncertain:
+            return None
+
+
 class Project(Record):
     """The files of one project and a way to read their summaries.
 
@@ -113,6 +145,7 @@ class Project(Record):
 
     __slots__ = (
         "_found",
+        "_gate",
         "_module_names",
         "_outlines",
         "_import_edges",
@@ -152,6 +185,7 @@ class Project(Record):
         self._paths: dict[str, tuple[str, ...]] = {}
         self._import_edges = None  # the checks' import index (``checks._imports_of``)
         self._without: re.Pattern | None = None
+        self._gate: ModuleGate | None = None
         self._text_first = False
 
     def imports(self, rel: str) -> list[tuple[str, bool]]:
@@ -166,9 +200,17 @@ class Project(Record):
             self._summaries[rel] = self.load(rel) if rel in self.files else None
         return self._summaries[rel]
 
-    def _view(self, rel: str) -> Outline | _Summarized | None:
+    def _view(self, rel: str) -> Outline | _Summarized | _Gated | None:
         """What the walk reads of a module: its outline while resolving on text (for a module
-        not summarized yet), else its summary."""
+        not summarized yet), else its summary; a module not summarized yet that the caller's
+        gate turns away is read for its names only (no function of it is landed in)."""
+        gate = self._gate
+        if gate is not None and rel not in self._summaries and rel in self.files and self.outline is not None:
+            if not gate(rel):
+                if rel not in self._outlines:
+                    self._outlines[rel] = self.outline(rel)
+                outline = self._outlines[rel]
+                return _Gated(outline) if outline is not None else None
         if self._text_first and self.outline is not None and rel not in self._summaries and rel in self.files:
             if rel not in self._outlines:
                 self._outlines[rel] = self.outline(rel)
@@ -373,14 +415,19 @@ class Project(Record):
 
     # ---- calls ----------------------------------------------------------------------------------
 
-    def resolve_call(self, module: str, call: dict, without: re.Pattern | None = None) -> Target | None:
+    def resolve_call(
+        self, module: str, call: dict, without: re.Pattern | None = None, gate: ModuleGate | None = None
+    ) -> Target | None:
         """The project function a call record of ``module`` lands in, or None.
 
         ``without``: the caller asks only whether the function's text matches this pattern (a
         backward it runs itself); a call that certainly lands in a module-level function whose
         module has no match around it resolves to None without that module being summarized.
+        ``gate``: the caller asks only about modules the gate lets through (their text names what
+        it looks for); a module not summarized yet that it turns away is landed in by no call.
         """
         self._without = without
+        self._gate = gate
         try:
             if self.outline is not None:
                 # On outlines first: where that proves the call lands nowhere, nothing is parsed.
@@ -395,6 +442,7 @@ class Project(Record):
             return self._resolve_call(module, call)
         finally:
             self._without = None
+            self._gate = None
 
     def _resolve_call(self, module: str, call: dict) -> Target | None:
         found = self._landing(module, call)
