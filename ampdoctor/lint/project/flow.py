@@ -82,6 +82,7 @@ class Values:
         self._holders: dict[tuple[str, str], frozenset] = {}
         self._fields: dict[tuple[str, str, str], frozenset] = {}
         self._gates: dict[str, object] = {}
+        self._nesting: dict[tuple[str, str, str], int] = {}
 
     def scalers(self, value: frozenset) -> frozenset:
         """The scalers a resolved value may be or hold: ``S@`` atoms, and the scalers held by
@@ -128,11 +129,19 @@ class Values:
             return known
         if key in self._active:
             return EMPTY  # a recursive definition adds nothing new
+        # A function that calls itself binds its parameters anew on each level (the bindings
+        # nest and never repeat): past two levels of the same atom, the recursion adds nothing.
+        site = (module, function, atom)
+        nesting = self._nesting.get(site, 0)
+        if nesting >= 2:
+            return EMPTY
         self._active.add(key)
+        self._nesting[site] = nesting + 1
         try:
             value = self._atom(module, function, atom, bound, depth)
         finally:
             self._active.discard(key)
+            self._nesting[site] = nesting
         self._memo[key] = value
         return value
 
@@ -143,6 +152,7 @@ class Values:
             wanted = "P" + atom[1:]
             for name, value in bound:
                 if name == wanted:
+                    value = self._force(value)
                     return lower(value) if low else value
             return EMPTY
         if head == "I":
@@ -186,8 +196,9 @@ class Values:
                 if element.startswith("H@"):
                     where, _, cls = element[2:].partition("|")
                     out_d.update(self.field(where, cls, name, depth + 1))
-                elif element.startswith("S@") or element == "U":
-                    out_d.add(element)
+                elif element.startswith("S@"):
+                    out_d.add(element)  # an attribute of a scaler (``scaler._scale``) is the scaler's
+                # (a field of an object of unseen class is what the ``X`` atom of its name says)
             value = frozenset(out_d)
             return lower(value) if low else value
         if head in "Qq":
@@ -199,13 +210,13 @@ class Values:
             for param, value in bound:
                 if param != wanted:
                     continue
-                for element in flatten(value):
+                for element in flatten(self._force(value)):
                     if type(element) is not str:
                         continue
                     if element.startswith("H@"):
                         where, _, cls = element[2:].partition("|")
                         out.update(self.field(where, cls, name, depth + 1))
-                    elif element.startswith("S@") or element == "U":
+                    elif element.startswith("S@"):
                         out.add(element)
             value = frozenset(out)
             return lower(value) if low else value
@@ -314,12 +325,16 @@ class Values:
                         return Target(method[0], method[1], function, 1)
         return None
 
-    def construction(self, module: str, callee: str) -> tuple[str, str] | None:
-        """The project class a call constructs, when it names one."""
+    def construction(self, module: str, callee: str, words: re.Pattern | None = VALUE_WORDS) -> tuple[str, str] | None:
+        """The project class a call constructs, when it names one (and, with ``words``, when its
+        module's text names what a value here may be: an object of any other class holds what it
+        is given and nothing of its own, which its call's fallback says as well)."""
         found = self.project.resolve_spelled(module, callee.split("."))
-        if found is not None and found[2] == "class":
-            return found[0], found[1]
-        return None
+        if found is None or found[2] != "class":
+            return None
+        if words is not None and found[0] not in self.project._summaries and not self._gate_for(words)(found[0]):
+            return None
+        return found[0], found[1]
 
     def bind(self, module: str, function: str, call: dict, target: Target, bound: Bound, depth: int) -> Bound:
         """The callee's parameters bound to what ``call`` (made in ``function``) passes."""
@@ -327,23 +342,24 @@ class Values:
         callee_flow = self.flow(target.module, target.name)
         positional = callee_flow.get("npos", len(params))
         pairs: dict[str, set] = {}
+        lazy: dict[str, list] = {}  # resolved only when the callee's values ask for the parameter
         extra: list[frozenset] = []
         spread: set = set()
         for key, atoms, *_ in call.get("args", []):
-            value = self.resolve(module, function, atoms, bound, depth)
             if key == "*" or key == "**":
-                spread.update(value)
+                spread.update(self.resolve(module, function, atoms, bound, depth))
                 continue
+            part = (module, function, tuple(atoms), bound, depth)
             if isinstance(key, int):
                 index = key + target.skip
                 if index < positional:
-                    pairs.setdefault(f"P{index}", set()).update(value)
+                    lazy.setdefault(f"P{index}", []).append(part)
                 else:
-                    extra.append(value)
+                    extra.append(self.resolve(module, function, atoms, bound, depth))
             elif key in params:
-                pairs.setdefault(f"P{params.index(key)}", set()).update(value)
+                lazy.setdefault(f"P{params.index(key)}", []).append(part)
             else:
-                pairs.setdefault("P**", set()).update(value)
+                lazy.setdefault("P**", []).append(part)
         if extra:
             pairs["P*"] = {("T", tuple(extra))}
         callee = call.get("callee", "")
@@ -357,7 +373,22 @@ class Values:
                 pairs.setdefault(f"P{index}", set()).update(spread)
             pairs.setdefault("P*", set()).update(spread)
             pairs.setdefault("P**", set()).update(spread)
-        return tuple(sorted((name, frozenset(value)) for name, value in pairs.items()))
+        bound_pairs: dict[str, object] = {name: frozenset(value) for name, value in pairs.items()}
+        for name, parts in lazy.items():
+            if name in bound_pairs:  # a spread too: resolve now and join
+                bound_pairs[name] = bound_pairs[name] | self._force(("lazy", tuple(parts)))  # type: ignore[operator]
+            else:
+                bound_pairs[name] = ("lazy", tuple(parts))
+        return tuple(sorted(bound_pairs.items()))
+
+    def _force(self, value):
+        """A bound parameter's value: resolved now when the binding left it for later."""
+        if type(value) is tuple and value and value[0] == "lazy":
+            out: set = set()
+            for where, function, atoms, bound, depth in value[1]:
+                out.update(self.resolve(where, function, atoms, bound, depth))
+            return frozenset(out)
+        return value
 
     def _call(self, module: str, function: str, index: int, bound: Bound, depth: int) -> frozenset:
         calls = self.flow(module, function).get("calls", [])

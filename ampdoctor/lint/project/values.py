@@ -14,6 +14,7 @@ the lint worker that parsed it.
 from __future__ import annotations
 
 import ast
+import re
 
 from ..model import AmpFacts
 from ..passes import is_optimizer, is_optimizer_constructor
@@ -74,11 +75,29 @@ def module_flows(facts: AmpFacts, functions: list[tuple[str, ast.AST, str | None
     module_names = _module_level_names(facts.module)
     context = ModuleFlows(facts, module_names)
     out = {}
+    source = facts.source
+    bounds = facts.lines.bounds
     for name, node, class_name in functions:
+        if name != "<module>":
+            # A long function whose text names nothing a value here is made of (a layer's
+            # forward, a data transform) gets no flow: a call into it falls back on the taint of
+            # what it is handed. Searched where the text lies: a module may hold thousands.
+            start, end = bounds(node) or (0, len(source))
+            short = getattr(node, "end_lineno", node.lineno) - node.lineno < 12  # an accessor, a factory
+            if not short and _FLOW_WORDS.search(source, start, end) is None:
+                continue
         flow = _FunctionWalk(context, node, class_name).run()
         if flow:
             out[name] = flow
     return out
+
+
+# What a function's text must name for its values to matter: a checkpoint, an optimizer, a
+# scaler, a state, an autocast or an amp setting, a clip, the gradients' scale.
+_FLOW_WORDS = re.compile(
+    r"save|ckpt|checkpoint|snapshot|persist|dump|optim|[Ss]caler|state_dict|autocast|(?<![A-Za-z])amp|"
+    r"Adam|SGD|precision|fp16|half|clip_grad|unscale_|backward"
+)
 
 
 class _FunctionWalk(BindingWalk):
