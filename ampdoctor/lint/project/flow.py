@@ -35,6 +35,7 @@ _U = frozenset({"U"})
 EMPTY: frozenset = frozenset()
 
 Bound = tuple  # ((param atom, concrete value), ...), sorted: hashable
+_CLASS_STATEMENT = re.compile(rb"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.M)
 
 
 def self_type(module: str, function: str, bound: Bound) -> tuple[str, str] | None:
@@ -83,6 +84,7 @@ class Values:
         self._fields: dict[tuple[str, str, str], frozenset] = {}
         self._gates: dict[str, object] = {}
         self._nesting: dict[tuple[str, str, str], int] = {}
+        self._classes_by_base: dict[str, list[tuple[str, str]]] | None = None
 
     def scalers(self, value: frozenset) -> frozenset:
         """The scalers a resolved value may be or hold: ``S@`` atoms, and the scalers held by
@@ -504,37 +506,49 @@ class Values:
         return frozenset(out)
 
     def subclasses(self, module: str, owner: str) -> list[tuple[str, str]]:
-        """The project's classes derived from the class (directly or not), found from the
-        modules whose text names it."""
+        """The project's classes derived from the class (directly or not), found through an
+        index of every class statement's base names read once from the modules' texts."""
+        index = self._class_index()
         out: list[tuple[str, str]] = []
         todo = [(module, owner)]
         seen = {(module, owner)}
         while todo and len(out) < 24:
             base = todo.pop()
             short = base[1].rsplit(".", 1)[-1]
-            pattern = re.compile(
-                rb"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*\b" + re.escape(short.encode()) + rb"\b[^)]*)\)", re.M
-            )
-            for rel in sorted(self.project.files):
-                data = self.project.text(rel) if self.project.text is not None else None
-                if not data or short.encode() not in data:
+            for rel, name in index.get(short, ()):
+                if (rel, name) in seen:
                     continue
-                for match in pattern.finditer(data):
-                    name = match.group(1).decode()
-                    if (rel, name) in seen:
-                        continue
-                    summary = self.project.summary(rel)
-                    info = (summary or {}).get("classes", {}).get(name)
-                    if info is None:
-                        continue
-                    for spelled in info.get("bases", []):
-                        found = self.project.resolve_spelled(rel, spelled.split("."))
-                        if found is not None and found[2] == "class" and (found[0], found[1]) == base:
-                            seen.add((rel, name))
-                            out.append((rel, name))
-                            todo.append((rel, name))
-                            break
+                summary = self.project.summary(rel)
+                info = (summary or {}).get("classes", {}).get(name)
+                if info is None:
+                    continue
+                for spelled in info.get("bases", []):
+                    found = self.project.resolve_spelled(rel, spelled.split("."))
+                    if found is not None and found[2] == "class" and (found[0], found[1]) == base:
+                        seen.add((rel, name))
+                        out.append((rel, name))
+                        todo.append((rel, name))
+                        break
         return out
+
+    def _class_index(self) -> dict[str, list[tuple[str, str]]]:
+        """Base name (its last part) → the (module, class) statements that name it, for every
+        module of the project with a ``class`` statement."""
+        if self._classes_by_base is None:
+            index: dict[str, list[tuple[str, str]]] = {}
+            text = self.project.text
+            for rel in sorted(self.project.files):
+                data = text(rel) if text is not None else None
+                if not data or b"class" not in data:
+                    continue
+                for match in _CLASS_STATEMENT.finditer(data):
+                    name = match.group(1).decode()
+                    for base in match.group(2).split(b","):
+                        short = base.strip().rsplit(b".", 1)[-1].split(b"[", 1)[0]
+                        if short and b"=" not in base:
+                            index.setdefault(short.decode(errors="replace"), []).append((rel, name))
+            self._classes_by_base = index
+        return self._classes_by_base
 
     def global_value(self, module: str, name: str, depth: int) -> frozenset:
         out: set = set()

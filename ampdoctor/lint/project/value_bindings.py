@@ -155,6 +155,8 @@ class BindingWalk:
         own may put the scaler's state into it (``add_scaler_state(ckpt, scaler)``): the
         container takes the scaler's taint."""
         scalers = self.facts.scalers
+        if not scalers:
+            return  # no scaler named in the module: nothing to hand over
         names = self.bindings.names
         for call in self.bindings.calls:
             func = call.func

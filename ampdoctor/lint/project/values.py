@@ -580,6 +580,8 @@ class _FunctionWalk(BindingWalk):
                 found.add(self.context.scaler_made.get(name, "S@~"))
         # An object of an annotated class (``trainer: Trainer``): the scalers it holds.
         found.update("K" + spelled for spelled in self.params.classes.values())
+        if not facts.scalers:
+            return found
         for call in self.bindings.calls:
             func = call.func
             named: list[ast.expr] = []
@@ -587,8 +589,6 @@ class _FunctionWalk(BindingWalk):
                 named.append(func.value)
             named.extend(arg for arg in call.args if type(arg) in (ast.Name, ast.Attribute))
             named.extend(k.value for k in call.keywords if type(k.value) in (ast.Name, ast.Attribute))
-            if not facts.scalers:
-                continue
             for expr in named:
                 spelled = dotted(expr)
                 if spelled is not None and spelled in facts.scalers:
