@@ -55,7 +55,8 @@ def extract_py(gdir: pathlib.Path, commit: str, dest: pathlib.Path) -> int:
     """Write the .py files of `commit` under `dest`; return how many were written."""
     listing = subprocess.run(
         ["git", "--git-dir", str(gdir), "ls-tree", "-r", "-z", commit],
-        capture_output=True, check=True,
+        capture_output=True,
+        check=True,
     ).stdout
     entries = []
     for record in listing.split(b"\0"):
@@ -71,7 +72,8 @@ def extract_py(gdir: pathlib.Path, commit: str, dest: pathlib.Path) -> int:
     batch = subprocess.run(
         ["git", "--git-dir", str(gdir), "cat-file", "--batch"],
         input="".join(sha + "\n" for sha, _ in entries).encode(),
-        capture_output=True, check=True,
+        capture_output=True,
+        check=True,
     ).stdout
     pos = written = 0
     for _sha, path in entries:
@@ -83,7 +85,7 @@ def extract_py(gdir: pathlib.Path, commit: str, dest: pathlib.Path) -> int:
         size = int(header[2])
         target = dest / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(batch[pos:pos + size])
+        target.write_bytes(batch[pos : pos + size])
         pos += size + 1
         written += 1
     return written
@@ -93,14 +95,16 @@ def lint(ampdoctor: str, root: pathlib.Path, folder: str) -> list[dict]:
     """Lint `root/folder` from `root`; return its findings with repo-relative paths."""
     proc = subprocess.run(
         [ampdoctor, "lint", "--isolated", "--no-cache", "--output-format", "json", folder],
-        cwd=root, capture_output=True, text=True,
+        cwd=root,
+        capture_output=True,
+        text=True,
     )
     # exit status 1 (findings) and 2 (AMP000, an unparsable file) are normal here
     findings = json.loads(proc.stdout)
     prefix = folder + "/"
     for f in findings:
         if f["path"].startswith(prefix):
-            f["path"] = f["path"][len(prefix):]
+            f["path"] = f["path"][len(prefix) :]
     return findings
 
 
