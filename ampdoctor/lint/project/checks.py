@@ -92,10 +92,9 @@ def _imports_of(project: Project):
     """The project's import edges, read from the modules' texts once per run."""
     from .float16_reach import _Imports
 
-    found = getattr(project, "_import_edges", None)
-    if found is None:
-        found = _Imports(project)
-        project._import_edges = found  # type: ignore[attr-defined]
+    found = project._import_edges
+    if not isinstance(found, _Imports):
+        found = project._import_edges = _Imports(project)
     return found
 
 
@@ -332,7 +331,7 @@ def _bfloat16_scaler_factory(project: Project, targets: list[str], callers: Call
             at = function.get("returns_scaler")
             if at is None:
                 continue
-            uses = []
+            uses: list[tuple[str, dict, dict]] = []
             for caller, call, _target in _callers_of(project, callers, "autocast", module, name):
                 caller_summary = project.summary(caller) or {}
                 regions = caller_summary.get("regions", [])

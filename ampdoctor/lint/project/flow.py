@@ -206,9 +206,9 @@ class Values:
         if head in "Qq":
             # Field ``name`` of what parameter ``i`` is bound to: a project object's field, a
             # scaler's (a scaler), nothing of anything else (an attribute of a value is not it).
-            index, _, name = atom[1:].partition("|")
-            wanted = "P" + index
-            out: set = set()
+            position, _, name = atom[1:].partition("|")
+            wanted = "P" + position
+            fields: set = set()
             for param, value in bound:
                 if param != wanted:
                     continue
@@ -217,10 +217,10 @@ class Values:
                         continue
                     if element.startswith("H@"):
                         where, _, cls = element[2:].partition("|")
-                        out.update(self.field(where, cls, name, depth + 1))
+                        fields.update(self.field(where, cls, name, depth + 1))
                     elif element.startswith("S@"):
-                        out.add(element)
-            value = frozenset(out)
+                        fields.add(element)
+            value = frozenset(fields)
             return lower(value) if low else value
         if head == "Y":
             owner = self_type(module, function, bound)
@@ -240,12 +240,12 @@ class Values:
             name = atom[1:]
             if "scaler" in name.lower():
                 return frozenset({f"S@{module}@~"})
-            out: set = set()
+            held: set = set()
             for other, flow in self.flows(module).items():
                 stored = flow.get("xstores", {}).get(name)
                 if stored:
-                    out.update(self.scalers(self.resolve(module, other, stored, (), depth + 1)))
-            return frozenset(out)
+                    held.update(self.scalers(self.resolve(module, other, stored, (), depth + 1)))
+            return frozenset(held)
         return _U
 
     # ---- calls -----------------------------------------------------------------------------
@@ -378,7 +378,7 @@ class Values:
         bound_pairs: dict[str, object] = {name: frozenset(value) for name, value in pairs.items()}
         for name, parts in lazy.items():
             if name in bound_pairs:  # a spread too: resolve now and join
-                bound_pairs[name] = bound_pairs[name] | self._force(("lazy", tuple(parts)))  # type: ignore[operator]
+                bound_pairs[name] = bound_pairs[name] | self._force(("lazy", tuple(parts)))
             else:
                 bound_pairs[name] = ("lazy", tuple(parts))
         return tuple(sorted(bound_pairs.items()))

@@ -181,7 +181,7 @@ def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
             continue  # ``if self.scaler is None: self.scaler = ...`` is set-up done once
         steps = [s for s in frame.calls if s.receiver == target and s.method == "step"]
         if steps:
-            found = {"at": position(new.call.node), "name": target}
+            found: dict[str, object] = {"at": position(new.call.node), "name": target}
             if all(s.loop is None for s in steps):
                 found["single_step"] = True  # one optimizer step per call, on a fresh scaler
             return found

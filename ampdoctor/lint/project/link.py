@@ -178,12 +178,13 @@ class Project(Record):
         self.text = text
         self.import_list = import_list
         self._summaries: dict[str, dict | None] = {}
-        self._found: dict[tuple[str, str], tuple[tuple[str, tuple[str, ...]], ...]] = {}
+        # (importer's folder, module name, its extra search paths) → the modules it may be
+        self._found: dict[tuple[str, str, tuple[str, ...]], tuple[tuple[str, tuple[str, ...]], ...]] = {}
         self._module_names: frozenset[str] | None = None
         self._stems: frozenset[str] = frozenset()
         self._outlines: dict[str, Outline | None] = {}
         self._paths: dict[str, tuple[str, ...]] = {}
-        self._import_edges = None  # the checks' import index (``checks._imports_of``)
+        self._import_edges: object = None  # the checks' import index (``checks._imports_of``)
         self._without: re.Pattern | None = None
         self._gate: ModuleGate | None = None
         self._text_first = False

@@ -140,7 +140,7 @@ class _Params:
 
     def __init__(self, node: ast.FunctionDef | ast.AsyncFunctionDef | None, method: bool) -> None:
         self.index: dict[str, str] = {}
-        self.classes = {}
+        self.classes: dict[str, str] = {}
         self.first: str | None = None
         self.vararg = self.kwarg = None
         self.positional = 0
@@ -149,7 +149,6 @@ class _Params:
         args = node.args
         self.positional = len(args.posonlyargs) + len(args.args)
         named = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
-        self.classes: dict[str, str] = {}
         for i, name in enumerate(named):
             self.index[name] = f"P{i}"
         for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs):

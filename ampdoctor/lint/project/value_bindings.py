@@ -10,16 +10,59 @@ the function around it; nested classes are left out) records, before any value i
 * its returns and yields, its calls, the ``with`` items it enters;
 * its stores into ``self`` fields, other objects' fields and ``global`` names.
 
+``ModuleFlows`` is what the walks of one module's functions share (its scaler constructions,
+record classes, module-level names) and where their values are kept.
+
 A call handed a scaler beside a container of the function's own may put the scaler's state into
 it (``add_scaler_state(ckpt, scaler)``): the container is bound to the scaler's taint too.
+
+The walks dispatch on ``type(node) is ...``, cheaper than a chain of ``isinstance`` in a pass
+over every function of a project; the node being dispatched is typed ``Any`` there, as type
+checkers do not narrow on ``type(x) is``.
 """
 
 from __future__ import annotations
 
 import ast
 
+from ..model import AmpFacts
 from ..syntax import dotted
-from .value_atoms import _MUTATORS, _annotated_class, _children, _holds_containers, _Params, _root_name
+from .value_atoms import (
+    _MUTATORS,
+    _annotated_class,
+    _children,
+    _holds_containers,
+    _Params,
+    _root_name,
+    _scaler_constructions,
+    record_class,
+)
+
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class ModuleFlows:
+    """The values of every function of one module (``flows``: qualname → ``FunctionFlow``) and
+    the module's own bindings (``"<module>"``)."""
+
+    def __init__(self, facts: AmpFacts, module_names: set[str]) -> None:
+        self.facts = facts
+        self.module_names = module_names
+        self.scaler_made = _scaler_constructions(facts)
+        self.star_import = any(
+            isinstance(stmt, ast.ImportFrom) and any(alias.name == "*" for alias in stmt.names)
+            for stmt in facts.module.body
+        )
+        self.records = {node.name for node, _bases in facts.classes if record_class(facts, node)}
+        # Functions and classes defined at module level: a name of one is code, not state.
+        self.defined = {
+            stmt.name
+            for stmt in facts.module.body
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        }
+        self.flows: dict[str, dict] = {}
 
 
 class _Bindings:
@@ -46,12 +89,14 @@ class BindingWalk:
     bindings: _Bindings
     params: _Params
     is_module: bool
+    facts: AmpFacts
+    context: ModuleFlows
 
     def _collect(self, body: list[ast.stmt]) -> None:
         """Record bindings, returns, stores and calls of a body (nested functions included: a
         closure shares the names of the function around it; nested classes are left out)."""
         b = self.bindings
-        stack: list[ast.AST] = list(reversed(body))
+        stack: list[Any] = list(reversed(body))
         while stack:
             node = stack.pop()
             kind = type(node)
@@ -96,7 +141,7 @@ class BindingWalk:
                 continue
             stack.extend(reversed(_children(node)))
 
-    def _bind_target(self, target: ast.expr, kind: str, detail: object, value: ast.expr) -> None:
+    def _bind_target(self, target: Any, kind: str, detail: object, value: Any) -> None:
         b = self.bindings
         tkind = type(target)
         if tkind is ast.Name:
@@ -129,7 +174,7 @@ class BindingWalk:
         elif tkind is ast.Starred:
             self._bind_target(target.value, kind, detail, value)
 
-    def _bind_into(self, container: ast.expr, kind: str, detail: object, value: ast.expr) -> None:
+    def _bind_into(self, container: Any, kind: str, detail: object, value: ast.expr) -> None:
         """``container[k] = value`` / ``container.update(value)``: the container now holds it."""
         b = self.bindings
         if type(container) is ast.Name:

@@ -40,33 +40,13 @@ from .value_atoms import (
     _Params,
     _root_name,
     _scaler_atom,
-    _scaler_constructions,
     lower,
-    record_class,
 )
-from .value_bindings import BindingWalk, _Bindings
+from .value_bindings import BindingWalk, ModuleFlows, _Bindings
 
-
-class ModuleFlows:
-    """The values of every function of one module (``flows``: qualname → ``FunctionFlow``) and
-    the module's own bindings (``"<module>"``)."""
-
-    def __init__(self, facts: AmpFacts, module_names: set[str]) -> None:
-        self.facts = facts
-        self.module_names = module_names
-        self.scaler_made = _scaler_constructions(facts)
-        self.star_import = any(
-            isinstance(stmt, ast.ImportFrom) and any(alias.name == "*" for alias in stmt.names)
-            for stmt in facts.module.body
-        )
-        self.records = {node.name for node, _bases in facts.classes if record_class(facts, node)}
-        # Functions and classes defined at module level: a name of one is code, not state.
-        self.defined = {
-            stmt.name
-            for stmt in facts.module.body
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-        }
-        self.flows: dict[str, dict] = {}
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def module_flows(facts: AmpFacts, functions: list[tuple[str, ast.AST, str | None]]) -> dict[str, dict]:
@@ -83,7 +63,7 @@ def module_flows(facts: AmpFacts, functions: list[tuple[str, ast.AST, str | None
             # forward, a data transform) gets no flow: a call into it falls back on the taint of
             # what it is handed. Searched where the text lies: a module may hold thousands.
             start, end = bounds(node) or (0, len(source))
-            short = getattr(node, "end_lineno", node.lineno) - node.lineno < 12  # an accessor, a factory
+            short = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) < 12  # an accessor, a factory
             if not short and _FLOW_WORDS.search(source, start, end) is None:
                 continue
         flow = _FunctionWalk(context, node, class_name).run()
@@ -101,13 +81,13 @@ _FLOW_WORDS = re.compile(
 
 
 class _FunctionWalk(BindingWalk):
-    def __init__(self, context: ModuleFlows, node: ast.AST, class_name: str | None) -> None:
+    def __init__(self, context: ModuleFlows, node: Any, class_name: str | None) -> None:
         self.context = context
         self.facts = context.facts
         self.node = node
         self.is_module = isinstance(node, ast.Module)
         method = class_name is not None and not self.is_module and not _is_static(node)
-        self.params = _Params(None if self.is_module else node, method)  # type: ignore[arg-type]
+        self.params = _Params(None if self.is_module else node, method)
         self.bindings = _Bindings()
         self.env: dict[str, frozenset[str]] = {}
         self.tuples: list[list[frozenset[str]]] = []
@@ -153,9 +133,9 @@ class _FunctionWalk(BindingWalk):
             gstores.setdefault(name, set()).update(self._bound(kind, detail, expr))
         if self.is_module:
             for name in self.context.module_names:
-                value = self.env.get(name)
-                if value:
-                    gstores.setdefault(name, set()).update(value)
+                held = self.env.get(name)
+                if held:
+                    gstores.setdefault(name, set()).update(held)
         xstores: dict[str, set[str]] = {}
         for field, _obj, expr in b.xstores:
             value = lower(self.ev(expr))
@@ -246,7 +226,9 @@ class _FunctionWalk(BindingWalk):
                 out.add(atom)
         return frozenset(out)
 
-    def ev(self, expr: ast.expr | None) -> frozenset[str]:
+    def ev(self, expr: Any) -> frozenset[str]:
+        """The value of an expression (``Any``: dispatched on ``type(expr) is``, see
+        ``value_bindings.py``)."""
         if expr is None:
             return EMPTY
         kind = type(expr)
@@ -423,8 +405,8 @@ class _FunctionWalk(BindingWalk):
         if name in self.env or name in self.params.index:
             # A callable held in a local or a parameter: what it returns may be anything it got
             # (and an autocast factory held there makes an autocast context).
-            held = self.ev(func)
-            return lower(self._arguments_union(call) | held) | {a for a in held if a[0] == "A"}
+            callee = self.ev(func)
+            return lower(self._arguments_union(call) | callee) | {a for a in callee if a[0] == "A"}
         return self._project_call(call, spelled)
 
     def _method_value(

@@ -132,7 +132,7 @@ def _lazy_set_up(facts: AmpFacts, new: Event, loop, target: str) -> bool:
         if block.ident == loop.ident:
             inside = True
             continue
-        if inside and block.kind in ("if", "else") and name in facts.text(block.node.test):
+        if inside and isinstance(block.node, ast.If) and name in facts.text(block.node.test):
             return True
     return False
 
