@@ -89,7 +89,7 @@ def _ends_the_pass(block: Block) -> bool:
     node = block.node
     if type(node) is not ast.If:
         return False
-    body = node.body if block.kind == "if" else node.orelse if block.kind == "else" else None
+    body = node.body if block.kind == "if" else node.orelse if block.kind == "else" else []
     return bool(body) and isinstance(body[-1], _JUMPS)
 
 
@@ -152,7 +152,7 @@ def _walk_names(target: ast.expr) -> Iterator[str]:
 def assigned_in(frame: Frame, facts: AmpFacts, name: str, block: Block) -> bool:
     """Whether ``name`` is (re)assigned inside ``block`` of ``frame``."""
     start, end = _block_orders(frame, block)
-    return any(a.frame is frame and a.target == name and start <= a.order <= end for a in facts.assignments)
+    return any(start <= a.order <= end for a in facts.assigned(frame, name))
 
 
 def _block_orders(frame: Frame, block: Block) -> tuple[int, int]:

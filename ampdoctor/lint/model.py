@@ -215,7 +215,7 @@ class Event(Record):
 
 
 class Frame(Record):
-    __slots__ = ("node", "name", "class_name", "parent", "calls", "events")
+    __slots__ = ("node", "name", "class_name", "parent", "calls", "events", "_kinds")
 
     def __init__(
         self,
@@ -232,11 +232,23 @@ class Frame(Record):
         self.parent = parent
         self.calls = [] if calls is None else calls
         self.events = [] if events is None else events
+        # The events by kind, made on the first question (a module-level script is one frame
+        # that rules ask about once per loop); made again when events were added since.
+        self._kinds: tuple[int, dict[EventKind, list[Event]]] | None = None
 
     def events_of(self, *kinds: EventKind) -> list[Event]:
-        if not self.events:  # most frames: asked of every function, often
+        events = self.events
+        if not events:  # most frames: asked of every function, often
             return []
-        return [e for e in self.events if e.kind in kinds]
+        index = self._kinds
+        if index is None or index[0] != len(events):
+            by_kind: dict[EventKind, list[Event]] = {}
+            for event in events:
+                by_kind.setdefault(event.kind, []).append(event)
+            index = self._kinds = (len(events), by_kind)
+        if len(kinds) == 1:
+            return list(index[1].get(kinds[0], ()))
+        return [e for e in events if e.kind in kinds]
 
 
 class Assignment(Record):
@@ -296,6 +308,9 @@ class AmpFacts(Record):
         "constructors",
         "seeds",
         "path",
+        "_assigned",
+        "_by_name",
+        "_by_value",
     )
 
     def __init__(
@@ -350,6 +365,9 @@ class AmpFacts(Record):
         # The module's path as the run names it (``""`` for a source text): a rule may ask what
         # the module is for (a test, a benchmark of apex).
         self.path = ""
+        self._assigned: dict[tuple[int, str], list[Assignment]] | None = None
+        self._by_name: dict[str, list[CallSite]] | None = None
+        self._by_value: dict[int, Assignment] | None = None
 
     # ---- queries --------------------------------------------------------------------
 
@@ -365,6 +383,39 @@ class AmpFacts(Record):
 
     def qualify(self, expr: ast.AST | None) -> str | None:
         return qualify(expr, self.imports)
+
+    def assigned(self, frame: Frame, target: str) -> list[Assignment]:
+        """The assignments to ``target`` (a dotted spelling) made in ``frame``, in source order:
+        one index for the module, made on the first question (a rule asks it per call)."""
+        index = self._assigned
+        if index is None:
+            index = self._assigned = {}
+            for assignment in self.assignments:
+                index.setdefault((id(assignment.frame), assignment.target), []).append(assignment)
+        return index.get((id(frame), target), [])
+
+    def assignment_of(self, value: ast.expr) -> Assignment | None:
+        """The first assignment whose value is this node (one index for the module)."""
+        index = self._by_value
+        if index is None:
+            index = self._by_value = {}
+            for assignment in self.assignments:
+                index.setdefault(id(assignment.value), assignment)
+        found = index.get(id(value))
+        return found if found is not None and found.value is value else None
+
+    def calls_named(self, name: str) -> list[CallSite]:
+        """The calls ``name(...)`` and ``x.name(...)``, in source order (one index for the module,
+        made on the first question)."""
+        index = self._by_name
+        if index is None:
+            index = self._by_name = {}
+            for site in self.calls:
+                func = site.node.func
+                called = func.id if type(func) is ast.Name else site.method
+                if called is not None:
+                    index.setdefault(called, []).append(site)
+        return index.get(name, [])
 
     def events(self, *kinds: EventKind) -> Iterator[Event]:
         for frame in self.frames:

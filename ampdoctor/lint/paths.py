@@ -418,9 +418,12 @@ def _by_statement(frame: Frame) -> dict[int, list[Event]]:
     return found
 
 
-def body_paths(frame: Frame, body: Sequence[ast.stmt]) -> list[Path] | None:
-    """Every path through one pass of ``body`` (a loop body or a function body) of ``frame``."""
-    walker = _Walker(_by_statement(frame))
+def body_paths(
+    frame: Frame, body: Sequence[ast.stmt], statements: dict[int, list[Event]] | None = None
+) -> list[Path] | None:
+    """Every path through one pass of ``body`` (a loop body or a function body) of ``frame``
+    (``statements``: the frame's events by statement, when known)."""
+    walker = _Walker(_by_statement(frame) if statements is None else statements)
     try:
         out, jumps = walker.block(body, [_State((), (), Assumptions())])
     except TooManyPaths:
@@ -434,10 +437,13 @@ class PathIndex:
     """Paths of the bodies of one module's frames, computed on first request (several rules ask
     about the same loop)."""
 
-    __slots__ = ("_paths",)
+    __slots__ = ("_paths", "_statements")
 
     def __init__(self) -> None:
         self._paths: dict[int, tuple[ast.AST, list[Path] | None]] = {}
+        # Each frame's events by statement, made once per frame (a script's module frame holds
+        # every loop of the file).
+        self._statements: dict[int, tuple[Frame, dict[int, list[Event]]]] = {}
 
     def of(self, frame: Frame, node: ast.AST) -> list[Path] | None:
         """Paths of one pass through ``node``: a loop (its body) or the frame's function."""
@@ -449,7 +455,10 @@ class PathIndex:
             if isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))
             else []
         )
-        paths = body_paths(frame, body)
+        known = self._statements.get(id(frame))
+        if known is None or known[0] is not frame:
+            known = self._statements[id(frame)] = (frame, _by_statement(frame))
+        paths = body_paths(frame, body, known[1])
         self._paths[id(node)] = (node, paths)
         return paths
 

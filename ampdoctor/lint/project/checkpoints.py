@@ -77,17 +77,14 @@ class _Judge:
         if "." not in function or not self._class_uses(module, function):
             return False
         # The class uses a scaler in some method: one it keeps in a field, or a local of that method?
-        prefix = function.split(".", 1)[0] + "."
         return any(
-            name.startswith(prefix)
-            and any(atom.startswith("S@") for stored in flow.get("stores", {}).values() for atom in stored)
-            for name, flow in flows.items()
+            any(atom.startswith("S@") for stored in flow.get("stores", {}).values() for atom in stored)
+            for _name, flow in self.values.methods(module, function.split(".", 1)[0])
         )
 
     def _class_uses(self, module: str, function: str) -> bool:
         """Whether a method of the function's class, in its own module, uses a scaler."""
-        prefix = function.split(".", 1)[0] + "."
-        return any(name.startswith(prefix) and flow.get("scalers") for name, flow in self.values.flows(module).items())
+        return any(flow.get("scalers") for _name, flow in self.values.methods(module, function.split(".", 1)[0]))
 
     def _callees_scalers(self, module: str, function: str, flow: dict) -> frozenset:
         """The scalers made and used by the functions ``function`` calls (``train_one_epoch``
@@ -312,12 +309,10 @@ class _Judge:
 
 
 def _fields(values: Values, module: str, cls: str) -> dict[str, list[str]]:
-    prefix = cls + "."
     out: dict[str, list[str]] = {}
-    for function, flow in values.flows(module).items():
-        if function.startswith(prefix):
-            for name, stored in flow.get("stores", {}).items():
-                out.setdefault(name, []).extend(stored)
+    for _function, flow in values.methods(module, cls):
+        for name, stored in flow.get("stores", {}).items():
+            out.setdefault(name, []).extend(stored)
     return out
 
 

@@ -175,8 +175,8 @@ def framework_runs(facts: AmpFacts, qualname) -> list[dict]:
         dtype = _MIXED.get(_precision_text(precision.value) or "")
         if dtype is None and type(precision.value) is ast.Name:
             # ``precision = 16 if config.use_mixed_precision else 32``: float16 on one path.
-            bound = [a for a in facts.assignments if a.frame is site.frame and a.target == precision.value.id]
-            arms = [n for a in bound for n in ast.walk(a.value) if type(n) is ast.Constant]
+            settings = facts.assigned(site.frame, precision.value.id)
+            arms = [n for a in settings for n in ast.walk(a.value) if type(n) is ast.Constant]
             dtype = next(
                 (_MIXED[t] for n in arms if (t := _precision_text(n)) in _MIXED and _MIXED[t] == "float16"), None
             )
@@ -203,7 +203,7 @@ def framework_runs(facts: AmpFacts, qualname) -> list[dict]:
             and isinstance(statement.targets[0], ast.Name)
         ):
             bound = statement.targets[0].id
-            if sum(1 for a in facts.assignments if a.frame is site.frame and a.target == bound) != 1:
+            if len(facts.assigned(site.frame, bound)) != 1:
                 continue
         for use in site.frame.calls:
             if use.method not in _HANDS_MODEL[api]:

@@ -85,6 +85,7 @@ class Values:
         self._gates: dict[str, object] = {}
         self._nesting: dict[tuple[str, str, str], int] = {}
         self._classes_by_base: dict[str, list[tuple[str, str]]] | None = None
+        self._methods: dict[str, dict[str, list[tuple[str, dict]]]] = {}
 
     def scalers(self, value: frozenset) -> frozenset:
         """The scalers a resolved value may be or hold: ``S@`` atoms, and the scalers held by
@@ -105,6 +106,18 @@ class Values:
     def flows(self, module: str) -> dict:
         summary = self.project.summary(module)
         return summary.get("flows", {}) if summary else {}
+
+    def methods(self, module: str, cls: str) -> list[tuple[str, dict]]:
+        """The flows of the class's methods (``Class.name``, nested ones too) in its module: one
+        index per module, so that a question about a class does not read every function."""
+        index = self._methods.get(module)
+        if index is None:
+            index = self._methods[module] = {}
+            for function, flow in self.flows(module).items():
+                parts = function.split(".")
+                for end in range(1, len(parts)):
+                    index.setdefault(".".join(parts[:end]), []).append((function, flow))
+        return index.get(cls, [])
 
     def flow(self, module: str, function: str) -> dict:
         return self.flows(module).get(function, {})
@@ -441,12 +454,10 @@ class Values:
         self._fields[key] = EMPTY  # a field defined through itself
         out: set = set()
         for where, cls in self.hierarchy(module, owner):
-            prefix = cls + "."
-            for function, flow in self.flows(where).items():
-                if function.startswith(prefix):
-                    stored = flow.get("stores", {}).get(name)
-                    if stored:
-                        out.update(self.resolve(where, function, stored, (), depth + 1))
+            for function, flow in self.methods(where, cls):
+                stored = flow.get("stores", {}).get(name)
+                if stored:
+                    out.update(self.resolve(where, function, stored, (), depth + 1))
         value = frozenset(out)
         self._fields[key] = value
         return value
@@ -464,10 +475,7 @@ class Values:
         built: set = set()  # scalers built into a field, which count only where the class uses one
         uses = False
         for where, cls in self.hierarchy(module, owner):
-            prefix = cls + "."
-            for function, flow in self.flows(where).items():
-                if not function.startswith(prefix):
-                    continue
+            for function, flow in self.methods(where, cls):
                 uses = uses or bool(flow.get("scalers"))
                 for stored in flow.get("stores", {}).values():
                     direct = [atom for atom in stored if atom.startswith("S@")]
@@ -487,10 +495,7 @@ class Values:
         Optimizer (a filter ``isinstance(v, torch.optim.Optimizer)`` keeps them)."""
         out: set = set()
         for where, cls in self.hierarchy(module, owner):
-            prefix = cls + "."
-            for function, flow in self.flows(where).items():
-                if not function.startswith(prefix):
-                    continue
+            for _function, flow in self.methods(where, cls):
                 calls = flow.get("calls", [])
                 for stored in flow.get("stores", {}).values():
                     for atom in stored:

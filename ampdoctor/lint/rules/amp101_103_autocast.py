@@ -37,21 +37,24 @@ class BackwardInAutocast(LintRule):
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         # A backward handed to a framework (``accelerator.backward(loss)``) is still one.
+        ends: dict[int, ast.With] | None = None  # made on the first finding: one walk per module
         for event in facts.events(EventKind.BACKWARD, EventKind.SCALED_BACKWARD, EventKind.DELEGATED_BACKWARD):
             site = event.call
             if not site.in_autocast:
                 continue
+            if ends is None:
+                ends = _with_endings(facts.module)
             what = "torch.autograd.backward()" if site.qname else "backward()"
             yield Report(
                 self.code,
                 site.node,
                 f"`{what}` runs {_where(site)}; backward ops would reuse the forward's autocast dtypes",
                 help="Close the `with autocast(...)` block after the loss is computed and call backward outside it",
-                fix=self._fix(site, facts),
+                fix=self._fix(site, facts, ends),
                 statement=site.statement,
             )
 
-    def _fix(self, site: CallSite, facts: AmpFacts) -> FixPlan | None:
+    def _fix(self, site: CallSite, facts: AmpFacts, ends: dict[int, ast.With]) -> FixPlan | None:
         """Dedent the backward out of its ``with`` block when it is the block's last statement."""
         statement = site.statement
         if not (type(statement) is ast.Expr and statement.value is site.node):
@@ -59,7 +62,7 @@ class BackwardInAutocast(LintRule):
         ref = next((r for r in reversed(site.withs) if r.region is not None), None)
         if ref is None or ref.decorator:
             return None
-        with_node = _with_ending_in(facts.module, statement)
+        with_node = ends.get(id(statement))
         if (
             with_node is None
             or len(with_node.items) != 1
@@ -73,16 +76,17 @@ class BackwardInAutocast(LintRule):
         return FixPlan("Move the backward call out of the autocast block", (edit,), Applicability.UNSAFE)
 
 
-def _with_ending_in(module: ast.Module, statement: ast.stmt) -> ast.With | None:
-    """The (synchronous) ``with`` whose body ends with ``statement``."""
+def _with_endings(module: ast.Module) -> dict[int, ast.With]:
+    """Each (synchronous) ``with`` of the module by the id of its body's last statement."""
+    ends: dict[int, ast.With] = {}
     stack: list[ast.AST] = [module]
     while stack:
         node = stack.pop()
-        if type(node) is ast.With and node.body[-1] is statement:
-            return node
+        if type(node) is ast.With:
+            ends[id(node.body[-1])] = node
         for name in _BODIES:
             stack.extend(child for child in getattr(node, name, ()) if isinstance(child, _BLOCK_HOLDERS))
-    return None
+    return ends
 
 
 # Where statements are nested: the bodies of compound statements, except handlers, match cases.

@@ -169,7 +169,7 @@ def _bound_to_bce(facts: AmpFacts, name: str, frame: Frame, losses: list) -> boo
             a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
         }:
             return False
-        bound = [a for a in facts.assignments if a.frame is scope and a.target == name]
+        bound = facts.assigned(scope, name)
         if bound:
             return any(a in losses for a in bound)
         scope = scope.parent

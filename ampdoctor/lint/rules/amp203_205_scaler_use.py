@@ -240,17 +240,13 @@ def _builds_optimizer(facts: AmpFacts, frame: Frame, block: Block | None = None)
 
 def _calls_of(facts: AmpFacts, frame: Frame) -> list[CallSite]:
     """Calls of a module-level function (``f(...)``) or of a method through ``self`` of its class."""
-    node = frame.node
     if frame.parent is None or frame.parent.parent is not None:
         return []  # a nested function: called through names the model does not follow
+    name = frame.name
     if frame.class_name is None:
-        return [
-            c
-            for c in facts.calls
-            if c.receiver is None and isinstance(c.node.func, ast.Name) and c.node.func.id == node.name
-        ]
+        return [c for c in facts.calls_named(name) if c.receiver is None and isinstance(c.node.func, ast.Name)]
     return [
         c
-        for c in facts.calls
-        if c.receiver == "self" and c.method == node.name and c.frame.class_name == frame.class_name
+        for c in facts.calls_named(name)
+        if c.receiver == "self" and c.method == name and c.frame.class_name == frame.class_name
     ]

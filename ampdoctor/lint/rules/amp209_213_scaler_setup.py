@@ -50,11 +50,17 @@ class ScalerWithBfloat16(LintRule):
         if not facts.regions:
             return
         checked_text = False
+        # The regions a scaler of each device meets, and whether all are bfloat16 (asked once
+        # per device, not per scaler).
+        by_device: dict[str | None, tuple[list, bool]] = {}
         for new in facts.events(EventKind.SCALER_NEW):
             qname = new.call.qname or ""
             device = scaler_device(new.call.node, qname)
-            regions = [r for r in facts.regions if r.enabled.counts_as_on and (r.device == device or r.device is None)]
-            if not regions or any(r.effective_dtype != "bfloat16" for r in regions):
+            if device not in by_device:
+                met = [r for r in facts.regions if r.enabled.counts_as_on and (r.device == device or r.device is None)]
+                by_device[device] = (met, bool(met) and all(r.effective_dtype == "bfloat16" for r in met))
+            regions, all_bfloat16 = by_device[device]
+            if not all_bfloat16:
                 continue
             enabled = scaler_enabled(new.call.node, qname)
             if enabled is None and not _same_flag(facts, new.call.node, qname, regions):
@@ -263,8 +269,10 @@ def _holds_scaler_state(facts: AmpFacts, save: CallSite, mapping: ast.expr) -> b
     scaler (``amp_state = scaler.state_dict()`` saved as ``"amp_state": amp_state``)."""
     names = {dotted(node) for node in iter_nodes(mapping) if isinstance(node, ast.Name)}
     return any(
-        a.frame is save.frame and a.target in names and a.order < save.order and "scaler" in facts.text(a.value).lower()
-        for a in facts.assignments
+        a.order < save.order and "scaler" in facts.text(a.value).lower()
+        for name in names
+        if name is not None
+        for a in facts.assigned(save.frame, name)
     )
 
 
@@ -309,7 +317,7 @@ class ScalerStateNotSaved(LintRule):
         if name is None:
             return None
         frame = save.frame
-        earlier = [a for a in facts.assignments if a.frame is frame and a.target == name and a.order < save.order]
+        earlier = [a for a in facts.assigned(frame, name) if a.order < save.order]
         if not earlier or not _is_mapping_literal(earlier[-1].value):
             return None
         built = earlier[-1].order

@@ -149,7 +149,7 @@ def float32_receiver(facts: AmpFacts, site: CallSite) -> bool:
     name = dotted(receiver)
     if name is None:
         return False
-    earlier = [a for a in facts.assignments if a.frame is site.frame and a.target == name and a.order < site.order]
+    earlier = [a for a in facts.assigned(site.frame, name) if a.order < site.order]
     return bool(earlier) and _not_half(facts, earlier[-1].value)
 
 
@@ -310,9 +310,7 @@ def _stores_into_float16(facts: AmpFacts) -> Iterable[tuple[str, ast.expr]]:
     for target, assign, frame in facts.item_assignments:
         if _overflows(assign.value) is None:
             continue
-        earlier = [
-            a for a in facts.assignments if a.frame is frame and a.target == target and a.value.lineno < assign.lineno
-        ]
+        earlier = [a for a in facts.assigned(frame, target) if a.value.lineno < assign.lineno]
         if earlier and id(earlier[-1].value) in made_in_float16:
             yield target, assign.value
 

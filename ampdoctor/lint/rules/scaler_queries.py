@@ -12,7 +12,8 @@ from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
 
 def scaler_events(frame: Frame, kind: EventKind, scaler: str | None = None) -> list[Event]:
-    return [e for e in frame.events if e.kind is kind and (scaler is None or e.scaler == scaler)]
+    events = frame.events_of(kind)
+    return events if scaler is None else [e for e in events if e.scaler == scaler]
 
 
 def framework_backward(site: CallSite) -> bool:
@@ -78,10 +79,8 @@ def scaler_device(call: ast.Call, qname: str) -> str | None:
 
 
 def target_of(facts: AmpFacts, call: ast.Call) -> str | None:
-    for assignment in facts.assignments:
-        if assignment.value is call:
-            return assignment.target
-    return None
+    assignment = facts.assignment_of(call)
+    return assignment.target if assignment is not None else None
 
 
 def mentions(facts: AmpFacts, class_name: str) -> bool:
