@@ -660,3 +660,26 @@ def test_migration_of_apex_code_added_to_any_fixture_reparses_and_is_stable(path
     ast.parse(after)
     assert "amp.initialize" not in after and "amp.scale_loss" not in after
     assert migrate(after) == after
+
+
+_APEX_USE = 'from apex import amp\nmodel, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+
+
+@pytest.mark.parametrize(
+    "path,reported",
+    [
+        ("train.py", True),
+        ("src/engine/trainer.py", True),
+        ("src/apexify.py", True),  # "apex" inside a longer word says nothing
+        ("benchmarks/benchmark_nvidia_apex.py", False),
+        ("src/backends/apex_backend.py", False),
+        ("tests/test_trainer.py", False),
+        ("test/amp_utils.py", False),
+        ("test_amp.py", False),
+    ],
+)
+def test_amp402_leaves_modules_whose_purpose_is_apex(path: str, reported: bool):
+    """A benchmark of apex, an apex backend or a test exercises apex on purpose: no migration
+    is due there."""
+    found = [f for f in lint_text(_APEX_USE, path=path) if f.code == "AMP402"]
+    assert bool(found) is reported

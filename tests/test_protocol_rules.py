@@ -170,6 +170,35 @@ def test_amp205_fires_in_a_while_loop_too():
     assert lines_of("AMP205", src) == [line_containing(src, "GradScaler(")]
 
 
+def test_amp205_fires_under_a_test_of_a_flag():
+    # ``if cfg.amp:`` holds on every pass: a fresh scaler each iteration all the same
+    src = """
+    import torch
+    for step in range(steps):
+        if cfg.amp:
+            scaler = torch.amp.GradScaler("cuda")
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    """
+    assert lines_of("AMP205", src) == [line_containing(src, "GradScaler(")]
+
+
+def test_amp205_fires_in_the_else_of_a_one_pass_test():
+    src = """
+    import torch
+    for step in range(steps):
+        if step == 0:
+            pass
+        else:
+            scaler = torch.amp.GradScaler("cuda")
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    """
+    assert lines_of("AMP205", src) == [line_containing(src, "GradScaler(")]
+
+
 @pytest.mark.parametrize(
     "src",
     [
@@ -193,6 +222,40 @@ def test_amp205_fires_in_a_while_loop_too():
                 scaler.scale(model(x).sum()).backward()
                 scaler.step(optimizer)
                 scaler.update()
+        """,
+        # the else of a test of the scaler itself is lazy set-up too
+        """
+        import torch
+        for x in loader:
+            if scaler is not None:
+                pass
+            else:
+                scaler = torch.amp.GradScaler("cuda")
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        """,
+        # built on one pass, the one the loop variable equals
+        """
+        import torch
+        for step in range(steps):
+            if step == resume_at and cfg.amp:
+                scaler = torch.amp.GradScaler("cuda")
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        """,
+        # rebuilt on resuming, with the old scaler's state loaded into the new one
+        """
+        import torch
+        for step in range(steps):
+            if cfg.resume:
+                state = scaler.state_dict()
+                scaler = torch.amp.GradScaler("cuda")
+                scaler.load_state_dict(state)
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
         """,
         # a scaler built in the loop but never stepped there
         """
@@ -285,6 +348,22 @@ def test_amp206_unscale_in_a_micro_batch_loop_raises():
 )
 def test_amp206_silent(body):
     assert lines_of("AMP206", loop(body)) == []
+
+
+def test_amp206_silent_for_a_scaler_rebuilt_in_the_loop_it_unscales_in():
+    # AMP205's mistake: a fresh scaler each pass has never unscaled this optimizer before
+    src = """
+    import torch
+    for step, x in enumerate(loader):
+        scaler = torch.amp.GradScaler("cuda")
+        scaler.scale(model(x).sum()).backward()
+        scaler.unscale_(opt)
+        if step % accum == 0:
+            scaler.step(opt)
+            scaler.update()
+    """
+    assert lines_of("AMP206", src) == []
+    assert lines_of("AMP205", src) == [line_containing(src, "GradScaler(")]
 
 
 # --------------------------------------------------------------------------------------
@@ -528,6 +607,20 @@ def test_amp212_fires_for_the_deprecated_scaler_with_a_module_alias():
     assert lines_of("AMP212", src) == [line_containing(src, "GradScaler(")]
 
 
+def test_amp212_fires_when_the_wrap_always_runs_whatever_the_else():
+    src = """
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    model = FSDP(net)
+    if args.fsdp:
+        pass
+    else:
+        scaler = torch.amp.GradScaler("cuda")
+    """
+    assert lines_of("AMP212", src) == [line_containing(src, "GradScaler(")]
+
+
 @pytest.mark.parametrize(
     "src",
     [
@@ -540,6 +633,13 @@ def test_amp212_fires_for_the_deprecated_scaler_with_a_module_alias():
         "model = FSDP(net) if fsdp else net\nscaler = ShardedGradScaler() if fsdp else torch.amp.GradScaler('cuda')\n",
         # only imported, never wrapped here
         "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel\nscaler = torch.amp.GradScaler('cuda')\n",
+        # the plain scaler is made in the else of the test that wraps
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+        "if args.fsdp:\n    model = FSDP(net)\nelse:\n    scaler = torch.amp.GradScaler('cuda')\n",
+        # ... or after an assert that the model is not sharded
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+        "if args.fsdp:\n    model = FSDP(net)\nif args.amp:\n    assert not args.fsdp\n"
+        "    scaler = torch.amp.GradScaler('cuda')\n",
     ],
 )
 def test_amp212_silent(src):

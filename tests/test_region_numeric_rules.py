@@ -264,6 +264,48 @@ def test_amp107_silent_when_backward_restores_autocast_itself():
     assert codes(source, "AMP107") == []
 
 
+def test_amp107_silent_when_forward_enters_autocast_through_a_module_function():
+    # the wavelet-transform shape: forward calls a helper of the module that opens the region
+    source = """
+    import torch
+    def afb1d(x, h, use_amp):
+        with torch.autocast("cuda", enabled=use_amp):
+            return torch.nn.functional.conv2d(x, h)
+    class AFB2D(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, h, use_amp):
+            ctx.save_for_backward(h)
+            return afb1d(x * 2, h, use_amp)
+        @staticmethod
+        def backward(ctx, g):
+            (h,) = ctx.saved_tensors
+            return g @ h, None, None
+    with torch.autocast("cuda"):
+        y = AFB2D.apply(x, h, True)
+    """
+    assert codes(source, "AMP107") == []
+
+
+def test_amp107_fires_when_the_helper_it_calls_opens_no_region():
+    source = """
+    import torch
+    def afb1d(x, h):
+        return torch.nn.functional.conv2d(x, h)
+    class AFB2D(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, h):
+            ctx.save_for_backward(h)
+            return afb1d(x * 2, h)
+        @staticmethod
+        def backward(ctx, g):
+            (h,) = ctx.saved_tensors
+            return g @ h, None
+    with torch.autocast("cuda"):
+        y = AFB2D.apply(x, h)
+    """
+    assert [code for _, code in codes(source, "AMP107")] == ["AMP107"]
+
+
 # --------------------------------------------------------------------------------------
 # AMP301
 # --------------------------------------------------------------------------------------

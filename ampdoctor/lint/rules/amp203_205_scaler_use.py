@@ -123,18 +123,70 @@ class UnscaledBackward(LintRule):
 
 
 def _lazy_set_up(facts: AmpFacts, new: Event, loop, target: str) -> bool:
-    """Whether a construction inside a loop sits under a test of the scaler itself (``if scaler
-    is None:``, ``if not hasattr(self, "scaler"):``): made once, on the first pass. A test of
-    anything else (``if cfg.mixed_precision:``) builds a new scaler on every pass it holds."""
+    """Whether a construction inside a loop is made on one pass only, or carries the old state on:
+
+    - under a test of the scaler itself (``if scaler is None:``, ``if not hasattr(self,
+      "scaler"):``): made once, on the first pass;
+    - under an equality test of the loop's own variable (``if step == resume_step:``): one pass;
+    - followed in its block by ``<target>.load_state_dict(...)``: the scale goes on from the
+      state saved before (a scaler rebuilt on resuming).
+
+    A test of anything else (``if cfg.mixed_precision:``) builds a new scaler on every pass it
+    holds."""
     inside = False
     name = target.rsplit(".", 1)[-1]
+    counters = _loop_names(loop.node)
     for block in new.path:
         if block.ident == loop.ident:
             inside = True
             continue
-        if inside and isinstance(block.node, ast.If) and name in facts.text(block.node.test):
-            return True
+        if inside and isinstance(block.node, ast.If):
+            test = block.node.test
+            if name in facts.text(test) or (block.kind == "if" and _tests_one_pass(test, counters)):
+                return True
+    return _restored(facts, new, target)
+
+
+def _loop_names(loop: ast.AST) -> set[str]:
+    target = getattr(loop, "target", None)
+    return {n.id for n in ast.walk(target) if type(n) is ast.Name} if target is not None else set()
+
+
+def _tests_one_pass(test: ast.expr, counters: set[str]) -> bool:
+    """``step == 3``, ``epoch == start and ...``: an equality of a loop variable holds on one pass."""
+    if type(test) is ast.BoolOp and type(test.op) is ast.And:
+        return any(_tests_one_pass(value, counters) for value in test.values)
+    if type(test) is not ast.Compare or not all(type(op) in (ast.Eq, ast.Is) for op in test.ops):
+        return False
+    return any(type(side) is ast.Name and side.id in counters for side in (test.left, *test.comparators))
+
+
+def _restored(facts: AmpFacts, new: Event, target: str) -> bool:
+    """Whether the statement after the construction, in the same block, loads a state into it."""
+    statement = new.call.statement
+    body = _body_holding(new.path[-1].node if new.path else None, statement)
+    if body is None:
+        return False
+    for later in body[body.index(statement) + 1 :]:
+        for node in ast.walk(later):
+            if (
+                type(node) is ast.Call
+                and type(node.func) is ast.Attribute
+                and node.func.attr == "load_state_dict"
+                and facts.text(node.func.value) == target
+            ):
+                return True
     return False
+
+
+def _body_holding(block: ast.AST | None, statement: ast.stmt) -> list[ast.stmt] | None:
+    if block is None:
+        return None
+    for field in ("body", "orelse", "finalbody"):
+        body = getattr(block, field, None)
+        if isinstance(body, list) and any(s is statement for s in body):
+            return body
+    return None
 
 
 @register
