@@ -12,7 +12,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from click.testing import CliRunner
-from helpers import lint_text
+from helpers import fix_text, lint_text
 
 from ampdoctor.cli import main
 
@@ -172,7 +172,7 @@ def _fix_of(source: str, code: str):
     return finding.fix
 
 
-def test_amp106_fix_only_when_every_other_autocast_is_cuda():
+def test_amp106_fix_only_when_every_other_autocast_names_one_device():
     cuda = """
     import torch
     with torch.cuda.amp.autocast():
@@ -198,6 +198,23 @@ def test_amp106_fix_only_when_every_other_autocast_is_cuda():
         pass
     """
     assert _fix_of(alone, "AMP106") is None
+    cpu = """
+    import torch
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        pass
+    with torch.autocast(dtype=torch.bfloat16):
+        pass
+    """
+    fixed = fix_text(textwrap.dedent(cpu))
+    assert 'torch.autocast("cpu", dtype=torch.bfloat16):\n    pass\n' in fixed.split("pass", 1)[1]
+    variable = """
+    import torch
+    with torch.autocast(device.type):
+        pass
+    with torch.autocast():
+        pass
+    """
+    assert _fix_of(variable, "AMP106") is None
 
 
 # --------------------------------------------------------------------------------------

@@ -213,26 +213,29 @@ class AutocastMissingDeviceType(LintRule):
                 devices.append(device)
             elif site.qname in _DEVICE_LESS:
                 missing.append(site)
-        fixable = bool(devices) and all(d == "cuda" for d in devices)
+        # The device every other region of the file names, when they all name the same one.
+        named = set(devices)
+        device = named.pop() if len(named) == 1 else None
+        fixable = device is not None and device.isidentifier()
         for site in missing:
             yield Report(
                 self.code,
                 site.node,
                 "`autocast()` without a device type raises TypeError: `device_type` is a required argument "
                 "of `torch.autocast`",
-                help='Pass the device first, e.g. `torch.autocast("cuda", dtype=torch.float16)`',
-                fix=self._fix(site.node, facts) if fixable else None,
+                help=f'Pass the device first, e.g. `torch.autocast("{device if fixable else "cuda"}", dtype=torch.float16)`',
+                fix=self._fix(site.node, facts, device) if fixable and device else None,
                 statement=site.statement,
             )
 
-    def _fix(self, call: ast.Call, facts: AmpFacts) -> FixPlan:
-        description = 'Add device type "cuda" (every other autocast in this file uses it)'
+    def _fix(self, call: ast.Call, facts: AmpFacts, device: str) -> FixPlan:
+        description = f'Add device type "{device}" (every other autocast in this file uses it)'
         # The device is missing, so there is no positional argument: the first one is a keyword,
         # whose position starts at its name (never inside parentheses).
         first = call.args[0] if call.args else call.keywords[0] if call.keywords else None
         if first is not None:
-            return FixPlan(description, (NodeEdit("insert_before", first, '"cuda", '),))
-        return FixPlan(description, (NodeEdit("replace", call, f'{facts.text(call.func)}("cuda")'),))
+            return FixPlan(description, (NodeEdit("insert_before", first, f'"{device}", '),))
+        return FixPlan(description, (NodeEdit("replace", call, f'{facts.text(call.func)}("{device}")'),))
 
 
 # --------------------------------------------------------------------------------------

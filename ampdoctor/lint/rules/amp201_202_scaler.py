@@ -18,8 +18,9 @@ import ast
 import re
 from collections.abc import Iterable
 
+from ..iteration import exclusive, is_prefix
 from ..model import AmpFacts, Event, Frame
-from ..syntax import call_args, dotted
+from ..syntax import FUNCTION_TYPES, call_args, dotted
 from ..vocabulary import EventKind
 from . import SCALED_BACKWARD, FixPlan, LintRule, NodeEdit, Report, register
 
@@ -94,19 +95,30 @@ class ClipBeforeUnscale(LintRule):
         optimizers = {s.optimizer for s in steps}
         # The user's own optimizer name when the steps after the clip say which one it is.
         optimizer = next(iter(optimizers)) if len(optimizers) == 1 and None not in optimizers else "optimizer"
+        if not _bound_before(frame, optimizer, clip.call.statement):
+            optimizer = "optimizer"  # ``for o in optimizers: scaler.step(o)`` after the clip
         return Report(
             self.code,
             clip.call.node,
             f"gradients are clipped while still multiplied by the loss scale of `{scaler}`: "
             f"call `{scaler}.unscale_({optimizer})` before clipping",
             help=f"Insert `{scaler}.unscale_({optimizer})` before the clip",
-            fix=self._fix(facts, clip, scaler, steps, unscales),
+            fix=self._fix(facts, frame, clip, backwards[-1], scaler, steps, unscales),
             statement=clip.call.statement,
         )
 
     def _fix(
-        self, facts: AmpFacts, clip: Event, scaler: str, steps: list[Event], unscales: list[Event]
+        self,
+        facts: AmpFacts,
+        frame: Frame,
+        clip: Event,
+        backward: Event,
+        scaler: str,
+        steps: list[Event],
+        unscales: list[Event],
     ) -> FixPlan | None:
+        """``scaler.unscale_(optimizer)`` before the clip, only where that line is sure to run once
+        per update: torch raises when ``unscale_`` runs twice on an optimizer between updates."""
         optimizers = {s.optimizer for s in steps}
         statement = _simple_statement(facts, clip)
         if len(optimizers) != 1 or None in optimizers or statement is None:
@@ -114,9 +126,46 @@ class ClipBeforeUnscale(LintRule):
         # An unscale_ between the clip and the step would then run twice: torch raises.
         if any(clip.order < u.order < steps[0].order for u in unscales):
             return None
+        # Several clips after one backward (a UNet's and a text encoder's): the unscale_ goes
+        # before the first of them, and the others need none.
+        if any(
+            backward.order < other.order < clip.order and not other.norm_only and not exclusive(other, clip)
+            for other in frame.events_of(EventKind.CLIP)
+        ):
+            return None
         (optimizer,) = optimizers
+        if not _runs_once_per_update(frame, clip, scaler, steps[0]) or not _bound_before(frame, optimizer, statement):
+            return None
         text = f"{scaler}.unscale_({optimizer})"
         return FixPlan(f"Insert `{text}` before the clip", (NodeEdit("line_before", statement, text),))
+
+
+def _runs_once_per_update(frame: Frame, clip: Event, scaler: str, step: Event) -> bool:
+    """Whether a line before the clip runs at most once between two ``update()`` calls: the update
+    after the clip (else the step) sits in a block around the clip, and no loop lies between
+    them (a clip per model in ``for m in models:``, or every micro-batch while the step waits for
+    the accumulation test, would unscale twice)."""
+    updates = [e for e in _scaler_events(frame, EventKind.UPDATE, scaler) if e.order > step.order]
+    governing = updates[0] if updates else step
+    if not is_prefix(governing.path, clip.path):
+        return False
+    return not any(block.is_loop for block in clip.path[len(governing.path) :])
+
+
+def _bound_before(frame: Frame, optimizer: str, statement: ast.stmt) -> bool:
+    """Whether the optimizer's name is bound where the clip is: a name the function binds only
+    after the clip (``for o in optimizers: scaler.step(o)``) would raise NameError there."""
+    root = optimizer.split(".", 1)[0].split("[", 1)[0]
+    if root == "self":
+        return True
+    node = frame.node
+    if isinstance(node, FUNCTION_TYPES):
+        arguments = node.args
+        every = (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg)
+        if any(a is not None and a.arg == root for a in every):
+            return True
+    bindings = [n.lineno for n in ast.walk(node) if type(n) is ast.Name and n.id == root and type(n.ctx) is ast.Store]
+    return not bindings or min(bindings) <= statement.lineno
 
 
 @register
