@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from ampdoctor.cli import main
-from ampdoctor.lint import engine
+from ampdoctor.lint import engine, fix_loop
 from ampdoctor.lint.engine import FileResult
 from ampdoctor.lint.writing import WriteError, write_result
 
@@ -196,7 +196,7 @@ def test_a_read_only_folder_is_reported(folder):
 
 def test_a_fix_that_would_not_parse_is_never_written(folder, monkeypatch):
     (folder / "train.py").write_text(BUGGY)
-    monkeypatch.setattr(engine, "apply_edits", lambda source, edits: source + "def broken(:\n")
+    monkeypatch.setattr(fix_loop, "apply_edits", lambda source, edits: source + "def broken(:\n")
     result = lint("--fix", "train.py")
     assert result.exit_code == 2
     assert error_lines(result.output) == [

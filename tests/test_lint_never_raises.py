@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from ampdoctor.lint import known_codes
-from ampdoctor.lint.engine import LintOptions, apply_edits, check_source, fix_source, lint_file, prefilter_spec
+from ampdoctor.lint.engine import LintOptions, check_source, fix_source, lint_file, prefilter_spec
+from ampdoctor.lint.fixes import apply_edits
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures" / "lint").rglob("*.py"))

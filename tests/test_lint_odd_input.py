@@ -12,7 +12,6 @@ from click.testing import CliRunner
 from helpers import lint_text
 
 from ampdoctor.cli import main
-from ampdoctor.lint import engine
 from ampdoctor.lint.rules import lint_rules
 
 # Enough for every file to pass the token prefilter and be parsed: one AMP401 finding on line 2.
@@ -174,7 +173,7 @@ def _too_deep(*args, **kwargs):
 @pytest.mark.parametrize("stage", ["text gate", "fact model", "rule", "fix"])
 def test_a_recursion_error_in_any_walk_is_one_amp000_line(folder, monkeypatch, stage):
     """Whichever walk runs out of stack, the file gets one line and no traceback."""
-    from ampdoctor.lint import facts, textscan
+    from ampdoctor.lint import facts, fix_loop, textscan
 
     if stage == "text gate":
         monkeypatch.setattr(textscan.TextGate, "keeps", _too_deep)
@@ -183,7 +182,7 @@ def test_a_recursion_error_in_any_walk_is_one_amp000_line(folder, monkeypatch, s
     elif stage == "rule":
         monkeypatch.setattr(lint_rules()["AMP401"], "check", _too_deep)
     else:
-        monkeypatch.setattr(engine, "apply_edits", _too_deep)
+        monkeypatch.setattr(fix_loop, "apply_edits", _too_deep)
     write(folder, "deep.py", HEADER)
     result = lint("--fix", "deep.py") if stage == "fix" else lint("deep.py")
     assert result.exit_code == 2, result.output

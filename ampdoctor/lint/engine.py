@@ -24,15 +24,9 @@ from .fixes import (
     FixError,
     ModuleRewrite,
     SourceLines,
-    apply_edits,
-    edit_spans,
-    overlaps,
-    realize_rewrites,
     resolve_fix,
 )
 from .suppressions import apply_suppressions
-
-MAX_FIX_PASSES = 10
 
 
 class LintOptions(Record):
@@ -306,32 +300,11 @@ def _position(reports, lines: SourceLines, path: str) -> list[Finding]:
 
 
 def fix_source(source: str, path: str, options: LintOptions) -> tuple[str, int, list[Finding], int, bool]:
-    """Apply fixes until none applies: (new source, fixes applied, findings, suppressed, parsed)."""
-    fixed = 0
-    findings, suppressed, parsed = check_source(source, path, options)
-    for _ in range(MAX_FIX_PASSES):
-        applicable = [f for f in findings if f.fix and (f.fix.is_safe or options.unsafe_fixes)]
-        applicable = realize_rewrites(applicable, source, path)  # codemods run only when applied
-        if not applicable or not parsed:
-            break
-        lines = SourceLines(source)
-        taken: list[tuple[int, int]] = []
-        edits = []
-        applied = 0
-        for finding in applicable:
-            spans = edit_spans(lines, finding.fix)
-            if overlaps(spans, taken):
-                continue  # the next pass picks it up against the updated text
-            taken.extend(spans)
-            edits.extend(finding.fix.edits)
-            applied += 1
-        candidate = apply_edits(source, edits)
-        new_findings, new_suppressed, new_parsed = check_source(candidate, path, options)
-        if not new_parsed:
-            raise FixError("a fix produced code that does not parse; nothing was written")
-        source, findings, suppressed, parsed = candidate, new_findings, new_suppressed, new_parsed
-        fixed += applied
-    return source, fixed, findings, suppressed, parsed
+    """Apply fixes until none applies: (new source, fixes applied, findings, suppressed, parsed).
+    Each pass is checked by linting its result (fix_loop.py)."""
+    from .fix_loop import fix_until_stable
+
+    return fix_until_stable(source, path, lambda text: check_source(text, path, options), options.unsafe_fixes)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,142 @@
+"""fixtures/fixes: CPU training scripts with fixable mistakes. ``--fix --unsafe-fixes`` must leave
+code that runs: every finding it fixed gone on re-lint, nothing new, a second run a no-op, and
+the fixed script training to its end (bit for bit as before where the fix only renames).
+
+A fix that a site cannot take safely (a clip per model in a loop, a clip every micro-batch) is
+not offered: the file is left as it was and the finding stays."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from helpers import expected_pairs
+
+from ampdoctor.cli import main
+
+FIXES = Path(__file__).resolve().parent.parent / "fixtures" / "fixes"
+
+# name -> (codes whose findings the fixes remove, codes left for a person, the losses stay equal)
+CASES = {
+    "two_clips_one_optimizer.py": ({"AMP201"}, set(), False),
+    "clip_per_model_loop.py": (set(), {"AMP201"}, True),
+    "clip_every_micro_step.py": (set(), {"AMP201"}, True),
+    "missing_update_and_clip.py": ({"AMP201", "AMP202"}, set(), False),
+    "deprecated_cpu_api.py": ({"AMP401"}, set(), True),
+    "mask_and_device.py": ({"AMP301", "AMP106"}, set(), False),
+    "backward_in_autocast.py": ({"AMP101"}, set(), False),
+}
+
+
+def _lint(*args: str) -> list[dict]:
+    run = CliRunner().invoke(main, ["lint", "--isolated", "--output-format", "json", *args], catch_exceptions=False)
+    assert run.exit_code in (0, 1), run.output
+    return json.loads(run.stdout)
+
+
+def _fixed_copy(tmp_path: Path, name: str) -> tuple[Path, str]:
+    target = tmp_path / name
+    shutil.copy(FIXES / name, target)
+    before = target.read_text(encoding="utf-8")
+    _lint("--fix", "--unsafe-fixes", str(target))
+    return target, before
+
+
+def test_every_fixture_is_covered():
+    assert {p.name for p in FIXES.glob("*.py")} == set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fixture_reports_its_marked_mistakes(name: str):
+    source = (FIXES / name).read_text(encoding="utf-8")
+    found = sorted((item["line"], item["code"]) for item in _lint(str(FIXES / name)))
+    assert found == expected_pairs(source)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fix_removes_what_it_fixes_adds_nothing_and_is_idempotent(tmp_path: Path, name: str):
+    fixed_codes, kept_codes, _ = CASES[name]
+    original = [item["code"] for item in _lint(str(FIXES / name))]
+    target, before = _fixed_copy(tmp_path, name)
+    after = target.read_text(encoding="utf-8")
+    assert (after != before) is bool(fixed_codes)
+    remaining = [item["code"] for item in _lint(str(target))]
+    assert not set(remaining) & fixed_codes
+    assert set(remaining) == kept_codes
+    assert all(original.count(code) >= remaining.count(code) for code in remaining), "a fix added a finding"
+    _lint("--fix", "--unsafe-fixes", str(target))
+    assert target.read_text(encoding="utf-8") == after, "a second --fix changed the file again"
+
+
+def _run(script: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=script.parent, capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+def _losses(output: str) -> list[float]:
+    return [float(line.split()[2]) for line in output.splitlines() if line.startswith("loss ")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fixed_script_trains_to_its_end(tmp_path: Path, name: str):
+    pytest.importorskip("torch")
+    _, _, same_losses = CASES[name]
+    original = _run(FIXES / name)
+    target, _ = _fixed_copy(tmp_path, name)
+    fixed = _run(target)
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    assert fixed.stdout.rstrip().endswith("done")
+    losses = _losses(fixed.stdout)
+    assert losses and all(math.isfinite(loss) for loss in losses)
+    if same_losses:
+        assert original.returncode == 0 and _losses(original.stdout) == losses
+
+
+def test_a_fix_that_would_add_a_finding_is_withheld(monkeypatch):
+    """The pass is checked by linting its result: were AMP201 to offer an unscale_ before each of
+    two clips, the second would be an AMP206 (unscaled twice); that fix is withheld and its
+    finding stays, without a fix."""
+    from helpers import all_options
+
+    from ampdoctor.lint.engine import fix_source
+    from ampdoctor.lint.fixes import FixPlan, NodeEdit
+    from ampdoctor.lint.rules import amp201_202_scaler
+
+    def every_clip(self, facts, frame, clip, backward, scaler, steps, unscales):
+        return FixPlan("unscale", (NodeEdit("line_before", clip.call.statement, f"{scaler}.unscale_(optimizer)"),))
+
+    monkeypatch.setattr(amp201_202_scaler.ClipBeforeUnscale, "_fix", every_clip)
+    source = (FIXES / "two_clips_one_optimizer.py").read_text(encoding="utf-8")
+    fixed, count, findings, _, _ = fix_source(source, "train.py", all_options(fix=True))
+    assert fixed.count("scaler.unscale_(optimizer)") == 1 and count == 1
+    assert "AMP206" not in {f.code for f in findings}
+
+
+def test_a_fix_that_adds_a_finding_on_its_own_is_withheld_and_its_finding_keeps_no_fix(monkeypatch):
+    from helpers import all_options
+
+    from ampdoctor.lint.engine import fix_source
+    from ampdoctor.lint.fixes import FixPlan, NodeEdit
+    from ampdoctor.lint.rules import amp201_202_scaler
+
+    def twice(self, facts, frame, clip, backward, scaler, steps, unscales):
+        text = f"{scaler}.unscale_(optimizer); {scaler}.unscale_(optimizer)"
+        return FixPlan("unscale twice", (NodeEdit("line_before", clip.call.statement, text),))
+
+    monkeypatch.setattr(amp201_202_scaler.ClipBeforeUnscale, "_fix", twice)
+    source = (FIXES / "missing_update_and_clip.py").read_text(encoding="utf-8")
+    fixed, count, findings, _, _ = fix_source(source, "train.py", all_options(fix=True))
+    assert "unscale_" not in fixed and count == 1  # the AMP202 fix alone went in
+    assert "scaler.update()" in fixed
+    [clip] = [f for f in findings if f.code == "AMP201"]
+    assert clip.fix is None
