@@ -101,3 +101,17 @@ def test_an_explicitly_named_folder_inside_an_ignored_one_is_walked(tmp_path):
     discovery = Discovery(tmp_path)
     assert [p.relative_to(named).as_posix() for p in discovery.files([named])] == ["train.py"]
     assert list(discovery.files([tmp_path])) == []
+
+
+def test_a_folder_of_links_to_files_names_each_file_once(tmp_path):
+    """Links resolve to their targets: a file reached through a link and by its own path is
+    linted once, under the spelling met first."""
+    make(tmp_path, "pkg/train.py", "pkg/model.py")
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "train.py").symlink_to(tmp_path / "pkg" / "train.py")
+    (tmp_path / "links" / "alias.py").symlink_to(tmp_path / "pkg" / "model.py")
+    discovery = Discovery(tmp_path)
+    names = [Path(p).relative_to(tmp_path).as_posix() for p in discovery.files([tmp_path / "links", tmp_path / "pkg"])]
+    assert sorted(names) == ["links/alias.py", "links/train.py"]
+    names = [Path(p).relative_to(tmp_path).as_posix() for p in discovery.files([tmp_path])]
+    assert sorted(names) == ["links/alias.py", "links/train.py"]

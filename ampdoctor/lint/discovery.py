@@ -206,7 +206,10 @@ class Discovery:
                 child = f"{folder}{os.sep}{name}"
                 if (self.exclude and self._is_excluded(child)) or (rules and _ignored(rules, child, False)):
                     continue
-                yield child, os.path.join(spelled, name)
+                # A link to a file is known by its target: a folder of links into the package
+                # names each file once (one lstat per file, about 1 ms a thousand files).
+                key = os.path.realpath(child) if os.path.islink(child) else child
+                yield key, os.path.join(spelled, name)
 
     def _ignores_above(self, top: str) -> list[tuple[str, GitIgnore]]:
         """.gitignore files of the folders above ``top`` (outermost first), up to the root of
