@@ -59,3 +59,19 @@ def test_first_line_of_a_multiline_statement():
 def test_noqa_inside_a_string_on_another_line_does_not_count():
     source = TEMPLATE.format(comment="") + 'message = "# noqa"\n'
     assert check(source) == (["AMP201"], 0)
+
+
+@pytest.mark.parametrize(
+    "comment, codes, suppressed",
+    [
+        # a suppression's text inside a string on the finding's own line is no comment
+        ('; text = "# noqa"', ["AMP201"], 0),
+        ("; text = '# noqa: AMP201'", ["AMP201"], 0),
+        ('; text = "# ampdoctor: ignore[AMP201]"', ["AMP201"], 0),
+        # a real comment after a string that holds a '#' still counts
+        ('; text = "#"  # noqa: AMP201', [], 1),
+        ("; text = 'a # b'  # noqa", [], 1),
+    ],
+)
+def test_only_a_comment_suppresses(comment, codes, suppressed):
+    assert check(TEMPLATE.format(comment=comment)) == (codes, suppressed)

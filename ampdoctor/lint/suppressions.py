@@ -32,6 +32,7 @@ def apply_suppressions(findings: list[Finding], source: str, ignored: Sequence[s
     """The findings kept (neither ignored for the file by a code prefix in ``ignored`` nor
     suppressed by a comment on one of their lines) and how many comments suppressed."""
     lines = source.splitlines()
+    comments = _Comments(source)
     kept, suppressed = [], 0
     for finding in findings:
         noqa_lines = finding.extra.pop("_noqa_lines", None)
@@ -39,17 +40,44 @@ def apply_suppressions(findings: list[Finding], source: str, ignored: Sequence[s
             noqa_lines = [finding.location.line]
         if any(finding.code.startswith(prefix) for prefix in ignored) and finding.code != PARSE_ERROR:
             continue
-        if _is_suppressed(finding.code, noqa_lines, lines):
+        if _is_suppressed(finding.code, noqa_lines, lines, comments):
             suppressed += 1
             continue
         kept.append(finding)
     return kept, suppressed
 
 
-def _is_suppressed(code: str, line_numbers: Iterable[int], lines: list[str]) -> bool:
+def _is_suppressed(code: str, line_numbers: Iterable[int], lines: list[str], comments: _Comments) -> bool:
     for number in line_numbers:
         if 1 <= number <= len(lines):
-            codes = suppressed_codes(lines[number - 1])
+            line = lines[number - 1]
+            codes = suppressed_codes(line)
+            if codes is not None and ("'" in line or '"' in line):
+                # ``s = "# noqa"``: only a comment suppresses; the tokenizer tells them apart.
+                codes = suppressed_codes(comments.on(number))
             if codes is not None and (not codes or code in codes):
                 return True
     return False
+
+
+class _Comments:
+    """The comment on each line, found by the tokenizer on first use: only a line that holds
+    both a quote and a suppression's text needs it."""
+
+    def __init__(self, source: str) -> None:
+        self._source = source
+        self._by_line: dict[int, str] | None = None
+
+    def on(self, line: int) -> str:
+        if self._by_line is None:
+            import io
+            import tokenize
+
+            self._by_line = {}
+            try:
+                for token in tokenize.generate_tokens(io.StringIO(self._source).readline):
+                    if token.type == tokenize.COMMENT:
+                        self._by_line[token.start[0]] = token.string
+            except (tokenize.TokenError, SyntaxError):
+                pass  # the comments found before the error stand
+        return self._by_line.get(line, "")
