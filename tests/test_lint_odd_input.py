@@ -213,6 +213,16 @@ def test_a_path_that_does_not_exist_is_one_line_exit_2(folder, name):
     assert result.output.strip().splitlines() == [f"ampdoctor: error: no such file or folder: {name}"]
 
 
+@pytest.mark.parametrize("name", ["nowhere.py", "dangling.py"])
+def test_a_path_that_does_not_exist_is_one_line_and_the_others_are_still_checked(folder, name):
+    (folder / "dangling.py").symlink_to(folder / "gone.py")
+    write(folder, "ok.py", HEADER)
+    result = lint(name, "ok.py")
+    assert result.exit_code == 2
+    assert f"ampdoctor: error: no such file or folder: {name}" in result.output.splitlines()
+    assert any(line.startswith("ok.py:2:10: AMP401") for line in finding_lines(result.output))
+
+
 @pytest.mark.skipif(
     os.geteuid() == 0,
     reason="root reads a file whatever its mode; test_a_file_that_cannot_be_read_is_one_line checks the same path",

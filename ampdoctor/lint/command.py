@@ -68,9 +68,13 @@ def run_lint(
     from ..findings import Severity
     from . import LintRequest, known_codes, lint_paths
 
+    # A path that does not exist (a typo, a dangling link) is one line; the others are checked.
     missing = [p for p in paths if not p.exists()]
-    if missing:
+    paths = [p for p in paths if p.exists()]
+    if missing and not paths:
         raise UsageError(f"no such file or folder: {missing[0]}")
+    for path in missing:
+        print(f"ampdoctor: error: no such file or folder: {path}", file=sys.stderr)
     known = known_codes()
     settings = _settings(paths, config_file, isolated, known)
     try:
@@ -97,9 +101,10 @@ def run_lint(
         _write_fixes(run)
     _print_errors(run)
     if diff:
-        return _print_diff(run)
+        code = _print_diff(run)
+        return EXIT_ERROR if missing else code
     _report(run, output_format, output_file, show_suppressed, fix_mode=fix)
-    if any(r.error for r in run.results):
+    if missing or any(r.error for r in run.results):
         return EXIT_ERROR
     failing = [f for f in run.findings if f.severity >= settings.fail_on]
     return EXIT_FINDINGS if failing else EXIT_OK
@@ -117,6 +122,19 @@ def _write_fixes(run) -> None:
                 reason = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
                 result.error = f"not fixed: {reason}"
                 result.fixed = 0
+                _as_read(result)
+
+
+def _as_read(result) -> None:
+    """The file was not written: its report is that of the text as it was read, the findings
+    the fixes would have removed included."""
+    if result.unfixed is None:
+        return
+    findings, suppressed, cells = result.unfixed
+    result.findings, result.suppressed = findings, suppressed
+    if cells:
+        result.cells = cells
+    result.source, result.original, result.notebook = result.original, None, None
 
 
 def _print_errors(run) -> None:
