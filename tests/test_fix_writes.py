@@ -4,6 +4,7 @@ a file it cannot write is one line, and the other files are still fixed."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -179,6 +180,32 @@ def test_a_file_that_cannot_be_written_is_reported_and_the_others_are_fixed(fold
     assert leftovers(folder) == []
 
 
+@pytest.mark.parametrize("name", ["a_locked.py", "a_locked.ipynb"])
+def test_the_findings_of_a_file_that_cannot_be_written_stay_in_the_report(folder, monkeypatch, name):
+    """Not written, so not fixed: the report shows what the file as read still holds, the
+    findings with a fix included, at their lines as read."""
+    if name.endswith(".ipynb"):
+        cells = [{"cell_type": "code", "metadata": {}, "source": BUGGY, "outputs": [], "execution_count": None}]
+        (folder / name).write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    else:
+        (folder / name).write_text(BUGGY)
+    (folder / "b_open.py").write_text(BUGGY)
+    real_replace = os.replace
+
+    def refuse_replace(source, target):
+        if "a_locked" in str(target):
+            raise PermissionError(13, "Permission denied")
+        return real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", refuse_replace)
+    result = lint("--fix", "--output-format", "json", ".")
+    assert result.exit_code == 2
+    items = json.loads(result.stdout)
+    assert [(item["path"], item["code"], item["line"]) for item in items] == [(name, "AMP401", 2)]
+    assert items[0]["fix"] is not None
+    assert (folder / "b_open.py").read_text() == FIXED
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder; the test above simulates it")
 def test_a_read_only_folder_is_reported(folder):
     locked = folder / "locked"
@@ -244,3 +271,67 @@ def test_a_notebook_changed_on_disk_is_not_overwritten(folder, monkeypatch):
     path.write_text(text)
     assert lint("--fix", "nb.ipynb").exit_code == 0
     assert 'torch.amp.GradScaler(\\"cuda\\")' in path.read_text()
+
+
+def test_a_line_a_fix_adds_ends_as_the_file_s_lines_do_cr_included(folder):
+    """Classic Mac line endings (CR alone) stay CR: an added line gets one too."""
+    body = [
+        "import torch",
+        'scaler = torch.amp.GradScaler("cuda")',
+        "for x in data:",
+        '    with torch.autocast("cuda"):',
+        "        loss = model(x)",
+        "    scaler.scale(loss).backward()",
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+        "    scaler.step(opt)",
+        "    scaler.update()",
+    ]
+    (folder / "train.py").write_bytes(("\r".join(body) + "\r").encode())
+    result = lint("--fix", "train.py")
+    assert result.exit_code == 0, result.output
+    data = (folder / "train.py").read_bytes()
+    assert b"\n" not in data
+    assert b"\r    scaler.unscale_(opt)\r    torch.nn.utils.clip_grad_norm_" in data
+
+
+def test_a_hard_linked_file_is_fixed_in_place_and_every_link_sees_it(folder):
+    (folder / "train.py").write_text(BUGGY)
+    os.link(folder / "train.py", folder / "other_name.py")
+    inode = os.stat(folder / "train.py").st_ino
+    result = lint("--fix", "train.py")
+    assert result.exit_code == 0, result.output
+    assert os.stat(folder / "train.py").st_ino == inode
+    assert (folder / "other_name.py").read_text() == FIXED
+    assert leftovers(folder) == []
+
+
+def test_a_hard_linked_file_changed_since_it_was_read_is_left_alone(folder, monkeypatch):
+    from ampdoctor.lint import writing
+
+    (folder / "train.py").write_text(BUGGY)
+    os.link(folder / "train.py", folder / "other_name.py")
+    real = writing._write_in_place
+
+    def edit_first(path, data, current):
+        (folder / "other_name.py").write_text(BUGGY + "# edited\n")
+        return real(path, data, current)
+
+    monkeypatch.setattr(writing, "_write_in_place", edit_first)
+    result = lint("--fix", "train.py")
+    assert result.exit_code == 2
+    assert error_lines(result.output) == [
+        "ampdoctor: error: train.py: not fixed: changed on disk since it was read; not overwritten"
+    ]
+    assert (folder / "train.py").read_text() == BUGGY + "# edited\n"
+
+
+def test_a_folder_of_links_into_the_package_is_fixed_once(folder):
+    (folder / "pkg").mkdir()
+    (folder / "pkg" / "train.py").write_text(BUGGY)
+    (folder / "links").mkdir()
+    (folder / "links" / "train.py").symlink_to(folder / "pkg" / "train.py")
+    result = lint("--fix", "pkg", "links")
+    assert result.exit_code == 0, result.output
+    assert error_lines(result.output) == []
+    assert (folder / "pkg" / "train.py").read_text() == FIXED
+    assert (folder / "links" / "train.py").is_symlink()

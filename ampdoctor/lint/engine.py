@@ -81,6 +81,7 @@ class FileResult(Record):
         "classes",
         "key",
         "screened",
+        "unfixed",
     )
 
     def __init__(
@@ -118,6 +119,9 @@ class FileResult(Record):
         self.classes: frozenset[str] | None = None
         self.key: str | None = None
         self.screened = False
+        # When fixes changed the text: (findings, suppressed, cells) of the text as it was read,
+        # what the report shows if the fixed text cannot be written.
+        self.unfixed: tuple[list[Finding], int, dict[int, str]] | None = None
 
     @property
     def changed(self) -> bool:
@@ -465,15 +469,28 @@ def result_from_cache(path: Path, display: str, data: bytes, findings: list[Find
 def _check_text(path: Path, display: str, source: str, options: LintOptions, result: FileResult) -> FileResult:
     result.source = source
     if options.fix:
+        from .fix_loop import fix_until_stable
+
+        first: list[tuple[list[Finding], int, bool]] = []
+
+        def check(text: str) -> tuple[list[Finding], int, bool]:
+            outcome = check_source(text, display, options)
+            if not first:
+                first.append(outcome)  # the text as it was read
+            return outcome
+
         try:
-            new_source, fixed, findings, suppressed, parsed = fix_source(source, display, options)
+            new_source, fixed, findings, suppressed, parsed = fix_until_stable(
+                source, display, check, options.unsafe_fixes
+            )
         except FixError as exc:
             result.error = str(exc)
-            findings, suppressed, parsed = check_source(source, display, options)
+            findings, suppressed, parsed = first[0] if first else check_source(source, display, options)
             new_source, fixed = source, 0
         if new_source != source:
             result.original = source
             result.source = new_source
+            result.unfixed = (first[0][0], first[0][1], {})
         result.fixed = fixed
     else:
         summary: list = []
@@ -514,6 +531,10 @@ def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, 
             result = _check_text(path, display, notebook.source, unfixed, FileResult(display, file_path=str(path)))
     result.findings = [_to_cell(f, notebook if not result.changed else final) for f in result.findings]
     result.cells = {cell.number: final.cell_text(cell.number) for cell in final.cells}
+    if result.unfixed is not None:
+        findings, suppressed, _ = result.unfixed
+        cells = {cell.number: notebook.cell_text(cell.number) for cell in notebook.cells}
+        result.unfixed = ([_to_cell(f, notebook) for f in findings], suppressed, cells)
     return result
 
 

@@ -124,11 +124,14 @@ class SourceLines:
         return ""
 
     def newline(self) -> str:
+        """The text's line ending, as its first line ends (LF, CRLF, or a classic Mac's CR)."""
         for line in self.lines:
             if line.endswith("\r\n"):
                 return "\r\n"
             if line.endswith("\n"):
                 return "\n"
+            if line.endswith("\r"):
+                return "\r"
         return "\n"
 
 

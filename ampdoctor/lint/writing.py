@@ -18,6 +18,8 @@ def write_result(path: Path, result: FileResult) -> None:
 
     Nothing is written unless the new text parses and the file still holds what was read;
     the file keeps its mode, encoding (declared or UTF-8), byte-order mark and line endings.
+    A file with several hard links is written in place instead: a rename would give this name
+    a new inode and leave the other links with the old text.
     """
     if not result.changed:
         return
@@ -30,6 +32,9 @@ def write_result(path: Path, result: FileResult) -> None:
     if not _holds(current, read_text, notebook):
         raise WriteError("changed on disk since it was read; not overwritten")
     data = text.encode("utf-8") if notebook else _encode_like(text, current)
+    if os.stat(path).st_nlink > 1:
+        _write_in_place(path, data, current)
+        return
     import tempfile
 
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".ampdoctor", dir=path.parent)
@@ -46,6 +51,22 @@ def write_result(path: Path, result: FileResult) -> None:
         if os.path.exists(temp):
             os.unlink(temp)
         raise
+
+
+def _write_in_place(path: Path, data: bytes, current: bytes) -> None:
+    """Overwrite the file's own inode (its hard links see the new text), after a last look."""
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_BINARY", 0))
+    try:
+        if os.read(fd, len(current) + 1) != current:
+            raise WriteError("changed on disk since it was read; not overwritten")
+        os.lseek(fd, 0, os.SEEK_SET)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _check_parses(text: str, notebook: bool) -> None:
