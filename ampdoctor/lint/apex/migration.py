@@ -31,7 +31,6 @@ from .imports import (
     ApexNames,
     code_of,
     dotted_name,
-    is_docstring,
     is_main_guard,
     is_pass,
     parse_line,
@@ -137,7 +136,6 @@ class _Migration(cst.CSTTransformer):
         self.dropped: set[int] = set()
         self.plain_backwards: dict[str, cst.SimpleStatementLine] = {}  # ``loss.backward()`` → its scaled form
         self.unscales: set[int] = set()  # the ``scaler.unscale_(opt)`` lines the migration added
-        self.needs_global: set[int] = set()  # functions that must declare the scaler global
         self.clips: dict[int, list[str]] = {}  # statement → optimizers of its ``clip(amp.master_params(o))``
         self.spelled: set[str] = set()  # every identifier, attributes' included: taken names
         self._survey(wrapper.module)
@@ -146,7 +144,6 @@ class _Migration(cst.CSTTransformer):
 
     def _survey(self, module: cst.Module) -> None:
         initializes: list[_Initialize] = []
-        uses: list[cst.CSTNode] = []
         statements: list[cst.SimpleStatementLine] = []
         names = self.names
         parents, stack, clips, spelled = self.parents, [], self.clips, self.spelled
@@ -171,8 +168,6 @@ class _Migration(cst.CSTTransformer):
                     initializes.append(_Initialize(node, call))
 
             def visit_Call(self, node: cst.Call) -> None:
-                if (names.qualify(node.func) or "").startswith("apex.amp."):
-                    uses.append(node)
                 optimizer = _clipped_optimizer(node, names)
                 if optimizer is not None and current:
                     clips.setdefault(id(current[0]), []).append(optimizer)
@@ -204,7 +199,6 @@ class _Migration(cst.CSTTransformer):
             if "enabled" in init.keywords or init.condition is not None
         }
         self.enabled = f"{self.scaler}.is_enabled()" if switched else None
-        self._plan_globals(initializes, uses)
         self._plan_updates(statements)
 
     @staticmethod
@@ -217,33 +211,9 @@ class _Migration(cst.CSTTransformer):
         )
 
     def _scaler_name(self, module: cst.Module, initializes: list[_Initialize]) -> str:
-        if initializes and initializes[0].targets is not None:
-            first = _items(initializes[0].targets)[0]
-            if code_of(first).startswith("self.") and self._method_of(initializes[0].statement):
-                return "self.scaler"
+        if self.plan.method:
+            return "self.scaler"  # amp.initialize in a method: every user is a method of its class
         return "scaler" if "scaler" not in self.spelled else "grad_scaler"
-
-    def _function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
-        while node is not None:
-            node = self.parents.get(node)
-            if isinstance(node, cst.FunctionDef):
-                return node
-        return None
-
-    def _method_of(self, node: cst.CSTNode) -> bool:
-        function = self._function_of(node)
-        if function is None:
-            return False
-        parent = self.parents.get(self.parents.get(function))
-        return isinstance(parent, cst.ClassDef)
-
-    def _plan_globals(self, initializes: list[_Initialize], uses: list[cst.CSTNode]) -> None:
-        if self.scaler.startswith("self."):
-            return
-        for init in initializes:
-            home = self._function_of(init.statement)
-            if home is not None and any(self._function_of(use) is not home for use in uses):
-                self.needs_global.add(id(home))
 
     def _plan_updates(self, statements: list[cst.SimpleStatementLine]) -> None:
         """One ``scaler.update()`` per loop body (or function), after the last statement that
@@ -407,6 +377,10 @@ class _Migration(cst.CSTTransformer):
         return replacement.with_changes(leading_lines=updated.leading_lines, trailing_whitespace=header)
 
     def leave_Call(self, original, updated):
+        if isinstance(original.func, cst.Name) and original.func.value in self.plan.threads:
+            tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+            argument = cst.Arg(keyword=cst.Name(self.scaler), value=cst.Name(self.scaler), equal=tight)
+            return updated.with_changes(args=[*updated.args, argument])
         qualified = self.names.qualify(original.func)
         if qualified is None:
             return updated
@@ -456,12 +430,15 @@ class _Migration(cst.CSTTransformer):
         return None
 
     def leave_FunctionDef(self, original, updated):
-        if id(original) not in self.needs_global:
+        """A function the scaler is handed to (reach.py) takes it as a keyword-only parameter."""
+        if original.name.value not in self.plan.threads:
             return updated
-        body = list(updated.body.body)
-        at = 1 if body and is_docstring(body[0]) else 0
-        body.insert(at, parse_line(f"global {self.scaler}"))
-        return updated.with_changes(body=updated.body.with_changes(body=body))
+        params = updated.params
+        star = params.star_arg
+        if not isinstance(star, (cst.Param, cst.ParamStar)):
+            star = cst.ParamStar()
+        kwonly = [*params.kwonly_params, cst.Param(name=cst.Name(self.scaler))]
+        return updated.with_changes(params=params.with_changes(star_arg=star, kwonly_params=kwonly))
 
     def leave_IndentedBlock(self, original, updated):
         body = self._block(original.body, updated.body)

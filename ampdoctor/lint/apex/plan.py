@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 
 from ...records import Value
+from .reach import scaler_reach
 
 # apex names the codemod rewrites (after the ``apex.`` prefix); anything else of apex.amp,
 # apex.fp16_utils or apex.parallel keeps the module from being migrated automatically.
@@ -45,21 +46,34 @@ class MigrationPlan(Value):
     """``wraps``: (first line, last line) of statement runs to put under autocast; ``todos``:
     (line, text, reported line) comments to leave above the statement at ``line``, about the
     apex call whose statement starts at ``reported line``; ``blocker``: why the module cannot be
-    migrated automatically, or None."""
+    migrated automatically, or None; ``threads``: module-level functions that receive the scaler
+    as a keyword-only parameter; ``method``: the scaler is ``self.scaler`` (reach.py)."""
 
-    __slots__ = ("wraps", "todos", "blocker")
+    __slots__ = ("wraps", "todos", "blocker", "threads", "method")
     wraps: tuple[tuple[int, int], ...]
     todos: tuple[tuple[int, str, int], ...]
     blocker: str | None
+    threads: tuple[str, ...]
+    method: bool
 
-    def __init__(self, wraps: tuple = (), todos: tuple = (), blocker: str | None = None) -> None:
-        self._set(wraps, todos, blocker)
+    def __init__(
+        self,
+        wraps: tuple = (),
+        todos: tuple = (),
+        blocker: str | None = None,
+        threads: tuple[str, ...] = (),
+        method: bool = False,
+    ) -> None:
+        self._set(wraps, todos, blocker, threads, method)
 
 
 def plan_migration(facts) -> MigrationPlan:
     blocker = _blocker(facts)
     if blocker is not None:
         return MigrationPlan(blocker=blocker)
+    reach = scaler_reach(facts)
+    if reach.blocker is not None:
+        return MigrationPlan(blocker=reach.blocker)
     models = _model_spellings(facts)
     scale_calls = {id(s.node) for s in facts.calls if s.qname == "apex.amp.scale_loss"}
     wraps: list[tuple[int, int]] = []
@@ -75,7 +89,7 @@ def plan_migration(facts) -> MigrationPlan:
                 text = ast.unparse(site.arg(keyword="opt_level").value)
                 # The codemod writes this one itself, above the scaler (line 0: placed by no line).
                 todos.append((0, opt_level_note(text), site.statement.lineno))
-    return MigrationPlan(tuple(sorted(wraps)), tuple(sorted(todos)))
+    return MigrationPlan(tuple(sorted(wraps)), tuple(sorted(todos)), None, reach.threads, reach.method)
 
 
 def _plan_block(
