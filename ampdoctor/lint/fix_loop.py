@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..findings import Finding
+from ..findings import Edit, Finding
 from .fixes import FixError, SourceLines, apply_edits, edit_spans, overlaps, realize_rewrites
 
 MAX_FIX_PASSES = 10
@@ -58,14 +58,16 @@ def _compose(source: str, applicable: list[Finding]) -> tuple[str, int]:
     """The source with every fix whose edits do not overlap an earlier one's, and their number."""
     lines = SourceLines(source)
     taken: list[tuple[int, int]] = []
-    edits = []
+    edits: list[Edit] = []
     applied = 0
     for finding in applicable:
-        spans = edit_spans(lines, finding.fix)
+        fix = finding.fix
+        assert fix is not None  # only findings with a fix are applicable
+        spans = edit_spans(lines, fix)
         if overlaps(spans, taken):
             continue  # the next pass picks it up against the updated text
         taken.extend(spans)
-        edits.extend(finding.fix.edits)
+        edits.extend(fix.edits)
         applied += 1
     return apply_edits(source, edits), applied
 
@@ -91,7 +93,9 @@ def _one_at_a_time(
     outcome = (findings, 0, True)
     applied = 0
     for finding in applicable:
-        candidate = apply_edits(source, finding.fix.edits)
+        fix = finding.fix
+        assert fix is not None
+        candidate = apply_edits(source, fix.edits)
         result = check(candidate)
         if not result[2]:
             raise FixError("a fix produced code that does not parse; nothing was written")

@@ -143,7 +143,7 @@ def _optimizer_spellings(inits) -> set[str]:
 
 
 def _items(node: ast.expr) -> list[ast.expr]:
-    return list(node.elts) if type(node) in (ast.List, ast.Tuple) else [node]
+    return list(node.elts) if isinstance(node, (ast.List, ast.Tuple)) else [node]
 
 
 def _function(frame):

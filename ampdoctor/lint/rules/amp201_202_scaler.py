@@ -152,9 +152,11 @@ def _runs_once_per_update(frame: Frame, clip: Event, scaler: str, step: Event) -
     return not any(block.is_loop for block in clip.path[len(governing.path) :])
 
 
-def _bound_before(frame: Frame, optimizer: str, statement: ast.stmt) -> bool:
+def _bound_before(frame: Frame, optimizer: str | None, statement: ast.AST) -> bool:
     """Whether the optimizer's name is bound where the clip is: a name the function binds only
     after the clip (``for o in optimizers: scaler.step(o)``) would raise NameError there."""
+    if optimizer is None:
+        return True
     root = optimizer.split(".", 1)[0].split("[", 1)[0]
     if root == "self":
         return True
@@ -165,7 +167,7 @@ def _bound_before(frame: Frame, optimizer: str, statement: ast.stmt) -> bool:
         if any(a is not None and a.arg == root for a in every):
             return True
     bindings = [n.lineno for n in ast.walk(node) if type(n) is ast.Name and n.id == root and type(n.ctx) is ast.Store]
-    return not bindings or min(bindings) <= statement.lineno
+    return not bindings or min(bindings) <= getattr(statement, "lineno", 0)
 
 
 @register

@@ -167,7 +167,8 @@ def _restored(facts: AmpFacts, new: Event, target: str) -> bool:
     body = _body_holding(new.path[-1].node if new.path else None, statement)
     if body is None:
         return False
-    for later in body[body.index(statement) + 1 :]:
+    at = next(i for i, s in enumerate(body) if s is statement)
+    for later in body[at + 1 :]:
         for node in ast.walk(later):
             if (
                 type(node) is ast.Call
@@ -179,7 +180,7 @@ def _restored(facts: AmpFacts, new: Event, target: str) -> bool:
     return False
 
 
-def _body_holding(block: ast.AST | None, statement: ast.stmt) -> list[ast.stmt] | None:
+def _body_holding(block: ast.AST | None, statement: ast.AST) -> list[ast.stmt] | None:
     if block is None:
         return None
     for field in ("body", "orelse", "finalbody"):
