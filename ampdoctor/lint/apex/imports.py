@@ -185,7 +185,12 @@ class _TidyImports(cst.CSTTransformer):
     def _result(updated, kept):
         if not kept:
             return cst.RemoveFromParent()
-        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        if len(kept) == len(updated.names):
+            return updated  # nothing of apex here: the import stays as written, trailing comma too
+        if kept[-1] is not updated.names[-1]:
+            # the last name went: the new last one ends as it did (a trailing comma and its
+            # line break in a parenthesised list, or nothing)
+            kept[-1] = kept[-1].with_changes(comma=updated.names[-1].comma)
         return updated.with_changes(names=kept)
 
     def leave_SimpleStatementLine(self, original, updated):

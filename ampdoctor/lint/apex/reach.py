@@ -13,8 +13,9 @@ can reach it, without a ``global`` statement inside a function:
 
 And every optimizer step must become ``scaler.step(...)``: a step of an amp optimizer reached
 under another spelling (``self.GAN.D_opt.step()`` for ``self.D_opt``), or no step in the module
-at all, would step gradients still multiplied by the loss scale. Either is a blocker: the module
-is left as it is, and the finding says why.
+at all, would step gradients still multiplied by the loss scale; and a module that already trains with
+a torch GradScaler beside apex (a trainer with both paths) would get a second one. Each is a
+blocker: the module is left as it is, and the finding says why.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import ast
 from ..syntax import FUNCTION_TYPES
 
 _USES = ("scale_loss", "state_dict", "load_state_dict")
+_SCALER_METHODS = ("scale", "unscale_", "step", "update")
 
 
 class Reach:
@@ -44,6 +46,9 @@ def scaler_reach(facts) -> Reach:
     if len(homes) > 1:
         return Reach("amp.initialize is called in several functions; one GradScaler cannot replace them all")
     home = _function(inits[0].frame)
+    native = _native_scaler(facts)
+    if native is not None:
+        return Reach(native)
     optimizers = _optimizer_spellings(inits)
     steps, blocker = _steps(facts, optimizers)
     if blocker is not None:
@@ -94,6 +99,29 @@ def _threaded(facts, home, inits, users) -> Reach:
                 )
         threads.append(name)
     return Reach(threads=tuple(threads))
+
+
+def _native_scaler(facts) -> str | None:
+    """A module that already trains with a torch GradScaler beside apex (a trainer with both
+    paths): a second scaler, or one under the same name, would break the native path."""
+    from ..vocabulary import EventKind
+
+    found = [(e.scaler or "a GradScaler", e.call.node.lineno) for e in facts.events(EventKind.SCALER_NEW)]
+    # A scaler the module does not build itself (a base class's ``self.scaler``), known by use.
+    found += [
+        (site.receiver, site.node.lineno)
+        for site in facts.calls
+        if site.method in _SCALER_METHODS
+        and site.receiver is not None
+        and "scaler" in site.receiver.rsplit(".", 1)[-1].lower()
+    ]
+    if not found:
+        return None
+    name, line = min(found, key=lambda item: item[1])
+    return (
+        f"the module already trains with a torch.amp GradScaler (`{name}`, line {line}) beside apex: "
+        "the apex path belongs on that scaler; merge it by hand"
+    )
 
 
 def _outside(site, where: str) -> str:
