@@ -147,10 +147,14 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(UNITS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vs", default="", help="ruff: time it on each kind's largest file")
-    parser.add_argument("--ampdoctor", default=shutil.which("ampdoctor") or "ampdoctor")
+    # the console script beside this interpreter (a virtual environment's), else the one on PATH
+    beside = Path(sys.executable).with_name("ampdoctor")
+    parser.add_argument("--ampdoctor", default=str(beside) if beside.exists() else shutil.which("ampdoctor"))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     ruff = shutil.which("ruff") if "ruff" in args.vs else None
+    if not args.ampdoctor or not os.path.exists(args.ampdoctor):
+        sys.exit("scaling_bench: no ampdoctor command found; pass --ampdoctor PATH")
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(__file__).resolve().parents[1] / "ampdoctor")])
     print(f"ampdoctor: {args.ampdoctor}; load average {os.getloadavg()[0]:.2f}; {args.repeats} runs, median\n")
     print("| kind | copies | lines | seconds | time ratio | size ratio |")
