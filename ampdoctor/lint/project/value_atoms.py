@@ -292,25 +292,3 @@ def _root_name(expr: ast.expr) -> str | None:
     while type(expr) in (ast.Attribute, ast.Subscript):
         expr = expr.value  # type: ignore[attr-defined]
     return expr.id if type(expr) is ast.Name else None
-
-
-_CHILD_CACHE: dict[type, tuple[str, ...]] = {}
-
-
-def _children(node: ast.AST) -> list[ast.AST]:
-    fields = _CHILD_CACHE.get(type(node))
-    if fields is None:
-        fields = _CHILD_CACHE[type(node)] = tuple(f for f in node._fields if f not in ("ctx", "op", "ops"))
-    out: list[ast.AST] = []
-    leaves = _LEAVES
-    for field in fields:
-        value = getattr(node, field, None)
-        if type(value) is list:
-            out.extend(v for v in value if isinstance(v, ast.AST) and type(v) not in leaves)
-        elif isinstance(value, ast.AST) and type(value) not in leaves:
-            out.append(value)
-    return out
-
-
-# Nodes that bind, call or return nothing: the walk does not visit them (half of all nodes).
-_LEAVES = frozenset({ast.Name, ast.Constant})

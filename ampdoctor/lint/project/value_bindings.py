@@ -26,11 +26,10 @@ from __future__ import annotations
 import ast
 
 from ..model import AmpFacts
-from ..syntax import dotted
+from ..syntax import children_except, dotted
 from .value_atoms import (
     _MUTATORS,
     _annotated_class,
-    _children,
     _holds_containers,
     _Params,
     _root_name,
@@ -41,6 +40,10 @@ from .value_atoms import (
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
     from typing import Any
+
+
+# Nodes that bind, call or return nothing: the walk does not visit them (half of all nodes).
+_LEAVES = (ast.Name, ast.Constant)
 
 
 class ModuleFlows:
@@ -139,7 +142,7 @@ class BindingWalk:
                 if not self.is_module:
                     stack.extend(reversed(node.body))
                 continue
-            stack.extend(reversed(_children(node)))
+            stack.extend(reversed(children_except(node, _LEAVES)))
 
     def _bind_target(self, target: Any, kind: str, detail: object, value: Any) -> None:
         b = self.bindings
