@@ -164,18 +164,24 @@ class BindingWalk:
                     continue
                 self._bind_target(element, "at" if kind == "=" else "in-at", index, value)
         elif tkind is ast.Attribute:
-            owner = target.value
-            if type(owner) is ast.Name and owner.id == self.params.first:
-                b.stores.append((target.attr, kind, detail, value))
-            else:
-                b.xstores.append((target.attr, dotted(owner), value))
-                root = _root_name(owner)
-                if root is not None:
-                    b.names.setdefault(root, []).append(("holds-" + kind, detail, value))
+            self._bind_attribute(target, kind, detail, value)
         elif tkind is ast.Subscript:
             self._bind_into(target.value, kind, detail, value)
         elif tkind is ast.Starred:
             self._bind_target(target.value, kind, detail, value)
+
+    def _bind_attribute(self, target: ast.Attribute, kind: str, detail: object, value: ast.expr) -> None:
+        """``self.x = value`` is a field of the function's own object; ``obj.x = value`` a store
+        into another object, which its root name now holds."""
+        b = self.bindings
+        owner = target.value
+        if type(owner) is ast.Name and owner.id == self.params.first:
+            b.stores.append((target.attr, kind, detail, value))
+        else:
+            b.xstores.append((target.attr, dotted(owner), value))
+            root = _root_name(owner)
+            if root is not None:
+                b.names.setdefault(root, []).append(("holds-" + kind, detail, value))
 
     def _bind_into(self, container: Any, kind: str, detail: object, value: ast.expr) -> None:
         """``container[k] = value`` / ``container.update(value)``: the container now holds it."""
@@ -187,14 +193,7 @@ class BindingWalk:
             else:
                 b.names.setdefault(name, []).append((kind, detail, value))
         elif type(container) is ast.Attribute:
-            owner = container.value
-            if type(owner) is ast.Name and owner.id == self.params.first:
-                b.stores.append((container.attr, kind, detail, value))
-            else:
-                b.xstores.append((container.attr, dotted(owner), value))
-                root = _root_name(owner)
-                if root is not None:
-                    b.names.setdefault(root, []).append(("holds-" + kind, detail, value))
+            self._bind_attribute(container, kind, detail, value)
         elif type(container) is ast.Subscript:
             self._bind_into(container.value, kind, detail, value)
 
