@@ -112,7 +112,7 @@ def test_a_fix_that_would_add_a_finding_is_withheld(monkeypatch):
     from ampdoctor.lint.fixes import FixPlan, NodeEdit
     from ampdoctor.lint.rules import amp201_202_scaler
 
-    def every_clip(self, facts, frame, clip, backward, scaler, steps, unscales):
+    def every_clip(self, facts, frame, clip, backward, scaler, optimizer, steps, unscales):
         return FixPlan("unscale", (NodeEdit("line_before", clip.call.statement, f"{scaler}.unscale_(optimizer)"),))
 
     monkeypatch.setattr(amp201_202_scaler.ClipBeforeUnscale, "_fix", every_clip)
@@ -129,7 +129,7 @@ def test_a_fix_that_adds_a_finding_on_its_own_is_withheld_and_its_finding_keeps_
     from ampdoctor.lint.fixes import FixPlan, NodeEdit
     from ampdoctor.lint.rules import amp201_202_scaler
 
-    def twice(self, facts, frame, clip, backward, scaler, steps, unscales):
+    def twice(self, facts, frame, clip, backward, scaler, optimizer, steps, unscales):
         text = f"{scaler}.unscale_(optimizer); {scaler}.unscale_(optimizer)"
         return FixPlan("unscale twice", (NodeEdit("line_before", clip.call.statement, text),))
 

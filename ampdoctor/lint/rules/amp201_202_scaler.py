@@ -92,18 +92,20 @@ class ClipBeforeUnscale(LintRule):
         unscales = _scaler_events(frame, EventKind.UNSCALE, scaler)
         if any(backwards[-1].order < u.order < clip.order for u in unscales):
             return None
+        # The user's own optimizer name when the steps after the clip say which one it is and
+        # it is bound at the clip (not ``for o in optimizers: scaler.step(o)`` after it).
         optimizers = {s.optimizer for s in steps}
-        # The user's own optimizer name when the steps after the clip say which one it is.
-        optimizer = next(iter(optimizers)) if len(optimizers) == 1 and None not in optimizers else "optimizer"
-        if not _bound_before(frame, optimizer, clip.call.statement):
-            optimizer = "optimizer"  # ``for o in optimizers: scaler.step(o)`` after the clip
+        named = next(iter(optimizers)) if len(optimizers) == 1 else None
+        if named is not None and not _bound_before(frame, named, clip.call.statement):
+            named = None
+        optimizer = named or "optimizer"
         return Report(
             self.code,
             clip.call.node,
             f"gradients are clipped while still multiplied by the loss scale of `{scaler}`: "
             f"call `{scaler}.unscale_({optimizer})` before clipping",
             help=f"Insert `{scaler}.unscale_({optimizer})` before the clip",
-            fix=self._fix(facts, frame, clip, backwards[-1], scaler, steps, unscales),
+            fix=self._fix(facts, frame, clip, backwards[-1], scaler, named, steps, unscales) if named else None,
             statement=clip.call.statement,
         )
 
@@ -114,14 +116,14 @@ class ClipBeforeUnscale(LintRule):
         clip: Event,
         backward: Event,
         scaler: str,
+        optimizer: str,
         steps: list[Event],
         unscales: list[Event],
     ) -> FixPlan | None:
         """``scaler.unscale_(optimizer)`` before the clip, only where that line is sure to run once
         per update: torch raises when ``unscale_`` runs twice on an optimizer between updates."""
-        optimizers = {s.optimizer for s in steps}
         statement = _simple_statement(facts, clip)
-        if len(optimizers) != 1 or None in optimizers or statement is None:
+        if statement is None:
             return None
         # An unscale_ between the clip and the step would then run twice: torch raises.
         if any(clip.order < u.order < steps[0].order for u in unscales):
@@ -133,8 +135,7 @@ class ClipBeforeUnscale(LintRule):
             for other in frame.events_of(EventKind.CLIP)
         ):
             return None
-        (optimizer,) = optimizers
-        if not _runs_once_per_update(frame, clip, scaler, steps[0]) or not _bound_before(frame, optimizer, statement):
+        if not _runs_once_per_update(frame, clip, scaler, steps[0]):
             return None
         text = f"{scaler}.unscale_({optimizer})"
         return FixPlan(f"Insert `{text}` before the clip", (NodeEdit("line_before", statement, text),))
@@ -152,11 +153,9 @@ def _runs_once_per_update(frame: Frame, clip: Event, scaler: str, step: Event) -
     return not any(block.is_loop for block in clip.path[len(governing.path) :])
 
 
-def _bound_before(frame: Frame, optimizer: str | None, statement: ast.AST) -> bool:
+def _bound_before(frame: Frame, optimizer: str, statement: ast.AST) -> bool:
     """Whether the optimizer's name is bound where the clip is: a name the function binds only
     after the clip (``for o in optimizers: scaler.step(o)``) would raise NameError there."""
-    if optimizer is None:
-        return True
     root = optimizer.split(".", 1)[0].split("[", 1)[0]
     if root == "self":
         return True
