@@ -11,6 +11,16 @@ from collections.abc import Iterator
 FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
+def parameter_names(node: ast.AST) -> list[str]:
+    """The names a function's parameters bind, ``*args`` and ``**kwargs`` included, in order;
+    none for anything that is not a function."""
+    if not isinstance(node, FUNCTION_TYPES):
+        return []
+    a = node.args
+    every = (*a.posonlyargs, *a.args, a.vararg, *a.kwonlyargs, a.kwarg)
+    return [p.arg for p in every if p is not None]
+
+
 def span(node: ast.AST) -> list[int]:
     """``[line, column, end_line, end_column]`` of a node, 1-based columns (ast's are 0-based)."""
     line = getattr(node, "lineno", 1)

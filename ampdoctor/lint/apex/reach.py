@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ast
 
-from ..syntax import FUNCTION_TYPES
+from ..syntax import FUNCTION_TYPES, parameter_names
 
 _USES = ("scale_loss", "state_dict", "load_state_dict")
 _SCALER_METHODS = ("scale", "unscale_", "step", "update")
@@ -86,7 +86,7 @@ def _threaded(facts, home, inits, users) -> Reach:
         where = "a module-level function" if owner.parent is not None and owner.parent.parent is None else None
         if where is None or owner.class_name is not None:
             return Reach(_outside(site, f"`{getattr(home.node, 'name', '?')}`, which calls amp.initialize"))
-        if _has_parameter(owner.node, "scaler") or _has_parameter(owner.node, "grad_scaler"):
+        if {"scaler", "grad_scaler"} & set(parameter_names(owner.node)):
             return Reach(_outside(site, f"`{home.node.name}` (`{name}` already has a parameter for a scaler)"))
         calls = [s for s in facts.calls_named(name) if type(s.node.func) is ast.Name]
         refs = [n for n in ast.walk(facts.module) if type(n) is ast.Name and n.id == name]
@@ -183,15 +183,5 @@ def _function(frame):
 
 
 def _is_method(node: ast.AST) -> bool:
-    if not isinstance(node, FUNCTION_TYPES):
-        return False
-    arguments = [*node.args.posonlyargs, *node.args.args]
-    return bool(arguments) and arguments[0].arg == "self"
-
-
-def _has_parameter(node: ast.AST, name: str) -> bool:
-    if not isinstance(node, FUNCTION_TYPES):
-        return False
-    a = node.args
-    every = [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
-    return any(p is not None and p.arg == name for p in every)
+    names = parameter_names(node)
+    return bool(names) and names[0] == "self"

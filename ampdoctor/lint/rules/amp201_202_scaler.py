@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 from ..iteration import exclusive, is_prefix
 from ..model import AmpFacts, Event, Frame
-from ..syntax import FUNCTION_TYPES, call_args, dotted
+from ..syntax import call_args, dotted, parameter_names
 from ..vocabulary import EventKind
 from . import SCALED_BACKWARD, FixPlan, LintRule, NodeEdit, Report, register
 
@@ -160,11 +160,8 @@ def _bound_before(frame: Frame, optimizer: str, statement: ast.AST) -> bool:
     if root == "self":
         return True
     node = frame.node
-    if isinstance(node, FUNCTION_TYPES):
-        arguments = node.args
-        every = (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg)
-        if any(a is not None and a.arg == root for a in every):
-            return True
+    if root in parameter_names(node):
+        return True
     bindings = [n.lineno for n in ast.walk(node) if type(n) is ast.Name and n.id == root and type(n.ctx) is ast.Store]
     return not bindings or min(bindings) <= getattr(statement, "lineno", 0)
 
