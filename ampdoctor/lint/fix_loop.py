@@ -44,9 +44,10 @@ def fix_until_stable(source: str, path: str, check: Check, unsafe: bool) -> tupl
         if not outcome[2]:
             raise FixError("a fix produced code that does not parse; nothing was written")
         if _adds_findings(findings, outcome[0]):
-            candidate, applied, outcome = _one_at_a_time(source, check, findings, applicable, withheld)
-            if not applied:
+            sound = _first_sound_fix(source, check, findings, applicable, withheld)
+            if sound is None:
                 break
+            (candidate, outcome), applied = sound, 1
         source, (findings, suppressed, parsed) = candidate, outcome
         fixed += applied
     if withheld:
@@ -82,16 +83,16 @@ def _adds_findings(before: list[Finding], after: list[Finding]) -> bool:
     return any(count < 0 for count in counts.values())
 
 
-def _one_at_a_time(
+def _first_sound_fix(
     source: str,
     check: Check,
     findings: list[Finding],
     applicable: list[Finding],
     withheld: set[tuple[str, str, str]],
-) -> tuple[str, int, tuple[list[Finding], int, bool]]:
-    """Apply the fixes one by one, each checked alone; one that adds a finding is withheld."""
-    outcome = (findings, 0, True)
-    applied = 0
+) -> tuple[str, tuple[list[Finding], int, bool]] | None:
+    """The text with the first fix that adds no finding on its own, and its lint; each fix
+    before it that does is withheld. The fixes after it were resolved against the text before
+    it: the next pass takes them up against the new text."""
     for finding in applicable:
         fix = finding.fix
         assert fix is not None
@@ -99,13 +100,10 @@ def _one_at_a_time(
         result = check(candidate)
         if not result[2]:
             raise FixError("a fix produced code that does not parse; nothing was written")
-        if _adds_findings(outcome[0], result[0]):
-            withheld.add(_fix_key(finding, source))
-            continue
-        # The next fixes were resolved against the text before this one: the next pass takes
-        # them up against the new text.
-        return candidate, 1, result
-    return source, applied, outcome
+        if not _adds_findings(findings, result[0]):
+            return candidate, result
+        withheld.add(_fix_key(finding, source))
+    return None
 
 
 def _fix_key(finding: Finding, source: str) -> tuple[str, str, str]:
