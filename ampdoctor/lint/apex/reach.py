@@ -24,7 +24,7 @@ import ast
 
 from ..syntax import FUNCTION_TYPES, parameter_names
 
-_USES = ("scale_loss", "state_dict", "load_state_dict")
+_USES = frozenset({"apex.amp.scale_loss", "apex.amp.state_dict", "apex.amp.load_state_dict"})
 _SCALER_METHODS = ("scale", "unscale_", "step", "update")
 
 
@@ -53,7 +53,7 @@ def scaler_reach(facts) -> Reach:
     steps, blocker = _steps(facts, optimizers)
     if blocker is not None:
         return Reach(blocker)
-    uses = [s for s in facts.calls if (s.qname or "")[len("apex.amp.") :] in _USES and s.qname.startswith("apex.amp.")]
+    uses = [s for s in facts.calls if s.qname in _USES]
     if not steps and any(s.qname == "apex.amp.scale_loss" for s in uses):
         return Reach(
             "no optimizer that amp.initialize returned is stepped in this module: the scaler's step "
@@ -83,8 +83,8 @@ def _threaded(facts, home, inits, users) -> Reach:
         if owner is home or owner.node.name in threads:
             continue
         name = getattr(owner.node, "name", "?")
-        where = "a module-level function" if owner.parent is not None and owner.parent.parent is None else None
-        if where is None or owner.class_name is not None:
+        module_level = owner.parent is not None and owner.parent.parent is None and owner.class_name is None
+        if not module_level:
             return Reach(_outside(site, f"`{getattr(home.node, 'name', '?')}`, which calls amp.initialize"))
         if {"scaler", "grad_scaler"} & set(parameter_names(owner.node)):
             return Reach(_outside(site, f"`{home.node.name}` (`{name}` already has a parameter for a scaler)"))
