@@ -136,17 +136,18 @@ def loop_binds(block: Block, name: str) -> bool:
     if not isinstance(block.node, (ast.For, ast.AsyncFor)):
         return True
     root = name.split(".", 1)[0]
-    return root in set(_walk_names(block.node.target))
+    return root in set(target_names(block.node.target))
 
 
-def _walk_names(target: ast.expr) -> Iterator[str]:
+def target_names(target: ast.expr) -> Iterator[str]:
+    """The names an assignment or ``for`` target binds (``i, (x, y)``: i, x, y)."""
     if isinstance(target, ast.Name):
         yield target.id
     elif isinstance(target, (ast.Tuple, ast.List)):
         for element in target.elts:
-            yield from _walk_names(element)
+            yield from target_names(element)
     elif isinstance(target, ast.Starred):
-        yield from _walk_names(target.value)
+        yield from target_names(target.value)
 
 
 def assigned_in(frame: Frame, facts: AmpFacts, name: str, block: Block) -> bool:

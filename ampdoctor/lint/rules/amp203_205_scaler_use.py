@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from ..iteration import (
     exclusive,
     feeds,
+    is_prefix,
+    target_names,
 )
 from ..model import AmpFacts, Block, CallSite, Event, Frame
 from ..passes import is_optimizer_constructor
@@ -148,8 +150,7 @@ def _lazy_set_up(facts: AmpFacts, new: Event, loop, target: str) -> bool:
 
 
 def _loop_names(loop: ast.AST) -> set[str]:
-    target = getattr(loop, "target", None)
-    return {n.id for n in ast.walk(target) if type(n) is ast.Name} if target is not None else set()
+    return set(target_names(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
 
 
 def _tests_one_pass(test: ast.expr, counters: set[str]) -> bool:
@@ -162,32 +163,15 @@ def _tests_one_pass(test: ast.expr, counters: set[str]) -> bool:
 
 
 def _restored(facts: AmpFacts, new: Event, target: str) -> bool:
-    """Whether the statement after the construction, in the same block, loads a state into it."""
-    statement = new.call.statement
-    body = _body_holding(new.path[-1].node if new.path else None, statement)
-    if body is None:
-        return False
-    at = next(i for i, s in enumerate(body) if s is statement)
-    for later in body[at + 1 :]:
-        for node in ast.walk(later):
-            if (
-                type(node) is ast.Call
-                and type(node.func) is ast.Attribute
-                and node.func.attr == "load_state_dict"
-                and facts.text(node.func.value) == target
-            ):
-                return True
-    return False
-
-
-def _body_holding(block: ast.AST | None, statement: ast.AST) -> list[ast.stmt] | None:
-    if block is None:
-        return None
-    for field in ("body", "orelse", "finalbody"):
-        body = getattr(block, field, None)
-        if isinstance(body, list) and any(s is statement for s in body):
-            return body
-    return None
+    """Whether ``<target>.load_state_dict(...)`` follows the construction in its block (or in a
+    block nested in it), on the same pass."""
+    return any(
+        call.receiver == target
+        and call.frame is new.call.frame
+        and call.order > new.order
+        and is_prefix(new.path, call.path)
+        for call in facts.calls_named("load_state_dict")
+    )
 
 
 @register
