@@ -169,6 +169,8 @@ def pattern(draw) -> str:
 @example(files=["a/a.py"], ignores={"": ["!/a/", "/a/", "!/a/**/"]})
 @example(files=["a/b/x.py", "a/y.py"], ignores={"": ["a/**/"]})
 @example(files=["a/keep.py", "a/b/x.py"], ignores={"": ["a/**", "!a/keep.py", "*", "!*/"]})
+@example(files=["a/a.py"], ignores={"": ["!/a/", "/*/**/"]})
+@example(files=["a/b/x.py", "a/y.py", "c/d/e/z.py"], ignores={"": ["*/**/"]})
 def test_generated_patterns_agree_with_git(tmp_path_factory, files, ignores):
     root = tmp_path_factory.mktemp("repo")
     # A file and a folder cannot share a name: drop the files that would be folders.

@@ -91,8 +91,8 @@ class _Rule(Record):
     end the path (the path is that folder), so a pattern never matches through a parent folder.
     Expressions without the group come from a trailing ``/**`` ("everything inside") or a lone
     ``*`` or ``**``; the first matches below its folder but not the folder itself. pathspec reads
-    ``X/**/`` as ``X/``, the folder itself; to git it is every folder inside X, so it is read here
-    as ``X/**`` for folders only.
+    ``X/**/`` as ``X/``, the folder itself; to git it is every folder inside X (``/*/**/``: every
+    folder below a top-level one), so it is read here as ``X/**`` for folders only.
     """
 
     __slots__ = ("regex", "ignored", "itself", "folders_only")
@@ -101,7 +101,9 @@ class _Rule(Record):
         self.ignored = bool(pattern.include)
         body = pattern.pattern if self.ignored else pattern.pattern[1:]  # without the "!"
         body = body.rstrip(" ")
-        self.folders_only = body.endswith("/**/") and bool(body.strip("/*"))
+        # ``X/**/`` with X naming folders (``a``, ``/*``, ``*/b``), not ``/**/`` or ``**/**/``.
+        head = body[: -len("/**/")].strip("/")
+        self.folders_only = body.endswith("/**/") and any(part != "**" for part in head.split("/") if part)
         if self.folders_only:
             pattern = type(pattern)(body[:-1])
         self.regex = regex = pattern.regex
