@@ -159,37 +159,69 @@ def delegated_backward(method: str | None, receiver: str | None, call: ast.Call)
     return bool(_DELEGATE_RECEIVER.search(receiver.rsplit(".", 1)[-1]))
 
 
-# ---- a device type held in a module constant ----------------------------------------------
+# ---- a device type held in a name ---------------------------------------------------------
 
 
-def module_strings(facts) -> dict[str, str]:
-    """Plain names bound exactly once in the module, at module level, to a string literal
-    (``DEVICE_TYPE = "cuda"``)."""
+def module_strings(facts) -> dict[str, ast.expr]:
+    """Plain names bound exactly once in the module (``DEVICE_TYPE = "cuda"``,
+    ``device = torch.device("cuda" if torch.cuda.is_available() else "cpu")``), with the value
+    each is bound to: ``constant_device`` reads a device from it."""
     counts: dict[str, int] = {}
     for assignment in facts.assignments:
         counts[assignment.target] = counts.get(assignment.target, 0) + 1
     return {
-        a.target: a.value.value
+        a.target: a.value
         for a in facts.assignments
-        if a.frame.parent is None
-        and counts[a.target] == 1
-        and type(a.value) is ast.Constant
-        and type(a.value.value) is str
+        if counts[a.target] == 1 and "." not in a.target and type(a.value) in (ast.Constant, ast.Call, ast.IfExp)
     }
 
 
-def constant_device(call: ast.AST, frame, facts, constants: dict[str, str]) -> str | None:
-    """The device of ``torch.autocast(device_type=DEVICE_TYPE)`` when DEVICE_TYPE is a module
-    string constant that no parameter of the enclosing function shadows."""
+def constant_device(call: ast.AST, frame, facts, constants: dict[str, ast.expr]) -> str | None:
+    """The device of ``torch.autocast(device_type=D)`` where D names (or is, or is ``str()``
+    or ``.type`` of) a device value: a string, ``torch.device(...)`` of one, or the CUDA arm of
+    ``... if torch.cuda.is_available() else "cpu"`` (the device the script trains on wherever a
+    GPU exists). A name counts when it is bound once, at module level or in the region's own
+    function, and no parameter of an enclosing function shadows it."""
     if type(call) is not ast.Call or facts.qualify(call.func) not in AUTOCAST_NAMES:
         return None
-    device = get_arg(call, 0, "device_type")
-    if device is None or type(device.value) is not ast.Name or device.value.id not in constants:
+    argument = get_arg(call, 0, "device_type")
+    if argument is None:
         return None
-    name = device.value.id
-    while frame is not None and frame.parent is not None:
+    expr = argument.value
+    if type(expr) is ast.Call and type(expr.func) is ast.Name and expr.func.id == "str" and len(expr.args) == 1:
+        expr = expr.args[0]  # str(device)
+    elif type(expr) is ast.Attribute and expr.attr == "type":
+        expr = expr.value  # device.type
+    if type(expr) is not ast.Name:
+        return _device_value(expr, facts)
+    name = expr.id
+    bound = constants.get(name)
+    if bound is None:
+        return None
+    home = next((a.frame for a in facts.assignments if a.target == name), None)
+    while frame is not None and frame is not home:
+        if frame.parent is None:
+            return None  # bound in another function
         arguments = getattr(frame.node, "args", None)
         if arguments is not None and name in {a.arg for a in ast.walk(arguments) if type(a) is ast.arg}:
             return None
         frame = frame.parent
-    return constants[name]
+    return _device_value(bound, facts)
+
+
+def _device_value(expr: ast.expr, facts) -> str | None:
+    """``"cuda:0"`` → cuda; ``torch.device("cuda")``; ``X if torch.cuda.is_available() else Y`` → X's."""
+    if type(expr) is ast.Constant and type(expr.value) is str:
+        return expr.value.split(":", 1)[0] or None
+    if type(expr) is ast.IfExp:
+        if any(type(n) is ast.Call and facts.qualify(n.func) == "torch.cuda.is_available" for n in ast.walk(expr.test)):
+            chosen = expr.body
+            if type(chosen) is ast.Call and type(chosen.func) is ast.Attribute and chosen.func.attr == "get":
+                default = get_arg(chosen, 1, "default")  # cfg.get("device", "cuda")
+                chosen = default.value if default is not None else chosen
+            return "cuda" if _device_value(chosen, facts) == "cuda" else None
+        first, second = _device_value(expr.body, facts), _device_value(expr.orelse, facts)
+        return first if first == second else None
+    if type(expr) is ast.Call and facts.qualify(expr.func) == "torch.device" and expr.args:
+        return _device_value(expr.args[0], facts)
+    return None

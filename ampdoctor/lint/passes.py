@@ -197,11 +197,12 @@ def resolve_regions(facts: AmpFacts) -> None:
 
 
 def _devices_from_constants(facts: AmpFacts, found: list[Region | None]) -> None:
-    """``torch.autocast(device_type=DEVICE_TYPE)`` with ``DEVICE_TYPE = "cuda"`` in the module."""
+    """``torch.autocast(device_type=DEVICE_TYPE)`` with ``DEVICE_TYPE = "cuda"`` in the module
+    (and the other device values ``constant_device`` reads)."""
     unknown = [r for r in found if r is not None and r.device is None]
-    constants = module_strings(facts) if unknown else None
-    if not constants:
+    if not unknown:
         return
+    constants = module_strings(facts)
     frames = {id(site.node): site.frame for site in facts.calls}
     for region in unknown:
         if id(region.node) in frames:
