@@ -5,7 +5,8 @@ result is kept, and its arguments (position or keyword, spelling, and for a scal
 scaled backward came before the call with no ``unscale_`` since).
 
 A call is kept when a check may ask about it: made in an autocast region or a loop, kept in a
-module with autocast, or handing a scaler or one of the function's own parameters on.
+module with autocast, or handing a scaler (or something spelled or passed as one), one of the
+function's own parameters or a ``*``/``**`` spread on.
 """
 
 from __future__ import annotations
@@ -82,8 +83,14 @@ def _passes_on(facts: AmpFacts, params: frozenset[str], arguments: list[Arg], na
     """Whether the call hands a scaler or one of the function's own parameters on (what
     ``_arguments`` would record), tested without building the records."""
     for arg, name in zip(arguments, names):
-        if not arg.star and name is not None and (name in facts.scalers or name in params):
+        if arg.star:
+            return True  # what it spreads may hold a scaler (``unscaled_float16.py`` must see it)
+        if name is not None and (name in facts.scalers or name in params or "scaler" in name.lower()):
             return True
+        if arg.keyword is not None and "scaler" in arg.keyword.lower():
+            return True  # ``scaler=make_scaler()``: the callee is handed one
+        if type(arg.value) is ast.Call and "scaler" in (dotted(arg.value.func) or "").lower():
+            return True  # ``train(model, GradScaler())``
     return False
 
 
@@ -129,7 +136,7 @@ def _arguments(facts: AmpFacts, site: CallSite, arguments: list[Arg], names: lis
                 item["is_scaler"] = True
                 item["state"] = _scaler_state(site, name)
         out.append(item)
-    return [item for item in out if len(item) > 1]
+    return out
 
 
 def _scaler_state(site: CallSite, scaler: str) -> dict:

@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from .checkpoints import checkpoint_reports
-from .float16_reach import float16_elsewhere
+from .float16_reach import float16_elsewhere, import_edges
 from .flow import Values
 from .link import Project, Target
 from .reports import Callers, CrossReport
 from .seeds import seeded_reports
 from .store import BACKWARD_TEXT
+from .unscaled_float16 import scaler_never_passed
 
 
 def run_checks(
@@ -47,6 +48,8 @@ def run_checks(
         reports.extend(_scaler_per_call(project, targets, callers))
     if "AMP209" in codes:
         reports.extend(_bfloat16_scaler_factory(project, targets, callers))
+    if "AMP210" in codes:
+        reports.extend(scaler_never_passed(project, targets, callers))
     if "AMP301" in codes or "AMP105" in codes:
         reports.extend(float16_elsewhere(project, targets, callers, codes, sorted(set(lazy))))
     return reports
@@ -66,7 +69,7 @@ def _callers_of(
 ) -> Iterator[tuple[str, dict, Target]]:
     short = name.rsplit(".", 1)[-1]
     overridden = None  # the classes whose method of that name ``name`` overrides
-    imports = _imports_of(project)
+    imports = import_edges(project)
     for caller in callers.of(kind, name):
         if not imports.relates(caller, module):
             continue  # no import leads from one to the other: no call can land (not summarized)
@@ -86,16 +89,6 @@ def _callers_of(
                     overridden = set(Values(project).hierarchy(module, name.split(".", 1)[0])[1:])
                 if (target.module, target.name.split(".", 1)[0]) in overridden:
                     yield caller, call, target
-
-
-def _imports_of(project: Project):
-    """The project's import edges, read from the modules' texts once per run."""
-    from .float16_reach import _Imports
-
-    found = project._import_edges
-    if not isinstance(found, _Imports):
-        found = project._import_edges = _Imports(project)
-    return found
 
 
 def _clips_in_helpers(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:

@@ -99,7 +99,7 @@ def _risks(project: Project, modules: Iterable[str], codes: frozenset[str]) -> l
 def _runs(project: Project, callers: Callers, risky: set[str]) -> list[tuple[_Entry, set[tuple[str, str]]]]:
     """Each place the project runs its code under float16 autocast, with the functions run
     (from the modules that can reach one of the ``risky`` modules at all)."""
-    imports = _Imports(project)
+    imports = import_edges(project)
     precision = set(callers.with_class("precision"))
     autocast = {root for root in callers.with_class(FLOAT16_AUTOCAST) if root not in precision}
     roots = sorted(precision | autocast)
@@ -200,6 +200,14 @@ def _entries(project: Project, module: str) -> Iterator[_Entry]:
             function = (project.summary(method[0]) or {}).get("functions", {}).get(method[1])
             if function is not None:
                 yield _Entry(Target(method[0], method[1], function, 1), module, where, handed, codes)
+
+
+def import_edges(project: Project) -> _Imports:
+    """The project's import edges, read from the modules' texts once per run."""
+    found = project._import_edges
+    if not isinstance(found, _Imports):
+        found = project._import_edges = _Imports(project)
+    return found
 
 
 class _Imports:

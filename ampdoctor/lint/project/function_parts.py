@@ -15,6 +15,9 @@ function's summary (``summary.py``) read off the module's fact model.
 ``new_scaler`` a GradScaler built into a local (or a ``self.`` field at the top of a method) and
                stepped in the function, ``single_step`` when it takes one step per call (AMP205)
 ``stub``       an abstract body (a subclass overrides it)
+``scaler_default`` a float16 autocast region and a scaler parameter that defaults to None (and is
+               never rebound), with a backward or the scaler handed on: unscaled float16 training
+               when no caller passes a scaler (AMP210 across functions, ``unscaled_float16.py``)
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import ast
 from ..model import AmpFacts, Frame
 from ..passes import is_optimizer_constructor
 from ..rules.scaler_queries import scaler_enabled
-from ..syntax import dotted, iter_nodes
+from ..syntax import call_args, dotted, iter_nodes
 from ..syntax import span as position
 from ..vocabulary import EventKind
 
@@ -64,12 +67,40 @@ def function_summary(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunct
         summary["returns_scaler"] = returned
     if is_stub(function):
         summary["stub"] = True
+    default = _scaler_default_none(facts, function, frame, params)
+    if default is not None:
+        summary["scaler_default"] = default
     new_scaler = _local_scaler(facts, frame)
     if new_scaler is not None:
         summary["new_scaler"] = new_scaler
         if any(is_optimizer_constructor(site.node, facts) for site in frame.calls):
             summary["builds_optimizer"] = True
     return summary
+
+
+def _scaler_default_none(
+    facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame, params: list[str]
+) -> dict | None:
+    """``{"param", "index", "region"}`` for ``def train(..., scaler=None)`` that opens a float16
+    autocast region, builds no scaler and never rebinds the parameter, and either runs a
+    backward itself or hands the scaler on (``engine.step(loss, scaler=scaler)``)."""
+    region = next((s.region for s in frame.calls if s.region is not None and s.region.is_float16), None)
+    if region is None:
+        return None
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip((a.arg for a in positional[len(positional) - len(args.defaults) :]), args.defaults))
+    defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
+    for name, default in defaults.items():
+        if "scaler" not in name.lower() or not (type(default) is ast.Constant and default.value is None):
+            continue
+        if facts.assigned(frame, name) or frame.events_of(EventKind.SCALER_NEW):
+            return None
+        handed_on = any(any(dotted(arg.value) == name for arg in call_args(site.node)) for site in frame.calls)
+        trains = frame.events_of(EventKind.BACKWARD, EventKind.SCALED_BACKWARD)
+        if handed_on or trains:
+            return {"param": name, "index": params.index(name), "region": position(region.node)}
+    return None
 
 
 def _unscale_for_caller(frame: Frame, params: list[str]) -> list | None:

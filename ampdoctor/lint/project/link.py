@@ -184,7 +184,7 @@ class Project(Record):
         self._stems: frozenset[str] = frozenset()
         self._outlines: dict[str, Outline | None] = {}
         self._paths: dict[str, tuple[str, ...]] = {}
-        self._import_edges: object = None  # the checks' import index (``checks._imports_of``)
+        self._import_edges: object = None  # the checks' import index (``float16_reach.import_edges``)
         self._without: re.Pattern | None = None
         self._gate: ModuleGate | None = None
         self._text_first = False
