@@ -15,14 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from .callsites import callers_of
 from .checkpoints import checkpoint_reports
-from .float16_reach import float16_elsewhere, import_edges
+from .float16_reach import float16_elsewhere
 from .flow import Values
 from .link import Project, Target
 from .reports import Callers, CrossReport
 from .seeds import seeded_reports
 from .store import BACKWARD_TEXT
 from .unscaled_float16 import scaler_never_passed
+from .update_twice import update_twice
 
 
 def run_checks(
@@ -48,6 +50,8 @@ def run_checks(
         reports.extend(_scaler_per_call(project, targets, callers))
     if "AMP209" in codes:
         reports.extend(_bfloat16_scaler_factory(project, targets, callers))
+    if "AMP208" in codes:
+        reports.extend(update_twice(project, targets, callers))
     if "AMP210" in codes:
         reports.extend(scaler_never_passed(project, targets, callers))
     if "AMP301" in codes or "AMP105" in codes:
@@ -62,33 +66,6 @@ def _name(target: Target) -> str:
 # ---------------------------------------------------------------------------------------
 # AMP201: a helper clips before unscale_, the scaled backward is in its callers
 # ---------------------------------------------------------------------------------------
-
-
-def _callers_of(
-    project: Project, callers: Callers, kind: str, module: str, name: str
-) -> Iterator[tuple[str, dict, Target]]:
-    short = name.rsplit(".", 1)[-1]
-    overridden = None  # the classes whose method of that name ``name`` overrides
-    imports = import_edges(project)
-    for caller in callers.of(kind, name):
-        if not imports.relates(caller, module):
-            continue  # no import leads from one to the other: no call can land (not summarized)
-        for call in project.calls(caller):
-            if short not in call["callee"]:
-                continue  # cheap: the spelling must at least end in the function's name
-            target = project.resolve_call(caller, call)
-            if target is None:
-                continue
-            if target.module == module and target.name == name:
-                yield caller, call, target
-            elif "." in name and target.name.rsplit(".", 1)[-1] == short and call["callee"].startswith("self."):
-                # ``self.training_step(...)`` in a base class runs the subclass's override.
-                if overridden is None:
-                    from .flow import Values
-
-                    overridden = set(Values(project).hierarchy(module, name.split(".", 1)[0])[1:])
-                if (target.module, target.name.split(".", 1)[0]) in overridden:
-                    yield caller, call, target
 
 
 def _clips_in_helpers(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
@@ -109,7 +86,7 @@ def _clip_report(
     params = function.get("params", [])
     index = params.index(clip["param"])
     scaled: list[tuple[str, dict, dict]] = []
-    for caller, call, target in _callers_of(project, callers, "scaler", module, name):
+    for caller, call, target in callers_of(project, callers, "scaler", module, name):
         if call.get("star"):
             return None
         arg = target.arg_for(call, index)
@@ -210,7 +187,7 @@ def _scaler_per_call(project: Project, targets: list[str], callers: Callers) -> 
             # A function that takes one step on its fresh scaler is wrong in any loop: its callers
             # need not speak of epochs.
             kind = "any" if new.get("single_step") else "epoch"
-            for caller, call, _target in _callers_of(project, callers, kind, module, name):
+            for caller, call, _target in callers_of(project, callers, kind, module, name):
                 if "loop" not in call or (caller == module and call.get("frame") == "<module>"):
                     continue  # a loop of the same module body: the file-local rule judges it
                 if not call.get("epoch_loop") and "epoch" not in _short(name).lower() and not new.get("single_step"):
@@ -325,7 +302,7 @@ def _bfloat16_scaler_factory(project: Project, targets: list[str], callers: Call
             if at is None:
                 continue
             uses: list[tuple[str, dict, dict]] = []
-            for caller, call, _target in _callers_of(project, callers, "autocast", module, name):
+            for caller, call, _target in callers_of(project, callers, "autocast", module, name):
                 caller_summary = project.summary(caller) or {}
                 regions = caller_summary.get("regions", [])
                 if (

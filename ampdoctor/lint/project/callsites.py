@@ -1,0 +1,39 @@
+"""Finding the calls that land on a function: the modules whose text may call it (``Callers``),
+narrowed by the import edges, then each call record resolved by the linker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .float16_reach import import_edges
+from .flow import Values
+from .link import Project, Target
+from .reports import Callers
+
+
+def callers_of(
+    project: Project, callers: Callers, kind: str, module: str, name: str
+) -> Iterator[tuple[str, dict, Target]]:
+    """The calls anywhere in the project that land on ``name`` in ``module`` (or on the
+    method it overrides, called as ``self.name(...)`` in a base class), as (caller module,
+    call record, target), from the modules whose text holds the token class ``kind``."""
+    short = name.rsplit(".", 1)[-1]
+    overridden = None  # the classes whose method of that name ``name`` overrides
+    imports = import_edges(project)
+    for caller in callers.of(kind, name):
+        if not imports.relates(caller, module):
+            continue  # no import leads from one to the other: no call can land (not summarized)
+        for call in project.calls(caller):
+            if short not in call["callee"]:
+                continue  # cheap: the spelling must at least end in the function's name
+            target = project.resolve_call(caller, call)
+            if target is None:
+                continue
+            if target.module == module and target.name == name:
+                yield caller, call, target
+            elif "." in name and target.name.rsplit(".", 1)[-1] == short and call["callee"].startswith("self."):
+                # ``self.training_step(...)`` in a base class runs the subclass's override.
+                if overridden is None:
+                    overridden = set(Values(project).hierarchy(module, name.split(".", 1)[0])[1:])
+                if (target.module, target.name.split(".", 1)[0]) in overridden:
+                    yield caller, call, target
