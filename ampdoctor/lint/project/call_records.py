@@ -1,8 +1,9 @@
 """The module's calls that may land in project code, with what the cross-module checks ask
 about each (``summary.py``'s ``calls``): the callee as spelled and the frame it is made in, the
-autocast region around it, the loop it runs in (an epoch loop, a loop inside one), whether its
-result is kept, and its arguments (position or keyword, spelling, and for a scaler whether a
-scaled backward came before the call with no ``unscale_`` since).
+autocast region around it, the loop it runs in (an epoch loop, a loop inside one) and the branch
+arms between the two, whether its result is kept, and its arguments (position or keyword,
+spelling, and for a scaler whether a scaled backward came before the call with no ``unscale_``
+since).
 
 A call is kept when a check may ask about it: made in an autocast region or a loop, kept in a
 module with autocast, or handing a scaler (or something spelled or passed as one), one of the
@@ -57,6 +58,9 @@ def call_records(facts: AmpFacts, imports: dict[str, str], functions: dict[str, 
                 record["epoch_loop"] = True
             elif any(block.is_loop and epoch_loop(block) for block in site.path):
                 record["in_epoch"] = True  # a loop over batches inside the epoch loop
+            arms = _arms(site.path)
+            if arms:
+                record["arms"] = arms
             relevant = True
         statement = site.statement
         if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is site.node and facts.regions:
@@ -77,6 +81,13 @@ def call_records(facts: AmpFacts, imports: dict[str, str], functions: dict[str, 
             record["star"] = True
         records.append(record)
     return records
+
+
+def _arms(path: tuple[Block, ...]) -> list[list]:
+    """The branches between the call and its innermost loop, ``[line, column, kind]`` each: two
+    calls under one ``if`` in different arms never run in the same iteration."""
+    inner = max((index for index, block in enumerate(path) if block.is_loop), default=-1)
+    return [[*position(block.node)[:2], block.kind] for block in path[inner + 1 :] if not block.is_loop]
 
 
 def _passes_on(facts: AmpFacts, params: frozenset[str], arguments: list[Arg], names: list[str | None]) -> bool:

@@ -15,6 +15,9 @@ function's summary (``summary.py``) read off the module's fact model.
 ``new_scaler`` a GradScaler built into a local (or a ``self.`` field at the top of a method) and
                stepped in the function, ``single_step`` when it takes one step per call (AMP205)
 ``stub``       an abstract body (a subclass overrides it)
+``updates``    each ``S.update()`` after ``S.step(optimizer)``, S a ``self.`` field or a parameter:
+               two of them called in one iteration update the scale twice (AMP208 across
+               functions, ``update_twice.py``)
 ``scaler_default`` a float16 autocast region and a scaler parameter that defaults to None (and is
                never rebound), with a backward or the scaler handed on: unscaled float16 training
                when no caller passes a scaler (AMP210 across functions, ``unscaled_float16.py``)
@@ -67,6 +70,9 @@ def function_summary(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunct
         summary["returns_scaler"] = returned
     if is_stub(function):
         summary["stub"] = True
+    updates = _updates_after_step(frame, params)
+    if updates:
+        summary["updates"] = updates
     default = _scaler_default_none(facts, function, frame, params)
     if default is not None:
         summary["scaler_default"] = default
@@ -76,6 +82,29 @@ def function_summary(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunct
         if any(is_optimizer_constructor(site.node, facts) for site in frame.calls):
             summary["builds_optimizer"] = True
     return summary
+
+
+def _updates_after_step(frame: Frame, params: list[str]) -> list[dict]:
+    """``{"scaler", "optimizer", "at"}`` for each ``S.update()`` that follows ``S.step(O)`` in
+    the function, where S is a ``self.`` field (a method's) or one of its parameters; ``scaler``
+    and ``optimizer`` are spelled as written, or ``"#i"`` for the parameter at index i."""
+    found = []
+    steps = frame.events_of(EventKind.SCALER_STEP)
+    for update in frame.events_of(EventKind.UPDATE):
+        scaler = update.scaler
+        if scaler is None:
+            continue
+        if scaler in params:
+            key = f"#{params.index(scaler)}"
+        elif scaler.startswith("self.") and scaler.count(".") == 1 and frame.class_name:
+            key = scaler
+        else:
+            continue
+        step = next((s for s in reversed(steps) if s.scaler == scaler and s.order < update.order), None)
+        if step is not None and step.optimizer:
+            optimizer = f"#{params.index(step.optimizer)}" if step.optimizer in params else step.optimizer
+            found.append({"scaler": key, "optimizer": optimizer, "at": position(update.call.node)})
+    return found
 
 
 def _scaler_default_none(
