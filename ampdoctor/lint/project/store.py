@@ -3,7 +3,8 @@
 ``<cache folder>/summaries-<build>.json`` maps each project file (its path relative to the
 project root) to the size and modification time it had, the hash of its bytes, whether it is a
 *caller* module (one that mentions a scaler, autocast or an epoch: its calls are always
-linked), and its summary once made. As in the result cache, a file whose size and modification
+linked), and its summary once made (kept as JSON text, decoded when a run asks for it: see
+``_stored``). As in the result cache, a file whose size and modification
 time are unchanged (and not "racy": modified within two seconds of the cache being written) is
 trusted without being read; otherwise its bytes are hashed and compared. Summaries of other
 files are made only when a call resolves into them.
@@ -30,11 +31,15 @@ from .outline import Outline, defines_without
 
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
-FORMAT = 9
+FORMAT = 10
 
 _RACY_NS = 2_000_000_000
 # Below this many summaries to make, worker processes cost more than they save.
 _PARALLEL_SUMMARIES = 24
+# Up to this many changed entries go to the delta file; more, and the whole cache is rewritten.
+# Rewriting the 3,642-entry cache of a 31-repository tree took 0.08 s; a delta of a few entries,
+# under a millisecond.
+_DELTA_ENTRIES = 256
 
 
 def summarize_bytes(data: bytes) -> dict | None:
@@ -68,6 +73,9 @@ class SummaryStore:
         self.entries: dict[str, dict] = {}
         self.written_ns = 0
         self.dirty = False
+        self.changed: set[str] = set()  # the entries made, changed or removed in this run
+        self._delta: dict[str, dict | None] = {}  # the delta file's entries, as stored
+        self._delta_ns: dict[str, int] = {}  # when each entry of the delta was written
         self._data: dict[str, bytes] = {}
         self._verified: set[str] = set()
         self._texts: dict[str, bytes] = {}
@@ -83,13 +91,30 @@ class SummaryStore:
             self._load()
 
     def _load(self) -> None:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        if self.path is None:
             return
-        if isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("files"), dict):
-            self.entries = data["files"]
-            self.written_ns = int(data.get("written_ns") or 0)
+        data = _read_json(self.path)
+        if data is None:
+            return
+        self.entries = data["files"]
+        self.written_ns = int(data.get("written_ns") or 0)
+        delta = _read_json(_delta_path(self.path))
+        if delta is None or delta.get("base") != self.written_ns:
+            return  # none, or one written beside another base
+        for rel, stored in delta["files"].items():
+            if stored is None:
+                self.entries.pop(rel, None)
+            elif isinstance(stored, dict) and isinstance(stored.get("written_ns"), int):
+                entry = dict(stored)
+                self._delta_ns[rel] = entry.pop("written_ns")
+                self.entries[rel] = entry
+            else:
+                continue
+            self._delta[rel] = stored
+
+    def _touch(self, rel: str) -> None:
+        self.changed.add(rel)
+        self.dirty = True
 
     def _fresh(self, rel: str) -> dict | None:
         """The entry for ``rel`` when it matches the file on disk (re-hashed when in doubt);
@@ -104,7 +129,11 @@ class SummaryStore:
             return None
         entry = self.entries.get(rel)
         signature = [stat.st_size, stat.st_mtime_ns]
-        if entry is not None and entry.get("stat") == signature and stat.st_mtime_ns < self.written_ns - _RACY_NS:
+        if (
+            entry is not None
+            and entry.get("stat") == signature
+            and stat.st_mtime_ns < self._delta_ns.get(rel, self.written_ns) - _RACY_NS
+        ):
             return entry
         try:
             with open(path, "rb") as handle:
@@ -117,7 +146,7 @@ class SummaryStore:
             self._data[rel] = data  # its token classes are looked up when a rule asks
         entry["stat"] = signature
         self.entries[rel] = entry
-        self.dirty = True
+        self._touch(rel)
         return entry
 
     def has_class(self, rel: str, kind: str) -> bool:
@@ -132,7 +161,7 @@ class SummaryStore:
             if data is None:
                 return False
             known[kind] = _has_class(data, kind)
-            self.dirty = True
+            self._touch(rel)
         return known[kind]
 
     def seed(self, rel: str, classes: frozenset[str]) -> None:
@@ -149,8 +178,11 @@ class SummaryStore:
                 signature = [stat.st_size, stat.st_mtime_ns]
             entry = self.entries[rel] = {"key": "", "classes": {}, "stat": signature}
             self._verified.add(rel)
-            self.dirty = True
-        entry["classes"] = {kind: kind in classes for kind in CLASSES}
+            self._touch(rel)
+        known = {kind: kind in classes for kind in CLASSES}
+        if entry.get("classes") != known:
+            entry["classes"] = known
+            self._touch(rel)
 
     def imports(self, rel: str) -> list[tuple[str, bool]]:
         """The file's imports (``tokens.import_targets``), read when first asked for: a walk of
@@ -180,16 +212,16 @@ class SummaryStore:
             # size and time are unchanged, as it would with a hash, and starts a new one otherwise.
             self.entries[rel] = {"key": "", "classes": {}, "stat": [stat.st_size, stat.st_mtime_ns]}
             self._verified.add(rel)
-            self.dirty = True
+            self._touch(rel)
 
     def has_summary(self, rel: str) -> bool:
         """Whether the file's summary is known (made by this run's lint pass or an earlier one).
         A file the cache has never summarized is not read to find out."""
         known = self.entries.get(rel)
-        if known is None or known.get("summary") is None:
+        if known is None or (known.get("summary") is None and "text" not in known):
             return False
         entry = self._fresh(rel)
-        return bool(entry and entry.get("summary") is not None)
+        return bool(entry and (entry.get("summary") is not None or "text" in entry))
 
     def defines_without(self, rel: str, name: str, pattern: re.Pattern) -> bool:
         """``defines_without`` on the file's bytes (False when it cannot be read)."""
@@ -234,6 +266,12 @@ class SummaryStore:
         entry = self._fresh(rel)
         if entry is None:
             return None
+        if "summary" not in entry and "text" in entry:
+            # Kept as its JSON text: decoded when first asked for (a run asks for a few).
+            try:
+                entry["summary"] = json.loads(entry["text"])
+            except ValueError:
+                del entry["text"]
         if "summary" not in entry:
             data = self._data.pop(rel, None)
             if data is None:
@@ -253,7 +291,7 @@ class SummaryStore:
                     entry["key"] = key
             entry["summary"] = summarize_bytes(data)
             self._spending.parsed_source(len(data))  # the collector is paused: see collector.py
-            self.dirty = True
+            self._touch(rel)
         return entry["summary"]
 
     def prefetch(self, rels: list[str], jobs: int | None) -> None:
@@ -262,7 +300,7 @@ class SummaryStore:
         missing = []
         for rel in rels:
             entry = self._fresh(rel)
-            if entry is not None and "summary" not in entry:
+            if entry is not None and "summary" not in entry and "text" not in entry:
                 missing.append(rel)
         workers = jobs if jobs is not None else (os.cpu_count() or 1)
         if len(missing) < _PARALLEL_SUMMARIES or workers <= 1:
@@ -281,7 +319,7 @@ class SummaryStore:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for rel, summary in zip(missing, pool.map(summarize_bytes, datas, chunksize=4)):
                 self.entries[rel]["summary"] = summary
-        self.dirty = True
+                self._touch(rel)
 
     def put(self, rel: str, data: bytes, summary: dict | None) -> None:
         """A summary made by the lint pass itself (from the facts its rules used)."""
@@ -297,27 +335,78 @@ class SummaryStore:
             "summary": summary,
         }
         self._verified.add(rel)
-        self.dirty = True
+        self._touch(rel)
 
     def forget_missing(self, files: set[str]) -> None:
         for rel in [r for r in self.entries if r not in files]:
             del self.entries[rel]
-            self.dirty = True
+            self._touch(rel)
 
     def save(self) -> None:
+        """Write what changed: a small delta beside the cache file when few entries changed (a
+        pre-commit run on a few files of a large project), else the whole file again."""
         if self.path is None or not self.dirty:
             return
+        now = time.time_ns()
         try:
             self.path.parent.mkdir(exist_ok=True)
-            temp = self.path.parent / f".summaries-{os.getpid()}-{time.monotonic_ns()}.tmp"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
-                handle.write(
-                    json.dumps(
-                        {"format": FORMAT, "written_ns": time.time_ns(), "files": self.entries}, separators=(",", ":")
-                    )
-                )
-            os.replace(temp, self.path)
+            delta = _delta_path(self.path)
+            if self.written_ns and len(self.changed | set(self._delta)) <= _DELTA_ENTRIES:
+                files = dict(self._delta)
+                for rel in self.changed:
+                    entry = self.entries.get(rel)
+                    files[rel] = None if entry is None else {**_stored(entry), "written_ns": now}
+                _write_json(delta, {"format": FORMAT, "base": self.written_ns, "written_ns": now, "files": files})
+                return
+            files = {rel: _stored(entry) for rel, entry in self.entries.items()}
+            _write_json(self.path, {"format": FORMAT, "written_ns": now, "files": files})
+            if self._delta:
+                os.unlink(delta)
         except OSError:
             pass  # a read-only project still lints; it just is not cached
+
+
+def _delta_path(path: Path) -> Path:
+    return path.with_name(path.stem + "-delta.json")
+
+
+def _read_json(path: Path) -> dict | None:
+    """A cache document of this format (``files`` a mapping), or None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("files"), dict):
+        return data
+    return None
+
+
+def _write_json(path: Path, document: dict) -> None:
+    """Write atomically (a temporary file in the same folder, then a rename)."""
+    temp = path.parent / f".summaries-{os.getpid()}-{time.monotonic_ns()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
+            handle.write(json.dumps(document, separators=(",", ":")))
+        os.replace(temp, path)
+    except OSError:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+
+
+def _stored(entry: dict) -> dict:
+    """An entry as the cache file holds it: a summary as its JSON text (``"text"``), so that a
+    run decodes only the summaries it asks for. Measured on the 3,642-file store of a 31-repository
+    tree (8.8 MB): loading took 0.52 s with the summaries decoded and 0.08 s with them kept as
+    text; writing 0.31 s and 0.09 s. A summary decoded in this run and not remade keeps the text
+    it was read from."""
+    summary = entry.get("summary")
+    if summary is None or "text" in entry:
+        return {k: v for k, v in entry.items() if k != "summary"} if "text" in entry else entry
+    stored = {k: v for k, v in entry.items() if k != "summary"}
+    stored["text"] = json.dumps(summary, separators=(",", ":"))
+    return stored

@@ -1,0 +1,162 @@
+"""The project summary cache on disk: summaries kept as JSON text and decoded when asked for, and
+a small delta file beside the cache when a run changes few entries (a pre-commit run on one
+file of a large project), merged on the next load."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from ampdoctor.lint.project import store as store_module
+from ampdoctor.lint.project.store import SummaryStore
+
+HELPER = """\
+import torch
+
+def save_checkpoint(model, optimizer, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""
+
+
+def project(root: Path, count: int) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    old = time.time() - 60  # out of the racy window: trusted by size and time on the next run
+    for index in range(count):
+        path = root / f"helper_{index}.py"
+        path.write_text(HELPER.replace("save_checkpoint", f"save_{index}"), encoding="utf-8")
+        os.utime(path, (old, old))
+    return root
+
+
+def warm(root: Path, count: int) -> Path:
+    folder = root / ".ampdoctor_cache"
+    store = SummaryStore(root, folder)
+    for index in range(count):
+        assert store.summary(f"helper_{index}.py")["functions"][f"save_{index}"]
+    store.save()
+    return folder
+
+
+def edit(root: Path, index: int, name: str) -> None:
+    path = root / f"helper_{index}.py"
+    path.write_text(HELPER.replace("save_checkpoint", name), encoding="utf-8")
+    old = time.time() - 30
+    os.utime(path, (old, old))
+
+
+def test_summaries_are_stored_as_text_and_decoded_only_when_asked_for(tmp_path: Path):
+    root = project(tmp_path, 3)
+    folder = warm(root, 3)
+    document = json.loads(SummaryStore(root, folder).path.read_text(encoding="utf-8"))
+    assert all(isinstance(entry["text"], str) and "summary" not in entry for entry in document["files"].values())
+    store = SummaryStore(root, folder)
+    assert all("summary" not in entry for entry in store.entries.values())
+    assert store.summary("helper_1.py")["functions"]["save_1"]["params"] == ["model", "optimizer", "path"]
+    assert [rel for rel, entry in store.entries.items() if "summary" in entry] == ["helper_1.py"]
+
+
+def test_a_run_that_changes_one_file_writes_a_delta_and_the_next_load_sees_it(tmp_path: Path):
+    root = project(tmp_path, 4)
+    folder = warm(root, 4)
+    base = SummaryStore(root, folder).path
+    before = base.read_bytes()
+    edit(root, 2, "save_renamed")
+    store = SummaryStore(root, folder)
+    assert "save_renamed" in store.summary("helper_2.py")["functions"]
+    store.save()
+    assert base.read_bytes() == before  # the large file is left as it was
+    delta = base.with_name(base.stem + "-delta.json")
+    assert set(json.loads(delta.read_text(encoding="utf-8"))["files"]) == {"helper_2.py"}
+    again = SummaryStore(root, folder)
+    assert "save_renamed" in again.summary("helper_2.py")["functions"]
+    assert "save_0" in again.summary("helper_0.py")["functions"]
+
+
+def test_a_removed_file_is_recorded_in_the_delta(tmp_path: Path):
+    root = project(tmp_path, 3)
+    folder = warm(root, 3)
+    (root / "helper_1.py").unlink()
+    store = SummaryStore(root, folder)
+    store.forget_missing({"helper_0.py", "helper_2.py"})
+    store.save()
+    assert sorted(SummaryStore(root, folder).entries) == ["helper_0.py", "helper_2.py"]
+
+
+def test_many_changes_rewrite_the_whole_file_and_drop_the_delta(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, 4)
+    folder = warm(root, 4)
+    edit(root, 0, "first_edit")
+    store = SummaryStore(root, folder)
+    store.summary("helper_0.py")
+    store.save()
+    base = store.path
+    delta = base.with_name(base.stem + "-delta.json")
+    assert delta.exists()
+    monkeypatch.setattr(store_module, "_DELTA_ENTRIES", 1)
+    for index in (1, 2):
+        edit(root, index, f"edit_{index}")
+    store = SummaryStore(root, folder)
+    for index in (1, 2):
+        store.summary(f"helper_{index}.py")
+    store.save()
+    assert not delta.exists()
+    files = json.loads(base.read_text(encoding="utf-8"))["files"]
+    assert "first_edit" in files["helper_0.py"]["text"] and "edit_2" in files["helper_2.py"]["text"]
+    assert "edit_1" in SummaryStore(root, folder).summary("helper_1.py")["functions"]
+
+
+def test_a_delta_written_beside_another_base_is_ignored(tmp_path: Path):
+    root = project(tmp_path, 2)
+    folder = warm(root, 2)
+    edit(root, 1, "in_the_delta")
+    store = SummaryStore(root, folder)
+    store.summary("helper_1.py")
+    store.save()
+    base = store.path
+    document = json.loads(base.read_text(encoding="utf-8"))
+    document["written_ns"] += 1  # the base was rewritten since (by another run)
+    base.write_text(json.dumps(document), encoding="utf-8")
+    stale = SummaryStore(root, folder)
+    assert "text" in stale.entries["helper_1.py"] and "in_the_delta" not in stale.entries["helper_1.py"]["text"]
+    # The stale entry is not trusted: its file changed since, so it is summarized again.
+    assert "in_the_delta" in stale.summary("helper_1.py")["functions"]
+
+
+def test_a_damaged_delta_is_ignored(tmp_path: Path):
+    root = project(tmp_path, 2)
+    folder = warm(root, 2)
+    base = SummaryStore(root, folder).path
+    base.with_name(base.stem + "-delta.json").write_text("{not json", encoding="utf-8")
+    assert SummaryStore(root, folder).summary("helper_0.py")["functions"]["save_0"]
+
+
+def test_an_entry_of_the_delta_is_trusted_by_the_time_the_delta_was_written(tmp_path: Path):
+    root = project(tmp_path, 2)
+    folder = warm(root, 2)
+    edit(root, 1, "edited")
+    store = SummaryStore(root, folder)
+    store.summary("helper_1.py")
+    store.save()
+    # The file was modified after the base was written and well before the delta was: trusted
+    # by its size and time (not read again), as the base alone could not tell.
+    base = store.path
+    delta = base.with_name(base.stem + "-delta.json")
+    mtime = (root / "helper_1.py").stat().st_mtime_ns
+    document = json.loads(base.read_text(encoding="utf-8"))
+    document["written_ns"] = mtime - 10_000_000_000
+    base.write_text(json.dumps(document), encoding="utf-8")
+    changes = json.loads(delta.read_text(encoding="utf-8"))
+    changes["base"] = document["written_ns"]
+    changes["files"]["helper_1.py"]["written_ns"] = mtime + 10_000_000_000
+    delta.write_text(json.dumps(changes), encoding="utf-8")
+    again = SummaryStore(root, folder)
+    assert "edited" in again.summary("helper_1.py")["functions"]
+    assert not again.dirty  # nothing was read, hashed or summarized again
+    # Just before the delta was written: racy, so read and hashed again (and found unchanged).
+    changes["files"]["helper_1.py"]["written_ns"] = mtime + 1_000_000_000
+    delta.write_text(json.dumps(changes), encoding="utf-8")
+    racy = SummaryStore(root, folder)
+    assert "edited" in racy.summary("helper_1.py")["functions"]
+    assert racy.changed == {"helper_1.py"}
