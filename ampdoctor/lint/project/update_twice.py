@@ -10,7 +10,8 @@ Certain when: both calls sit in one loop of one function, on one receiver (``wor
 methods of one class whose updates name the same ``self.`` field; and the optimizers stepped
 before the two updates are spelled differently. A scaler handed in as a parameter counts when
 both calls pass it under one name. Reported once per pair, at the update of the function
-called first.
+called first. Both functions are looked for in one module (a class's methods, or a module of
+step helpers), so that the callers are searched only where a pair exists.
 """
 
 from __future__ import annotations
@@ -28,15 +29,32 @@ def update_twice(project: Project, targets: list[str], callers: Callers) -> Iter
         summary = project.summary(module)
         if summary is None:
             continue
-        for name, function in summary.get("functions", {}).items():
-            if not function.get("updates"):
-                continue
+        functions = summary.get("functions", {})
+        for name in _paired(functions):
             for caller, call, target in callers_of(project, callers, "any", module, name):
                 if "loop" not in call:
                     continue
                 report = _pair(project, caller, call, target, reported)
                 if report is not None:
                     yield report
+
+
+def _paired(functions: dict[str, dict]) -> list[str]:
+    """The functions that have a possible partner in their own module (finding the callers costs):
+    another method of the class that updates the same field after stepping another optimizer,
+    or another function that updates a scaler it is handed."""
+    fields: dict[tuple[str, str], set[str]] = {}
+    handed: list[str] = []
+    for name, function in functions.items():
+        for update in function.get("updates", []):
+            if update["scaler"].startswith("#"):
+                handed.append(name)
+            elif "." in name:
+                fields.setdefault((name.split(".", 1)[0], update["scaler"]), set()).add(name)
+    paired = {name for names in fields.values() if len(names) > 1 for name in names}
+    if len(set(handed)) > 1:
+        paired.update(handed)
+    return sorted(paired)
 
 
 def _pair(
