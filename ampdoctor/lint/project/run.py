@@ -16,6 +16,7 @@ from ...catalog import severity_of
 from ...findings import Finding, Location, Related
 from .checks import Callers, CrossReport, run_checks
 from .link import Project
+from .reuse import load_reports, reports_path, save_reports, state_key
 from .root import project_root
 from .store import SummaryStore
 from .tokens import float16_risk
@@ -112,7 +113,12 @@ def link_results(
                 else store.has_class(rel, "half_risk") and float16_risk(store.text(rel) or b"")
             )
         ]
-    reports = run_checks(project, checked, callers, codes, lazy)
+    key = state_key(root, files, len(target_rels), codes, checked, lazy) if store.path is not None else None
+    reports = load_reports(reports_path(store.path), key) if store.path is not None and key is not None else None
+    if reports is None:
+        reports = run_checks(project, checked, callers, codes, lazy)
+        if store.path is not None and key is not None:
+            save_reports(reports_path(store.path), key, reports)
     if use_cache:
         store.forget_missing(set(files))
         store.save()

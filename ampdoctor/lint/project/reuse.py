@@ -1,0 +1,96 @@
+"""The last run's cross-module findings, reused when nothing in the project has changed.
+
+A warm run of a whole tree takes every file's own findings from the result cache, but the
+project checks would run again from the summaries: on the 31-repository tree of the lint-at-scale
+benchmark (3,647 files) they were three quarters of a warm run. Their findings depend only on
+the project's files, the codes asked for and which files are reported, so they are kept beside
+the summary cache (``summaries-*-reports.json``) under a key made of those: every project
+file's path, size and modification time, the codes, and the reported files.
+
+A file modified less than two seconds before the key is made could change again without its
+size or time telling (the "racy" case of the caches): then no key is made, and the checks run.
+The key costs one ``stat`` per project file, so it is made only when the run reports at least
+half of the project (a whole tree), not for a pre-commit run on a few files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+try:
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - interpreters built without it
+    from hashlib import blake2b
+
+from .reports import CrossReport
+from .store import FORMAT
+
+_RACY_NS = 2_000_000_000
+# The share of the project a run must report for the key to be worth its ``stat`` calls.
+_SHARE = 0.5
+
+
+def state_key(
+    root: Path, files: list[str], reported: int, codes: frozenset[str], checked: list[str], lazy: list[str]
+) -> str | None:
+    """The key of the project as it is now, for these codes and reported files; None when the
+    run reports too little of the project, or a file was modified within the racy window."""
+    if not files or reported < _SHARE * len(files):
+        return None
+    digest = blake2b(digest_size=16)
+    digest.update(json.dumps([sorted(codes), checked, lazy]).encode())
+    limit = time.time_ns() - _RACY_NS
+    base = str(root)
+    for rel in files:
+        try:
+            stat = os.stat(os.path.join(base, rel))
+        except OSError:
+            digest.update(f"{rel}\0-\n".encode())
+            continue
+        if stat.st_mtime_ns >= limit:
+            return None
+        digest.update(f"{rel}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def reports_path(summaries: Path) -> Path:
+    return summaries.with_name(summaries.stem + "-reports.json")
+
+
+def load_reports(path: Path, key: str) -> list[CrossReport] | None:
+    """The findings kept under ``key``; None when there are none (or the file is damaged)."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("key") != key:
+        return None
+    try:
+        return [
+            CrossReport(code, module, at, message, help, [(m, a, t) for m, a, t in related])
+            for code, module, at, message, help, related in document["reports"]
+        ]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def save_reports(path: Path, key: str, reports: list[CrossReport]) -> None:
+    """Keep ``reports`` under ``key`` (written atomically; a read-only folder keeps nothing)."""
+    document = {
+        "format": FORMAT,
+        "key": key,
+        "reports": [[r.code, r.module, r.at, r.message, r.help, [list(x) for x in r.related]] for r in reports],
+    }
+    temp = path.parent / f".reports-{os.getpid()}-{time.monotonic_ns()}.tmp"
+    try:
+        path.parent.mkdir(exist_ok=True)
+        temp.write_text(json.dumps(document, separators=(",", ":")), encoding="utf-8")
+        os.replace(temp, path)
+    except OSError:
+        try:
+            temp.unlink()
+        except OSError:
+            pass

@@ -1,0 +1,112 @@
+"""A warm run of a whole project reuses the last run's cross-module findings when no project
+file changed, and runs the project checks again whenever anything they depend on did."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, known_codes, lint_paths
+from ampdoctor.lint.project import reuse
+from ampdoctor.lint.project import run as project_run
+
+TWIN = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "projects" / "checkpoint_helper" / "buggy"
+FOUND = {("train.py", 37, "AMP211")}
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(TWIN, root)
+    old = time.time() - 60  # outside the racy window
+    for path in root.rglob("*.py"):
+        os.utime(path, (old, old))
+    return root
+
+
+@pytest.fixture
+def checks(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    real = project_run.run_checks
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(project_run, "run_checks", counted)
+    return calls
+
+
+def lint(root: Path, paths=None, codes=None) -> set[tuple[str, int, str]]:
+    settings = Settings(root=root, project=True)
+    selected = codes or settings.enabled_codes(known_codes())
+    run = lint_paths(paths or [root], LintRequest(settings, selected, use_cache=True), cwd=root)
+    return {(f.location.path, f.location.line, f.code) for f in run.findings if f.code != "AMP401"}
+
+
+def test_an_unchanged_project_reuses_the_findings(tree: Path, checks: list[int]):
+    assert lint(tree) == FOUND
+    assert lint(tree) == FOUND
+    assert len(checks) == 1
+    assert list((tree / ".ampdoctor_cache").glob("summaries-*-reports.json"))
+
+
+def test_a_changed_file_runs_the_checks_again(tree: Path, checks: list[int]):
+    assert lint(tree) == FOUND
+    utils = tree / "utils.py"
+    text = utils.read_text(encoding="utf-8")
+    fixed = text.replace('"optimizer": optimizer.state_dict()', '"optimizer": optimizer.state_dict(), "scaler": None')
+    assert fixed != text
+    utils.write_text(fixed, encoding="utf-8")
+    old = time.time() - 30
+    os.utime(utils, (old, old))
+    lint(tree)
+    assert len(checks) == 2
+
+
+def test_a_file_modified_just_now_is_not_trusted_by_its_time(tree: Path, checks: list[int]):
+    # Modified within the racy window: it could change again with the same size and time, so
+    # nothing is kept under a key that names them.
+    os.utime(tree / "utils.py")
+    assert lint(tree) == FOUND
+    assert lint(tree) == FOUND
+    assert len(checks) == 2
+
+
+def test_other_codes_run_the_checks_again(tree: Path, checks: list[int]):
+    assert lint(tree) == FOUND
+    assert lint(tree, codes=frozenset({"AMP201"})) == set()
+    assert len(checks) == 2
+
+
+def test_a_run_on_a_few_files_does_not_stat_the_project(tree: Path, checks: list[int], monkeypatch):
+    for index in range(6):
+        (tree / f"extra_{index}.py").write_text("x = 1\n", encoding="utf-8")
+    assert lint(tree) == FOUND
+    stats: list[str] = []
+
+    class CountingOs:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def stat(self, path, *args, **kwargs):
+            stats.append(str(path))
+            return os.stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(reuse, "os", CountingOs())
+    assert lint(tree, [tree / "train.py"]) == FOUND
+    assert stats == []
+    assert len(checks) == 2
+
+
+def test_a_damaged_reports_file_runs_the_checks(tree: Path, checks: list[int]):
+    assert lint(tree) == FOUND
+    for path in (tree / ".ampdoctor_cache").glob("summaries-*-reports.json"):
+        path.write_text("{not json", encoding="utf-8")
+    assert lint(tree) == FOUND
+    assert len(checks) == 2
