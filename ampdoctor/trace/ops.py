@@ -13,7 +13,7 @@ Two pieces:
 
 ``OpCensus``
     A ``TorchDispatchMode`` used for the first K iterations only, with torch's ``ModuleTracker``
-    for attribution, in the pattern of ``torch.utils.flop_counter.FlopCounterMode``. It counts
+    for attribution (``module_tracking.py``: its backward follows the autograd graph), in the pattern of ``torch.utils.flop_counter.FlopCounterMode``. It counts
     ops in a dict keyed by (module, op, input dtypes, output dtype, autocast, phase); nothing is
     logged per call. Matmul-class ops are also counted by their input shapes (``gemms``), which
     say whether a GEMM's dimensions suit tensor cores and let profiled time be attributed. For forward ops it also keeps, on the device, the largest |input| and
@@ -36,6 +36,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
 from .deadline import holding_stops
+from .module_tracking import GraphModuleTracker
 from .opnames import MATMUL_OPS, METADATA_OPS, SENSITIVE_OPS  # noqa: F401 (the vocabulary, named here too)
 from .sites import user_site
 
@@ -420,7 +421,7 @@ class OpCensus:
     def install(self) -> None:
         global _census_mode
         with holding_stops():  # a ``--timeout`` stop lands before or after, never between
-            self._tracker = ModuleTracker()
+            self._tracker = GraphModuleTracker()
             self._tracker.__enter__()
             self._mode = _CensusMode(self)
             self._mode.__enter__()
