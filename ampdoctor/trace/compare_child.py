@@ -15,6 +15,8 @@ import os
 from collections import Counter
 from typing import Any, Optional
 
+import torch
+
 from .compare import LOW_PRECISION, RunRecord, compare_runs
 from .stopwatch import TIMED, RunClock
 
@@ -47,12 +49,14 @@ class CompareChild:
         self._count_regions(session._autocast)
 
     def _count_regions(self, tracker: Any) -> None:
-        """Count the outermost enabled autocast regions: each one casts the weights afresh (the
-        cast cache lives as long as the outermost region)."""
+        """Count the outermost enabled autocast regions entered with gradients on: each one casts
+        the weights afresh (the cast cache lives as long as the outermost region). An evaluation
+        pass under ``torch.no_grad()`` is not the training step's cost."""
         original = tracker._on_enter
 
         def entered(device: str, dtype: Any, enabled: bool) -> None:
-            if enabled and sum(1 for dev, on in tracker._stack if dev == device and on) == 1:
+            counted = enabled and torch.is_grad_enabled()
+            if counted and sum(1 for dev, on in tracker._stack if dev == device and on) == 1:
                 self.outer_regions += 1
             if original is not None:
                 original(device, dtype, enabled)

@@ -206,6 +206,9 @@ class Observations:
     gradient_interval: int = 1
     # The user's statement that first entered a float16 autocast region (AMP510 points there).
     float16_autocast_site: Optional[tuple[str, int]] = None
+    # dtype name -> where the script first entered an autocast region of that dtype with
+    # gradients on (the training step's region: an evaluation pass under no_grad is not it).
+    autocast_sites: dict[str, tuple[str, int]] = field(default_factory=dict)
     # How the script failed, when it raised: ("Type: message", the user's innermost line).
     script_error: Optional[tuple[str, Optional[tuple[str, int]]]] = None
     # Per module path, the user's statement that called the module (its first call).

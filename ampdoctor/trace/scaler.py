@@ -14,7 +14,9 @@ observed. The subclasses call the parent for everything and only report to the s
   themselves (``fused=True``) are always called by ``scaler.step`` and skip inside the kernel;
 - ``update``: the scale before and after, from which growth and backoff events follow.
 
-All values stay on the device; the session reads them in its one sync per iteration.
+All values stay on the device; the session reads them in its one sync per iteration. The ops
+torch's ``unscale_`` and ``update`` run (a float64 reciprocal of the scale, the inf checks, the
+scale's update) are left out of the op census: they are the scaler's, not the script's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import Any, Optional, Protocol
 
 import torch
 from torch.amp.grad_scaler import OptState
+
+from .ops import quiet
 
 _TorchGradScaler = torch.amp.GradScaler
 
@@ -108,7 +112,8 @@ class _Observed:
         observer = _current(self)
         if observer is not None:
             observer.scaler_unscale_started(self, optimizer)
-        super().unscale_(optimizer)
+        with quiet():  # torch's own arithmetic (``_scale.double().reciprocal()``), not the script's
+            super().unscale_(optimizer)
         if observer is not None:
             observer.scaler_unscaled(self, optimizer)
 
@@ -142,7 +147,8 @@ class _Observed:
         if observer is None or self._scale is None:
             return super().update(new_scale)
         scale_before = self._scale.detach().clone()
-        super().update(new_scale)
+        with quiet():
+            super().update(new_scale)
         observer.scaler_updated(self, scale_before, self._scale.detach().clone())
 
     def _combined_found_inf(self, optimizer) -> Optional[torch.Tensor]:

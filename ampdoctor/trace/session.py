@@ -332,6 +332,12 @@ class TraceSession:
         if not enabled:
             return
         self.observations.autocast_dtypes.add((device, dtype_name(dtype)))
+        sites = self.observations.autocast_sites
+        name = dtype_name(dtype) or ""
+        if name not in sites and torch.is_grad_enabled():  # the training step's region, not evaluation's
+            site = user_site()
+            if site is not None:
+                sites[name] = site
         if dtype == torch.float16:
             self._float16_autocast_since_backward = True
             if self.observations.float16_autocast_site is None:

@@ -243,7 +243,7 @@ def cast_overhead(observations, comparison, profile, hardware, thresholds, locat
     yield make_finding(
         "AMP513",
         message,
-        module_location(locator, observations, module),
+        _cast_location(observations, locator, float64, per_micro_step),
         help,
         module=module,
         time_share=share,
@@ -251,6 +251,25 @@ def cast_overhead(observations, comparison, profile, hardware, thresholds, locat
         autocast_regions_per_step=regions_per_step,
         conversions=[{"module": m, "from": s, "to": t, "per_step": c / steps} for (m, s, t), c in ranked],
     )
+
+
+def _cast_location(observations: Observations, locator: Locator, float64: list, per_micro_step: bool):
+    """Where AMP513 points: the statement that converted float64 data (its module's class when
+    the census has no statement for it); else, for autocast entered per micro-step, the autocast
+    region of the training step."""
+    from ...findings import Location
+
+    if float64:
+        module, _source, target = float64[0]
+        site = observations.op_sites.get((module, "_to_copy", target))
+        if site is not None:
+            return Location(site[0], site[1])
+        return module_location(locator, observations, module)
+    for dtype in ("float16", "bfloat16"):
+        site = observations.autocast_sites.get(dtype)
+        if site is not None:
+            return Location(site[0], site[1])
+    return module_location(locator, observations, None)
 
 
 def with_gemm_share(
