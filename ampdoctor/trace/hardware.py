@@ -151,8 +151,19 @@ def cuda_hardware(
     return Hardware("cuda", name, dtype, fast, text, [], reason)
 
 
+# Set to ``tensor-cores`` to judge a run as if it ran where GEMMs have tiled units (tensor cores,
+# AMX): a trace on a CPU box of a script meant for a GPU then gets the GPU's advice (AMP512's
+# padding) and not the CPU's (AMP514).
+ASSUME_VARIABLE = "AMPDOCTOR_ASSUME_HARDWARE"
+TENSOR_CORES = "tensor-cores"
+
+
 def hardware_for(device: str, dtype: str) -> Optional[Hardware]:
     """The hardware verdict for an autocast region's device type and dtype; None when unknown."""
+    assumed = os.environ.get(ASSUME_VARIABLE, "").strip().lower()
+    if assumed == TENSOR_CORES:
+        reason = f"assumed by {ASSUME_VARIABLE}={TENSOR_CORES}: {dtype} matmuls run on tensor cores or AMX tiles"
+        return Hardware(device, "assumed hardware", dtype, True, "assumed", [TENSOR_CORES], reason)
     try:
         if device == "cpu":
             return cpu_hardware(dtype)

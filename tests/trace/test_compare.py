@@ -26,6 +26,8 @@ FRAMEWORKS = ROOT / "fixtures" / "trace" / "frameworks"
 EXPLAIN = ("--threshold", "compare_speedup=1000")
 # An AMX/AVX512 machine made to behave as an AVX2-only one (torch's kernels and oneDNN's).
 AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+# Alignment advice (AMP512) is given only where GEMMs run on tiled units: judged as if they did.
+TENSOR_CORES = {"AMPDOCTOR_ASSUME_HARDWARE": "tensor-cores"}
 
 pytestmark = pytest.mark.slow
 
@@ -70,6 +72,7 @@ def unaligned(tmp_path_factory):
         "--html",
         "page.html",
         *EXPLAIN,
+        env=TENSOR_CORES,
     )
     return result, report, folder / "page.html"
 
@@ -84,6 +87,18 @@ def test_unaligned_linear_gets_amp512_at_its_line(unaligned):
     shapes = finding["extra"]["shapes"][0]
     assert shapes["op"] == "addmm" and shapes["misaligned"] == {"K": 100}
     assert report["compare"]["causes"][0]["code"] in {"AMP512", "AMP513"}
+
+
+def test_without_tensor_cores_or_amx_the_hardware_comes_first_and_no_padding_is_advised(tmp_path):
+    script = COMPARE / "unaligned_linear.py"
+    result, report = compare(tmp_path, script, "--steps", "7", "--record-ops-steps", "1", *EXPLAIN, env=AVX2_ONLY)
+    assert report is not None, result.stderr
+    codes = [f["code"] for f in report["findings"]]
+    assert "AMP512" not in codes and codes.count("AMP514") == 1
+    assert report["compare"]["causes"][0]["code"] == "AMP514"
+    (finding,) = [f for f in report["findings"] if f["code"] == "AMP514"]
+    assert finding["line"] == _marker_line(script, 'torch.autocast("cpu"')  # the autocast, not the matmul
+    assert finding["severity"] == "warning" and "slower than" in finding["message"]
 
 
 def test_both_runs_are_reported(unaligned):
@@ -303,7 +318,7 @@ EXAMPLES = [
 def test_compare_rule_page_example(rule, example, tmp_path):
     script = tmp_path / "example.py"
     script.write_text(example.source)
-    env = AVX2_ONLY if "cpu-avx2" in example.options else None
+    env = AVX2_ONLY if "cpu-avx2" in example.options else TENSOR_CORES if "tensor-cores" in example.options else None
     extra = () if rule.code == "AMP514" else EXPLAIN  # AMP514: the emulated slow-down is real
     result, report = compare(
         tmp_path, script, "--steps", "7", "--record-ops-steps", "1", "--fail-on", "never", *extra, env=env
@@ -332,6 +347,7 @@ def test_nanogpt_style_script(tmp_path):
         "--fail-on",
         "never",
         *EXPLAIN,
+        env=TENSOR_CORES,
     )
     assert report is not None, result.stderr
     data = report["compare"]

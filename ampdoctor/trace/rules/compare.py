@@ -64,6 +64,15 @@ def padded(size: int) -> str:
     return f"{to8}"
 
 
+def _aligned_units(hw: Hardware) -> bool:
+    """Whether the device has units that want GEMM sizes in multiples of 8: tensor cores (CUDA
+    from 7.0), AMX tiles (``amx_bf16``/``amx_fp16``), or hardware assumed to have them
+    (``hardware.ASSUME_VARIABLE``)."""
+    if not hw.fast:
+        return False
+    return hw.device == "cuda" or any(flag.startswith("amx") or flag == "tensor-cores" for flag in hw.flags)
+
+
 def _low_precision_gemms(observations: Observations) -> dict[tuple, int]:
     return {key: count for key, count in observations.gemms.items() if key[3] in LOW_PRECISION}
 
@@ -88,7 +97,8 @@ def evaluate_compare(
         for entry in registered("compare")
         for finding in entry.check(observations, comparison, profile, hardware, thresholds, locator)
     ]
-    findings.sort(key=lambda f: -(f.extra.get("time_share") or 0.0))
+    # The hardware first: without fast arithmetic nothing else the causes name can pay off.
+    findings.sort(key=lambda f: (f.code != "AMP514", -(f.extra.get("time_share") or 0.0)))
     comparison.causes = [
         Cause(f.code, f.extra.get("time_share"), f.extra.get("share_of", "iteration time"), f.extra.get("module"))
         for f in findings
@@ -117,22 +127,11 @@ def no_fast_hardware(observations, comparison, profile, hardware, thresholds, lo
         if comparison.speedup is not None and comparison.speedup > 0:
             message += f" ({_ratio_words(comparison.speedup)})"
         message += f"; matmul-class ops took {_share_text(share, 'iteration time')} of the mixed-precision run."
-        if hw.device == "cuda":
-            help = (
-                "Use float16 autocast with a GradScaler on a GPU below compute capability 8.0 (bfloat16 "
-                "needs Ampere or newer), or train in float32 on a GPU without tensor cores (below 7.0)."
-            )
-        else:
-            help = (
-                f"Train in float32 on this CPU (drop the {hw.dtype} autocast or enable it only where "
-                f"the hardware has {'AVX512-BF16/AMX' if hw.dtype == 'bfloat16' else 'AVX512-FP16/AMX-FP16'}), "
-                "or run mixed precision on a GPU with tensor cores."
-            )
         yield make_finding(
             "AMP514",
             message,
-            _first_low_precision_matmul(observations, hw.dtype) or locator.location(),
-            help,
+            _autocast_location(observations, hw.dtype, locator),
+            _hardware_help(hw),
             device=hw.device,
             dtype=hw.dtype,
             hardware=hw.to_dict(),
@@ -141,8 +140,64 @@ def no_fast_hardware(observations, comparison, profile, hardware, thresholds, lo
         )
 
 
+@rule("AMP514")
+def no_fast_hardware_seen(observations, thresholds, locator) -> Iterator[Finding]:
+    """Every trace: an autocast dtype the device has no fast arithmetic for (a cheap check of
+    the hardware). Without ``--compare`` nothing measured the slow-down, so it is said as what
+    to expect, at severity info; ``--compare`` replaces it with the measured finding."""
+    import os
+
+    from ...severity import Severity
+    from ..hardware import hardware_for
+
+    if os.environ.get("AMPDOCTOR_HARDWARE_CHECK", "1") == "0":
+        return  # a CI that traces on a CPU for correctness, not speed, turns the note off
+    for device, dtype in sorted(observations.autocast_dtypes):
+        if dtype not in LOW_PRECISION:
+            continue
+        hw = hardware_for(device, dtype)
+        if hw is None or hw.fast:
+            continue
+        finding = make_finding(
+            "AMP514",
+            f"{dtype} autocast on {device} ({hw.name}): {hw.reason}, so {dtype} matmuls are emulated and "
+            "likely slower than float32 (`ampdoctor trace --compare float32` measures by how much)",
+            _autocast_location(observations, dtype, locator),
+            _hardware_help(hw),
+            device=device,
+            dtype=dtype,
+            hardware=hw.to_dict(),
+        )
+        yield finding.replace(severity=Severity.INFO)
+
+
+def _hardware_help(hw: Hardware) -> str:
+    if hw.device == "cuda":
+        return (
+            "Use float16 autocast with a GradScaler on a GPU below compute capability 8.0 (bfloat16 "
+            "needs Ampere or newer), or train in float32 on a GPU without tensor cores (below 7.0)."
+        )
+    return (
+        f"Train in float32 on this CPU (drop the {hw.dtype} autocast or enable it only where "
+        f"the hardware has {'AVX512-BF16/AMX' if hw.dtype == 'bfloat16' else 'AVX512-FP16/AMX-FP16'}), "
+        "or run mixed precision on a GPU with tensor cores."
+    )
+
+
+def _autocast_location(observations: Observations, dtype: str, locator: Locator):
+    """The autocast region that chose ``dtype`` (the training step's), else the first matmul in it."""
+    from ...findings import Location
+
+    site = observations.autocast_sites.get(dtype)
+    if site is not None:
+        return Location(site[0], site[1])
+    return _first_low_precision_matmul(observations, dtype) or locator.location()
+
+
 @rule("AMP512", scope="compare")
 def gemm_not_aligned(observations, comparison, profile, hardware, thresholds, locator) -> Iterator[Finding]:
+    if not any(_aligned_units(hw) for hw in hardware):
+        return  # no tensor cores or AMX tiles: the sizes do not choose the kernel
     seconds = _gemm_seconds(profile, observations)
     total = sum(seconds.values())
     per_module: dict[Optional[str], dict[tuple, dict[str, int]]] = defaultdict(dict)
