@@ -9,11 +9,18 @@ the per-iteration times) do not overlap; otherwise the difference is not measura
 report says so. The median absolute deviation ignores a minority of slow iterations (where the
 interquartile range is stretched by any that reach the upper quarter). The same for memory:
 peaks within ``MEMORY_NOISE`` of each other are "no measurable difference".
+
+The runs run one after the other, so a machine whose load changes between them (other work
+starting or ending on a shared machine) makes the same command give ratios several times apart.
+Each run measures how many cores the other processes kept busy while it was timed
+(``stopwatch.Load``); when that differs between the runs by more than ``LOAD_CHANGE`` cores, the
+comparison gives no speed verdict and says why.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -29,6 +36,7 @@ def json_number(value: Optional[float]) -> Any:
 
 MEMORY_NOISE = 0.02  # peaks closer than this (relative) are the same
 MIN_TIMED = 5  # fewer timed iterations per run cannot show a spread worth comparing
+LOAD_CHANGE = 0.5  # cores: other processes' load differing more between the runs is a changed machine
 
 COMPARED = "compared"
 NOTHING = "nothing to compare"
@@ -61,6 +69,9 @@ class RunRecord:
     profile_error: Optional[str] = None
     # Outermost enabled autocast regions entered over the run.
     autocast_regions: int = 0
+    # Cores kept busy on average during the timed iterations, by this process and by the others.
+    own_cores: Optional[float] = None
+    other_cores: Optional[float] = None
 
     @property
     def regions_per_step(self) -> Optional[float]:
@@ -98,6 +109,8 @@ class RunRecord:
             "switched_off": dict(self.switched_off),
             "profile_error": self.profile_error,
             "autocast_regions": self.autocast_regions,
+            "own_cores": self.own_cores,
+            "other_cores": self.other_cores,
         }
 
     @classmethod
@@ -126,6 +139,8 @@ class RunRecord:
             switched_off=dict(data.get("switched_off") or {}),
             profile_error=data.get("profile_error"),
             autocast_regions=int(data.get("autocast_regions") or 0),
+            own_cores=data.get("own_cores"),
+            other_cores=data.get("other_cores"),
         )
 
 
@@ -158,6 +173,7 @@ class Comparison:
     hardware: list[dict[str, Any]] = field(default_factory=list)
     thresholds: dict[str, float] = field(default_factory=dict)
     profile: Optional[dict[str, Any]] = None
+    load_changed: bool = False
 
     @property
     def compared(self) -> bool:
@@ -188,6 +204,7 @@ class Comparison:
             "explanation": self.explanation or None,
             "speedup": self.speedup,
             "measurable": self.measurable,
+            "load_changed": self.load_changed,
             "memory_change": self.memory_change,
             "memory_measurable": self.memory_measurable,
             "paying_off": self.paying_off,
@@ -267,18 +284,37 @@ def compare_runs(
             "too few iterations to time: the op-recording window, the warm-up, the profiled "
             f"iterations and those that sample gradient statistics are left out; {_raise(mixed)}."
         )
+    changed = load_change(mixed, float32)
+    if changed and result.speedup is not None:
+        result.speedup, result.measurable, result.load_changed = None, False, True
+        result.explanation = (
+            f"the machine's load changed between the runs (other processes kept {float32.other_cores:.1f} "
+            f"cores busy during the float32 run, {mixed.other_cores:.1f} during the mixed-precision run): "
+            "no verdict on speed; run again on a quieter machine"
+        )
     mixed_used, float32_used = used_memory(mixed), used_memory(float32)
     if mixed_used and float32_used:
         result.memory_change = mixed_used / float32_used - 1
         result.memory_measurable = abs(result.memory_change) > MEMORY_NOISE
     if result.speedup is not None:
         # Mixed precision is adopted for speed and for memory: short of either goal, explain.
+        # (No speed verdict, no verdict at all: the causes explain a slow-down nobody measured.)
         fast_enough = result.fast_enough
         saves_memory = result.memory_change is None or (
             result.memory_measurable and -result.memory_change >= memory_goal
         )
         result.paying_off = fast_enough and saves_memory
     return result
+
+
+def load_change(mixed: RunRecord, float32: RunRecord) -> bool:
+    """Whether the other processes' load differed between the runs by more than ``LOAD_CHANGE``
+    cores (or a tenth of the machine's, on a large one): the two ratios of the same command, one
+    measured under each load, disagreed several times over on a 2-core machine."""
+    if mixed.other_cores is None or float32.other_cores is None:
+        return False
+    allowed = max(LOAD_CHANGE, 0.1 * (os.cpu_count() or 1))
+    return abs(mixed.other_cores - float32.other_cores) > allowed
 
 
 def _raise(run: RunRecord) -> str:

@@ -80,6 +80,7 @@ class CompareChild:
         obs = report.observations
         timing = self.clock.timing()
         memory = self.clock.memory()
+        load = self.clock.load()
         matmuls: Counter = Counter()
         for key, count in obs.ops.items():
             if key.is_matmul and key.phase == "forward" and key.output_dtype:
@@ -103,6 +104,8 @@ class CompareChild:
             switched_off=self.switch.to_dict() if self.switch is not None else {},
             profile_error=self.clock.profile_error,
             autocast_regions=self.outer_regions,
+            own_cores=load.own_cores,
+            other_cores=load.other_cores,
         )
 
     def finish(self, report: Any) -> None:

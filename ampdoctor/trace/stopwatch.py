@@ -94,6 +94,17 @@ class Timing:
 
 
 @dataclass
+class Load:
+    """The cores this process and the other processes kept busy (on average) while the timed
+    iterations ran: process CPU time, and the machine's busy time from ``/proc/stat`` less this
+    process's (Linux; None elsewhere). Two runs measured under different loads are not
+    comparable: their ratio says more about the machine than about mixed precision."""
+
+    own_cores: Optional[float] = None
+    other_cores: Optional[float] = None
+
+
+@dataclass
 class Memory:
     peak_bytes: Optional[int]
     method: str
@@ -127,6 +138,8 @@ class RunClock:
         self._profiler: Any = None
         self._profile_started: Optional[float] = None
         self._start_rss = _current_rss()
+        self._load_first: Optional[tuple[float, float, Optional[float]]] = None
+        self._load_last: Optional[tuple[float, float, Optional[float]]] = None
 
     def phase(self, step: int) -> str:
         if step <= self.window:
@@ -151,7 +164,25 @@ class RunClock:
             self._start_profiler()
         elif self._profiler is not None and step >= profile_start + self.profiled:
             self._stop_profiler()
+        if self.phase(step) == TIMED or self.phase(step + 1) == TIMED:
+            # The machine's work around the timed iterations: from the boundary before the first
+            # to the end of the last (see ``Load``).
+            sample = _load_sample()
+            if self._load_first is None:
+                self._load_first = sample
+            self._load_last = sample
         self._last = time.perf_counter()  # the profiler's own start and stop are not timed
+
+    def load(self) -> Load:
+        """What the rest of the machine did while the timed iterations ran."""
+        first, last = self._load_first, self._load_last
+        if first is None or last is None or last[0] <= first[0]:
+            return Load()
+        wall = last[0] - first[0]
+        own = (last[1] - first[1]) / wall
+        if first[2] is None or last[2] is None:
+            return Load(own_cores=own)
+        return Load(own_cores=own, other_cores=max((last[2] - first[2]) / wall - own, 0.0))
 
     def finish(self) -> None:
         """The run is over (stopped, ended or crashed): a profile still open is closed."""
@@ -241,3 +272,29 @@ def _current_rss() -> Optional[int]:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _load_sample() -> tuple[float, float, Optional[float]]:
+    """(wall clock, this process's CPU seconds, the machine's busy CPU seconds or None)."""
+    return time.perf_counter(), time.process_time(), _machine_busy()
+
+
+def _machine_busy() -> Optional[float]:
+    """CPU seconds all cores spent busy since boot (``/proc/stat``: all but idle and iowait)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 6 or fields[0] != "cpu":
+        return None
+    try:
+        ticks = [int(value) for value in fields[1:]]
+    except ValueError:
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice: already in user/nice]
+    busy = sum(ticks[:8]) - ticks[3] - ticks[4]
+    return busy / _TICKS

@@ -358,3 +358,32 @@ def test_nanogpt_style_script(tmp_path):
     lm_head = [f for f in report["findings"] if f["code"] == "AMP512" and f["module"] == "lm_head"]
     assert lm_head and "N=65" in lm_head[0]["message"] and "65 to 72" in lm_head[0]["help"]
     assert data["profile"]["top_ops"]
+
+
+# -- a machine whose load changes between the runs ------------------------------------------------
+
+
+def test_load_that_ends_between_the_runs_gives_no_verdict(tmp_path):
+    """Busy processes on every core while the float32 run is timed, none in the mixed-precision
+    run: the ratio would say more about them than about mixed precision."""
+    script = COMPARE / "aligned_linear.py"
+    report_path = tmp_path / "report.json"
+    command = [sys.executable, "-m", "ampdoctor", "trace", str(script), "--compare", "float32", "--steps", "12"]
+    command += ["--no-lint", "--no-progress", "--json", str(report_path), "--record-ops-steps", "1"]
+    spin = [sys.executable, "-c", "while True: pass"]
+    busy = [subprocess.Popen(spin) for _ in range(os.cpu_count() or 1)]
+    try:
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp_path)
+        for line in process.stderr:
+            if "mixed-precision run" in line:
+                break
+    finally:
+        for child in busy:
+            child.kill()
+            child.wait()
+    process.communicate(timeout=300)
+    data = json.loads(report_path.read_text())["compare"]
+    assert data["status"] == "compared" and data["load_changed"] is True, data["explanation"]
+    float32, mixed = data["runs"]["float32"], data["runs"]["mixed"]
+    assert float32["other_cores"] - mixed["other_cores"] > 0.5
+    assert data["speedup"] is None and "load changed" in data["explanation"]

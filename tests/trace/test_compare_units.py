@@ -168,10 +168,62 @@ def test_loss_at_the_last_common_step():
 
 
 def test_run_record_round_trips_through_json():
-    record = _run("float32", [0.1, 0.2], peak=5, losses=[float("nan"), 1.0], matmul_dtypes={"float32": 4})
+    record = _run(
+        "float32", [0.1, 0.2], peak=5, losses=[float("nan"), 1.0], matmul_dtypes={"float32": 4}, other_cores=1.5
+    )
     back = RunRecord.from_dict(record.to_dict())
     assert back.seconds == record.seconds and back.matmul_dtypes == {"float32": 4}
-    assert back.losses[1] == 1.0
+    assert back.losses[1] == 1.0 and back.other_cores == 1.5 and back.own_cores is None
+
+
+SEPARATE = ([0.077, 0.078, 0.076, 0.079, 0.0775], [0.112, 0.110, 0.113, 0.111, 0.1115])
+
+
+def test_a_change_of_the_machines_load_between_the_runs_gives_no_verdict():
+    mixed = _run("mixed", SEPARATE[0], other_cores=1.9, **MIXED_SETTING)
+    float32 = _run("float32", SEPARATE[1], other_cores=0.1)
+    result = compare_runs(mixed, float32, 1.1, 0.10)
+    assert result.status == COMPARED and result.load_changed
+    assert result.speedup is None and not result.measurable and result.paying_off is None
+    assert "load changed" in headline(result) and "1.9" in headline(result) and "x faster" not in headline(result)
+    assert result.to_dict()["load_changed"] is True
+    assert summary_lines(result)[0].startswith("time    112 → 77.5 ms/iteration")  # the times, not a ratio
+
+
+@pytest.mark.parametrize("loads", [(0.2, 0.4), (1.8, 1.6), (None, 1.9)], ids=["quiet", "steady", "unmeasured"])
+def test_a_steady_or_unmeasured_load_keeps_the_verdict(loads):
+    mixed = _run("mixed", SEPARATE[0], other_cores=loads[0], **MIXED_SETTING)
+    float32 = _run("float32", SEPARATE[1], other_cores=loads[1])
+    result = compare_runs(mixed, float32, 1.1, 0.10)
+    assert not result.load_changed and result.measurable and result.speedup == pytest.approx(0.1115 / 0.0775)
+
+
+def test_the_clock_measures_the_load_around_the_timed_iterations(monkeypatch):
+    from types import SimpleNamespace
+
+    from ampdoctor.trace import stopwatch
+
+    # (wall, own CPU, machine busy) at each boundary: over the timed span of 4 s the process used
+    # 4 CPU seconds (1 core) and the machine 12 (3 cores): the others kept 2 cores busy.
+    samples = iter([(10.0, 100.0, 500.0), (12.0, 102.0, 506.0), (14.0, 104.0, 512.0)])
+    monkeypatch.setattr(stopwatch, "_load_sample", lambda: next(samples))
+    monkeypatch.setattr(stopwatch, "_synchronize", lambda: None)
+    clock = stopwatch.RunClock(window=1, warmup=1, profiled=0)
+    for step in range(1, 5):  # 1 window, 2 warm-up, 3 and 4 timed
+        clock(SimpleNamespace(step=step), None)
+    load = clock.load()
+    assert load.own_cores == pytest.approx(1.0) and load.other_cores == pytest.approx(2.0)
+
+
+def test_without_proc_stat_the_others_load_is_unknown(monkeypatch):
+    from ampdoctor.trace import stopwatch
+
+    monkeypatch.setattr(stopwatch, "_machine_busy", lambda: None)
+    clock = stopwatch.RunClock(window=0, warmup=0, profiled=0)
+    first, last = stopwatch._load_sample(), stopwatch._load_sample()
+    clock._load_first, clock._load_last = first, (first[0] + 1.0, first[1] + 0.5, None)
+    assert clock.load().other_cores is None and clock.load().own_cores == pytest.approx(0.5)
+    assert last[2] is None
 
 
 # -- the switch-off ------------------------------------------------------------------------------
