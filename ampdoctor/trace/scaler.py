@@ -288,9 +288,9 @@ def found_no_inf(scaler, optimizer) -> bool:
 
 def stepped_by_untraced_scaler() -> bool:
     """Whether torch's own GradScaler (one created before the session) is stepping this
-    optimizer: its ``step`` code is a few frames up. Frames are compared by code object only;
-    reading ``f_locals`` would pin the caller's locals. Checked once per step, never per op.
-    A scaler ampdoctor observes (a disabled one steps the optimizer plainly) is not one."""
+    optimizer: its ``step`` code is a few frames up. Frames are compared by code object; only
+    the matching frame's ``self`` is read (a disabled scaler is not one). Checked once per step,
+    never per op. A scaler ampdoctor observes is not one either."""
     if observed_scaler_stepping():
         return False
     scaler_code = {
@@ -302,6 +302,9 @@ def stepped_by_untraced_scaler() -> bool:
         if frame is None:
             return False
         if frame.f_code in scaler_code:
-            return True
+            # A disabled scaler steps the optimizer plainly: nothing of it goes unobserved. Its
+            # ``self`` is read once, and the frame ends with the step.
+            scaler = frame.f_locals.get("self")
+            return getattr(scaler, "_enabled", True) is not False
         frame = frame.f_back
     return False

@@ -330,6 +330,24 @@ def test_scaler_created_before_the_session_is_stated_not_misreported():
     assert any("made before tracing began" in note for note in report.notes)
 
 
+def test_a_disabled_scaler_created_before_the_session_gets_no_untraced_scaler_note():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    with trace_session(steps=3) as session:
+        for _step in range(5):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.randn(8, 4)).float().square().mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    report = session.report()
+    assert session.observations.steps == 3
+    assert not any("made before tracing began" in note for note in report.notes)
+
+
 @pytest.mark.parametrize(
     "made", ["torch.amp.GradScaler('cpu', enabled=False)", "torch.cuda.amp.GradScaler(enabled=False)"]
 )
@@ -484,3 +502,21 @@ def test_the_census_mode_is_popped_once_however_a_stop_interrupts_its_removal():
     census.remove()
     assert not census.active and _get_current_dispatch_mode_stack() == []
     torch.ones(2) + 1  # the dispatcher still works
+
+
+def test_a_missing_update_met_at_unscale_names_unscale_in_amp202():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError), trace_session(steps=4) as session:
+        scaler = torch.amp.GradScaler("cpu")
+        for _step in range(3):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.randn(8, 4)).float().square().mean()
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)  # the second iteration comes back here without an update
+            scaler.step(optimizer)
+    (finding,) = [f for f in session.report().findings if f.code == "AMP202"]
+    assert finding.message.startswith("`scaler.unscale_(")
+    assert "after `scaler.step(" in finding.message and "refuses to unscale again" in finding.message

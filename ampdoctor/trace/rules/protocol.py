@@ -109,10 +109,11 @@ def step_without_update(observations: Observations, thresholds: Thresholds, loca
         scaler, optimizer = _names(observations, event)
         # Where the user adds the update: beside the step (the mistake may surface in unscale_).
         site = observations.step_site or event.site
+        call = "unscale_" if event.what == "unscale_" else "step"
         message = (
-            f"`{scaler}.step({optimizer})` was called again without `{scaler}.update()` since its "
-            f"last step (iteration {event.step}): the loss scale never adapts, and torch refuses a "
-            "second step."
+            f"`{scaler}.{call}({optimizer})` was called after `{scaler}.step({optimizer})` without "
+            f"`{scaler}.update()` in between (iteration {event.step}): the loss scale never adapts, and "
+            f"torch refuses to {'unscale' if call == 'unscale_' else 'step'} again."
         )
         help_text = f"Call `{scaler}.update()` once per iteration, after the last `{scaler}.step(...)`."
         where = Location(*site) if site else locator.location()
