@@ -39,6 +39,18 @@ class _TraceCommand(click.Command):
         return super().parse_args(ctx, args)
 
 
+def _options_the_script_defines(script: str | None, names: list[str]) -> list[str]:
+    """Those of ``names`` that the script's text spells as a string (``add_argument("--steps")``)."""
+    if not script or not names:
+        return []
+    try:
+        with open(script, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return []
+    return [name for name in dict.fromkeys(names) if f'"{name}"' in text or f"'{name}'" in text]
+
+
 def options_taken_after_script(command: click.Command, args: list[str]) -> tuple[list[str], list[str]]:
     """(ampdoctor's options written after SCRIPT, the script's arguments given without ``--``),
     each as the words the user typed."""
@@ -276,9 +288,17 @@ def trace_command(
     notices = []
     taken, given = options_taken_after_script(ctx.command, ctx.meta.get("ampdoctor.trace.argv", []))
     if taken and given:
+        received = " ".join(script_args)
         notices.append(
-            f"took {' '.join(taken)} for itself; the script received {' '.join(given)} "
+            f"took {' '.join(taken)} for itself; the script received {received} "
             "(arguments after `--` all go to the script)"
+        )
+    shared = _options_the_script_defines(target, [word.split("=", 1)[0] for word in taken if word.startswith("-")])
+    if shared:
+        names = ", ".join(shared)
+        notices.append(
+            f"took {names} for itself, but the script defines {names} too: to give it to the script, "
+            f"write it after `--` (`ampdoctor trace SCRIPT -- {shared[0]} ...`)"
         )
     request = TraceRequest(
         run=run,

@@ -143,7 +143,9 @@ def _static_table(findings: list[Finding]):
 def _ops_table(obs: Observations):
     from rich.table import Table
 
-    table = Table(title=f"Ops by module and dtype (first {obs.op_steps} iteration(s))", title_justify="left")
+    # A run that ended before its first optimizer step recorded the ops of that partial iteration.
+    span = f"first {obs.op_steps} iteration(s)" if obs.op_steps else "before the first optimizer step"
+    table = Table(title=f"Ops by module and dtype ({span})", title_justify="left")
     for column in ("module", "op", "phase", "dtypes", "autocast", "count"):
         table.add_column(column, justify="right" if column == "count" else "left", overflow="fold")
     rows = [(key, count) for key, count in sorted_census(obs.ops) if key.op not in _BOOKKEEPING_OPS]

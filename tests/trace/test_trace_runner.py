@@ -128,6 +128,21 @@ def test_unknown_options_after_the_script_go_to_the_script(trace_cli):
     assert json.loads(run.stdout.splitlines()[0])["argv"][1:] == ["--epochs", "3"]
 
 
+def test_the_notice_names_every_argument_the_script_received(trace_cli):
+    run = trace_cli(script("own_steps.py"), "--lr", "0.5", "--steps", "3", "--", "--steps", "4")
+    assert json.loads(run.stdout.splitlines()[0])["argv"] == ["--lr", "0.5", "--steps", "4"]
+    assert "took --steps 3 for itself; the script received --lr 0.5 --steps 4" in run.stderr
+
+
+def test_an_option_the_script_defines_too_is_said_to_be_taken(trace_cli):
+    run = trace_cli(script("own_steps.py"), "--steps", "3")
+    assert json.loads(run.stdout.splitlines()[0])["argv"] == []
+    assert "took --steps for itself, but the script defines --steps too" in run.stderr
+    assert "-- --steps" in run.stderr
+    quiet = trace_cli(script("argv_probe.py"), "--steps", "3")
+    assert "defines" not in quiet.stderr
+
+
 def test_module_runs_like_python_dash_m(trace_cli, monkeypatch):
     monkeypatch.chdir(SCRIPTS)
     run = trace_cli("-m", "probe_pkg.train", "--steps", "5", "--", "--flag")
@@ -224,6 +239,8 @@ def test_a_script_dying_before_its_first_step_concludes_nothing_about_its_traini
     assert "nothing is concluded" in text
     assert "No mixed-precision problems found" not in text and "full precision" not in text
     assert not any("never entered torch.autocast" in note for note in run.report["notes"])
+    assert "first 0 iteration" not in text
+    assert "Ops by module and dtype (before the first optimizer step)" in text
 
 
 def test_the_report_files_written_are_named_on_stderr(trace_cli, tmp_path):
