@@ -330,3 +330,38 @@ def test_tied_weights_with_a_mean_loss_have_no_backward_origin():
         _train_tied(4, "mean")
     assert session.observations.backward_origin is None
     assert not session.observations.instrument_errors
+
+
+def _origin_observations(skipped_scales: dict[int, float]):
+    from ampdoctor.trace.backward import BackwardOrigin
+    from ampdoctor.trace.observations import IterationRecord, Observations
+
+    observations = Observations()
+    # Finite iterations saw the head's weight gradient at 60 unscaled: 60 * 1024 fits in float16,
+    # so the gradients alone say six halvings from 2**16.
+    observations.backward_reference = {"head": 60.0}
+    observations.backward_origin = BackwardOrigin(1, "head", "Linear", nn.Linear, PARAMETER, 65536.0, 1.0)
+    observations.backward_skips = 6
+    observations.iterations = [
+        IterationRecord(step, scale=skipped_scales.get(step, 2.0 ** (17 - step)), skipped=step in skipped_scales)
+        for step in range(1, 12)
+    ]
+    return observations
+
+
+def test_amp504_advice_never_names_a_scale_the_run_skipped_at():
+    from ampdoctor.trace.rulebase import Locator, Thresholds
+    from ampdoctor.trace.rules.nonfinite import backward_overflow_origin
+
+    predicted = halvings_needed(60.0, 65536.0)
+    assert predicted == 6  # 60 * 1024 fits: to 1024
+    locator = Locator("train.py", {})
+    # No skip at or below 1024: the gradients' own judgement stands.
+    (finding,) = backward_overflow_origin(_origin_observations({1: 65536.0, 2: 32768.0}), Thresholds(), locator)
+    assert "by 2**6 (to 1024)" in finding.message and "skipped steps" not in finding.message
+    # Iteration 10 was skipped at 512, below the 1024 the gradients suggest: below 512, then.
+    observations = _origin_observations({1: 65536.0, 2: 32768.0, 10: 512.0})
+    (finding,) = backward_overflow_origin(observations, Thresholds(), locator)
+    assert "by 2**8 (to 256)" in finding.message
+    assert "iteration 10 was skipped at 512" in finding.message
+    assert finding.extra["halvings_needed"] == 8

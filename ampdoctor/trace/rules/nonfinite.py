@@ -162,10 +162,18 @@ def backward_overflow_origin(observations: Observations, thresholds: Thresholds,
         halvings = halvings_needed(observations.backward_reference.get(origin.module), origin.scale)
         if halvings is not None and origin.scale:
             lower = origin.scale / 2**halvings
-            message += (
-                f" Lowering the scale by 2**{halvings} (to {format_scale(lower)}) keeps it "
-                "finite, judged from its gradients on iterations without overflow."
-            )
+            judged = "judged from its gradients on iterations without overflow"
+            skip = _lowest_skip(observations)
+            if skip is not None and skip.scale is not None and skip.scale <= lower:
+                # The run itself skipped a step at that scale or below: the gradients seen finite
+                # were smaller than what came later. Below the lowest skipped scale, then.
+                halvings = math.ceil(math.log2(origin.scale / skip.scale)) + 1
+                lower = origin.scale / 2**halvings
+                judged += (
+                    f" and from the run's own skipped steps (iteration {skip.step} was skipped at "
+                    f"{format_scale(skip.scale)})"
+                )
+            message += f" Lowering the scale by 2**{halvings} (to {format_scale(lower)}) keeps it finite, {judged}."
         else:
             message += (
                 " How far the scale must come down is unknown: it never produced a finite gradient while watched."
@@ -256,3 +264,9 @@ def _call_of_branch(observations: Observations, origin) -> Optional[tuple[str, i
     rest = origin.submodule[len(prefix) :] if inside else origin.submodule
     child = (prefix if inside else "") + rest.split(".")[0]
     return observations.call_sites.get(child)
+
+
+def _lowest_skip(observations: Observations):
+    """The skipped iteration with the lowest loss scale (the latest among equals), or None."""
+    skipped = [r for r in observations.iterations if r.skipped and r.scale]
+    return min(skipped, key=lambda r: (r.scale, -r.step)) if skipped else None
