@@ -1,5 +1,6 @@
-"""The trace report as text on the terminal (rich): headline, verdict, notes, findings, the
-static findings, the op census, the underflow-prone gradients and the loss-scale timeline.
+"""The trace report as text on the terminal (rich): headline, verdict, notes, findings and the
+static findings (one line each, as ruff prints them), the op census, the underflow-prone
+gradients and the loss-scale timeline (tables).
 
 ``render`` takes a ``report.TraceReport`` (it does not import it: the report imports this module
 when it prints).
@@ -7,6 +8,7 @@ when it prints).
 
 from __future__ import annotations
 
+import math
 import os
 
 from ..findings import Finding, Severity
@@ -61,6 +63,9 @@ def render(report, console=None) -> None:
     obs = report.observations
     console.print(_headline(report))
     console.print(_verdict(report))
+    series = _series_line(obs)
+    if series:
+        console.print(escape(series), highlight=False, soft_wrap=True)
     for note in report.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if getattr(report, "compare", None) is not None:
@@ -68,9 +73,9 @@ def render(report, console=None) -> None:
 
         render_compare(report.compare, console)
     if report.findings:
-        console.print(_findings_table(report.findings))
+        _print_findings(console, "Findings", report.findings)
     if report.static_findings:
-        console.print(_static_table(report.static_findings))
+        _print_findings(console, "Static findings in the traced code (ampdoctor lint)", report.static_findings)
     if obs.ops:
         console.print(_ops_table(obs))
     underflow = None if _withheld(report, "AMP505") else _underflow_table(report)
@@ -98,46 +103,76 @@ def _verdict(report) -> str:
     return f"[{style}]{escape(lead)}[/]{escape(rest)}"
 
 
-def _findings_table(findings: list[Finding]):
-    from rich.markup import escape
-    from rich.table import Table
+def _series_line(obs: Observations) -> str:
+    """One line on the loss and the loss scale over the run (the charts are in --html): first,
+    last and lowest loss, the scale's range and the skipped steps. Iterations are numbered from 1,
+    the first optimizer step (a script counting from 0 calls it step 0); with several backward
+    passes per iteration the loss is their sum."""
+    records = obs.iterations
+    if not records:
+        return ""
+    parts = []
+    losses = [(r.step, r.loss) for r in records if r.loss is not None and math.isfinite(r.loss)]
+    if losses:
+        low_step, low = min(losses, key=lambda item: item[1])
+        text = f"loss {losses[0][1]:.4g} → {losses[-1][1]:.4g} (lowest {low:.4g} at iteration {low_step})"
+        micro = obs.backward_calls / obs.steps if obs.steps else 0
+        if micro >= 1.5:
+            text += f", each the sum of the iteration's {micro:.3g} backward passes"
+        parts.append(text)
+    scales = [r.scale for r in records if r.scale is not None]
+    if scales:
+        skipped = [r.step for r in records if r.skipped]
+        text = f"loss scale {format_scale(scales[0])} → {format_scale(scales[-1])}"
+        if min(scales) < min(scales[0], scales[-1]):
+            text += f" (lowest {format_scale(min(scales))})"
+        if skipped:
+            shown = ", ".join(str(step) for step in skipped[:6]) + (", ..." if len(skipped) > 6 else "")
+            text += f", {len(skipped)} skipped step(s) (iteration {shown})"
+        else:
+            text += ", no skipped step"
+        parts.append(text)
+    if not parts:
+        return ""
+    return "; ".join(parts) + " (iteration 1 is the first optimizer step)"
 
-    table = Table(title="Findings", title_justify="left", show_lines=True, expand=True)
-    table.add_column("code", no_wrap=True)
-    table.add_column("severity", no_wrap=True)
-    table.add_column("where", overflow="fold", ratio=1)
-    table.add_column("what", ratio=3)
+
+def _print_findings(console, title: str, findings: list[Finding]) -> None:
+    """Findings as ruff and rustc print them: ``path:line: CODE [severity] message``, then an
+    indented ``help:`` line; each a logical line the terminal wraps (an editor or a grep reads
+    the location whole), the module and iteration after the message."""
+    from rich.markup import escape
+
+    console.print(f"[bold]{escape(title)}[/]")
     for finding in findings:
-        where = []
+        style = _SEVERITY_STYLE[finding.severity]
         location = finding.location
+        where = ""
         if location is not None and location.path and not location.path.startswith("<"):
-            where.append(escape(f"{os.path.basename(location.path)}:{location.line}"))
+            where = f"[bold]{escape(_display_path(location.path))}:{location.line}:[/] "
+        context = []
         if finding.extra.get("module"):
-            where.append(escape(str(finding.extra["module"])))
-        if finding.extra.get("step"):
-            where.append(f"iteration {finding.extra['step']}")
-        what = escape(finding.message) + (f"\n[dim]help: {escape(finding.help_text)}[/]" if finding.help_text else "")
-        table.add_row(
-            f"{finding.code}",
-            f"[{_SEVERITY_STYLE[finding.severity]}]{finding.severity.label}[/]",
-            "\n".join(where) or "-",
-            what,
+            context.append(f"module `{finding.extra['module']}`")
+        step = finding.extra.get("step")
+        if step and f"iteration {step}" not in finding.message:
+            context.append(f"iteration {step}")
+        tail = f" [dim]({escape(', '.join(context))})[/]" if context else ""
+        console.print(
+            f"{where}[{style}]{finding.code} {escape(f'[{finding.severity.label}]')}[/] {escape(finding.message)}{tail}",
+            highlight=False,
+            soft_wrap=True,
         )
-    return table
+        if finding.help_text:
+            console.print(f"  [dim]help:[/] {escape(finding.help_text)}", highlight=False, soft_wrap=True)
 
 
-def _static_table(findings: list[Finding]):
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title="Static findings in the traced code (ampdoctor lint)", title_justify="left", expand=True)
-    table.add_column("code", no_wrap=True)
-    table.add_column("where", overflow="fold", ratio=1)
-    table.add_column("what", ratio=3)
-    for finding in findings:
-        where = f"{os.path.basename(finding.location.path)}:{finding.location.line}"
-        table.add_row(finding.code, escape(where), escape(finding.message))
-    return table
+def _display_path(path: str) -> str:
+    """The path relative to the working folder when it lies inside it, else as given."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if relative.startswith("..") else relative
 
 
 def _ops_table(obs: Observations):

@@ -109,12 +109,18 @@ def step_without_update(observations: Observations, thresholds: Thresholds, loca
         scaler, optimizer = _names(observations, event)
         # Where the user adds the update: beside the step (the mistake may surface in unscale_).
         site = observations.step_site or event.site
-        call = "unscale_" if event.what == "unscale_" else "step"
-        message = (
-            f"`{scaler}.{call}({optimizer})` was called after `{scaler}.step({optimizer})` without "
-            f"`{scaler}.update()` in between (iteration {event.step}): the loss scale never adapts, and "
-            f"torch refuses to {'unscale' if call == 'unscale_' else 'step'} again."
-        )
+        if event.what == "unscale_":
+            message = (
+                f"`{scaler}.unscale_({optimizer})` was called after `{scaler}.step({optimizer})` without "
+                f"`{scaler}.update()` in between (iteration {event.step}): the loss scale never adapts, and "
+                "torch refuses to unscale again."
+            )
+        else:
+            message = (
+                f"`{scaler}.step({optimizer})` was called again without `{scaler}.update()` since its "
+                f"last step (iteration {event.step}): the loss scale never adapts, and torch refuses a "
+                "second step."
+            )
         help_text = f"Call `{scaler}.update()` once per iteration, after the last `{scaler}.step(...)`."
         where = Location(*site) if site else locator.location()
         yield make_finding("AMP202", message, where, help_text, step=event.step, at_run_time=True)
