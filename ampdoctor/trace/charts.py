@@ -68,8 +68,10 @@ def timeline_svg(
     steps = list(range(1, len(loss) + 1))
     if not steps:
         return None
-    figure = _figure(7.2, 3.0)
-    loss_axes = figure.add_subplot(1, 2, 1)
+    has_scale = any(v is not None for v in scale) or bool(shadow)
+    # Without a GradScaler (bfloat16, float32) there is no scale to draw: the loss alone.
+    figure = _figure(7.2 if has_scale else 3.8, 3.0)
+    loss_axes = figure.add_subplot(1, 2, 1) if has_scale else figure.add_subplot(1, 1, 1)
     loss_axes.plot(steps, _positive(loss), color=_LOSS, linewidth=1.6, marker="o", markersize=2.5)
     shown = [v for v in _positive(loss) if not math.isnan(v)]
     if shown and max(shown) > 10 * min(shown):  # a log axis only where the loss spans a decade
@@ -78,7 +80,9 @@ def timeline_svg(
         loss_axes.yaxis.set_minor_formatter(_plain_formatter(minor=True, decades=_decades(shown)))
     _mark_skips(loss_axes, skipped, "skipped step")
     _style(loss_axes, "Loss")
-    loss_axes.set_xlabel("iteration", color=_INK)
+    _iteration_axis(loss_axes)
+    if not has_scale:
+        return _svg(figure)
     scale_axes = figure.add_subplot(1, 2, 2)
     plotted = False
     if any(v is not None for v in scale):
@@ -101,13 +105,17 @@ def timeline_svg(
     if plotted:
         scale_axes.set_yscale("log", base=2)
         scale_axes.legend(fontsize=7, frameon=False, loc="best")
-    else:
-        scale_axes.text(
-            0.5, 0.5, "no GradScaler", ha="center", va="center", transform=scale_axes.transAxes, color="#6b7280"
-        )
     _style(scale_axes, "Loss scale")
-    scale_axes.set_xlabel("iteration", color=_INK)
+    _iteration_axis(scale_axes)
     return _svg(figure)
+
+
+def _iteration_axis(axes) -> None:
+    """Iterations are whole numbers: ticks at integers only (20 iterations: 5, 10, 15, 20)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("iteration", color=_INK)
 
 
 def _decades(values: Sequence[float]) -> float:

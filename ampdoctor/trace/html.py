@@ -212,7 +212,8 @@ def _timeline_section(report) -> str:
     )
     if svg is None:
         return ""
-    return f'<section id="timeline"><h2>Loss and loss scale</h2><div class="chart">{svg}</div></section>'
+    title = "Loss and loss scale" if any(r.scale is not None for r in obs.iterations) or what_if else "Loss"
+    return f'<section id="timeline"><h2>{title}</h2><div class="chart">{svg}</div></section>'
 
 
 def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
@@ -285,7 +286,10 @@ def _census_section(obs) -> str:
             f'<tr><td style="border-left:6px solid {colour}"><code>{e(module)}</code></td>'
             f'<td><span class="badge" style="background:{colour}">{e(dominant)}</span></td>{cells}</tr>'
         )
-    legend = "".join(f'<span style="background:{c}">{e(d)}</span>' for d, c in _DTYPE_COLOURS.items())
+    # Chips for the dtypes the table shows only: a bfloat16 run has no float16 to explain.
+    legend = "".join(
+        f'<span style="background:{_DTYPE_COLOURS[d]}">{e(d)}</span>' for d in dtypes if d in _DTYPE_COLOURS
+    )
     return (
         f'<section id="census"><h2>Dtype census per module (forward ops by output dtype, '
         f'first {obs.op_steps} iteration(s))</h2><p class="legend">{legend}</p>'

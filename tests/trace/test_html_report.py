@@ -293,3 +293,32 @@ def test_the_page_of_a_run_that_never_stepped_concludes_nothing(tmp_path):
     assert result.exit_code == 1
     text = page.read_text(encoding="utf-8")
     assert "before its first optimizer step" in text and "No mixed-precision problems" not in text
+
+
+TWENTY_STEPS = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Linear(8, 8)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(20):
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(torch.randn(4, 8)).float().pow(2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_bfloat16_run_without_a_scaler_draws_the_loss_alone_with_whole_iterations(tmp_path):
+    script = tmp_path / "twenty.py"
+    script.write_text(TWENTY_STEPS)
+    page = _trace_html(tmp_path, script)
+    timeline = page.split('<section id="timeline">')[1].split("</section>")[0]
+    assert "<h2>Loss</h2>" in timeline and "Loss scale" not in timeline and "no GradScaler" not in timeline
+    # Tick labels are whole iterations (matplotlib writes each label as text in the SVG).
+    labels = [re.search(r"<text[^>]*>([^<]*)</text>", part).group(1) for part in timeline.split('id="xtick_')[1:]]
+    assert labels and all(re.fullmatch(r"\d+", label) for label in labels), labels
+    legend = page.split('<p class="legend">')[1].split("</p>")[0]
+    assert ">bfloat16<" in legend and ">float16<" not in legend  # chips for the dtypes shown only
