@@ -13,8 +13,8 @@ peaks within ``MEMORY_NOISE`` of each other are "no measurable difference".
 The runs run one after the other, so a machine whose load changes between them (other work
 starting or ending on a shared machine) makes the same command give ratios several times apart.
 Each run measures how many cores the other processes kept busy while it was timed
-(``stopwatch.Load``); when that differs between the runs by more than ``LOAD_CHANGE`` cores, the
-comparison gives no speed verdict and says why.
+(``stopwatch.Load``); when that differs between the runs by more than the ``compare_load_change``
+threshold (cores), the comparison gives no speed verdict and says why.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ def json_number(value: Optional[float]) -> Any:
 
 MEMORY_NOISE = 0.02  # peaks closer than this (relative) are the same
 MIN_TIMED = 5  # fewer timed iterations per run cannot show a spread worth comparing
-LOAD_CHANGE = 0.5  # cores: other processes' load differing more between the runs is a changed machine
 
 COMPARED = "compared"
 NOTHING = "nothing to compare"
@@ -228,6 +227,7 @@ def compare_runs(
     speedup_goal: float,
     memory_goal: float,
     failure: Optional[str] = None,
+    load_change: float = 0.5,
 ) -> Comparison:
     """The verdict of the two runs (causes and hardware are added by compare_rules.py)."""
     thresholds = {"compare_speedup": speedup_goal, "compare_memory_saving": memory_goal}
@@ -284,7 +284,7 @@ def compare_runs(
             "too few iterations to time: the op-recording window, the warm-up, the profiled "
             f"iterations and those that sample gradient statistics are left out; {_raise(mixed)}."
         )
-    changed = load_change(mixed, float32)
+    changed = load_changed(mixed, float32, load_change)
     if changed and result.speedup is not None:
         result.speedup, result.measurable, result.load_changed = None, False, True
         result.explanation = (
@@ -307,13 +307,14 @@ def compare_runs(
     return result
 
 
-def load_change(mixed: RunRecord, float32: RunRecord) -> bool:
-    """Whether the other processes' load differed between the runs by more than ``LOAD_CHANGE``
-    cores (or a tenth of the machine's, on a large one): the two ratios of the same command, one
-    measured under each load, disagreed several times over on a 2-core machine."""
+def load_changed(mixed: RunRecord, float32: RunRecord, cores: float = 0.5) -> bool:
+    """Whether the other processes' load differed between the runs by more than ``cores`` (the
+    ``compare_load_change`` threshold), or a tenth of the machine's cores on a large one: the two
+    ratios of the same command, one measured under each load, disagreed several times over on a
+    2-core machine."""
     if mixed.other_cores is None or float32.other_cores is None:
         return False
-    allowed = max(LOAD_CHANGE, 0.1 * (os.cpu_count() or 1))
+    allowed = max(cores, 0.1 * (os.cpu_count() or 1))
     return abs(mixed.other_cores - float32.other_cores) > allowed
 
 

@@ -130,7 +130,12 @@ class CompareChild:
         float32, failure = read_baseline(self.baseline)
         limits = report.thresholds
         comparison = compare_runs(
-            self.record(report), float32, limits.compare_speedup, limits.compare_memory_saving, failure
+            self.record(report),
+            float32,
+            limits.compare_speedup,
+            limits.compare_memory_saving,
+            failure,
+            limits.compare_load_change,
         )
         obs = report.observations
         hardware = [hw for device, dtype in sorted(obs.autocast_dtypes) if (hw := hardware_for(device, dtype))]

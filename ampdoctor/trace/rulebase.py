@@ -84,6 +84,9 @@ class Thresholds:
     # --compare float32: below this speed-up, or this memory saving, AMP512-AMP514 explain why.
     compare_speedup: float = 1.1
     compare_memory_saving: float = 0.10
+    # --compare float32: no speed verdict when the cores other processes kept busy differ by more
+    # than this between the two runs (a tenth of the machine's cores where that is more).
+    compare_load_change: float = 0.5
     # AMP513: dtype conversions above this share of iteration time.
     cast_share: float = 0.10
     # AMP512: a module with misaligned GEMMs is reported from this share of GEMM time.
