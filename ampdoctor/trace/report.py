@@ -171,6 +171,10 @@ class TraceReport:
             return f"{ended} before its first optimizer step:", rest + (f" {found}" if found else ""), "untrained"
         if not findings:
             return "No mixed-precision problems found", f" in {self.observations.steps} iteration(s).", "ok"
+        if self.worst_severity() is Severity.INFO:
+            # Notes only (the hardware's, an observation worth knowing): nothing is wrong.
+            notes = f"{len(findings)} info finding{'s' if len(findings) != 1 else ''} below"
+            return "No mixed-precision problems found", f" in {self.observations.steps} iteration(s); {notes}.", "ok"
         return found, "", self.worst_severity().label
 
     def worst_severity(self) -> Optional[Severity]:

@@ -134,7 +134,8 @@ def _series_line(obs: Observations) -> str:
         parts.append(text)
     if not parts:
         return ""
-    return "; ".join(parts) + " (iteration 1 is the first optimizer step)"
+    # Said as the run's, so that no one takes it for a line the script printed ("loss ...").
+    return "Over the run: " + "; ".join(parts) + " (iteration 1 is the first optimizer step)"
 
 
 def _print_findings(console, title: str, findings: list[Finding]) -> None:

@@ -95,3 +95,14 @@ def test_padding_is_advised_only_where_gemms_run_on_tiles(unaligned_observations
         assert finding.extra["module"] == "proj" and "K=100" in finding.message
     else:
         assert found == []
+
+
+def test_a_run_with_the_hardware_note_only_still_finds_no_problem(monkeypatch):
+    findings, _line = _findings(monkeypatch, SLOW)
+    assert findings
+    monkeypatch.setenv("AMPDOCTOR_HARDWARE_CHECK", "1")
+    with contextlib.redirect_stdout(io.StringIO()), TraceSession(record_ops_steps=1) as session:
+        _train()
+    lead, rest, kind = session.report().verdict()
+    assert (lead, kind) == ("No mixed-precision problems found", "ok")
+    assert rest == " in 3 iteration(s); 1 info finding below."

@@ -47,7 +47,7 @@ def test_findings_are_one_line_each_with_the_location_first_and_a_help_line():
 def test_the_loss_and_scale_line_sums_up_the_run():
     report = _late_overflow()
     text = _text(report)
-    (line,) = [line for line in text.splitlines() if line.startswith("loss ")]
+    (line,) = [line for line in text.splitlines() if line.startswith("Over the run: loss ")]
     records = report.observations.iterations
     skipped = [r.step for r in records if r.skipped]
     assert skipped, "the script overflows from its 4th iteration"
@@ -69,6 +69,6 @@ def test_with_several_backward_passes_per_iteration_the_loss_is_said_to_be_their
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad()
-    (line,) = [line for line in _text(session.report()).splitlines() if line.startswith("loss ")]
+    (line,) = [line for line in _text(session.report()).splitlines() if line.startswith("Over the run: loss ")]
     assert "each the sum of the iteration's 4 backward passes" in line
     assert "no skipped step" in line
