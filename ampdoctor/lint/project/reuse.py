@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - interpreters built without it
     from hashlib import blake2b
 
 from .reports import CrossReport
-from .store import FORMAT
+from .store import FORMAT, write_cache_file
 
 _RACY_NS = 2_000_000_000
 # The share of the project a run must report for the key to be worth its ``stat`` calls.
@@ -84,13 +84,8 @@ def save_reports(path: Path, key: str, reports: list[CrossReport]) -> None:
         "key": key,
         "reports": [[r.code, r.module, r.at, r.message, r.help, [list(x) for x in r.related]] for r in reports],
     }
-    temp = path.parent / f".reports-{os.getpid()}-{time.monotonic_ns()}.tmp"
     try:
         path.parent.mkdir(exist_ok=True)
-        temp.write_text(json.dumps(document, separators=(",", ":")), encoding="utf-8")
-        os.replace(temp, path)
+        write_cache_file(path, document)
     except OSError:
-        try:
-            temp.unlink()
-        except OSError:
-            pass
+        pass

@@ -356,10 +356,10 @@ class SummaryStore:
                 for rel in self.changed:
                     entry = self.entries.get(rel)
                     files[rel] = None if entry is None else {**_stored(entry), "written_ns": now}
-                _write_json(delta, {"format": FORMAT, "base": self.written_ns, "written_ns": now, "files": files})
+                write_cache_file(delta, {"format": FORMAT, "base": self.written_ns, "written_ns": now, "files": files})
                 return
             files = {rel: _stored(entry) for rel, entry in self.entries.items()}
-            _write_json(self.path, {"format": FORMAT, "written_ns": now, "files": files})
+            write_cache_file(self.path, {"format": FORMAT, "written_ns": now, "files": files})
             if self._delta:
                 os.unlink(delta)
         except OSError:
@@ -381,8 +381,10 @@ def _read_json(path: Path) -> dict | None:
     return None
 
 
-def _write_json(path: Path, document: dict) -> None:
-    """Write atomically (a temporary file in the same folder, then a rename)."""
+def write_cache_file(path: Path, document: dict) -> None:
+    """Write a cache document atomically (a temporary file in the same folder, then a rename).
+    Unlike ``ampdoctor.atomic`` (reports the user keeps), no ``fsync``: a cache lost to a crash
+    is only a miss, and a pre-commit run should not wait for the disk."""
     temp = path.parent / f".summaries-{os.getpid()}-{time.monotonic_ns()}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
