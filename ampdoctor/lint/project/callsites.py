@@ -17,6 +17,16 @@ def callers_of(
     """The calls anywhere in the project that land on ``name`` in ``module`` (or on the
     method it overrides, called as ``self.name(...)`` in a base class), as (caller module,
     call record, target), from the modules whose text holds the token class ``kind``."""
+    for caller, call, target in calls_of(project, callers, kind, module, name):
+        if target is not None:
+            yield caller, call, target
+
+
+def calls_of(
+    project: Project, callers: Callers, kind: str, module: str, name: str
+) -> Iterator[tuple[str, dict, Target | None]]:
+    """``callers_of``, and also the calls spelled with the function's name that resolve nowhere
+    (target None): a check that must see every call goes silent on those."""
     short = name.rsplit(".", 1)[-1]
     overridden = None  # the classes whose method of that name ``name`` overrides
     imports = import_edges(project)
@@ -28,6 +38,8 @@ def callers_of(
                 continue  # cheap: the spelling must at least end in the function's name
             target = project.resolve_call(caller, call)
             if target is None:
+                if call["callee"].rsplit(".", 1)[-1] == short:
+                    yield caller, call, None
                 continue
             if target.module == module and target.name == name:
                 yield caller, call, target

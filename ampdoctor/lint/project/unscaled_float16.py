@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .float16_reach import import_edges
+from .callsites import calls_of
 from .link import Project
 from .reports import Callers, CrossReport
 
@@ -35,23 +35,14 @@ def scaler_never_passed(project: Project, targets: list[str], callers: Callers) 
 
 
 def _report(project: Project, callers: Callers, module: str, name: str, default: dict) -> CrossReport | None:
-    imports = import_edges(project)
     short = name.rsplit(".", 1)[-1]
     seen: list[tuple[str, list[int]]] = []
-    for caller in callers.of("any", name):
-        if not imports.relates(caller, module):
-            continue  # no import leads from one to the other: no call can land (not summarized)
-        for call in project.calls(caller):
-            if call["callee"].rsplit(".", 1)[-1] != short:
-                continue
-            target = project.resolve_call(caller, call)
-            if target is None:
-                return None  # spelled like the function, landing who knows where
-            if target.module != module or target.name != name:
-                continue
-            if call.get("star") or target.arg_for(call, default["index"]) is not None:
-                return None  # a scaler (or something in its place) may be passed
-            seen.append((caller, call["at"]))
+    for caller, call, target in calls_of(project, callers, "any", module, name):
+        if target is None:
+            return None  # spelled like the function, landing who knows where
+        if call.get("star") or target.arg_for(call, default["index"]) is not None:
+            return None  # a scaler (or something in its place) may be passed
+        seen.append((caller, call["at"]))
     if not seen:
         return None
     param = default["param"]
