@@ -11,8 +11,12 @@ their arguments bound (to ``MAX_HOPS`` calls deep). The value must hold an optim
 
 Silence where the scaler's state may be kept another way: a ``torch.save`` in the module (or in
 the module that makes the scaler, or in a function the scaler is handed to) writes a scaler's
-state, or the scaler (or an object that holds it) is handed to code the project does not show
-(a library's checkpoint manager, a call that cannot be resolved).
+state, the scaler (or an object that holds it) is handed to code the project does not show
+(a library's checkpoint manager, a call that cannot be resolved), or it is stored on an object
+the function did not make (``checkpointer.scaler = scaler``).
+
+A method called on a parameter (``checkpointer.save(...)``) is the method of the project class
+whose objects the function's callers pass, when all of them pass one and it has one such method.
 
 A finding is reported at the ``torch.save`` when the function writes it itself, else at the
 call that hands the checkpoint on; one finding per written checkpoint and module, with the
@@ -24,9 +28,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from .callsites import callers_of
 from .flow import Values, flatten
 from .link import Project, Target
-from .reports import RESUME, CrossReport
+from .reports import RESUME, Callers, CrossReport
 
 MAX_HOPS = 3
 # A function whose text has none of these writes no checkpoint and hands none on: the calls
@@ -34,16 +39,19 @@ MAX_HOPS = 3
 CHECKPOINT_TEXT = re.compile(rb"save|ckpt|checkpoint|snapshot|persist|dump")
 
 
-def checkpoint_reports(project: Project, targets: list[str], values: Values | None = None) -> Iterator[CrossReport]:
+def checkpoint_reports(
+    project: Project, targets: list[str], values: Values | None = None, callers: Callers | None = None
+) -> Iterator[CrossReport]:
     values = values or Values(project)
-    judge = _Judge(values)
+    judge = _Judge(values, callers)
     for module in targets:
         yield from judge.module(module)
 
 
 class _Judge:
-    def __init__(self, values: Values) -> None:
+    def __init__(self, values: Values, callers: Callers | None = None) -> None:
         self.values = values
+        self.callers = callers
         self._reach: dict[tuple[str, str], frozenset] = {}
         self._kept: dict[str, bool] = {}
 
@@ -144,6 +152,8 @@ class _Judge:
                 if not trains and not CHECKPOINT_TEXT.search(call.get("callee", "").rsplit(".", 1)[-1].encode()):
                     continue
                 target = values.target(module, function, call, CHECKPOINT_TEXT, CHECKPOINT_TEXT)
+                if target is None:
+                    target = self._method_of_parameter(module, function, call)
                 if target is None or self._trains_itself(target.module, target.name):
                     continue
                 binding = values.bind(module, function, call, target, (), 0)
@@ -208,6 +218,43 @@ class _Judge:
                     'Add `"scaler": scaler.state_dict()` to the checkpoint and `scaler.load_state_dict(...)` on resume',
                     related,
                 )
+
+    def _method_of_parameter(self, module: str, function: str, call: dict) -> Target | None:
+        """``checkpointer.save(...)`` where ``checkpointer`` is a parameter: the method of the
+        project class every caller of the function passes an object of (one method for all of
+        them, and at least one caller seen), else None."""
+        recv = call.get("recv", [])
+        if self.callers is None or len(recv) != 1 or recv[0][0] != "P" or not recv[0][1:].isdigit():
+            return None
+        name = call["callee"].rsplit(".", 1)[-1]
+        if not CHECKPOINT_TEXT.search(name.encode()):
+            return None
+        values = self.values
+        project = values.project
+        methods: set[tuple[str, str]] = set()
+        for caller, site, target in callers_of(project, self.callers, "any", module, function):
+            frame = site.get("frame", "<module>")
+            record = next((c for c in values.flow(caller, frame).get("calls", []) if c["at"] == site["at"]), None)
+            if record is None or record.get("star"):
+                return None
+            binding = values.bind(caller, frame, record, target, (), 0)
+            passed = flatten(values.atom(module, function, recv[0], binding, 0))
+            if "U" in passed:
+                return None
+            # (an object's value holds the objects it was given: those without the method)
+            found = {
+                method
+                for atom in sorted(a for a in passed if type(a) is str and a.startswith("H@"))[:8]
+                if (method := project.method(*atom[2:].split("|", 1), name)) is not None
+            }
+            if not found:
+                return None  # a caller passes something else (or nothing the project shows)
+            methods |= found
+        if len(methods) != 1:
+            return None
+        ((where, method),) = methods
+        summary = (project.summary(where) or {}).get("functions", {}).get(method)
+        return None if summary is None else Target(where, method, summary, 1)
 
     def _record_class(self, module: str, save_at: tuple[int, ...]) -> tuple[str, str, list[int]] | None:
         """The project class whose object a ``torch.save`` writes (``Snapshot(...)``, through
@@ -283,6 +330,11 @@ class _Judge:
                     kept = True
             for _at, _callee, atoms in flow.get("escapes", []):
                 if values.scalers(values.resolve(module, function, atoms)):
+                    kept = True
+            for atoms in flow.get("xstores", {}).values():
+                # ``checkpointer.scaler = scaler``: an object the function was handed holds it
+                # (the scaler itself, not an object that reaches one: ``task.trainer = self``)
+                if values.scalers(values.resolve(module, function, [a for a in atoms if a[0] in "Ss"])):
                     kept = True
             for call in flow.get("calls", []):
                 # A scaler handed over by name (``scaler``, ``self.scaler``: the summary marks a

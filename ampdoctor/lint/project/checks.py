@@ -40,7 +40,7 @@ def run_checks(
     reports: list[CrossReport] = []
     values = Values(project)
     if "AMP211" in codes:
-        reports.extend(checkpoint_reports(project, targets, values))
+        reports.extend(checkpoint_reports(project, targets, values, callers))
     reports.extend(seeded_reports(values, targets, codes))
     if "AMP201" in codes:
         reports.extend(_clips_in_helpers(project, targets, callers))

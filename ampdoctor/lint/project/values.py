@@ -431,7 +431,7 @@ class _FunctionWalk(BindingWalk):
             return receiver | self._arguments_union(call) if method in ("get", "setdefault", "pop") else receiver
         if method in _MUTATORS:
             return EMPTY
-        if spelled is not None and _is_project_receiver(owner, receiver, self):
+        if spelled is not None and _is_project_receiver(owner, receiver, self, method):
             return self._project_call(call, spelled)
         result = lower(receiver | self._arguments_union(call))
         if self._final:
@@ -503,7 +503,7 @@ class _FunctionWalk(BindingWalk):
         if type(call.func) is ast.Attribute and not (
             type(call.func.value) is ast.Name and call.func.value.id == self.params.first
         ):
-            objects = sorted(a for a in receiver if a[0] in "FCGDQZ")
+            objects = sorted(a for a in receiver if a[0] in "FCGDQZP")
             if objects:
                 record["recv"] = objects  # the object the method is called on, for the link step
         called = sorted(a for a in self.ev(call.func) if a[0] in "FCGDQZ")
@@ -585,13 +585,21 @@ def _is_local_object(owner: ast.expr, walk: _FunctionWalk) -> bool:
     return root is not None and (root in walk.env or root in walk.params.index)
 
 
-def _is_project_receiver(owner: ast.expr, value: frozenset[str], walk: _FunctionWalk) -> bool:
+def _is_project_receiver(owner: ast.expr, value: frozenset[str], walk: _FunctionWalk, method: str) -> bool:
     """A method called on ``self`` (or one of its fields), or on an object made by a call that
     may build a project class or bound at module level: it may be a method of a project class.
-    The linker resolves nothing else (a parameter's class is unknown)."""
+    A parameter's method only where it may write a checkpoint (its class is what the callers
+    pass, a question only AMP211 asks)."""
     root = _root_name(owner)
     if root is None:
         return False
     if root == walk.params.first:
         return True
+    if type(owner) is ast.Name and root in walk.params.index and _CHECKPOINT_METHOD.search(method):
+        # ``checkpointer.save(...)`` on a parameter: the link step asks the function's callers
+        # what they pass (a checkpoint written by a project class's method).
+        return True
     return any(atom[0] == "C" or atom[0] == "G" for atom in value)
+
+
+_CHECKPOINT_METHOD = re.compile(r"save|ckpt|checkpoint|snapshot|persist|dump")

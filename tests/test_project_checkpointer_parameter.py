@@ -1,0 +1,94 @@
+"""AMP211 through a parameter: ``checkpointer.save(...)`` where ``checkpointer`` is handed in by
+the function's callers. The method is the project class's that every caller's object has; a
+caller that passes anything else (a library's checkpointer, an object the project does not
+show) keeps the call unresolved and the rule silent."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, known_codes, lint_paths
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "projects" / "checkpointer_parameter"
+ANCHOR = ("engine.py", 22, "AMP211")
+
+
+def amp211(root: Path, paths=None, project_mode=True) -> set[tuple[str, int, str]]:
+    settings = Settings(root=root, project=project_mode)
+    run = lint_paths(
+        paths or [root], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=root
+    )
+    return {(f.location.path, f.location.line, f.code) for f in run.findings if f.code == "AMP211"}
+
+
+@pytest.fixture
+def buggy(tmp_path: Path) -> Path:
+    root = tmp_path / "p"
+    shutil.copytree(FIXTURE / "buggy", root)
+    return root
+
+
+def test_the_callers_object_decides_the_method_and_the_finding_names_the_write(buggy: Path):
+    settings = Settings(root=buggy, project=True)
+    run = lint_paths([buggy], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=buggy)
+    [finding] = [f for f in run.findings if f.code == "AMP211"]
+    assert (finding.location.path, finding.location.line) == ANCHOR[:2]
+    assert "`checkpointer.save(...)`" in finding.message
+    related = {(r.path, r.line) for r in finding.related}
+    assert ("checkpointing.py", 21) in related  # the torch.save in the base class's method
+    assert ("engine.py", 7) in related  # the GradScaler
+    assert ("engine.py", 23) in related  # the final save: the same checkpoint, one finding
+
+
+def test_the_engine_alone_does_not_know_the_checkpointer(buggy: Path):
+    assert amp211(buggy, project_mode=False) == set()
+    assert amp211(buggy, [buggy / "engine.py"]) == {ANCHOR}
+
+
+@pytest.mark.parametrize(
+    "import_line",
+    [
+        "from fvcore.common.checkpoint import Checkpointer as DetectionCheckpointer",
+        "from checkpointing import DetectionCheckpointer as _Unused\nDetectionCheckpointer = make_checkpointer()",
+    ],
+    ids=["library-class", "unknown-factory"],
+)
+def test_a_checkpointer_the_project_does_not_show_is_silent(buggy: Path, import_line: str):
+    train = buggy / "train.py"
+    text = train.read_text(encoding="utf-8")
+    train.write_text(text.replace("from checkpointing import DetectionCheckpointer", import_line), encoding="utf-8")
+    assert amp211(buggy) == set()
+
+
+def test_one_caller_with_another_checkpointer_keeps_it_silent(buggy: Path):
+    (buggy / "finetune.py").write_text(
+        "from fvcore.common.checkpoint import Checkpointer\n"
+        "from engine import run_iterations\n\n\n"
+        "def finetune(cfg, model, loader, optimizer, scheduler):\n"
+        "    run_iterations(cfg, model, loader, optimizer, scheduler, Checkpointer(model), {'iteration': 0})\n",
+        encoding="utf-8",
+    )
+    assert amp211(buggy) == set()
+
+
+def test_a_checkpointer_that_holds_the_scaler_is_silent(buggy: Path):
+    engine = buggy / "engine.py"
+    text = engine.read_text(encoding="utf-8")
+    text = text.replace(
+        '    scaler = torch.amp.GradScaler("cuda") if cfg.amp else None\n',
+        '    scaler = torch.amp.GradScaler("cuda") if cfg.amp else None\n    checkpointer.scaler = scaler\n',
+    )
+    engine.write_text(text, encoding="utf-8")
+    checkpointing = buggy / "checkpointing.py"
+    text = checkpointing.read_text(encoding="utf-8")
+    text = text.replace(
+        "        state.update(extra)\n",
+        "        state.update(extra)\n        if self.scaler is not None:\n"
+        '            state["scaler"] = self.scaler.state_dict()\n',
+    ).replace("        self.folder = folder\n", "        self.folder = folder\n        self.scaler = None\n")
+    checkpointing.write_text(text, encoding="utf-8")
+    assert amp211(buggy) == set()
