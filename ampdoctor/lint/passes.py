@@ -217,6 +217,10 @@ def _is_scale_call(expr: ast.expr) -> str | None:
 
 
 def find_scalers_and_optimizers(facts: AmpFacts) -> None:
+    if facts.seeds is not None:
+        # The scalers of engine objects whose methods run the scaler calls (``runner.engine.scaler``).
+        for seeded in facts.seeds.get("protocol", {}).values():
+            facts.scalers.update(scaler for _kind, scaler, _argument in seeded)
     for assignment in facts.assignments:
         value = assignment.value
         if type(value) is ast.IfExp:
@@ -287,11 +291,39 @@ def is_optimizer(name: str | None, facts: AmpFacts) -> bool:
 
 def classify_events(facts: AmpFacts) -> None:
     scaled_vars = facts.scaled_vars
+    protocol = facts.seeds.get("protocol") if facts.seeds is not None else None
     for frame in facts.frames:
         for site in frame.calls:
+            if protocol:
+                seeded = protocol.get((site.node.lineno, site.node.col_offset + 1))
+                if seeded is not None:
+                    frame.events.extend(_protocol_events(site, seeded))
+                    continue
             event = _event_for(site, facts, scaled_vars)
             if event is not None:
                 frame.events.append(event)
+
+
+_PROTOCOL_KINDS = {
+    "backward": EventKind.SCALED_BACKWARD,
+    "unscale": EventKind.UNSCALE,
+    "step": EventKind.SCALER_STEP,
+    "update": EventKind.UPDATE,
+}
+
+
+def _protocol_events(site: CallSite, seeded: list) -> list[Event]:
+    """The scaler calls an engine's method makes, as events of the call that runs it
+    (``project/engine_calls.py``): ``runner.engine.optimizer_step(loss, model, optimizer)`` is
+    ``runner.engine.scaler.step(optimizer)`` then ``runner.engine.scaler.update()`` here."""
+    events = []
+    for kind, scaler, argument in seeded:
+        optimizer = None
+        if argument is not None:
+            passed = site.arg(argument[0], argument[1])
+            optimizer = dotted(passed.value) if passed is not None else None
+        events.append(Event(_PROTOCOL_KINDS[kind], site, scaler=scaler, optimizer=optimizer))
+    return events
 
 
 def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> Event | None:
@@ -370,7 +402,8 @@ def downcast_dtype(site: CallSite, facts: AmpFacts) -> str | None:
     return None
 
 
-_CLIPPER_NAME = re.compile(r"(^|_)clip_?grad", re.I)
+# ``clip_grad_norm``, ``_clip_gradients``; ``grad_clip_fn``, ``grad_clipper`` (not ``get_grad_clip``)
+_CLIPPER_NAME = re.compile(r"(^|_)clip_?grad|^_*grad_?clip(_?fn|_?func|per)?$", re.I)
 
 
 def _unseen_clipper(site: CallSite, facts: AmpFacts) -> bool:

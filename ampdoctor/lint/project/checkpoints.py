@@ -242,19 +242,20 @@ class _Judge:
             if "U" in passed:
                 return None
             # (an object's value holds the objects it was given: those without the method)
-            found = {
-                method
-                for atom in sorted(a for a in passed if type(a) is str and a.startswith("H@"))[:8]
-                if (method := project.method(*atom[2:].split("|", 1), name)) is not None
-            }
+            found: set[tuple[str, str]] = set()
+            for atom in sorted(a for a in passed if type(a) is str and a.startswith("H@"))[:8]:
+                held, _, cls = atom[2:].partition("|")
+                method = project.method(held, cls, name)
+                if method is not None:
+                    found.add(method)
             if not found:
                 return None  # a caller passes something else (or nothing the project shows)
             methods |= found
         if len(methods) != 1:
             return None
-        ((where, method),) = methods
-        summary = (project.summary(where) or {}).get("functions", {}).get(method)
-        return None if summary is None else Target(where, method, summary, 1)
+        ((where, qualified),) = methods
+        summary = (project.summary(where) or {}).get("functions", {}).get(qualified)
+        return None if summary is None else Target(where, qualified, summary, 1)
 
     def _record_class(self, module: str, save_at: tuple[int, ...]) -> tuple[str, str, list[int]] | None:
         """The project class whose object a ``torch.save`` writes (``Snapshot(...)``, through

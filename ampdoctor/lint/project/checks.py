@@ -41,7 +41,7 @@ def run_checks(
     values = Values(project)
     if "AMP211" in codes:
         reports.extend(checkpoint_reports(project, targets, values, callers))
-    reports.extend(seeded_reports(values, targets, codes))
+    reports.extend(seeded_reports(values, targets, codes, callers.defining))
     if "AMP201" in codes:
         reports.extend(_clips_in_helpers(project, targets, callers))
     if "AMP101" in codes:

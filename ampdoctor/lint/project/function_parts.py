@@ -18,6 +18,9 @@ function's summary (``summary.py``) read off the module's fact model.
 ``updates``    each ``S.update()`` after ``S.step(optimizer)``, S a ``self.`` field or a parameter:
                two of them called in one iteration update the scale twice (AMP208 across
                functions, ``update_twice.py``)
+``protocol``   the GradScaler calls a method makes on one field of ``self``, each on every call (an
+               engine's ``backward_loss``, ``optimizer_step``): those calls in its callers' model,
+               on the scaler of the object the call is made on (``seeds.py``)
 ``scaler_default`` a float16 autocast region and a scaler parameter that defaults to None (and is
                never rebound), with a backward or the scaler handed on: unscaled float16 training
                when no caller passes a scaler (AMP210 across functions, ``unscaled_float16.py``)
@@ -73,6 +76,9 @@ def function_summary(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunct
     updates = _updates_after_step(frame, params)
     if updates:
         summary["updates"] = updates
+    protocol = _scaler_protocol(frame, params)
+    if protocol is not None:
+        summary["protocol"] = protocol
     default = _scaler_default_none(facts, function, frame, params)
     if default is not None:
         summary["scaler_default"] = default
@@ -105,6 +111,44 @@ def _updates_after_step(frame: Frame, params: list[str]) -> list[dict]:
             optimizer = f"#{params.index(step.optimizer)}" if step.optimizer in params else step.optimizer
             found.append({"scaler": key, "optimizer": optimizer, "at": position(update.call.node)})
     return found
+
+
+_PROTOCOL = {
+    EventKind.SCALED_BACKWARD: "backward",
+    EventKind.UNSCALE: "unscale",
+    EventKind.SCALER_STEP: "step",
+    EventKind.UPDATE: "update",
+}
+_NOT_PROTOCOL = (EventKind.BACKWARD, EventKind.DELEGATED_BACKWARD, EventKind.CLIP, EventKind.OPTIMIZER_STEP)
+
+
+def _scaler_protocol(frame: Frame, params: list[str]) -> dict | None:
+    """``{"field", "events"}`` for a method whose whole training-step work is GradScaler calls
+    on one field of ``self``, each run on every call (an engine's ``backward_loss``:
+    ``self.scaler.scale(loss).backward()``; its ``optimizer_step``: ``self.scaler.step(optimizer)``
+    then ``self.scaler.update()``): the events in order, as ``[kind, optimizer parameter index]``."""
+    if frame.class_name is None or not params or frame.events_of(*_NOT_PROTOCOL):
+        return None
+    prefix = params[0] + "."
+    fields = set()
+    events: list[list] = []
+    for event in frame.events:
+        kind = _PROTOCOL.get(event.kind)
+        if kind is None:
+            continue
+        scaler = event.scaler or ""
+        if event.path or not scaler.startswith(prefix) or "." in scaler[len(prefix) :]:
+            return None  # on a path of its own, or not one of the object's fields
+        fields.add(scaler[len(prefix) :])
+        index = None
+        if event.kind in (EventKind.SCALER_STEP, EventKind.UNSCALE):
+            if event.optimizer not in params:
+                return None
+            index = params.index(event.optimizer)
+        events.append([kind, index])
+    if len(fields) != 1:
+        return None
+    return {"field": fields.pop(), "events": events}
 
 
 def _scaler_default_none(

@@ -17,22 +17,29 @@ the trip from the summary to a parse of the module's text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+from .engine_calls import protocol_seeds
 from .flow import Values, flatten
 from .reports import CrossReport
 
 
-def module_seeds(values: Values, module: str) -> dict | None:
-    """The seeds of one module (None when the project tells it nothing new)."""
+def module_seeds(values: Values, module: str, defining: Callable[[str], list[str]] | None = None) -> dict | None:
+    """The seeds of one module (None when the project tells it nothing new); ``defining``: the
+    modules whose text may define a function of a name (for engine calls, ``engine_calls.py``)."""
     regions: dict[tuple[int, int], tuple[str | None, str, str | None]] = {}
     clips: dict[tuple[int, int], tuple[str, list[int]]] = {}
     unscales: dict[tuple[int, int], tuple[str, str | None, str, list[int]]] = {}
+    protocol: dict[tuple[int, int], list] = {}
+    methods: dict[tuple[int, int], tuple] = {}
     for function, flow in values.flows(module).items():
         for at, atoms in flow.get("withs", []):
             region = _region(flatten(values.resolve(module, function, atoms)))
             if region is not None:
                 regions[(at[0], at[1])] = region
+        for at, (events, method) in protocol_seeds(values, module, function, flow, defining).items():
+            protocol[at] = events
+            methods[at] = method
         if not flow.get("scaled") and not flow.get("scalers"):
             continue  # a helper's clip or unscale_ matters only where the caller trains with a scaler
         for call in flow.get("calls", []):
@@ -50,9 +57,9 @@ def module_seeds(values: Values, module: str) -> dict | None:
                 optimizer = _spelled_argument(call, unscale[1] - target.skip) if unscale[1] is not None else None
                 if scaler is not None:
                     unscales[(call["at"][0], call["at"][1])] = (scaler, optimizer, target.module, unscale[2])
-    if not regions and not clips and not unscales:
+    if not regions and not clips and not unscales and not protocol:
         return None
-    return {"regions": regions, "clips": clips, "unscales": unscales}
+    return {"regions": regions, "clips": clips, "unscales": unscales, "protocol": protocol, "methods": methods}
 
 
 def _spelled_argument(call: dict, index: int) -> str | None:
@@ -81,11 +88,13 @@ def _region(value: frozenset) -> tuple[str | None, str, str | None] | None:
     return (None if dtype == "-" else dtype), enabled, (None if device == "-" else device)
 
 
-def seeded_reports(values: Values, targets: list[str], codes: frozenset[str]) -> Iterator[CrossReport]:
+def seeded_reports(
+    values: Values, targets: list[str], codes: frozenset[str], defining: Callable[[str], list[str]] | None = None
+) -> Iterator[CrossReport]:
     """The findings of each target module's rules on its seeded fact model (the file-local ones
     among them are dropped when the reports are attached: same code, same line)."""
     for module in targets:
-        seeds = module_seeds(values, module)
+        seeds = module_seeds(values, module, defining)
         if seeds is None:
             continue
         yield from _relint(values, module, seeds, codes)
@@ -122,4 +131,24 @@ def _relint(values: Values, module: str, seeds: dict, codes: frozenset[str]) -> 
             unscale = seeds["unscales"].get((at[0], at[1]))
             if unscale is not None:
                 related.append((unscale[2], unscale[3], "the `unscale_` that the call runs"))
+            related.extend(_engine_methods(facts, report.node, seeds["methods"]))
             yield CrossReport(report.code, module, list(at), report.message, report.help or "", related)
+
+
+def _engine_methods(facts, node, methods: dict) -> list[tuple[str, list[int], str]]:
+    """The engine methods whose scaler calls the finding's function was seeded with (calls in
+    the same function as the finding's node)."""
+    if not methods:
+        return []
+    line = getattr(node, "lineno", 0)
+    frames = [
+        f.node for f in facts.frames if f.parent is not None and f.node.lineno <= line <= (f.node.end_lineno or line)
+    ]
+    if not frames:
+        return []
+    inner = max(frames, key=lambda n: n.lineno)
+    return [
+        (where, at, f"the scaler calls behind `{name.rsplit('.', 1)[-1]}(...)` (with a `{name.split('.', 1)[0]}`)")
+        for (call_line, _column), (where, at, name) in sorted(methods.items())
+        if inner.lineno <= call_line <= (inner.end_lineno or call_line)
+    ]

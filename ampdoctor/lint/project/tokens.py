@@ -56,6 +56,10 @@ HELPER_TOKENS = (
 _STEP_WITH_ARGUMENT = re.compile(rb"\.step\(\s*(?!closure\b|lambda\b|\*)[^)\s]")
 
 
+# ``engine.optimizer_step(loss, ...)``: a method named like a step, given arguments.
+_ENGINE_STEP = re.compile(rb"\.\w+_step\(\s*[^)\s]")
+
+
 def wanted_without_rules(data: bytes) -> bool:
     """Whether a module that no rule of its own needs to parse is still worth a summary in the
     lint pass, since the project pass judges it:
@@ -63,6 +67,9 @@ def wanted_without_rules(data: bytes) -> bool:
     * it clips gradients and steps something with an argument (an update helper:
       ``scaler.step(optimizer)`` on a scaler it receives; ``summary._clips_before_param_step``),
       judged from its callers;
+    * it clips gradients and calls a step method of some object with arguments
+      (``runner.engine.optimizer_step(loss, model, optimizer)``): an engine's scaler calls may
+      surround the clip (``engine_calls.py``);
     * it saves something and names a scaler or an optimizer's state (a checkpoint written by a
       method of a class whose base or subclass holds the scaler, a callback handed the trainer,
       a script that calls its save helper): AMP211 on abstract values (``checkpoints.py``).
@@ -70,6 +77,8 @@ def wanted_without_rules(data: bytes) -> bool:
     A module that only holds what float16 autocast breaks (``float16_risk``) is summarized
     later, and only when an autocast set up elsewhere reaches it."""
     if b"clip_grad" in data and _STEP_WITH_ARGUMENT.search(data) is not None:
+        return True
+    if (b"clip_grad" in data or b"grad_clip" in data) and _ENGINE_STEP.search(data) is not None:
         return True
     return b"save" in data and (b"state_dict" in data or b"GradScaler" in data or b"scaler" in data)
 

@@ -595,9 +595,10 @@ def _is_project_receiver(owner: ast.expr, value: frozenset[str], walk: _Function
         return False
     if root == walk.params.first:
         return True
-    if type(owner) is ast.Name and root in walk.params.index and _CHECKPOINT_METHOD.search(method):
+    if root in walk.params.index and (type(owner) is ast.Attribute or _CHECKPOINT_METHOD.search(method)):
         # ``checkpointer.save(...)`` on a parameter: the link step asks the function's callers
-        # what they pass (a checkpoint written by a project class's method).
+        # what they pass (a checkpoint written by a project class's method); ``runner.engine.
+        # backward_loss(...)``: an engine's method, whose class the link step looks for.
         return True
     return any(atom[0] == "C" or atom[0] == "G" for atom in value)
 

@@ -1,0 +1,133 @@
+"""Calls into an engine's scaler protocol: ``runner.engine.backward_loss(loss, model, optimizer)``
+where the engine's class decides what runs (``AMPEngine.backward_loss``:
+``self.scaler.scale(loss).backward()``; its ``optimizer_step``: ``self.scaler.step(optimizer)``
+and ``self.scaler.update()``).
+
+The object's class is what the link step resolves the receiver to when it can; a receiver of
+unseen class (a runner handed in as a parameter, an engine a factory picks by config) is matched
+by its methods: the project classes that define a method of the call's name with a scaler
+protocol (``function_parts.py`` ``protocol``), and have every other method the function calls on
+the same receiver. Each call then stands, in the caller's model, for the scaler calls that
+class makes, on ``<receiver>.<field>`` (``runner.engine.scaler``): a clip between the engine's
+backward and its step, an ``unscale_`` that runs on micro-steps the engine does not step, are the
+caller's mistakes, made for every run with that engine. Where the candidate classes disagree
+(another field, other events), nothing is seeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .flow import Values, flatten
+
+# Seeded event: (kind, scaler spelled, optimizer argument (index, keyword) or None)
+Seeded = tuple[str, str, "tuple[int, str] | None"]
+# The method that runs them: (module, its position, qualified name)
+Method = tuple[str, list, str]
+
+
+def protocol_seeds(
+    values: Values, module: str, function: str, flow: dict, defining: Callable[[str], list[str]] | None
+) -> dict[tuple[int, int], tuple[list[Seeded], Method]]:
+    """The scaler calls each engine call of ``function`` stands for, and the method that makes
+    them (one of the candidate classes'), by call position."""
+    calls = [
+        c
+        for c in flow.get("calls", [])
+        # (not the object's own methods, ``self.m()``/``super().m()``: a subclass's are not its)
+        if c.get("recv")
+        and "." in c.get("callee", "")
+        and not c["callee"].startswith("super.")
+        and not (c["callee"].startswith("self.") and c["callee"].count(".") == 1)
+    ]
+    if not calls:
+        return {}
+    by_receiver: dict[str, list[dict]] = {}
+    for call in calls:
+        by_receiver.setdefault(call["callee"].rsplit(".", 1)[0], []).append(call)
+    out: dict[tuple[int, int], tuple[list[Seeded], Method]] = {}
+    for receiver, on_it in by_receiver.items():
+        names = {c["callee"].rsplit(".", 1)[1] for c in on_it}
+        classes = _classes(values, module, function, on_it[0], names, defining)
+        if not classes:
+            continue
+        for call in on_it:
+            name = call["callee"].rsplit(".", 1)[1]
+            found: set[tuple[str, tuple]] = set()
+            first: Method | None = None
+            agree = True
+            for where, cls in classes:
+                method = values.project.method(where, cls, name)
+                summary = _function(values, method)
+                protocol = summary.get("protocol") if summary is not None else None
+                if protocol is None or method is None or summary is None:
+                    agree = False
+                    break
+                params = summary.get("params", [])
+                found.add((protocol["field"], tuple((kind, _arg(params, i)) for kind, i in protocol["events"])))
+                if first is None:
+                    first = (method[0], summary["at"], method[1])
+            if not agree or len(found) != 1 or first is None:
+                continue  # the candidate classes do not agree on what the call runs
+            ((field, events),) = found
+            scaler = f"{receiver}.{field}"
+            out[(call["at"][0], call["at"][1])] = ([(kind, scaler, arg) for kind, arg in events], first)
+    return out
+
+
+# The methods a tensor, an optimizer or a GradScaler has: a receiver of unseen class called with
+# one of them is one of those (``loss.backward()``), not a project engine of that method name.
+_OWN_NAMES = frozenset({"backward", "step", "update", "zero_grad", "scale", "unscale_", "forward", "__call__"})
+
+
+def _arg(params: list[str], index: int | None) -> tuple[int, str] | None:
+    """The caller's argument for the method's parameter ``index``: (position without ``self``,
+    keyword)."""
+    return None if index is None else (index - 1, params[index])
+
+
+def _function(values: Values, method: tuple[str, str] | None) -> dict | None:
+    if method is None:
+        return None
+    return (values.project.summary(method[0]) or {}).get("functions", {}).get(method[1])
+
+
+def _classes(
+    values: Values,
+    module: str,
+    function: str,
+    call: dict,
+    names: set[str],
+    defining: Callable[[str], list[str]] | None,
+) -> list[tuple[str, str]]:
+    """The classes the receiver may be of that run a scaler protocol: those its value resolves
+    to and their subclasses, else the project's classes with a protocol method among ``names``
+    (other than a tensor's, an optimizer's or a scaler's own methods); of these, the ones with all
+    of ``names`` and a protocol in one of them."""
+    project = values.project
+    resolved = {
+        atom[2:]
+        for atom in flatten(values.resolve(module, function, call["recv"], (), 1))
+        if type(atom) is str and atom.startswith("H@")
+    }
+    candidates: set[tuple[str, str]] = set()
+    if resolved:
+        # An object of the class or of one of its subclasses (an ``engine: IEngine`` field).
+        for held in sorted(resolved)[:8]:
+            where, _, cls = held.partition("|")
+            candidates.add((where, cls))
+            candidates.update(values.subclasses(where, cls))
+    elif defining is not None:
+        for name in sorted(names - _OWN_NAMES):
+            for where in defining(name)[:16]:
+                for qualified, summary in (project.summary(where) or {}).get("functions", {}).items():
+                    cls, _, method = qualified.rpartition(".")
+                    if method == name and cls and "." not in cls and "protocol" in summary:
+                        candidates.add((where, cls))
+                        candidates.update(values.subclasses(where, cls))
+    return sorted(
+        (where, cls)
+        for where, cls in candidates
+        if all(project.method(where, cls, name) is not None for name in names)
+        and any("protocol" in (_function(values, project.method(where, cls, name)) or {}) for name in names)
+    )

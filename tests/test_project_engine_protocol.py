@@ -1,0 +1,130 @@
+"""Engine calls stand for the engine's scaler calls (``engine_calls.py``): a callback that runs
+``runner.engine.backward_loss(...)``, clips, then ``runner.engine.optimizer_step(...)`` clips
+gradients an AMP engine has scaled (AMP201); an ``unscale_`` on every batch with the engine's
+step every few batches raises on the second (AMP206). Silent where the engine's class is not
+certain enough: candidate classes that disagree, a receiver with methods the engine lacks, no
+engine with a scaler."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, known_codes, lint_paths
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "projects" / "engine_protocol"
+EXPECTED = {("callbacks.py", 14, "AMP201"), ("callbacks.py", 32, "AMP206")}
+
+
+def findings(root: Path, paths=None, project_mode=True) -> set[tuple[str, int, str]]:
+    settings = Settings(root=root, project=project_mode)
+    run = lint_paths(
+        paths or [root], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=root
+    )
+    return {(f.location.path, f.location.line, f.code) for f in run.findings if f.code in ("AMP201", "AMP206")}
+
+
+@pytest.fixture
+def buggy(tmp_path: Path) -> Path:
+    root = tmp_path / "p"
+    shutil.copytree(FIXTURE / "buggy", root)
+    return root
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_the_clip_names_the_engine_scaler_and_points_at_the_engine_methods(buggy: Path):
+    settings = Settings(root=buggy, project=True)
+    run = lint_paths([buggy], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=buggy)
+    [clip] = [f for f in run.findings if f.code == "AMP201"]
+    assert "`runner.engine.scaler.unscale_(runner.optimizer)`" in clip.message
+    assert {(r.path, r.line) for r in clip.related} == {("engines.py", 29), ("engines.py", 32)}
+
+
+def test_file_alone_is_silent_and_a_changed_callback_file_sees_the_engines(buggy: Path):
+    assert findings(buggy, project_mode=False) == set()
+    assert findings(buggy, [buggy / "callbacks.py"]) == EXPECTED
+
+
+def test_an_annotated_runner_resolves_the_engine_through_its_field(buggy: Path):
+    edit(buggy / "callbacks.py", "def on_batch_end(self, runner):", 'def on_batch_end(self, runner: "Runner"):')
+    edit(buggy / "callbacks.py", "from torch.nn.utils", "from runner import Runner\nfrom torch.nn.utils")
+    assert findings(buggy) == {(path, line + 1, code) for path, line, code in EXPECTED}
+
+
+def test_engines_that_disagree_on_the_scaler_field_keep_it_silent(buggy: Path):
+    (buggy / "more_engines.py").write_text(
+        "import torch\nfrom engines import Engine\n\n\n"
+        "class OtherAmpEngine(Engine):\n"
+        "    def __init__(self):\n        self.grad_scaler = torch.amp.GradScaler('cuda')\n\n"
+        "    def backward_loss(self, loss, model, optimizer):\n        self.grad_scaler.scale(loss).backward()\n\n"
+        "    def optimizer_step(self, loss, model, optimizer):\n"
+        "        self.grad_scaler.step(optimizer)\n        self.grad_scaler.update()\n",
+        encoding="utf-8",
+    )
+    assert findings(buggy) == set()
+
+
+def test_a_receiver_with_a_method_no_engine_has_is_not_an_engine(buggy: Path):
+    edit(
+        buggy / "callbacks.py",
+        '        loss = runner.batch_metrics["loss"]\n',
+        '        loss = runner.batch_metrics["loss"]\n        runner.engine.sync_buffers(runner.model)\n',
+    )
+    assert ("callbacks.py", 15, "AMP201") not in findings(buggy)
+
+
+def test_without_an_engine_that_scales_nothing_is_seeded(buggy: Path):
+    edit(buggy / "engines.py", "self.scaler.scale(loss).backward()", "loss.backward()")
+    edit(
+        buggy / "engines.py",
+        "        self.scaler.step(optimizer)\n        self.scaler.update()\n",
+        "        optimizer.step()\n",
+    )
+    assert ("callbacks.py", 14, "AMP201") not in findings(buggy)
+
+
+def test_a_guarded_step_method_is_no_protocol(buggy: Path):
+    # An engine method whose scaler calls sit on a branch of their own is not what each call runs.
+    edit(
+        buggy / "engines.py",
+        "    def backward_loss(self, loss, model, optimizer):\n        self.scaler.scale(loss).backward()\n",
+        "    def backward_loss(self, loss, model, optimizer):\n        if self.scaler.is_enabled():\n"
+        "            self.scaler.scale(loss).backward()\n        else:\n            loss.backward()\n",
+    )
+    assert ("callbacks.py", 14, "AMP201") not in findings(buggy)
+
+
+def test_a_tensor_method_of_the_same_name_as_a_scaling_wrapper_is_not_the_wrapper(tmp_path: Path):
+    # ``loss.backward()`` on a tensor, in a project that also has an optimizer wrapper whose
+    # ``backward(loss)`` scales: the tensor's own method, never the wrapper's.
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n', encoding="utf-8")
+    (tmp_path / "wrapper.py").write_text(
+        "import torch\n\n\nclass ScaledOptimizer:\n"
+        "    def __init__(self, optimizer):\n        self.optimizer = optimizer\n"
+        "        self.scaler = torch.amp.GradScaler('cuda')\n\n"
+        "    def backward(self, loss):\n        self.scaler.scale(loss).backward()\n\n"
+        "    def step(self):\n        self.scaler.step(self.optimizer)\n        self.scaler.update()\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport torch.nn.functional as F\n\n\n"
+        "def compute_loss(model, x, y):\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+        "        return F.cross_entropy(model(x), y)\n\n\n"
+        "def train(model, optimizer, loader):\n    for x, y in loader:\n"
+        "        loss = compute_loss(model, x, y)\n        loss.backward()\n        optimizer.step()\n"
+        "        optimizer.zero_grad()\n",
+        encoding="utf-8",
+    )
+    settings = Settings(root=tmp_path, project=True)
+    run = lint_paths(
+        [tmp_path], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=tmp_path
+    )
+    assert [f.code for f in run.findings] == []
