@@ -20,6 +20,7 @@ from .checkpoints import checkpoint_reports
 from .float16_reach import float16_elsewhere
 from .flow import Values
 from .link import Project, Target
+from .region_calls import region_call_reports
 from .reports import Callers, CrossReport
 from .seeds import seeded_reports
 from .store import BACKWARD_TEXT
@@ -46,6 +47,7 @@ def run_checks(
         reports.extend(_clips_in_helpers(project, targets, callers))
     if "AMP101" in codes:
         reports.extend(_backward_under_autocast(project, targets))
+    reports.extend(region_call_reports(values, targets, codes, callers.defining))
     if "AMP205" in codes:
         reports.extend(_scaler_per_call(project, targets, callers))
     if "AMP209" in codes:

@@ -33,8 +33,8 @@ def module_seeds(values: Values, module: str, defining: Callable[[str], list[str
     protocol: dict[tuple[int, int], list] = {}
     methods: dict[tuple[int, int], tuple] = {}
     for function, flow in values.flows(module).items():
-        for at, atoms in flow.get("withs", []):
-            region = _region(flatten(values.resolve(module, function, atoms)))
+        for at, atoms, *_last in flow.get("withs", []):
+            region = region_of(flatten(values.resolve(module, function, atoms)))
             if region is not None:
                 regions[(at[0], at[1])] = region
         for at, (events, method) in protocol_seeds(values, module, function, flow, defining).items():
@@ -70,7 +70,7 @@ def _spelled_argument(call: dict, index: int) -> str | None:
     return None
 
 
-def _region(value: frozenset) -> tuple[str | None, str, str | None] | None:
+def region_of(value: frozenset) -> tuple[str | None, str, str | None] | None:
     """(dtype, enabled, device) of the autocast contexts a ``with`` item may be (``A@`` atoms):
     on only where every choice is an enabled autocast; off-only choices open nothing."""
     held = [atom.split("@")[1:] for atom in value if type(atom) is str and atom.startswith("A@")]

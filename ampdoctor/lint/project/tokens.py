@@ -60,6 +60,10 @@ _STEP_WITH_ARGUMENT = re.compile(rb"\.step\(\s*(?!closure\b|lambda\b|\*)[^)\s]")
 _ENGINE_STEP = re.compile(rb"\.\w+_step\(\s*[^)\s]")
 
 
+# ``with self.backend.autocast:``, ``with self.engine.autocast():``: a context another module makes.
+_HELD_WITH = re.compile(rb"with\s+[\w.]+\.\w*autocast\w*\b")
+
+
 def wanted_without_rules(data: bytes) -> bool:
     """Whether a module that no rule of its own needs to parse is still worth a summary in the
     lint pass, since the project pass judges it:
@@ -70,6 +74,8 @@ def wanted_without_rules(data: bytes) -> bool:
     * it clips gradients and calls a step method of some object with arguments
       (``runner.engine.optimizer_step(loss, model, optimizer)``): an engine's scaler calls may
       surround the clip (``engine_calls.py``);
+    * it enters an autocast context an object holds (``with self.backend.autocast:``): the
+      calls inside may run a backward or a step (``region_calls.py``);
     * it saves something and names a scaler or an optimizer's state (a checkpoint written by a
       method of a class whose base or subclass holds the scaler, a callback handed the trainer,
       a script that calls its save helper): AMP211 on abstract values (``checkpoints.py``).
@@ -79,6 +85,8 @@ def wanted_without_rules(data: bytes) -> bool:
     if b"clip_grad" in data and _STEP_WITH_ARGUMENT.search(data) is not None:
         return True
     if (b"clip_grad" in data or b"grad_clip" in data) and _ENGINE_STEP.search(data) is not None:
+        return True
+    if b"autocast" in data and _HELD_WITH.search(data) is not None:
         return True
     return b"save" in data and (b"state_dict" in data or b"GradScaler" in data or b"scaler" in data)
 

@@ -83,7 +83,7 @@ class _Bindings:
         self.xstores: list[tuple[str, str | None, ast.expr]] = []  # (field, object name, expr)
         self.globals: list[tuple[str, str, object, ast.expr]] = []
         self.declared_global: set[str] = set()
-        self.withs: list[ast.expr] = []
+        self.withs: list[tuple[ast.expr, int]] = []  # (item, the ``with`` statement's last line)
 
 
 class BindingWalk:
@@ -119,7 +119,7 @@ class BindingWalk:
                 self._bind_target(node.target, "in", None, node.iter)
             elif kind is ast.With or kind is ast.AsyncWith:
                 for item in node.items:
-                    b.withs.append(item.context_expr)
+                    b.withs.append((item.context_expr, node.end_lineno or node.lineno))
                     if item.optional_vars is not None:
                         self._bind_target(item.optional_vars, "=", None, item.context_expr)
             elif kind is ast.Return and node.value is not None and not self.is_module:

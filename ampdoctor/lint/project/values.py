@@ -96,6 +96,7 @@ class _FunctionWalk(BindingWalk):
         self.call_records: dict[int, dict] = {}
         self.escapes: list[list] = []
         self.saves: list[list] = []
+        self.dynamic: list[list] = []
         self._final = False
         self._escaped: set[int] = set()
 
@@ -157,6 +158,8 @@ class _FunctionWalk(BindingWalk):
             flow["xstores"] = {k: sorted(v) for k, v in xstores.items()}
         if self.escapes:
             flow["escapes"] = self.escapes
+        if self.dynamic:
+            flow["dynamic"] = self.dynamic
         withs = self._held_contexts()
         if withs:
             flow["withs"] = withs
@@ -172,12 +175,13 @@ class _FunctionWalk(BindingWalk):
     def _held_contexts(self) -> list[list]:
         """The ``with`` items whose context the module does not show being made (``self.amp_cm``,
         ``self.engine.autocast()``, a factory's result): where each is, and its value, so that
-        the link step can tell an autocast made elsewhere (``A@`` atoms)."""
+        the link step can tell an autocast made elsewhere (``A@`` atoms), and the last line of
+        the ``with`` statement (the calls made inside it, ``region_calls.py``)."""
         found = []
-        for expr in self.bindings.withs:
+        for expr, last in self.bindings.withs:
             value = self.ev(expr)
-            if any(atom[0] in "CFGPQZI" for atom in value):
-                found.append([span(expr), sorted(value)])
+            if any(atom[0] in "CDFGPQZI" for atom in value):
+                found.append([span(expr), sorted(value), last])
         return found
 
     def _bound(self, kind: str, detail: object, expr: ast.expr) -> frozenset[str]:
@@ -390,7 +394,15 @@ class _FunctionWalk(BindingWalk):
         if type(func) is ast.Attribute:
             return self._method_value(call, func, spelled, qname)
         if type(func) is not ast.Name:
-            return lower(self._arguments_union(call) | self.ev(func))
+            callee = self.ev(func)
+            if self._final and (type(func) is ast.Call or type(func) is ast.Subscript):
+                # ``self._step.get(stage)()``, ``self.hooks[name](...)``: a callable held in a
+                # field, perhaps one of the object's own methods (``region_calls.py``)
+                fields = sorted(atom for atom in callee if atom[0] == "F")
+                if fields and id(call) not in self._escaped:
+                    self._escaped.add(id(call))
+                    self.dynamic.append([span(call), fields])
+            return lower(self._arguments_union(call) | callee)
         name = func.id
         if qname is not None:
             return self._library(call, qname, spelled)

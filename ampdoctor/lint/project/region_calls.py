@@ -1,0 +1,202 @@
+"""AMP101 and AMP102 for the calls made inside an autocast region that another module made
+(``with self.backend.autocast:``, ``with self.engine.autocast():``): the functions the call runs,
+followed a few calls deep, run the backward pass or the optimizer step inside the region.
+
+Followed: the calls the linker resolves, the methods an object's field holds
+(``self._step.get(stage)()`` where ``self._step = {"train": self.train_step, ...}``), and the
+engine calls whose class runs a scaler protocol (``self.backend.backward_loss(loss)`` of an AMP
+backend, ``engine_calls.py``). The region's engine and the engine whose methods run the backward
+are the same object where both are reached through the same field (``self.backend``): then the
+backward runs in autocast exactly when the region is on.
+
+One finding per call in the region and code, anchored at the call, with the backward (or step)
+and the region as related locations. A lexical ``with torch.autocast(...)`` is the file-local
+rules' and ``checks.py``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from .engine_calls import protocol_seeds
+from .flow import Values, flatten, self_type
+from .link import Target
+from .reports import CrossReport
+from .seeds import region_of
+
+_DEPTH = 4
+_BUDGET = 60
+Found = tuple[str, list[int], str]  # (module, position, what it is)
+
+
+def region_call_reports(
+    values: Values, targets: list[str], codes: frozenset[str], defining: Callable[[str], list[str]] | None
+) -> Iterator[CrossReport]:
+    if "AMP101" not in codes and "AMP102" not in codes:
+        return
+    for module in targets:
+        for function, flow in values.flows(module).items():
+            for at, atoms, *rest in flow.get("withs", []):
+                if not rest or any(type(a) is str and a.startswith("A@") for a in atoms):
+                    continue  # a lexical autocast: the module's own rules see inside it
+                region = region_of(flatten(values.resolve(module, function, atoms)))
+                if region is None or (region[1] != "on" and not _correlated(atoms)):
+                    continue
+                last = rest[0]
+                walk = _Walk(values, defining)
+                for call, targets_of_call in _calls_inside(values, module, function, flow, at[0], last):
+                    backward, step = walk.first(targets_of_call)
+                    if backward is not None and "AMP101" in codes:
+                        yield _report("AMP101", module, call, backward, at)
+                    if step is not None and "AMP102" in codes:
+                        yield _report("AMP102", module, call, step, at)
+
+
+def _correlated(atoms: list[str]) -> bool:
+    """A region that is on only for some objects (an AMP backend's ``autocast`` field, a plain
+    backend's ``nullcontext()``): judged where the object is reached through a field of ``self``,
+    whose methods then run on that same object."""
+    return any(type(a) is str and a.startswith("D") and "#F" in a for a in atoms)
+
+
+def _report(code: str, module: str, call: tuple[str, list[int]], found: Found, region: list[int]) -> CrossReport:
+    spelled, at = call
+    if code == "AMP101":
+        message = (
+            f"`{spelled}(...)` runs a backward pass inside an autocast region made elsewhere ({found[2]}); backward ops "
+            "would reuse the forward's autocast dtypes"
+        )
+        help = f"Leave the `with` block before `{spelled}` runs the backward: autocast only the forward and the loss"
+        what = "the backward it runs"
+    else:
+        message = (
+            f"`{spelled}(...)` steps the optimizer inside an autocast region made elsewhere ({found[2]}); the "
+            "step and the scaler's update belong after the region"
+        )
+        help = f"Leave the `with` block before `{spelled}` steps: autocast only the forward and the loss"
+        what = "the step it runs"
+    return CrossReport(
+        code,
+        module,
+        at,
+        message,
+        help,
+        [(found[0], found[1], what), (module, region, "the autocast region around the call")],
+    )
+
+
+def _calls_inside(
+    values: Values, module: str, function: str, flow: dict, first: int, last: int
+) -> Iterator[tuple[tuple[str, list[int]], list[Target]]]:
+    """The calls of ``function`` made inside the ``with`` (lines after its first, to its last),
+    with the project functions each may run."""
+    for call in flow.get("calls", []):
+        line = call["at"][0]
+        if first < line <= last and call.get("callee"):
+            target = values.target(module, function, call)
+            if target is not None:
+                yield (call["callee"], call["at"]), [target]
+    for at, atoms in flow.get("dynamic", []):
+        if first < at[0] <= last:
+            held = held_methods(values, module, function, atoms)
+            if held:
+                yield ("the held method", at), held
+
+
+def held_methods(values: Values, module: str, function: str, atoms: list[str], depth: int = 0) -> list[Target]:
+    """The object's own methods a field holds (``self._step = {"train": self.train_step}``: the
+    ``F`` atoms that name a method of the class rather than a stored field)."""
+    owner = self_type(module, function, ())
+    if owner is None or depth > 2:
+        return []
+    project = values.project
+    out: list[Target] = []
+    for atom in atoms:
+        if not atom.startswith("F"):
+            continue
+        name = atom[1:]
+        method = project.method(owner[0], owner[1], name)
+        if method is not None:
+            summary = (project.summary(method[0]) or {}).get("functions", {}).get(method[1])
+            if summary is not None:
+                out.append(Target(method[0], method[1], summary, 1))
+            continue
+        for _function, stored_flow in values.methods(owner[0], owner[1]):
+            stored = stored_flow.get("stores", {}).get(name)
+            if stored:
+                out.extend(held_methods(values, module, function, stored, depth + 1))
+    return out[:8]
+
+
+class _Walk:
+    """The first backward and the first step the functions a call runs reach, depth first."""
+
+    def __init__(self, values: Values, defining: Callable[[str], list[str]] | None) -> None:
+        self.values = values
+        self.defining = defining
+        self.seen: dict[tuple[str, str], tuple[Found | None, Found | None]] = {}
+        self.budget = _BUDGET
+
+    def first(self, targets: list[Target]) -> tuple[Found | None, Found | None]:
+        backward = step = None
+        for target in targets:
+            b, s = self._function(target, 0)
+            backward = backward or b
+            step = step or s
+        return backward, step
+
+    def _function(self, target: Target, depth: int) -> tuple[Found | None, Found | None]:
+        key = (target.module, target.name)
+        known = self.seen.get(key)
+        if known is not None:
+            return known
+        self.seen[key] = (None, None)  # (a recursive call adds nothing)
+        if self.budget <= 0:
+            return None, None
+        self.budget -= 1
+        values = self.values
+        function = target.function
+        backward: Found | None = None
+        step: Found | None = None
+        at = function.get("backward")
+        if at is not None:
+            backward = (target.module, at, f"`{_short(target.name)}` calls backward")
+        updates = function.get("updates")
+        if updates:
+            step = (target.module, updates[0]["at"], f"`{_short(target.name)}` steps the scaler")
+        flow = values.flow(target.module, target.name)
+        for (_line, _column), (events, method) in sorted(
+            protocol_seeds(values, target.module, target.name, flow, self.defining).items()
+        ):
+            kinds = {kind for kind, _scaler, _arg in events}
+            where = method[2]
+            if backward is None and "backward" in kinds:
+                backward = (method[0], method[1], f"`{where}` runs the scaled backward")
+            if step is None and "step" in kinds:
+                step = (method[0], method[1], f"`{where}` steps the scaler")
+        if depth < _DEPTH and (backward is None or step is None):
+            inner: list[Target] = []
+            for call in flow.get("calls", []):
+                if call.get("callee", "").startswith("super."):
+                    continue
+                found = values.target(target.module, target.name, call)
+                if found is not None:
+                    inner.append(found)
+            for _at, atoms in flow.get("dynamic", []):
+                inner.extend(held_methods(values, target.module, target.name, atoms))
+            for next_target in inner:
+                b, s = self._function(next_target, depth + 1)
+                backward = backward or b
+                step = step or s
+                if backward is not None and step is not None:
+                    break
+        result = (backward, step)
+        self.seen[key] = result
+        return result
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+__all__ = ["held_methods", "region_call_reports"]
