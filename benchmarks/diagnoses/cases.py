@@ -21,7 +21,8 @@ What a case expects of the report (``run.py`` scores it):
 - ``cure``: regular expressions that must all match the finding's message and help (what a
   right cure says), ``cure_not``: ones that must not (a cure that would mislead);
 - ``allowed``: codes that may appear beside it; any other warning or error, and any code in
-  ``forbidden`` at whatever severity, is a false alarm.
+  ``forbidden`` at whatever severity, is a false alarm (a healthy case may forbid codes too:
+  ones it must not show even as info).
 """
 
 from __future__ import annotations
@@ -113,8 +114,16 @@ SCALER_ONCE_CURE = (r"once|before the (epoch |training )?loop|outside the loop",
 
 CASES: tuple[Case, ...] = (
     # nanoGPT-style GPT: tied weights, accumulation, clipping after unscale_.
-    Case("nanogpt_healthy_fp16", NANOGPT, "healthy, float16 with GradScaler"),
-    Case("nanogpt_healthy_bf16", NANOGPT, "healthy, bfloat16 without scaler", args=("--dtype", "bfloat16")),
+    # (GradScaler.unscale_'s own float64 reciprocal is no float64 conversion of the user's: no
+    # AMP513; dimensions that are multiples of 8 and an AVX2 CPU: no alignment advice, AMP512.)
+    Case("nanogpt_healthy_fp16", NANOGPT, "healthy, float16 with GradScaler", forbidden=("AMP512", "AMP513")),
+    Case(
+        "nanogpt_healthy_bf16",
+        NANOGPT,
+        "healthy, bfloat16 without scaler",
+        forbidden=("AMP512", "AMP513"),
+        args=("--dtype", "bfloat16"),
+    ),
     Case(
         "nanogpt_clip_before_unscale",
         NANOGPT,
@@ -134,6 +143,27 @@ CASES: tuple[Case, ...] = (
         expect="AMP504",
         also=("AMP501", "AMP502"),
         at=("logits = self.lm_head(x)", "F.cross_entropy("),
+        modules=("lm_head", "transformer.wte", ""),
+        cure=(r"mean|average|reduction",),
+        allowed=("AMP501", "AMP502", "AMP504"),
+        args=("--max-iters", "12"),
+    ),
+    Case(
+        "nanogpt_loss_sum_dropout_zero",
+        NANOGPT,
+        "loss summed, with Dropout(p=0) on the residual branches",
+        edits=(
+            ("ignore_index=-1)", 'ignore_index=-1, reduction="sum")'),
+            (
+                "        self.mlp = MLP(n_embd)\n",
+                "        self.mlp = MLP(n_embd)\n        self.resid_dropout = nn.Dropout(0.0)\n",
+            ),
+            ("        x = x + self.attn(self.ln_1(x))\n", "        x = x + self.resid_dropout(self.attn(self.ln_1(x)))\n"),
+        ),
+        expect="AMP504",
+        also=("AMP501", "AMP502"),
+        at=("logits = self.lm_head(x)", "F.cross_entropy("),
+        # an identity dropout is never where the overflow is (the backward follows autograd)
         modules=("lm_head", "transformer.wte", ""),
         cure=(r"mean|average|reduction",),
         allowed=("AMP501", "AMP502", "AMP504"),
