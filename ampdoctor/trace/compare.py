@@ -14,7 +14,11 @@ The runs run one after the other, so a machine whose load changes between them (
 starting or ending on a shared machine) makes the same command give ratios several times apart.
 Each run measures how many cores the other processes kept busy while it was timed
 (``stopwatch.Load``); when that differs between the runs by more than the ``compare_load_change``
-threshold (cores), the comparison gives no speed verdict and says why.
+threshold (cores), the comparison gives no speed verdict and says why. The same when the machine
+was saturated during a run of CPU autocast and the script's threads got less than
+``compare_busy`` of the cores they would use: each parallel region then waits for its slowest,
+descheduled thread, and the same command's ratio turned from 2.7x slower to 4x faster to 1.7x
+faster under a steady two-process load on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class RunRecord:
     # Cores kept busy on average during the timed iterations, by this process and by the others.
     own_cores: Optional[float] = None
     other_cores: Optional[float] = None
+    # torch's intra-op threads (the cores a CPU run would keep busy on a quiet machine)
+    threads: Optional[int] = None
 
     @property
     def regions_per_step(self) -> Optional[float]:
@@ -110,6 +116,7 @@ class RunRecord:
             "autocast_regions": self.autocast_regions,
             "own_cores": self.own_cores,
             "other_cores": self.other_cores,
+            "threads": self.threads,
         }
 
     @classmethod
@@ -140,6 +147,7 @@ class RunRecord:
             autocast_regions=int(data.get("autocast_regions") or 0),
             own_cores=data.get("own_cores"),
             other_cores=data.get("other_cores"),
+            threads=data.get("threads"),
         )
 
 
@@ -173,6 +181,7 @@ class Comparison:
     thresholds: dict[str, float] = field(default_factory=dict)
     profile: Optional[dict[str, Any]] = None
     load_changed: bool = False
+    machine_busy: bool = False
 
     @property
     def compared(self) -> bool:
@@ -204,6 +213,7 @@ class Comparison:
             "speedup": self.speedup,
             "measurable": self.measurable,
             "load_changed": self.load_changed,
+            "machine_busy": self.machine_busy,
             "memory_change": self.memory_change,
             "memory_measurable": self.memory_measurable,
             "paying_off": self.paying_off,
@@ -228,6 +238,7 @@ def compare_runs(
     memory_goal: float,
     failure: Optional[str] = None,
     load_change: float = 0.5,
+    busy: float = 0.75,
 ) -> Comparison:
     """The verdict of the two runs (causes and hardware are added by compare_rules.py)."""
     thresholds = {"compare_speedup": speedup_goal, "compare_memory_saving": memory_goal}
@@ -292,6 +303,15 @@ def compare_runs(
             f"cores busy during the float32 run, {mixed.other_cores:.1f} during the mixed-precision run): "
             "no verdict on speed; run again on a quieter machine"
         )
+    starved = busy_run(mixed, float32, busy) if result.speedup is not None and not changed else None
+    if starved is not None:
+        name, run = starved
+        result.speedup, result.measurable, result.machine_busy = None, False, True
+        result.explanation = (
+            f"the machine was busy: other processes kept {run.other_cores:.1f} of its {os.cpu_count() or 1} cores "
+            f"busy during the {name} run, and the script's {run.threads} threads got {run.own_cores:.1f}: "
+            "no verdict on speed; run again on a quieter machine"
+        )
     mixed_used, float32_used = used_memory(mixed), used_memory(float32)
     if mixed_used and float32_used:
         result.memory_change = mixed_used / float32_used - 1
@@ -305,6 +325,21 @@ def compare_runs(
         )
         result.paying_off = fast_enough and saves_memory
     return result
+
+
+def busy_run(mixed: RunRecord, float32: RunRecord, share: float = 0.75) -> Optional[tuple[str, RunRecord]]:
+    """The run (name, record) that ran CPU autocast on a saturated machine (this process and
+    the others together kept 90% of the cores busy) with less than ``share`` (the
+    ``compare_busy`` threshold) of the cores its threads would use; None when neither did."""
+    if not mixed.autocast or any(device != "cpu" for device, _dtype in mixed.autocast):
+        return None  # a GPU run's host thread keeps about one core busy whatever the load
+    cores = os.cpu_count() or 1
+    for name, run in (("mixed-precision", mixed), ("float32", float32)):
+        if run.own_cores is None or run.other_cores is None or not run.threads:
+            continue
+        if run.own_cores + run.other_cores >= 0.9 * cores and run.own_cores < share * min(run.threads, cores):
+            return name, run
+    return None
 
 
 def load_changed(mixed: RunRecord, float32: RunRecord, cores: float = 0.5) -> bool:

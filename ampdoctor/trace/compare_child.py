@@ -106,6 +106,7 @@ class CompareChild:
             autocast_regions=self.outer_regions,
             own_cores=load.own_cores,
             other_cores=load.other_cores,
+            threads=_threads(),
         )
 
     def finish(self, report: Any) -> None:
@@ -136,6 +137,7 @@ class CompareChild:
             limits.compare_memory_saving,
             failure,
             limits.compare_load_change,
+            limits.compare_busy,
         )
         obs = report.observations
         hardware = [hw for device, dtype in sorted(obs.autocast_dtypes) if (hw := hardware_for(device, dtype))]
@@ -174,3 +176,8 @@ def read_baseline(path: Optional[str]) -> tuple[Optional[RunRecord], Optional[st
     if document.get("failed"):
         return None, str(document["failed"])
     return RunRecord.from_dict(document.get("run") or {}), None
+
+
+def _threads() -> int:
+    """torch's intra-op thread count: the cores a CPU run keeps busy on a quiet machine."""
+    return int(torch.get_num_threads())

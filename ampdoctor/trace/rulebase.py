@@ -87,6 +87,9 @@ class Thresholds:
     # --compare float32: no speed verdict when the cores other processes kept busy differ by more
     # than this between the two runs (a tenth of the machine's cores where that is more).
     compare_load_change: float = 0.5
+    # --compare float32, CPU autocast: no speed verdict when the machine was saturated during a run
+    # and the script's threads got less than this share of the cores they would use.
+    compare_busy: float = 0.75
     # AMP513: dtype conversions above this share of iteration time.
     cast_share: float = 0.10
     # AMP512: a module with misaligned GEMMs is reported from this share of GEMM time.

@@ -158,7 +158,10 @@ CASES: tuple[Case, ...] = (
                 "        self.mlp = MLP(n_embd)\n",
                 "        self.mlp = MLP(n_embd)\n        self.resid_dropout = nn.Dropout(0.0)\n",
             ),
-            ("        x = x + self.attn(self.ln_1(x))\n", "        x = x + self.resid_dropout(self.attn(self.ln_1(x)))\n"),
+            (
+                "        x = x + self.attn(self.ln_1(x))\n",
+                "        x = x + self.resid_dropout(self.attn(self.ln_1(x)))\n",
+            ),
         ),
         expect="AMP504",
         also=("AMP501", "AMP502"),

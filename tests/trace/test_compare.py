@@ -26,7 +26,7 @@ FRAMEWORKS = ROOT / "fixtures" / "trace" / "frameworks"
 EXPLAIN = ("--threshold", "compare_speedup=1000")
 # What these tests check does not hang on the speed verdict's load check: the machine running
 # them may change its load between the two runs (the check has a test of its own, at the end).
-STEADY = ("--threshold", "compare_load_change=1000")
+STEADY = ("--threshold", "compare_load_change=1000", "--threshold", "compare_busy=0")
 # An AMX/AVX512 machine made to behave as an AVX2-only one (torch's kernels and oneDNN's).
 AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 # Alignment advice (AMP512) is given only where GEMMs run on tiled units: judged as if they did.

@@ -203,6 +203,48 @@ def test_a_steady_or_unmeasured_load_keeps_the_verdict(loads):
     assert not result.load_changed and result.measurable and result.speedup == pytest.approx(0.1115 / 0.0775)
 
 
+CPU_SETTING = {"autocast": [["cpu", "bfloat16"]], "scalers": 0}
+
+
+def test_a_saturated_machine_that_starves_the_cpu_threads_gives_no_verdict(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    # Two busy processes beside a 2-thread CPU run: the machine is full and the run got 1 core.
+    mixed = _run("mixed", SEPARATE[0], own_cores=1.04, other_cores=0.95, threads=2, **CPU_SETTING)
+    float32 = _run("float32", SEPARATE[1], own_cores=0.99, other_cores=0.97, threads=2)
+    result = compare_runs(mixed, float32, 1.1, 0.10)
+    assert result.status == COMPARED and result.machine_busy and not result.load_changed
+    assert result.speedup is None and not result.measurable and result.paying_off is None
+    assert "machine was busy" in headline(result) and "x faster" not in headline(result)
+    assert "of its 2 cores busy during the mixed-precision run" in result.explanation
+    assert "2 threads got 1.0" in result.explanation
+    assert result.to_dict()["machine_busy"] is True
+    off = compare_runs(mixed, float32, 1.1, 0.10, busy=0.0)  # the threshold switched off
+    assert not off.machine_busy and off.speedup == pytest.approx(0.1115 / 0.0775)
+
+
+@pytest.mark.parametrize(
+    "mixed_load, setting",
+    [
+        ((1.9, 0.05), CPU_SETTING),  # a quiet machine: the threads got their cores
+        ((0.9, 0.3), CPU_SETTING),  # a script that keeps one core busy on a machine with room left
+        ((1.0, 1.0), MIXED_SETTING),  # CUDA: the host thread keeps about one core busy anyway
+    ],
+    ids=["quiet", "room-left", "cuda"],
+)
+def test_the_busy_check_holds_back_only_for_starved_cpu_runs(monkeypatch, mixed_load, setting):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    own, other = mixed_load
+    mixed = _run("mixed", SEPARATE[0], own_cores=own, other_cores=other, threads=2, **setting)
+    float32 = _run("float32", SEPARATE[1], own_cores=own, other_cores=other, threads=2)
+    result = compare_runs(mixed, float32, 1.1, 0.10)
+    assert not result.machine_busy and result.speedup == pytest.approx(0.1115 / 0.0775)
+
+
+def test_the_run_record_keeps_the_thread_count():
+    record = _run("float32", [0.1, 0.2], own_cores=1.5, other_cores=0.2, threads=2)
+    assert RunRecord.from_dict(record.to_dict()).threads == 2
+
+
 def test_the_clock_measures_the_load_around_the_timed_iterations(monkeypatch):
     from types import SimpleNamespace
 
