@@ -376,10 +376,11 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
 
 
 def downcast_dtype(site: CallSite, facts: AmpFacts) -> str | None:
-    """float16/bfloat16 when the call is ``.half()``, ``.bfloat16()``, ``.to(<half>)`` or ``.type(<half>)``."""
+    """float16/bfloat16 when the call is ``.half()``, ``.bfloat16()``, ``.to(<half>)``, ``.type(<half>)``
+    or ``.convert_to_fp16()``."""
     call = site.node
-    if site.method == "half" and not call.args and not call.keywords:
-        return "float16"
+    if (site.method == "half" or site.method == "convert_to_fp16") and not call.args and not call.keywords:
+        return "float16"  # (``convert_to_fp16()``: the diffusion UNets' own conversion of their torso)
     if site.method == "bfloat16" and not call.args and not call.keywords:
         return "bfloat16"
     if site.method == "to":

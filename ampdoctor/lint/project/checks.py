@@ -19,6 +19,7 @@ from .callsites import callers_of
 from .checkpoints import checkpoint_reports
 from .float16_reach import float16_elsewhere
 from .flow import Values
+from .half_returned import half_model_trained
 from .link import Project, Target
 from .region_calls import region_call_reports
 from .reports import Callers, CrossReport
@@ -56,6 +57,8 @@ def run_checks(
         reports.extend(update_twice(project, targets, callers))
     if "AMP210" in codes:
         reports.extend(scaler_never_passed(project, targets, callers))
+    if "AMP303" in codes:
+        reports.extend(half_model_trained(project, targets, callers))
     if "AMP301" in codes or "AMP105" in codes:
         reports.extend(float16_elsewhere(project, targets, callers, codes, sorted(set(lazy))))
     return reports

@@ -21,6 +21,10 @@ function's summary (``summary.py``) read off the module's fact model.
 ``protocol``   the GradScaler calls a method makes on one field of ``self``, each on every call (an
                engine's ``backward_loss``, ``optimizer_step``): those calls in its callers' model,
                on the scaler of the object the call is made on (``seeds.py``)
+``returns_half`` a model it converts to float16 (``.half()``, ``.convert_to_fp16()``) and returns,
+               alone or as element ``index`` of a tuple; ``trains_returned``: the optimizers it
+               builds over the parameters of what a call returned (AMP303 across functions,
+               ``half_returned.py``)
 ``scaler_default`` a float16 autocast region and a scaler parameter that defaults to None (and is
                never rebound), with a backward or the scaler handed on: unscaled float16 training
                when no caller passes a scaler (AMP210 across functions, ``unscaled_float16.py``)
@@ -36,6 +40,7 @@ from ..rules.scaler_queries import scaler_enabled
 from ..syntax import call_args, dotted, iter_nodes
 from ..syntax import span as position
 from ..vocabulary import EventKind
+from .half_parts import returned_half, trains_returned
 
 
 def qualname(frame: Frame) -> str | None:
@@ -79,6 +84,12 @@ def function_summary(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunct
     protocol = _scaler_protocol(frame, params)
     if protocol is not None:
         summary["protocol"] = protocol
+    half = returned_half(facts, function, frame)
+    if half is not None:
+        summary["returns_half"] = half
+    trained = trains_returned(facts, function, frame)
+    if trained:
+        summary["trains_returned"] = trained
     default = _scaler_default_none(facts, function, frame, params)
     if default is not None:
         summary["scaler_default"] = default

@@ -76,6 +76,8 @@ def wanted_without_rules(data: bytes) -> bool:
       surround the clip (``engine_calls.py``);
     * it enters an autocast context an object holds (``with self.backend.autocast:``): the
       calls inside may run a backward or a step (``region_calls.py``);
+    * it makes a model float16 and returns something: a caller may train what it returns
+      (``half_returned.py``);
     * it saves something and names a scaler or an optimizer's state (a checkpoint written by a
       method of a class whose base or subclass holds the scaler, a callback handed the trainer,
       a script that calls its save helper): AMP211 on abstract values (``checkpoints.py``).
@@ -87,6 +89,8 @@ def wanted_without_rules(data: bytes) -> bool:
     if (b"clip_grad" in data or b"grad_clip" in data) and _ENGINE_STEP.search(data) is not None:
         return True
     if b"autocast" in data and _HELD_WITH.search(data) is not None:
+        return True
+    if (b".half()" in data or b"convert_to_fp16()" in data) and b"return " in data:
         return True
     return b"save" in data and (b"state_dict" in data or b"GradScaler" in data or b"scaler" in data)
 

@@ -335,11 +335,14 @@ class _HalfModel(Record):
         self.order = order
 
 
+_HALF_METHODS = ("half", "to", "type", "convert_to_fp16")
+
+
 def _half_models(facts: AmpFacts) -> list[_HalfModel]:
     """``model.half()`` as a statement, or ``model = <...>.half()`` / ``.to(torch.float16)``."""
     found = []
     for site in facts.calls:
-        if site.method not in ("half", "to", "type") or downcast_dtype(site, facts) != "float16":
+        if site.method not in _HALF_METHODS or downcast_dtype(site, facts) != "float16":
             continue
         statement = site.statement
         if isinstance(statement, ast.Expr) and statement.value is site.node and site.receiver:
@@ -351,14 +354,21 @@ def _half_models(facts: AmpFacts) -> list[_HalfModel]:
     return found
 
 
-def _model_of_params(expr: ast.expr) -> str | None:
-    """``M.parameters()`` / ``list(M.parameters())`` / ``[{"params": M.parameters()}]`` → ``M``."""
+def model_of_params(expr: ast.expr) -> str | None:
+    """``M.parameters()`` / ``list(M.parameters())`` / ``[{"params": M.parameters()}]`` /
+    ``[p for p in M.parameters() if p.requires_grad]`` / ``filter(f, M.parameters())`` → ``M``."""
     if isinstance(expr, ast.Call):
         if isinstance(expr.func, ast.Attribute) and expr.func.attr == "parameters":
             return dotted(expr.func.value)
         args = call_args(expr)
         if dotted(expr.func) == "list" and len(args) == 1:
-            return _model_of_params(args[0].value)
+            return model_of_params(args[0].value)
+        if dotted(expr.func) == "filter" and len(args) == 2:
+            return model_of_params(args[1].value)
+    if isinstance(expr, (ast.ListComp, ast.GeneratorExp)) and len(expr.generators) == 1:
+        generator = expr.generators[0]
+        if isinstance(generator.target, ast.Name) and dotted(expr.elt) == generator.target.id:
+            return model_of_params(generator.iter)
     if isinstance(expr, (ast.List, ast.Tuple)):
         models = set()
         for element in expr.elts:
@@ -366,9 +376,9 @@ def _model_of_params(expr: ast.expr) -> str | None:
             if isinstance(value, ast.Dict):
                 for key, item in zip(value.keys, value.values):
                     if string_value(key) == "params":
-                        models.add(_model_of_params(item))
+                        models.add(model_of_params(item))
             else:
-                models.add(_model_of_params(value))
+                models.add(model_of_params(value))
         if len(models) == 1:
             return models.pop()
     return None
@@ -409,7 +419,7 @@ def half_optimizers(facts: AmpFacts) -> Iterable[tuple[CallSite, _HalfModel]]:
         if not is_optimizer_constructor(site.node, facts):
             continue
         params = site.arg(0, "params")
-        name = _model_of_params(params.value) if params is not None else None
+        name = model_of_params(params.value) if params is not None else None
         if name is None:
             continue
         for model in models:
@@ -549,9 +559,11 @@ class Float16UnderflowEpsilon(LintRule):
 @register
 class HalfModelTraining(LintRule):
     code = "AMP303"
-    tokens = (".half", "float16", "HalfTensor")
+    tokens = (".half", "float16", "HalfTensor", "convert_to_fp16")
     needs = (rb"parameters\(",)  # the optimizer is built over the model's parameters
-    anchors = Anchors(FLOAT16.names, FLOAT16.methods, FLOAT16.casts, requires_methods=("parameters",))
+    anchors = Anchors(
+        FLOAT16.names, (*FLOAT16.methods, "convert_to_fp16"), FLOAT16.casts, requires_methods=("parameters",)
+    )
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         for optimizer, model in half_optimizers(facts):
