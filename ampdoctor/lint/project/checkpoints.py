@@ -152,7 +152,9 @@ class _Judge:
                 if not trains and not CHECKPOINT_TEXT.search(call.get("callee", "").rsplit(".", 1)[-1].encode()):
                     continue
                 target = values.target(module, function, call, CHECKPOINT_TEXT, CHECKPOINT_TEXT)
-                if target is None:
+                if target is None and _on_parameter(call) and self.reach(module, function):
+                    # (asked only where the function trains with a scaler itself: finding the
+                    # callers of every function that saves through a parameter costs)
                     target = self._method_of_parameter(module, function, call)
                 if target is None or self._trains_itself(target.module, target.name):
                     continue
@@ -229,6 +231,16 @@ class _Judge:
         name = call["callee"].rsplit(".", 1)[-1]
         if not CHECKPOINT_TEXT.search(name.encode()):
             return None
+        key = ("checkpoint_method", module, function, recv[0], name)
+        if key in self.values.asked:
+            known = self.values.asked[key]
+            return known if isinstance(known, Target) else None
+        found = self._passed_method(module, function, recv[0], name)
+        self.values.asked[key] = found
+        return found
+
+    def _passed_method(self, module: str, function: str, recv: str, name: str) -> Target | None:
+        assert self.callers is not None
         values = self.values
         project = values.project
         methods: set[tuple[str, str]] = set()
@@ -238,7 +250,7 @@ class _Judge:
             if record is None or record.get("star"):
                 return None
             binding = values.bind(caller, frame, record, target, (), 0)
-            passed = flatten(values.atom(module, function, recv[0], binding, 0))
+            passed = flatten(values.atom(module, function, recv, binding, 0))
             if "U" in passed:
                 return None
             # (an object's value holds the objects it was given: those without the method)
@@ -359,6 +371,17 @@ class _Judge:
                 break
         self._kept[module] = kept
         return kept
+
+
+def _on_parameter(call: dict) -> bool:
+    """``p.save(...)`` on a parameter ``p``, a method whose name speaks of a checkpoint."""
+    recv = call.get("recv", [])
+    return (
+        len(recv) == 1
+        and recv[0][0] == "P"
+        and recv[0][1:].isdigit()
+        and CHECKPOINT_TEXT.search(call["callee"].rsplit(".", 1)[-1].encode()) is not None
+    )
 
 
 def _fields(values: Values, module: str, cls: str) -> dict[str, list[str]]:

@@ -43,12 +43,12 @@ def run_checks(
     values = Values(project)
     if "AMP211" in codes:
         reports.extend(checkpoint_reports(project, targets, values, callers))
-    reports.extend(seeded_reports(values, targets, codes, callers.defining))
+    reports.extend(seeded_reports(values, targets, codes, callers.defining_with_scaler))
     if "AMP201" in codes:
         reports.extend(_clips_in_helpers(project, targets, callers))
     if "AMP101" in codes:
         reports.extend(_backward_under_autocast(project, targets))
-    reports.extend(region_call_reports(values, targets, codes, callers.defining))
+    reports.extend(region_call_reports(values, targets, codes, callers.defining_with_scaler))
     if "AMP205" in codes:
         reports.extend(_scaler_per_call(project, targets, callers))
     if "AMP209" in codes:

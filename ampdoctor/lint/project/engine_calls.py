@@ -16,6 +16,7 @@ caller's mistakes, made for every run with that engine. Where the candidate clas
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from .flow import Values, flatten
@@ -48,6 +49,8 @@ def protocol_seeds(
     out: dict[tuple[int, int], tuple[list[Seeded], Method]] = {}
     for receiver, on_it in by_receiver.items():
         names = {c["callee"].rsplit(".", 1)[1] for c in on_it}
+        if not any(_PROTOCOL_NAME.search(name) for name in names):
+            continue  # no method that may run a scaler call: not an engine call
         classes = _classes(values, module, function, on_it[0], names, defining)
         if not classes:
             continue
@@ -75,6 +78,9 @@ def protocol_seeds(
     return out
 
 
+# What the name of a method that runs scaler calls holds (``backward_loss``, ``optimizer_step``,
+# ``scale_and_step``): a receiver called with none of these is not asked about.
+_PROTOCOL_NAME = re.compile(r"backward|step|update|scale")
 # The methods a tensor, an optimizer or a GradScaler has: a receiver of unseen class called with
 # one of them is one of those (``loss.backward()``), not a project engine of that method name.
 _OWN_NAMES = frozenset({"backward", "step", "update", "zero_grad", "scale", "unscale_", "forward", "__call__"})
@@ -90,6 +96,24 @@ def _function(values: Values, method: tuple[str, str] | None) -> dict | None:
     if method is None:
         return None
     return (values.project.summary(method[0]) or {}).get("functions", {}).get(method[1])
+
+
+def _defining_protocol(values: Values, name: str, defining: Callable[[str], list[str]]) -> set[tuple[str, str]]:
+    """The project's classes (and their subclasses) whose method ``name`` runs a scaler
+    protocol, found once per name and run."""
+    key = ("engine_calls", name)
+    known = values.asked.get(key)
+    if isinstance(known, set):
+        return known
+    found: set[tuple[str, str]] = set()
+    for where in defining(name)[:16]:  # (the modules that make or use a scaler)
+        for qualified, summary in (values.project.summary(where) or {}).get("functions", {}).items():
+            cls, _, method = qualified.rpartition(".")
+            if method == name and cls and "." not in cls and "protocol" in summary:
+                found.add((where, cls))
+                found.update(values.subclasses(where, cls))
+    values.asked[key] = found
+    return found
 
 
 def _classes(
@@ -119,12 +143,8 @@ def _classes(
             candidates.update(values.subclasses(where, cls))
     elif defining is not None:
         for name in sorted(names - _OWN_NAMES):
-            for where in defining(name)[:16]:
-                for qualified, summary in (project.summary(where) or {}).get("functions", {}).items():
-                    cls, _, method = qualified.rpartition(".")
-                    if method == name and cls and "." not in cls and "protocol" in summary:
-                        candidates.add((where, cls))
-                        candidates.update(values.subclasses(where, cls))
+            if _PROTOCOL_NAME.search(name):
+                candidates.update(_defining_protocol(values, name, defining))
     return sorted(
         (where, cls)
         for where, cls in candidates

@@ -86,6 +86,9 @@ class Values:
         self._nesting: dict[tuple[str, str, str], int] = {}
         self._classes_by_base: dict[str, list[tuple[str, str]]] | None = None
         self._methods: dict[str, dict[str, list[tuple[str, dict]]]] = {}
+        # Other checks' answers for this run, by their own keys (``engine_calls.py``: the
+        # protocol classes that define a method name; ``checkpoints.py``: a parameter's class).
+        self.asked: dict[tuple, object] = {}
 
     def scalers(self, value: frozenset) -> frozenset:
         """The scalers a resolved value may be or hold: ``S@`` atoms, and the scalers held by

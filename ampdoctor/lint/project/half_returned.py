@@ -23,7 +23,7 @@ def half_model_trained(project: Project, targets: list[str], callers: Callers) -
             half = function.get("returns_half")
             if half is None:
                 continue
-            for caller, call, _target in callers_of(project, callers, "any", module, name):
+            for caller, call, _target in callers_of(project, callers, "parameters", module, name):
                 caller_function = (project.summary(caller) or {}).get("functions", {}).get(call.get("frame", ""), {})
                 for trained in caller_function.get("trains_returned", []):
                     if trained["callee"] != call["callee"] or trained["index"] != half["index"]:

@@ -55,6 +55,11 @@ class Callers:
         short = name.rsplit(".", 1)[-1]
         return [rel for rel in self._by_class[kind] if self.mentions(rel, short)]
 
-    def defining(self, name: str) -> list[str]:
-        """The modules whose text may define a function or method called ``name``."""
-        return [rel for rel in self.files if self.mentions(rel, f"def {name}")]
+    def defining(self, name: str, kind: str = "any") -> list[str]:
+        """The modules whose text may define a function or method called ``name`` (among those
+        that hold the token class ``kind``)."""
+        return [rel for rel in self.with_class(kind) if self.mentions(rel, f"def {name}")]
+
+    def defining_with_scaler(self, name: str) -> list[str]:
+        """``defining`` among the modules that make or use a GradScaler."""
+        return self.defining(name, "scaler")

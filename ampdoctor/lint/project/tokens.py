@@ -19,6 +19,8 @@ TOKEN_CLASSES = {
     "autocast": (b"autocast",),
     "epoch": (b"epoch",),
     "clip": (b"clip_grad",),
+    # An optimizer built over a model's parameters (a caller that may train what a helper returns).
+    "parameters": (b".parameters(",),
     # Lightning's float16 mixed precision as a literal: ``precision="16-mixed"``, ``precision=16``
     # (in a ``Trainer`` or ``Fabric`` call: ``_CLASS_NEEDS``).
     "precision": (b"16-mixed", b"precision=16", b'precision="16', b"precision='16", b"precision=precision"),
