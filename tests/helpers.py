@@ -9,7 +9,9 @@ alone selected (``assert_kept_on_the_command_line``): a rule whose ``tokens``, `
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterable
+from pathlib import Path
 
 from ampdoctor.lint import gate, known_codes
 from ampdoctor.lint.engine import LintOptions, check_source, fix_source, passes_prefilter, prefilter_spec
@@ -67,3 +69,38 @@ def fix_text(source: str, unsafe: bool = False) -> str:
         source, "example.py", all_options(fix=True, unsafe_fixes=unsafe)
     )
     return new_source
+
+
+# ---- multi-module fixture projects (fixtures/lint/projects/NAME/{buggy,clean}) -----------------
+
+PROJECTS = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "projects"
+
+
+def copy_twin(name: str, twin: str, destination):
+    """A writable copy of a fixture project's twin (``buggy`` or ``clean``) at ``destination``."""
+    shutil.copytree(PROJECTS / name / twin, destination)
+    return destination
+
+
+def lint_project(root, paths=None, project_mode=True):
+    """The run of every rule over ``paths`` (default: the whole project at ``root``), no cache."""
+    from ampdoctor.config import Settings
+    from ampdoctor.lint import LintRequest, lint_paths
+
+    settings = Settings(root=root, project=project_mode)
+    request = LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False)
+    return lint_paths(paths or [root], request, cwd=root)
+
+
+def project_findings(root, codes: Iterable[str], paths=None, project_mode=True) -> set[tuple[str, int, str]]:
+    """(path, line, code) of the run's findings of ``codes``."""
+    wanted = set(codes)
+    run = lint_project(root, paths, project_mode)
+    return {(f.location.path, f.location.line, f.code) for f in run.findings if f.code in wanted}
+
+
+def replace_once(path, old: str, new: str) -> None:
+    """Edit a file of a copied project: ``old`` must be in it."""
+    text = path.read_text(encoding="utf-8")
+    assert old in text, f"{old!r} is not in {path.name}"
+    path.write_text(text.replace(old, new), encoding="utf-8")

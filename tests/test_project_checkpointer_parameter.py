@@ -5,37 +5,25 @@ show) keeps the call unresolved and the rule silent."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from helpers import copy_twin, lint_project, project_findings
 
-from ampdoctor.config import Settings
-from ampdoctor.lint import LintRequest, known_codes, lint_paths
-
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "projects" / "checkpointer_parameter"
 ANCHOR = ("engine.py", 22, "AMP211")
 
 
 def amp211(root: Path, paths=None, project_mode=True) -> set[tuple[str, int, str]]:
-    settings = Settings(root=root, project=project_mode)
-    run = lint_paths(
-        paths or [root], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=root
-    )
-    return {(f.location.path, f.location.line, f.code) for f in run.findings if f.code == "AMP211"}
+    return project_findings(root, ("AMP211",), paths, project_mode)
 
 
 @pytest.fixture
 def buggy(tmp_path: Path) -> Path:
-    root = tmp_path / "p"
-    shutil.copytree(FIXTURE / "buggy", root)
-    return root
+    return copy_twin("checkpointer_parameter", "buggy", tmp_path / "p")
 
 
 def test_the_callers_object_decides_the_method_and_the_finding_names_the_write(buggy: Path):
-    settings = Settings(root=buggy, project=True)
-    run = lint_paths([buggy], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=buggy)
-    [finding] = [f for f in run.findings if f.code == "AMP211"]
+    [finding] = [f for f in lint_project(buggy).findings if f.code == "AMP211"]
     assert (finding.location.path, finding.location.line) == ANCHOR[:2]
     assert "`checkpointer.save(...)`" in finding.message
     related = {(r.path, r.line) for r in finding.related}

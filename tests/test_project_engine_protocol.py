@@ -7,43 +7,26 @@ engine with a scaler."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from helpers import copy_twin, lint_project, project_findings
+from helpers import replace_once as edit
 
-from ampdoctor.config import Settings
-from ampdoctor.lint import LintRequest, known_codes, lint_paths
-
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "projects" / "engine_protocol"
 EXPECTED = {("callbacks.py", 14, "AMP201"), ("callbacks.py", 32, "AMP206")}
 
 
 def findings(root: Path, paths=None, project_mode=True) -> set[tuple[str, int, str]]:
-    settings = Settings(root=root, project=project_mode)
-    run = lint_paths(
-        paths or [root], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=root
-    )
-    return {(f.location.path, f.location.line, f.code) for f in run.findings if f.code in ("AMP201", "AMP206")}
+    return project_findings(root, ("AMP201", "AMP206"), paths, project_mode)
 
 
 @pytest.fixture
 def buggy(tmp_path: Path) -> Path:
-    root = tmp_path / "p"
-    shutil.copytree(FIXTURE / "buggy", root)
-    return root
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert old in text
-    path.write_text(text.replace(old, new), encoding="utf-8")
+    return copy_twin("engine_protocol", "buggy", tmp_path / "p")
 
 
 def test_the_clip_names_the_engine_scaler_and_points_at_the_engine_methods(buggy: Path):
-    settings = Settings(root=buggy, project=True)
-    run = lint_paths([buggy], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=buggy)
-    [clip] = [f for f in run.findings if f.code == "AMP201"]
+    [clip] = [f for f in lint_project(buggy).findings if f.code == "AMP201"]
     assert "`runner.engine.scaler.unscale_(runner.optimizer)`" in clip.message
     assert {(r.path, r.line) for r in clip.related} == {("engines.py", 29), ("engines.py", 32)}
 
@@ -123,8 +106,4 @@ def test_a_tensor_method_of_the_same_name_as_a_scaling_wrapper_is_not_the_wrappe
         "        optimizer.zero_grad()\n",
         encoding="utf-8",
     )
-    settings = Settings(root=tmp_path, project=True)
-    run = lint_paths(
-        [tmp_path], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=tmp_path
-    )
-    assert [f.code for f in run.findings] == []
+    assert [f.code for f in lint_project(tmp_path).findings] == []

@@ -4,41 +4,26 @@ trains another element of what the call returned, or the helper converts a copy 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from helpers import copy_twin, lint_project, project_findings
+from helpers import replace_once as edit
 
-from ampdoctor.config import Settings
-from ampdoctor.lint import LintRequest, known_codes, lint_paths
-
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "projects" / "half_model_helper"
 ANCHOR = ("models.py", 10, "AMP303")
 
 
 def run(root: Path, paths=None, project_mode=True):
-    settings = Settings(root=root, project=project_mode)
-    return lint_paths(
-        paths or [root], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=root
-    )
+    return lint_project(root, paths, project_mode)
 
 
 def amp303(root: Path, paths=None, project_mode=True) -> set[tuple[str, int, str]]:
-    found = run(root, paths, project_mode).findings
-    return {(f.location.path, f.location.line, f.code) for f in found if f.code == "AMP303"}
+    return project_findings(root, ("AMP303",), paths, project_mode)
 
 
 @pytest.fixture
 def buggy(tmp_path: Path) -> Path:
-    root = tmp_path / "p"
-    shutil.copytree(FIXTURE / "buggy", root)
-    return root
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert old in text
-    path.write_text(text.replace(old, new), encoding="utf-8")
+    return copy_twin("half_model_helper", "buggy", tmp_path / "p")
 
 
 def test_the_conversion_is_reported_with_the_optimizer_beside_it(buggy: Path):

@@ -5,44 +5,26 @@ step inside the region (``region_calls.py``)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from helpers import copy_twin, lint_project, project_findings
+from helpers import replace_once as edit
 
-from ampdoctor.config import Settings
-from ampdoctor.lint import LintRequest, known_codes, lint_paths
-
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "projects" / "held_region_calls"
 EXPECTED = {("experiment.py", 35, "AMP101"), ("experiment.py", 35, "AMP102")}
 
 
 def run(root: Path, paths=None, project_mode=True):
-    settings = Settings(root=root, project=project_mode)
-    return lint_paths(
-        paths or [root], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=root
-    )
+    return lint_project(root, paths, project_mode)
 
 
 def findings(root: Path, paths=None, project_mode=True) -> set[tuple[str, int, str]]:
-    return {
-        (f.location.path, f.location.line, f.code)
-        for f in run(root, paths, project_mode).findings
-        if f.code in ("AMP101", "AMP102")
-    }
+    return project_findings(root, ("AMP101", "AMP102"), paths, project_mode)
 
 
 @pytest.fixture
 def buggy(tmp_path: Path) -> Path:
-    root = tmp_path / "p"
-    shutil.copytree(FIXTURE / "buggy", root)
-    return root
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert old in text
-    path.write_text(text.replace(old, new), encoding="utf-8")
+    return copy_twin("held_region_calls", "buggy", tmp_path / "p")
 
 
 def test_the_call_in_the_region_points_at_the_backward_and_the_region(buggy: Path):
