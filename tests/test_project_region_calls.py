@@ -71,3 +71,10 @@ def test_a_helper_that_runs_its_own_backward_two_calls_down(tmp_path: Path):
         encoding="utf-8",
     )
     assert findings(tmp_path) == {("loop.py", 22, "AMP101")}
+
+
+def test_a_held_method_called_in_the_region_is_named_by_the_methods_it_may_be(buggy: Path):
+    edit(buggy / "experiment.py", "losses.append(self.run_batch(x, y))", "losses.append(self.steps[self.stage](x, y))")
+    [backward] = [f for f in run(buggy).findings if f.code == "AMP101"]
+    assert backward.location.line == 35
+    assert backward.message.startswith("the call of a method held in a field (`train_step` or `valid_step`) runs")

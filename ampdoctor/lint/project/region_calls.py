@@ -60,20 +60,21 @@ def _correlated(atoms: list[str]) -> bool:
 
 
 def _report(code: str, module: str, call: tuple[str, list[int]], found: Found, region: list[int]) -> CrossReport:
-    spelled, at = call
+    """``call``: how the call is named in the message (``self.run_batch(...)``), and where it is."""
+    named, at = call
     if code == "AMP101":
         message = (
-            f"`{spelled}(...)` runs a backward pass inside an autocast region made elsewhere ({found[2]}); backward ops "
+            f"{named} runs a backward pass inside an autocast region made elsewhere ({found[2]}); backward ops "
             "would reuse the forward's autocast dtypes"
         )
-        help = f"Leave the `with` block before `{spelled}` runs the backward: autocast only the forward and the loss"
+        help = "Leave the `with` block before the backward runs: autocast only the forward and the loss"
         what = "the backward it runs"
     else:
         message = (
-            f"`{spelled}(...)` steps the optimizer inside an autocast region made elsewhere ({found[2]}); the "
+            f"{named} steps the optimizer inside an autocast region made elsewhere ({found[2]}); the "
             "step and the scaler's update belong after the region"
         )
-        help = f"Leave the `with` block before `{spelled}` steps: autocast only the forward and the loss"
+        help = "Leave the `with` block before the step runs: autocast only the forward and the loss"
         what = "the step it runs"
     return CrossReport(
         code,
@@ -95,12 +96,13 @@ def _calls_inside(
         if first < line <= last and call.get("callee"):
             target = values.target(module, function, call)
             if target is not None:
-                yield (call["callee"], call["at"]), [target]
+                yield (f"`{call['callee']}(...)`", call["at"]), [target]
     for at, atoms in flow.get("dynamic", []):
         if first < at[0] <= last:
             held = held_methods(values, module, function, atoms)
             if held:
-                yield ("the held method", at), held
+                names = " or ".join(f"`{_short(t.name)}`" for t in held)
+                yield (f"the call of a method held in a field ({names})", at), held
 
 
 def held_methods(values: Values, module: str, function: str, atoms: list[str], depth: int = 0) -> list[Target]:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 
 from ..held import NULL_CONTEXTS
 from ..model import AmpFacts, autocast_region
@@ -48,7 +49,7 @@ from ..vocabulary import AUTOCAST_NAMES, GRAD_SCALER_NAMES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import TypedDict
+    from typing import Any, TypedDict
 
     class CallFlow(TypedDict, total=False):
         """A call that may land in the project: its callee as spelled, where it is, its
@@ -292,3 +293,33 @@ def _root_name(expr: ast.expr) -> str | None:
     while type(expr) in (ast.Attribute, ast.Subscript):
         expr = expr.value  # type: ignore[attr-defined]
     return expr.id if type(expr) is ast.Name else None
+
+
+# ---- receivers -------------------------------------------------------------------------------
+# ``walk``: the ``values._FunctionWalk`` asking (its ``env`` and ``params``).
+
+
+def _is_local_object(owner: ast.expr, walk: Any) -> bool:
+    """Whether a method's receiver is a local, a parameter or ``self``-rooted (its qualified
+    name through the imports is then a coincidence of spelling, not a library's function)."""
+    root = _root_name(owner)
+    return root is not None and (root in walk.env or root in walk.params.index)
+
+
+def _is_project_receiver(owner: ast.expr, value: frozenset[str], walk: Any, method: str) -> bool:
+    """A method called on ``self`` (or one of its fields), or on an object made by a call that
+    may build a project class or bound at module level: it may be a method of a project class.
+    On a parameter: a method of one of its fields (``runner.engine.backward_loss(...)``, whose
+    class the link step looks for), or one that may write a checkpoint (``checkpointer.save``,
+    whose class is what the function's callers pass)."""
+    root = _root_name(owner)
+    if root is None:
+        return False
+    if root == walk.params.first:
+        return True
+    if root in walk.params.index and (type(owner) is ast.Attribute or _CHECKPOINT_METHOD.search(method)):
+        return True
+    return any(atom[0] == "C" or atom[0] == "G" for atom in value)
+
+
+_CHECKPOINT_METHOD = re.compile(r"save|ckpt|checkpoint|snapshot|persist|dump")

@@ -35,10 +35,11 @@ from .value_atoms import (
     _UNKNOWN,
     EMPTY,
     _autocast_atom,
+    _is_local_object,
+    _is_project_receiver,
     _is_static,
     _module_level_names,
     _Params,
-    _root_name,
     _scaler_atom,
     lower,
 )
@@ -588,31 +589,3 @@ class _FunctionWalk(BindingWalk):
                 if spelled is not None and spelled in facts.scalers:
                     found.update(a for a in self.ev(expr) if a[0] in "SPFGC" or a.startswith("I"))
         return found
-
-
-def _is_local_object(owner: ast.expr, walk: _FunctionWalk) -> bool:
-    """Whether a method's receiver is a local, a parameter or ``self``-rooted (its qualified
-    name through the imports is then a coincidence of spelling, not a library's function)."""
-    root = _root_name(owner)
-    return root is not None and (root in walk.env or root in walk.params.index)
-
-
-def _is_project_receiver(owner: ast.expr, value: frozenset[str], walk: _FunctionWalk, method: str) -> bool:
-    """A method called on ``self`` (or one of its fields), or on an object made by a call that
-    may build a project class or bound at module level: it may be a method of a project class.
-    A parameter's method only where it may write a checkpoint (its class is what the callers
-    pass, a question only AMP211 asks)."""
-    root = _root_name(owner)
-    if root is None:
-        return False
-    if root == walk.params.first:
-        return True
-    if root in walk.params.index and (type(owner) is ast.Attribute or _CHECKPOINT_METHOD.search(method)):
-        # ``checkpointer.save(...)`` on a parameter: the link step asks the function's callers
-        # what they pass (a checkpoint written by a project class's method); ``runner.engine.
-        # backward_loss(...)``: an engine's method, whose class the link step looks for.
-        return True
-    return any(atom[0] == "C" or atom[0] == "G" for atom in value)
-
-
-_CHECKPOINT_METHOD = re.compile(r"save|ckpt|checkpoint|snapshot|persist|dump")
