@@ -48,7 +48,7 @@ def run_checks(
         reports.extend(_clips_in_helpers(project, targets, callers))
     if "AMP101" in codes:
         reports.extend(_backward_under_autocast(project, targets))
-    reports.extend(region_call_reports(values, targets, codes, callers.defining_with_scaler))
+    reports.extend(region_call_reports(values, targets, codes, callers.defining_with_scaler, callers.handling))
     if "AMP205" in codes:
         reports.extend(_scaler_per_call(project, targets, callers))
     if "AMP209" in codes:

@@ -3,9 +3,15 @@
 followed a few calls deep, run the backward pass or the optimizer step inside the region.
 
 Followed: the calls the linker resolves, the methods an object's field holds
-(``self._step.get(stage)()`` where ``self._step = {"train": self.train_step, ...}``), and the
-engine calls whose class runs a scaler protocol (``self.backend.backward_loss(loss)`` of an AMP
-backend, ``engine_calls.py``). The region's engine and the engine whose methods run the backward
+(``self._step.get(stage)()`` where ``self._step = {"train": self.train_step, ...}``), events
+dispatched by name (``self.fire("on_batch_end")`` where ``fire`` runs ``getattr(callback,
+event)(self)``: the project's methods of that name, in modules that run a backward or a step),
+and the engine calls whose class runs a scaler protocol (``self.backend.backward_loss(loss)`` of
+an AMP backend, ``engine_calls.py``).
+
+``with self.engine.autocast():`` where the field's class returns a ``nullcontext()`` and only
+some subclasses an autocast (``_engines_on``): the region is on with those engines, and a call
+inside it is judged by the scaler protocols those engine classes run. The region's engine and the engine whose methods run the backward
 are the same object where both are reached through the same field (``self.backend``): then the
 backward runs in autocast exactly when the region is on.
 
@@ -30,8 +36,14 @@ Found = tuple[str, list[int], str]  # (module, position, what it is)
 
 
 def region_call_reports(
-    values: Values, targets: list[str], codes: frozenset[str], defining: Callable[[str], list[str]] | None
+    values: Values,
+    targets: list[str],
+    codes: frozenset[str],
+    defining: Callable[[str], list[str]] | None,
+    handlers: Callable[[str], list[str]] | None = None,
 ) -> Iterator[CrossReport]:
+    """``defining``: the modules that may define an engine method of a name (``engine_calls``);
+    ``handlers``: those that may define a method an event of that name dispatches to."""
     if "AMP101" not in codes and "AMP102" not in codes:
         return
     for module in targets:
@@ -39,11 +51,16 @@ def region_call_reports(
             for at, atoms, *rest in flow.get("withs", []):
                 if not rest or any(type(a) is str and a.startswith("A@") for a in atoms):
                     continue  # a lexical autocast: the module's own rules see inside it
+                engines = None
                 region = region_of(flatten(values.resolve(module, function, atoms)))
-                if region is None or (region[1] != "on" and not _correlated(atoms)):
+                if region is None:
+                    engines = _engines_on(values, module, function, flow, atoms)
+                    if not engines:
+                        continue
+                elif region[1] != "on" and not _correlated(atoms):
                     continue
                 last = rest[0]
-                walk = _Walk(values, defining)
+                walk = _Walk(values, defining, handlers, engines)
                 for call, targets_of_call in _calls_inside(values, module, function, flow, at[0], last):
                     backward, step = walk.first(targets_of_call)
                     if backward is not None and "AMP101" in codes:
@@ -57,6 +74,41 @@ def _correlated(atoms: list[str]) -> bool:
     backend's ``nullcontext()``): judged where the object is reached through a field of ``self``,
     whose methods then run on that same object."""
     return any(type(a) is str and a.startswith("D") and "#F" in a for a in atoms)
+
+
+def _engines_on(values: Values, module: str, function: str, flow: dict, atoms: list) -> set[tuple[str, str]]:
+    """``with self.engine.autocast():`` where the field's class makes no autocast of its own
+    (``IEngine.autocast`` returns a ``nullcontext()``) but subclasses do (``AMPEngine``): the
+    classes whose ``autocast`` method opens an enabled region. A run with one of them has the
+    region on; the calls inside are judged against those engines only."""
+    if len(atoms) != 1 or not (type(atoms[0]) is str and atoms[0].startswith("C")):
+        return set()
+    index = int(atoms[0][1:])
+    calls = flow.get("calls", [])
+    if index >= len(calls):
+        return set()
+    # The method the call names on a field of ``self``: ``Dautocast#Fengine``
+    spelled = [a for a in calls[index].get("func", []) if a.startswith("D") and "#F" in a]
+    if len(spelled) != 1:
+        return set()
+    method, _, field = spelled[0][1:].partition("#F")
+    project = values.project
+    classes: set[tuple[str, str]] = set()
+    for atom in flatten(values.resolve(module, function, [f"F{field}"])):
+        if type(atom) is str and atom.startswith("H@"):
+            where, _, cls = atom[2:].partition("|")
+            classes.add((where, cls))
+            classes.update(values.subclasses(where, cls))
+    found = set()
+    for where, cls in sorted(classes)[:32]:
+        landed = project.method(where, cls, method)
+        if landed is None:
+            continue
+        returned = values.flow(landed[0], landed[1]).get("ret", [])
+        region = region_of(flatten(values.resolve(landed[0], landed[1], returned)))
+        if region is not None and region[1] == "on":
+            found.add((where, cls))
+    return found
 
 
 def _report(code: str, module: str, call: tuple[str, list[int]], found: Found, region: list[int]) -> CrossReport:
@@ -133,10 +185,20 @@ def held_methods(values: Values, module: str, function: str, atoms: list[str], d
 class _Walk:
     """The first backward and the first step the functions a call runs reach, depth first."""
 
-    def __init__(self, values: Values, defining: Callable[[str], list[str]] | None) -> None:
+    def __init__(
+        self,
+        values: Values,
+        defining: Callable[[str], list[str]] | None,
+        handlers: Callable[[str], list[str]] | None = None,
+        engines: set[tuple[str, str]] | None = None,
+    ) -> None:
         self.values = values
         self.defining = defining
-        self.seen: dict[tuple[str, str], tuple[Found | None, Found | None]] = {}
+        self.handlers = handlers
+        # Where the region is on only with some engine classes (``_engines_on``): a scaler
+        # protocol counts only when one of those classes runs it.
+        self.engines = engines
+        self.seen: dict[tuple, tuple[Found | None, Found | None]] = {}
         self.budget = _BUDGET
 
     def first(self, targets: list[Target]) -> tuple[Found | None, Found | None]:
@@ -147,8 +209,11 @@ class _Walk:
             step = step or s
         return backward, step
 
-    def _function(self, target: Target, depth: int) -> tuple[Found | None, Found | None]:
-        key = (target.module, target.name)
+    def _function(
+        self, target: Target, depth: int, names: dict[str, str] | None = None
+    ) -> tuple[Found | None, Found | None]:
+        """``names``: the parameters (``P<i>``) bound to a string literal by the call."""
+        key = (target.module, target.name, tuple(sorted(names.items())) if names else ())
         known = self.seen.get(key)
         if known is not None:
             return known
@@ -166,10 +231,16 @@ class _Walk:
         updates = function.get("updates")
         if updates:
             step = (target.module, updates[0]["at"], f"`{_short(target.name)}` steps the scaler")
+        if self.engines is not None:
+            # The region is on only with some engines: what the function runs itself does not
+            # depend on the engine, but it is judged only where an engine's method runs it.
+            backward = step = None
         flow = values.flow(target.module, target.name)
         for (_line, _column), (events, method) in sorted(
             protocol_seeds(values, target.module, target.name, flow, self.defining).items()
         ):
+            if self.engines is not None and not self._engine_runs(method):
+                continue
             kinds = {kind for kind, _scaler, _arg in events}
             where = method[2]
             if backward is None and "backward" in kinds:
@@ -177,17 +248,21 @@ class _Walk:
             if step is None and "step" in kinds:
                 step = (method[0], method[1], f"`{where}` steps the scaler")
         if depth < _DEPTH and (backward is None or step is None):
-            inner: list[Target] = []
+            inner: list[tuple[Target, dict[str, str] | None]] = []
             for call in flow.get("calls", []):
                 if call.get("callee", "").startswith("super."):
                     continue
                 found = values.target(target.module, target.name, call)
                 if found is not None:
-                    inner.append(found)
+                    inner.append((found, _bound_names(found, call)))
             for _at, atoms in flow.get("dynamic", []):
-                inner.extend(held_methods(values, target.module, target.name, atoms))
-            for next_target in inner:
-                b, s = self._function(next_target, depth + 1)
+                inner.extend((held, None) for held in held_methods(values, target.module, target.name, atoms))
+            for _at, named in flow.get("named", []):
+                event = named[1:] if named.startswith("=") else (names or {}).get(named)
+                if event is not None:
+                    inner.extend((handler, None) for handler in self._handlers(event))
+            for next_target, bound in inner:
+                b, s = self._function(next_target, depth + 1, bound)
                 backward = backward or b
                 step = step or s
                 if backward is not None and step is not None:
@@ -195,6 +270,59 @@ class _Walk:
         result = (backward, step)
         self.seen[key] = result
         return result
+
+    def _engine_runs(self, method: tuple[str, list, str]) -> bool:
+        """Whether the engine method of a protocol seed is one of ``engines``' (its own or
+        inherited)."""
+        module, _at, qualified = method
+        owner = qualified.rsplit(".", 1)[0]
+        project = self.values.project
+        name = qualified.rsplit(".", 1)[-1]
+        return any(
+            (where, cls) == (module, owner) or project.method(where, cls, name) == (module, qualified)
+            for where, cls in self.engines or ()
+        )
+
+    def _handlers(self, method: str) -> list[Target]:
+        """The methods an event named ``method`` may be dispatched to (``getattr(callback,
+        event)(self)``): the project's methods of that name, in the modules ``handlers`` names."""
+        if self.handlers is None:
+            return []
+        key = ("handlers", method)
+        known = self.values.asked.get(key)
+        if isinstance(known, list):
+            return known
+        found: list[Target] = []
+        for where in self.handlers(method)[:_HANDLER_MODULES]:
+            for qualified, function in (self.values.project.summary(where) or {}).get("functions", {}).items():
+                owner, _, name = qualified.rpartition(".")
+                if name == method and owner and "." not in owner:
+                    found.append(Target(where, qualified, function, 1))
+        self.values.asked[key] = found
+        return found
+
+
+# The modules searched for the handlers of one dispatched event.
+_HANDLER_MODULES = 32
+
+
+def _bound_names(target: Target, call: dict) -> dict[str, str] | None:
+    """The callee's parameters (``P<i>``) that ``call`` binds to a string literal."""
+    given = call.get("names")
+    if not given:
+        return None
+    params = target.function.get("params", [])
+    bound = {}
+    for where, value in given.items():
+        if where.isdigit():
+            index = int(where) + target.skip
+        elif where in params:
+            index = params.index(where)
+        else:
+            continue
+        if index < len(params):
+            bound[f"P{index}"] = value
+    return bound or None
 
 
 def _short(name: str) -> str:

@@ -63,3 +63,8 @@ class Callers:
     def defining_with_scaler(self, name: str) -> list[str]:
         """``defining`` among the modules that make or use a GradScaler."""
         return self.defining(name, "scaler")
+
+    def handling(self, name: str) -> list[str]:
+        """``defining`` among the modules whose text runs a backward or a step (the handlers of
+        an event dispatched by name that may train: ``OptimizerCallback.on_batch_end``)."""
+        return [rel for rel in self.defining(name) if self.mentions(rel, "backward") or self.mentions(rel, "step(")]

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         args: list[list]
         star: bool
         fallback: list[str]
+        names: dict[str, str]  # string literals spelled like a name, by position or keyword
 
     class FunctionFlow(TypedDict, total=False):
         """One function's values (see the module docstring): its returns, ``torch.save``s, the
@@ -77,6 +78,9 @@ if TYPE_CHECKING:
         scalers: list[str]
         tuples: list[list[list[str]]]
         npos: int
+        dynamic: list[list]  # [where, field atoms]: a call of a callable a field holds
+        named: list[list]  # [where, "=name" or "P<i>"]: ``getattr(obj, name)(...)``
+        withs: list[list]
 
 
 Atoms = frozenset  # of str
@@ -323,3 +327,40 @@ def _is_project_receiver(owner: ast.expr, value: frozenset[str], walk: Any, meth
 
 
 _CHECKPOINT_METHOD = re.compile(r"save|ckpt|checkpoint|snapshot|persist|dump")
+
+
+def named_method(func: Any, params: dict[str, str]) -> str | None:
+    """The method name of ``getattr(obj, name)``: ``=on_batch_end`` for a literal name, the
+    parameter's atom (``P1``, from ``params``: name to atom) for a name the function is handed;
+    None for any other callee."""
+    if not (
+        type(func) is ast.Call
+        and type(func.func) is ast.Name
+        and func.func.id == "getattr"
+        and len(func.args) == 2
+        and not func.keywords
+    ):
+        return None
+    name = func.args[1]
+    if type(name) is ast.Constant and type(name.value) is str and name.value.isidentifier():
+        return "=" + name.value
+    if type(name) is ast.Name:
+        return params.get(name.id)
+    return None
+
+
+def identifier_arguments(call: ast.Call) -> dict[str, str]:
+    """The arguments of ``call`` that are string literals spelled like a name, by position
+    (``"0"``) or keyword: a callee may dispatch on one (``getattr(callback, event)(self)``)."""
+    found = {}
+    for position, arg in enumerate(call.args):
+        if type(arg) is ast.Starred:
+            break
+        if type(arg) is ast.Constant and type(arg.value) is str and arg.value.isidentifier():
+            found[str(position)] = arg.value
+    for keyword in call.keywords:
+        value = keyword.value
+        if keyword.arg is not None and type(value) is ast.Constant and type(value.value) is str:
+            if value.value.isidentifier():
+                found[keyword.arg] = value.value
+    return found

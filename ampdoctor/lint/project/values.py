@@ -41,7 +41,9 @@ from .value_atoms import (
     _module_level_names,
     _Params,
     _scaler_atom,
+    identifier_arguments,
     lower,
+    named_method,
 )
 from .value_bindings import BindingWalk, ModuleFlows, _Bindings
 
@@ -98,6 +100,7 @@ class _FunctionWalk(BindingWalk):
         self.escapes: list[list] = []
         self.saves: list[list] = []
         self.dynamic: list[list] = []
+        self.named: list[list] = []
         self._final = False
         self._escaped: set[int] = set()
 
@@ -161,6 +164,8 @@ class _FunctionWalk(BindingWalk):
             flow["escapes"] = self.escapes
         if self.dynamic:
             flow["dynamic"] = self.dynamic
+        if self.named:
+            flow["named"] = self.named
         withs = self._held_contexts()
         if withs:
             flow["withs"] = withs
@@ -403,6 +408,11 @@ class _FunctionWalk(BindingWalk):
                 if fields and id(call) not in self._escaped:
                     self._escaped.add(id(call))
                     self.dynamic.append([span(call), fields])
+                named = named_method(func, self.params.index)
+                if named is not None and id(call) not in self._escaped:
+                    # ``getattr(callback, event)(self)``: an event dispatched by name
+                    self._escaped.add(id(call))
+                    self.named.append([span(call), named])
             return lower(self._arguments_union(call) | callee)
         name = func.id
         if qname is not None:
@@ -504,6 +514,9 @@ class _FunctionWalk(BindingWalk):
                 args.append(["**", sorted(self.ev(keyword.value))])
             else:
                 args.append([keyword.arg, sorted(self.ev(keyword.value))])
+        # A name handed over as a string (``self._run_event("on_batch_end")``): the callee may
+        # dispatch on it (``getattr(callback, event)(self)``).
+        names = identifier_arguments(call)
         receiver = self.ev(call.func.value) if type(call.func) is ast.Attribute else EMPTY
         # Where it lands nowhere the project shows, ``self.m()`` is a library base class's method
         # (``nn.Module.named_parameters``), which knows nothing of the object's own fields: the
@@ -524,6 +537,8 @@ class _FunctionWalk(BindingWalk):
             record["func"] = called  # an object called as a function (``self.clip_grad_norm(...)``)
         if star:
             record["star"] = True
+        if names:
+            record["names"] = names
         if fallback:
             record["fallback"] = sorted(fallback)
         self.call_records[known] = record
