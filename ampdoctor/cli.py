@@ -192,6 +192,12 @@ def rule_command(code: str) -> None:
 
     fix = {"no": "no", "safe": "yes", "unsafe": "with --unsafe-fixes", "sometimes": "sometimes"}[rule.fixable]
     header = f"{rule.code} {rule.name}  (severity: {rule.severity.label}, fixable: {fix}, {rule.origin})"
+    if rule.origin == "lint":
+        from .lint import implementing_modules
+
+        modules = implementing_modules(rule.code)
+        if modules:
+            header += "\nimplemented in: " + ", ".join(modules)
     # The example markers (bad / good / fixed ... on the fence, `# expect: CODE` on the lines)
     # are for the tests; readers see plain Python.
     body = re.sub(r"^```python[^\n]*", "```python", rule.body, flags=re.M)

@@ -13,7 +13,7 @@ every call) and carries related locations for the other half.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from .callsites import callers_of
 from .checkpoints import checkpoint_reports
@@ -29,39 +29,20 @@ from .unscaled_float16 import scaler_never_passed
 from .update_twice import update_twice
 
 
-def run_checks(
-    project: Project,
-    targets: Iterable[str],
-    callers: Callers,
-    codes: frozenset[str],
-    lazy: Iterable[str] = (),
-) -> list[CrossReport]:
-    """The cross-module findings in ``targets`` (the named files with a summary); ``lazy``: named
-    files to summarize only when float16 autocast set up elsewhere reaches them."""
-    targets = sorted(set(targets))
-    reports: list[CrossReport] = []
-    values = Values(project)
-    if "AMP211" in codes:
-        reports.extend(checkpoint_reports(project, targets, values, callers))
-    reports.extend(seeded_reports(values, targets, codes, callers.defining_with_scaler))
-    if "AMP201" in codes:
-        reports.extend(_clips_in_helpers(project, targets, callers))
-    if "AMP101" in codes:
-        reports.extend(_backward_under_autocast(project, targets))
-    reports.extend(region_call_reports(values, targets, codes, callers.defining_with_scaler, callers.handling))
-    if "AMP205" in codes:
-        reports.extend(_scaler_per_call(project, targets, callers))
-    if "AMP209" in codes:
-        reports.extend(_bfloat16_scaler_factory(project, targets, callers))
-    if "AMP208" in codes:
-        reports.extend(update_twice(project, targets, callers))
-    if "AMP210" in codes:
-        reports.extend(scaler_never_passed(project, targets, callers))
-    if "AMP303" in codes:
-        reports.extend(half_model_trained(project, targets, callers))
-    if "AMP301" in codes or "AMP105" in codes:
-        reports.extend(float16_elsewhere(project, targets, callers, codes, sorted(set(lazy))))
-    return reports
+class CheckRun:
+    """What one run of the project checks hands each of them."""
+
+    __slots__ = ("callers", "codes", "lazy", "project", "targets", "values")
+
+    def __init__(
+        self, project: Project, targets: list[str], callers: Callers, codes: frozenset[str], lazy: list[str]
+    ) -> None:
+        self.project = project
+        self.targets = targets
+        self.callers = callers
+        self.codes = codes
+        self.lazy = lazy
+        self.values = Values(project)
 
 
 def _name(target: Target) -> str:
@@ -335,3 +316,77 @@ def _bfloat16_scaler_factory(project: Project, targets: list[str], callers: Call
                     (caller, region["at"], "the bfloat16 autocast region it is used with"),
                 ],
             )
+
+
+# ---------------------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------------------
+
+
+class Check:
+    """One project check: the codes it reports (None: the codes of the file-local rules, which
+    ``seeds.py`` runs again on a module's model with what its callees do seeded in), the function
+    that implements it, and how a run's parts are handed to that function."""
+
+    __slots__ = ("call", "codes", "function")
+
+    def __init__(
+        self,
+        codes: Iterable[str] | None,
+        function: Callable,
+        call: Callable[[Callable, CheckRun], Iterable[CrossReport]],
+    ) -> None:
+        self.codes = None if codes is None else frozenset(codes)
+        self.function = function
+        self.call = call
+
+    def runs_for(self, codes: frozenset[str]) -> bool:
+        return self.codes is None or bool(self.codes & codes)
+
+
+# The project checks, in the order they run: the one place that says which check reports which
+# code (``ampdoctor rule CODE`` names the modules from here).
+PROJECT_CHECKS: tuple[Check, ...] = (
+    Check(["AMP211"], checkpoint_reports, lambda f, r: f(r.project, r.targets, r.values, r.callers)),
+    Check(None, seeded_reports, lambda f, r: f(r.values, r.targets, r.codes, r.callers.defining_with_scaler)),
+    Check(["AMP201"], _clips_in_helpers, lambda f, r: f(r.project, r.targets, r.callers)),
+    Check(["AMP101"], _backward_under_autocast, lambda f, r: f(r.project, r.targets)),
+    Check(
+        ["AMP101", "AMP102"],
+        region_call_reports,
+        lambda f, r: f(r.values, r.targets, r.codes, r.callers.defining_with_scaler, r.callers.handling),
+    ),
+    Check(["AMP205"], _scaler_per_call, lambda f, r: f(r.project, r.targets, r.callers)),
+    Check(["AMP209"], _bfloat16_scaler_factory, lambda f, r: f(r.project, r.targets, r.callers)),
+    Check(["AMP208"], update_twice, lambda f, r: f(r.project, r.targets, r.callers)),
+    Check(["AMP210"], scaler_never_passed, lambda f, r: f(r.project, r.targets, r.callers)),
+    Check(["AMP303"], half_model_trained, lambda f, r: f(r.project, r.targets, r.callers)),
+    Check(["AMP301", "AMP105"], float16_elsewhere, lambda f, r: f(r.project, r.targets, r.callers, r.codes, r.lazy)),
+)
+
+
+def checks_for(code: str) -> list[str]:
+    """The modules that implement the project checks reporting ``code`` (the seeded re-lint of
+    the file-local rules aside)."""
+    found: list[str] = []
+    for check in PROJECT_CHECKS:
+        if check.codes is not None and code in check.codes and check.function.__module__ not in found:
+            found.append(check.function.__module__)
+    return found
+
+
+def run_checks(
+    project: Project,
+    targets: Iterable[str],
+    callers: Callers,
+    codes: frozenset[str],
+    lazy: Iterable[str] = (),
+) -> list[CrossReport]:
+    """The cross-module findings in ``targets`` (the named files with a summary); ``lazy``: named
+    files to summarize only when float16 autocast set up elsewhere reaches them."""
+    run = CheckRun(project, sorted(set(targets)), callers, codes, sorted(set(lazy)))
+    reports: list[CrossReport] = []
+    for check in PROJECT_CHECKS:
+        if check.runs_for(codes):
+            reports.extend(check.call(check.function, run))
+    return reports
