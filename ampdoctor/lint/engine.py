@@ -28,6 +28,10 @@ from .fixes import (
 )
 from .suppressions import apply_suppressions
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .project.shapes import ModuleSummary
+
 
 class LintOptions(Record):
     """What to check and how: resolved from config and command line."""
@@ -97,7 +101,7 @@ class FileResult(Record):
         error: str | None = None,
         notebook: tuple | None = None,
         file_path: str = "",
-        summary: dict | None = None,
+        summary: ModuleSummary | None = None,
     ) -> None:
         self.path = path
         self.findings = [] if findings is None else findings
@@ -422,7 +426,7 @@ def _lint_data(
     return _check_text(path, display, source, options, result)
 
 
-def _summary_only(data: bytes) -> dict | None:
+def _summary_only(data: bytes) -> ModuleSummary | None:
     """The project summary of a module no selected rule needs to check (None: it does not parse)."""
     from .facts import build_facts
     from .project.summary import summarize

@@ -22,11 +22,15 @@ from ..syntax import span as position
 from ..vocabulary import EventKind
 from .function_parts import params_of, qualname
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import ArgumentRecord, CallRecord, FunctionSummary, ScalerState
+
 # Callees that are never project code (builtins and common containers).
 _BUILTINS = frozenset(dir(builtins))
 
 
-def call_records(facts: AmpFacts, imports: dict[str, str], functions: dict[str, dict]) -> list[dict]:
+def call_records(facts: AmpFacts, imports: dict[str, str], functions: dict[str, FunctionSummary]) -> list[CallRecord]:
     """The calls a cross-module rule may ask about (see the module docstring)."""
     records = []
     params_cache: dict[int, frozenset[str]] = {}
@@ -45,7 +49,7 @@ def call_records(facts: AmpFacts, imports: dict[str, str], functions: dict[str, 
         frame_name = qualname(site.frame)
         if frame_name is None:
             continue
-        record: dict = {"callee": callee, "frame": frame_name, "at": None}
+        record: CallRecord = {"callee": callee, "frame": frame_name}
         relevant = False
         region = site.region
         if region is not None and region.enabled.counts_as_on:
@@ -112,7 +116,7 @@ def _param_names(frame: Frame) -> frozenset[str]:
     return frozenset(params_of(node)[0])
 
 
-def _callee(site: CallSite, imports: dict[str, str], functions: dict[str, dict]) -> str | None:
+def _callee(site: CallSite, imports: dict[str, str], functions: dict[str, FunctionSummary]) -> str | None:
     """The callee as spelled, when it may be project code: a name of this module or an import
     that is not torch's, ``self.m``/``cls.m``, or a method of a local object."""
     if site.qname is not None and (site.qname == "torch" or site.qname.startswith("torch.")):
@@ -129,7 +133,7 @@ def _callee(site: CallSite, imports: dict[str, str], functions: dict[str, dict])
     return spelled
 
 
-def _arguments(facts: AmpFacts, site: CallSite, arguments: list[Arg], names: list[str | None]) -> list[dict]:
+def _arguments(facts: AmpFacts, site: CallSite, arguments: list[Arg], names: list[str | None]) -> list[ArgumentRecord]:
     """Per argument (``arguments``, the call's ``call_args``, spelled ``names``): its position or
     keyword, its spelling, and whether it is a known scaler; ``state`` (for the scalers it
     passes) tells whether a scaled backward came before the call with no ``unscale_`` since."""
@@ -138,7 +142,7 @@ def _arguments(facts: AmpFacts, site: CallSite, arguments: list[Arg], names: lis
     for arg, name in zip(arguments, names):
         if arg.star:
             continue
-        item: dict = {"kw": arg.keyword} if arg.keyword else {"pos": position_index}
+        item: ArgumentRecord = {"kw": arg.keyword} if arg.keyword else {"pos": position_index}
         if not arg.keyword:
             position_index += 1
         if name:
@@ -150,7 +154,7 @@ def _arguments(facts: AmpFacts, site: CallSite, arguments: list[Arg], names: lis
     return out
 
 
-def _scaler_state(site: CallSite, scaler: str) -> dict:
+def _scaler_state(site: CallSite, scaler: str) -> ScalerState:
     """``scaled``: the scaler's last backward before the call in this frame has not been
     unscaled since; ``unscaled``: it has; ``none``: no scaled backward before the call."""
     frame = site.frame

@@ -10,10 +10,14 @@ from .flow import Values
 from .link import Project, Target
 from .reports import Callers
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import CallRecord
+
 
 def callers_of(
     project: Project, callers: Callers, kind: str, module: str, name: str
-) -> Iterator[tuple[str, dict, Target]]:
+) -> Iterator[tuple[str, CallRecord, Target]]:
     """The calls anywhere in the project that land on ``name`` in ``module`` (or on the
     method it overrides, called as ``self.name(...)`` in a base class), as (caller module,
     call record, target), from the modules whose text holds the token class ``kind``."""
@@ -24,7 +28,7 @@ def callers_of(
 
 def calls_of(
     project: Project, callers: Callers, kind: str, module: str, name: str
-) -> Iterator[tuple[str, dict, Target | None]]:
+) -> Iterator[tuple[str, CallRecord, Target | None]]:
     """``callers_of``, and also the calls spelled with the function's name that resolve nowhere
     (target None): a check that must see every call goes silent on those."""
     short = name.rsplit(".", 1)[-1]

@@ -28,6 +28,10 @@ from .store import BACKWARD_TEXT
 from .unscaled_float16 import scaler_never_passed
 from .update_twice import update_twice
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import CallRecord, FunctionSummary, RegionRecord, ScalerState
+
 
 class CheckRun:
     """What one run of the project checks hands each of them."""
@@ -67,11 +71,11 @@ def _clips_in_helpers(project: Project, targets: list[str], callers: Callers) ->
 
 
 def _clip_report(
-    project: Project, callers: Callers, module: str, name: str, function: dict, clip: dict
+    project: Project, callers: Callers, module: str, name: str, function: FunctionSummary, clip: dict
 ) -> CrossReport | None:
     params = function.get("params", [])
     index = params.index(clip["param"])
-    scaled: list[tuple[str, dict, dict]] = []
+    scaled: list[tuple[str, CallRecord, ScalerState]] = []
     for caller, call, target in callers_of(project, callers, "scaler", module, name):
         if call.get("star"):
             return None
@@ -219,7 +223,7 @@ _LIBRARY_METHODS = frozenset(
 )  # fmt: skip
 
 
-def _per_iteration_call(project: Project, callers: Callers, module: str, name: str) -> tuple[str, dict] | None:
+def _per_iteration_call(project: Project, callers: Callers, module: str, name: str) -> tuple[str, CallRecord] | None:
     """A call ``obj.m()`` on an object whose class the project does not show (a factory's
     result), made in an epoch loop or in a loop over batches inside one, when ``m`` is the name
     of the method ``name`` and every definition of a function or method called ``m`` (but
@@ -243,7 +247,7 @@ def _per_iteration_call(project: Project, callers: Callers, module: str, name: s
     return None
 
 
-def _unresolved_loop_call(project: Project, caller: str, short: str) -> dict | None:
+def _unresolved_loop_call(project: Project, caller: str, short: str) -> CallRecord | None:
     summary = project.summary(caller) or {}
     imports = summary.get("imports", {})
     instances = summary.get("instances", {})
@@ -287,7 +291,7 @@ def _bfloat16_scaler_factory(project: Project, targets: list[str], callers: Call
             at = function.get("returns_scaler")
             if at is None:
                 continue
-            uses: list[tuple[str, dict, dict]] = []
+            uses: list[tuple[str, CallRecord, RegionRecord]] = []
             for caller, call, _target in callers_of(project, callers, "autocast", module, name):
                 caller_summary = project.summary(caller) or {}
                 regions = caller_summary.get("regions", [])

@@ -1,4 +1,5 @@
 """Calls into an engine's scaler protocol: ``runner.engine.backward_loss(loss, model, optimizer)``
+
 where the engine's class decides what runs (``AMPEngine.backward_loss``:
 ``self.scaler.scale(loss).backward()``; its ``optimizer_step``: ``self.scaler.step(optimizer)``
 and ``self.scaler.update()``).
@@ -20,6 +21,10 @@ import re
 from collections.abc import Callable
 
 from .flow import Values, flatten
+
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import FunctionSummary
 
 # Seeded event: (kind, scaler spelled, optimizer argument (index, keyword) or None)
 Seeded = tuple[str, str, "tuple[int, str] | None"]
@@ -92,7 +97,7 @@ def _arg(params: list[str], index: int | None) -> tuple[int, str] | None:
     return None if index is None else (index - 1, params[index])
 
 
-def _function(values: Values, method: tuple[str, str] | None) -> dict | None:
+def _function(values: Values, method: tuple[str, str] | None) -> FunctionSummary | None:
     if method is None:
         return None
     return (values.project.summary(method[0]) or {}).get("functions", {}).get(method[1])

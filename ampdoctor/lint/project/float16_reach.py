@@ -31,6 +31,10 @@ from .link import Project, Target
 from .reports import Callers, CrossReport
 from .tokens import FLOAT16_AUTOCAST
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import CallRecord, ModuleSummary, RegionRecord
+
 # How deep the functions an autocast runs are followed, and how many at most from one entry.
 _DEPTH = 6
 _BUDGET = 400
@@ -158,7 +162,9 @@ def _entries(project: Project, module: str) -> Iterator[_Entry]:
         return
     for call in summary.get("calls", []):
         region = call.get("region")
-        codes = _region_codes(region) if region is not None else None
+        if region is None:
+            continue
+        codes = _region_codes(region)
         if not codes:
             continue
         target = project.resolve_run(module, call.get("frame", "<module>"), call["callee"])
@@ -285,13 +291,13 @@ class _Imports:
         return edges
 
 
-def _trains(summary: dict, frame: str) -> bool:
+def _trains(summary: ModuleSummary, frame: str) -> bool:
     """Whether the function (or the module body) runs a backward pass: the autocast region around
     a model there is a training step's, not a preprocessing or evaluation pass."""
     return frame in summary.get("trains", ())
 
 
-def _model_call(summary: dict, call: dict) -> bool:
+def _model_call(summary: ModuleSummary, call: CallRecord) -> bool:
     """A call of an object (``self.model(x)``, ``model(images)``, ``self.net_g(z)``): a name the
     module binds to something other than a function or a class of its own, or one of ``self``'s
     fields, called as it is, not an import's function."""
@@ -306,7 +312,7 @@ def _model_call(summary: dict, call: dict) -> bool:
     return f"{call.get('frame', '<module>')}:{name}" not in summary.get("instances", {})
 
 
-def _region_codes(region: dict) -> set:
+def _region_codes(region: RegionRecord) -> set:
     """AMP301 needs float16; AMP105 autocast on a device other than the CPU, whatever its
     dtype (torch bans BCE under CUDA autocast in bfloat16 too, as the file's own rule says)."""
     codes = set()

@@ -1,5 +1,6 @@
 """The parts of a module's summary that float16 autocast set up elsewhere asks about.
 
+
 A module that never mentions float16 may still run under it: Lightning's ``Trainer(precision=
 "16-mixed")`` runs the LightningModule's steps in float16 autocast, and a training script's
 ``with torch.autocast("cuda", dtype=torch.float16, enabled=args.fp16): out = model(x)`` runs the
@@ -28,6 +29,10 @@ from ..rules.amp301_303_numerics import _FILL_METHODS as _AMP301_METHODS
 from ..rules.amp301_303_numerics import _explicit_non_half, float32_receiver, overflowing_fills
 from ..syntax import number_value, span, string_value
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import FunctionSummary
+
 # AMP301's fills whose value is written into the tensor's own dtype: on a float16 tensor torch
 # raises for a value past 65504 (``masked_fill``, ``fill_``, ``new_full``, ``full_like``), or the
 # value becomes ±inf (``torch.where``). Clamps are left out (a bound past the range does not
@@ -46,7 +51,7 @@ _HANDS_MODEL = {"Trainer": ("fit", "validate", "test", "predict"), "Fabric": ("s
 def add_float16_parts(
     facts: AmpFacts,
     frames: list[tuple[str, Frame]],
-    functions: dict[str, dict],
+    functions: dict[str, FunctionSummary],
     imports: dict[str, str],
     local_names: set[str],
     instances: dict[str, str],

@@ -42,6 +42,11 @@ from ..syntax import span as position
 from ..vocabulary import EventKind
 from .half_parts import returned_half, trains_returned
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import FunctionSummary
+    from .value_atoms import FunctionFlow
+
 
 def qualname(frame: Frame) -> str | None:
     """``f``, ``Class.f`` or ``<module>``; None for a nested function."""
@@ -58,9 +63,11 @@ def params_of(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[st
     return names, args.vararg is not None or args.kwarg is not None
 
 
-def function_summary(facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) -> dict:
+def function_summary(
+    facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame
+) -> FunctionSummary:
     params, star = params_of(function)
-    summary: dict = {"at": position(function), "params": params, "star": star}
+    summary: FunctionSummary = {"at": position(function), "params": params, "star": star}
     clips = _clips_before_param_step(facts, frame, params)
     if clips:
         summary["clips"] = clips
@@ -315,7 +322,7 @@ def is_stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return True
 
 
-def mark_steps(facts: AmpFacts, flows: dict[str, dict]) -> dict[str, dict]:
+def mark_steps(facts: AmpFacts, flows: dict[str, FunctionFlow]) -> dict[str, FunctionFlow]:
     """``plain`` on the flows of the functions that step an optimizer themselves without a
     scaler (``loss.backward(); optimizer.step()``): what they save is that training's state;
     ``scaled`` on those that run a scaled backward."""

@@ -28,15 +28,19 @@ function, the call is resolved again on summaries.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ...records import Record
 from .outline import Outline, Uncertain
 from .tokens import import_targets
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import ArgumentRecord, CallLike, CallRecord, FunctionSummary, ModuleSummary
+
 MAX_DEPTH = 4
 
-SummaryLoader = Callable[[str], "dict | None"]
+SummaryLoader = Callable[[str], "ModuleSummary | None"]
 # A module's outline (its text), or None where its summary is at hand or the text cannot be read.
 OutlineLoader = Callable[[str], "Outline | None"]
 TextLoader = Callable[[str], "bytes | None"]
@@ -54,7 +58,7 @@ class Target(Record):
 
     __slots__ = ("function", "module", "name", "skip")
 
-    def __init__(self, module: str, name: str, function: dict, skip: int) -> None:
+    def __init__(self, module: str, name: str, function: FunctionSummary, skip: int) -> None:
         self.module = module
         self.name = name
         self.function = function
@@ -68,7 +72,7 @@ class Target(Record):
         index = arg["pos"] + self.skip
         return params[index] if index < len(params) else None
 
-    def arg_for(self, call: dict, param_index: int) -> dict | None:
+    def arg_for(self, call: CallRecord, param_index: int) -> ArgumentRecord | None:
         """The argument record of ``call`` bound to the parameter at ``param_index``."""
         params = self.function.get("params", [])
         if param_index >= len(params):
@@ -80,12 +84,18 @@ class Target(Record):
         return None
 
 
+def _frame_of(call: Mapping[str, object]) -> str:
+    """The function a call record is made in (a flow's records have none: ``<module>``)."""
+    frame = call.get("frame")
+    return frame if isinstance(frame, str) else "<module>"
+
+
 class _Summarized:
     """A summary, asked the questions an ``Outline`` answers."""
 
     __slots__ = ("summary",)
 
-    def __init__(self, summary: dict) -> None:
+    def __init__(self, summary: ModuleSummary) -> None:
         self.summary = summary
 
     def has_function(self, qualname: str) -> bool:
@@ -177,7 +187,7 @@ class Project(Record):
         self.outline = outline
         self.text = text
         self.import_list = import_list
-        self._summaries: dict[str, dict | None] = {}
+        self._summaries: dict[str, ModuleSummary | None] = {}
         # (importer's folder, module name, its extra search paths) → the modules it may be
         self._found: dict[tuple[str, str, tuple[str, ...]], tuple[tuple[str, tuple[str, ...]], ...]] = {}
         self._module_names: frozenset[str] | None = None
@@ -196,7 +206,7 @@ class Project(Record):
         data = self.text(rel) if self.text is not None else None
         return import_targets(data) if data else []
 
-    def summary(self, rel: str) -> dict | None:
+    def summary(self, rel: str) -> ModuleSummary | None:
         if rel not in self._summaries:
             self._summaries[rel] = self.load(rel) if rel in self.files else None
         return self._summaries[rel]
@@ -417,7 +427,7 @@ class Project(Record):
     # ---- calls ----------------------------------------------------------------------------------
 
     def resolve_call(
-        self, module: str, call: dict, without: re.Pattern | None = None, gate: ModuleGate | None = None
+        self, module: str, call: CallLike, without: re.Pattern | None = None, gate: ModuleGate | None = None
     ) -> Target | None:
         """The project function a call record of ``module`` lands in, or None.
 
@@ -445,7 +455,7 @@ class Project(Record):
             self._without = None
             self._gate = None
 
-    def _resolve_call(self, module: str, call: dict) -> Target | None:
+    def _resolve_call(self, module: str, call: CallLike) -> Target | None:
         found = self._landing(module, call)
         if found is None:
             return None
@@ -458,14 +468,14 @@ class Project(Record):
             return None  # a static method: arguments do not shift
         return Target(other, name, function, skip)
 
-    def _landing(self, module: str, call: dict) -> tuple[str, str, int] | None:
+    def _landing(self, module: str, call: CallLike) -> tuple[str, str, int] | None:
         """The module and qualified name of the project function a call lands in, and how many
         leading parameters it does not pass."""
         summary = self.summary(module)
         if summary is None:
             return None
         parts = call["callee"].split(".")
-        frame = call.get("frame", "<module>")
+        frame = _frame_of(call)
         own_class = frame.split(".", 1)[0] if "." in frame else None
         found: tuple[str, str] | None = None
         skip = 0
@@ -527,6 +537,6 @@ class Project(Record):
             return None
         return self.method(found[0], found[1], name)
 
-    def calls(self, module: str) -> list[dict]:
+    def calls(self, module: str) -> list[CallRecord]:
         summary = self.summary(module)
         return summary.get("calls", []) if summary else []

@@ -21,6 +21,10 @@ from .root import project_root
 from .store import SummaryStore
 from .tokens import float16_risk
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import ModuleSummary
+
 CACHE_DIR = ".ampdoctor_cache"
 # More Python files than any project holds: the marked folder is something else (a home folder
 # kept in git), and listing it would cost more than the lint itself.
@@ -233,7 +237,7 @@ def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, se
         result.parsed = True
 
 
-def link_source(findings: list, summary: dict, source: str, path: str, codes: frozenset[str]) -> list:
+def link_source(findings: list, summary: ModuleSummary, source: str, path: str, codes: frozenset[str]) -> list:
     """``findings`` of one source text (``lint_source``) with what the cross-function rules find
     between its own functions and methods: the text is a project of one module."""
     from ..suppressions import apply_suppressions

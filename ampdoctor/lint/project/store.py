@@ -26,8 +26,13 @@ try:
 except ImportError:  # pragma: no cover - interpreters built without it
     from hashlib import blake2b
 
+
 from ..collector import Spending
 from .outline import Outline, defines_without
+
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import ModuleSummary
 
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
@@ -42,7 +47,7 @@ _PARALLEL_SUMMARIES = 24
 _DELTA_ENTRIES = 256
 
 
-def summarize_bytes(data: bytes) -> dict | None:
+def summarize_bytes(data: bytes) -> ModuleSummary | None:
     """Parse ``data`` and summarize it (only its names where no helper token appears in it);
     None when it cannot be decoded or parsed."""
     from ..engine import decode_source, parse_source
@@ -262,7 +267,7 @@ class SummaryStore:
                 self._texts[rel] = data
         return data
 
-    def summary(self, rel: str) -> dict | None:
+    def summary(self, rel: str) -> ModuleSummary | None:
         entry = self._fresh(rel)
         if entry is None:
             return None

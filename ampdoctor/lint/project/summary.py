@@ -41,11 +41,15 @@ from .function_parts import function_summary, mark_steps, params_of, qualname, t
 from .outline import project_imports
 from .values import module_flows
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import ClassRecord, FunctionSummary, ModuleSummary, RegionRecord
+
 # nn.Module methods that return the module itself.
 _RETURNS_MODULE = frozenset({"cuda", "to", "cpu", "train", "eval", "requires_grad_"})
 
 
-def summarize(facts: AmpFacts) -> dict:
+def summarize(facts: AmpFacts) -> ModuleSummary:
     """The module's summary (see the module docstring)."""
     imports = project_imports(facts.module.body)
     for ref in facts.import_refs:
@@ -53,7 +57,7 @@ def summarize(facts: AmpFacts) -> dict:
         # its class there as well, where the name is not bound at module level.
         imports.setdefault(ref.local, ref.qname)
     instances = _instances(facts)
-    functions: dict[str, dict] = {}
+    functions: dict[str, FunctionSummary] = {}
     frames = []
     flowing: list[tuple[str, ast.AST, str | None]] = [("<module>", facts.module, None)]
     for function, frame in facts.functions:
@@ -64,7 +68,9 @@ def summarize(facts: AmpFacts) -> dict:
             flowing.append((name, function, frame.class_name))
     classes = _classes(facts)
     add_float16_parts(facts, frames, functions, imports, set(functions) | set(classes), instances)
-    regions = [{"at": position(r.node), "dtype": r.effective_dtype} for r in facts.regions if r.enabled.counts_as_on]
+    regions: list[RegionRecord] = [
+        {"at": position(r.node), "dtype": r.effective_dtype} for r in facts.regions if r.enabled.counts_as_on
+    ]
     # Asked only by AMP209 (a scaler factory for bfloat16 code): tokenizing costs, so only there.
     bfloat16_only = bool(regions) and all(r["dtype"] == "bfloat16" for r in regions)
     returns_scaler = any("returns_scaler" in f for f in functions.values())
@@ -84,16 +90,16 @@ def summarize(facts: AmpFacts) -> dict:
     }
 
 
-def light_summary(module: ast.Module) -> dict:
+def light_summary(module: ast.Module) -> ModuleSummary:
     """The names of a module that does nothing the cross-module rules ask about: its imports,
     aliases, classes (with their bases) and functions, so that a call or a class is followed
     through it (a package's ``__init__`` that re-exports)."""
-    classes: dict[str, dict] = {}
-    functions: dict[str, dict] = {}
+    classes: dict[str, ClassRecord] = {}
+    functions: dict[str, FunctionSummary] = {}
     aliases: dict[str, str] = {}
     for stmt in module.body:
         if isinstance(stmt, ast.ClassDef):
-            classes[stmt.name] = {"at": position(stmt), "bases": [dotted(b) for b in stmt.bases if dotted(b)]}
+            classes[stmt.name] = {"at": position(stmt), "bases": _bases(stmt)}
             for item in stmt.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     params, star = params_of(item)
@@ -116,11 +122,13 @@ def light_summary(module: ast.Module) -> dict:
     }
 
 
-def _classes(facts: AmpFacts) -> dict[str, dict]:
-    return {
-        node.name: {"at": position(node), "bases": [dotted(b) for b in node.bases if dotted(b)]}
-        for node, _ in facts.classes
-    }
+def _bases(node: ast.ClassDef) -> list[str]:
+    """A class's bases as spelled (those that are dotted names)."""
+    return [spelled for spelled in (dotted(b) for b in node.bases) if spelled]
+
+
+def _classes(facts: AmpFacts) -> dict[str, ClassRecord]:
+    return {node.name: {"at": position(node), "bases": _bases(node)} for node, _ in facts.classes}
 
 
 def _search_paths(facts: AmpFacts) -> list[str]:

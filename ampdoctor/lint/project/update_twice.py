@@ -22,6 +22,10 @@ from .callsites import callers_of
 from .link import Project, Target
 from .reports import Callers, CrossReport
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import CallRecord, FunctionSummary
+
 
 def update_twice(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
     reported: set[frozenset[tuple[str, str]]] = set()
@@ -39,7 +43,7 @@ def update_twice(project: Project, targets: list[str], callers: Callers) -> Iter
                     yield report
 
 
-def _paired(functions: dict[str, dict]) -> list[str]:
+def _paired(functions: dict[str, FunctionSummary]) -> list[str]:
     """The functions that have a possible partner in their own module (finding the callers costs):
     another method of the class that updates the same field after stepping another optimizer,
     or another function that updates a scaler it is handed."""
@@ -58,7 +62,7 @@ def _paired(functions: dict[str, dict]) -> list[str]:
 
 
 def _pair(
-    project: Project, caller: str, call: dict, target: Target, reported: set[frozenset[tuple[str, str]]]
+    project: Project, caller: str, call: CallRecord, target: Target, reported: set[frozenset[tuple[str, str]]]
 ) -> CrossReport | None:
     receiver = call["callee"].rsplit(".", 1)[0] if "." in call["callee"] else None
     for other in project.calls(caller):
@@ -100,7 +104,7 @@ def _pair(
     return None
 
 
-def _exclusive(one: dict, other: dict) -> bool:
+def _exclusive(one: CallRecord, other: CallRecord) -> bool:
     """Whether the two calls sit in different arms of one branch (or under a ``match``)."""
     arms = {(line, column): kind for line, column, kind in one.get("arms", [])}
     for line, column, kind in other.get("arms", []):
@@ -109,7 +113,7 @@ def _exclusive(one: dict, other: dict) -> bool:
     return any(kind == "match" for *_, kind in one.get("arms", []))
 
 
-def _shared_scaler(target: Target, call: dict, second: Target, other: dict) -> tuple[dict, dict] | None:
+def _shared_scaler(target: Target, call: CallRecord, second: Target, other: CallRecord) -> tuple[dict, dict] | None:
     """The two updates, when both functions update one scaler after stepping different optimizers."""
     for update in target.function.get("updates", []):
         for then in second.function.get("updates", []):
@@ -132,11 +136,11 @@ def _class(target: Target) -> str | None:
     return target.name.split(".", 1)[0] if "." in target.name else None
 
 
-def _spelled(target: Target, call: dict, name: str) -> str | None:
+def _spelled(target: Target, call: CallRecord, name: str) -> str | None:
     """An optimizer as the caller names it: the argument passed for a parameter (``#i``)."""
     return _passed(target, call, int(name[1:])) if name.startswith("#") else name
 
 
-def _passed(target: Target, call: dict, index: int) -> str | None:
+def _passed(target: Target, call: CallRecord, index: int) -> str | None:
     argument = target.arg_for(call, index)
     return argument.get("name") if argument is not None else None

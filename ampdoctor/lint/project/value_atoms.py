@@ -62,6 +62,8 @@ if TYPE_CHECKING:
         star: bool
         fallback: list[str]
         names: dict[str, str]  # string literals spelled like a name, by position or keyword
+        recv: list[str]  # the object a method is called on (not the function's own ``self``)
+        func: list[str]  # an object called as a function (``self.clip_grad_norm(...)``)
 
     class FunctionFlow(TypedDict, total=False):
         """One function's values (see the module docstring): its returns, ``torch.save``s, the
@@ -81,6 +83,8 @@ if TYPE_CHECKING:
         dynamic: list[list]  # [where, field atoms]: a call of a callable a field holds
         named: list[list]  # [where, "=name" or "P<i>"]: ``getattr(obj, name)(...)``
         withs: list[list]
+        plain: bool  # it steps an optimizer itself without a scaler (``mark_steps``)
+        scaled: bool  # it runs a scaled backward (``mark_steps``)
 
 
 Atoms = frozenset  # of str

@@ -51,13 +51,15 @@ TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without i
 if TYPE_CHECKING:
     from typing import Any
 
+    from .value_atoms import CallFlow, FunctionFlow
 
-def module_flows(facts: AmpFacts, functions: list[tuple[str, ast.AST, str | None]]) -> dict[str, dict]:
+
+def module_flows(facts: AmpFacts, functions: list[tuple[str, ast.AST, str | None]]) -> dict[str, FunctionFlow]:
     """``FunctionFlow`` per qualified name, for ``functions``: (qualname, node, class name) of
     each top-level function and method and the module body (node: the ``ast.Module``)."""
     module_names = _module_level_names(facts.module)
     context = ModuleFlows(facts, module_names)
-    out = {}
+    out: dict[str, FunctionFlow] = {}
     source = facts.source
     bounds = facts.lines.bounds
     for name, node, class_name in functions:
@@ -96,7 +98,7 @@ class _FunctionWalk(BindingWalk):
         self.tuples: list[list[frozenset[str]]] = []
         self._tuple_of: dict[int, int] = {}
         self.call_index: dict[int, int] = {}
-        self.call_records: dict[int, dict] = {}
+        self.call_records: dict[int, CallFlow] = {}
         self.escapes: list[list] = []
         self.saves: list[list] = []
         self.dynamic: list[list] = []
@@ -106,7 +108,7 @@ class _FunctionWalk(BindingWalk):
 
     # ---- walk ------------------------------------------------------------------------------
 
-    def run(self) -> dict:
+    def run(self) -> FunctionFlow:
         body = self.node.body
         self._collect(body)
         b = self.bindings
@@ -125,7 +127,7 @@ class _FunctionWalk(BindingWalk):
             if not changed:
                 break
         self._final = True
-        flow: dict = {}
+        flow: FunctionFlow = {}
         returns = EMPTY.union(*(self.ev(expr) for expr in b.returns)) if b.returns else EMPTY
         for call in b.calls:
             self._call_value(call)  # records the calls, saves and escapes in source order
@@ -523,7 +525,7 @@ class _FunctionWalk(BindingWalk):
         # result carries what it was given, and a scaler it was called on, not the whole object.
         receiver = frozenset(atom for atom in receiver if atom != "H")
         fallback = lower(receiver.union(*(frozenset(a[1]) for a in args)) if args else receiver)
-        record: dict = {"callee": spelled, "at": span(call)}
+        record: CallFlow = {"callee": spelled, "at": span(call)}
         if args:
             record["args"] = args
         if type(call.func) is ast.Attribute and not (

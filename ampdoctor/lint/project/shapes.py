@@ -1,0 +1,114 @@
+"""The typed shape of a module's summary: what ``summary.py`` makes, the cache stores as JSON
+and the link step and the checks read.
+
+The records are ``TypedDict``s, defined for the type checker only: at run time a summary is the
+plain dict the cache decodes (the lint path never imports ``typing``). Producers are annotated
+with them (``summarize`` returns a ``ModuleSummary``, ``function_summary`` a
+``FunctionSummary``) and so are the readers (``Project.summary``, ``Target.function``), so that
+mypy checks every key a check asks for against what the summary can hold. Positions are
+``[line, column, end_line, end_column]``. A field that is absent means "nothing of that kind".
+
+Which check raises which code is in ``checks.py`` (``PROJECT_CHECKS``).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from .value_atoms import CallFlow as FunctionFlowCall
+    from .value_atoms import FunctionFlow
+
+    class RegionRecord(TypedDict, total=False):
+        """An enabled autocast region: where, its dtype (``None`` when it cannot be told) and
+        device."""
+
+        at: list[int]
+        dtype: str | None
+        device: str | None
+
+    class ScalerState(TypedDict, total=False):
+        """Whether a scaled backward came before a call with no ``unscale_`` since: ``kind`` is
+        ``scaled``, ``unscaled`` or ``none``; ``backward`` where that backward is."""
+
+        kind: str
+        backward: list[int]
+
+    class ArgumentRecord(TypedDict, total=False):
+        """An argument of a recorded call: its position or keyword, its spelling, and for a
+        scaler its state at the call."""
+
+        pos: int
+        kw: str
+        name: str
+        is_scaler: bool
+        state: ScalerState
+
+    class CallRecord(TypedDict, total=False):
+        """A call that may land in project code (``call_records.py``)."""
+
+        callee: str
+        frame: str
+        at: list[int]
+        region: RegionRecord
+        loop: list[int]
+        epoch_loop: bool
+        in_epoch: bool
+        arms: list[list]
+        assigned: bool
+        args: list[ArgumentRecord]
+        star: bool
+
+    # What the linker resolves: a summary's call record or a flow's (``value_atoms.CallFlow``).
+    CallLike = CallRecord | FunctionFlowCall
+
+    class FunctionSummary(TypedDict, total=False):
+        """What one function does with the training step (``function_parts.py`` documents
+        each part; ``uses`` and ``half_risks`` are ``float16_sites.py``'s)."""
+
+        at: list[int]
+        params: list[str]
+        star: bool
+        clips: list[dict]
+        clips_for_caller: list[int]
+        unscales_for_caller: list
+        backward: list[int]
+        returns_scaler: list[int]
+        stub: bool
+        updates: list[dict]
+        protocol: dict
+        returns_half: dict
+        trains_returned: list[dict]
+        scaler_default: dict
+        new_scaler: dict
+        builds_optimizer: bool
+        uses: list[str]
+        half_risks: list[dict]
+
+    class ClassRecord(TypedDict, total=False):
+        """A class statement: where it is and its bases as spelled."""
+
+        at: list[int]
+        bases: list[str]
+
+    class ModuleSummary(TypedDict, total=False):
+        """One module's summary (``summary.py`` documents each part); ``light`` marks the
+        summary of a module that only names things (``light_summary``)."""
+
+        regions: list[RegionRecord]
+        float16_code: bool | None
+        imports: dict[str, str]
+        aliases: dict[str, str]
+        classes: dict[str, ClassRecord]
+        instances: dict[str, str]
+        functions: dict[str, FunctionSummary]
+        calls: list[CallRecord]
+        framework: list[dict]
+        flows: dict[str, FunctionFlow]
+        trains: list[str]
+        paths: list[str]
+        light: bool
+
+
+__all__: list[str] = []
