@@ -397,6 +397,23 @@ def test_amp207_silent(body):
     assert lines_of("AMP207", loop(body)) == []
 
 
+def test_amp207_a_scheduler_under_a_scalers_name_is_not_a_scaler_step():
+    # One comprehension steps the schedulers, others step and update the scalers, all through
+    # ``s``: a GradScaler's step takes the optimizer, a scheduler's ``s.step()`` takes nothing.
+    header = "import torch\n\nscalers = [torch.amp.GradScaler('cuda') for _ in range(2)]\n"
+    body = (
+        "[s.step() for s in schedulers]\n"
+        "[s.scale(l).backward() for s, l in zip(scalers, losses)]\n"
+        "[s.step(o) for s, o in zip(scalers, optimizers)]\n"
+        "[s.update() for s in scalers]\n"
+    )
+    assert lines_of("AMP207", loop(body, header)) == []
+    src = loop(
+        body.replace("[s.step() for s in schedulers]\n", "[s.step(o) for s, o in zip(scalers, optimizers)]\n"), header
+    )
+    assert lines_of("AMP207", src) == [line_containing(src, "for s, o in zip")]
+
+
 def test_amp207_ignores_calls_in_different_loops():
     src = HEADER + textwrap.dedent(
         """

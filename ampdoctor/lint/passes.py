@@ -365,6 +365,11 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
         kind = {"step": EventKind.SCALER_STEP, "unscale_": EventKind.UNSCALE, "update": EventKind.UPDATE}.get(
             method or ""
         )
+        if kind is not EventKind.UPDATE and not site.node.args and not site.node.keywords:
+            # A GradScaler's step and unscale_ take the optimizer: ``s.step()`` is another object
+            # under a name a scaler also has (``[s.step() for s in schedulers]`` beside
+            # ``[s.update() for s in scalers]``).
+            return None
         if kind is not None:
             return Event(kind, site, scaler=receiver, optimizer=optimizer if kind is not EventKind.UPDATE else None)
         return None
