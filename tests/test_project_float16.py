@@ -396,3 +396,53 @@ def test_an_autocast_elsewhere_that_cannot_reach_the_fill_costs_no_finding(tmp_p
         },
     )
     assert lint_tree(tmp_path) == set()
+
+
+TRAINER_PACKAGE = """\
+import torch
+
+from . import losses  # noqa: F401
+
+
+class Trainer:
+    def __init__(self, model, loss_function, optimizer):
+        self.model = model
+        self.loss_function = loss_function
+        self.optimizer = optimizer
+
+    def iteration(self, x, y):
+        def compute_loss():
+            return self.loss_function(self.model(x), y)
+
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = compute_loss()
+        loss.backward()
+        self.optimizer.step()
+"""
+
+LOSSES_PACKAGE = """\
+import torch
+from torch import nn
+
+
+class AdversarialLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.criterion = nn.BCELoss()
+
+    def forward(self, probs, target):
+        return self.criterion(torch.sigmoid(probs), target)
+"""
+
+
+def test_a_closure_called_in_the_region_is_not_a_model_of_the_project(tmp_path: Path):
+    # ``compute_loss()`` is a function the training step defines, not an object of unknown
+    # class: it opens nothing of the package (a loss the user may hand in is not the package's
+    # BCE). Called as the model itself (``self.model(x)``), the region runs the package's models.
+    write(tmp_path / "engine", {"__init__.py": "", "trainer.py": TRAINER_PACKAGE, "losses.py": LOSSES_PACKAGE})
+    (tmp_path / "engine" / "pyproject.toml").unlink()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n', encoding="utf-8")
+    assert lint_tree(tmp_path) == set()
+    trainer = tmp_path / "engine" / "trainer.py"
+    trainer.write_text(trainer.read_text(encoding="utf-8").replace("loss = compute_loss()", "loss = self.model(x)"))
+    assert lint_tree(tmp_path) == {("engine/losses.py", 11, "AMP105")}

@@ -42,6 +42,9 @@ def call_records(facts: AmpFacts, imports: dict[str, str], functions: dict[str, 
             known = epoch_cache[id(block.node)] = is_epoch_loop(facts, block.node)
         return known
 
+    # The functions defined inside each function, by the frame they are defined in: a call of
+    # one (``_compute_pred_loss()``) runs that closure, not an object.
+    nested = {(id(frame.parent), frame.name) for frame in facts.frames if frame.parent is not None}
     for site in facts.calls:
         callee = _callee(site, imports, functions)
         if callee is None:
@@ -50,6 +53,8 @@ def call_records(facts: AmpFacts, imports: dict[str, str], functions: dict[str, 
         if frame_name is None:
             continue
         record: CallRecord = {"callee": callee, "frame": frame_name}
+        if (id(site.frame), callee) in nested:
+            record["nested_def"] = True
         relevant = False
         region = site.region
         if region is not None and region.enabled.counts_as_on:

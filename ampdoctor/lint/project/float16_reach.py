@@ -302,6 +302,8 @@ def _model_call(summary: ModuleSummary, call: CallRecord) -> bool:
     module binds to something other than a function or a class of its own, or one of ``self``'s
     fields, called as it is, not an import's function."""
     parts = call["callee"].split(".")
+    if call.get("nested_def"):
+        return False  # a closure of the calling function
     if parts[0] in ("self", "cls"):
         return len(parts) == 2
     if len(parts) != 1:

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         assigned: bool
         args: list[ArgumentRecord]
         star: bool
+        nested_def: bool  # the callee is a function defined inside the calling function
 
     # What the linker resolves: a summary's call record or a flow's (``value_atoms.CallFlow``).
     CallLike = CallRecord | FunctionFlowCall

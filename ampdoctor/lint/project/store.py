@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
-FORMAT = 11
+FORMAT = 12
 
 _RACY_NS = 2_000_000_000
 # Below this many summaries to make, worker processes cost more than they save.
