@@ -368,3 +368,19 @@ def identifier_arguments(call: ast.Call) -> dict[str, str]:
             if value.value.isidentifier():
                 found[keyword.arg] = value.value
     return found
+
+
+# What ``torch.nn.Module`` is called where a class names it as its base.
+_MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+
+
+def plain_module(facts: AmpFacts, node: ast.ClassDef) -> bool:
+    """Whether the class derives from ``torch.nn.Module`` alone and keeps its ``state_dict``
+    (no ``state_dict`` or ``get_extra_state`` of its own, no mixin that may bring one): its
+    ``state_dict()`` holds only its parameters and buffers."""
+    if len(node.bases) != 1 or node.keywords or facts.qualify(node.bases[0]) not in _MODULE_BASES:
+        return False
+    return not any(
+        isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in ("state_dict", "get_extra_state")
+        for item in node.body
+    )

@@ -34,6 +34,7 @@ from .value_atoms import (
     _Params,
     _root_name,
     _scaler_constructions,
+    plain_module,
     record_class,
 )
 
@@ -59,6 +60,10 @@ class ModuleFlows:
             for stmt in facts.module.body
         )
         self.records = {node.name for node, _bases in facts.classes if record_class(facts, node)}
+        # ``torch.nn.Module`` subclasses that keep the module's own ``state_dict``: what
+        # ``self.state_dict()`` returns there is the parameters and buffers, never a scaler's
+        # state held in a plain field.
+        self.plain_modules = {node.name for node, _bases in facts.classes if plain_module(facts, node)}
         # Functions and classes defined at module level: a name of one is code, not state.
         self.defined = {
             stmt.name

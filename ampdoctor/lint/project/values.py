@@ -92,6 +92,7 @@ class _FunctionWalk(BindingWalk):
         self.node = node
         self.is_module = isinstance(node, ast.Module)
         method = class_name is not None and not self.is_module and not _is_static(node)
+        self.class_name = class_name if method else None
         self.params = _Params(None if self.is_module else node, method)
         self.bindings = _Bindings()
         self.env: dict[str, frozenset[str]] = {}
@@ -442,6 +443,12 @@ class _FunctionWalk(BindingWalk):
         if qname is not None and not _is_local_object(owner, self):
             return self._library(call, qname, spelled)
         if method == "state_dict" and not call.args:
+            if (
+                self.class_name in self.context.plain_modules
+                and type(owner) is ast.Name
+                and owner.id == self.params.first
+            ):
+                return EMPTY  # a model's parameters and buffers
             receiver = self.ev(owner)
             # Named like an optimizer: its state, unless a caller binds it (``optimizer=None``).
             if not any(atom[0] == "P" for atom in receiver) and is_optimizer(dotted(owner), self.facts):
