@@ -9,11 +9,10 @@ import ast
 
 from ..model import AmpFacts, Frame
 from ..passes import downcast_dtype, is_optimizer_constructor
-from ..rules.amp301_303_numerics import model_of_params
+from ..rules.amp301_303_numerics import HALF_METHODS, model_of_params
 from ..syntax import dotted
 from ..syntax import span as position
 
-_HALF_METHODS = ("half", "to", "type", "convert_to_fp16")
 _FLOAT_METHODS = ("float", "to", "type")
 
 
@@ -37,7 +36,7 @@ def returned_half(facts: AmpFacts, function: ast.AST, frame: Frame) -> dict | No
     a returned tuple), with no conversion back to float32 in the function."""
     converted: dict[str, list[int]] = {}
     for site in frame.calls:
-        if site.method not in _HALF_METHODS or downcast_dtype(site, facts) != "float16":
+        if site.method not in HALF_METHODS or downcast_dtype(site, facts) != "float16":
             continue
         statement = site.statement
         name = None

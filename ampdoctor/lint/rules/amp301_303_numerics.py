@@ -335,14 +335,14 @@ class _HalfModel(Record):
         self.order = order
 
 
-_HALF_METHODS = ("half", "to", "type", "convert_to_fp16")
+HALF_METHODS = ("half", "to", "type", "convert_to_fp16")  # the calls that may make a model float16
 
 
 def _half_models(facts: AmpFacts) -> list[_HalfModel]:
     """``model.half()`` as a statement, or ``model = <...>.half()`` / ``.to(torch.float16)``."""
     found = []
     for site in facts.calls:
-        if site.method not in _HALF_METHODS or downcast_dtype(site, facts) != "float16":
+        if site.method not in HALF_METHODS or downcast_dtype(site, facts) != "float16":
             continue
         statement = site.statement
         if isinstance(statement, ast.Expr) and statement.value is site.node and site.receiver:
