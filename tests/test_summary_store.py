@@ -1,6 +1,7 @@
-"""The project summary cache on disk: summaries kept as JSON text and decoded when asked for, and
-a small delta file beside the cache when a run changes few entries (a pre-commit run on one
-file of a large project), merged on the next load."""
+"""The project summary cache on disk: summaries kept as JSON text in a blob beside the index (each
+entry says where its text lies) and decoded when asked for, and a small delta file beside the
+cache when a run changes few entries (a pre-commit run on one file of a large project), merged on
+the next load."""
 
 from __future__ import annotations
 
@@ -39,6 +40,16 @@ def warm(root: Path, count: int) -> Path:
     return folder
 
 
+def stored_text(store: SummaryStore, rel: str) -> str:
+    """The JSON text the cache holds for ``rel``: in the delta's entry, else in the blob."""
+    document = json.loads(store.path.read_text(encoding="utf-8"))
+    entry = store.entries[rel]
+    if "text" in entry:
+        return entry["text"]
+    start, length = entry["span"]
+    return (store.path.parent / document["blob"]).read_bytes()[start : start + length].decode("utf-8")
+
+
 def edit(root: Path, index: int, name: str) -> None:
     path = root / f"helper_{index}.py"
     path.write_text(HELPER.replace("save_checkpoint", name), encoding="utf-8")
@@ -50,7 +61,9 @@ def test_summaries_are_stored_as_text_and_decoded_only_when_asked_for(tmp_path: 
     root = project(tmp_path, 3)
     folder = warm(root, 3)
     document = json.loads(SummaryStore(root, folder).path.read_text(encoding="utf-8"))
-    assert all(isinstance(entry["text"], str) and "summary" not in entry for entry in document["files"].values())
+    entries = document["files"].values()
+    assert all("text" not in entry and "summary" not in entry and len(entry["span"]) == 2 for entry in entries)
+    assert (folder / document["blob"]).is_file()
     store = SummaryStore(root, folder)
     assert all("summary" not in entry for entry in store.entries.values())
     assert store.summary("helper_1.py")["functions"]["save_1"]["params"] == ["model", "optimizer", "path"]
@@ -102,9 +115,14 @@ def test_many_changes_rewrite_the_whole_file_and_drop_the_delta(tmp_path: Path, 
         store.summary(f"helper_{index}.py")
     store.save()
     assert not delta.exists()
-    files = json.loads(base.read_text(encoding="utf-8"))["files"]
-    assert "first_edit" in files["helper_0.py"]["text"] and "edit_2" in files["helper_2.py"]["text"]
-    assert "edit_1" in SummaryStore(root, folder).summary("helper_1.py")["functions"]
+    again = SummaryStore(root, folder)
+    assert "first_edit" in stored_text(again, "helper_0.py") and "edit_2" in stored_text(again, "helper_2.py")
+    assert "edit_1" in again.summary("helper_1.py")["functions"]
+    # helper_3 was never read by the run that rewrote the cache: its text was carried over, and
+    # the next run decodes it without summarizing the file again.
+    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: None)
+    assert "save_3" in SummaryStore(root, folder).summary("helper_3.py")["functions"]
+    assert len(list(folder.glob("*.blob"))) == 1  # the blob of the base before is gone
 
 
 def test_a_delta_written_beside_another_base_is_ignored(tmp_path: Path):
@@ -119,7 +137,7 @@ def test_a_delta_written_beside_another_base_is_ignored(tmp_path: Path):
     document["written_ns"] += 1  # the base was rewritten since (by another run)
     base.write_text(json.dumps(document), encoding="utf-8")
     stale = SummaryStore(root, folder)
-    assert "text" in stale.entries["helper_1.py"] and "in_the_delta" not in stale.entries["helper_1.py"]["text"]
+    assert "in_the_delta" not in stored_text(stale, "helper_1.py")
     # The stale entry is not trusted: its file changed since, so it is summarized again.
     assert "in_the_delta" in stale.summary("helper_1.py")["functions"]
 
@@ -160,3 +178,15 @@ def test_an_entry_of_the_delta_is_trusted_by_the_time_the_delta_was_written(tmp_
     racy = SummaryStore(root, folder)
     assert "edited" in racy.summary("helper_1.py")["functions"]
     assert racy.changed == {"helper_1.py"}
+
+
+def test_a_missing_or_damaged_blob_costs_only_a_summary_made_again(tmp_path: Path):
+    root = project(tmp_path, 2)
+    folder = warm(root, 2)
+    (blob,) = folder.glob("*.blob")
+    blob.write_bytes(blob.read_bytes()[:10])  # cut short
+    assert SummaryStore(root, folder).summary("helper_1.py")["functions"]["save_1"]
+    blob.unlink()
+    store = SummaryStore(root, folder)
+    assert store.summary("helper_0.py")["functions"]["save_0"]
+    assert store.has_summary("helper_1.py")  # known to the index; its text is read when asked for

@@ -4,7 +4,10 @@
 project root) to the size and modification time it had, the hash of its bytes, whether it is a
 *caller* module (one that mentions a scaler, autocast or an epoch: its calls are always
 linked), and its summary once made (kept as JSON text, decoded when a run asks for it: see
-``_stored``). As in the result cache, a file whose size and modification
+``_stored``). The texts of the summaries lie in a file of their own beside it
+(``summaries-<build>-<written>.blob``), each entry holding where its text is (``span``): a run
+reads the index whole and seeks to the few summaries it asks for. As in the result cache, a file
+whose size and modification
 time are unchanged (and not "racy": modified within two seconds of the cache being written) is
 trusted without being read; otherwise its bytes are hashed and compared. Summaries of other
 files are made only when a call resolves into them.
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
 
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
-FORMAT = 12
+FORMAT = 13
 
 _RACY_NS = 2_000_000_000
 # Below this many summaries to make, worker processes cost more than they save.
@@ -87,6 +90,7 @@ class SummaryStore:
         self._imports: dict[str, list[tuple[str, bool]]] = {}
         self._spending = Spending()
         self._base = str(root)
+        self._blob: str | None = None  # the name of the file of summary texts the index points into
         if folder is not None:
             from ..cache import build_fingerprint
 
@@ -103,6 +107,8 @@ class SummaryStore:
             return
         self.entries = data["files"]
         self.written_ns = int(data.get("written_ns") or 0)
+        blob = data.get("blob")
+        self._blob = blob if isinstance(blob, str) and "/" not in blob and "\\" not in blob else None
         delta = _read_json(_delta_path(self.path))
         if delta is None or delta.get("base") != self.written_ns:
             return  # none, or one written beside another base
@@ -223,10 +229,10 @@ class SummaryStore:
         """Whether the file's summary is known (made by this run's lint pass or an earlier one).
         A file the cache has never summarized is not read to find out."""
         known = self.entries.get(rel)
-        if known is None or (known.get("summary") is None and "text" not in known):
+        if known is None or (known.get("summary") is None and not _has_text(known)):
             return False
         entry = self._fresh(rel)
-        return bool(entry and (entry.get("summary") is not None or "text" in entry))
+        return bool(entry and (entry.get("summary") is not None or _has_text(entry)))
 
     def defines_without(self, rel: str, name: str, pattern: re.Pattern) -> bool:
         """``defines_without`` on the file's bytes (False when it cannot be read)."""
@@ -271,12 +277,16 @@ class SummaryStore:
         entry = self._fresh(rel)
         if entry is None:
             return None
-        if "summary" not in entry and "text" in entry:
-            # Kept as its JSON text: decoded when first asked for (a run asks for a few).
+        if "summary" not in entry and _has_text(entry):
+            # Kept as its JSON text: read and decoded when first asked for (a run asks for a few).
+            text = self._text_of(entry)
             try:
-                entry["summary"] = json.loads(entry["text"])
+                if text is None:
+                    raise ValueError("the summary's text is gone")
+                entry["summary"] = json.loads(text)
             except ValueError:
-                del entry["text"]
+                entry.pop("text", None)
+                entry.pop("span", None)
         if "summary" not in entry:
             data = self._data.pop(rel, None)
             if data is None:
@@ -305,7 +315,7 @@ class SummaryStore:
         missing = []
         for rel in rels:
             entry = self._fresh(rel)
-            if entry is not None and "summary" not in entry and "text" not in entry:
+            if entry is not None and "summary" not in entry and not _has_text(entry):
                 missing.append(rel)
         workers = jobs if jobs is not None else (os.cpu_count() or 1)
         if len(missing) < _PARALLEL_SUMMARIES or workers <= 1:
@@ -363,12 +373,77 @@ class SummaryStore:
                     files[rel] = None if entry is None else {**_stored(entry), "written_ns": now}
                 write_cache_file(delta, {"format": FORMAT, "base": self.written_ns, "written_ns": now, "files": files})
                 return
-            files = {rel: _stored(entry) for rel, entry in self.entries.items()}
-            write_cache_file(self.path, {"format": FORMAT, "written_ns": now, "files": files})
+            old = self._blob_bytes()
+            files = {}
+            texts = []
+            offset = 0
+            for rel, entry in self.entries.items():
+                stored = dict(_stored(entry))
+                text = stored.pop("text", None)
+                span = stored.pop("span", None)
+                data = text.encode("utf-8") if text is not None else _cut(old, span)
+                if data is not None:
+                    stored["span"] = [offset, len(data)]
+                    texts.append(data)
+                    offset += len(data)
+                files[rel] = stored
+            blob = f"{self.path.stem}-{now}.blob"
+            write_cache_file(self.path.parent / blob, b"".join(texts))
+            write_cache_file(self.path, {"format": FORMAT, "written_ns": now, "blob": blob, "files": files})
             if self._delta:
                 os.unlink(delta)
+            if self._blob is not None and self._blob != blob:
+                os.unlink(self.path.parent / self._blob)
         except OSError:
             pass  # a read-only project still lints; it just is not cached
+
+    def _text_of(self, entry: dict) -> str | None:
+        """A stored summary's JSON text: kept in the entry (a delta's), or read from the blob."""
+        text = entry.get("text")
+        if text is not None:
+            return text
+        span = _span(entry.get("span"))
+        if self._blob is None or self.path is None or span is None:
+            return None
+        start, length = span
+        try:
+            with open(self.path.parent / self._blob, "rb") as handle:
+                handle.seek(start)
+                data = handle.read(length)
+            return data.decode("utf-8") if len(data) == length else None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def _blob_bytes(self) -> bytes | None:
+        """The whole blob the index points into (to copy the summaries kept unread), or None."""
+        if self._blob is None or self.path is None:
+            return None
+        try:
+            return (self.path.parent / self._blob).read_bytes()
+        except OSError:
+            return None
+
+
+def _has_text(entry: dict) -> bool:
+    """Whether a stored entry holds its summary's text (inline, or where it lies in the blob)."""
+    return "text" in entry or "span" in entry
+
+
+def _span(value: object) -> tuple[int, int] | None:
+    """Where a summary's text lies in the blob (offset, length), if ``value`` says so."""
+    if isinstance(value, list) and len(value) == 2 and all(type(n) is int and n >= 0 for n in value):
+        return value[0], value[1]
+    return None
+
+
+def _cut(blob: bytes | None, span: object) -> bytes | None:
+    """The bytes of ``span`` in ``blob`` (a summary kept unread since it was stored)."""
+    where = _span(span)
+    if blob is None or where is None:
+        return None
+    start, length = where
+    data = blob[start : start + length]
+    return data if len(data) == length else None
 
 
 def _delta_path(path: Path) -> Path:
@@ -386,16 +461,17 @@ def _read_json(path: Path) -> dict | None:
     return None
 
 
-def write_cache_file(path: Path, document: dict) -> None:
-    """Write a cache document atomically (a temporary file in the same folder, then a rename).
-    Unlike ``ampdoctor.atomic`` (reports the user keeps), no ``fsync``: a cache lost to a crash
-    is only a miss, and a pre-commit run should not wait for the disk."""
+def write_cache_file(path: Path, document: dict | bytes) -> None:
+    """Write a cache document (or bytes) atomically (a temporary file in the same folder, then a
+    rename). Unlike ``ampdoctor.atomic`` (reports the user keeps), no ``fsync``: a cache lost to a
+    crash is only a miss, and a pre-commit run should not wait for the disk."""
     temp = path.parent / f".summaries-{os.getpid()}-{time.monotonic_ns()}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with os.fdopen(fd, "wb") as handle:
             # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
-            handle.write(json.dumps(document, separators=(",", ":")))
+            data = document if isinstance(document, bytes) else json.dumps(document, separators=(",", ":")).encode()
+            handle.write(data)
         os.replace(temp, path)
     except OSError:
         try:
@@ -406,14 +482,16 @@ def write_cache_file(path: Path, document: dict) -> None:
 
 
 def _stored(entry: dict) -> dict:
-    """An entry as the cache file holds it: a summary as its JSON text (``"text"``), so that a
-    run decodes only the summaries it asks for. Measured on the 3,642-file store of a 31-repository
-    tree (8.8 MB): loading took 0.52 s with the summaries decoded and 0.08 s with them kept as
-    text; writing 0.31 s and 0.09 s. A summary decoded in this run and not remade keeps the text
-    it was read from."""
+    """An entry as the cache file holds it: a summary as its JSON text (``"text"``, moved into
+    the blob when the whole cache is written), so that a run decodes only the summaries it asks
+    for. Measured on the 3,642-file store of a 31-repository tree (8.8 MB of summaries): loading
+    took 0.52 s with the summaries decoded, 0.08-0.16 s with them kept as text in the index, and
+    0.03 s with the index alone (the texts in the blob); writing 0.31 s and 0.09 s. A summary
+    decoded in this run and not remade keeps the text (or the place in the blob) it was read
+    from."""
     summary = entry.get("summary")
-    if summary is None or "text" in entry:
-        return {k: v for k, v in entry.items() if k != "summary"} if "text" in entry else entry
+    if summary is None or _has_text(entry):
+        return {k: v for k, v in entry.items() if k != "summary"} if _has_text(entry) else entry
     stored = {k: v for k, v in entry.items() if k != "summary"}
     stored["text"] = json.dumps(summary, separators=(",", ":"))
     return stored
