@@ -90,3 +90,31 @@ def test_the_project_pass_collects_as_it_summarizes(tmp_path: Path, monkeypatch)
         summaries = [store.summary(name) for name in ("buggy_no_update.py", "clean_nanogpt_style.py")]
     assert all(summary is not None for summary in summaries)
     assert len(collections) == 2
+
+
+def test_the_project_pass_reclaims_each_parse_with_young_collections(tmp_path: Path, monkeypatch):
+    # Below the full budget, the modules summarized on demand are reclaimed by collections of
+    # the youngest generation (what they parsed, not what the run holds), and they leave no
+    # cycles behind for a full collection to find.
+    from ampdoctor.lint.project.store import SummaryStore
+
+    _jobs(tmp_path)
+    monkeypatch.setattr(collector, "_YOUNG_BUDGET", 1)
+    store = SummaryStore(tmp_path, None)
+    generations: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            generations.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(seen)
+    try:
+        with collector.paused():
+            summaries = [store.summary(name) for name in ("buggy_no_update.py", "clean_nanogpt_style.py")]
+            leftover = gc.collect()
+    finally:
+        gc.callbacks.remove(seen)
+    assert all(summary is not None for summary in summaries)
+    assert generations[:2] == [0, 0]
+    assert leftover == 0

@@ -43,20 +43,31 @@ def collect() -> None:
     gc.collect()
 
 
-# Characters of parsed source after which a long run in one process collects what they left
-# (their facts take a few hundred bytes per character); a pre-commit run of a few files never
-# reaches it and pays for no collection.
+# Characters of parsed source after which a long run in one process reclaims what they left:
+# the youngest generation only (what was made since the last time: the modules parsed since, and
+# what of them survives, which moves on and is not walked again), so that each parse is walked
+# once whatever the run holds; and, rarely, everything. A pre-commit run of a few files never
+# reaches them and pays for no collection. Measured on the project pass of the 31-repository
+# tree, which parses 2.5 MB of source in the main process: its peak memory was 221 MB when only
+# the 4 MB budget collected (never reached there) and 144 MB with the young generation collected
+# every 256 kB, for no measurable time.
+_YOUNG_BUDGET = 256_000
 _PARSED_BUDGET = 4_000_000
 
 
 class Spending:
-    """Counts the source a process has parsed and collects each time it passes the budget."""
+    """Counts the source a process has parsed and collects each time it passes a budget."""
 
     def __init__(self) -> None:
         self.parsed = 0
+        self.young = 0
 
     def parsed_source(self, characters: int) -> None:
         self.parsed += characters
+        self.young += characters
         if self.parsed >= _PARSED_BUDGET:
-            self.parsed = 0
+            self.parsed = self.young = 0
             gc.collect()
+        elif self.young >= _YOUNG_BUDGET:
+            self.young = 0
+            gc.collect(0)
