@@ -9,8 +9,9 @@ Certain when: both calls sit in one loop of one function, on one receiver (``wor
 ``worker.g()``, ``self.d()`` and ``self.g()``), not in different arms of one ``if``; both land on
 methods of one class whose updates name the same ``self.`` field; and the optimizers stepped
 before the two updates are spelled differently. A scaler handed in as a parameter counts when
-both calls pass it under one name. Reported once per pair, at the update of the function
-called first. Both functions are looked for in one module (a class's methods, or a module of
+both calls pass it under one name. One helper called twice in the iteration with different
+optimizers for its optimizer parameter (``step(opt_d, scaler)``, ``step(opt_g, scaler)``) is
+such a pair too. Reported once per pair, at the update of the function called first. Both functions are looked for in one module (a class's methods, or a module of
 step helpers), so that the callers are searched only where a pair exists.
 """
 
@@ -46,16 +47,20 @@ def update_twice(project: Project, targets: list[str], callers: Callers) -> Iter
 def _paired(functions: dict[str, FunctionSummary]) -> list[str]:
     """The functions that have a possible partner in their own module (finding the callers costs):
     another method of the class that updates the same field after stepping another optimizer,
-    or another function that updates a scaler it is handed."""
+    or another function that updates a scaler it is handed; or that may be their own partner,
+    stepping an optimizer they are handed (called twice with two)."""
     fields: dict[tuple[str, str], set[str]] = {}
     handed: list[str] = []
+    paired: set[str] = set()
     for name, function in functions.items():
         for update in function.get("updates", []):
+            if update["optimizer"].startswith("#"):
+                paired.add(name)
             if update["scaler"].startswith("#"):
                 handed.append(name)
             elif "." in name:
                 fields.setdefault((name.split(".", 1)[0], update["scaler"]), set()).add(name)
-    paired = {name for names in fields.values() if len(names) > 1 for name in names}
+    paired.update(name for names in fields.values() if len(names) > 1 for name in names)
     if len(set(handed)) > 1:
         paired.update(handed)
     return sorted(paired)
@@ -73,12 +78,13 @@ def _pair(
         if (other["callee"].rsplit(".", 1)[0] if "." in other["callee"] else None) != receiver:
             continue
         second = project.resolve_call(caller, other)
-        if second is None or (second.module, second.name) == (target.module, target.name):
+        if second is None:
             continue
         shared = _shared_scaler(target, call, second, other)
         if shared is None:
             continue
-        key = frozenset({(target.module, target.name), (second.module, second.name)})
+        same = (second.module, second.name) == (target.module, target.name)
+        key = frozenset({(target.module, target.name), (second.module, second.name), (caller, str(same))})
         if key in reported:
             continue
         first_call, first, first_update, then_call, then, then_update = (
@@ -88,6 +94,19 @@ def _pair(
         )
         reported.add(key)
         short, other_short = first.name.rsplit(".", 1)[-1], then.name.rsplit(".", 1)[-1]
+        if same:
+            return CrossReport(
+                "AMP208",
+                first.module,
+                first_update["at"],
+                f"`update()` runs here on every call of `{short}`, and one iteration calls it twice, for two "
+                "optimizers: the loss scale is updated twice per iteration, from half of the inf checks each time",
+                f"Take `update()` out of `{short}` and call it once per iteration, after both steps",
+                [
+                    (caller, first_call["at"], f"`{short}` is called here"),
+                    (caller, then_call["at"], "and again here, for another optimizer, in the same iteration"),
+                ],
+            )
         return CrossReport(
             "AMP208",
             first.module,
