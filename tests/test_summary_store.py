@@ -190,3 +190,22 @@ def test_a_missing_or_damaged_blob_costs_only_a_summary_made_again(tmp_path: Pat
     store = SummaryStore(root, folder)
     assert store.summary("helper_0.py")["functions"]["save_0"]
     assert store.has_summary("helper_1.py")  # known to the index; its text is read when asked for
+
+
+def test_a_rewrite_removes_the_blob_before_it_and_old_ones_left_by_other_runs(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, 3)
+    folder = warm(root, 3)
+    store = SummaryStore(root, folder)
+    (current,) = folder.glob("*.blob")
+    orphan = folder / f"{store.path.stem}-1.blob"  # left by a run that lost the race for the index
+    orphan.write_bytes(b"{}")
+    os.utime(orphan, (time.time() - 3600, time.time() - 3600))
+    fresh = folder / f"{store.path.stem}-2.blob"  # another run's, written a moment ago
+    fresh.write_bytes(b"{}")
+    monkeypatch.setattr(store_module, "_DELTA_ENTRIES", 0)
+    edit(root, 0, "rewritten")
+    store.summary("helper_0.py")
+    store.save()
+    blobs = sorted(path.name for path in folder.glob("*.blob"))
+    assert current.name not in blobs and orphan.name not in blobs and fresh.name in blobs and len(blobs) == 2
+    assert "rewritten" in SummaryStore(root, folder).summary("helper_0.py")["functions"]

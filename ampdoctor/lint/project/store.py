@@ -392,10 +392,22 @@ class SummaryStore:
             write_cache_file(self.path, {"format": FORMAT, "written_ns": now, "blob": blob, "files": files})
             if self._delta:
                 os.unlink(delta)
-            if self._blob is not None and self._blob != blob:
-                os.unlink(self.path.parent / self._blob)
+            self._drop_blobs(blob, now)
         except OSError:
             pass  # a read-only project still lints; it just is not cached
+
+    def _drop_blobs(self, kept: str, now: int) -> None:
+        """Remove the blobs of this cache other than ``kept``: the one the index pointed to
+        before, and any a run writing beside this one left behind (only when older than a
+        minute: a run that just wrote its blob may not have written its index yet)."""
+        for path in self.path.parent.glob(f"{self.path.stem}-*.blob") if self.path is not None else ():
+            if path.name == kept:
+                continue
+            try:
+                if path.name == self._blob or path.stat().st_mtime_ns < now - 60_000_000_000:
+                    path.unlink()
+            except OSError:
+                pass
 
     def _text_of(self, entry: dict) -> str | None:
         """A stored summary's JSON text: kept in the entry (a delta's), or read from the blob."""
