@@ -137,6 +137,38 @@ def test_amp204_silent_for_a_disabled_scaler():
     assert lines_of("AMP204", loop("loss.backward()\nscaler.step(optimizer)\nscaler.update()\n", header)) == []
 
 
+def test_amp204_a_loss_handed_in_may_have_been_scaled_by_the_caller():
+    # ``loss = self.scaler.scale(loss) if self.scaler else loss; self._backward(loss)``: the
+    # helper's plain backward runs on what its caller made. A loss the helper computes itself,
+    # or rebinds, is its own.
+    src = """
+    import torch
+
+    class Trainer:
+        def __init__(self):
+            self.scaler = torch.amp.GradScaler("cuda")
+
+        def _backward(self, loss):
+            loss.backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+        def _backward_of(self, batch):
+            loss = self.model(batch).mean()
+            loss.backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+        def _backward_mean(self, loss):
+            loss = loss.mean()
+            loss.backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+    """
+    backwards = [n for n, line in enumerate(textwrap.dedent(src).splitlines(), start=1) if "loss.backward()" in line]
+    assert lines_of("AMP204", src) == backwards[1:]
+
+
 def test_amp204_silent_when_the_backward_happens_in_another_function():
     src = """
     import torch

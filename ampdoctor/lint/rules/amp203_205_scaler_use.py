@@ -100,10 +100,13 @@ class UnscaledBackward(LintRule):
             # losses) means scaling happens here in a form the model does not follow.
             if any(site.method == "scale" and site.receiver in facts.scalers for site in frame.calls):
                 continue
+            handed = _handed_in(facts, frame)
             for backward in frame.events_of(EventKind.BACKWARD):
                 site = backward.call
                 if framework_backward(site) or "scale" in (site.receiver or "").lower():
                     continue
+                if site.receiver in handed:
+                    continue  # a loss the caller made, and may have scaled (``self._backward(loss)``)
                 fed = [s for s in steps if feeds(backward, s) and not exclusive(backward, s)]
                 if not fed:
                     continue
@@ -117,6 +120,16 @@ class UnscaledBackward(LintRule):
                     help=f"Scale the loss first: `{step.scaler}.scale(loss).backward()`",
                     statement=site.statement,
                 )
+
+
+def _handed_in(facts: AmpFacts, frame) -> set[str]:
+    """The function's parameters that it never rebinds: a value its caller made."""
+    node = frame.node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return set()
+    args = node.args
+    names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    return names - {a.target for a in facts.assignments if a.frame is frame}
 
 
 # --------------------------------------------------------------------------------------
