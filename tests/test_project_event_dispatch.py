@@ -70,9 +70,55 @@ def test_the_scaled_backward_counts_only_on_an_engine_that_autocasts(buggy: Path
     assert findings(buggy) == set()
 
 
-def test_a_handler_whose_runner_is_not_annotated_finds_the_engine_by_its_methods(buggy: Path):
-    # ``runner`` of unseen class: the engine is the project's class with a scaler protocol
-    # under those method names (``engine_calls.py``).
+def test_a_handler_that_does_not_say_whose_events_it_handles_is_not_followed(buggy: Path):
+    # ``runner`` of unseen class: the method may handle any dispatcher's ``on_batch_end``.
     text = (buggy / "callbacks.py").read_text(encoding="utf-8").replace('runner: "Runner"', "runner")
     (buggy / "callbacks.py").write_text(text, encoding="utf-8")
-    assert findings(buggy) == EXPECTED
+    assert findings(buggy) == set()
+
+
+EVALUATOR = """\
+from engines import Engine
+
+
+class Evaluator:
+    def __init__(self, model, metrics, engine: Engine):
+        self.model = model
+        self.metrics = metrics
+        self.engine: Engine = engine
+        self.output = None
+
+    def fire(self, event):
+        for metric in self.metrics:
+            getattr(metric, event)(self)
+
+    def eval_batch(self, x):
+        self.output = self.model(x)
+        self.fire("on_batch_end")
+
+    def evaluate(self, loader):
+        for x, _y in loader:
+            with self.engine.autocast():
+                self.eval_batch(x)
+"""
+
+
+def test_another_dispatchers_events_of_the_same_name_reach_only_its_own_handlers(tmp_path: Path):
+    # An evaluator fires ``on_batch_end`` at its metrics inside the engine's autocast: the
+    # training callback's ``on_batch_end`` handles the runner's events, not the evaluator's.
+    clean = copy_twin("event_dispatch", "clean", tmp_path / "p")
+    (clean / "evaluator.py").write_text(EVALUATOR, encoding="utf-8")
+    assert findings(clean) == set()
+    # Annotated with the evaluator's class, the training callback is one of its handlers.
+    edit(clean / "callbacks.py", "    from runner import Runner\n", "    from evaluator import Evaluator as Runner\n")
+    assert findings(clean) == {("evaluator.py", 22, "AMP101"), ("evaluator.py", 22, "AMP102")}
+
+
+def test_an_event_fired_right_inside_the_region(buggy: Path):
+    edit(
+        buggy / "runner.py",
+        "            with self.engine.autocast():\n                self.run_batch(x, y)  # expect: AMP101 AMP102\n",
+        "            with self.engine.autocast():\n                self.loss = self.criterion(self.model(x), y)\n"
+        '                self.fire("on_batch_end")\n',
+    )
+    assert findings(buggy) == {("runner.py", 27, "AMP101"), ("runner.py", 27, "AMP102")}

@@ -80,3 +80,39 @@ def test_a_modules_own_state_and_its_optimizers_without_the_scaler_is_reported()
 def test_a_state_that_may_hold_the_scaler_is_not_reported(old: str, new: str):
     assert old in MODEL
     assert amp211(MODEL.replace(old, new)) == []
+
+
+SUBCLASS = """\
+from model import Model
+
+
+class ScaledModel(Model):
+    def state_dict(self, *args, **kwargs):
+        state = super().state_dict(*args, **kwargs)
+        state["scaler"] = self.scaler.state_dict()
+        return state
+"""
+
+
+def test_a_subclass_that_adds_to_the_state_may_hold_the_scaler(tmp_path):
+    # ``self.state_dict()`` runs the object's own class's: a subclass in another module that
+    # puts the scaler's state into it makes the checkpoint complete for its objects.
+    from helpers import lint_project
+
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n', encoding="utf-8")
+    (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
+    assert [(f.location.path, f.location.line) for f in lint_project(tmp_path).findings if f.code == "AMP211"] == [
+        ("model.py", 33)
+    ]
+    (tmp_path / "scaled.py").write_text(SUBCLASS, encoding="utf-8")
+    assert [f for f in lint_project(tmp_path).findings if f.code == "AMP211"] == []
+    # The same subclass in the model's own module.
+    assert amp211(MODEL + "\n\n" + SUBCLASS.replace("from model import Model\n", "")) == []
+
+
+def test_a_state_dict_hook_may_put_the_scaler_in():
+    hooked = MODEL.replace(
+        "        self.scaler = None\n",
+        "        self.scaler = None\n        self._register_state_dict_hook(lambda module, state, prefix, meta: state)\n",
+    )
+    assert amp211(hooked) == []

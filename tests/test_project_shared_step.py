@@ -60,3 +60,19 @@ def test_a_parameter_not_named_as_a_scaler_is_not_taken_for_one(buggy: Path):
     text = (buggy / "optim_utils.py").read_text(encoding="utf-8").replace("scaler", "runner")
     (buggy / "optim_utils.py").write_text(text, encoding="utf-8")
     assert findings(buggy) == set()
+
+
+def test_an_update_the_caller_can_turn_off_is_not_judged(buggy: Path):
+    # ``apply_step(enc_opt, scaler, update=False)`` then ``apply_step(dec_opt, scaler)``: the
+    # helper's update is guarded by a parameter, the usual way to update once after the last
+    # optimizer. Neither AMP208 nor any rule of the helper's own fires on it.
+    edit(
+        buggy / "optim_utils.py",
+        "def apply_step(optimizer, scaler, max_norm=1.0):",
+        "def apply_step(optimizer, scaler, max_norm=1.0, update=True):",
+    )
+    edit(
+        buggy / "optim_utils.py", "    scaler.update()  # expect: AMP208\n", "    if update:\n        scaler.update()\n"
+    )
+    edit(buggy / "train.py", "apply_step(enc_opt, scaler)", "apply_step(enc_opt, scaler, update=False)")
+    assert [f.code for f in lint_project(buggy).findings if f.location.path.endswith("optim_utils.py")] == []

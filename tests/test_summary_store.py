@@ -197,10 +197,10 @@ def test_a_rewrite_removes_the_blob_before_it_and_old_ones_left_by_other_runs(tm
     folder = warm(root, 3)
     store = SummaryStore(root, folder)
     (current,) = folder.glob("*.blob")
-    orphan = folder / f"{store.path.stem}-1.blob"  # left by a run that lost the race for the index
+    orphan = folder / f"{store.path.stem}-1-1.blob"  # left by a run that lost the race for the index
     orphan.write_bytes(b"{}")
     os.utime(orphan, (time.time() - 3600, time.time() - 3600))
-    fresh = folder / f"{store.path.stem}-2.blob"  # another run's, written a moment ago
+    fresh = folder / f"{store.path.stem}-2-2.blob"  # another run's, written a moment ago
     fresh.write_bytes(b"{}")
     monkeypatch.setattr(store_module, "_DELTA_ENTRIES", 0)
     edit(root, 0, "rewritten")
@@ -209,3 +209,27 @@ def test_a_rewrite_removes_the_blob_before_it_and_old_ones_left_by_other_runs(tm
     blobs = sorted(path.name for path in folder.glob("*.blob"))
     assert current.name not in blobs and orphan.name not in blobs and fresh.name in blobs and len(blobs) == 2
     assert "rewritten" in SummaryStore(root, folder).summary("helper_0.py")["functions"]
+
+
+def test_a_blob_of_the_right_size_but_other_bytes_gives_no_wrong_summary(tmp_path: Path):
+    # Whatever a span decodes to that is not a summary (a number, a string) is not taken for one.
+    root = project(tmp_path, 2)
+    folder = warm(root, 2)
+    (blob,) = folder.glob("*.blob")
+    blob.write_bytes(b"1" * blob.stat().st_size)
+    store = SummaryStore(root, folder)
+    assert store.summary("helper_0.py")["functions"]["save_0"]
+
+
+def test_two_runs_rewriting_at_once_keep_what_the_last_one_decoded(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, 3)
+    folder = warm(root, 3)
+    monkeypatch.setattr(store_module, "_DELTA_ENTRIES", 0)
+    first, second = SummaryStore(root, folder), SummaryStore(root, folder)
+    assert second.summary("helper_1.py")["functions"]["save_1"]
+    for store in (first, second):
+        store.dirty = True
+        store.changed.add("helper_0.py")
+        store.save()  # the first removes the blob the second was loaded with
+    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: None)
+    assert SummaryStore(root, folder).summary("helper_1.py")["functions"]["save_1"]  # kept, not made again

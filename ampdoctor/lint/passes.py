@@ -66,7 +66,6 @@ _OPTIMIZER_CLASS = frozenset(
         "ZeroRedundancyOptimizer",
     }
 )
-_SCALER_NAME = re.compile(r"^(grad_|amp_|loss_)?scaler$", re.I)
 _OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser|optimizers)(_\w+)?$|^(g|d|gen|disc)_?opt\w*$")
 
 
@@ -247,20 +246,6 @@ def find_scalers_and_optimizers(facts: AmpFacts) -> None:
             scaler = _is_scale_call(site.node.func.value) if type(site.node.func) is ast.Attribute else None
             if scaler is not None:
                 facts.scalers.add(scaler)
-    # A scaler handed in under a scaler's name and driven through the protocol by a helper that
-    # never scales a loss itself (``def apply_step(optimizer, scaler): scaler.unscale_(optimizer)
-    # ... scaler.step(optimizer); scaler.update()``).
-    for site in facts.calls:
-        receiver = site.receiver
-        if (
-            receiver is not None
-            and receiver not in facts.scalers
-            and site.method in ("step", "unscale_")
-            and (site.node.args or site.node.keywords)
-            and _SCALER_NAME.search(receiver)
-            and _is_parameter(site.frame, receiver)
-        ):
-            facts.scalers.add(receiver)
     for site in facts.calls:
         if site.receiver in facts.scalers and site.method in ("step", "unscale_"):
             opt = site.arg(0, "optimizer")
@@ -457,12 +442,3 @@ def _is_norm_only(site: CallSite, facts: AmpFacts) -> bool:
         if name in ("math.inf", "torch.inf", "np.inf", "numpy.inf", "inf", "float_inf"):
             return True
     return False
-
-
-def _is_parameter(frame, name: str) -> bool:
-    """Whether ``name`` is a parameter of the function ``frame`` runs (not of an enclosing one)."""
-    node = frame.node
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return False
-    args = node.args
-    return any(a.arg == name for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))

@@ -51,6 +51,9 @@ DTYPES = {
     "torch.double": "float64",
 }
 # float16's largest finite value and its smallest subnormal (what is nonzero below it is lost).
+# The methods by which a ``torch.nn.Module`` subclass decides what its ``state_dict()`` holds.
+STATE_METHODS = ("state_dict", "get_extra_state")
+
 from ..float16 import FLOAT16_MAX  # noqa: E402,F401  (one definition for both halves)
 from ..float16 import FLOAT16_SMALLEST_SUBNORMAL as FLOAT16_SMALLEST  # noqa: E402,F401
 

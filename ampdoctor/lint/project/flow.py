@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from ..vocabulary import STATE_METHODS
 from .link import Project, Target
 
 MAX_DEPTH = 6
@@ -204,6 +205,16 @@ class Values:
         if head == "H":
             owner = self_type(module, function, bound)
             return frozenset({f"H@{owner[0]}|{owner[1]}"}) if owner else EMPTY
+        if head == "M":
+            # ``self.state_dict()`` of a plain ``torch.nn.Module`` subclass: its parameters and
+            # buffers, unless the object may be of a subclass that decides what it holds.
+            owner = self_type(module, function, bound)
+            if owner is None:
+                return _U
+            classes = [owner, *self.subclasses(*owner)]
+            if any(self.project.method(m, c, name) is not None for m, c in classes for name in STATE_METHODS):
+                return frozenset({f"H@{owner[0]}|{owner[1]}"})
+            return EMPTY
         if head in "Dd":
             # Field ``name`` of the objects another atom resolves to.
             name, _, base = atom[1:].partition("#")

@@ -33,6 +33,7 @@ function's summary (``summary.py``) read off the module's fact model.
 from __future__ import annotations
 
 import ast
+import re
 
 from ..model import AmpFacts, Frame
 from ..passes import is_optimizer_constructor
@@ -111,24 +112,49 @@ def function_summary(
 def _updates_after_step(frame: Frame, params: list[str]) -> list[dict]:
     """``{"scaler", "optimizer", "at"}`` for each ``S.update()`` that follows ``S.step(O)`` in
     the function, where S is a ``self.`` field (a method's) or one of its parameters; ``scaler``
-    and ``optimizer`` are spelled as written, or ``"#i"`` for the parameter at index i."""
+    and ``optimizer`` are spelled as written, or ``"#i"`` for the parameter at index i;
+    ``guarded`` when the update runs under a condition (``if update_scaler: scaler.update()``).
+
+    A parameter named like a scaler (``scaler``, ``grad_scaler``) counts even where the function
+    only drives it (``scaler.unscale_(optimizer) ... scaler.step(optimizer); scaler.update()``,
+    a step helper that never scales a loss itself, which the fact model does not take for a
+    scaler): what a helper does with the scaler it is handed is its callers' concern."""
     found = []
-    steps = frame.events_of(EventKind.SCALER_STEP)
-    for update in frame.events_of(EventKind.UPDATE):
-        scaler = update.scaler
-        if scaler is None:
-            continue
+    pairs = [(update.scaler, update.call) for update in frame.events_of(EventKind.UPDATE) if update.scaler]
+    steps = [(step.scaler, step.optimizer, step.order, step.call) for step in frame.events_of(EventKind.SCALER_STEP)]
+    named = {p for p in params if _SCALER_NAME.search(p)} - {s for s, _call in pairs}
+    if named:
+        for site in frame.calls:
+            if site.receiver not in named:
+                continue
+            if site.method == "update" and not site.node.args and not site.node.keywords:
+                pairs.append((site.receiver, site))
+            elif site.method == "step" and (site.node.args or site.node.keywords):
+                given = site.arg(0, "optimizer")
+                steps.append((site.receiver, dotted(given.value) if given else None, site.order, site))
+    steps.sort(key=lambda step: step[2])
+    for scaler, call in pairs:
         if scaler in params:
             key = f"#{params.index(scaler)}"
         elif scaler.startswith("self.") and scaler.count(".") == 1 and frame.class_name:
             key = scaler
         else:
             continue
-        step = next((s for s in reversed(steps) if s.scaler == scaler and s.order < update.order), None)
-        if step is not None and step.optimizer:
-            optimizer = f"#{params.index(step.optimizer)}" if step.optimizer in params else step.optimizer
-            found.append({"scaler": key, "optimizer": optimizer, "at": position(update.call.node)})
+        step = next((s for s in reversed(steps) if s[0] == scaler and s[2] < call.order), None)
+        if step is not None and step[1]:
+            optimizer = f"#{params.index(step[1])}" if step[1] in params else step[1]
+            record: dict[str, object] = {"scaler": key, "optimizer": optimizer, "at": position(call.node)}
+            # A condition over the update alone (``if update_scaler: scaler.update()``), not one
+            # over the step and the update together (``if amp: scaler.step(o); scaler.update()``).
+            shared = {block.ident for block in step[3].path}
+            if any(block.kind in ("if", "else", "match") and block.ident not in shared for block in call.path):
+                record["guarded"] = True
+            found.append(record)
     return found
+
+
+# A parameter named like a GradScaler.
+_SCALER_NAME = re.compile(r"^(grad_|amp_|loss_)?scaler$", re.IGNORECASE)
 
 
 _PROTOCOL = {

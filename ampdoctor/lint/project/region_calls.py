@@ -140,7 +140,7 @@ def _report(code: str, module: str, call: tuple[str, list[int]], found: Found, r
 
 def _calls_inside(
     values: Values, module: str, function: str, flow: dict, first: int, last: int
-) -> Iterator[tuple[tuple[str, list[int]], list[Target]]]:
+) -> Iterator[tuple[tuple[str, list[int]], list[tuple[Target, dict[str, str] | None]]]]:
     """The calls of ``function`` made inside the ``with`` (lines after its first, to its last),
     with the project functions each may run."""
     for call in flow.get("calls", []):
@@ -148,13 +148,13 @@ def _calls_inside(
         if first < line <= last and call.get("callee"):
             target = values.target(module, function, call)
             if target is not None:
-                yield (f"`{call['callee']}(...)`", call["at"]), [target]
+                yield (f"`{call['callee']}(...)`", call["at"]), [(target, _bound_names(target, call))]
     for at, atoms in flow.get("dynamic", []):
         if first < at[0] <= last:
             held = held_methods(values, module, function, atoms)
             if held:
                 names = " or ".join(f"`{_short(t.name)}`" for t in held)
-                yield (f"the call of a method held in a field ({names})", at), held
+                yield (f"the call of a method held in a field ({names})", at), [(t, None) for t in held]
 
 
 def held_methods(values: Values, module: str, function: str, atoms: list[str], depth: int = 0) -> list[Target]:
@@ -201,10 +201,12 @@ class _Walk:
         self.seen: dict[tuple, tuple[Found | None, Found | None]] = {}
         self.budget = _BUDGET
 
-    def first(self, targets: list[Target]) -> tuple[Found | None, Found | None]:
+    def first(self, targets: list[tuple[Target, dict[str, str] | None]]) -> tuple[Found | None, Found | None]:
+        """``targets``: the functions a call may run, each with the parameters the call binds to
+        a string literal (an event's name)."""
         backward = step = None
-        for target in targets:
-            b, s = self._function(target, 0)
+        for target, names in targets:
+            b, s = self._function(target, 0, names)
             backward = backward or b
             step = step or s
         return backward, step
@@ -260,7 +262,7 @@ class _Walk:
             for _at, named in flow.get("named", []):
                 event = named[1:] if named.startswith("=") else (names or {}).get(named)
                 if event is not None:
-                    inner.extend((handler, None) for handler in self._handlers(event))
+                    inner.extend((handler, None) for handler in self._handlers(event, target))
             for next_target, bound in inner:
                 b, s = self._function(next_target, depth + 1, bound)
                 backward = backward or b
@@ -283,22 +285,37 @@ class _Walk:
             for where, cls in self.engines or ()
         )
 
-    def _handlers(self, method: str) -> list[Target]:
+    def _handlers(self, method: str, dispatcher: Target) -> list[Target]:
         """The methods an event named ``method`` may be dispatched to (``getattr(callback,
-        event)(self)``): the project's methods of that name, in the modules ``handlers`` names."""
-        if self.handlers is None:
+        event)(self)`` in ``dispatcher``): the project's methods of that name, in the modules
+        ``handlers`` names, whose class says it handles this dispatcher's events: a parameter
+        annotated with the dispatcher's class, one of its bases or subclasses (``runner:
+        "IRunner"``). Handlers of another dispatcher's events (an evaluator's metrics firing
+        the same event names) are not its."""
+        if self.handlers is None or "." not in dispatcher.name:
             return []
-        key = ("handlers", method)
+        owner = (dispatcher.module, dispatcher.name.rsplit(".", 1)[0])
+        key = ("handlers", method, owner)
         known = self.values.asked.get(key)
         if isinstance(known, list):
             return known
+        values = self.values
+        family = set(values.hierarchy(*owner)) | set(values.subclasses(*owner))
         found: list[Target] = []
         for where in self.handlers(method)[:_HANDLER_MODULES]:
-            for qualified, function in (self.values.project.summary(where) or {}).get("functions", {}).items():
-                owner, _, name = qualified.rpartition(".")
-                if name == method and owner and "." not in owner:
+            for qualified, function in (values.project.summary(where) or {}).get("functions", {}).items():
+                cls, _, name = qualified.rpartition(".")
+                if name != method or not cls or "." in cls:
+                    continue
+                annotated = [a for a in values.flow(where, qualified).get("scalers", []) if a.startswith("K")]
+                classes = {
+                    tuple(atom[2:].split("|", 1))
+                    for atom in flatten(values.resolve(where, qualified, annotated))
+                    if type(atom) is str and atom.startswith("H@")
+                }
+                if classes & family:
                     found.append(Target(where, qualified, function, 1))
-        self.values.asked[key] = found
+        values.asked[key] = found
         return found
 
 

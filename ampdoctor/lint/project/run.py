@@ -244,8 +244,8 @@ def link_source(findings: list, summary: ModuleSummary, source: str, path: str, 
     from .tokens import has_class
 
     rel = "module.py"
-    project = Project({rel}, {rel: summary}.get)
     data = source.encode("utf-8", "replace")
+    project = Project({rel}, {rel: summary}.get, text={rel: data}.get)
     callers = Callers([rel], lambda _rel, kind: has_class(data, kind), lambda _rel, name: name in source)
     taken = {(f.code, f.location.line) for f in findings}
     added = []

@@ -108,7 +108,14 @@ class SummaryStore:
         self.entries = data["files"]
         self.written_ns = int(data.get("written_ns") or 0)
         blob = data.get("blob")
-        self._blob = blob if isinstance(blob, str) and "/" not in blob and "\\" not in blob else None
+        if isinstance(blob, str) and "/" not in blob and "\\" not in blob:
+            # A blob of another size is not the one this index was written with (a run beside
+            # this one rewrote it): its places would read other summaries' bytes.
+            try:
+                if (self.path.parent / blob).stat().st_size == data.get("blob_size"):
+                    self._blob = blob
+            except OSError:
+                pass
         delta = _read_json(_delta_path(self.path))
         if delta is None or delta.get("base") != self.written_ns:
             return  # none, or one written beside another base
@@ -283,7 +290,10 @@ class SummaryStore:
             try:
                 if text is None:
                     raise ValueError("the summary's text is gone")
-                entry["summary"] = json.loads(text)
+                decoded = json.loads(text)
+                if not isinstance(decoded, dict):
+                    raise ValueError("not a summary")
+                entry["summary"] = decoded
             except ValueError:
                 entry.pop("text", None)
                 entry.pop("span", None)
@@ -382,16 +392,25 @@ class SummaryStore:
                 text = stored.pop("text", None)
                 span = stored.pop("span", None)
                 data = text.encode("utf-8") if text is not None else _cut(old, span)
+                if data is None and isinstance(entry.get("summary"), dict):
+                    # its place in a blob that is gone, but decoded in this run: kept all the same
+                    data = json.dumps(entry["summary"], separators=(",", ":")).encode("utf-8")
                 if data is not None:
                     stored["span"] = [offset, len(data)]
                     texts.append(data)
                     offset += len(data)
                 files[rel] = stored
-            blob = f"{self.path.stem}-{now}.blob"
-            write_cache_file(self.path.parent / blob, b"".join(texts))
-            write_cache_file(self.path, {"format": FORMAT, "written_ns": now, "blob": blob, "files": files})
+            # Named for the run that writes it: two runs writing at once never share a blob.
+            blob = f"{self.path.stem}-{now}-{os.getpid()}.blob"
+            joined = b"".join(texts)
+            write_cache_file(self.path.parent / blob, joined)
+            document = {"format": FORMAT, "written_ns": now, "blob": blob, "blob_size": len(joined), "files": files}
+            write_cache_file(self.path, document)
             if self._delta:
-                os.unlink(delta)
+                try:
+                    os.unlink(delta)
+                except FileNotFoundError:
+                    pass  # a run beside this one removed it
             self._drop_blobs(blob, now)
         except OSError:
             pass  # a read-only project still lints; it just is not cached

@@ -11,7 +11,9 @@ methods of one class whose updates name the same ``self.`` field; and the optimi
 before the two updates are spelled differently. A scaler handed in as a parameter counts when
 both calls pass it under one name. One helper called twice in the iteration with different
 optimizers for its optimizer parameter (``step(opt_d, scaler)``, ``step(opt_g, scaler)``) is
-such a pair too. Reported once per pair, at the update of the function called first. Both functions are looked for in one module (a class's methods, or a module of
+such a pair too. An update under a condition (``if update_scaler: scaler.update()``) may be
+the one the caller leaves on: not judged. Reported once per pair, at the update of the function
+called first. Both functions are looked for in one module (a class's methods, or a module of
 step helpers), so that the callers are searched only where a pair exists.
 """
 
@@ -135,7 +137,11 @@ def _exclusive(one: CallRecord, other: CallRecord) -> bool:
 def _shared_scaler(target: Target, call: CallRecord, second: Target, other: CallRecord) -> tuple[dict, dict] | None:
     """The two updates, when both functions update one scaler after stepping different optimizers."""
     for update in target.function.get("updates", []):
+        if update.get("guarded"):
+            continue  # an update the caller may turn off (``update_scaler=False`` on the first call)
         for then in second.function.get("updates", []):
+            if then.get("guarded"):
+                continue
             first_optimizer = _spelled(target, call, update["optimizer"])
             then_optimizer = _spelled(second, other, then["optimizer"])
             if first_optimizer is None or then_optimizer is None or first_optimizer == then_optimizer:

@@ -21,6 +21,8 @@ rebinding). An atom says where part of the value may come from:
            ``Dname#atom`` field ``name`` of the object another atom is (``self.engine.scaler``)
 ``A@dtype@state@device`` an autocast context (``A@-@off@-``: a null one)
 ``H``      ``self`` itself (``vars(self)``, ``self.state_dict()`` of an unseen method)
+``M``      ``self.state_dict()`` of a plain ``torch.nn.Module`` subclass: its parameters and
+           buffers (``self`` itself where a subclass decides what its state holds)
 ``U``      anything at all (``**spread`` into a value the analysis cannot split)
 
 A value has two channels. *Taint* asks "may it hold the scaler's state?" and follows a value
@@ -45,7 +47,7 @@ from ..held import NULL_CONTEXTS
 from ..model import AmpFacts, autocast_region
 from ..rules.scaler_queries import scaler_enabled
 from ..syntax import dotted
-from ..vocabulary import AUTOCAST_NAMES, GRAD_SCALER_NAMES
+from ..vocabulary import AUTOCAST_NAMES, GRAD_SCALER_NAMES, STATE_METHODS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -380,7 +382,8 @@ def plain_module(facts: AmpFacts, node: ast.ClassDef) -> bool:
     ``state_dict()`` holds only its parameters and buffers."""
     if len(node.bases) != 1 or node.keywords or facts.qualify(node.bases[0]) not in _MODULE_BASES:
         return False
+    if "state_dict_hook" in facts.text(node) or "state_dict_pre_hook" in facts.text(node):
+        return False  # a hook may put anything into it
     return not any(
-        isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in ("state_dict", "get_extra_state")
-        for item in node.body
+        isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in STATE_METHODS for item in node.body
     )

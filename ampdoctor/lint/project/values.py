@@ -448,7 +448,7 @@ class _FunctionWalk(BindingWalk):
                 and type(owner) is ast.Name
                 and owner.id == self.params.first
             ):
-                return EMPTY  # a model's parameters and buffers
+                return frozenset({"M"})  # a model's parameters and buffers, unless a subclass adds to them
             receiver = self.ev(owner)
             # Named like an optimizer: its state, unless a caller binds it (``optimizer=None``).
             if not any(atom[0] == "P" for atom in receiver) and is_optimizer(dotted(owner), self.facts):
