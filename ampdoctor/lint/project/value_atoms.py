@@ -147,11 +147,12 @@ def lower(atoms: frozenset[str]) -> frozenset[str]:
 
 
 class _Params:
-    __slots__ = ("index", "first", "vararg", "kwarg", "positional", "classes")
+    __slots__ = ("index", "first", "vararg", "kwarg", "positional", "classes", "optional")
 
     def __init__(self, node: ast.FunctionDef | ast.AsyncFunctionDef | None, method: bool) -> None:
         self.index: dict[str, str] = {}
         self.classes: dict[str, str] = {}
+        self.optional: set[str] = set()  # the parameters that default to None
         self.first: str | None = None
         self.vararg = self.kwarg = None
         self.positional = 0
@@ -162,6 +163,11 @@ class _Params:
         named = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
         for i, name in enumerate(named):
             self.index[name] = f"P{i}"
+        positional = [*args.posonlyargs, *args.args]
+        defaults = [*([None] * (len(positional) - len(args.defaults))), *args.defaults, *args.kw_defaults]
+        for arg, default in zip((*positional, *args.kwonlyargs), defaults):
+            if type(default) is ast.Constant and default.value is None:
+                self.optional.add(arg.arg)
         for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs):
             spelled = _annotated_class(arg.annotation)
             if spelled is not None:

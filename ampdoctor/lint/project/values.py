@@ -354,6 +354,11 @@ class _FunctionWalk(BindingWalk):
         elif name in self.params.classes:
             value = value | {"K" + self.params.classes[name]}  # an object of the annotated class
         roles = self._roles(name) if (self.facts.scalers or self.facts.optimizers) else EMPTY
+        if roles and name in self.params.optional and name not in self.env:
+            # A parameter that defaults to None is what each call passes, or None: the optimizer
+            # of the same name elsewhere in the module is not it (``save_model(model=m)`` leaves
+            # ``optimizer=None``; a call that passes one binds it at the link step).
+            roles = frozenset(atom for atom in roles if atom != "O")
         return value | roles if roles else value
 
     def _attribute(self, expr: ast.Attribute) -> frozenset[str]:
