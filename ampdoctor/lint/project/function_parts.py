@@ -89,7 +89,7 @@ def function_summary(
     updates = _updates_after_step(frame, params)
     if updates:
         summary["updates"] = updates
-    protocol = _scaler_protocol(frame, params)
+    protocol = _scaler_protocol(frame, params, facts)
     if protocol is not None:
         summary["protocol"] = protocol
     half = returned_half(facts, function, frame)
@@ -166,16 +166,18 @@ _PROTOCOL = {
 _NOT_PROTOCOL = (EventKind.BACKWARD, EventKind.DELEGATED_BACKWARD, EventKind.CLIP, EventKind.OPTIMIZER_STEP)
 
 
-def _scaler_protocol(frame: Frame, params: list[str]) -> dict | None:
+def _scaler_protocol(frame: Frame, params: list[str], facts: AmpFacts | None = None) -> dict | None:
     """``{"field", "events"}`` for a method whose whole training-step work is GradScaler calls
     on one field of ``self``, each run on every call (an engine's ``backward_loss``:
     ``self.scaler.scale(loss).backward()``; its ``optimizer_step``: ``self.scaler.step(optimizer)``
-    then ``self.scaler.update()``): the events in order, as ``[kind, optimizer parameter index]``."""
+    then ``self.scaler.update()``): the events in order, as ``[kind, optimizer parameter index]``.
+    A method of the same class that it calls on every call and that only updates the field
+    (``return self._update_scale()``) counts as its own update."""
     if frame.class_name is None or not params or frame.events_of(*_NOT_PROTOCOL):
         return None
     prefix = params[0] + "."
     fields = set()
-    events: list[list] = []
+    events: list[tuple[int, list]] = []
     for event in frame.events:
         kind = _PROTOCOL.get(event.kind)
         if kind is None:
@@ -189,10 +191,45 @@ def _scaler_protocol(frame: Frame, params: list[str]) -> dict | None:
             if event.optimizer not in params:
                 return None
             index = params.index(event.optimizer)
-        events.append([kind, index])
+        events.append((event.order, [kind, index]))
+    if facts is not None and events:
+        for site in frame.calls:
+            if site.receiver != params[0] or site.path or site.method is None:
+                continue
+            field = _update_only(facts, frame.class_name, site.method)
+            if field is not None:
+                fields.add(field)
+                events.append((site.order, ["update", None]))
     if len(fields) != 1:
         return None
-    return {"field": fields.pop(), "events": events}
+    return {"field": fields.pop(), "events": [event for _order, event in sorted(events, key=lambda e: e[0])]}
+
+
+def _update_only(facts: AmpFacts, class_name: str, method: str) -> str | None:
+    """The field of ``self`` whose ``update()`` is all the GradScaler work the class's method
+    ``method`` does, on every call; None otherwise."""
+    for other in facts.frames:
+        if other.class_name != class_name or other.name != method or other.parent is None:
+            continue
+        if other.parent.parent is not None:
+            continue  # a nested function of that name, not the method
+        node = other.node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.args.args:
+            return None
+        prefix = node.args.args[0].arg + "."
+        kinds = [e for e in other.events if e.kind in _PROTOCOL]
+        # Updates only, one of them on every call (a second one on some path, which sets the
+        # scale to a floor after an overflow, is the method's own business).
+        if not kinds or any(e.kind is not EventKind.UPDATE for e in kinds) or all(e.path for e in kinds):
+            return None
+        scalers = {e.scaler or "" for e in kinds}
+        scaler = scalers.pop()
+        if scalers or not scaler.startswith(prefix) or "." in scaler[len(prefix) :]:
+            return None
+        if other.events_of(*_NOT_PROTOCOL):
+            return None
+        return scaler[len(prefix) :]
+    return None
 
 
 def _scaler_default_none(
