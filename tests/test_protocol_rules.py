@@ -601,6 +601,26 @@ def test_amp210_silent_when_region_and_backward_are_in_different_functions():
     assert lines_of("AMP210", src) == []
 
 
+def test_amp210_a_weight_average_stepped_elsewhere_is_not_training():
+    # A float16 smoke test (forward and backward, no optimizer) beside a test that steps an EMA:
+    # nothing in the module updates a parameter from its gradients. An optimizer step does.
+    src = """
+    import torch
+
+    def test_mixed_precision(model, x, y):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+
+    def test_ema(model, ema_model, x, y):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        ema_model.step(model.parameters())
+    """
+    assert lines_of("AMP210", src) == []
+    trains = src.replace("ema_model.step(model.parameters())", "optimizer.step(closure)")
+    assert lines_of("AMP210", trains) == [line_containing(trains, "with torch.autocast")]
+
+
 # --------------------------------------------------------------------------------------
 # AMP211 scaler-state-not-saved
 # --------------------------------------------------------------------------------------

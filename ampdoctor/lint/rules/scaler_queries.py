@@ -42,9 +42,15 @@ def never_trains(facts: AmpFacts) -> bool:
     if next(facts.events(EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.DELEGATED_BACKWARD), None):
         return False
     for site in facts.calls:
-        if site.method == "step" or (site.spelled is not None and is_optimizer_constructor(site.node, facts)):
+        if site.method == "step" and not _AVERAGER.search((site.receiver or "").rsplit(".", 1)[-1]):
+            return False
+        if site.spelled is not None and is_optimizer_constructor(site.node, facts):
             return False
     return True
+
+
+# ``ema_model.step(model.parameters())``: a weight average follows the parameters, it trains nothing.
+_AVERAGER = re.compile(r"(^|_)(ema|swa)(_|$)", re.IGNORECASE)
 
 
 def scaler_enabled_arg(call: ast.Call, qname: str):
