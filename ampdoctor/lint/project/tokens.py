@@ -80,7 +80,7 @@ def wanted_without_rules(data: bytes) -> bool:
       calls inside may run a backward or a step (``region_calls.py``);
     * it makes a model float16 and returns something: a caller may train what it returns
       (``half_returned.py``);
-    * it saves something, says ``optim`` and names a state or a scaler (a checkpoint written by a
+    * it saves something and names a scaler or an optimizer's state (a checkpoint written by a
       method of a class whose base or subclass holds the scaler, a callback handed the trainer,
       a script that calls its save helper): AMP211 on abstract values (``checkpoints.py``).
 
@@ -94,10 +94,10 @@ def wanted_without_rules(data: bytes) -> bool:
         return True
     if (b".half()" in data or b"convert_to_fp16()" in data) and b"return " in data:
         return True
-    # (AMP211 asks for an optimizer's state in the checkpoint. A module that never says ``optim``
-    # saves what it is handed, or an optimizer it names otherwise (``self.opt``): its saves are
-    # judged at its callers' calls, and it is summarized when a call lands in it.)
-    return b"save" in data and b"optim" in data and (b"state_dict" in data or b"caler" in data)
+    # (Narrowed to modules that also say ``optim``, the lint pass summarized 53 fewer modules of
+    # the 31-repository tree, but the checks reached them all the same and summarized them one by
+    # one in the main process: the project checks took 1.2 s longer.)
+    return b"save" in data and (b"state_dict" in data or b"GradScaler" in data or b"scaler" in data)
 
 
 def float16_risk(data: bytes, seen: dict[bytes, bool] | None = None) -> bool:

@@ -37,8 +37,8 @@ def update_twice(project: Project, targets: list[str], callers: Callers) -> Iter
         if summary is None:
             continue
         functions = summary.get("functions", {})
-        for name in _paired(functions):
-            for caller, call, target in callers_of(project, callers, "any", module, name):
+        for name, kind in _paired(functions).items():
+            for caller, call, target in callers_of(project, callers, kind, module, name):
                 if "loop" not in call:
                     continue
                 report = _pair(project, caller, call, target, reported)
@@ -46,26 +46,29 @@ def update_twice(project: Project, targets: list[str], callers: Callers) -> Iter
                     yield report
 
 
-def _paired(functions: dict[str, FunctionSummary]) -> list[str]:
+def _paired(functions: dict[str, FunctionSummary]) -> dict[str, str]:
     """The functions that have a possible partner in their own module (finding the callers costs):
     another method of the class that updates the same field after stepping another optimizer,
     or another function that updates a scaler it is handed; or that may be their own partner,
-    stepping an optimizer they are handed (called twice with two)."""
+    stepping an optimizer and updating a scaler they are handed (called twice with two: searched
+    for among the modules that use a GradScaler, which is what they hand it). Each with the
+    token class its callers' modules hold (``Callers``)."""
     fields: dict[tuple[str, str], set[str]] = {}
     handed: list[str] = []
     paired: set[str] = set()
     for name, function in functions.items():
         for update in function.get("updates", []):
-            if update["optimizer"].startswith("#"):
+            if update["optimizer"].startswith("#") and update["scaler"].startswith("#") and not update.get("guarded"):
                 paired.add(name)
             if update["scaler"].startswith("#"):
                 handed.append(name)
             elif "." in name:
                 fields.setdefault((name.split(".", 1)[0], update["scaler"]), set()).add(name)
-    paired.update(name for names in fields.values() if len(names) > 1 for name in names)
+    kinds = dict.fromkeys(sorted(paired), "scaler")
+    kinds.update((name, "any") for names in fields.values() if len(names) > 1 for name in names)
     if len(set(handed)) > 1:
-        paired.update(handed)
-    return sorted(paired)
+        kinds.update((name, "any") for name in handed)
+    return dict(sorted(kinds.items()))
 
 
 def _pair(
