@@ -388,7 +388,8 @@ def plain_module(facts: AmpFacts, node: ast.ClassDef) -> bool:
     ``state_dict()`` holds only its parameters and buffers."""
     if len(node.bases) != 1 or node.keywords or facts.qualify(node.bases[0]) not in _MODULE_BASES:
         return False
-    if "state_dict_hook" in facts.text(node) or "state_dict_pre_hook" in facts.text(node):
+    text = facts.text(node)
+    if "state_dict_hook" in text or "state_dict_pre_hook" in text:
         return False  # a hook may put anything into it
     return not any(
         isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in STATE_METHODS for item in node.body

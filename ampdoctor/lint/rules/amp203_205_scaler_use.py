@@ -19,7 +19,7 @@ from ..iteration import (
 )
 from ..model import AmpFacts, Block, CallSite, Event, Frame
 from ..passes import is_optimizer_constructor
-from ..syntax import FUNCTION_TYPES
+from ..syntax import FUNCTION_TYPES, parameter_names
 from ..vocabulary import EventKind
 from . import SCALED_BACKWARD, SCALER, LintRule, Report, register
 from .scaler_queries import (
@@ -100,12 +100,12 @@ class UnscaledBackward(LintRule):
             # losses) means scaling happens here in a form the model does not follow.
             if any(site.method == "scale" and site.receiver in facts.scalers for site in frame.calls):
                 continue
-            handed = _handed_in(facts, frame)
+            params = parameter_names(frame.node)
             for backward in frame.events_of(EventKind.BACKWARD):
                 site = backward.call
                 if framework_backward(site) or "scale" in (site.receiver or "").lower():
                     continue
-                if site.receiver in handed:
+                if site.receiver in params and not facts.assigned(frame, site.receiver):
                     continue  # a loss the caller made, and may have scaled (``self._backward(loss)``)
                 fed = [s for s in steps if feeds(backward, s) and not exclusive(backward, s)]
                 if not fed:
@@ -120,16 +120,6 @@ class UnscaledBackward(LintRule):
                     help=f"Scale the loss first: `{step.scaler}.scale(loss).backward()`",
                     statement=site.statement,
                 )
-
-
-def _handed_in(facts: AmpFacts, frame) -> set[str]:
-    """The function's parameters that it never rebinds: a value its caller made."""
-    node = frame.node
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return set()
-    args = node.args
-    names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
-    return names - {a.target for a in facts.assignments if a.frame is frame}
 
 
 # --------------------------------------------------------------------------------------
