@@ -13,7 +13,8 @@ function's summary (``summary.py``) read off the module's fact model.
                caller runs it in autocast)
 ``returns_scaler`` where the enabled GradScaler it returns is built (AMP209)
 ``new_scaler`` a GradScaler built into a local (or a ``self.`` field at the top of a method) and
-               stepped in the function, ``single_step`` when it takes one step per call (AMP205)
+               stepped in the function (or handed to a ``step`` helper), ``single_step`` when it takes
+               one step per call (AMP205)
 ``stub``       an abstract body (a subclass overrides it)
 ``updates``    each ``S.update()`` after ``S.step(optimizer)``, S a ``self.`` field or a parameter:
                two of them called in one iteration update the scale twice (AMP208 across
@@ -35,7 +36,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..model import AmpFacts, Frame
+from ..model import AmpFacts, CallSite, Frame
 from ..passes import is_optimizer_constructor
 from ..rules.scaler_queries import scaler_enabled
 from ..syntax import call_args, dotted, iter_nodes
@@ -364,13 +365,21 @@ def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
             and not (target.count(".") == 1 and target.startswith("self.") and not new.call.path and frame.class_name)
         ):
             continue  # ``if self.scaler is None: self.scaler = ...`` is set-up done once
-        steps = [s for s in frame.calls if s.receiver == target and s.method == "step"]
+        steps = [s for s in frame.calls if s.method == "step" and (s.receiver == target or _hands_on(s, target))]
         if steps:
             found: dict[str, object] = {"at": position(new.call.node), "name": target}
             if all(s.loop is None for s in steps):
                 found["single_step"] = True  # one optimizer step per call, on a fresh scaler
             return found
     return None
+
+
+def _hands_on(call: CallSite, target: str) -> bool:
+    """``optimizers.step("generator", scaler=scaler)``: a step helper handed the scaler itself
+    steps it (a multi-optimizer wrapper's ``step``)."""
+    node = call.node
+    values = [*node.args, *(k.value for k in node.keywords)]
+    return any(dotted(value) == target for value in values)
 
 
 def is_stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
