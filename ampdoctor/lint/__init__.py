@@ -11,6 +11,10 @@ from ..config import Settings
 from ..findings import Finding
 from ..records import Record
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from ..config_tree import Resolver
+
 # Below this many files, starting worker processes costs more than it saves.
 PARALLEL_THRESHOLD = 48
 
@@ -82,15 +86,20 @@ def lint_source(
 class _Job(Record):
     """One file to lint. ``name``: its path as a string (a path object is made only where one is
     used: a tree's worth of them, and pickling them to the workers, cost 30 ms). ``keyed``: the
-    result cache does not know the file, so the worker that reads it also keys its bytes."""
+    result cache does not know the file, so the worker that reads it also keys its bytes.
+    ``codes``: the file's own rule selection, where its configuration's differs from the run's
+    (None: ``LintRequest.codes``)."""
 
-    __slots__ = ("name", "display", "per_file_ignored", "keyed")
+    __slots__ = ("name", "display", "per_file_ignored", "keyed", "codes")
 
-    def __init__(self, name: str, display: str, per_file_ignored: tuple[str, ...]) -> None:
+    def __init__(
+        self, name: str, display: str, per_file_ignored: tuple[str, ...], codes: frozenset[str] | None = None
+    ) -> None:
         self.name = name
         self.display = display
         self.per_file_ignored = per_file_ignored
         self.keyed = False
+        self.codes = codes
 
     @property
     def path(self) -> Path:
@@ -140,23 +149,26 @@ class LintRequest(Record):
         return self.project and self.settings.project
 
 
-def lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None = None) -> LintRun:
+def lint_paths(
+    paths: Sequence[Path], request: LintRequest, cwd: Path | None = None, resolver: Resolver | None = None
+) -> LintRun:
+    """Lint files and folders. ``resolver``: each file's settings (the nearest configuration
+    above it; ``config_tree.py``); without one, ``request.settings`` apply to every file."""
     from .collector import paused
 
     with paused():  # see collector.py
-        return _lint_paths(paths, request, cwd)
+        return _lint_paths(paths, request, cwd, resolver)
 
 
-def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None) -> LintRun:
-    from .discovery import Discovery
-
+def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None, resolver: Resolver | None) -> LintRun:
     settings = request.settings
     cwd = cwd or Path.cwd()
-    discovery = Discovery(
-        settings.root, tuple(settings.exclude) + tuple(request.extra_exclude), settings.respect_gitignore
-    )
+    if resolver is not None and resolver.fixed is not None:
+        resolver = None  # one configuration for every file: ``request.settings``
+    discovery = file_discovery(request, resolver)
     base = os.path.realpath(cwd) + os.sep
     per_file = bool(settings.per_file_ignores)
+    own_codes: dict[int, frozenset[str] | None] = {}
     cache = None
     if request.use_cache and not request.fix:
         from .cache import ResultCache
@@ -170,7 +182,15 @@ def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None) -
     try:
         jobs = []
         for name in discovery.names(paths):
-            jobs.append(_Job(name, _display(name, base), settings.ignored_for(Path(name)) if per_file else ()))
+            if resolver is None:
+                jobs.append(_Job(name, _display(name, base), settings.ignored_for(Path(name)) if per_file else ()))
+            else:
+                own = resolver.for_file(name)
+                if id(own) not in own_codes:
+                    codes = resolver.codes(own)
+                    own_codes[id(own)] = None if codes == request.codes else codes
+                ignored = own.ignored_for(Path(name)) if own.per_file_ignores else ()
+                jobs.append(_Job(name, _display(name, base), ignored, own_codes[id(own)]))
             if early and len(jobs) == PARALLEL_THRESHOLD:
                 pool = _early_pool(request)
         results = _run_cached(jobs, request, cache, pool) if cache is not None else _run(jobs, request, pool)
@@ -186,20 +206,44 @@ def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None) -
     if request.links_project:
         from .project.run import link_results
 
+        codes = request.codes.union(*(c for c in own_codes.values() if c is not None))
         try:
             link_results(
                 results,
                 settings,
-                request.codes,
+                codes,
                 request.use_cache and not request.fix,
                 cwd,
                 request.extra_exclude,
                 request.jobs,
+                _file_settings(resolver, request) if resolver and set(own_codes) - {id(settings)} else None,
             )
         except Exception as exc:
             _say_project_failed(exc)
     results.sort(key=lambda r: r.path)
     return LintRun(results, files_checked=len(jobs))
+
+
+def file_discovery(request: LintRequest, resolver: Resolver | None = None):
+    """The walk that lists a run's files (``discovery.Discovery``): ``request.settings``'
+    excludes, or with ``resolver`` each folder's own configuration's."""
+    from .discovery import Discovery
+
+    settings = request.settings
+    if resolver is None or resolver.fixed is not None:
+        excludes = tuple(settings.exclude) + tuple(request.extra_exclude)
+        return Discovery(settings.root, excludes, settings.respect_gitignore)
+    return Discovery(settings.root, tuple(request.extra_exclude), settings.respect_gitignore, resolver)
+
+
+def _file_settings(resolver: Resolver, request: LintRequest):
+    """For the project pass: a file's settings and enabled codes, by its path."""
+
+    def of(file_path: str) -> tuple[Settings, frozenset[str]]:
+        own = resolver.for_file(file_path)
+        return own, resolver.codes(own)
+
+    return of
 
 
 def _say_project_failed(exc: Exception) -> None:
@@ -225,18 +269,28 @@ def _run_cached(jobs: list[_Job], request: LintRequest, cache, pool=None) -> lis
     its bytes when its size or time changed. The files the cache does not know are read, keyed
     and screened by the token prefilter where they are linted (in the workers, when there are
     many: a tree linted for the first time), and what that found is recorded here afterwards."""
-    from .cache import content_key, decode_entry
+    from .cache import content_key, decode_entry, settings_key
     from .engine import FileResult, result_from_cache
 
     screens = request.prefilter
     results, misses, stats = [], [], {}
+    # A file whose rule selection or per-file ignores are not the run's: its entry is valid only
+    # for those (changing a sub-project's configuration lints its files again, and no others).
+    cfgs: dict[str, str] = {}
+    settled: dict[tuple[int, tuple[str, ...]], str] = {}
     for job in jobs:
+        cfg = ""
+        if job.codes is not None or job.per_file_ignored:
+            cfg = settled.get((id(job.codes), job.per_file_ignored), "")
+            if not cfg:
+                cfg = settled[(id(job.codes), job.per_file_ignored)] = settings_key(job.codes, job.per_file_ignored)
+            cfgs[job.display] = cfg
         try:
             stat = os.stat(job.name)
             if not S_ISREG(stat.st_mode):
                 misses.append(job)  # the engine says why it is not read
                 continue
-            entry = cache.by_stat(job.display, stat)
+            entry = cache.by_stat(job.display, stat, cfg)
             if entry is not None and entry.get("skip") and screens:
                 results.append(FileResult(job.display, file_path=job.name))
                 continue
@@ -249,7 +303,7 @@ def _run_cached(jobs: list[_Job], request: LintRequest, cache, pool=None) -> lis
                 with open(job.name, "rb") as handle:  # findings to show, or bytes to compare
                     data = handle.read()
                 if hit is None:  # changed size or time, or written just before the cache
-                    hit = cache.get(job.display, content_key(data, job.per_file_ignored), stat)
+                    hit = cache.get(job.display, content_key(data, job.per_file_ignored), stat, cfg)
         except OSError:
             misses.append(job)  # the engine reports why it cannot be read
             continue
@@ -262,10 +316,11 @@ def _run_cached(jobs: list[_Job], request: LintRequest, cache, pool=None) -> lis
     for result in _run(misses, request, pool):
         seen_as = stats.get(result.path)
         if seen_as is not None and result.key is not None:
+            cfg = cfgs.get(result.path, "")
             if result.screened and screens:
-                cache.put_skipped(result.path, seen_as)
+                cache.put_skipped(result.path, seen_as, cfg)
             elif result.unreported_error is None:
-                cache.put(result.path, result.key, result.findings, result.suppressed, seen_as)
+                cache.put(result.path, result.key, result.findings, result.suppressed, seen_as, cfg)
         results.append(result)
     cache.save()
     return results
@@ -397,13 +452,17 @@ def _lint_each(jobs: Iterable[_Job], request: LintRequest) -> list:
     spending = Spending()
 
     spec = prefilter_spec(request.codes) if request.prefilter else None
+    specs = {request.codes: spec}
     results = []
     for job in jobs:
+        codes = request.codes if job.codes is None else job.codes
+        if codes not in specs:  # a file whose configuration selects other rules
+            specs[codes] = prefilter_spec(codes) if request.prefilter else None
         options = LintOptions(
-            request.codes, request.fix, request.unsafe_fixes, job.per_file_ignored, summaries=request.links_project
+            codes, request.fix, request.unsafe_fixes, job.per_file_ignored, summaries=request.links_project
         )
         try:
-            result = engine.lint_file(job.path, job.display, options, spec, job.keyed)
+            result = engine.lint_file(job.path, job.display, options, specs[codes], job.keyed)
         except Exception as exc:  # a defect of ours on this file: say so, and check the others
             result = engine.internal_error(job.path, job.display, exc)
         results.append(result)

@@ -46,6 +46,13 @@ def content_key(data: bytes, per_file_ignored: Iterable[str]) -> str:
     return digest.hexdigest()
 
 
+def settings_key(codes: Iterable[str] | None, per_file_ignored: Iterable[str]) -> str:
+    """What an entry's file was linted with, where that is not the cache's own rule selection
+    (``codes``: its configuration's, None for the cache's) or it has per-file ignores."""
+    text = f"{sorted(codes) if codes is not None else None}|{tuple(per_file_ignored)}"
+    return blake2b(text.encode(), digest_size=8).hexdigest()
+
+
 def build_fingerprint() -> str:
     package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     # The interpreter's parser is part of the analysis: another Python may parse differently.
@@ -85,18 +92,21 @@ class ResultCache:
             self.entries = data["files"]
             self.written_ns = int(data.get("written_ns") or 0)
 
-    def by_stat(self, path: str, stat: os.stat_result) -> dict[str, object] | None:
-        """The entry for an unchanged file (same size and mtime, not racy), without reading it."""
+    def by_stat(self, path: str, stat: os.stat_result, cfg: str = "") -> dict[str, object] | None:
+        """The entry for an unchanged file (same size and mtime, not racy), without reading it.
+        ``cfg``: ``settings_key`` of the file's settings ("" for the cache's own)."""
         entry = self.entries.get(path)
-        if not entry or entry.get("stat") != [stat.st_size, stat.st_mtime_ns]:
+        if not entry or entry.get("stat") != [stat.st_size, stat.st_mtime_ns] or entry.get("cfg", "") != cfg:
             return None
         if stat.st_mtime_ns >= self.written_ns - _RACY_NS:
             return None
         return entry
 
-    def get(self, path: str, key: str, stat: os.stat_result | None = None) -> tuple[list[Finding], int] | None:
+    def get(
+        self, path: str, key: str, stat: os.stat_result | None = None, cfg: str = ""
+    ) -> tuple[list[Finding], int] | None:
         entry = self.entries.get(path)
-        if not entry or entry.get("key") != key:
+        if not entry or entry.get("key") != key or entry.get("cfg", "") != cfg:
             return None
         if stat is not None and entry.get("stat") != [stat.st_size, stat.st_mtime_ns]:
             entry["stat"] = [stat.st_size, stat.st_mtime_ns]  # touched but unchanged
@@ -104,17 +114,27 @@ class ResultCache:
         return decode_entry(entry)
 
     def put(
-        self, path: str, key: str, findings: list[Finding], suppressed: int, stat: os.stat_result | None = None
+        self,
+        path: str,
+        key: str,
+        findings: list[Finding],
+        suppressed: int,
+        stat: os.stat_result | None = None,
+        cfg: str = "",
     ) -> None:
         entry: dict[str, object] = {"key": key, "findings": [_encode(f) for f in findings], "suppressed": suppressed}
         if stat is not None:
             entry["stat"] = [stat.st_size, stat.st_mtime_ns]
+        if cfg:
+            entry["cfg"] = cfg
         self.entries[path] = entry
         self.dirty = True
 
-    def put_skipped(self, path: str, stat: os.stat_result) -> None:
+    def put_skipped(self, path: str, stat: os.stat_result, cfg: str = "") -> None:
         """A file the prefilter passed over: nothing to report while it stays unchanged."""
-        entry = {"skip": True, "stat": [stat.st_size, stat.st_mtime_ns]}
+        entry: dict[str, object] = {"skip": True, "stat": [stat.st_size, stat.st_mtime_ns]}
+        if cfg:
+            entry["cfg"] = cfg
         if self.entries.get(path) != entry:
             self.entries[path] = entry
             self.dirty = True

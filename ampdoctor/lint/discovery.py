@@ -15,6 +15,10 @@ from pathlib import Path
 from ..config import matches_glob
 from ..records import Record
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from ..config_tree import Resolver
+
 DEFAULT_EXCLUDED_DIRS = frozenset(
     {
         ".git",
@@ -132,12 +136,20 @@ def _any_of(expressions) -> re.Pattern[str] | None:
 
 
 class Discovery:
-    """Walks folders with plain strings: per-file ``Path.resolve()`` would dominate a large tree."""
+    """Walks folders with plain strings: per-file ``Path.resolve()`` would dominate a large tree.
 
-    def __init__(self, root: Path, exclude: Sequence[str] = (), respect_gitignore: bool = True) -> None:
+    ``exclude``: patterns relative to ``root``. ``resolver`` (``config_tree.py``): each folder's
+    configuration, whose own ``exclude`` patterns, relative to its folder, apply to what is in
+    the folder (a sub-project's configuration to the sub-project's files)."""
+
+    def __init__(
+        self, root: Path, exclude: Sequence[str] = (), respect_gitignore: bool = True, resolver: Resolver | None = None
+    ) -> None:
         self.root = os.path.realpath(root)
         self.exclude = tuple(exclude)
         self.respect_gitignore = respect_gitignore
+        self.resolver = resolver
+        self._roots: dict[int, str] = {}
         self._ignores: dict[str, GitIgnore | None] = {}
         # Folders the walk could not list: (the folder as the user would spell it, why).
         self.unlistable: list[tuple[str, str]] = []
@@ -153,7 +165,7 @@ class Discovery:
         for path in paths:
             if path.is_dir():
                 found: Iterator[tuple[str, str]] = self._walk(os.path.realpath(path), str(path))
-            elif self.exclude and self._is_excluded(os.path.realpath(path)):
+            elif (self.exclude or self.resolver) and self._is_excluded(os.path.realpath(path)):
                 continue
             else:
                 found = iter([(os.path.realpath(path), str(path))])
@@ -167,9 +179,32 @@ class Discovery:
             return absolute[len(self.root) + 1 :].replace(os.sep, "/")
         return absolute.replace(os.sep, "/")
 
-    def _is_excluded(self, absolute: str) -> bool:
-        relative = self._relative(absolute)
-        return any(matches_glob(relative, pattern) for pattern in self.exclude)
+    def _is_excluded(self, absolute: str, configured: tuple[str, tuple[str, ...]] | None = None) -> bool:
+        """Whether the run's excludes, or the configured ones of the file's folder (``configured``,
+        when the caller knows them), match ``absolute``."""
+        if self.exclude and _matches(absolute, self._relative(absolute), self.exclude):
+            return True
+        if configured is None and self.resolver is not None:
+            configured = self._configured(os.path.dirname(absolute))
+        if configured is None:
+            return False
+        root, patterns = configured
+        if absolute.startswith(root + os.sep):
+            relative = absolute[len(root) + 1 :].replace(os.sep, "/")
+        else:
+            relative = absolute.replace(os.sep, "/")
+        return _matches(absolute, relative, patterns)
+
+    def _configured(self, folder: str, names: list[str] | None = None) -> tuple[str, tuple[str, ...]] | None:
+        """(the configuration's folder, real; its exclude patterns) for what is in ``folder``."""
+        assert self.resolver is not None
+        settings = self.resolver.folder(folder, names)
+        if not settings.exclude:
+            return None
+        root = self._roots.get(id(settings))
+        if root is None:
+            root = self._roots[id(settings)] = os.path.realpath(settings.root)
+        return root, settings.exclude
 
     def _walk(self, top: str, shown: str) -> Iterator[tuple[str, str]]:
         """(absolute path, spelling) of the files below ``top`` (absolute, real), spelled below
@@ -193,10 +228,12 @@ class Discovery:
                     rules = [*parent, (folder, own)]
             applicable[folder] = rules
             spelled = prefix if folder == top else os.path.join(prefix, folder[len(top) + 1 :])
+            configured = self._configured(folder, files) if self.resolver is not None else None
+            excluding = bool(self.exclude) or configured is not None
             kept = []
             for name in sorted(dirs):
                 child = f"{folder}{os.sep}{name}"
-                if name in DEFAULT_EXCLUDED_DIRS or (self.exclude and self._is_excluded(child)):
+                if name in DEFAULT_EXCLUDED_DIRS or (excluding and self._is_excluded(child, configured)):
                     continue
                 if rules and _ignored(rules, child, True):
                     continue
@@ -206,7 +243,7 @@ class Discovery:
                 if not name.endswith(SUFFIXES):
                     continue
                 child = f"{folder}{os.sep}{name}"
-                if (self.exclude and self._is_excluded(child)) or (rules and _ignored(rules, child, False)):
+                if (excluding and self._is_excluded(child, configured)) or (rules and _ignored(rules, child, False)):
                     continue
                 # A link to a file is known by its target: a folder of links into the package
                 # names each file once (one lstat per file, about 1 ms a thousand files).
@@ -231,6 +268,12 @@ class Discovery:
         if folder not in self._ignores:
             self._ignores[folder] = GitIgnore.load(Path(folder))
         return self._ignores[folder]
+
+
+def _matches(absolute: str, relative: str, patterns: Sequence[str]) -> bool:
+    """Whether one of ``patterns`` matches: an absolute one (from a configuration another one
+    extends, anchored to its folder) the absolute path, the others the relative one."""
+    return any(matches_glob(absolute.replace(os.sep, "/") if os.path.isabs(p) else relative, p) for p in patterns)
 
 
 def _lists_gitignore(names: list[str]) -> bool:

@@ -52,8 +52,12 @@ def link_results(
     cwd: Path,
     extra_exclude: Sequence[str] = (),
     jobs: int | None = None,
+    file_settings=None,
 ) -> None:
-    """Add the cross-module findings to ``results`` (engine.FileResult objects), in place."""
+    """Add the cross-module findings to ``results`` (engine.FileResult objects), in place.
+    ``file_settings``: where files have their own configurations, a file's (settings, enabled
+    codes) by its path (``codes`` is then all of theirs together); None: ``settings`` and
+    ``codes`` for every file."""
     targets = {}
     for result in results:
         # A file that fixes changed is judged again on the next run, against its new text.
@@ -128,7 +132,7 @@ def link_results(
         store.save()
         _tag_folder(Path(settings.root) / CACHE_DIR)
     if reports:
-        _attach(reports, target_rels, root, cwd, settings)
+        _attach(reports, target_rels, root, cwd, settings, file_settings)
 
 
 def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: dict) -> list[str] | None:
@@ -190,7 +194,7 @@ def _display(path: Path, cwd: Path) -> str:
     return absolute[len(base) :].replace(os.sep, "/") if absolute.startswith(base) else path.as_posix()
 
 
-def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, settings) -> None:
+def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, settings, file_settings=None) -> None:
     from ..engine import decode_source
     from ..suppressions import apply_suppressions
 
@@ -201,6 +205,10 @@ def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, se
         result = targets[rel]
         taken = {(f.code, f.location.line) for f in result.findings}
         findings = []
+        own = settings
+        if file_settings is not None:
+            own, enabled = file_settings(result.file_path)
+            group = [report for report in group if report.code in enabled]
         for report in group:
             line, column, end_line, end_column = report.at
             if (report.code, line) in taken:
@@ -230,7 +238,7 @@ def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, se
             except (OSError, ValueError):
                 continue
             result.source = source
-        ignored = settings.ignored_for(Path(result.file_path)) if settings.per_file_ignores else ()
+        ignored = own.ignored_for(Path(result.file_path)) if own.per_file_ignores else ()
         kept, suppressed = apply_suppressions(findings, source, ignored)
         result.findings = sorted([*result.findings, *kept], key=Finding.sort_key)
         result.suppressed += suppressed
