@@ -113,6 +113,10 @@ class Related(Value):
     call runs, the helper that writes the checkpoint. Shown as a ``note:`` line."""
 
     __slots__ = ("path", "line", "column", "message")
+    path: str
+    line: int
+    column: int
+    message: str
 
     def __init__(self, path: str, line: int, column: int, message: str) -> None:
         self._set(path, line, column, message)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from ampdoctor.lint import known_codes
 from ampdoctor.lint.engine import LintOptions, check_source, fix_source, lint_file, prefilter_spec
 from ampdoctor.lint.fixes import apply_edits
+from ampdoctor.lint.report import FORMATS
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures" / "lint").rglob("*.py"))
@@ -256,7 +257,7 @@ def test_mutated_notebooks_never_make_lint_raise(tmp_path, data):
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
-@given(data=mutation(FIXTURES), output_format=st.sampled_from(["text", "concise", "json", "sarif", "github"]))
+@given(data=mutation(FIXTURES), output_format=st.sampled_from(FORMATS))
 def test_mutated_files_through_the_command_and_every_report(tmp_path, data, output_format):
     """The reporters too: snippets of odd lines (CR, form feeds, NUL, tabs) never raise."""
     from click.testing import CliRunner

@@ -105,7 +105,19 @@ def output(fmt: str, ctx: ReportContext, *, color: bool = False) -> str:
 
 
 def test_formats_are_the_documented_ones():
-    assert FORMATS == ("text", "concise", "json", "sarif", "github")
+    assert FORMATS == (
+        "text",
+        "concise",
+        "json",
+        "sarif",
+        "github",
+        "junit",
+        "gitlab",
+        "pylint",
+        "json-lines",
+        "grouped",
+        "rdjson",
+    )
     with pytest.raises(ValueError, match="unknown output format 'html'"):
         render("html", context(), io.StringIO(), color=False)
 

@@ -1,4 +1,5 @@
-"""Reporters: lint findings as text, concise lines, JSON, SARIF or GitHub annotations.
+"""Reporters: lint findings as text, concise or pylint lines, grouped by file, JSON or JSON
+Lines, SARIF, GitHub annotations, JUnit XML, GitLab Code Quality or reviewdog's rdjson.
 
 ``render(fmt, ctx, stream, color=...)`` is the one entry point; each format lives in its own
 module, imported only when it is used. None of them imports rich: a report must not cost more
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
     from ...findings import Finding, Location
 
-FORMATS = ("text", "concise", "json", "sarif", "github")
+FORMATS = ("text", "concise", "json", "sarif", "github", "junit", "gitlab", "pylint", "json-lines", "grouped", "rdjson")
 
 # ``json_`` so that the module never stands in for the standard library's ``json``.
 _MODULES = {
@@ -36,6 +37,12 @@ _MODULES = {
     "json": "json_",
     "sarif": "sarif",
     "github": "github",
+    "junit": "junit",
+    "gitlab": "gitlab",
+    "pylint": "pylint",
+    "json-lines": "json_lines",
+    "grouped": "grouped",
+    "rdjson": "rdjson",
 }
 
 
@@ -45,7 +52,7 @@ class ReportContext(Record):
     ``findings``: already sorted and filtered (suppressed findings removed); ``sources``: see the
     module docstring for the keys; ``suppressed``: None unless --show-suppressed; ``fixed``: fixed
     by --fix in this run (with --diff: the fixes the diff shows); ``unsafe_fixes_available``:
-    fixable only with --unsafe-fixes.
+    fixable only with --unsafe-fixes; ``quiet``: --quiet.
     """
 
     __slots__ = (
@@ -57,6 +64,7 @@ class ReportContext(Record):
         "unsafe_fixes_available",
         "fix_mode",
         "diff_mode",
+        "quiet",
     )
 
     def __init__(
@@ -69,6 +77,7 @@ class ReportContext(Record):
         unsafe_fixes_available: int = 0,
         fix_mode: bool = False,
         diff_mode: bool = False,
+        quiet: bool = False,
     ) -> None:
         self.findings = findings
         self.sources = sources
@@ -78,6 +87,7 @@ class ReportContext(Record):
         self.unsafe_fixes_available = unsafe_fixes_available
         self.fix_mode = fix_mode
         self.diff_mode = diff_mode
+        self.quiet = quiet  # ``--quiet``: the findings, no summary after them
 
     def source_for(self, finding: Finding) -> str | None:
         loc = finding.location
@@ -116,7 +126,10 @@ def plural(count: int, word: str, suffix: str = "s") -> str:
 
 
 def summary_lines(ctx: ReportContext) -> list[str]:
-    """The summary after the findings: what was fixed, what was found, what more could be fixed."""
+    """The summary after the findings: what was fixed, what was found, what more could be fixed
+    (none with ``--quiet``)."""
+    if ctx.quiet:
+        return []
     lines = []
     if ctx.diff_mode and ctx.fixed:
         lines.append(f"Would fix {plural(ctx.fixed, 'problem')}.")

@@ -62,7 +62,7 @@ def render(ctx: ReportContext, stream: TextIO, *, color: bool) -> None:
             stream.write(_format(line, color))
     for line in summary_lines(ctx):
         stream.write(_format([(line, "bold")], color))
-    codes = codes_line(ctx.findings)
+    codes = None if ctx.quiet else codes_line(ctx.findings)
     if codes:
         stream.write(_format([(codes, None)], color))
 
