@@ -17,6 +17,7 @@ import click
 from ._version import __version__
 from .lint.command import EXIT_ERROR, UsageError, run_lint
 from .lint.command import use_color as _use_color
+from .lint.report import FORMATS
 
 _SEVERITIES = ("info", "warning", "error")
 
@@ -52,7 +53,7 @@ def main() -> None:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
     "--output-format",
-    type=click.Choice(["text", "concise", "json", "sarif", "github"]),
+    type=click.Choice(FORMATS),
     default="text",
     show_default=True,
     envvar="AMPDOCTOR_OUTPUT_FORMAT",
@@ -68,14 +69,25 @@ def main() -> None:
     "--fail-on",
     type=click.Choice(_SEVERITIES),
     default=None,
-    help="Lowest severity that makes the exit code 1 [default: warning].",
+    help="Lowest severity that makes the exit code 1 [default: warning]. A file that cannot be read or parsed "
+    "(AMP000) always makes it 2.",
 )
 @click.option("--fix", is_flag=True, help="Apply safe fixes in place.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour.")
 @click.option("--diff", is_flag=True, help="Show the fixes as a diff instead of writing them.")
 @click.option("--show-suppressed", is_flag=True, help="Count findings silenced by noqa comments.")
-@click.option("--exclude", multiple=True, help="Glob of files or folders to skip (repeatable).")
-@click.option("--config", "config_file", type=click.Path(path_type=Path), help="Use this pyproject.toml.")
+@click.option(
+    "--exclude",
+    multiple=True,
+    help="Glob of files or folders to skip (repeatable); applies to files named on the command line too.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    multiple=True,
+    help="A configuration file to use for every file (pyproject.toml, ampdoctor.toml), or an inline "
+    "TOML override such as \"select = ['AMP2']\" (repeatable).",
+)
 @click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache (.ampdoctor_cache/).")
 @click.option(
@@ -84,6 +96,24 @@ def main() -> None:
     help="Check each file on its own: do not follow calls into the project's other modules.",
 )
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes [default: CPU count].")
+@click.option("--exit-zero", is_flag=True, help="Exit with 0 even when findings are reported (2 still means an error).")
+@click.option(
+    "--exit-non-zero-on-fix", is_flag=True, help="Exit with 1 when --fix changed a file, even with nothing left."
+)
+@click.option("--statistics", is_flag=True, help="Count the findings of each code instead of listing them.")
+@click.option("--show-fixes", is_flag=True, help="With --fix: list what was fixed, file by file.")
+@click.option("--add-noqa", is_flag=True, help="Add a `# noqa: CODE` comment to every line with a finding.")
+@click.option("-q", "--quiet", is_flag=True, help="Print the findings and nothing else (no summary, no warnings).")
+@click.option("-s", "--silent", is_flag=True, help="Print nothing but errors; the exit code still tells.")
+@click.option("--show-files", is_flag=True, help="List the files that would be checked, then exit.")
+@click.option("--show-settings", is_flag=True, help="Show the configuration the first path is checked with, then exit.")
+@click.option(
+    "--stdin-filename",
+    default=None,
+    help="Read the code from standard input and report it under this name (its per-file ignores apply); "
+    "`ampdoctor lint -` reads standard input too.",
+)
+@click.option("--watch", "-w", is_flag=True, help="Lint again whenever a checked file changes (Ctrl-C stops).")
 def lint_command(
     paths,
     output_format,
@@ -102,6 +132,17 @@ def lint_command(
     no_cache,
     no_project,
     jobs,
+    exit_zero,
+    exit_non_zero_on_fix,
+    statistics,
+    show_fixes,
+    add_noqa,
+    quiet,
+    silent,
+    show_files,
+    show_settings,
+    stdin_filename,
+    watch,
 ) -> None:
     """Check Python files and notebooks for mixed-precision mistakes."""
     try:
@@ -123,6 +164,16 @@ def lint_command(
             use_cache=not no_cache,
             jobs=jobs,
             project=not no_project,
+            exit_zero=exit_zero,
+            exit_non_zero_on_fix=exit_non_zero_on_fix,
+            statistics=statistics,
+            show_fixes=show_fixes,
+            add_noqa=add_noqa,
+            quiet=2 if silent else 1 if quiet else 0,
+            show_files=show_files,
+            show_settings=show_settings,
+            stdin_filename=stdin_filename,
+            watch=watch,
         )
     except UsageError as exc:
         raise _fail(str(exc)) from None
@@ -190,7 +241,10 @@ def rule_command(code: str) -> None:
     from rich.console import Console
     from rich.markdown import Markdown
 
-    fix = {"no": "no", "safe": "yes", "unsafe": "with --unsafe-fixes", "sometimes": "sometimes"}[rule.fixable]
+    # The words of ``ampdoctor rules``' fix column, with the option that applies the fix.
+    fix = {"no": "no", "safe": "safe (--fix)", "unsafe": "unsafe (--unsafe-fixes)", "sometimes": "sometimes"}[
+        rule.fixable
+    ]
     header = f"{rule.code} {rule.name}  (severity: {rule.severity.label}, fixable: {fix}, {rule.origin})"
     if rule.origin == "lint":
         from .lint import implementing_modules
@@ -208,6 +262,20 @@ def rule_command(code: str) -> None:
     console = Console(file=stream, force_terminal=color, no_color=not color, highlight=False)
     console.print(header, markup=False)
     console.print(Markdown(body))
+
+
+@main.command("server")
+@click.option(
+    "--stdio", is_flag=True, hidden=True, help="Accepted for editors that pass it; stdio is the only transport."
+)
+def server_command(stdio: bool) -> None:
+    """Run the language server over stdio (diagnostics as you type; needs ampdoctor[server])."""
+    from .server import ServerUnavailable, serve
+
+    try:
+        serve()
+    except ServerUnavailable as exc:
+        raise _fail(str(exc)) from None
 
 
 def _register_trace() -> None:

@@ -79,5 +79,7 @@ def test_a_scaler_handed_to_anything_but_a_step_is_not_taken_for_stepped():
 
 
 def test_a_method_called_once_may_build_its_scaler():
-    source = SOURCE.replace("    for epoch in range(epochs):\n        trainer.train_epoch(loader)", "    trainer.train_epoch(loader)")
+    source = SOURCE.replace(
+        "    for epoch in range(epochs):\n        trainer.train_epoch(loader)", "    trainer.train_epoch(loader)"
+    )
     assert amp205(source) == []

@@ -27,18 +27,49 @@ def use_color(stream) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-def _settings(paths: Sequence[Path], config_file: Path | None, isolated: bool, known: list[str]):
-    from ..config import ConfigError, Settings, find_config, load_settings
+def _settings(paths: Sequence[Path], config_file, isolated: bool, known: list[str], adjust=None):
+    """The settings the first path is checked with (each file's: ``_resolver``)."""
+    resolver = _resolver(paths, config_file, isolated, known, adjust)
+    return _first(resolver, paths)
+
+
+def _first(resolver, paths: Sequence[Path]):
+    from ..config import ConfigError
 
     try:
+        return resolver.for_path(paths[0] if paths else Path.cwd())
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _resolver(paths: Sequence[Path], config_file, isolated: bool, known: list[str], adjust=None):
+    """Each file's settings (``config_tree.py``). ``config_file``: ``--config``, once or repeated:
+    at most one configuration file, and inline ``KEY = VALUE`` overrides; ``--isolated`` and a
+    file named there give every file the same settings."""
+    from ..config import ConfigError, Settings, load_settings, parse_override
+    from ..config_tree import Resolver
+
+    values = [] if config_file is None else [config_file] if isinstance(config_file, (str, Path)) else list(config_file)
+    try:
+        files, overrides = [], {}
+        for value in values:
+            text = str(value)
+            if "=" not in text or Path(text).is_file():
+                files.append(Path(text))
+            else:
+                overrides.update(parse_override(text, known))
+        if len(files) > 1:
+            raise UsageError(f"--config names one configuration file, not {len(files)}: {', '.join(map(str, files))}")
         if isolated:
-            return Settings(root=Path.cwd())
-        if config_file is not None:
-            if not config_file.is_file():
-                raise UsageError(f"config file not found: {config_file}")
-            return load_settings(config_file, known)
-        found = find_config(paths[0] if paths else Path.cwd())
-        return load_settings(found, known) if found else Settings(root=Path.cwd())
+            from ..config import settings_from_table
+
+            fixed = settings_from_table(overrides, known, root=Path.cwd(), label="--config ") if overrides else None
+            return Resolver(known, fixed=fixed or Settings(root=Path.cwd()), adjust=adjust)
+        if files:
+            if not files[0].is_file():
+                raise UsageError(f"config file not found: {files[0]}")
+            return Resolver(known, fixed=load_settings(files[0], known, overrides), adjust=adjust)
+        return Resolver(known, overrides=overrides, adjust=adjust)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
 
@@ -62,33 +93,65 @@ def run_lint(
     use_cache=True,
     jobs=None,
     project=True,
+    exit_zero=False,
+    exit_non_zero_on_fix=False,
+    statistics=False,
+    show_fixes=False,
+    quiet=0,
+    show_files=False,
+    show_settings=False,
+    stdin_filename=None,
+    add_noqa=False,
+    watch=False,
 ) -> int:
-    """``ampdoctor lint`` with its options; the defaults are the command line's."""
+    """``ampdoctor lint`` with its options; the defaults are the command line's. ``quiet``: 1
+    prints the findings only (``--quiet``), 2 nothing but errors (``--silent``)."""
     from ..config import ConfigError, validate_codes
     from ..findings import Severity
     from . import LintRequest, known_codes, lint_paths
+    from .stdin import STDIN_NAME
 
+    if watch:
+        return _watch(locals())
+    from_stdin = stdin_filename is not None or any(str(p) == STDIN_NAME for p in paths)
+    if from_stdin:
+        others = [p for p in paths if str(p) != STDIN_NAME]
+        if (others and others != [Path(".")]) or add_noqa or show_files:
+            raise UsageError("standard input is linted on its own: no other path, --add-noqa or --show-files")
+        paths = [Path(stdin_filename or STDIN_NAME)]
+    if add_noqa and (fix or diff):
+        raise UsageError("--add-noqa cannot be combined with --fix or --diff")
     # A path that does not exist (a typo, a dangling link) is one line; the others are checked.
-    missing = [p for p in paths if not p.exists()]
-    paths = [p for p in paths if p.exists()]
+    missing = [] if from_stdin else [p for p in paths if not p.exists()]
+    paths = paths if from_stdin else [p for p in paths if p.exists()]
     if missing and not paths:
         raise UsageError(f"no such file or folder: {missing[0]}")
     for path in missing:
         print(f"ampdoctor: error: no such file or folder: {path}", file=sys.stderr)
     known = known_codes()
-    settings = _settings(paths, config_file, isolated, known)
     try:
-        if select:
-            settings.select = validate_codes(select, known, "--select")
-        settings.extend_select += validate_codes(extend_select, known, "--extend-select")
-        settings.ignore += validate_codes(ignore, known, "--ignore")
+        chosen = validate_codes(select, known, "--select") if select else None
+        added = validate_codes(extend_select, known, "--extend-select")
+        dropped = validate_codes(ignore, known, "--ignore")
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    if fail_on:
-        settings.fail_on = Severity.parse(fail_on)
+
+    def adjust(own) -> None:  # the command line's options, over each file's configuration
+        if chosen is not None:
+            own.select = chosen
+        own.extend_select += added
+        own.ignore += dropped
+        if fail_on:
+            own.fail_on = Severity.parse(fail_on)
+
+    resolver = _resolver(paths, config_file, isolated, known, adjust)
+    settings = _first(resolver, paths)
+    if show_settings:
+        _print_settings(settings, known, paths)
+        return EXIT_OK
     request = LintRequest(
         settings=settings,
-        codes=settings.enabled_codes(known),
+        codes=resolver.codes(settings),
         fix=fix or diff,
         unsafe_fixes=unsafe_fixes,
         jobs=jobs,
@@ -96,18 +159,149 @@ def run_lint(
         use_cache=use_cache,
         project=project,
     )
-    run = lint_paths(paths, request)
-    if fix and not diff:
-        _write_fixes(run)
+    if show_files:
+        _print_files(paths, request, resolver)
+        return EXIT_ERROR if missing else EXIT_OK
+    stream = sys.stdout
+    if from_stdin:
+        from . import LintRun
+        from .stdin import lint_text, read_stdin
+
+        result = lint_text(read_stdin(), str(paths[0]), settings, request.codes, request.fix, unsafe_fixes, project)
+        run = LintRun([result], files_checked=1)
+        if fix and not diff:
+            sys.stdout.write(result.source if result.source is not None else "")
+            sys.stdout.flush()
+            stream = sys.stderr  # the fixed text is the output; the report goes beside it
+    else:
+        try:
+            run = lint_paths(paths, request, resolver=resolver)
+        except ConfigError as exc:  # a sub-project's configuration, found during the walk
+            raise UsageError(str(exc)) from None
+        if fix and not diff:
+            _write_fixes(run)
     _print_errors(run)
     if diff:
         code = _print_diff(run)
-        return EXIT_ERROR if missing else code
-    _report(run, output_format, output_file, show_suppressed, fix_mode=fix)
+        return EXIT_ERROR if missing else (EXIT_OK if exit_zero else code)
+    if add_noqa:
+        return _add_noqa(run, quiet) or (EXIT_ERROR if missing else EXIT_OK)
+    if not run.files_checked and not missing and not quiet:
+        print("ampdoctor: warning: no Python files found under the given paths", file=sys.stderr)
+    if quiet < 2:
+        if statistics:
+            from .report.statistics import render_statistics
+
+            render_statistics(run.findings, stream, output_format in ("json", "json-lines"))
+        else:
+            _report(run, output_format, output_file, show_suppressed, fix_mode=fix, quiet=quiet > 0, stream=stream)
+        if show_fixes and fix and output_format in _HUMAN_FORMATS:
+            _print_fixed(run, stream)
     if missing or any(r.error for r in run.results):
         return EXIT_ERROR
-    failing = [f for f in run.findings if f.severity >= settings.fail_on]
+    if exit_zero:
+        return EXIT_OK
+    if exit_non_zero_on_fix and run.fixed:
+        return EXIT_FINDINGS
+    failing = [f for r in run.results for f in r.findings if f.severity >= resolver.for_file(r.file_path).fail_on]
     return EXIT_FINDINGS if failing else EXIT_OK
+
+
+# The formats for people, after which ``--show-fixes`` lists what was fixed.
+_HUMAN_FORMATS = ("text", "concise", "grouped")
+
+
+def _watch(options: dict) -> int:
+    """``--watch``: the same run again after each change (watch.py)."""
+    from . import LintRequest
+    from .watch import watch
+
+    options = {k: v for k, v in options.items() if k in _RUN_OPTIONS}
+    options["watch"] = False
+    if options["fix"] or options["diff"] or options["add_noqa"] or options["stdin_filename"] is not None:
+        raise UsageError("--watch only reports: not with --fix, --diff, --add-noqa or standard input")
+    paths = [p for p in options["paths"] if p.exists()]
+
+    def once() -> int:
+        try:
+            return run_lint(**options)
+        except UsageError as exc:
+            print(f"ampdoctor: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+
+    def files() -> list[str]:
+        from . import file_discovery, known_codes
+
+        try:
+            resolver = _resolver(paths, options["config_file"], options["isolated"], known_codes())
+            settings = _first(resolver, paths)
+        except UsageError:
+            return []
+        request = LintRequest(settings=settings, codes=frozenset(), extra_exclude=tuple(options["exclude"]))
+        return list(file_discovery(request, resolver).names(paths))
+
+    return watch(once, files)
+
+
+_RUN_OPTIONS = frozenset(run_lint.__code__.co_varnames[: run_lint.__code__.co_kwonlyargcount])
+
+
+def _print_files(paths, request, resolver) -> None:
+    """``--show-files``: the files a run would check, one per line, sorted."""
+    from . import file_discovery
+
+    for name in sorted(file_discovery(request, resolver).names(paths)):
+        print(name)
+    sys.stdout.flush()
+
+
+def _print_settings(settings, known, paths) -> None:
+    """``--show-settings``: the configuration the first path is checked with."""
+    per_file = ", ".join(f"{pattern} = {list(codes)}" for pattern, codes in settings.per_file_ignores)
+    rows = [
+        ("path", str(paths[0]) if paths else "."),
+        ("configuration", str(settings.source) if settings.source else "(none: defaults)"),
+        ("root", str(settings.root)),
+        ("select", list(settings.select)),
+        ("extend-select", list(settings.extend_select)),
+        ("ignore", list(settings.ignore)),
+        ("per-file-ignores", per_file or "(none)"),
+        ("exclude", list(settings.exclude)),
+        ("respect-gitignore", str(settings.respect_gitignore).lower()),
+        ("fail-on", settings.fail_on.label),
+        ("project", str(settings.project).lower()),
+        ("enabled codes", ", ".join(sorted(settings.enabled_codes(known)))),
+    ]
+    width = max(len(key) for key, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+def _add_noqa(run, quiet: int) -> int:
+    """``--add-noqa``: the directives written; 2 when a file could not be written, else 0."""
+    from .add_noqa import add_noqa
+    from .report import plural
+
+    outcome = add_noqa(run.results)
+    for path, reason in outcome.errors:
+        print(f"ampdoctor: error: {path}: not written: {reason}", file=sys.stderr)
+    if quiet < 2:
+        print(f"Added {plural(outcome.added, 'noqa directive')}.", file=sys.stderr)
+        if outcome.skipped:
+            print(
+                f"{plural(outcome.skipped, 'finding')} on lines that end inside a string or a continued line: "
+                "no directive added.",
+                file=sys.stderr,
+            )
+    return EXIT_ERROR if outcome.errors else EXIT_OK
+
+
+def _print_fixed(run, stream) -> None:
+    from .report.statistics import fixed_by_file, fixed_lines
+
+    lines = fixed_lines(fixed_by_file(run.results))
+    if lines:
+        stream.write("\n".join(lines) + "\n")
 
 
 def _write_fixes(run) -> None:
@@ -164,7 +358,15 @@ def _print_diff(run) -> int:
     return EXIT_FINDINGS if changed else EXIT_OK
 
 
-def _report(run, output_format: str, output_file: Path | None, show_suppressed: bool, fix_mode: bool) -> None:
+def _report(
+    run,
+    output_format: str,
+    output_file: Path | None,
+    show_suppressed: bool,
+    fix_mode: bool,
+    quiet: bool = False,
+    stream=None,
+) -> None:
     from ..findings import Finding
     from .report import ReportContext, render, source_key
 
@@ -185,6 +387,7 @@ def _report(run, output_format: str, output_file: Path | None, show_suppressed: 
         fixed=run.fixed,
         unsafe_fixes_available=unsafe,
         fix_mode=fix_mode,
+        quiet=quiet,
     )
     if output_file is not None:
         try:
@@ -193,5 +396,5 @@ def _report(run, output_format: str, output_file: Path | None, show_suppressed: 
         except OSError as exc:
             raise UsageError(f"cannot write {output_file}: {exc.strerror or exc}") from None
         return
-    stream = sys.stdout
+    stream = sys.stdout if stream is None else stream
     render(output_format, context, stream, color=use_color(stream))

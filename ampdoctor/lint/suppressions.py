@@ -1,5 +1,7 @@
-"""Suppression comments: ``# noqa``, ``# noqa: AMP201``, ``# ampdoctor: ignore[AMP201]``, and the
-per-file ignores of the configuration, applied to a file's findings."""
+"""Suppression comments: ``# noqa``, ``# noqa: AMP201``, ``# ampdoctor: ignore[AMP201]``, the
+file-level ``# ampdoctor: noqa`` / ``# ampdoctor: noqa: AMP201, AMP105`` (a comment on a line of its
+own, anywhere in the file, as ruff's ``# ruff: noqa``), and the per-file ignores of the
+configuration, applied to a file's findings."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from ..findings import PARSE_ERROR, Finding
 _NOQA = r"(?i)#\s*noqa\b(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+|\s+[A-Za-z]+[0-9]+)*))?"
 _IGNORE = r"#\s*ampdoctor:\s*ignore\b(?:\[(?P<codes>[^\]]*)\])?"
 _CODE = r"[A-Za-z]+[0-9]+"
+_FILE_NOQA = r"(?m)^[ \t]*#[ \t]*ampdoctor:[ \t]*(?i:noqa)\b(?P<rest>[^\n]*)$"
 
 
 def suppressed_codes(line: str) -> set[str] | None:
@@ -33,6 +36,7 @@ def apply_suppressions(findings: list[Finding], source: str, ignored: Sequence[s
     suppressed by a comment on one of their lines) and how many comments suppressed."""
     lines = source.splitlines()
     comments = _Comments(source)
+    whole_file = file_suppressed(source)
     kept, suppressed = [], 0
     for finding in findings:
         noqa_lines = finding.extra.pop("_noqa_lines", None)
@@ -40,11 +44,34 @@ def apply_suppressions(findings: list[Finding], source: str, ignored: Sequence[s
             noqa_lines = [finding.location.line]
         if any(finding.code.startswith(prefix) for prefix in ignored) and finding.code != PARSE_ERROR:
             continue
+        if whole_file is not None and finding.code != PARSE_ERROR and (not whole_file or finding.code in whole_file):
+            suppressed += 1
+            continue
         if _is_suppressed(finding.code, noqa_lines, lines, comments):
             suppressed += 1
             continue
         kept.append(finding)
     return kept, suppressed
+
+
+def file_suppressed(source: str) -> set[str] | None:
+    """The file-level ``# ampdoctor: noqa`` comments: None when there is none, an empty set when
+    one silences every code, else the codes they name. Only a comment on a line of its own
+    counts (a string that holds the text is on a line that does not start with ``#``)."""
+    if "ampdoctor:" not in source:
+        return None
+    found: set[str] | None = None
+    for match in re.finditer(_FILE_NOQA, source):
+        rest = match.group("rest").strip()
+        if not rest:
+            return set()
+        if not rest.startswith(":"):
+            continue  # ``# ampdoctor: noqa-ish``: not ours
+        codes = {code.upper() for code in re.findall(_CODE, rest)}
+        if not codes:
+            return set()
+        found = (found or set()) | codes
+    return found
 
 
 def _is_suppressed(code: str, line_numbers: Iterable[int], lines: list[str], comments: _Comments) -> bool:
