@@ -1,11 +1,12 @@
 """What the server lints: an editor's text, under the configuration of the folder it is in.
 
-A document is linted as ``ampdoctor.lint_source`` lints a text: its own rules, and the calls
-between its own functions and methods followed as in a project of one module. The configuration
-is the one ``ampdoctor lint`` would use for the file: the nearest pyproject.toml above it with a
-``[tool.ampdoctor]`` table (``select``, ``extend-select``, ``ignore`` and ``per-file-ignores``
-apply). The project analysis across modules reads the other modules from disk and is left to
-``ampdoctor lint``: a call into another module of the project is not followed here.
+A document that is a file on disk is linted as ``ampdoctor lint FILE`` would lint it were the
+text saved (``lint/unsaved.py``): its own rules on the text, and the project analysis with the
+project's other modules read from disk and this one from the text. A buffer never saved is a
+project of one module, as ``ampdoctor.lint_source`` lints a text. The configuration is the one
+``ampdoctor lint`` would use for the file: the nearest one above it (``select``,
+``extend-select``, ``ignore``, ``per-file-ignores``, ``project`` apply, and a file its
+``exclude`` leaves out gets no diagnostics).
 
 Nothing here imports the protocol's packages: the worker thread that lints runs only this.
 """
@@ -15,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..config import ConfigError, Settings, find_config, load_settings
-from ..findings import PARSE_ERROR, Finding
+from ..config import ConfigError, Settings, find_config, load_settings, matches_glob
+from ..findings import Finding
 from ..lint import known_codes
 from ..records import Record
 
@@ -68,22 +69,28 @@ class Configurations:
 
 def lint_text(text: str, path: str | None, configurations: Configurations) -> Outcome:
     """Lint an editor's text as the file at ``path`` (None: a buffer never saved)."""
-    from ..api import lint_source
+    from ..lint.unsaved import lint_unsaved
 
     problem = None
     try:
         settings = configurations.for_path(path)
     except ConfigError as exc:
         settings, problem = Settings(), str(exc)
-    findings = lint_source(
-        text,
-        path if path is not None else UNTITLED,
-        select=settings.select + settings.extend_select,
-        ignore=settings.ignore,
-    )
-    if path is not None and settings.per_file_ignores:
-        ignored = settings.ignored_for(Path(path))
-        findings = [
-            f for f in findings if f.code == PARSE_ERROR or not any(f.code.startswith(prefix) for prefix in ignored)
-        ]
-    return Outcome(findings, problem)
+    if path is not None and _excluded(path, settings):
+        return Outcome([], problem)
+    codes = settings.enabled_codes(known_codes())
+    return Outcome(lint_unsaved(text, path if path is not None else UNTITLED, settings, codes), problem)
+
+
+def _excluded(path: str, settings: Settings) -> bool:
+    """Whether the configuration's ``exclude`` leaves the file out of ``ampdoctor lint``."""
+    if not settings.exclude:
+        return False
+    try:
+        relative = Path(path).resolve().relative_to(Path(settings.root).resolve()).as_posix()
+    except ValueError:
+        return False
+    parts = relative.split("/")
+    # A pattern names the file or one of the folders above it, as the walk applies it.
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    return any(matches_glob(candidate, pattern) for candidate in candidates for pattern in settings.exclude)

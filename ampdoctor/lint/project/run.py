@@ -53,8 +53,11 @@ def link_results(
     extra_exclude: Sequence[str] = (),
     jobs: int | None = None,
     file_settings=None,
+    unsaved: bool = False,
 ) -> None:
     """Add the cross-module findings to ``results`` (engine.FileResult objects), in place.
+    ``unsaved``: each result's ``source`` is an editor's text for its file, which the analysis
+    reads instead of the file (and the caches never keep).
     ``file_settings``: where files have their own configurations, a file's (settings, enabled
     codes) by its path (``codes`` is then all of theirs together); None: ``settings`` and
     ``codes`` for every file."""
@@ -85,7 +88,10 @@ def link_results(
             target_rels[rel] = result
     unknown = []
     for rel, result in target_rels.items():
-        if result.summary is not None:  # made by the lint pass from the facts its rules used
+        if unsaved and result.summary is not None:
+            store.hold(rel, (result.source or "").encode("utf-8"), result.summary)
+            result.summary = None
+        elif result.summary is not None:  # made by the lint pass from the facts its rules used
             try:
                 store.put(rel, (root / rel).read_bytes(), result.summary)
             except OSError:
@@ -121,7 +127,7 @@ def link_results(
                 else store.has_class(rel, "half_risk") and float16_risk(store.text(rel) or b"")
             )
         ]
-    key = state_key(root, files, len(target_rels), codes, checked, lazy) if store.path is not None else None
+    key = state_key(root, files, len(target_rels), codes, checked, lazy) if store.path and not unsaved else None
     reports = load_reports(reports_path(store.path), key) if store.path is not None and key is not None else None
     if reports is None:
         reports = run_checks(project, checked, callers, codes, lazy)

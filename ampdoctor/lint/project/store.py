@@ -91,6 +91,9 @@ class SummaryStore:
         self._spending = Spending()
         self._base = str(root)
         self._blob: str | None = None  # the name of the file of summary texts the index points into
+        # Modules whose text in this run is an editor's, not the file's (``hold``): what the cache
+        # knew of the file on disk, put back before it is saved.
+        self._held: dict[str, dict | None] = {}
         if folder is not None:
             from ..cache import build_fingerprint
 
@@ -362,6 +365,15 @@ class SummaryStore:
         self._verified.add(rel)
         self._touch(rel)
 
+    def hold(self, rel: str, data: bytes, summary: dict | None) -> None:
+        """An editor's text for ``rel`` and its summary: what this run reads of the module,
+        never stored (the cache keeps what it knows of the file on disk)."""
+        if rel not in self._held:
+            self._held[rel] = self.entries.get(rel)
+        self._data[rel] = data
+        self.entries[rel] = {"key": "", "classes": {}, "summary": summary}
+        self._verified.add(rel)
+
     def forget_missing(self, files: set[str]) -> None:
         for rel in [r for r in self.entries if r not in files]:
             del self.entries[rel]
@@ -370,6 +382,13 @@ class SummaryStore:
     def save(self) -> None:
         """Write what changed: a small delta beside the cache file when few entries changed (a
         pre-commit run on a few files of a large project), else the whole file again."""
+        for rel, kept in self._held.items():
+            if kept is None:
+                self.entries.pop(rel, None)
+            else:
+                self.entries[rel] = kept
+            self.changed.discard(rel)
+        self._held = {}
         if self.path is None or not self.dirty:
             return
         now = time.time_ns()
