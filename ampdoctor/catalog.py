@@ -93,10 +93,6 @@ class Rule(Value):
         """The page's bad/good/fixed examples (parsed on first use: linting never needs them)."""
         return _parse_examples(self.body, self.body_line)
 
-    @property
-    def is_fixable(self) -> bool:
-        return self.fixable != "no"
-
 
 def rules_dir() -> Path:
     """Where the pages are: shipped inside the package, or the checkout's ``rules/``."""

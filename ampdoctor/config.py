@@ -12,6 +12,7 @@ Keys (all optional), in ``[tool.ampdoctor]`` of a pyproject.toml or at the top l
     extend-exclude = []
     fail-on = "warning"            # info | warning | error
     respect-gitignore = true
+    project = true                 # follow calls across the project's modules (false: each file alone)
 
 Each linted file gets the nearest configuration above it (in each folder ``.ampdoctor.toml``,
 then ``ampdoctor.toml``, then a pyproject.toml with a ``[tool.ampdoctor]`` table), resolved once
@@ -143,10 +144,6 @@ def _is_enabled(code: str, selected: Sequence[str], ignored: Sequence[str]) -> b
 
 def _prefix_matches(code: str, prefix: str) -> bool:
     return prefix == "ALL" or code.startswith(prefix)
-
-
-def is_code_ignored(code: str, prefixes: Sequence[str]) -> bool:
-    return any(_prefix_matches(code, p) for p in prefixes)
 
 
 def validate_codes(values: Iterable[str], known: Iterable[str], key: str) -> tuple[str, ...]:

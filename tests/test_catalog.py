@@ -114,6 +114,14 @@ def test_lookup_by_code_and_name():
     assert find_rule("AMP999") is None
 
 
+def test_every_rule_name_is_unique_and_leads_to_its_rule():
+    rules = all_rules()
+    names = [rule.name for rule in rules.values()]
+    assert sorted(name for name in set(names) if names.count(name) > 1) == []
+    for code, rule in rules.items():
+        assert find_rule(rule.name).code == code
+
+
 def test_malformed_page_is_a_catalog_error(tmp_path):
     page = tmp_path / "AMP999.md"
     page.write_text("---\ncode: AMP999\nname: x\n---\nbody\n", encoding="utf-8")

@@ -569,7 +569,12 @@ def test_sarif_code_without_a_page_still_renders():
 
 
 def test_every_format_renders_every_finding_kind():
+    """A notebook cell, a deprecated API with a fix, a finding with related locations and a code
+    without a page: each format names every one of them, at its line, coloured or not."""
     ctx = context()
     for fmt in FORMATS:
         for color in (False, True):
-            assert output(fmt, ctx, color=color)
+            text = output(fmt, ctx, color=color)
+            for finding in ctx.findings:
+                assert finding.code in text, (fmt, color, finding.code)
+                assert str(finding.location.line) in text, (fmt, color, finding.code)

@@ -214,7 +214,6 @@ def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None, r
                 codes,
                 request.use_cache and not request.fix,
                 cwd,
-                request.extra_exclude,
                 request.jobs,
                 _file_settings(resolver, request) if resolver and set(own_codes) - {id(settings)} else None,
             )

@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 CACHE_DIR = ".ampdoctor_cache"
 _KEEP_FILES = 8
 _FORMAT = 4
-_RACY_NS = 2_000_000_000
+# A file modified this close to when a cache was written may have changed within the same
+# timestamp tick: its entry is checked against its bytes, not trusted by its size and time.
+RACY_NS = 2_000_000_000
 
 
 def content_key(data: bytes, per_file_ignored: Iterable[str]) -> str:
@@ -98,7 +100,7 @@ class ResultCache:
         entry = self.entries.get(path)
         if not entry or entry.get("stat") != [stat.st_size, stat.st_mtime_ns] or entry.get("cfg", "") != cfg:
             return None
-        if stat.st_mtime_ns >= self.written_ns - _RACY_NS:
+        if stat.st_mtime_ns >= self.written_ns - RACY_NS:
             return None
         return entry
 

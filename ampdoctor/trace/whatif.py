@@ -30,7 +30,6 @@ UNKNOWN = "unknown"  # no optimizer step was traced and nothing overflowed: no e
 # larger one: AMP505's threshold (``--threshold underflow_share=...`` changes both).
 UNDERFLOW_TOLERANCE = Thresholds().underflow_share
 _EXPONENT_BINS = 256
-_FLOAT32_BIAS = 127
 
 
 @dataclass

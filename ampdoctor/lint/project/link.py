@@ -64,14 +64,6 @@ class Target(Record):
         self.function = function
         self.skip = skip
 
-    def param_for(self, arg: dict) -> str | None:
-        """The parameter an argument record (``pos`` or ``kw``) binds to, when certain."""
-        params = self.function.get("params", [])
-        if "kw" in arg:
-            return arg["kw"] if arg["kw"] in params else None
-        index = arg["pos"] + self.skip
-        return params[index] if index < len(params) else None
-
     def arg_for(self, call: CallRecord, param_index: int) -> ArgumentRecord | None:
         """The argument record of ``call`` bound to the parameter at ``param_index``."""
         params = self.function.get("params", [])

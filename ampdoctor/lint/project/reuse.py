@@ -25,10 +25,10 @@ try:
 except ImportError:  # pragma: no cover - interpreters built without it
     from hashlib import blake2b
 
+from ..cache import RACY_NS
 from .reports import CrossReport
 from .store import FORMAT, write_cache_file
 
-_RACY_NS = 2_000_000_000
 # The share of the project a run must report for the key to be worth its ``stat`` calls.
 _SHARE = 0.5
 
@@ -42,7 +42,7 @@ def state_key(
         return None
     digest = blake2b(digest_size=16)
     digest.update(json.dumps([sorted(codes), checked, lazy]).encode())
-    limit = time.time_ns() - _RACY_NS
+    limit = time.time_ns() - RACY_NS
     base = str(root)
     for rel in files:
         try:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ...catalog import severity_of
 from ...findings import Finding, Location, Related
+from ..cache import CACHE_DIR
 from .checks import Callers, CrossReport, run_checks
 from .link import Project
 from .reuse import load_reports, reports_path, save_reports, state_key
@@ -25,7 +26,6 @@ TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without i
 if TYPE_CHECKING:
     from .shapes import ModuleSummary
 
-CACHE_DIR = ".ampdoctor_cache"
 # More Python files than any project holds: the marked folder is something else (a home folder
 # kept in git), and listing it would cost more than the lint itself.
 MAX_PROJECT_FILES = 50_000
@@ -50,7 +50,6 @@ def link_results(
     codes: frozenset[str],
     use_cache: bool,
     cwd: Path,
-    extra_exclude: Sequence[str] = (),
     jobs: int | None = None,
     file_settings=None,
     unsaved: bool = False,
@@ -73,7 +72,7 @@ def link_results(
         return
     root, marked = found
     if marked:
-        files = _project_files(root, settings, extra_exclude, targets)
+        files = _project_files(root, targets)
         if files is None:
             return
     else:
@@ -141,11 +140,11 @@ def link_results(
         _attach(reports, target_rels, root, cwd, settings, file_settings)
 
 
-def _project_files(root: Path, settings, extra_exclude: Sequence[str], targets: dict) -> list[str] | None:
+def _project_files(root: Path, targets: dict) -> list[str] | None:
     """Project-relative POSIX paths of the project's Python modules (the linted ones included).
 
-    Files the run excludes from linting are still part of the project: a call may land in them,
-    and nothing is reported there. Folders that hold no project code are skipped: the
+    Files the run excludes from linting (the configuration's ``exclude``, ``--exclude``) are
+    still part of the project: a call may land in them, and nothing is reported there. Folders that hold no project code are skipped: the
     tool folders lint never walks (``.venv``, ``build``, ``site-packages`` ...), hidden folders,
     and the folders named in the root's ``.gitignore`` (``wandb/``, ``outputs/``). A plain walk
     of names, without path objects: a pre-commit run lists thousands of files to lint one.

@@ -21,6 +21,7 @@ import re
 import time
 from pathlib import Path
 
+from ..cache import RACY_NS
 from .tokens import BACKWARD_TEXT, CLASSES, HELPER_TOKENS, TOKEN_CLASSES, import_targets  # noqa: F401
 from .tokens import has_class as _has_class
 
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
 FORMAT = 13
 
-_RACY_NS = 2_000_000_000
 # Below this many summaries to make, worker processes cost more than they save.
 _PARALLEL_SUMMARIES = 24
 # Up to this many changed entries go to the delta file; more, and the whole cache is rewritten.
@@ -153,7 +153,7 @@ class SummaryStore:
         if (
             entry is not None
             and entry.get("stat") == signature
-            and stat.st_mtime_ns < self._delta_ns.get(rel, self.written_ns) - _RACY_NS
+            and stat.st_mtime_ns < self._delta_ns.get(rel, self.written_ns) - RACY_NS
         ):
             return entry
         try:

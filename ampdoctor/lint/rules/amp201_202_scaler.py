@@ -9,7 +9,12 @@ The order a training step must follow, per scaler and iteration::
     scaler.update()                    # once, after every optimizer stepped
 
 Each rule here looks at the events of one frame (function or module body). When a protocol is
-spread over several functions, the rules stay silent: a miss costs less than a false alarm.
+spread over several functions, these rules stay silent (a miss costs less than a false alarm)
+and the project analysis judges it: ``project/seeds.py`` runs these rules again with what a
+function's helpers and callers do put into its model (a clip helper, an ``unscale_`` in a
+per-micro-batch helper, a caller's scaled backward), and ``project/checks.py`` lists the checks
+that follow the protocol across functions (AMP201 in a clip helper, AMP208 for updates in two
+methods of one iteration); ``ampdoctor rule CODE`` names the modules of each code.
 """
 
 from __future__ import annotations

@@ -22,13 +22,8 @@ from typing import Any
 
 from ...findings import Finding, Location
 from ..observations import Observations
-from ..rulebase import Locator, RegisteredRule, Thresholds, registered
+from ..rulebase import Locator, Thresholds, registered
 from . import activations, census, compare, errors, nonfinite, protocol, ranks, scale, underflow  # noqa: F401  (register)
-
-
-def registered_rules(scope: str | None = None) -> list[RegisteredRule]:
-    """Every runtime rule, in code order (``scope``: "run" or "ranks" only)."""
-    return registered(scope)
 
 
 def registered_codes() -> list[str]:
