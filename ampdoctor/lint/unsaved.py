@@ -40,7 +40,8 @@ def lint_unsaved(source: str, path: str, settings: Settings, codes: frozenset[st
     result = FileResult(path, findings, suppressed, source=source, parsed=True, file_path=os.path.abspath(path))
     result.summary = summary[0]
     try:
-        link_results([result], settings, codes, True, Path.cwd(), unsaved=True)
+        # One process: an editor's server lints in a thread, where forking workers is unsafe.
+        link_results([result], settings, codes, True, Path.cwd(), jobs=1, unsaved=True)
     except Exception:
         if os.environ.get("AMPDOCTOR_DEBUG"):
             raise
