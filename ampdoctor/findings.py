@@ -169,7 +169,7 @@ class Finding(Value):
         return (loc.path, loc.cell or 0, loc.line, loc.column, self.code)
 
     def to_dict(self) -> dict[str, object]:
-        """The stable JSON shape documented in the README."""
+        """The stable JSON shape documented in ``docs/output-formats.md``."""
         from .catalog import rule_name
 
         data: dict[str, object] = {

@@ -17,8 +17,8 @@ The lint column lists the codes of the report's static findings (lint of the scr
 are shown for comparison and do not count as the tracer's culprit. A case is right when
 culprit, line and cure are right and there is no false alarm (healthy: no false alarm).
 Prints a Markdown table; ``--details`` adds, per case that is not right, what the report said;
-``--json PATH`` writes every case's score and top finding; ``--update-readme`` also replaces
-the table in README.md (between its ``diagnoses-table`` markers) with this run's.
+``--json PATH`` writes every case's score and top finding; ``--update-docs`` also replaces
+the table in docs/trace.md (between its ``diagnoses-table`` markers) with this run's.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cases import CASES, ROOT, Case, stale_cases
 
 SEVERE = {"warning", "error"}
-README = ROOT / "README.md"
-README_START = "<!-- diagnoses-table:start -->"
-README_END = "<!-- diagnoses-table:end -->"
+TABLE_PAGE = ROOT / "docs" / "trace.md"
+TABLE_START = "<!-- diagnoses-table:start -->"
+TABLE_END = "<!-- diagnoses-table:end -->"
 
 
 @dataclass
@@ -211,13 +211,13 @@ def details(scores: list[Score]) -> str:
     return "\n".join(out)
 
 
-def update_readme(text: str, path: Path = README) -> None:
-    """Put ``text`` between the README's diagnoses-table markers."""
-    readme = path.read_text()
-    start, end = readme.find(README_START), readme.find(README_END)
+def update_docs(text: str, path: Path = TABLE_PAGE) -> None:
+    """Put ``text`` between the page's diagnoses-table markers."""
+    page = path.read_text()
+    start, end = page.find(TABLE_START), page.find(TABLE_END)
     if start < 0 or end < start:
-        raise SystemExit(f"error: {path.name} has no {README_START} ... {README_END} block")
-    path.write_text(readme[: start + len(README_START)] + "\n" + text + "\n" + readme[end:])
+        raise SystemExit(f"error: {path.name} has no {TABLE_START} ... {TABLE_END} block")
+    path.write_text(page[: start + len(TABLE_START)] + "\n" + text + "\n" + page[end:])
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -233,10 +233,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         "--details", action="store_true", help="after the table, what the report said where it is wrong"
     )
     parser.add_argument("--json", metavar="PATH", help="write every case's score as JSON")
-    parser.add_argument("--update-readme", action="store_true", help="also put the table into README.md")
+    parser.add_argument(
+        "--update-docs", "--update-readme", action="store_true", help="also put the table into docs/trace.md"
+    )
     args = parser.parse_args(argv)
-    if args.update_readme and (args.case or args.no_frameworks):
-        print("error: --update-readme needs every case (no --case, no --no-frameworks)", file=sys.stderr)
+    if args.update_docs and (args.case or args.no_frameworks):
+        print("error: --update-docs needs every case (no --case, no --no-frameworks)", file=sys.stderr)
         return 2
     stale = stale_cases()
     if stale:
@@ -256,8 +258,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.details:
         print()
         print(details(scores))
-    if args.update_readme:
-        update_readme(table(scores))
+    if args.update_docs:
+        update_docs(table(scores))
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(s) | {"right": s.right} for s in scores], indent=2))
     return 0

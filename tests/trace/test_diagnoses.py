@@ -33,7 +33,7 @@ def _load(name: str):
 run = _load("run")  # run.py imports the case definitions from cases.py
 CASES = run.CASES
 
-# What the tracer says today where it is wrong (see the README's diagnosis benchmark table).
+# What the tracer says today where it is wrong (see the diagnosis benchmark table in docs/trace.md).
 KNOWN_WRONG: dict[str, str] = {}
 
 
