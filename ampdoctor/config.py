@@ -67,7 +67,8 @@ class ConfigError(Exception):
 
 class Settings(Record):
     """The effective configuration. ``root``: the folder paths are relative to (default: the
-    current directory); ``source``: the pyproject.toml it came from, if any."""
+    current directory); ``source``: the configuration file it came from (a pyproject.toml, an
+    ``ampdoctor.toml`` or ``.ampdoctor.toml``), if any."""
 
     __slots__ = (
         "select",
@@ -263,13 +264,30 @@ def _has_our_table(path: str) -> bool:
 
 
 def load_settings(path: Path, known_codes: Iterable[str], overrides: dict[str, object] | None = None) -> Settings:
-    """The settings of one configuration file (``extend`` followed), ``overrides`` over them."""
+    """The settings of one configuration file (``extend`` followed), ``overrides`` over them. A
+    problem's message names the file (in a tree of sub-projects, which one is wrong)."""
     known = list(known_codes)
     path = Path(path)
-    table, label = _resolved_table(path, known, ())
-    if overrides:
-        table = _layer(table, overrides)
-    return settings_from_table(table, known, root=path.parent, source=path, label=label)
+    try:
+        table, label = _resolved_table(path, known, ())
+        if overrides:
+            table = _layer(table, overrides)
+        return settings_from_table(table, known, root=path.parent, source=path, label=label)
+    except ConfigError as exc:
+        message = str(exc)
+        if str(path) in message:
+            raise
+        if message.startswith(f"{path.name}: "):  # a standalone file's keys are named after it
+            message = message[len(path.name) + 2 :]
+        raise ConfigError(f"{_shown(path)}: {message}") from None
+
+
+def _shown(path: Path) -> str:
+    """A configuration file as an error names it: relative to the current folder when below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
 
 
 def _read_table(path: Path) -> tuple[dict[str, object], str]:

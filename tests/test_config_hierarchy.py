@@ -109,7 +109,7 @@ def test_a_sub_projects_broken_configuration_is_one_line(two_projects):
     result = lint("--no-cache", ".")
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        "ampdoctor: error: tool.ampdoctor.select: unknown rule code or prefix 'AMP9'"
+        "ampdoctor: error: b/pyproject.toml: tool.ampdoctor.select: unknown rule code or prefix 'AMP9'"
     ]
 
 
