@@ -882,3 +882,17 @@ def test_imports_that_hold_no_apex_name_keep_their_form():
     assert "from transformers import (\n    Trainer,\n    set_seed,\n)\n" in after
     assert "from apex import (\n    optimizers,\n)\n" in after
     assert_sound(after)
+
+
+def test_a_flagged_if_on_one_line_is_left_as_it_is():
+    # ``if args.fp16: print(loss)`` holds its statement on the ``if`` line: its arm is not lines
+    # that could replace the whole ``if`` (the else arm's backward is scaled elsewhere).
+    source = script("glue_fp16_flag.py").replace(
+        "            tr_loss += loss.item()\n",
+        "            if args.fp16: print(loss)\n            else:\n                loss.backward()\n"
+        "            tr_loss += loss.item()\n",
+    )
+    after = migrate(source)
+    assert "if args.fp16: print(loss)\n" in after
+    ast.parse(after)
+    assert migrate(after) == after

@@ -693,3 +693,25 @@ def test_amp101_fix_leaves_the_inside_of_a_multi_line_string_alone():
     fixed = _fixed_unsafe(source)
     assert "    loss.backward(inputs=note('''first\n            second'''))\n" in fixed
     assert fixed.splitlines()[4].startswith("    loss.backward(")
+
+
+def test_amp303_an_optimizer_kept_in_a_list_is_not_taken_for_one_handed_to_a_wrapper():
+    # ``opts[0] = SGD(...)`` names the optimizer by no plain name: an fp16 helper called with some
+    # other expression (a call) does not wrap it.
+    source = textwrap.dedent(
+        """\
+        import torch
+
+        model = Net().cuda().half()
+        opts = [None]
+        opts[0] = torch.optim.SGD(model.parameters(), lr=0.1)
+        fp16_report(make_config())
+        for x in loader:
+            loss = model(x).sum()
+            loss.backward()
+            opts[0].step()
+        """
+    )
+    assert [(f.code, f.location.line) for f in lint_text(source)] == [("AMP303", 5)]
+    wrapped = source.replace("fp16_report(make_config())", "opts[0] = FP16_Optimizer(opts[0])")
+    assert [f.code for f in lint_text(wrapped)] == []

@@ -28,6 +28,13 @@ class Anchors(Value):
     """
 
     __slots__ = ("names", "methods", "casts", "method_casts", "requires", "requires_methods", "requires_names")
+    names: tuple[str, ...]
+    methods: tuple[str, ...]
+    casts: tuple[str, ...]
+    method_casts: tuple[str, ...]
+    requires: tuple[str, ...]
+    requires_methods: tuple[str, ...]
+    requires_names: tuple[str, ...]
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..catalog import severity_of
-from ..findings import PARSE_ERROR, Finding, Location
+from ..findings import PARSE_ERROR, Edit, Finding, Location
 from ..records import Record
 from .fixes import (
     FixError,
@@ -31,6 +31,7 @@ from .suppressions import apply_suppressions
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
     from .project.shapes import ModuleSummary
+    from .rules import Report
 
 
 class LintOptions(Record):
@@ -257,7 +258,7 @@ def check_source(
 
             summary.append(summarize(facts))
         rules = lint_rules()
-        reports = []
+        reports: list[Report] = []
         for code in sorted(options.codes):
             rule = rules.get(code)
             if rule is not None:
@@ -562,14 +563,15 @@ def _to_cell(finding: Finding, notebook) -> Finding:
         fix = None  # a rewrite of the whole module cannot be mapped onto cells
     if fix is not None:
         # Edits are shown relative to the finding's cell, like its location.
-        edits = []
+        edits: list[Edit] = []
+        in_cell = True
         for edit in fix.edits:
             start_cell, start = notebook.locate(edit.line)
             end_cell, end = notebook.locate(edit.end_line)
             if start_cell != cell or end_cell != cell:
-                edits = None
+                in_cell = False
                 break
             edits.append(edit.replace(line=start, end_line=end))
-        fix = fix.replace(edits=tuple(edits)) if edits is not None else None
+        fix = fix.replace(edits=tuple(edits)) if in_cell else None
     location = loc.replace(line=line, end_line=end_line, cell=cell)
     return finding.replace(location=location, fix=fix)

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from .model import AmpFacts, Assignment, Block, CallSite, Frame, ImportRef, WithRef
 from .passes import classify_events, find_scalers_and_optimizers, resolve_regions
-from .syntax import children_except, dotted, qualify, qualify_spelled
+from .syntax import children_except, dotted, is_try, qualify, qualify_spelled
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 def _import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[ast.alias, str, str, str | None]]:
     """(alias node, local name, qualified name, from-module) for each name an import binds."""
-    if type(node) is ast.Import:
+    if isinstance(node, ast.Import):
         for alias in node.names:
             if alias.asname:
                 yield alias, alias.asname, alias.name, None
@@ -75,7 +75,7 @@ class _FactWalk:
         self.frames: list[Frame] = []
         self.calls: list[CallSite] = []
         self.assignments: list[Assignment] = []
-        self.references: list[tuple[ast.AST, str]] = []
+        self.references: list[tuple[ast.expr, str]] = []
         self.classes: list[tuple[ast.ClassDef, tuple[str, ...]]] = []
         self.functions: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, Frame]] = []
         self.item_assignments: list[tuple[str, ast.Assign, Frame]] = []
@@ -204,7 +204,7 @@ class _FactWalk:
 
     def _loop(self, node: ast.For | ast.AsyncFor | ast.While) -> bool:
         self._statements.append(node)
-        head = [node.test] if type(node) is ast.While else [node.target, node.iter]
+        head = [node.test] if isinstance(node, ast.While) else [node.target, node.iter]
         self._schedule([*head, *self._block("loop", node, node.body), *node.orelse, self._leave_statement])
         return True
 
@@ -220,7 +220,7 @@ class _FactWalk:
         )
         return True
 
-    def _try(self, node: ast.AST) -> bool:
+    def _try(self, node: ast.Try | ast.TryStar) -> bool:
         self._statements.append(node)
         items = [*self._block("try", node, node.body)]
         for handler in node.handlers:
@@ -230,7 +230,7 @@ class _FactWalk:
         self._schedule([*items, self._leave_statement])
         return True
 
-    def _match(self, node: ast.AST) -> bool:
+    def _match(self, node: ast.Match) -> bool:
         self._statements.append(node)
         items: list = [node.subject]
         for case in node.cases:
@@ -265,7 +265,7 @@ class _FactWalk:
         return True
 
     def _assign(self, node: ast.Assign | ast.AnnAssign) -> bool:
-        if type(node) is ast.Assign:
+        if isinstance(node, ast.Assign):
             for target in node.targets:
                 self._record_assignment(target, node.value)
                 if type(target) is ast.Subscript:
@@ -279,7 +279,9 @@ class _FactWalk:
     def _record_assignment(self, target: ast.expr, value: ast.expr) -> None:
         name = dotted(target)
         if name is None:
-            if type(target) in (ast.Tuple, ast.List) and type(value) in (ast.Tuple, ast.List):
+            if (type(target) is ast.Tuple or type(target) is ast.List) and (
+                type(value) is ast.Tuple or type(value) is ast.List
+            ):
                 for t, v in zip(target.elts, value.elts):
                     self._record_assignment(t, v)
             return
@@ -380,15 +382,14 @@ def _prescan_imports(module: ast.Module) -> tuple[dict[str, str], list[ImportRef
 
     def scan(body: Sequence[ast.stmt], fallback: bool = False) -> None:
         for stmt in body:
-            kind = type(stmt)
-            if kind is ast.Import or kind is ast.ImportFrom:
+            if type(stmt) is ast.Import or type(stmt) is ast.ImportFrom:
                 for alias, local, qname, mod in _import_bindings(stmt):
                     imports.setdefault(local, qname)
                     refs.append(ImportRef(stmt, alias, local, qname, mod, fallback))
-            elif kind is ast.If:
+            elif type(stmt) is ast.If:
                 scan(stmt.body, fallback)
                 scan(stmt.orelse, fallback)
-            elif kind is ast.Try or kind is getattr(ast, "TryStar", None):
+            elif is_try(stmt):
                 scan(stmt.body, fallback)
                 for handler in stmt.handlers:
                     scan(handler.body, True)

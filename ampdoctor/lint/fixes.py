@@ -33,6 +33,11 @@ class NodeEdit(Value):
     """
 
     __slots__ = ("kind", "node", "text", "end_node", "span")
+    kind: str
+    node: ast.AST | None
+    text: str
+    end_node: ast.AST | None
+    span: tuple[int, int, int, int] | None
 
     def __init__(
         self,
@@ -47,6 +52,9 @@ class NodeEdit(Value):
 
 class FixPlan(Value):
     __slots__ = ("description", "edits", "applicability")
+    description: str
+    edits: tuple[NodeEdit, ...]
+    applicability: Applicability
 
     def __init__(
         self, description: str, edits: tuple[NodeEdit, ...], applicability: Applicability = Applicability.SAFE
@@ -101,7 +109,8 @@ class SourceLines:
         end_line = getattr(node, "end_lineno", None)
         if line is None or end_line is None:
             return None
-        return line, self.column(line, node.col_offset), end_line, self.column(end_line, node.end_col_offset)
+        column, end_column = getattr(node, "col_offset", 0), getattr(node, "end_col_offset", 0)
+        return line, self.column(line, column), end_line, self.column(end_line, end_column)
 
     def segment(self, node: ast.AST) -> str:
         """The exact source text of a node."""

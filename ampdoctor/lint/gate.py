@@ -143,14 +143,13 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
     literals: set[str] = set()
     type_strings: list[str] = []  # already qualified: strings are not resolved through imports
     for node in walk(tree):
-        kind = type(node)
-        if kind is ast.Attribute:
+        if type(node) is ast.Attribute:
             chain = dotted(node)
             if chain is not None:
                 chains.append(chain)
-        elif kind is ast.Name:
+        elif type(node) is ast.Name:
             chains.append(node.id)
-        elif kind is ast.Call:
+        elif type(node) is ast.Call:
             func = node.func
             dtypes = [c for c in (dotted(k.value) for k in node.keywords if k.arg == "dtype") if c]
             cast_chains.extend(dtypes)
@@ -168,12 +167,12 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
                         if type(value) is ast.Constant and type(value.value) is str:
                             type_strings.append(value.value)
             _call_literals(node, literals)
-        elif kind is ast.BinOp:
+        elif type(node) is ast.BinOp:
             _binop_literals(node, literals)
-        elif kind is ast.Assign and any(type(t) is ast.Subscript for t in node.targets):
+        elif type(node) is ast.Assign and any(type(t) is ast.Subscript for t in node.targets):
             # ``logits[mask] = -1e10``: a fill written as an index assignment
             _classify((node.value,), literals, big="big-fill", tiny=None)
-        elif kind is ast.Import:
+        elif type(node) is ast.Import:
             for alias in node.names:
                 if alias.asname:
                     imports.setdefault(alias.asname, alias.name)
@@ -181,7 +180,7 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
                     head = alias.name.split(".", 1)[0]
                     imports.setdefault(head, head)
                 chains.append(alias.name)
-        elif kind is ast.ImportFrom and node.module and not node.level:
+        elif type(node) is ast.ImportFrom and node.module and not node.level:
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
                 imports.setdefault(alias.asname or alias.name, full)
@@ -198,18 +197,18 @@ def summarize_tree(tree: ast.Module) -> ModuleSummary:
 
 def _literal_value(node: ast.expr) -> float | None:
     """The value of ``1e9``, ``-1e9``, ``2**-25``; None for anything else or non-finite values."""
-    kind = type(node)
-    value = None
-    if kind is ast.Constant:
-        if type(node.value) in (int, float):
+    value: float | complex | None = None
+    if type(node) is ast.Constant:
+        number = node.value
+        if type(number) is int or type(number) is float:
             try:
-                value = float(node.value)
+                value = float(number)
             except OverflowError:  # an integer beyond float range: certainly not float16
-                value = float("inf") if node.value > 0 else float("-inf")
-    elif kind is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
+                value = float("inf") if number > 0 else float("-inf")
+    elif type(node) is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
         inner = _literal_value(node.operand)
         value = None if inner is None else (-inner if type(node.op) is ast.USub else inner)
-    elif kind is ast.BinOp and type(node.op) is ast.Pow:
+    elif type(node) is ast.BinOp and type(node.op) is ast.Pow:
         base, exponent = _literal_value(node.left), _literal_value(node.right)
         if base is not None and exponent is not None and abs(exponent) < 1024:
             try:
@@ -274,5 +273,5 @@ def keeps(module: str | ast.Module, anchors: Iterable[Anchors | tuple[Anchors, .
     summary = summarize(module) if isinstance(module, str) else summarize_tree(module)
     if summary is None:
         return True  # let the full parser report the syntax error
-    alternatives = [alt for a in anchors for alt in (a if isinstance(a, tuple) else (a,))]
+    alternatives = [alt for a in anchors if a is not None for alt in (a if isinstance(a, tuple) else (a,))]
     return any(summary.has_any(a) for a in alternatives)

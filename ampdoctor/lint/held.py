@@ -64,14 +64,13 @@ class Held(Record):
 
 def _choices(expr: ast.expr, qualify, autocast_names) -> list[Factory] | None:
     """The factories an assigned value may be; None when it is no autocast-like value at all."""
-    kind = type(expr)
-    if kind is ast.IfExp:
+    if type(expr) is ast.IfExp:
         arms = [_choices(expr.body, qualify, autocast_names), _choices(expr.orelse, qualify, autocast_names)]
         if not any(arm and any(f.is_autocast for f in arm) for arm in arms):
             return None
         # An arm the model cannot read is some other context: the region may be off.
         return [f for arm in arms for f in (arm if arm is not None else [Factory(None)])]
-    if kind is ast.Call:
+    if type(expr) is ast.Call:
         if qualify(expr.func) in _PARTIAL and expr.args and qualify(expr.args[0]) in autocast_names:
             return [Factory(expr.args[0], list(expr.args[1:]), list(expr.keywords))]
         return None
@@ -120,7 +119,7 @@ def held_region(call: ast.Call, facts, held: dict[str, Held]):
         return None
     regions = []
     for factory in entry.choices:
-        if factory.is_autocast:
+        if factory.ref is not None:  # is_autocast
             # The call the factory makes: what ``partial`` bound, then what the ``with`` passes.
             # The call's keywords come first: they override what ``partial`` bound, as in Python.
             bound = ast.Call(

@@ -323,7 +323,7 @@ class AmpFacts(Record):
         calls: list[CallSite],
         regions: list[Region],
         assignments: list[Assignment],
-        references: list[tuple[ast.AST, str]],
+        references: list[tuple[ast.expr, str]],
         classes: list[tuple[ast.ClassDef, tuple[str, ...]]],
         functions: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, Frame]],
         scalers: set[str] | None = None,
@@ -442,6 +442,7 @@ def autocast_region(call: ast.Call, imports: dict[str, str], kind: str = "with")
     if qname not in AUTOCAST_NAMES:
         return None
     fixed_device = AUTOCAST_NAMES[qname]
+    device: str | None
     if fixed_device is not None:
         device = fixed_device
         # torch.cuda.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)

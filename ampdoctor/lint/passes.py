@@ -92,7 +92,7 @@ def _region_of_expression(expr: ast.expr, facts: AmpFacts, held: dict | None = N
         if not found:
             return None
         first = found[0]
-        enabled = first.enabled if len(found) == 2 and first.enabled is Enabled.OFF else Enabled.MAYBE
+        enabled: Enabled = first.enabled if len(found) == 2 and first.enabled is Enabled.OFF else Enabled.MAYBE
         if len(found) == 2 and all(a.enabled is Enabled.ON for a in found):
             enabled = Enabled.ON
         flag = expr.test if enabled is Enabled.MAYBE and len(found) == 1 else None
@@ -161,7 +161,7 @@ def resolve_regions(facts: AmpFacts) -> None:
                     region.node, region.device, region.dtype, region.dtype_given, Enabled.MAYBE, region.kind, flag
                 )
             facts.context_objects[assignment.target] = region
-    seen: dict[int, Region] = {}
+    seen: dict[int, Region | None] = {}
     for site in facts.calls:
         for ref in site.withs:
             key = id(ref)

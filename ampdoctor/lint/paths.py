@@ -48,10 +48,21 @@ class Decision(tuple):
     def __new__(cls, node: ast.If, truth: bool, position: int, test: ast.expr) -> Decision:
         return tuple.__new__(cls, (node, truth, position, test))
 
-    node = property(lambda self: self[0])
-    truth = property(lambda self: self[1])
-    position = property(lambda self: self[2])
-    test = property(lambda self: self[3])
+    @property
+    def node(self) -> ast.If:
+        return self[0]
+
+    @property
+    def truth(self) -> bool:
+        return self[1]
+
+    @property
+    def position(self) -> int:
+        return self[2]
+
+    @property
+    def test(self) -> ast.expr:
+        return self[3]
 
 
 class Path:
@@ -132,7 +143,7 @@ class Assumptions:
     ) -> None:
         self.truths = truths or {}
         self.values = values or {}
-        self._key = None
+        self._key: tuple | None = None
 
     def key(self) -> tuple:
         if self._key is None:
@@ -144,13 +155,12 @@ class Assumptions:
 
     def evaluate(self, test: ast.expr) -> bool | None:
         """True/False when the path already decides ``test``, else None."""
-        kind = type(test)
-        if kind is ast.Constant:
+        if type(test) is ast.Constant:
             return bool(test.value)
-        if kind is ast.UnaryOp and type(test.op) is ast.Not:
+        if type(test) is ast.UnaryOp and type(test.op) is ast.Not:
             inner = self.evaluate(test.operand)
             return None if inner is None else not inner
-        if kind is ast.BoolOp:
+        if type(test) is ast.BoolOp:
             results = [self.evaluate(value) for value in test.values]
             decisive = type(test.op) is ast.Or  # Or: any True decides; And: any False decides
             if decisive in results:
@@ -174,11 +184,10 @@ class Assumptions:
         return Assumptions(truths, values)
 
     def _record(self, test: ast.expr, truth: bool, truths: dict, values: dict) -> None:
-        kind = type(test)
-        if kind is ast.UnaryOp and type(test.op) is ast.Not:
+        if type(test) is ast.UnaryOp and type(test.op) is ast.Not:
             self._record(test.operand, not truth, truths, values)
             return
-        if kind is ast.BoolOp and (type(test.op) is ast.And) == truth:
+        if type(test) is ast.BoolOp and (type(test.op) is ast.And) == truth:
             # ``a and b`` holds: both hold; ``a or b`` fails: both fail.
             for value in test.values:
                 self._record(value, truth, truths, values)
@@ -218,10 +227,9 @@ class _State:
 
 
 def _targets(stmt: ast.stmt) -> frozenset[str]:
-    kind = type(stmt)
-    if kind is ast.Assign:
+    if type(stmt) is ast.Assign:
         return frozenset().union(*(_names(t) for t in stmt.targets))
-    if kind in (ast.AugAssign, ast.AnnAssign):
+    if type(stmt) is ast.AugAssign or type(stmt) is ast.AnnAssign:
         return _names(stmt.target)
     return frozenset()
 
@@ -234,12 +242,11 @@ class _Walker:
         self.aliases: dict[str, ast.expr | None] = {}
 
     def _resolve(self, test: ast.expr) -> ast.expr:
-        kind = type(test)
-        if kind is ast.Name:
+        if type(test) is ast.Name:
             return self.aliases.get(test.id) or test
-        if kind is ast.UnaryOp and type(test.op) is ast.Not:
+        if type(test) is ast.UnaryOp and type(test.op) is ast.Not:
             return ast.UnaryOp(ast.Not(), self._resolve(test.operand))
-        if kind is ast.BoolOp:
+        if type(test) is ast.BoolOp:
             return ast.BoolOp(test.op, [self._resolve(value) for value in test.values])
         return test
 
@@ -283,7 +290,7 @@ class _Walker:
         if names:
             self._note_alias(stmt)
             states = [_State(s.events, s.decisions, s.assumptions.forget(names)) for s in states]
-            if kind is ast.Assign and len(stmt.targets) == 1 and type(stmt.targets[0]) is ast.Name:
+            if type(stmt) is ast.Assign and len(stmt.targets) == 1 and type(stmt.targets[0]) is ast.Name:
                 value = stmt.value
                 if type(value) is ast.Constant and type(value.value) is bool:
                     states = [
@@ -299,7 +306,7 @@ class _Walker:
             kind = type(node)
             if kind in _JUMPS or (node is not stmt and id(node) in self.by_statement):
                 return True
-            if kind is ast.Assign and type(node.value) is ast.Constant and type(node.value.value) is bool:
+            if type(node) is ast.Assign and type(node.value) is ast.Constant and type(node.value.value) is bool:
                 return True
         return False
 
@@ -329,7 +336,7 @@ class _Walker:
     def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, states: list[_State]) -> tuple[list[_State], list[tuple]]:
         # A nested loop: its body once; its continue/break stay inside it.
         states = self._emit(stmt, states)
-        if type(stmt) is not ast.While:
+        if not isinstance(stmt, ast.While):
             names = _names(stmt.target)
             states = [_State(s.events, s.decisions, s.assumptions.forget(names)) for s in states]
         out, jumps = self.block(stmt.body, states)
@@ -355,7 +362,7 @@ class _Walker:
             final_jumps.extend(inner)
         return out, final_jumps
 
-    def _match(self, stmt: ast.AST, states: list[_State]) -> tuple[list[_State], list[tuple]]:
+    def _match(self, stmt: ast.Match, states: list[_State]) -> tuple[list[_State], list[tuple]]:
         states = self._emit(stmt, states)
         outs, jumps = list(states), []  # no case matched
         for case in stmt.cases:
@@ -466,9 +473,10 @@ class PathIndex:
 def paths_of(facts: AmpFacts, frame: Frame, node: ast.AST) -> list[Path] | None:
     """The paths of one pass through ``node`` (a loop, or ``frame``'s function) in ``facts``'
     module; None when there are too many to follow. Computed on the first question and kept."""
-    if facts._paths is None:
-        facts._paths = PathIndex()
-    return facts._paths.of(frame, node)
+    index = facts._paths  # None until the first question
+    if not isinstance(index, PathIndex):
+        index = facts._paths = PathIndex()
+    return index.of(frame, node)
 
 
 def some(paths: Iterable[Path] | None, predicate) -> bool:

@@ -8,7 +8,19 @@ import ast
 from collections import namedtuple
 from collections.abc import Iterator
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import TypeGuard
+
 FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
+# ``try: ... except* ...`` (Python 3.11 and later); None before.
+_TRY_STAR = getattr(ast, "TryStar", None)
+
+
+def is_try(node: ast.AST) -> TypeGuard[ast.Try | ast.TryStar]:
+    """Whether ``node`` is a ``try`` statement, ``except*`` included (by its exact type)."""
+    kind = type(node)
+    return kind is ast.Try or kind is _TRY_STAR
 
 
 def parameter_names(node: ast.AST) -> list[str]:
@@ -54,20 +66,20 @@ def is_float_literal(expr: ast.AST | None) -> bool:
 
 def number_value(expr: ast.AST | None) -> float | None:
     """The value of a numeric literal, with unary minus/plus and ``2**-24``-style powers."""
-    kind = type(expr)
-    if kind is ast.Constant:
-        if type(expr.value) in (int, float):
+    if type(expr) is ast.Constant:
+        number = expr.value
+        if type(number) is int or type(number) is float:
             try:
-                return float(expr.value)
+                return float(number)
             except OverflowError:
                 return None
         return None
-    if kind is ast.UnaryOp and type(expr.op) in (ast.USub, ast.UAdd):
+    if type(expr) is ast.UnaryOp and type(expr.op) in (ast.USub, ast.UAdd):
         inner = number_value(expr.operand)
         if inner is None:
             return None
         return -inner if type(expr.op) is ast.USub else inner
-    if kind is ast.BinOp and type(expr.op) is ast.Pow:
+    if type(expr) is ast.BinOp and type(expr.op) is ast.Pow:
         base, exp = number_value(expr.left), number_value(expr.right)
         if base is None or exp is None or abs(exp) > 1024:
             return None
@@ -132,7 +144,7 @@ _SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "type_comment", "kind"})
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _child_fields(cls: type) -> tuple[str, ...]:
+def _child_fields(cls: type[ast.AST]) -> tuple[str, ...]:
     names = _FIELDS.get(cls)
     if names is None:
         names = tuple(name for name in cls._fields if name not in _SKIPPED_FIELDS)
@@ -146,10 +158,10 @@ def children(node: ast.AST) -> list[ast.AST]:
     """The child nodes of ``node``, in source order."""
     if type(node) is ast.Dict:
         found: list[ast.AST] = []
-        for key, value in zip(node.keys, node.values):
+        for key, item in zip(node.keys, node.values):
             if key is not None:
                 found.append(key)
-            found.append(value)
+            found.append(item)
         return found
     found = []
     for name in _child_fields(type(node)):

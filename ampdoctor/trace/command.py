@@ -12,11 +12,16 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import click
 
 from .outcome import exit_status
+
+if TYPE_CHECKING:
+    from .distributed import RankInfo
+    from .rulebase import Thresholds
+    from .runner import Target
 
 
 class CommandError(Exception):
@@ -27,11 +32,11 @@ class CommandError(Exception):
 class TraceRequest:
     """The parsed options of one ``ampdoctor trace`` run."""
 
-    run: Any  # runner.Target
+    run: Target
     steps: Optional[int]
     record_ops_steps: int
     gradient_interval: int
-    thresholds: Any  # rulebase.Thresholds
+    thresholds: Thresholds
     output_format: str = "text"
     fail_on: str = "warning"
     progress: Optional[bool] = None
@@ -42,7 +47,7 @@ class TraceRequest:
     json_path: Optional[str] = None
     html_path: Optional[str] = None
     merge_timeout: float = 300.0
-    rank: Any = None  # distributed.RankInfo under torchrun
+    rank: Optional[RankInfo] = None  # under torchrun
     # A child run of ``--compare float32`` (compare_child.py): "float32" or "mixed", the float32
     # run's measurements (read by the mixed run) and where the float32 run writes them.
     compare_role: Optional[str] = None

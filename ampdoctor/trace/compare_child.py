@@ -13,18 +13,26 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
 from .compare import LOW_PRECISION, RunRecord, compare_runs
 from .stopwatch import TIMED, RunClock
 
+if TYPE_CHECKING:
+    from .ops import AutocastTracker
+    from .precision_off import PrecisionOff
+    from .report import TraceReport
+    from .session import TraceSession
+
 FLOAT32, MIXED = "float32", "mixed"
 
 
 class CompareChild:
-    def __init__(self, role: str, session: Any, baseline: Optional[str] = None, out: Optional[str] = None) -> None:
+    def __init__(
+        self, role: str, session: TraceSession, baseline: Optional[str] = None, out: Optional[str] = None
+    ) -> None:
         if role not in (FLOAT32, MIXED):
             raise ValueError(f"unknown compare role {role!r}")
         self.role = role
@@ -43,12 +51,12 @@ class CompareChild:
         session.bare_steps = lambda step: self.clock.phase(step) == TIMED
         if role == FLOAT32:
             session.samples_past_window = False
-        self.switch = None
+        self.switch: Optional[PrecisionOff] = None
         self.outer_regions = 0
         session.iteration_listeners.append(self.clock)
         self._count_regions(session._autocast)
 
-    def _count_regions(self, tracker: Any) -> None:
+    def _count_regions(self, tracker: AutocastTracker) -> None:
         """Count the outermost enabled autocast regions entered with gradients on: each one casts
         the weights afresh (the cast cache lives as long as the outermost region). An evaluation
         pass under ``torch.no_grad()`` is not the training step's cost."""
@@ -76,7 +84,7 @@ class CompareChild:
         if self.switch is not None:
             self.switch.remove()
 
-    def record(self, report: Any) -> RunRecord:
+    def record(self, report: TraceReport) -> RunRecord:
         obs = report.observations
         timing = self.clock.timing()
         memory = self.clock.memory()
@@ -109,7 +117,7 @@ class CompareChild:
             threads=_threads(),
         )
 
-    def finish(self, report: Any) -> None:
+    def finish(self, report: TraceReport) -> None:
         """After the run: the float32 run hands its measurements over; the mixed-precision run
         takes them into its report."""
         if self.role == FLOAT32:
@@ -117,13 +125,14 @@ class CompareChild:
         else:
             self._compare(report)
 
-    def _write(self, report: Any) -> None:
+    def _write(self, report: TraceReport) -> None:
         from ..atomic import write_text_atomic
 
         document = {"run": self.record(report).to_dict(), "report": report.to_dict()}
+        assert self.out is not None  # the float32 run is always told where to write
         write_text_atomic(self.out, json.dumps(document, allow_nan=False))
 
-    def _compare(self, report: Any) -> None:
+    def _compare(self, report: TraceReport) -> None:
         from .hardware import hardware_for
         from .rulebase import Locator
         from .rules.compare import evaluate_compare, with_gemm_share

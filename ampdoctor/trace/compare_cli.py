@@ -23,9 +23,12 @@ def start_compare(
     if module and script:
         script_args = (script, *script_args)
         script = None
-    if not module and not script:
+    if module:
+        target = ["-m", module]
+    elif script:
+        target = [os.path.abspath(script)]
+    else:
         raise click.UsageError("missing SCRIPT (or -m MODULE)", ctx=ctx)
-    target = ["-m", module] if module else [os.path.abspath(script)]
     _, script_args, common, output = compare_arguments(ctx.params, target, script_args)
     return run_compare(target, script_args, common, output, timeout=ctx.params.get("timeout"))
 

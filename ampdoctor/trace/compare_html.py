@@ -51,9 +51,9 @@ def compare_svg(comparison: Comparison) -> Optional[str]:
     times.set_ylabel("ms per iteration", color=_INK)
     _style(times, "Time per iteration (bar: median)")
     memory = figure.add_subplot(1, 2, 2)
-    used = [used_memory(float32), used_memory(mixed)]
-    if all(value for value in used):
-        memory.bar([0, 1], [value / 1e6 for value in used], color=[_FLOAT32, _MIXED], width=0.6)
+    float32_used, mixed_used = used_memory(float32), used_memory(mixed)
+    if float32_used and mixed_used:
+        memory.bar([0, 1], [float32_used / 1e6, mixed_used / 1e6], color=[_FLOAT32, _MIXED], width=0.6)
         memory.set_xticks([0, 1], labels=["float32", "mixed precision"])
         memory.set_ylabel("MB", color=_INK)
         _style(memory, "Memory (peak)" if mixed.start_bytes is None else "Memory (peak above start)")

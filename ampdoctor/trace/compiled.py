@@ -63,16 +63,17 @@ class CompilePatch:
             return original_method(module, *args, **kwargs)
 
         torch.compile = traced_compile
-        torch.nn.Module.compile = traced_module_compile
+        # torch's class itself is patched while the session runs (``remove`` restores it).
+        torch.nn.Module.compile = traced_module_compile  # type: ignore[method-assign, assignment]
         warnings.filterwarnings("ignore", message=_GLOBAL_HOOKS_WARNING, category=UserWarning)
         self._filter = warnings.filters[0]
 
     def remove(self) -> None:
         if self._saved is not None:
-            torch.compile, torch.nn.Module.compile = self._saved
+            torch.compile, torch.nn.Module.compile = self._saved  # type: ignore[method-assign]
             self._saved = None
         if self._filter is not None and self._filter in warnings.filters:
-            warnings.filters.remove(self._filter)
+            warnings.filters.remove(self._filter)  # type: ignore[attr-defined]  # a list (typeshed: Sequence)
             mutated = getattr(warnings, "_filters_mutated", None)
             if mutated is not None:
                 mutated()

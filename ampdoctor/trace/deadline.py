@@ -21,7 +21,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Callable, Optional
+from types import FrameType
+from typing import Any, Callable, Optional, Union
 
 from .threads import send_exception
 
@@ -71,7 +72,7 @@ class Deadline:
         self._stop_type = stop_type
         self._grace = grace if grace is not None else min(max(seconds or 0.0, 2.0), 10.0)
         self._on_give_up = on_give_up
-        self._saved_handler = None
+        self._saved_handler: Union[Callable[[int, Optional[FrameType]], Any], int, None] = None
         self._signal_armed = False
         self._done = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -127,7 +128,7 @@ class Deadline:
                 return
 
     def _watch(self) -> None:
-        if self._done.wait(self._seconds + self._grace):
+        if self._done.wait((self._seconds or 0.0) + self._grace):  # started only with a deadline
             return
         sys.stderr.write(
             f"ampdoctor trace: the script did not stop within {self._grace:g} s of --timeout "

@@ -284,7 +284,9 @@ def _merge_findings(own: TraceReport, others: dict[int, dict[str, Any]], own_ran
             key = (finding.code, finding.message)
             if key not in merged:
                 merged[key] = finding.replace(extra={**finding.extra, "ranks": []})
-            merged[key].extra["ranks"].append(rank)
+            ranks = merged[key].extra["ranks"]
+            assert isinstance(ranks, list)  # made just above
+            ranks.append(rank)
     return list(merged.values())
 
 

@@ -220,7 +220,11 @@ class GradientMonitor:
                     grad = grad.coalesce()._values()
                 if grad.numel() == 0:  # nothing to measure (also a sparse gradient with no entries)
                     continue
-                info = self._registry.param(param, lambda g=group_index, i=index: f"{label}.param_groups[{g}][{i}]")
+
+                def fallback(g: int = group_index, i: int = index) -> str:
+                    return f"{label}.param_groups[{g}][{i}]"
+
+                info = self._registry.param(param, fallback)
                 yield info, grad.detach() if grad.requires_grad else grad
 
     def _check(self, optimizer: Any, label: str, known_finite: bool) -> None:

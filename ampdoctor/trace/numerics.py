@@ -85,7 +85,11 @@ class ModuleRegistry:
             info = ParamInfo(fallback(), None, tuple(param.shape), dtype_name(param.dtype))
             self._params[param] = info
         key = id(param)
-        self._param_ids[key] = (weakref.ref(param, lambda _, key=key: self._param_ids.pop(key, None)), info)
+
+        def forget(_: object, key: int = key) -> None:
+            self._param_ids.pop(key, None)
+
+        self._param_ids[key] = (weakref.ref(param, forget), info)
         return info
 
     def _register_root(self, root: torch.nn.Module) -> None:
@@ -202,8 +206,8 @@ class DeviceBatch:
                 indices.append(index)
         by_device: dict[torch.device, list[tuple[bool, list[int], torch.Tensor]]] = {}
         for (device, _, scalars), indices in groups.items():
-            members = [parts[i] for i in indices]
-            gathered = torch.stack(members) if scalars else torch.cat([p.reshape(-1) for p in members])
+            tensors = [parts[i] for i in indices]
+            gathered = torch.stack(tensors) if scalars else torch.cat([p.reshape(-1) for p in tensors])
             by_device.setdefault(device, []).append((scalars, indices, gathered.to(torch.float32)))
         values: list[list[float]] = [[]] * len(parts)
         for groups_on_device in by_device.values():

@@ -27,7 +27,7 @@ import threading
 from collections import Counter
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, overload
 
 import torch
 from torch.utils import _python_dispatch
@@ -136,6 +136,12 @@ def quiet() -> _Quiet:
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 
 
+@overload
+def dtype_name(dtype: torch.dtype) -> str: ...
+@overload
+def dtype_name(dtype: Optional[torch.dtype]) -> Optional[str]: ...
+
+
 def dtype_name(dtype: Optional[torch.dtype]) -> Optional[str]:
     if dtype is None:
         return None
@@ -197,13 +203,14 @@ class AutocastTracker:
             tracker._exited(region)
             return result
 
-        autocast_class.__enter__ = traced_enter
-        autocast_class.__exit__ = traced_exit
+        # torch's autocast class itself is patched while the session runs (``remove`` restores it).
+        autocast_class.__enter__ = traced_enter  # type: ignore[method-assign]
+        autocast_class.__exit__ = traced_exit  # type: ignore[method-assign]
 
     def remove(self) -> None:
         if self._saved is not None:
             autocast_class = torch.amp.autocast_mode.autocast
-            autocast_class.__enter__, autocast_class.__exit__ = self._saved
+            autocast_class.__enter__, autocast_class.__exit__ = self._saved  # type: ignore[method-assign]
             self._saved = None
 
     def _entered(self, region) -> None:

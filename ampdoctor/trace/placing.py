@@ -35,7 +35,7 @@ def place_findings(findings: list[Finding], observations: Observations, locator:
 
 
 def _place(finding: Finding, observations: Observations, locator: Any) -> Finding:
-    extra = dict(finding.extra)
+    extra: dict[str, Any] = dict(finding.extra)  # the rule's extras, as it made them
     module = extra.get("module")
     location: Optional[Location] = None
     if module or isinstance(extra.get("ops"), dict):

@@ -56,7 +56,7 @@ class PrecisionOff:
 
         init.__wrapped__ = original  # type: ignore[attr-defined]
         self._saved.append((owner, "__init__", original))
-        owner.__init__ = init
+        owner.__init__ = init  # type: ignore[misc]  # the class's own __init__, patched until remove()
 
     def _count_entries(self, autocast_class: type) -> None:
         """Count the regions entered that would have been enabled (a context object made once,
@@ -70,7 +70,7 @@ class PrecisionOff:
             return original(region)
 
         self._saved.append((autocast_class, "__enter__", original))
-        autocast_class.__enter__ = enter
+        autocast_class.__enter__ = enter  # type: ignore[attr-defined]  # torch's autocast, patched until remove()
 
     def _disable_region(self, region: Any) -> None:
         if getattr(region, "_enabled", False):

@@ -92,7 +92,7 @@ class ProtocolWatch:
                 pass
 
         self._saved.append((torch.optim.Optimizer, "__init__", original_init))
-        torch.optim.Optimizer.__init__ = observed_init
+        torch.optim.Optimizer.__init__ = observed_init  # type: ignore[method-assign, assignment]  # until remove()
 
         for namespace in (utils, clip_grad):
             for name in CLIP_FUNCTIONS:
@@ -125,7 +125,7 @@ class ProtocolWatch:
                 watch._session.instrument_failed("clip watch", exc)
             return original(parameters, *args, **kwargs)
 
-        traced.__wrapped__ = original
+        traced.__wrapped__ = original  # type: ignore[attr-defined]  # as functools.wraps sets it
         traced.__name__ = getattr(original, "__name__", name)
         traced.__doc__ = getattr(original, "__doc__", None)
         return traced

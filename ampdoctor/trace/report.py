@@ -171,11 +171,12 @@ class TraceReport:
             return f"{ended} before its first optimizer step:", rest + (f" {found}" if found else ""), "untrained"
         if not findings:
             return "No mixed-precision problems found", f" in {self.observations.steps} iteration(s).", "ok"
-        if self.worst_severity() is Severity.INFO:
+        worst = max(finding.severity for finding in findings)  # worst_severity(), of findings there are
+        if worst is Severity.INFO:
             # Notes only (the hardware's, an observation worth knowing): nothing is wrong.
             notes = f"{len(findings)} info finding{'s' if len(findings) != 1 else ''} below"
             return "No mixed-precision problems found", f" in {self.observations.steps} iteration(s); {notes}.", "ok"
-        return found, "", self.worst_severity().label
+        return found, "", worst.label
 
     def worst_severity(self) -> Optional[Severity]:
         return max((f.severity for f in self.all_findings), default=None)
@@ -277,7 +278,7 @@ class TraceReport:
 
 
 def _finding_dict(finding: Finding) -> dict[str, Any]:
-    data = finding.to_dict()
+    data: dict[str, Any] = finding.to_dict()
     data["module"] = finding.extra.get("module")
     data["step"] = finding.extra.get("step")
     if "extra" in data:

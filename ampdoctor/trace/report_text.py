@@ -254,7 +254,10 @@ def _scale_table(obs: Observations):
     table = Table(title="Loss scale timeline", title_justify="left")
     for column in ("iterations", "scale", "skipped"):
         table.add_column(column, justify="right")
-    shown = segments if len(segments) <= 12 else segments[:6] + [None] + segments[-5:]
+    # None: the "..." row between the first and the last segments.
+    shown: list[tuple[int, int, float, int] | None] = (
+        [*segments] if len(segments) <= 12 else [*segments[:6], None, *segments[-5:]]
+    )
     for segment in shown:
         if segment is None:
             table.add_row("...", "", "")

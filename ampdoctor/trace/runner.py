@@ -48,6 +48,7 @@ class Target:
         """The file findings point at: the script, or the module's source file."""
         if self.script:
             return os.path.abspath(self.script)
+        assert self.module is not None  # a target names a script or a module
         try:
             spec = importlib.util.find_spec(self.module)
         except (ImportError, ValueError):
@@ -66,6 +67,7 @@ def check_target(target: Target) -> None:
         if os.path.isdir(target.script) and not os.path.isfile(os.path.join(target.script, "__main__.py")):
             raise UsageError(f"can't find '__main__' module in {target.script!r}")
         return
+    assert target.module is not None  # a target names a script or a module
     with _search_path(os.getcwd()):
         try:
             spec = importlib.util.find_spec(target.module)
@@ -81,6 +83,7 @@ def run_target(target: Target) -> Outcome:
         outcome = _run(target)
         if outcome.reason == "error" and hooks.replaced:
             # The script installed its own sys.excepthook: Python would show the error through it.
+            assert outcome.exception is not None  # an "error" outcome holds its exception
             hooks.show(outcome.exception)
             outcome.traceback = None
         outcome.exception = None
@@ -97,6 +100,7 @@ def _run(target: Target) -> Outcome:
             with _search_path(script), _argv([target.script, *target.args]):
                 runpy.run_path(script, run_name="__main__")
         else:
+            assert target.module is not None  # a target names a script or a module
             with _search_path(os.getcwd()), _argv([target.module, *target.args]):
                 runpy.run_module(target.module, run_name="__main__", alter_sys=True)
     except StopTracing as stop:
@@ -143,7 +147,10 @@ def _run_file_as_main(path: str) -> None:
     try:
         exec(code, module.__dict__)
     finally:
-        sys.modules["__main__"] = saved
+        if saved is not None:
+            sys.modules["__main__"] = saved
+        else:  # there was no ``__main__`` before (an interpreter always has one)
+            sys.modules.pop("__main__", None)
 
 
 def _one_line(exc: BaseException) -> str:

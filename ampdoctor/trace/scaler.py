@@ -25,32 +25,31 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 import torch
 from torch.amp.grad_scaler import OptState
 
 from .ops import quiet
 
+if TYPE_CHECKING:
+    from types import FrameType
+
 _TorchGradScaler = torch.amp.GradScaler
 
 
 class ScalerObserver(Protocol):
-    def scaler_scaled(self, scaler: TracedGradScaler, outputs: Any, scaled: Any) -> None: ...
+    def scaler_scaled(self, scaler: _Observed, outputs: Any, scaled: Any) -> None: ...
 
-    def scaler_unscale_started(self, scaler: TracedGradScaler, optimizer: Any) -> None: ...
+    def scaler_unscale_started(self, scaler: _Observed, optimizer: Any) -> None: ...
 
-    def scaler_unscaled(self, scaler: TracedGradScaler, optimizer: Any) -> None: ...
+    def scaler_unscaled(self, scaler: _Observed, optimizer: Any) -> None: ...
 
-    def scaler_step_started(self, scaler: TracedGradScaler, optimizer: Any, grads_scaled: bool) -> None: ...
+    def scaler_step_started(self, scaler: _Observed, optimizer: Any, grads_scaled: bool) -> None: ...
 
-    def scaler_step_finished(
-        self, scaler: TracedGradScaler, optimizer: Any, found_inf: Optional[torch.Tensor]
-    ) -> None: ...
+    def scaler_step_finished(self, scaler: _Observed, optimizer: Any, found_inf: Optional[torch.Tensor]) -> None: ...
 
-    def scaler_updated(
-        self, scaler: TracedGradScaler, scale_before: torch.Tensor, scale_after: torch.Tensor
-    ) -> None: ...
+    def scaler_updated(self, scaler: _Observed, scale_before: torch.Tensor, scale_after: torch.Tensor) -> None: ...
 
 
 # The session that receives the events; None outside a session, so scalers created during a
@@ -58,7 +57,7 @@ class ScalerObserver(Protocol):
 _observer: Optional[ScalerObserver] = None
 
 
-def _current(scaler: TracedGradScaler) -> Optional[ScalerObserver]:
+def _current(scaler: _Observed) -> Optional[ScalerObserver]:
     return _observer if scaler.is_enabled() else None
 
 
@@ -87,7 +86,15 @@ def observed_scaler_stepping() -> bool:
     return getattr(_stepping, "depth", 0) > 0
 
 
-class _Observed:
+# The mixin's base: a GradScaler to the type checker (every class it is mixed into is one), a plain
+# object at run time.
+if TYPE_CHECKING:
+    _ObservedBase = _TorchGradScaler
+else:
+    _ObservedBase = object
+
+
+class _Observed(_ObservedBase):
     """The observation points, mixed in before a GradScaler class; the behaviour is the
     parent's."""
 
@@ -97,7 +104,7 @@ class _Observed:
         _remember_creation(scaler)
         return scaler
 
-    def scale(self, outputs):  # type: ignore[override]
+    def scale(self, outputs):
         scaled = super().scale(outputs)
         observer = _current(self)
         if observer is not None:
@@ -265,7 +272,8 @@ class ScalerPatch:
                 _remember_creation(scaler)
 
         self._saved.append((_TorchGradScaler, "__init__", original_init))
-        _TorchGradScaler.__init__ = observed_init
+        # torch's class itself is patched while the session runs (and put back by ``remove``).
+        _TorchGradScaler.__init__ = observed_init  # type: ignore[method-assign, assignment]
         _observer = self._observer
 
     def remove(self) -> None:
@@ -297,7 +305,7 @@ def stepped_by_untraced_scaler() -> bool:
         _TorchGradScaler.step.__code__,
         _TorchGradScaler._maybe_opt_step.__code__,
     }
-    frame = sys._getframe(2)
+    frame: Optional[FrameType] = sys._getframe(2)
     for _ in range(6):
         if frame is None:
             return False

@@ -56,7 +56,7 @@ import contextlib
 import os
 import sys
 import weakref
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -76,6 +76,9 @@ from .sites import user_site
 from .stopping import StopTracing, outcome_of
 from .threads import ThreadStops
 
+if TYPE_CHECKING:
+    from .whatif import WhatIfFloat16
+
 DEFAULT_RECORD_OPS_STEPS = 2
 DEFAULT_GRADIENT_INTERVAL = 4
 
@@ -86,6 +89,8 @@ ProgressCallback = Callable[[int, Optional[int], Optional[float], int], None]
 
 
 class TraceSession:
+    what_if: WhatIfFloat16  # ``--what-if float16``: set by the trace command before the run, else absent
+
     def __init__(
         self,
         steps: Optional[int] = None,

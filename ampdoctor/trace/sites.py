@@ -62,7 +62,7 @@ def user_site(skip: int = 1, limit: int = 64) -> Optional[tuple[str, int]]:
 def construction_site(limit: int = 64) -> Optional[tuple[str, int]]:
     """Where the user's code made an object: the innermost user frame that is not an
     ``__init__`` (a scaler made in a wrapper class's ``__init__`` is made where the wrapper is)."""
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     innermost = None
     for _ in range(limit):
         if frame is None:

@@ -34,14 +34,16 @@ class ApexNames:
                     path = import_path(alias.name)
                     if path == "apex" or path.startswith("apex."):
                         if alias.asname is not None:
-                            self.locals[alias.asname.name.value] = path
+                            self.locals[bound_name(alias.asname)] = path
                         else:
                             self.locals["apex"] = "apex"
             elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
                 path = import_path(node.module)
                 if (path == "apex" or path.startswith("apex.")) and not isinstance(node.names, cst.ImportStar):
                     for alias in node.names:
-                        local = alias.asname.name.value if alias.asname else alias.name.value
+                        local = (
+                            bound_name(alias.asname) if alias.asname else cst.ensure_type(alias.name, cst.Name).value
+                        )
                         self.locals[local] = f"{path}.{import_path(alias.name)}"
 
     def qualify(self, node: cst.BaseExpression) -> str | None:
@@ -54,8 +56,13 @@ class ApexNames:
         return f"{self.locals[head]}.{rest}" if rest else self.locals[head]
 
 
-def walk_imports(module: cst.Module):
-    found = []
+def bound_name(asname: cst.AsName) -> str:
+    """The name an import's ``as`` binds (in an import, always a plain name)."""
+    return cst.ensure_type(asname.name, cst.Name).value
+
+
+def walk_imports(module: cst.Module) -> list[cst.Import | cst.ImportFrom]:
+    found: list[cst.Import | cst.ImportFrom] = []
 
     class Collect(cst.CSTVisitor):
         def visit_Import(self, node: cst.Import) -> None:
@@ -78,7 +85,7 @@ def spelling_of(node: cst.CSTNode) -> str:
 
 
 def parse_line(code: str) -> cst.SimpleStatementLine:
-    return cst.parse_statement(code + "\n")
+    return cst.ensure_type(cst.parse_statement(code + "\n"), cst.SimpleStatementLine)
 
 
 def is_docstring(statement: cst.BaseStatement) -> bool:
@@ -149,7 +156,7 @@ def _bound_names(module: cst.Module) -> set[str]:
             for small in statement.body:
                 if isinstance(small, cst.Import):
                     for alias in small.names:
-                        bound.add(alias.asname.name.value if alias.asname else import_path(alias.name).split(".")[0])
+                        bound.add(bound_name(alias.asname) if alias.asname else import_path(alias.name).split(".")[0])
     return bound
 
 

@@ -39,6 +39,11 @@ from .imports import (
 )
 from .plan import DDP_DROPPABLE, MigrationPlan, opt_level_note
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    # What a block's body holds (libcst's BaseStatement declares no leading_lines).
+    Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
+
 _CLIPS = ("clip_grad_norm_", "clip_grad_value_")
 _GROUP_ROOTS = (cst.For, cst.While, cst.FunctionDef)
 # Growth never happens within this many steps: what a static apex loss scale meant.
@@ -131,8 +136,8 @@ class _Migration(cst.CSTTransformer):
         self.positions = wrapper.resolve(PositionProvider)
         # Parents are recorded by the survey's own walk: libcst's provider would walk once more.
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
-        self.before: dict[int, list[cst.BaseStatement]] = {}
-        self.after: dict[int, list[cst.BaseStatement]] = {}
+        self.before: dict[int, list[Statement]] = {}
+        self.after: dict[int, list[Statement]] = {}
         self.dropped: set[int] = set()
         self.plain_backwards: dict[str, cst.SimpleStatementLine] = {}  # ``loss.backward()`` → its scaled form
         self.unscales: set[int] = set()  # the ``scaler.unscale_(opt)`` lines the migration added
@@ -146,7 +151,8 @@ class _Migration(cst.CSTTransformer):
         initializes: list[_Initialize] = []
         statements: list[cst.SimpleStatementLine] = []
         names = self.names
-        parents, stack, clips, spelled = self.parents, [], self.clips, self.spelled
+        parents, clips, spelled = self.parents, self.clips, self.spelled
+        stack: list[cst.CSTNode] = []
         current: list[cst.SimpleStatementLine] = []
 
         class Survey(cst.CSTVisitor):
@@ -179,7 +185,7 @@ class _Migration(cst.CSTTransformer):
         self.initializes = initializes
         for init in initializes:
             block = self.parents.get(init.statement)
-            guard = self.parents.get(block)
+            guard = self.parents.get(block) if block is not None else None
             if isinstance(guard, cst.If) and guard.body is block and guard.orelse is None and not is_main_guard(guard):
                 init.condition = guard
         models, optimizers = [], []
@@ -193,11 +199,12 @@ class _Migration(cst.CSTTransformer):
         self.scaler = self._scaler_name(module, initializes)
         # ``amp.initialize(..., enabled=flag)`` switched both halves: autocast follows the scaler.
         switched = any("enabled" in init.keywords or init.condition is not None for init in initializes)
-        self.switches = {
-            code_of(init.keywords["enabled"]) if "enabled" in init.keywords else code_of(init.condition.test)
-            for init in initializes
-            if "enabled" in init.keywords or init.condition is not None
-        }
+        self.switches: set[str] = set()
+        for init in initializes:
+            if "enabled" in init.keywords:
+                self.switches.add(code_of(init.keywords["enabled"]))
+            elif init.condition is not None:
+                self.switches.add(code_of(init.condition.test))
         self.enabled = f"{self.scaler}.is_enabled()" if switched else None
         self._plan_updates(statements)
 
@@ -281,7 +288,7 @@ class _Migration(cst.CSTTransformer):
         return updated
 
     def _replace_initialize(self, init: _Initialize, updated: cst.SimpleStatementLine):
-        lines: list[cst.BaseStatement] = []
+        lines: list[Statement] = []
         if init.targets is not None:
             given = [a for a in (init.models, init.optimizers) if a is not None]
             values = ", ".join(code_of(a) for a in given)
@@ -419,7 +426,12 @@ class _Migration(cst.CSTTransformer):
     def _collapsed(self, original: cst.If, updated: cst.If):
         """``if flag: <scaled> else: <plain>`` where ``flag`` switches the scaler: a disabled scaler
         scales by 1 and its unscale_ does nothing, so the scaled arm alone does both."""
-        arm, other = list(updated.body.body), list(updated.orelse.body.body)
+        orelse = updated.orelse
+        if not isinstance(orelse, cst.Else):
+            return None  # leave_If calls this only with an else arm
+        arm, other = _lines(updated.body), _lines(orelse.body)
+        if arm is None or other is None:
+            return None  # ``if flag: stmt`` on one line: its statements are not lines to move
         scaled = self.plain_backwards.get(code_of(other[0]).strip()) if len(other) == 1 else None
         if len(arm) == 1 and scaled is not None and code_of(arm[0].with_changes(leading_lines=[])) == code_of(scaled):
             return arm[0].with_changes(leading_lines=[*updated.leading_lines, *arm[0].leading_lines])
@@ -447,7 +459,7 @@ class _Migration(cst.CSTTransformer):
     def leave_Module(self, original, updated):
         return updated.with_changes(body=self._block(original.body, updated.body))
 
-    def _block(self, originals, updateds) -> list[cst.BaseStatement]:
+    def _block(self, originals, updateds) -> list[Statement]:
         groups = []
         for original, updated in zip(originals, updateds):
             line = self.positions[original].start.line
@@ -460,7 +472,7 @@ class _Migration(cst.CSTTransformer):
             updated = self._with_todos(updated, line)
             statements = [*self.before.get(id(original), []), updated, *self.after.get(id(original), [])]
             groups.append((line, statements))
-        result: list[cst.BaseStatement] = []
+        result: list[Statement] = []
         index = 0
         while index < len(groups):
             line, statements = groups[index]
@@ -479,7 +491,7 @@ class _Migration(cst.CSTTransformer):
     def _wrap_end(self, line: int) -> int | None:
         return next((last for first, last in self.plan.wraps if first == line), None)
 
-    def _with_todos(self, statement: cst.BaseStatement, line: int) -> cst.BaseStatement:
+    def _with_todos(self, statement: Statement, line: int) -> Statement:
         todos = [text for at, text, _reported in self.plan.todos if at == line]
         if not todos:
             return statement
@@ -498,10 +510,20 @@ def _comments(text: str) -> list[cst.EmptyLine]:
     return [cst.EmptyLine(comment=cst.Comment(f"# {line}")) for line in lines]
 
 
-def _autocast(run: list[cst.BaseStatement], enabled: str | None) -> cst.With:
+def _autocast(run: list[Statement], enabled: str | None) -> cst.With:
     first = run[0]
     leading = list(first.leading_lines)
     run = [first.with_changes(leading_lines=[]), *run[1:]]
     switch = f", enabled={enabled}" if enabled else ""
-    template = cst.parse_statement(f'with torch.autocast("cuda", dtype=torch.float16{switch}):\n    pass\n')
+    template = cst.ensure_type(
+        cst.parse_statement(f'with torch.autocast("cuda", dtype=torch.float16{switch}):\n    pass\n'), cst.With
+    )
     return template.with_changes(body=cst.IndentedBlock(body=run), leading_lines=leading)
+
+
+def _lines(block: cst.BaseSuite) -> list[cst.SimpleStatementLine | cst.BaseCompoundStatement] | None:
+    """The statements of an indented block, each a line of its own; None for a suite on the
+    line of its header (``if flag: stmt``), whose statements are parts of one line."""
+    if not isinstance(block, cst.IndentedBlock):
+        return None
+    return [s for s in block.body if isinstance(s, (cst.SimpleStatementLine, cst.BaseCompoundStatement))]

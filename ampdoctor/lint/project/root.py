@@ -50,7 +50,7 @@ def _marked(folder: str, known: dict[str, str | None]) -> str | None:
     return found
 
 
-def project_root(paths: Iterable[Path]) -> Path | None:
+def project_root(paths: Iterable[Path | str]) -> Path | None:
     """The project of the linted paths: the marked folder above them all, when they share one.
 
     None when a path is outside every marked folder or the paths belong to different projects:

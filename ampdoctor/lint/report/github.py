@@ -27,7 +27,7 @@ def render(ctx: ReportContext, stream: TextIO, *, color: bool) -> None:
 
 def annotation(finding: Finding) -> str:
     loc = finding.location
-    props = [("file", PurePath(loc.path).as_posix())]
+    props: list[tuple[str, object]] = [("file", PurePath(loc.path).as_posix())]
     message = finding.message
     if loc.cell is None:
         props += [("line", loc.line), ("col", loc.column)]

@@ -43,7 +43,7 @@ def render(ctx: ReportContext, stream: TextIO, *, color: bool) -> None:
 def sarif_log(findings: list[Finding]) -> dict[str, Any]:
     codes = sorted({f.code for f in findings})
     index = {code: i for i, code in enumerate(codes)}
-    severities = {}
+    severities: dict[str, Severity] = {}
     for finding in findings:
         severities.setdefault(finding.code, finding.severity)
     driver = {

@@ -60,8 +60,8 @@ def render(ctx: ReportContext, stream: TextIO, *, color: bool) -> None:
             split[key] = None if source is None else _LINE_BREAK.split(source)
         for line in finding_block(finding, split[key]):
             stream.write(_format(line, color))
-    for line in summary_lines(ctx):
-        stream.write(_format([(line, "bold")], color))
+    for summary in summary_lines(ctx):
+        stream.write(_format([(summary, "bold")], color))
     codes = None if ctx.quiet else codes_line(ctx.findings)
     if codes:
         stream.write(_format([(codes, None)], color))

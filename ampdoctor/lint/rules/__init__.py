@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
+from ...findings import Fix
 from ...records import Record
 from ..anchors import Anchors
 from ..fixes import FixPlan, NodeEdit
@@ -48,7 +49,7 @@ class Report(Record):
         node: ast.AST,
         message: str = "",
         help: str | None = None,
-        fix: FixPlan | None = None,
+        fix: FixPlan | Fix | None = None,
         statement: ast.AST | None = None,
         extra: dict | None = None,
     ) -> None:

@@ -100,14 +100,17 @@ def _dedent_last_statement(lines: SourceLines, with_node: ast.With) -> NodeEdit 
     statement, previous = with_node.body[-1], with_node.body[-2]
     outer = _indentation(lines, with_node)
     inner = _indentation(lines, statement)
-    if outer is None or inner is None or previous.end_lineno >= statement.lineno:
+    previous_end = previous.end_lineno or previous.lineno  # parsed: end_lineno is always set
+    if outer is None or inner is None or previous_end >= statement.lineno:
         return None  # the statement shares its line with another one
-    first = _first_comment_line(lines, previous.end_lineno, statement.lineno, inner)
+    first = _first_comment_line(lines, previous_end, statement.lineno, inner)
     moved = [_shift(lines.text(number), inner, outer) for number in range(first, statement.lineno)]
     text = _moved_statement(lines, statement, inner, outer)
     if text is None:
         return None
     end = lines.span(statement)
+    if end is None:
+        return None  # a parsed statement always has its position
     newline = lines.newline()
     return NodeEdit("replace_range", text=newline.join([*moved, text]), span=(first, 1, end[2], end[3]))
 
@@ -157,7 +160,8 @@ def _moved_statement(lines: SourceLines, statement: ast.stmt, inner: str, outer:
 
 def _has_multiline_string(statement: ast.stmt) -> bool:
     return any(
-        type(node) in (ast.Constant, ast.JoinedStr) and node.end_lineno > node.lineno for node in iter_nodes(statement)
+        (type(node) is ast.Constant or type(node) is ast.JoinedStr) and (node.end_lineno or 0) > node.lineno
+        for node in iter_nodes(statement)
     )
 
 
@@ -170,7 +174,7 @@ def _render_at_indent(text: list[str], indent: str, newline: str) -> str | None:
         module = cst.parse_module("if True:" + newline + newline.join(text) + newline)
     except cst.ParserSyntaxError:
         return None
-    statement = module.body[0].body.body[0]
+    statement = cst.ensure_type(cst.ensure_type(module.body[0], cst.If).body, cst.IndentedBlock).body[0]
     if indent:
         # A throwaway ``if True:`` block at that indentation gives continuation lines the right indent.
         block = cst.IndentedBlock(body=[statement], indent=indent)

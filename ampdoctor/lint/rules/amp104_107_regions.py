@@ -8,7 +8,7 @@ import ast
 import re
 from collections.abc import Iterable
 
-from ..model import AmpFacts, Frame, Region, autocast_region
+from ..model import AmpFacts, CallSite, Frame, Region, autocast_region
 from ..syntax import (
     FUNCTION_TYPES,
     call_args,
@@ -138,7 +138,7 @@ class UnsafeUnderAutocast(LintRule):
             func = site.node.func
             if site.qname in _BCE_FUNCTIONS:
                 what = "binary_cross_entropy"
-            elif (dotted(func) in names and _bound_to_bce(facts, dotted(func), site.frame, losses)) or (
+            elif ((spelled := dotted(func)) in names and _bound_to_bce(facts, spelled, site.frame, losses)) or (
                 isinstance(func, ast.Call) and facts.qualify(func.func) in _BCE_MODULES
             ):
                 what = "nn.BCELoss"
@@ -201,7 +201,8 @@ class AutocastMissingDeviceType(LintRule):
     anchors = AUTOCAST
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
-        missing, devices = [], []
+        missing: list[CallSite] = []
+        devices: list[str | None] = []
         for site in facts.calls:
             if site.qname not in AUTOCAST_NAMES:
                 continue

@@ -57,15 +57,15 @@ def _scaler_events(frame: Frame, kind: EventKind, scaler: str) -> list[Event]:
     return [e for e in frame.events if e.kind is kind and e.scaler == scaler]
 
 
-def _simple_statement(facts: AmpFacts, event: Event) -> ast.stmt | None:
+def _simple_statement(facts: AmpFacts, event: Event) -> ast.stmt | ast.expr | None:
     """The call's statement when it is a simple statement alone on its lines, so that a line can
     be added before or after it at its indentation (not ``a = 1; clip(...)`` nor ``if c: clip(...)``)."""
     statement = event.call.statement
-    if isinstance(statement, _COMPOUND):
+    if isinstance(statement, _COMPOUND) or not isinstance(statement, (ast.stmt, ast.expr)):
         return None
-    # ast columns count UTF-8 bytes.
+    # ast columns count UTF-8 bytes (a parsed node has every position: ``end_lineno`` too).
     first = facts.lines.text(statement.lineno).encode()
-    last = facts.lines.text(statement.end_lineno).encode()
+    last = facts.lines.text(statement.end_lineno or statement.lineno).encode()
     if first[: statement.col_offset].strip() or not _LINE_END.fullmatch(last[statement.end_col_offset :]):
         return None
     return statement

@@ -254,7 +254,7 @@ class ScalerInLoop(LintRule):
                     facts,
                     new,
                     f"a new GradScaler is assigned to `{target}` on every call of `{name}`, which the loop on line "
-                    f"{loop.node.lineno} calls once per epoch",
+                    f"{getattr(loop.node, 'lineno', None)} calls once per epoch",  # a loop: it has a line
                     "each epoch",
                     f"Create the GradScaler once, before the epoch loop, and pass it to `{name}`",
                 )

@@ -200,6 +200,7 @@ class DoubleUnscale(LintRule):
     ) -> Report | None:
         if any(e.kind is EventKind.UPDATE and e.scaler == unscale.scaler for e in path.events[where + 1 :]):
             return None
+        reason: str | None
         if path.jump is not None:
             reason = f"`{facts.text(path.jump)}` on line {path.jump.lineno} skips it"
         else:

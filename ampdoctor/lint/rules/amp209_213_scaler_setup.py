@@ -125,7 +125,8 @@ class Float16WithoutScaler(LintRule):
                 region = site.region
                 if (region is None or not region.is_float16) and decorated:
                     # The loss comes from a function decorated with float16 autocast.
-                    region = decorated.get(_local_callee(site))
+                    callee = _local_callee(site)
+                    region = decorated.get(callee) if callee is not None else None
                 if region is None or not region.is_float16 or site.order > last or id(region.node) in reported:
                     continue
                 if without_grad is None:
@@ -151,7 +152,7 @@ class Float16WithoutScaler(LintRule):
             for site in facts.calls
         )
 
-    def _statement(self, facts: AmpFacts, node: ast.AST) -> ast.stmt | None:
+    def _statement(self, facts: AmpFacts, node: ast.AST) -> ast.AST | None:
         for site in facts.calls:
             if site.node is node:
                 return site.statement
@@ -243,10 +244,10 @@ def _wrapper_state_dicts(facts: AmpFacts) -> Iterable[Report]:
         text = facts.text(function)
         if "scaler" in text.lower() or scaler.split(".", 1)[1] in text:
             continue
-        returns = [n for n in iter_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
+        returns = [(n, n.value) for n in iter_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
         if len(returns) != 1:
             continue
-        value = returns[0].value
+        statement, value = returns[0]
         receivers = [
             dotted(n.func.value)
             for n in iter_nodes(value)
@@ -260,7 +261,7 @@ def _wrapper_state_dicts(facts: AmpFacts) -> Iterable[Report]:
             f"`{frame.class_name}.state_dict()` returns the optimizer's state but not that of the GradScaler it owns "
             f"(`{scaler}`): checkpoints made through it restart the loss scale at 65536 on resume",
             help=f"Include `{scaler}.state_dict()` and restore it in `load_state_dict`",
-            statement=returns[0],
+            statement=statement,
         )
 
 
@@ -345,7 +346,7 @@ _SHARDED = {
 
 
 def _is_fsdp1(qname: str | None) -> bool:
-    return bool(qname) and qname.startswith("torch.distributed.") and qname.endswith(".FullyShardedDataParallel")
+    return qname is not None and qname.startswith("torch.distributed.") and qname.endswith(".FullyShardedDataParallel")
 
 
 def _excludes_sharding(facts: AmpFacts, new, wraps: list[CallSite]) -> bool:

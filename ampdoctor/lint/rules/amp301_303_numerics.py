@@ -251,11 +251,11 @@ class Float16OverflowConstant(LintRule):
             for fill, value in overflowing_fills(site, slots):
                 label = site.qname or f".{site.method}()"
                 yield self._report(facts, fill, value, label, site, torch_name)
-        for target, value in _stores_into_float16(facts):
+        for target, stored in _stores_into_float16(facts):
             yield Report(
                 self.code,
-                value,
-                f"`{facts.text(value)}` stored into `{target}`, which comes out of a float16 autocast region, does "
+                stored,
+                f"`{facts.text(stored)}` stored into `{target}`, which comes out of a float16 autocast region, does "
                 "not fit in float16 (max 65504): it becomes ±inf, and a softmax over it makes NaN",
                 help=f"Use `torch.finfo({target}.dtype).min` (or `.max`), which is right for every dtype",
             )
@@ -395,19 +395,27 @@ def _restored_to_float(facts: AmpFacts, model: _HalfModel, until: int) -> bool:
 def _master_weight_wrapper(facts: AmpFacts, optimizer: CallSite) -> bool:
     """An optimizer handed to an fp16 wrapper that keeps float32 master weights (apex, fairseq, DeepSpeed)."""
     statement = optimizer.statement
-    names = set()
+    names: set[str] = set()
     if isinstance(statement, ast.Assign):
         if statement.value is not optimizer.node:
             return True  # nested in another call: a wrapper
-        names.update(dotted(t) for t in statement.targets)
+        names.update(name for name in map(_spelled, statement.targets) if name is not None)
     for site in facts.calls:
         label = (dotted(site.node.func) or "").lower()
         if not any(word in label for word in ("fp16", "float16", "master", "mixedprecision", "deepspeed")):
             continue
         for arg in call_args(site.node):
-            if arg.value is optimizer.node or dotted(arg.value) in names:
+            if arg.value is optimizer.node or _spelled(arg.value) in names:
                 return True
     return False
+
+
+def _spelled(expr: ast.expr) -> str | None:
+    """How an optimizer is named where it is kept: a name chain, or an item (``opts[0]``)."""
+    name = dotted(expr)
+    if name is None and type(expr) is ast.Subscript:
+        name = ast.unparse(expr)
+    return name
 
 
 def half_optimizers(facts: AmpFacts) -> Iterable[tuple[CallSite, _HalfModel]]:
@@ -489,6 +497,7 @@ class _EpsilonWalker(RegionWalker):
         return None
 
     def binary(self, node: ast.BinOp) -> None:
+        pairs: tuple[tuple[ast.expr, ast.expr], ...]
         if isinstance(node.op, ast.Add):
             pairs = ((node.right, node.left), (node.left, node.right))
         elif isinstance(node.op, ast.Div):

@@ -31,6 +31,8 @@ _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
 
 class _Deprecated(Value):
     __slots__ = ("device", "name")
+    device: str
+    name: str
 
     def __init__(self, device: str, name: str) -> None:
         self._set(device, name)  # name: autocast, GradScaler, custom_fwd, custom_bwd
@@ -133,15 +135,15 @@ class _Uses:
         watched = self.names | self.module_aliases
         for node in _mentioning(facts, watched):
             kind = type(node)
-            if kind is ast.Call:
+            if type(node) is ast.Call:
                 self._call(node)
-            elif kind is ast.Attribute:
+            elif type(node) is ast.Attribute:
                 self._attribute(node)
-            elif kind is ast.Name:
+            elif type(node) is ast.Name:
                 self._name(node)
             elif kind in _BINDING_FIELDS:
                 self.other += sum(1 for name in _bound_names(node) if name in watched)
-            if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            if type(node) is ast.FunctionDef or type(node) is ast.AsyncFunctionDef or type(node) is ast.ClassDef:
                 self._decorators(node.decorator_list)
 
     def _target(self, expr: ast.expr) -> str | None:
@@ -261,7 +263,7 @@ class DeprecatedAmpApi(LintRule):
             node = refs[0].node
             if type(node) is ast.ImportFrom:
                 name = import_from_module(facts.lines, node)
-                anchor = name or node
+                anchor: ast.AST = name or node
                 old = refs[0].module
             else:
                 name = import_alias_name(facts.lines, refs[0].alias)

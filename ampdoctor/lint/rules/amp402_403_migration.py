@@ -62,8 +62,8 @@ class ApexAmp(LintRule):
             if plan.blocker is not None:
                 if not explained:
                     report.message += f" (not migrated automatically: {plan.blocker})"
-            elif report.statement is not None and report.statement.lineno in todos:
-                report.message += f" (the fix leaves a `# TODO(ampdoctor)` comment: {todos[report.statement.lineno]})"
+            elif (line := getattr(report.statement, "lineno", None)) in todos:
+                report.message += f" (the fix leaves a `# TODO(ampdoctor)` comment: {todos[line]})"
             if number == 0 and plan.blocker is None:
                 report.fix = ModuleRewrite(
                     "Migrate the module from apex to torch.amp (autocast and GradScaler)",

@@ -11,7 +11,7 @@ import ast
 from collections.abc import Iterable
 
 from ..model import AmpFacts, CallSite, Frame, Region, autocast_region
-from ..syntax import FUNCTION_TYPES, call_args, children, dotted, string_value
+from ..syntax import call_args, children, dotted, string_value
 from ..vocabulary import DTYPES
 
 # --------------------------------------------------------------------------------------
@@ -198,9 +198,9 @@ class RegionWalker:
 
     def _visit(self, node: ast.AST) -> None:
         kind = type(node)
-        if kind in FUNCTION_TYPES:
+        if type(node) is ast.FunctionDef or type(node) is ast.AsyncFunctionDef:
             self._function(node)
-        elif kind is ast.With or kind is ast.AsyncWith:
+        elif type(node) is ast.With or type(node) is ast.AsyncWith:
             self._with(node)
         elif kind is ast.Lambda:
             pass  # a lambda's body runs later, under whatever region its caller has

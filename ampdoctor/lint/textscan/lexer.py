@@ -52,7 +52,7 @@ def _lex(d: bytes, start: int, end: int):
     memo["lexed"] = spent
     if spent > _LEX_BUDGET_FACTOR * len(d) + _LEX_BUDGET_BASE:
         return UNSURE
-    out = []
+    out: list[int] = []
     quote = 0
     checked = False
     for m in _LEX.finditer(d, start, end):

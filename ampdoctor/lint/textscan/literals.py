@@ -95,7 +95,7 @@ def _negate(value: float | _Any | None) -> float | _Any | None:
 def _power(base: float | _Any | None, exponent: float | _Any | None) -> float | _Any | None:
     if base is None or exponent is None:
         return None
-    if base is _ANY or exponent is _ANY:
+    if isinstance(base, _Any) or isinstance(exponent, _Any):  # _ANY, the only instance
         return _ANY
     if not abs(exponent) < 1024:
         return None
@@ -334,7 +334,7 @@ _NOT_ASSIGN = frozenset(b"=!<>+-*/%&|^@:")
 def _sizes(value: float | _Any | None) -> tuple[bool, bool]:
     if value is None:
         return False, False
-    if value is _ANY:
+    if isinstance(value, _Any):  # _ANY, the only instance
         return True, True
     magnitude = abs(value)
     return magnitude > FLOAT16_MAX, 0 < magnitude < FLOAT16_SMALLEST
@@ -420,9 +420,9 @@ def _literal_flags(d: bytes, want: frozenset) -> set[str]:
             start = _token_start(d, shaped, j)
             if start is not None and start not in scan.seen:
                 scan.seen.add(start)
-                m = _NUMBER.match(d, start)
-                if m is not None:
-                    scan.examine(start, m.end(), _number_value(m.group()))
+                literal = _NUMBER.match(d, start)
+                if literal is not None:
+                    scan.examine(start, literal.end(), _number_value(literal.group()))
                     if scan.done():
                         return scan.found
         i = d.find(b"**", i + 2)

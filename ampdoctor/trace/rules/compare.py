@@ -211,6 +211,7 @@ def gemm_not_aligned(observations, comparison, profile, hardware, thresholds, lo
         if dims and "M" in dims:
             flops[module] += 2.0 * dims["M"] * dims["N"] * dims["K"] * count
     for module, shapes in per_module.items():
+        share: Optional[float]
         if total > 0:
             share, basis = seconds.get(module, 0.0) / total, "GEMM time"
         else:  # no profile: the module's share of the GEMM arithmetic

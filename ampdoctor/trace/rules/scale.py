@@ -47,7 +47,7 @@ def _overflowing_module(observations: Observations, step: int) -> Optional[str]:
 
 def _backoff_runs(observations: Observations) -> Iterator[tuple[int, int]]:
     """(first step, length) of every run of consecutive backoffs."""
-    start, length = None, 0
+    start, length = 0, 0  # start: set by the run's first backoff, before any yield
     for record in observations.iterations:
         if record.scale_event == "backoff":
             start = record.step if length == 0 else start
@@ -62,18 +62,19 @@ def _backoff_runs(observations: Observations) -> Iterator[tuple[int, int]]:
 
 @rule("AMP501")
 def loss_scale_collapse(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
-    scaled = [r for r in observations.iterations if r.scale_after is not None]
+    scaled = [(r, r.scale_after) for r in observations.iterations if r.scale_after is not None]
     if not scaled:
         return
-    below = next((r for r in scaled if r.scale_after < thresholds.collapse_scale), None)
+    below = next((r for r, scale in scaled if scale < thresholds.collapse_scale), None)
     runs = [(s, n) for s, n in _backoff_runs(observations) if n >= thresholds.collapse_backoffs]
     if below is None and not runs:
         return
-    lowest = min(scaled, key=lambda r: r.scale_after)
-    run_start, run_length = max(runs, key=lambda run: run[1]) if runs else (None, 0)
+    lowest, lowest_scale = min(scaled, key=lambda pair: pair[1])
+    # No run: (0, 0), which the uses below treat as none (a run at iteration 0 is the same to them).
+    run_start, run_length = max(runs, key=lambda run: run[1]) if runs else (0, 0)
     step = below.step if below is not None else run_start + thresholds.collapse_backoffs - 1
     module, source = _overflow_source(observations, run_start or step)
-    parts = [f"the loss scale collapsed to {format_scale(lowest.scale_after)} by iteration {lowest.step}"]
+    parts = [f"the loss scale collapsed to {format_scale(lowest_scale)} by iteration {lowest.step}"]
     if below is not None:
         parts.append(f"it fell below {thresholds.collapse_scale:g} at iteration {below.step}")
     if run_length:
@@ -81,7 +82,7 @@ def loss_scale_collapse(observations: Observations, thresholds: Thresholds, loca
     message = "; ".join(parts) + "."
     if source:
         message += f" {source[0].upper()}{source[1:]}."
-    if lowest.scale_after < FLOAT32_SMALLEST_NORMAL:
+    if lowest_scale < FLOAT32_SMALLEST_NORMAL:
         message += (
             " The scale is below 2**-126, so it no longer protects the weights: its float32 inverse"
             " overflows to inf, found_inf stays 0 on finite gradients, and the step writes inf/NaN"
@@ -100,7 +101,7 @@ def loss_scale_collapse(observations: Observations, thresholds: Thresholds, loca
         help,
         step=step,
         module=module,
-        min_scale=lowest.scale_after,
+        min_scale=lowest_scale,
         backoffs_in_a_row=run_length or None,
     )
 
