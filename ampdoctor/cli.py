@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 
 from ._version import __version__
-from .lint.command import EXIT_ERROR, UsageError, run_lint
-from .lint.command import use_color as _use_color
+from .lint.lint_command import EXIT_ERROR, UsageError, run_lint
+from .lint.lint_command import use_color as _use_color
 from .lint.report import FORMATS
 
 _SEVERITIES = ("info", "warning", "error")
@@ -280,7 +280,7 @@ def server_command(stdio: bool) -> None:
 
 def _register_trace() -> None:
     try:
-        from .trace.cli import trace_command
+        from .trace.trace_cli import trace_command
     except ImportError:  # pragma: no cover - the trace package ships with ampdoctor
         return
     main.add_command(trace_command, "trace")

@@ -18,7 +18,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     # The console command lints and ends: the objects it made need no collection (a last one,
     # over the project pass's leftovers, cost 15-25 ms). The lint paths collect where memory
-    # would grow (``lint/collector.py``); ``trace`` runs the user's script as it would run.
+    # would grow (``lint/gc_budget.py``); ``trace`` runs the user's script as it would run.
     ending = argv is None and args[:1] == ["lint"]
     if ending:
         gc.disable()
@@ -43,7 +43,7 @@ def _plain_lint(args: list[str]) -> bool:
 def _lint_files(paths: list[str]) -> int:
     from pathlib import Path
 
-    from .lint.command import EXIT_ERROR, UsageError, run_lint
+    from .lint.lint_command import EXIT_ERROR, UsageError, run_lint
 
     try:
         return run_lint(paths=[Path(p) for p in paths] or [Path(".")])

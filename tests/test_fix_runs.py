@@ -110,12 +110,12 @@ def test_a_fix_that_would_add_a_finding_is_withheld(monkeypatch):
 
     from ampdoctor.lint.engine import fix_source
     from ampdoctor.lint.fixes import FixPlan, NodeEdit
-    from ampdoctor.lint.rules import amp201_202_scaler
+    from ampdoctor.lint.rules import unscale_and_update
 
     def every_clip(self, facts, frame, clip, backward, scaler, optimizer, steps, unscales):
         return FixPlan("unscale", (NodeEdit("line_before", clip.call.statement, f"{scaler}.unscale_(optimizer)"),))
 
-    monkeypatch.setattr(amp201_202_scaler.ClipBeforeUnscale, "_fix", every_clip)
+    monkeypatch.setattr(unscale_and_update.ClipBeforeUnscale, "_fix", every_clip)
     source = (FIXES / "two_clips_one_optimizer.py").read_text(encoding="utf-8")
     fixed, count, findings, _, _ = fix_source(source, "train.py", all_options(fix=True))
     assert fixed.count("scaler.unscale_(optimizer)") == 1 and count == 1
@@ -127,13 +127,13 @@ def test_a_fix_that_adds_a_finding_on_its_own_is_withheld_and_its_finding_keeps_
 
     from ampdoctor.lint.engine import fix_source
     from ampdoctor.lint.fixes import FixPlan, NodeEdit
-    from ampdoctor.lint.rules import amp201_202_scaler
+    from ampdoctor.lint.rules import unscale_and_update
 
     def twice(self, facts, frame, clip, backward, scaler, optimizer, steps, unscales):
         text = f"{scaler}.unscale_(optimizer); {scaler}.unscale_(optimizer)"
         return FixPlan("unscale twice", (NodeEdit("line_before", clip.call.statement, text),))
 
-    monkeypatch.setattr(amp201_202_scaler.ClipBeforeUnscale, "_fix", twice)
+    monkeypatch.setattr(unscale_and_update.ClipBeforeUnscale, "_fix", twice)
     source = (FIXES / "missing_update_and_clip.py").read_text(encoding="utf-8")
     fixed, count, findings, _, _ = fix_source(source, "train.py", all_options(fix=True))
     assert "unscale_" not in fixed and count == 1  # the AMP202 fix alone went in

@@ -1,5 +1,5 @@
 """House rules for ampdoctor's own code: no import cycle among its modules, no oversized module,
-and the project's own tool pins in one place.
+no two modules with one file name, and the project's own tool pins in one place.
 
 The import graph is read with ``ast`` from the package's files, without importing anything. An
 edge A -> B is an import of ampdoctor module B written in module A:
@@ -168,9 +168,7 @@ def test_the_graph_sees_module_level_deferred_and_relative_imports():
     graph = import_graph()
     assert "ampdoctor.records" in graph["ampdoctor.findings"]  # module level, relative
     assert "ampdoctor.catalog" in graph["ampdoctor.findings"]  # inside a method
-    assert (
-        "ampdoctor.findings" in graph["ampdoctor.lint.rules.amp301_303_numerics"]
-    )  # ``from ...findings``, in a function
+    assert "ampdoctor.findings" in graph["ampdoctor.lint.rules.float16_range"]  # ``from ...findings``, in a function
     assert "ampdoctor.lint.engine" in graph["ampdoctor.lint"]  # ``from . import engine``: the submodule
     assert strongly_connected({"a": {"b": [1]}, "b": {"a": [1]}, "c": {"a": [1]}}) == [["a", "b"], ["c"]]
     assert cycles({"a": {"a": [1]}, "b": {}}) == [["a"]]
@@ -221,6 +219,19 @@ def test_no_module_over_the_size_limit():
     assert not oversized, (
         f"{len(oversized)} module(s) over {MAX_LINES} lines (split them along their seams):\n"
         + "\n".join(f"  {path}: {lines} lines" for lines, path in reversed(oversized))
+    )
+
+
+def test_no_two_modules_share_a_file_name():
+    """A module's file name is enough to find it (in a traceback, a doc, a review): no two modules
+    of the package share one, packages' ``__init__.py`` aside."""
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(str(path.relative_to(PACKAGE.parent)))
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not shared, "modules sharing a file name:\n" + "\n".join(
+        f"  {name}: {', '.join(paths)}" for name, paths in sorted(shared.items())
     )
 
 

@@ -49,7 +49,7 @@ def known_codes() -> list[str]:
 
 def implementing_modules(code: str) -> list[str]:
     """The modules that report ``code`` statically, as package paths
-    (``ampdoctor/lint/rules/amp209_213_scaler_setup.py``): the file-local rule's, then the
+    (``ampdoctor/lint/rules/scaler_setup.py``): the file-local rule's, then the
     project checks' (``project/checks.py`` ``PROJECT_CHECKS``)."""
     from .project.checks import checks_for
     from .rules import lint_rules
@@ -154,9 +154,9 @@ def lint_paths(
 ) -> LintRun:
     """Lint files and folders. ``resolver``: each file's settings (the nearest configuration
     above it; ``config_tree.py``); without one, ``request.settings`` apply to every file."""
-    from .collector import paused
+    from .gc_budget import paused
 
-    with paused():  # see collector.py
+    with paused():  # see gc_budget.py
         return _lint_paths(paths, request, cwd, resolver)
 
 
@@ -374,9 +374,9 @@ def _start_pool(request: LintRequest):
 
 def _worker_ready(request: LintRequest) -> None:
     """A worker's start: what every batch needs is imported and built once, before the batches
-    come; then what it holds so far is frozen out of the collector's sight (collector.py)."""
+    come; then what it holds so far is frozen out of the collector's sight (gc_budget.py)."""
     from . import engine
-    from .collector import worker_started
+    from .gc_budget import worker_started
 
     if request.prefilter:
         engine.prefilter_spec(request.codes)  # imports the rules
@@ -402,7 +402,7 @@ def _worker_batch(jobs: list[_Job], request: LintRequest) -> list:
     """``_lint_batch`` in a worker process, which then reclaims what the batch left."""
     results = _lint_batch(jobs, request)
     if any(result.parsed for result in results):
-        from .collector import collect
+        from .gc_budget import collect
 
         collect()
     return results
@@ -437,16 +437,16 @@ def _size(job: _Job) -> int:
 
 
 def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list:
-    from .collector import paused
+    from .gc_budget import paused
 
-    with paused():  # see collector.py: the collector's own passes cost a sixth of the run
+    with paused():  # see gc_budget.py: the collector's own passes cost a sixth of the run
         return _lint_each(jobs, request)
 
 
 def _lint_each(jobs: Iterable[_Job], request: LintRequest) -> list:
     from . import engine
-    from .collector import Spending
     from .engine import LintOptions, prefilter_spec
+    from .gc_budget import Spending
 
     spending = Spending()
 

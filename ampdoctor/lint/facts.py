@@ -25,7 +25,7 @@ out, so rules stay silent rather than guess.
 
 This module is the walk. The model's other pieces: ``vocabulary.py`` (the torch names and
 dtypes), ``syntax.py`` (small ``ast`` helpers), ``model.py`` (the records), ``passes.py`` (what
-runs after the walk: regions, roles, events), ``held.py`` (autocast held in names), ``paths.py``
+runs after the walk: regions, roles, events), ``held.py`` (autocast held in names), ``control_paths.py``
 and ``iteration.py`` (paths through a loop body and how two events relate on them).
 """
 

@@ -8,7 +8,7 @@ function: the questions the GradScaler protocol rules (AMP203–AMP213) ask agai
   are each other's negation (``if scaler is None`` / ``if scaler is not None``) never both run;
 * *gated*: a call under an ``if`` that its partner is not under runs on some iterations only;
 * *one pass*: the body that one iteration runs once (the innermost loop, or the step function),
-  and whether what follows a path through it (paths.py) is the next pass.
+  and whether what follows a path through it (control_paths.py) is the next pass.
 
 Whenever the answer is unclear, callers stay silent.
 """
@@ -24,7 +24,7 @@ from .syntax import FUNCTION_TYPES
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
-    from .paths import Path
+    from .control_paths import Path
 
 _BRANCH_KINDS = ("if", "else")
 ACCUMULATION_TEST = re.compile(r"%|accum|sync_grad|grad_acc|micro", re.I)
@@ -179,7 +179,7 @@ def in_pass(event: Event, node: ast.AST) -> bool:
 def repeats(path: Path, node: ast.AST) -> bool:
     """Whether what follows ``path`` is the next pass through ``node``: the end of a loop body or a
     ``continue``; for a function, its end or a ``return`` (the caller's next iteration)."""
-    from .paths import CONTINUE, NEXT, RETURN  # loaded already: ``path`` came from there
+    from .control_paths import CONTINUE, NEXT, RETURN  # loaded already: ``path`` came from there
 
     if isinstance(node, FUNCTION_TYPES):
         return path.end in (NEXT, RETURN)

@@ -3,7 +3,7 @@
 ``ast`` positions leave out the parentheses around an expression and the punctuation between
 arguments, and an import's module is a plain string; these helpers find them in the source.
 Between the places they scan there is only whitespace, comments, line continuations and
-parentheses, never a string. AMP401's fix (rules/amp401_deprecated_api.py) uses them to add a
+parentheses, never a string. AMP401's fix (rules/deprecated_api.py) uses them to add a
 device argument to a call and to rewrite an import's module name.
 """
 

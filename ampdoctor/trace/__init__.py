@@ -1,6 +1,6 @@
 """The runtime half of ampdoctor: trace real mixed-precision training steps.
 
-``ampdoctor.trace.cli`` holds the ``ampdoctor trace`` command; ``ampdoctor.trace.session`` the
+``ampdoctor.trace.trace_cli`` holds the ``ampdoctor trace`` command; ``ampdoctor.trace.session`` the
 ``TraceSession`` both the command and the Python API use (see its docstring). Importing this
 package does not import torch: the names below load the session on first use.
 """

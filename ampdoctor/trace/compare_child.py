@@ -135,7 +135,7 @@ class CompareChild:
     def _compare(self, report: TraceReport) -> None:
         from .hardware import hardware_for
         from .rulebase import Locator
-        from .rules.compare import evaluate_compare, with_gemm_share
+        from .rules.compare_rules import evaluate_compare, with_gemm_share
 
         float32, failure = read_baseline(self.baseline)
         limits = report.thresholds

@@ -224,7 +224,7 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
         scale = what_if.scale[-1] if what_if.scale else 2.0**16
         rows = [(p.name, p.lost_mean, FLOAT16_MAX / (p.max_abs * scale) if p.max_abs else None) for p in what_if.params]
     else:
-        from .rules.underflow import stats_lost_share
+        from .rules.underflow_rules import stats_lost_share
 
         rows = []
         for stats in report.observations.gradients.values():
@@ -239,7 +239,7 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
 
 def _gradient_section(report) -> str:
     from .charts import gradient_bars_svg
-    from .rules.underflow import float16_gradients
+    from .rules.underflow_rules import float16_gradients
 
     if report.what_if is None:
         # float16's range says nothing about a bfloat16 or float32 run (the terminal hides its

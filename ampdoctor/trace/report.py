@@ -105,7 +105,7 @@ from .observations import Observations
 from .ops import sorted_census
 from .outcome import Outcome, how_it_ended
 from .rulebase import Locator, Thresholds
-from .rules.underflow import lost_share
+from .rules.underflow_rules import lost_share
 
 SCHEMA_VERSION = 1
 

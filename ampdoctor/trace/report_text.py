@@ -15,7 +15,7 @@ from ..findings import Finding, Severity
 from .observations import Observations
 from .ops import sorted_census
 from .rulebase import format_scale
-from .rules.underflow import float16_gradients, stats_lost_share
+from .rules.underflow_rules import float16_gradients, stats_lost_share
 
 # Ops that move or reinterpret data without computing: left out of the terminal table (they
 # stay in --json) so the precision-relevant rows are visible.

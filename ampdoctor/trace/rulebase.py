@@ -6,7 +6,7 @@ the observations, the thresholds and a ``Locator`` that turns a module class int
 ``Location``, and yields findings; a rule of the merged torchrun report (scope "ranks") takes the
 ranks' JSON reports and a location and returns a finding or None; a rule of ``--compare
 float32`` (scope "compare") takes the observations, the comparison, the profile, the hardware,
-the thresholds and a locator, and yields findings (rules/compare.py). Severities come from the rule
+the thresholds and a locator, and yields findings (rules/compare_rules.py). Severities come from the rule
 pages (``rules/AMP5xx.md``). The rules themselves live in ``rules/``.
 """
 

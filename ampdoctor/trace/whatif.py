@@ -7,7 +7,7 @@ GradScaler with torch's state machine (``ShadowScaler``) is advanced on whether 
 would overflow float16. Because the histogram bins are powers of two, the share of a gradient
 that float16 would lose is known on the host for any power-of-two scale: the predicted one, and
 the smallest one at which the gradient as a whole loses little (the ``init_scale`` to
-recommend). "Lost" is AMP505's definition (``rules/underflow.py``): below 2**-20 once scaled,
+recommend). "Lost" is AMP505's definition (``rules/underflow_rules.py``): below 2**-20 once scaled,
 flushed to zero or kept with at most 4 significant bits; the subnormals from 2**-20 to 2**-14
 keep 5 to 10 bits and are not lost. The share tolerated is AMP505's ``underflow_share``.
 Module outputs beyond float16's range come from the activation measurements the session already

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import pytest
 from click.testing import CliRunner
 
-from ampdoctor.trace.cli import trace_command
+from ampdoctor.trace.trace_cli import trace_command
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures" / "trace"

@@ -15,7 +15,7 @@ from ampdoctor.trace.compare_text import headline, summary_lines
 from ampdoctor.trace.hardware import cpu_flags, cpu_hardware, cuda_hardware
 from ampdoctor.trace.precision_off import PrecisionOff
 from ampdoctor.trace.profile import ProfileShares, gemm_time_by_module, shares_of
-from ampdoctor.trace.rules.compare import gemm_dimensions, misaligned, padded
+from ampdoctor.trace.rules.compare_rules import gemm_dimensions, misaligned, padded
 from ampdoctor.trace.session import TraceSession
 
 # -- hardware ------------------------------------------------------------------------------------
@@ -371,7 +371,7 @@ def test_amp507_gains_its_share_of_gemm_time():
 
     from ampdoctor.findings import Finding, Location, Severity
     from ampdoctor.trace.observations import Observations
-    from ampdoctor.trace.rules.compare import with_gemm_share
+    from ampdoctor.trace.rules.compare_rules import with_gemm_share
 
     shapes = ((10,), (64, 64), (64, 10))
     obs = Observations()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ampdoctor.trace.cli import trace_command
+from ampdoctor.trace.trace_cli import trace_command
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
 
@@ -109,7 +109,7 @@ def test_a_missing_folder_is_a_usage_error(tmp_path):
 @pytest.mark.slow
 def test_matplotlib_is_not_imported_without_html(tmp_path):
     code = (
-        "import sys; from click.testing import CliRunner; from ampdoctor.trace.cli import trace_command;"
+        "import sys; from click.testing import CliRunner; from ampdoctor.trace.trace_cli import trace_command;"
         f"CliRunner().invoke(trace_command, [{str(FIXTURES / 'healthy_bf16.py')!r}, '--steps', '2', '--no-progress']);"
         "print('matplotlib' in sys.modules)"
     )

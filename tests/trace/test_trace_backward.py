@@ -351,7 +351,7 @@ def _origin_observations(skipped_scales: dict[int, float]):
 
 def test_amp504_advice_never_names_a_scale_the_run_skipped_at():
     from ampdoctor.trace.rulebase import Locator, Thresholds
-    from ampdoctor.trace.rules.nonfinite import backward_overflow_origin
+    from ampdoctor.trace.rules.nonfinite_rules import backward_overflow_origin
 
     predicted = halvings_needed(60.0, 65536.0)
     assert predicted == 6  # 60 * 1024 fits: to 1024

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ampdoctor.trace.compare_child import CompareChild
-from ampdoctor.trace.rules.compare import _cast_location
+from ampdoctor.trace.rules.compare_rules import _cast_location
 from ampdoctor.trace.session import TraceSession
 
 

@@ -15,9 +15,9 @@ from conftest import FIXTURES
 
 from ampdoctor.catalog import get_rule
 from ampdoctor.findings import Location, Severity
-from ampdoctor.trace.cli import trace_command
 from ampdoctor.trace.distributed import forwarded_arguments, rank_info, rank_path
-from ampdoctor.trace.rules.ranks import scale_disagreement
+from ampdoctor.trace.rules.rank_rules import scale_disagreement
+from ampdoctor.trace.trace_cli import trace_command
 
 DDP_SCRIPT = FIXTURES / "distributed" / "ddp_train.py"
 SAFETY_TIMEOUT = 240  # seconds: a hang fails the test instead of blocking the suite

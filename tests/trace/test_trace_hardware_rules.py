@@ -18,7 +18,7 @@ from torch import nn
 from ampdoctor.trace import hardware
 from ampdoctor.trace.hardware import Hardware
 from ampdoctor.trace.rulebase import Locator, Thresholds
-from ampdoctor.trace.rules.compare import gemm_not_aligned
+from ampdoctor.trace.rules.compare_rules import gemm_not_aligned
 from ampdoctor.trace.session import TraceSession
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -180,7 +180,7 @@ def test_timeout_that_does_not_expire_changes_nothing(trace_cli):
 def test_timeout_must_be_a_positive_number(value):
     from click.testing import CliRunner
 
-    from ampdoctor.trace.cli import trace_command
+    from ampdoctor.trace.trace_cli import trace_command
 
     result = CliRunner().invoke(trace_command, [odd("never_steps.py"), "--timeout", value])
     assert result.exit_code == 2 and "--timeout" in result.stderr and "Traceback" not in result.stderr
@@ -200,7 +200,7 @@ def test_a_report_file_that_cannot_be_written_is_one_line_exit_2_and_no_partial_
     from click.testing import CliRunner
 
     import ampdoctor.atomic
-    from ampdoctor.trace.cli import trace_command
+    from ampdoctor.trace.trace_cli import trace_command
 
     def no_space(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -222,7 +222,7 @@ def test_an_internal_error_is_one_line_and_exit_2(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     import ampdoctor.trace.report
-    from ampdoctor.trace.cli import trace_command
+    from ampdoctor.trace.trace_cli import trace_command
 
     def broken(session):
         raise ValueError("cannot summarise")

@@ -5,8 +5,8 @@ import pytest
 from ampdoctor.trace.observations import BoundaryStats, GradientStats, IterationRecord, Observations, ScalerConfig
 from ampdoctor.trace.rulebase import Locator, Thresholds, format_scale
 from ampdoctor.trace.rules import evaluate
-from ampdoctor.trace.rules.scale import frequent_skipped_steps, loss_scale_collapse
-from ampdoctor.trace.rules.underflow import lost_share, underflow_prone_gradients
+from ampdoctor.trace.rules.scale_rules import frequent_skipped_steps, loss_scale_collapse
+from ampdoctor.trace.rules.underflow_rules import lost_share, underflow_prone_gradients
 
 LOCATOR = Locator("train.py", {})
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ampdoctor.trace.cli import TORCH_MISSING, trace_command
+from ampdoctor.trace.trace_cli import TORCH_MISSING, trace_command
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -199,7 +199,7 @@ def test_threshold_option_changes_a_rule(trace_cli, tmp_path):
 def test_importing_the_command_does_not_import_torch():
     import subprocess
 
-    code = "import sys, ampdoctor.trace, ampdoctor.trace.cli; print('torch' in sys.modules)"
+    code = "import sys, ampdoctor.trace, ampdoctor.trace.trace_cli; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

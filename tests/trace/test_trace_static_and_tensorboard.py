@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ampdoctor.trace.cli import trace_command
+from ampdoctor.trace.trace_cli import trace_command
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
 LOCAL = FIXTURES / "local_module"

@@ -23,10 +23,10 @@ from __future__ import annotations
 import ast
 
 from ..model import AmpFacts, CallSite, Frame
-from ..rules.amp104_107_regions import _BCE_FUNCTIONS, _BCE_MODULES, _bound_to_bce
-from ..rules.amp301_303_numerics import _FILL_FUNCTIONS as _AMP301_FUNCTIONS
-from ..rules.amp301_303_numerics import _FILL_METHODS as _AMP301_METHODS
-from ..rules.amp301_303_numerics import _explicit_non_half, float32_receiver, overflowing_fills
+from ..rules.float16_range import _FILL_FUNCTIONS as _AMP301_FUNCTIONS
+from ..rules.float16_range import _FILL_METHODS as _AMP301_METHODS
+from ..rules.float16_range import _explicit_non_half, float32_receiver, overflowing_fills
+from ..rules.region_contents import _BCE_FUNCTIONS, _BCE_MODULES, _bound_to_bce
 from ..syntax import number_value, span, string_value
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing

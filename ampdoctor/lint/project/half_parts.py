@@ -9,7 +9,7 @@ import ast
 
 from ..model import AmpFacts, Frame
 from ..passes import downcast_dtype, is_optimizer_constructor
-from ..rules.amp301_303_numerics import HALF_METHODS, model_of_params
+from ..rules.float16_range import HALF_METHODS, model_of_params
 from ..syntax import dotted
 from ..syntax import span as position
 

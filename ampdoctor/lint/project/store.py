@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - interpreters built without it
     from hashlib import blake2b
 
 
-from ..collector import Spending
+from ..gc_budget import Spending
 from .outline import Outline, defines_without
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
@@ -318,7 +318,7 @@ class SummaryStore:
                     # what is known of its bytes stands.
                     entry["key"] = key
             entry["summary"] = summarize_bytes(data)
-            self._spending.parsed_source(len(data))  # the collector is paused: see collector.py
+            self._spending.parsed_source(len(data))  # the collector is paused: see gc_budget.py
             self._touch(rel)
         return entry["summary"]
 

@@ -6,12 +6,14 @@ also match); the engine skips parsing files that no selected rule could fire on.
 yields ``Report`` objects that point at ``ast`` nodes; the engine turns them into Findings
 with positions and text edits.
 
-A rule lives in the family module whose name carries its code range: AMP205 is in
-``amp203_205_scaler_use.py``. Modules without the ``amp`` prefix hold helpers that several
-families share (``region_walker.py``, ``scaler_queries.py``) and no rules.
+A rule goes in the family module of what it checks: AMP205 (a scaler built anew inside the
+training loop) is in ``scaler_use.py``, beside the other rules about what goes through the
+GradScaler; ``ampdoctor rule CODE`` names the modules that implement a code. ``region_walker.py``
+and ``scaler_queries.py`` hold helpers that several families share, and no rule.
 
-Adding a rule: a class in the family module of its code range (listed in ``FAMILIES``; a new
-range gets a new module), decorated with ``@register``, plus its page in ``rules/``.
+Adding a rule: a class in the family module of what it checks (a module listed in ``FAMILIES``;
+a new concern gets a new module, named for it, and its place in the list), decorated with
+``@register``, plus its page in ``rules/``.
 """
 
 from __future__ import annotations
@@ -99,18 +101,18 @@ def register(cls: type[LintRule]) -> type[LintRule]:
     return cls
 
 
-# The family modules of this package, the ones that hold rules (a test checks that the list names
-# every ``amp*`` module, and that each rule sits in the module whose range holds its code).
+# The family modules of this package, the ones that hold rules (a test checks that every rule
+# sits in one of them and that every other module of the package holds none).
 FAMILIES = (
-    "amp101_103_autocast",
-    "amp104_107_regions",
-    "amp201_202_scaler",
-    "amp203_205_scaler_use",
-    "amp206_208_step_order",
-    "amp209_213_scaler_setup",
-    "amp301_303_numerics",
-    "amp401_deprecated_api",
-    "amp402_403_migration",
+    "autocast_misuse",
+    "region_contents",
+    "unscale_and_update",
+    "scaler_use",
+    "step_order",
+    "scaler_setup",
+    "float16_range",
+    "deprecated_api",
+    "apex_and_trainer_amp",
 )
 
 

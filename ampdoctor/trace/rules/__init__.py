@@ -1,15 +1,15 @@
 """The runtime rules (AMP501-AMP514), one module per concern, each rule registered by its code
 with ``rulebase.rule``:
 
-- ``scale.py``        AMP501 the loss scale collapses, AMP502 frequent skipped steps
-- ``nonfinite.py``    AMP503 non-finite loss, AMP504 where the first inf/NaN was born
-- ``underflow.py``    AMP505 gradients underflow float16, AMP510 float16 backward without a scaler
-- ``activations.py``  AMP506 float16 activations close to float16's max
-- ``census.py``       AMP507-AMP509 what the op census saw, and AMP105 (lint's code) for binary_cross_entropy
-- ``errors.py``       AMP301, AMP105 (lint's codes): a script that died of them
-- ``ranks.py``        AMP511 ranks that disagree on the loss scale (the merged torchrun report)
-- ``protocol.py``     AMP101, AMP201-AMP205, AMP303: lint's protocol codes, seen at run time
-- ``compare.py``      AMP512-AMP514 why mixed precision does not pay off (``--compare float32``)
+- ``scale_rules.py``      AMP501 the loss scale collapses, AMP502 frequent skipped steps
+- ``nonfinite_rules.py``  AMP503 non-finite loss, AMP504 where the first inf/NaN was born
+- ``underflow_rules.py``  AMP505 gradients underflow float16, AMP510 float16 backward without a scaler
+- ``activation_rules.py`` AMP506 float16 activations close to float16's max
+- ``census_rules.py``     AMP507-AMP509 what the op census saw, and AMP105 (lint's code) for binary_cross_entropy
+- ``error_rules.py``      AMP301, AMP105 (lint's codes): a script that died of them
+- ``rank_rules.py``       AMP511 ranks that disagree on the loss scale (the merged torchrun report)
+- ``protocol_rules.py``   AMP101, AMP201-AMP205, AMP303: lint's protocol codes, seen at run time
+- ``compare_rules.py``    AMP512-AMP514 why mixed precision does not pay off (``--compare float32``)
 
 ``evaluate`` runs the rules of one run on its observations; ``evaluate_ranks`` the rules of a
 merged report on the ranks' JSON reports. Every message says what was measured and every help
@@ -23,7 +23,17 @@ from typing import Any
 from ...findings import Finding, Location
 from ..observations import Observations
 from ..rulebase import Locator, Thresholds, registered
-from . import activations, census, compare, errors, nonfinite, protocol, ranks, scale, underflow  # noqa: F401  (register)
+from . import (  # importing a rule module registers its rules
+    activation_rules,  # noqa: F401
+    census_rules,  # noqa: F401
+    compare_rules,  # noqa: F401
+    error_rules,  # noqa: F401
+    nonfinite_rules,  # noqa: F401
+    protocol_rules,
+    rank_rules,  # noqa: F401
+    scale_rules,  # noqa: F401
+    underflow_rules,  # noqa: F401
+)
 
 
 def registered_codes() -> list[str]:
@@ -60,7 +70,7 @@ def _withhold_invalidated(findings: list[Finding]) -> list[Finding]:
     explains; the finding that stays says which were withheld and why."""
     withheld: dict[str, set[str]] = {}
     for finding in findings:
-        for code in (*protocol.INVALIDATES.get(finding.code, ()), *EXPLAINS.get(finding.code, ())):
+        for code in (*protocol_rules.INVALIDATES.get(finding.code, ()), *EXPLAINS.get(finding.code, ())):
             withheld.setdefault(code, set()).add(finding.code)
     present = {f.code for f in findings}
     kept = []
@@ -76,7 +86,7 @@ def _withhold_invalidated(findings: list[Finding]) -> list[Finding]:
                 message=finding.message + f" Withheld: {', '.join(dropped)}, {why}.",
                 extra={**finding.extra, "withheld": dropped},
             )
-        invalidated = list(protocol.INVALIDATES.get(finding.code, ()))
+        invalidated = list(protocol_rules.INVALIDATES.get(finding.code, ()))
         if invalidated:  # their data (the gradients table, the charts) would mislead too
             finding = finding.replace(extra={**finding.extra, "invalidates": invalidated})
         kept.append(finding)

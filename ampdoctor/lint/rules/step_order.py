@@ -2,7 +2,7 @@
 before one step (AMP206), ``step``/``update``/``unscale_`` out of order (AMP207), ``update``
 called per optimizer rather than once per iteration (AMP208).
 
-These rules follow the paths of one pass through a loop body or a step function (paths.py) and
+These rules follow the paths of one pass through a loop body or a step function (control_paths.py) and
 ask iteration.py how two events relate; whenever the answer is unclear they stay silent.
 """
 
@@ -38,7 +38,7 @@ from .scaler_queries import (
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
-    from ..paths import Path
+    from ..control_paths import Path
 
 # Tests that skip an optimizer step now and then: a non-finite guard, a skip flag, a step switch.
 _SKIP_TEST = re.compile(r"finite|nan|inf\b|overflow|skip|norm|step|update", re.I)
@@ -182,7 +182,7 @@ class DoubleUnscale(LintRule):
             ]
             if not updates or not steps:
                 continue  # the protocol is finished somewhere else
-            from ..paths import paths_of  # computed only for bodies where the question arises
+            from ..control_paths import paths_of  # computed only for bodies where the question arises
 
             for path in paths_of(facts, frame, node) or ():
                 where = path.index(unscale)
@@ -415,7 +415,7 @@ class UpdatePerOptimizer(LintRule):
         node = pass_of(update)
         if node is None:
             return None
-        from ..paths import paths_of  # computed only for bodies where the question arises
+        from ..control_paths import paths_of  # computed only for bodies where the question arises
 
         for path in paths_of(facts, frame, node) or ():
             where = path.index(update)

@@ -259,10 +259,10 @@ def trace_command(
         click.echo(TORCH_MISSING, err=True)
         ctx.exit(2)
 
-    from .command import CommandError, TraceRequest, run_trace
     from .distributed import rank_info
     from .rulebase import Thresholds
     from .runner import Target, UsageError, check_target
+    from .trace_command import CommandError, TraceRequest, run_trace
 
     rank = rank_info()
     if module and target:

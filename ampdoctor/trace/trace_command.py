@@ -1,4 +1,4 @@
-"""What ``ampdoctor trace`` does once its options are parsed (``cli.py`` only parses them):
+"""What ``ampdoctor trace`` does once its options are parsed (``trace_cli.py`` only parses them):
 run the target under a ``TraceSession``, write the report where it was asked for, and give the
 exit status (``outcome.exit_status``). Imported by the click command only when it runs, so
 torch and rich load only then.

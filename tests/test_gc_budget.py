@@ -1,5 +1,5 @@
 """The cyclic garbage collector is paused while files are linted, and what a batch leaves is
-reclaimed (``lint/collector.py``)."""
+reclaimed (``lint/gc_budget.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ampdoctor.config import Settings
-from ampdoctor.lint import LintRequest, _Job, _lint_batch, _worker_batch, collector, known_codes, lint_paths
+from ampdoctor.lint import LintRequest, _Job, _lint_batch, _worker_batch, gc_budget, known_codes, lint_paths
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lint"
 
@@ -44,9 +44,9 @@ def _full_collections() -> Iterator[list[str]]:
 
 def test_paused_turns_the_collector_off_inside_and_back_on_after():
     assert gc.isenabled()
-    with collector.paused():
+    with gc_budget.paused():
         assert not gc.isenabled()
-        with collector.paused():
+        with gc_budget.paused():
             assert not gc.isenabled()
         assert not gc.isenabled()  # the inner block leaves it as it found it
     assert gc.isenabled()
@@ -56,7 +56,7 @@ def test_a_worker_batch_leaves_no_cycles_behind(tmp_path: Path):
     jobs = _jobs(tmp_path)
     request = _request(tmp_path)
     gc.collect()
-    with collector.paused():  # as in a worker, forked from a process whose collector is off
+    with gc_budget.paused():  # as in a worker, forked from a process whose collector is off
         results = _lint_batch(jobs, request)
         assert any(result.parsed for result in results)
         assert gc.collect() > 0  # a parsed module's facts hold cycles: uncollected, they stay
@@ -66,7 +66,7 @@ def test_a_worker_batch_leaves_no_cycles_behind(tmp_path: Path):
 
 
 def test_a_long_run_in_one_process_collects_as_it_goes(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(collector, "_PARSED_BUDGET", 1)
+    monkeypatch.setattr(gc_budget, "_PARSED_BUDGET", 1)
     with _full_collections() as collections:
         _lint_batch(_jobs(tmp_path), _request(tmp_path))
     assert len(collections) >= 2  # one per parsed file over the (tiny) budget
@@ -84,9 +84,9 @@ def test_the_project_pass_collects_as_it_summarizes(tmp_path: Path, monkeypatch)
     from ampdoctor.lint.project.store import SummaryStore
 
     _jobs(tmp_path)
-    monkeypatch.setattr(collector, "_PARSED_BUDGET", 1)
+    monkeypatch.setattr(gc_budget, "_PARSED_BUDGET", 1)
     store = SummaryStore(tmp_path, None)
-    with _full_collections() as collections, collector.paused():  # paused, as in a lint run
+    with _full_collections() as collections, gc_budget.paused():  # paused, as in a lint run
         summaries = [store.summary(name) for name in ("buggy_no_update.py", "clean_nanogpt_style.py")]
     assert all(summary is not None for summary in summaries)
     assert len(collections) == 2
@@ -99,7 +99,7 @@ def test_the_project_pass_reclaims_each_parse_with_young_collections(tmp_path: P
     from ampdoctor.lint.project.store import SummaryStore
 
     _jobs(tmp_path)
-    monkeypatch.setattr(collector, "_YOUNG_BUDGET", 1)
+    monkeypatch.setattr(gc_budget, "_YOUNG_BUDGET", 1)
     store = SummaryStore(tmp_path, None)
     generations: list[int] = []
 
@@ -110,7 +110,7 @@ def test_the_project_pass_reclaims_each_parse_with_young_collections(tmp_path: P
     gc.collect()
     gc.callbacks.append(seen)
     try:
-        with collector.paused():
+        with gc_budget.paused():
             summaries = [store.summary(name) for name in ("buggy_no_update.py", "clean_nanogpt_style.py")]
             leftover = gc.collect()
     finally:

@@ -1,4 +1,4 @@
-"""paths.py: the paths of one pass through a loop or function body, and what they know about
+"""control_paths.py: the paths of one pass through a loop or function body, and what they know about
 their conditions."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from ampdoctor.lint import paths as paths_module
+from ampdoctor.lint import control_paths as paths_module
+from ampdoctor.lint.control_paths import BREAK, CONTINUE, NEXT, RAISE, RETURN, paths_of
 from ampdoctor.lint.facts import build_facts
-from ampdoctor.lint.paths import BREAK, CONTINUE, NEXT, RAISE, RETURN, paths_of
 
 HEADER = "import torch\nscaler = torch.amp.GradScaler('cuda')\n"
 
