@@ -42,7 +42,7 @@ from datetime import timedelta
 from typing import Any, Optional
 
 from ..findings import Finding, Location, Severity
-from .report import TraceReport
+from .report.trace_report import TraceReport
 from .rules import evaluate_ranks
 
 DEFAULT_MERGE_TIMEOUT = 300.0
@@ -230,7 +230,7 @@ class MergedReport(TraceReport):
         return data
 
     def print(self, console=None) -> None:
-        from .report_text import report_console
+        from .report.report_text import report_console
 
         console = console or report_console(self)
         super().print(console)

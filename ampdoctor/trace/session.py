@@ -10,7 +10,7 @@ Python API::
     report = session.report()
     report.print()                               # the rich terminal report
     report.findings                              # list[ampdoctor.findings.Finding]
-    report.to_dict()                             # the versioned JSON document (see report.py)
+    report.to_dict()                             # the versioned JSON document (see report/trace_report.py)
 
 With ``steps=N`` the session stops the training code after the Nth iteration by raising a
 private ``BaseException`` (``StopTracing``, stopping.py) from the optimizer step (``except
@@ -248,8 +248,8 @@ class TraceSession:
                 stack.close()
 
     def report(self):
-        """The findings and data of this session as a ``TraceReport`` (see report.py)."""
-        from .report import build_report
+        """The findings and data of this session as a ``TraceReport`` (see report/trace_report.py)."""
+        from .report.trace_report import build_report
 
         return build_report(self)
 

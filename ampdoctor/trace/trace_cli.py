@@ -250,7 +250,7 @@ def trace_command(
     if compare and not compare_role:
         # Two child runs do the work (and check the script, the options and torch themselves):
         # this process does not even import torch.
-        from .compare_cli import start_compare
+        from .compare.compare_cli import start_compare
 
         ctx.exit(start_compare(ctx, target, module, script_args, nproc_per_node))
     try:

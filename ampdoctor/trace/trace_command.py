@@ -62,7 +62,7 @@ def run_trace(request: TraceRequest) -> int:
     threads_before = set(threading.enumerate())
     listeners = []
     if request.tensorboard_dir:
-        from .tensorboard import TensorBoardLog, TensorBoardUnavailable
+        from .report.tensorboard import TensorBoardLog, TensorBoardUnavailable
 
         try:
             listeners.append(TensorBoardLog(request.tensorboard_dir, request.thresholds))
@@ -84,7 +84,7 @@ def run_trace(request: TraceRequest) -> int:
         try:
             if request.html_path:
                 from .distributed import rank_path
-                from .html import write_html
+                from .report.html import write_html
 
                 # Under torchrun each rank writes its own page beside the others (as --json).
                 html_path = request.html_path if rank is None else rank_path(request.html_path, rank.rank)
@@ -156,7 +156,7 @@ def _trace(request: TraceRequest, listeners: list):
             session.what_if = WhatIfFloat16(session)
         child: Any = contextlib.nullcontext()
         if request.compare_role:
-            from .compare_child import CompareChild
+            from .compare.compare_child import CompareChild
 
             child = CompareChild(
                 request.compare_role, session, baseline=request.compare_baseline, out=request.compare_out
@@ -187,7 +187,7 @@ def _report_on_give_up(session, request: TraceRequest) -> None:
     session.outcome = Outcome("timeout")
     report = session.report()
     if request.html_path and request.rank is None:
-        from .html import write_html
+        from .report.html import write_html
 
         write_html(report, request.html_path)
     if request.rank is None:

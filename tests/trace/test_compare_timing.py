@@ -15,11 +15,11 @@ import pytest
 import torch
 from torch import nn
 
-from ampdoctor.trace.compare import COMPARED, TOO_SHORT, RunRecord, compare_runs
-from ampdoctor.trace.compare_child import CompareChild
-from ampdoctor.trace.compare_text import headline, summary_lines
+from ampdoctor.trace.compare.compare_child import CompareChild
+from ampdoctor.trace.compare.compare_text import headline, summary_lines
+from ampdoctor.trace.compare.comparison import COMPARED, TOO_SHORT, RunRecord, compare_runs
+from ampdoctor.trace.compare.stopwatch import RunClock
 from ampdoctor.trace.session import TraceSession
-from ampdoctor.trace.stopwatch import RunClock
 
 TIMED_STEPS = list(range(7, 21))
 MIXED_SECONDS = [

@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from ampdoctor.trace.compare import CAST_BY_HAND, COMPARED, FAILED, NOTHING, RunRecord, compare_runs
-from ampdoctor.trace.compare_text import headline, summary_lines
-from ampdoctor.trace.hardware import cpu_flags, cpu_hardware, cuda_hardware
-from ampdoctor.trace.precision_off import PrecisionOff
-from ampdoctor.trace.profile import ProfileShares, gemm_time_by_module, shares_of
+from ampdoctor.trace.compare.compare_text import headline, summary_lines
+from ampdoctor.trace.compare.comparison import CAST_BY_HAND, COMPARED, FAILED, NOTHING, RunRecord, compare_runs
+from ampdoctor.trace.compare.hardware import cpu_flags, cpu_hardware, cuda_hardware
+from ampdoctor.trace.compare.precision_off import PrecisionOff
+from ampdoctor.trace.compare.profile import ProfileShares, gemm_time_by_module, shares_of
 from ampdoctor.trace.rules.compare_rules import gemm_dimensions, misaligned, padded
 from ampdoctor.trace.session import TraceSession
 
@@ -248,7 +248,7 @@ def test_the_run_record_keeps_the_thread_count():
 def test_the_clock_measures_the_load_around_the_timed_iterations(monkeypatch):
     from types import SimpleNamespace
 
-    from ampdoctor.trace import stopwatch
+    from ampdoctor.trace.compare import stopwatch
 
     # (wall, own CPU, machine busy) at each boundary: over the timed span of 4 s the process used
     # 4 CPU seconds (1 core) and the machine 12 (3 cores): the others kept 2 cores busy.
@@ -263,7 +263,7 @@ def test_the_clock_measures_the_load_around_the_timed_iterations(monkeypatch):
 
 
 def test_without_proc_stat_the_others_load_is_unknown(monkeypatch):
-    from ampdoctor.trace import stopwatch
+    from ampdoctor.trace.compare import stopwatch
 
     monkeypatch.setattr(stopwatch, "_machine_busy", lambda: None)
     clock = stopwatch.RunClock(window=0, warmup=0, profiled=0)

@@ -12,7 +12,7 @@ import io
 import torch
 from torch import nn
 
-from ampdoctor.trace.compare_child import CompareChild
+from ampdoctor.trace.compare.compare_child import CompareChild
 from ampdoctor.trace.rules.compare_rules import _cast_location
 from ampdoctor.trace.session import TraceSession
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from ampdoctor.trace import hardware
-from ampdoctor.trace.hardware import Hardware
+from ampdoctor.trace.compare import hardware
+from ampdoctor.trace.compare.hardware import Hardware
 from ampdoctor.trace.rulebase import Locator, Thresholds
 from ampdoctor.trace.rules.compare_rules import gemm_not_aligned
 from ampdoctor.trace.session import TraceSession

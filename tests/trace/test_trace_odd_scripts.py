@@ -221,13 +221,13 @@ def test_a_report_file_that_cannot_be_written_is_one_line_exit_2_and_no_partial_
 def test_an_internal_error_is_one_line_and_exit_2(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import ampdoctor.trace.report
+    import ampdoctor.trace.report.trace_report
     from ampdoctor.trace.trace_cli import trace_command
 
     def broken(session):
         raise ValueError("cannot summarise")
 
-    monkeypatch.setattr(ampdoctor.trace.report, "build_report", broken)
+    monkeypatch.setattr(ampdoctor.trace.report.trace_report, "build_report", broken)
     monkeypatch.delenv("AMPDOCTOR_DEBUG", raising=False)
     result = CliRunner().invoke(trace_command, [odd("eval_between.py"), "--steps", "1"])
     assert result.exit_code == 2

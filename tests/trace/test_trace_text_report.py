@@ -13,7 +13,7 @@ import torch
 from rich.console import Console
 from torch import nn
 
-from ampdoctor.trace.report_text import render
+from ampdoctor.trace.report.report_text import render
 from ampdoctor.trace.session import trace_session
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from typing import Optional
 
 from ...findings import Finding
-from ..compare import LOW_PRECISION, Cause, Comparison
-from ..hardware import Hardware
+from ..compare.comparison import LOW_PRECISION, Cause, Comparison
+from ..compare.hardware import Hardware
+from ..compare.profile import ProfileShares, gemm_time_by_module
 from ..observations import Observations
 from ..opnames import CONVOLUTION_OPS
-from ..profile import ProfileShares, gemm_time_by_module
 from ..rulebase import Locator, Thresholds, make_finding, module_location, registered, rule
 
 ALIGNMENT = 8
@@ -148,7 +148,7 @@ def no_fast_hardware_seen(observations, thresholds, locator) -> Iterator[Finding
     import os
 
     from ...severity import Severity
-    from ..hardware import hardware_for
+    from ..compare.hardware import hardware_for
 
     if os.environ.get("AMPDOCTOR_HARDWARE_CHECK", "1") == "0":
         return  # a CI that traces on a CPU for correctness, not speed, turns the note off

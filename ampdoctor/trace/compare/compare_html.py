@@ -9,8 +9,8 @@ import math
 import statistics
 from typing import Optional
 
-from .compare import COMPARED, Comparison, used_memory
 from .compare_text import headline, summary_lines
+from .comparison import COMPARED, Comparison, used_memory
 
 _FLOAT32 = "#2563eb"
 _MIXED = "#16a34a"
@@ -31,7 +31,7 @@ def compare_section(comparison: Optional[Comparison]) -> str:
 
 def compare_svg(comparison: Comparison) -> Optional[str]:
     """Left: each run's timed iterations (dots) and median (bar); right: the memory each used."""
-    from .charts import _INK, _figure, _style, _svg
+    from ..report.charts import _INK, _figure, _style, _svg
 
     mixed, float32 = comparison.mixed, comparison.float32
     if float32 is None or not (mixed.seconds and float32.seconds):

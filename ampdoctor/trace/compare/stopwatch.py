@@ -218,7 +218,7 @@ class RunClock:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
-        from .ops import mark_own_ops, quiet
+        from ..ops import mark_own_ops, quiet
 
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -242,7 +242,7 @@ class RunClock:
         self._profile_started = time.perf_counter()
 
     def _stop_profiler(self) -> None:
-        from .ops import mark_own_ops
+        from ..ops import mark_own_ops
         from .profile import shares_of
 
         mark_own_ops(False)

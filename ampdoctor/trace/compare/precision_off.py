@@ -25,7 +25,7 @@ class PrecisionOff:
         self._saved: list[tuple[Any, str, Any]] = []
 
     def install(self) -> None:
-        from .scaler import TracedGradScaler, _TorchGradScaler
+        from ..scaler import TracedGradScaler, _TorchGradScaler
 
         autocast_class = torch.amp.autocast_mode.autocast
         self._wrap(autocast_class, self._disable_region)

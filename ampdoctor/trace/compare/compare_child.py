@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from .compare import LOW_PRECISION, RunRecord, compare_runs
+from .comparison import LOW_PRECISION, RunRecord, compare_runs
 from .stopwatch import TIMED, RunClock
 
 if TYPE_CHECKING:
-    from .ops import AutocastTracker
+    from ..ops import AutocastTracker
+    from ..report.trace_report import TraceReport
+    from ..session import TraceSession
     from .precision_off import PrecisionOff
-    from .report import TraceReport
-    from .session import TraceSession
 
 FLOAT32, MIXED = "float32", "mixed"
 
@@ -126,16 +126,16 @@ class CompareChild:
             self._compare(report)
 
     def _write(self, report: TraceReport) -> None:
-        from ..atomic import write_text_atomic
+        from ...atomic import write_text_atomic
 
         document = {"run": self.record(report).to_dict(), "report": report.to_dict()}
         assert self.out is not None  # the float32 run is always told where to write
         write_text_atomic(self.out, json.dumps(document, allow_nan=False))
 
     def _compare(self, report: TraceReport) -> None:
+        from ..rulebase import Locator
+        from ..rules.compare_rules import evaluate_compare, with_gemm_share
         from .hardware import hardware_for
-        from .rulebase import Locator
-        from .rules.compare_rules import evaluate_compare, with_gemm_share
 
         float32, failure = read_baseline(self.baseline)
         limits = report.thresholds
@@ -161,7 +161,7 @@ class CompareChild:
         locator = Locator(report.script, obs.class_files)
         found = evaluate_compare(obs, comparison, profile, hardware, limits, locator)
         if found:
-            from .placing import place_findings
+            from ..placing import place_findings
 
             found = place_findings(found, obs, locator)
         kept = report.findings

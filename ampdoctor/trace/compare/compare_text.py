@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .compare import COMPARED, TOO_SHORT, Comparison, used_memory
+from .comparison import COMPARED, TOO_SHORT, Comparison, used_memory
 
 
 def format_seconds(seconds: Optional[float]) -> str:

@@ -98,14 +98,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..findings import Finding, Severity
-from ..float16 import FLOAT16_MAX
-from .numerics import GRADIENT_SHARES
-from .observations import Observations
-from .ops import sorted_census
-from .outcome import Outcome, how_it_ended
-from .rulebase import Locator, Thresholds
-from .rules.underflow_rules import lost_share
+from ...findings import Finding, Severity
+from ...float16 import FLOAT16_MAX
+from ..numerics import GRADIENT_SHARES
+from ..observations import Observations
+from ..ops import sorted_census
+from ..outcome import Outcome, how_it_ended
+from ..rulebase import Locator, Thresholds
+from ..rules.underflow_rules import lost_share
 
 SCHEMA_VERSION = 1
 
@@ -238,7 +238,7 @@ class TraceReport:
 
     def write_json(self, path: str) -> None:
         """Write the JSON document atomically: a reader never finds a partial file."""
-        from ..atomic import write_text_atomic
+        from ...atomic import write_text_atomic
 
         write_text_atomic(path, self.to_json() + "\n")
 
@@ -325,7 +325,7 @@ def _backward_origin_dict(obs: Observations) -> Optional[dict[str, Any]]:
     origin = obs.backward_origin
     if origin is None:
         return None
-    from .backward import halvings_needed
+    from ..backward import halvings_needed
 
     return {
         "step": origin.step,
@@ -342,7 +342,7 @@ def _backward_origin_dict(obs: Observations) -> Optional[dict[str, Any]]:
 
 def _ampdoctor_version() -> Optional[str]:
     try:
-        from .._version import __version__
+        from ..._version import __version__
 
         return __version__
     except ImportError:
@@ -430,7 +430,7 @@ def build_report(session: Any) -> TraceReport:
     obs = session.observations
     obs.class_files = dict(session.class_files)
     locator = Locator(session.script, obs.class_files)
-    from .rules import evaluate
+    from ..rules import evaluate
 
     if session.outcome.reason == "error" and session.outcome.error:
         obs.script_error = (session.outcome.error, session.outcome.error_site)
@@ -438,7 +438,7 @@ def build_report(session: Any) -> TraceReport:
     notes = _notes(session)
     static: list[Finding] = []
     if session.lint:
-        from .static import lint_files
+        from ..static import lint_files
 
         static, problem = lint_files(session.local_files)
         if problem:

@@ -16,8 +16,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any, Optional
 
-from ..findings import Finding, Severity
-from ..float16 import FLOAT16_MAX
+from ...findings import Finding, Severity
+from ...float16 import FLOAT16_MAX
 
 _DTYPE_COLOURS = {
     "float32": "#dbeafe",
@@ -71,7 +71,7 @@ def e(value: Any) -> str:
 
 
 def write_html(report, path: str) -> None:
-    from ..atomic import write_text_atomic
+    from ...atomic import write_text_atomic
 
     write_text_atomic(path, render_html(report))
 
@@ -104,7 +104,7 @@ def render_html(report) -> str:
 def _compare_section(report) -> str:
     if getattr(report, "compare", None) is None:
         return ""
-    from .compare_html import compare_section
+    from ..compare.compare_html import compare_section
 
     return compare_section(report.compare)
 
@@ -151,7 +151,7 @@ def _findings_section(title: str, findings: list[Finding]) -> str:
 
 
 def _finding(finding: Finding) -> str:
-    from ..catalog import get_rule
+    from ...catalog import get_rule
 
     rule = get_rule(finding.code)
     css = _SEVERITY_CLASS.get(finding.severity, "info")
@@ -224,7 +224,7 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
         scale = what_if.scale[-1] if what_if.scale else 2.0**16
         rows = [(p.name, p.lost_mean, FLOAT16_MAX / (p.max_abs * scale) if p.max_abs else None) for p in what_if.params]
     else:
-        from .rules.underflow_rules import stats_lost_share
+        from ..rules.underflow_rules import stats_lost_share
 
         rows = []
         for stats in report.observations.gradients.values():
@@ -238,8 +238,8 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
 
 
 def _gradient_section(report) -> str:
+    from ..rules.underflow_rules import float16_gradients
     from .charts import gradient_bars_svg
-    from .rules.underflow_rules import float16_gradients
 
     if report.what_if is None:
         # float16's range says nothing about a bfloat16 or float32 run (the terminal hides its

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 import os
 
-from ..findings import Finding, Severity
-from .observations import Observations
-from .ops import sorted_census
-from .rulebase import format_scale
-from .rules.underflow_rules import float16_gradients, stats_lost_share
+from ...findings import Finding, Severity
+from ..observations import Observations
+from ..ops import sorted_census
+from ..rulebase import format_scale
+from ..rules.underflow_rules import float16_gradients, stats_lost_share
 
 # Ops that move or reinterpret data without computing: left out of the terminal table (they
 # stay in --json) so the precision-relevant rows are visible.
@@ -69,7 +69,7 @@ def render(report, console=None) -> None:
     for note in report.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if getattr(report, "compare", None) is not None:
-        from .compare_text import render_compare
+        from ..compare.compare_text import render_compare
 
         render_compare(report.compare, console)
     if report.findings:

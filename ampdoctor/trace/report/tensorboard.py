@@ -18,7 +18,7 @@ import math
 import os
 from typing import Any
 
-from .observations import IterationRecord, Observations
+from ..observations import IterationRecord, Observations
 
 TENSORBOARD_MISSING = "--tensorboard needs the tensorboard package: pip install 'ampdoctor[tensorboard]'"
 
@@ -40,7 +40,7 @@ class TensorBoardLog:
         self._thresholds = thresholds
 
     def __call__(self, record: IterationRecord, observations: Observations) -> None:
-        from .rules.underflow_rules import lost_share
+        from ..rules.underflow_rules import lost_share
 
         writer, step = self._writer, record.step
         if record.loss is not None and math.isfinite(record.loss):

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .ops import MATMUL_OPS, OWN_RANGE
+from ..ops import MATMUL_OPS, OWN_RANGE
 
 Shapes = tuple[tuple[int, ...], ...]
 CAST_OPS = frozenset({"_to_copy"})
