@@ -83,3 +83,13 @@ def test_a_new_buffer_follows_calls_between_its_own_functions(tmp_path):
     source = STEPS + "\n\n" + INSIDE.replace("from steps import backward\n", "")
     outcome = lint_text(source, str(tmp_path / "new_file.py"), Configurations())  # not on disk
     assert [code for code, _ in codes(outcome)] == ["AMP101"]
+
+
+def test_standard_input_named_as_a_project_file_is_linted_in_its_project(tmp_path, monkeypatch):
+    project(tmp_path, OUTSIDE)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        main, ["lint", "--stdin-filename", "train.py", "--output-format", "concise", "-q"], input=INSIDE
+    )
+    assert [line.split()[1] for line in result.stdout.splitlines()] == ["AMP101"]
+    assert cli_codes(tmp_path, monkeypatch) == []  # the file on disk, as it is

@@ -19,7 +19,7 @@ from pathlib import Path
 from .suppressions import suppressed_codes
 
 # The code list of an existing noqa directive (group ``codes``), which new codes extend.
-_NOQA_CODES = re.compile(r"(?i)#\s*noqa:\s*(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+|\s+[A-Za-z]+[0-9]+)*)")
+NOQA_CODES = re.compile(r"(?i)#\s*noqa:\s*(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+|\s+[A-Za-z]+[0-9]+)*)")
 
 
 class NoqaOutcome:
@@ -100,7 +100,7 @@ def directive_edit(body: str, comment: str | None, codes: list[str]) -> tuple[in
     missing = [code for code in codes if already is None or code.upper() not in already]
     if not missing:
         return None
-    match = _NOQA_CODES.search(comment) if comment is not None else None
+    match = NOQA_CODES.search(comment) if comment is not None else None
     if match is not None and comment is not None:
         end = body.rindex(comment) + match.end("codes")
         return end, end, ", " + ", ".join(missing)

@@ -19,25 +19,34 @@ if TYPE_CHECKING:
 
 
 def lint_unsaved(source: str, path: str, settings: Settings, codes: frozenset[str]) -> list[Finding]:
-    """The findings of ``source`` as the text of the file ``path`` (suppressions honoured),
-    under ``settings`` with ``codes`` enabled. Where the file is not on disk (a new buffer) or
-    the settings leave the project analysis off, calls are followed between the text's own
-    functions only."""
+    """The findings of ``source`` as the text of the file ``path`` (``unsaved_result``)."""
+    return unsaved_result(source, path, settings, codes).findings
+
+
+def unsaved_result(source: str, path: str, settings: Settings, codes: frozenset[str], project: bool = True):
+    """The ``engine.FileResult`` of ``source`` as the text of the file ``path`` (suppressions
+    honoured), under ``settings`` with ``codes`` enabled. Where the file is not on disk (a new
+    buffer, standard input), calls are followed between the text's own functions only; with the
+    project analysis off (``project`` or the settings' ``project = false``), not at all."""
     from .engine import FileResult, LintOptions, check_source
 
     ignored = settings.ignored_for(Path(path)) if settings.per_file_ignores else ()
-    options = LintOptions(codes, per_file_ignored=ignored, summaries=settings.project)
+    options = LintOptions(codes, per_file_ignored=ignored, summaries=project and settings.project)
     summary: list = []
     findings, suppressed, parsed = check_source(source, path, options, summary)
-    if not (parsed and summary):
-        return findings
+    result = FileResult(path, findings, suppressed, source=source, parsed=parsed, file_path=os.path.abspath(path))
+    if not parsed:
+        result.error = findings[0].message
+        return result
+    if not summary:
+        return result
     if not (path.endswith(".py") and os.path.isfile(path)):
         from .project.run import link_source
 
-        return link_source(findings, summary[0], source, path, codes)
+        result.findings = link_source(findings, summary[0], source, path, codes)
+        return result
     from .project.run import link_results
 
-    result = FileResult(path, findings, suppressed, source=source, parsed=True, file_path=os.path.abspath(path))
     result.summary = summary[0]
     try:
         # One process: an editor's server lints in a thread, where forking workers is unsafe.
@@ -45,5 +54,5 @@ def lint_unsaved(source: str, path: str, settings: Settings, codes: frozenset[st
     except Exception:
         if os.environ.get("AMPDOCTOR_DEBUG"):
             raise
-        return findings  # the file's own findings stand
-    return result.findings
+        result.findings, result.summary = findings, None  # the file's own findings stand
+    return result

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..config import ConfigError, Settings, find_config, load_settings, matches_glob
+from ..config import ConfigError, Settings, find_config, load_settings
 from ..findings import Finding
 from ..lint import known_codes
 from ..records import Record
@@ -83,14 +83,11 @@ def lint_text(text: str, path: str | None, configurations: Configurations) -> Ou
 
 
 def _excluded(path: str, settings: Settings) -> bool:
-    """Whether the configuration's ``exclude`` leaves the file out of ``ampdoctor lint``."""
+    """Whether the configuration's ``exclude`` leaves the file out of ``ampdoctor lint FILE``
+    (the walk's own test, ``lint/discovery.py``)."""
     if not settings.exclude:
         return False
-    try:
-        relative = Path(path).resolve().relative_to(Path(settings.root).resolve()).as_posix()
-    except ValueError:
-        return False
-    parts = relative.split("/")
-    # A pattern names the file or one of the folders above it, as the walk applies it.
-    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    return any(matches_glob(candidate, pattern) for candidate in candidates for pattern in settings.exclude)
+    from ..lint.discovery import Discovery
+
+    walk = Discovery(settings.root, settings.exclude, respect_gitignore=False)
+    return next(walk.names([Path(path)]), None) is None

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import re
 
-from ..lint.add_noqa import comments_and_open_ends, directive_edit
+from ..lint.add_noqa import NOQA_CODES, comments_and_open_ends, directive_edit
 from ..records import Record
 
-# The code list of a noqa comment, as lint/suppressions.py reads it.
-_NOQA_LIST = re.compile(r"(?i)#\s*noqa:\s*(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+|\s+[A-Za-z]+[0-9]+)*)")
 _IGNORE_LIST = re.compile(r"#\s*ampdoctor:\s*ignore\[(?P<codes>[^\]]*)\]")
 _FILE_LIST = re.compile(r"(?i)#\s*ampdoctor:\s*noqa:(?P<codes>[^#]*)")
 _CODE = re.compile(r"[A-Za-z]+[0-9]+")
@@ -51,7 +49,7 @@ def noqa_edit(source: str, line: int, code: str, line_text: str) -> LineEdit | N
 def code_at(line_text: str, index: int) -> str | None:
     """The rule code at 0-based character ``index`` of a line, when it is in a suppression
     comment's list of codes."""
-    for pattern in (_NOQA_LIST, _IGNORE_LIST, _FILE_LIST):
+    for pattern in (NOQA_CODES, _IGNORE_LIST, _FILE_LIST):
         for match in pattern.finditer(line_text):
             start = match.start("codes")
             for code in _CODE.finditer(match.group("codes")):
