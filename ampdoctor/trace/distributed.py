@@ -44,6 +44,7 @@ from typing import Any, Optional
 from ..findings import Finding, Location, Severity
 from .report.trace_report import TraceReport
 from .rules import evaluate_ranks
+from .runner import script_on_stack
 
 DEFAULT_MERGE_TIMEOUT = 300.0
 # How long rank 0 waits for the others when its own script raised or exited.
@@ -153,32 +154,27 @@ class Exchange:
 class Termination:
     """torchrun's SIGTERM (another rank failed): while the script runs it stops the script as
     Ctrl-C would; once the script is over it shortens the waits to what torchrun grants before
-    SIGKILL (30 s by default)."""
+    SIGKILL (30 s by default).
+
+    Whether the script still runs is read from the interrupted frame, not from a flag: a flag
+    is cleared only after the script's error has been caught, and a SIGTERM landing in between
+    (torchrun sends it as soon as a peer fails, which is when this rank's collective raises)
+    would cut short the code that records the error, and this rank would write no report."""
 
     GRACE = 20.0
 
     def __init__(self) -> None:
         self.received_at: Optional[float] = None
-        self.script_running = False
 
     @contextlib.contextmanager
     def handling(self) -> Iterator[None]:
         import threading
 
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
         # Left in place afterwards: the process ends right after the reports, and a SIGTERM
         # in between must not cut them short.
-        signal.signal(signal.SIGTERM, self._handle)
-        self.script_running = True
-        try:
-            yield
-        finally:
-            self.script_running = False
-
-    def script_over(self) -> None:
-        self.script_running = False
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._handle)
+        yield
 
     def deadline(self, deadline: float) -> float:
         return deadline if self.received_at is None else min(deadline, self.received_at + self.GRACE)
@@ -187,16 +183,8 @@ class Termination:
         first = self.received_at is None
         if first:
             self.received_at = time.monotonic()
-        if first and self.script_running and _script_running():
+        if first and script_on_stack(frame):
             raise KeyboardInterrupt
-
-
-def _script_running() -> bool:
-    """Whether the trace session (so the script) is still running; once it is over, the
-    reports are being built and must not be cut short."""
-    from .session import active_session
-
-    return active_session() is not None
 
 
 termination = Termination()
@@ -411,7 +399,6 @@ def finish_rank(
     if outcome.traceback:
         sys.stderr.write(outcome.traceback)
         sys.stderr.flush()
-    termination.script_over()
     own = _rank_dict(report, info)
     own_path = rank_path(json_path, info.rank) if json_path else None
     write_error: Optional[OSError] = None

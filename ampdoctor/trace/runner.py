@@ -153,6 +153,18 @@ def _run_file_as_main(path: str) -> None:
             sys.modules.pop("__main__", None)
 
 
+def script_on_stack(frame: Optional[types.FrameType]) -> bool:
+    """Whether ``frame`` runs inside the target (the script's code, or ampdoctor's hooks called
+    from it) rather than in ampdoctor's own work before or after it. A signal handler asks this
+    of the frame it interrupted: once the target has raised, the code that records how it ended
+    runs outside it, and must not be cut short."""
+    while frame is not None:
+        if frame.f_code in _TARGET_CODES:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
@@ -233,3 +245,7 @@ def _argv(argv: list[str]) -> Iterator[None]:
         yield
     finally:
         sys.argv = saved
+
+
+# The functions under which a target's own code runs (``_run`` calls them inside its ``try``).
+_TARGET_CODES = frozenset({_run_file_as_main.__code__, runpy.run_path.__code__, runpy.run_module.__code__})

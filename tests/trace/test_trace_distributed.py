@@ -299,6 +299,7 @@ def test_a_rank_killed_outright_is_listed_without_report(tmp_path):
     )
     assert result.returncode != 0
     assert not (tmp_path / "report.rank1.json").exists()
+    assert (tmp_path / "report.rank0.json").exists(), result.stderr[-3000:]
     survivor = _load(tmp_path / "report.rank0.json")
     merged = _load(tmp_path / "report.json")
     assert survivor["steps"] == 2 and not survivor["completed"]
@@ -328,3 +329,73 @@ def test_rank_scale_disagreement_page_examples(kind, tmp_path):
         assert not [f for f in merged["findings"] if f["severity"] in ("warning", "error")]
         assert merged["ranks"][0]["skipped"] == merged["ranks"][1]["skipped"]
         assert result.returncode == 0, result.stderr[-3000:]
+
+
+# -- a SIGTERM while the script's error is being recorded ---------------------------------------
+
+_SIGTERM_WHILE_RECORDING = """
+import os, signal
+
+class ShardLost(RuntimeError):
+    sent = False
+
+    def __str__(self):
+        # Runs when ampdoctor records the error, after the script has left: torchrun's SIGTERM
+        # arriving just then, as it does when a peer fails.
+        if not ShardLost.sent:
+            ShardLost.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                pass
+        return "rank 0 lost its data shard"
+
+raise ShardLost()
+"""
+
+
+@pytest.mark.slow
+def test_a_sigterm_while_the_error_is_recorded_still_leaves_the_report(tmp_path):
+    import socket
+
+    (tmp_path / "train.py").write_text(_SIGTERM_WHILE_RECORDING)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC")}
+    env.update(RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    result = subprocess.run(
+        [sys.executable, "-m", "ampdoctor", "trace", "train.py", "--json", "report.json", "--merge-timeout", "1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_TIMEOUT,
+        check=False,
+    )
+    assert "interrupted while writing the report" not in result.stderr
+    own = _load(tmp_path / "report.rank0.json")
+    assert own["stopped"] == "error" and own["error"] == "ShardLost: rank 0 lost its data shard"
+    merged = _load(tmp_path / "report.json")
+    assert merged["ranks"][1]["reported"] is False
+    assert result.returncode == 1, result.stderr[-3000:]
+
+
+def test_only_the_target_counts_as_running(tmp_path, monkeypatch):
+    from ampdoctor.trace.runner import Target, run_target, script_on_stack
+
+    assert not script_on_stack(sys._getframe())
+    probe = (
+        "import sys\nfrom ampdoctor.trace.runner import script_on_stack\n"
+        "def inner():\n    return script_on_stack(sys._getframe())\n"
+        "open(sys.argv[1], 'w').write(str(inner()))\n"
+    )
+    (tmp_path / "probe.py").write_text(probe)
+    (tmp_path / "probe_folder").mkdir()
+    (tmp_path / "probe_folder" / "__main__.py").write_text(probe)
+    monkeypatch.chdir(tmp_path)
+    for target in (Target(script="probe.py"), Target(module="probe"), Target(script="probe_folder")):
+        seen = tmp_path / "seen.txt"
+        seen.unlink(missing_ok=True)
+        target = Target(script=target.script, module=target.module, args=(str(seen),))
+        assert run_target(target).reason == "end", target
+        assert seen.read_text() == "True", target
