@@ -80,7 +80,7 @@ def _is_suppressed(code: str, line_numbers: Iterable[int], lines: list[str], com
             line = lines[number - 1]
             codes = suppressed_codes(line)
             if codes is not None and ("'" in line or '"' in line):
-                # ``s = "# noqa"``: only a comment suppresses; the tokenizer tells them apart.
+                # A noqa inside a string does not suppress, only a comment: the tokenizer tells them apart.
                 codes = suppressed_codes(comments.on(number))
             if codes is not None and (not codes or code in codes):
                 return True
