@@ -19,12 +19,13 @@ from .callsites import callers_of
 from .checkpoints import checkpoint_reports
 from .float16_reach import float16_elsewhere
 from .flow import Values
+from .forked import Forked, can_fork
 from .half_returned import half_model_trained
 from .link import Project, Target
 from .region_calls import region_call_reports
 from .reports import Callers, CrossReport
 from .seeds import seeded_reports
-from .store import BACKWARD_TEXT
+from .store import BACKWARD_TEXT, SummaryStore
 from .unscaled_float16 import scaler_never_passed
 from .update_twice import update_twice
 
@@ -39,7 +40,12 @@ class CheckRun:
     __slots__ = ("callers", "codes", "lazy", "project", "targets", "values")
 
     def __init__(
-        self, project: Project, targets: list[str], callers: Callers, codes: frozenset[str], lazy: list[str]
+        self,
+        project: Project,
+        targets: list[str],
+        callers: Callers,
+        codes: frozenset[str],
+        lazy: list[str],
     ) -> None:
         self.project = project
         self.targets = targets
@@ -385,12 +391,35 @@ def run_checks(
     callers: Callers,
     codes: frozenset[str],
     lazy: Iterable[str] = (),
+    store: SummaryStore | None = None,
 ) -> list[CrossReport]:
     """The cross-module findings in ``targets`` (the named files with a summary); ``lazy``: named
-    files to summarize only when float16 autocast set up elsewhere reaches them."""
+    files to summarize only when float16 autocast set up elsewhere reaches them. ``store``: the
+    project's summaries, given where a forked process may take a share of the work
+    (``forked.py``); the findings are the same either way."""
     run = CheckRun(project, sorted(set(targets)), callers, codes, sorted(set(lazy)))
-    reports: list[CrossReport] = []
-    for check in PROJECT_CHECKS:
-        if check.runs_for(codes):
-            reports.extend(check.call(check.function, run))
-    return reports
+    checks = [check for check in PROJECT_CHECKS if check.runs_for(codes)]
+    if store is None or len(checks) < 2 or len(run.targets) < FORK_TARGETS or not can_fork():
+        return [report for check in checks for report in check.call(check.function, run)]
+    # The first check (AMP211's judge) costs about as much as all the others together, and much
+    # of either is summarizing modules on demand, which both would share in one process: the
+    # first runs in a forked child, beside the others (6.5 s → 4.5 s on the 31-repository tree,
+    # where any split of the judge's targets left this process the slower by a second or more).
+    first, rest = checks[0], checks[1:]
+    with Forked(lambda: _judged_apart(first, run, store)) as child:
+        later = [report for check in rest for report in check.call(check.function, run)]
+        found, changes = child.result()
+    store.adopt(changes)
+    return [CrossReport(*fields) for fields in found] + later
+
+
+# Fewer targets than this are checked in one process: a fork and its answer cost more than a
+# share of a small project's checks.
+FORK_TARGETS = 24
+
+
+def _judged_apart(check: Check, run: CheckRun, store: SummaryStore):
+    """In the forked child: what ``check`` finds, as plain data, and what the store learned."""
+    store.changed = set()  # this copy's own: what it learns from here on goes back
+    found = [(r.code, r.module, r.at, r.message, r.help, r.related) for r in check.call(check.function, run)]
+    return found, store.changes()

@@ -129,7 +129,7 @@ def link_results(
     key = state_key(root, files, len(target_rels), codes, checked, lazy) if store.path and not unsaved else None
     reports = load_reports(reports_path(store.path), key) if store.path is not None and key is not None else None
     if reports is None:
-        reports = run_checks(project, checked, callers, codes, lazy)
+        reports = run_checks(project, checked, callers, codes, lazy, store if jobs != 1 else None)
         if store.path is not None and key is not None:
             save_reports(reports_path(store.path), key, reports)
     if use_cache:

@@ -379,6 +379,36 @@ class SummaryStore:
             del self.entries[rel]
             self._touch(rel)
 
+    def changes(self) -> dict[str, dict]:
+        """The entries changed since ``changed`` was last emptied, with what was checked against
+        the files: what a forked copy of this store (``forked.py``) hands back to the store it
+        was copied from, once it has emptied ``changed`` at its start."""
+        return {rel: self.entries[rel] for rel in self.changed if rel in self.entries}
+
+    def adopt(self, entries: dict[str, dict]) -> None:
+        """Take in ``changes()`` of a forked copy: the entries this store has not checked against
+        the files in this run whole, and of the others the summary where it has none yet (the
+        same bytes: both checked the same file in the same run; one of them may only have noted
+        its size and time, without a hash)."""
+        for rel, theirs in entries.items():
+            if rel not in self._verified:
+                self.entries[rel] = theirs
+                self._verified.add(rel)
+                self._touch(rel)
+                continue
+            ours = self.entries.get(rel)
+            if ours is None or (ours.get("key") and theirs.get("key") and ours["key"] != theirs["key"]):
+                continue
+            if "summary" not in ours and "summary" in theirs:
+                ours["summary"] = theirs["summary"]
+                ours["key"] = ours.get("key") or theirs.get("key", "")  # (a file noted unhashed)
+                self._touch(rel)
+            known = ours.setdefault("classes", {})
+            for kind, value in theirs.get("classes", {}).items():
+                if kind not in known:
+                    known[kind] = value
+                    self._touch(rel)
+
     def save(self) -> None:
         """Write what changed: a small delta beside the cache file when few entries changed (a
         pre-commit run on a few files of a large project), else the whole file again."""

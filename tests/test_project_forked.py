@@ -1,0 +1,133 @@
+"""The project checks' forked share (``lint/project/forked.py``): the same findings as one
+process, what the child summarized kept in the cache, and a child that fails or is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from helpers import PROJECTS
+
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, known_codes, lint_paths
+from ampdoctor.lint.project import checks, forked
+from ampdoctor.lint.project.forked import Forked, ForkFailed
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks only on Linux")
+
+
+def _every_buggy_twin(root: Path) -> Path:
+    """All the buggy fixture projects side by side, as one marked project."""
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[project]\nname = 'all'\n")
+    for project in sorted(p for p in PROJECTS.iterdir() if (p / "buggy").is_dir()):
+        shutil.copytree(project / "buggy", root / project.name)
+    return root
+
+
+def _findings(root: Path, jobs: int | None, use_cache: bool = False) -> list[tuple]:
+    settings = Settings(root=root)
+    request = LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=use_cache, jobs=jobs)
+    run = lint_paths([root], request, cwd=root)
+    return [
+        (f.location.path, f.location.line, f.location.column, f.code, f.message, tuple(f.related)) for f in run.findings
+    ]
+
+
+@pytest.fixture
+def forks(monkeypatch):
+    """Every project with a target forks (the test runner's timeout thread aside); counts the
+    forks."""
+    made = []
+    original = Forked.__init__
+
+    def counted(self, work):
+        made.append(work)
+        original(self, work)
+
+    monkeypatch.setattr(checks, "FORK_TARGETS", 1)
+    monkeypatch.setattr(checks, "can_fork", lambda: True)
+    monkeypatch.setattr(Forked, "__init__", counted)
+    return made
+
+
+def test_the_forked_checks_find_what_one_process_finds(tmp_path, forks):
+    root = _every_buggy_twin(tmp_path / "all")
+    alone = _findings(root, jobs=1)
+    assert not forks
+    together = _findings(root, jobs=2)
+    assert len(forks) == 1
+    assert together == alone
+    codes = {finding[3] for finding in alone}
+    assert {"AMP211", "AMP201", "AMP205"} <= codes  # the first check's findings and the others'
+
+
+def _stored_summaries(root: Path) -> dict[str, str]:
+    folder = root / ".ampdoctor_cache"
+    index = next(p for p in folder.glob("summaries-*.json") if not p.name.endswith("-reports.json"))
+    document = json.loads(index.read_text())
+    blob = (folder / document["blob"]).read_bytes()
+    return {
+        rel: blob[entry["span"][0] : entry["span"][0] + entry["span"][1]].decode()
+        for rel, entry in document["files"].items()
+        if "span" in entry
+    }
+
+
+def test_what_the_child_summarized_is_kept_in_the_cache(tmp_path, forks):
+    root = _every_buggy_twin(tmp_path / "all")
+    alone = _findings(root, jobs=1, use_cache=True)
+    kept_alone = _stored_summaries(root)
+    shutil.rmtree(root / ".ampdoctor_cache")
+    together = _findings(root, jobs=2, use_cache=True)
+    assert len(forks) == 1
+    assert together == alone
+    assert _stored_summaries(root) == kept_alone
+    # and a second run is served from it with the same findings
+    assert _findings(root, jobs=2, use_cache=True) == alone
+
+
+def test_a_child_that_raises_is_an_error_here():
+    def work():
+        raise ValueError("no such module")
+
+    with Forked(work) as child, pytest.raises(ForkFailed, match="ValueError: no such module"):
+        child.result()
+
+
+def test_a_child_that_ends_without_answer_is_an_error_here():
+    with Forked(lambda: os._exit(3)) as child, pytest.raises(ForkFailed, match="without an answer"):
+        child.result()
+
+
+def test_a_large_answer_comes_back_whole():
+    with Forked(lambda: list(range(200_000))) as child:
+        assert child.result() == list(range(200_000))
+
+
+def test_a_child_left_behind_is_ended_and_reaped():
+    import time
+
+    with pytest.raises(RuntimeError, match="here"), Forked(lambda: time.sleep(60)) as child:
+        pid = child._pid
+        raise RuntimeError("an error here while the child works")
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # already reaped: no zombie is left
+
+
+def test_no_fork_while_another_thread_runs(monkeypatch):
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not forked.can_fork()
+    finally:
+        stop.set()
+        thread.join()
+    monkeypatch.setattr(forked.threading, "active_count", lambda: 1)  # the runner's timeout thread
+    assert forked.can_fork()
