@@ -533,3 +533,35 @@ def test_a_backward_two_calls_away_is_found_and_a_function_without_one_is_not_pa
     findings = lint_tree(tmp_path, [tmp_path / "train.py"])
     assert findings == ([("train.py", 10, "AMP101")] if runs else [])
     assert (passes.encode() in made) is runs  # summarized only when its function may run a backward
+
+
+def test_calls_naming_is_the_scan_it_replaces():
+    source = textwrap.dedent(
+        """
+        import torch
+        from helpers import train as train_fast
+
+        def train(model): ...
+        def train_1(model): ...
+
+        def main(model, trainer):
+            train(model)
+            train_fast(model)
+            trainer.train_1(model)
+            train(model)
+            torch.save(model.state_dict(), "m.pt")
+        """
+    )
+    project = project_of({"main.py": source})
+    calls = project.calls("main.py")
+    assert len(calls) == 4  # the calls that may land in the project
+    for part in ("train", "train_1", "save", "state_dict", "model", "nothing", "n_1"):
+        expected = [call for call in calls if part in call["callee"]]
+        assert project.calls_naming("main.py", part) == expected, part
+    assert [c["callee"] for c in project.calls_naming("main.py", "train")] == [
+        "train",
+        "train_fast",
+        "trainer.train_1",
+        "train",
+    ]
+    assert project.calls_naming("missing.py", "train") == []

@@ -37,9 +37,7 @@ def calls_of(
     for caller in callers.of(kind, name):
         if not imports.relates(caller, module):
             continue  # no import leads from one to the other: no call can land (not summarized)
-        for call in project.calls(caller):
-            if short not in call["callee"]:
-                continue  # cheap: the spelling must at least end in the function's name
+        for call in project.calls_naming(caller, short):  # the spelling must name the function
             target = project.resolve_call(caller, call)
             if target is None:
                 if call["callee"].rsplit(".", 1)[-1] == short:

@@ -146,6 +146,7 @@ class Project(Record):
     """
 
     __slots__ = (
+        "_callees",
         "_found",
         "_gate",
         "_module_names",
@@ -180,6 +181,8 @@ class Project(Record):
         self.text = text
         self.import_list = import_list
         self._summaries: dict[str, ModuleSummary | None] = {}
+        # module → its calls, their callees' spellings joined, and each spelling's positions
+        self._callees: dict[str, tuple[list[CallRecord], str, dict[str, list[int]]]] = {}
         # (importer's folder, module name, its extra search paths) → the modules it may be
         self._found: dict[tuple[str, str, tuple[str, ...]], tuple[tuple[str, tuple[str, ...]], ...]] = {}
         self._module_names: frozenset[str] | None = None
@@ -532,3 +535,21 @@ class Project(Record):
     def calls(self, module: str) -> list[CallRecord]:
         summary = self.summary(module)
         return summary.get("calls", []) if summary else []
+
+    def calls_naming(self, module: str, part: str) -> list[CallRecord]:
+        """The module's calls whose callee's spelling contains ``part``, in source order: a
+        look-up in an index of the module's distinct spellings, made once (a scan of every call
+        for every function asked about was quadratic in the size of a module that defines many
+        and calls them)."""
+        index = self._callees.get(module)
+        if index is None:
+            calls = self.calls(module)
+            positions: dict[str, list[int]] = {}
+            for position, call in enumerate(calls):
+                positions.setdefault(call["callee"], []).append(position)
+            index = self._callees[module] = (calls, "\n".join(positions), positions)
+        calls, joined, positions = index
+        if part not in joined:
+            return []
+        found = sorted(p for callee, at in positions.items() if part in callee for p in at)
+        return [calls[p] for p in found]
