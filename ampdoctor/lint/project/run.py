@@ -72,7 +72,7 @@ def link_results(
         return
     root, marked = found
     if marked:
-        files = _project_files(root, targets)
+        files = _project_files(root, targets, Path(settings.root) / CACHE_DIR if use_cache and not unsaved else None)
         if files is None:
             return
     else:
@@ -140,29 +140,25 @@ def link_results(
         _attach(reports, target_rels, root, cwd, settings, file_settings)
 
 
-def _project_files(root: Path, targets: dict) -> list[str] | None:
+def _project_files(root: Path, targets: dict, folder: Path | None = None) -> list[str] | None:
     """Project-relative POSIX paths of the project's Python modules (the linted ones included).
 
     Files the run excludes from linting (the configuration's ``exclude``, ``--exclude``) are
     still part of the project: a call may land in them, and nothing is reported there. Folders that hold no project code are skipped: the
     tool folders lint never walks (``.venv``, ``build``, ``site-packages`` ...), hidden folders,
     and the folders named in the root's ``.gitignore`` (``wandb/``, ``outputs/``). A plain walk
-    of names, without path objects: a pre-commit run lists thousands of files to lint one.
+    of names, without path objects: a pre-commit run lists thousands of files to lint one, and
+    with ``folder`` (the cache folder) only the folders that changed since the last run
+    (``listing.py``).
     """
     from ..discovery import DEFAULT_EXCLUDED_DIRS
+    from .listing import project_modules
 
-    skipped = set(DEFAULT_EXCLUDED_DIRS) | _ignored_folders(root)
-    found = set()
+    skipped = frozenset(DEFAULT_EXCLUDED_DIRS) | _ignored_folders(root)
     base = str(root)
-    cut = len(base) + 1
-    for folder, subfolders, names in os.walk(base):
-        subfolders[:] = [d for d in subfolders if d not in skipped and not d.startswith(".")]
-        prefix = folder[cut:].replace(os.sep, "/")
-        for name in names:
-            if name.endswith(".py"):
-                found.add(f"{prefix}/{name}" if prefix else name)
-        if len(found) > MAX_PROJECT_FILES:
-            return None  # a home folder under version control, not a project: link nothing
+    found = project_modules(base, skipped, MAX_PROJECT_FILES, folder)
+    if found is None:
+        return None  # a home folder under version control, not a project: link nothing
     for path in targets:
         rel = _relative(path, base)
         if not rel.startswith(".."):
