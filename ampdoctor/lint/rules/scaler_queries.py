@@ -134,28 +134,49 @@ def float16_in_code(facts: AmpFacts) -> bool:
     return False
 
 
-def saver_has_scaler(facts: AmpFacts, save: CallSite) -> bool:
-    """Whether the function that ``torch.save``s (``save``) trains with a scaler it could save.
+class SaverScalers:
+    """Whether the function that ``torch.save``s trains with a scaler it could save, for each save
+    of one module (``has_scaler``): what does not depend on the save is found once (asked per
+    save, a module of many checkpoint methods took time quadratic in its size)."""
 
-    A module-level scaler (a script), a scaler used in the saving function itself, or a
-    ``self.`` scaler of the saving method's class. A large module with one AMP test and an
-    unrelated checkpoint elsewhere is not a resume bug.
-    """
-    frame = save.frame
-    for assignment in facts.assignments:
-        if assignment.target in facts.scalers and assignment.frame.parent is None:
-            return True  # constructed in the module body
-    spelled = {site.receiver for site in frame.calls} | {e.scaler for e in frame.events}
-    if spelled & facts.scalers:
-        return True
-    if frame.class_name is not None:
-        own = [f for f in facts.frames if f.class_name == frame.class_name]
-        return any(
-            (site.receiver or "") in facts.scalers and (site.receiver or "").startswith("self.")
-            for f in own
-            for site in f.calls
-        )
-    return False
+    def __init__(self, facts: AmpFacts) -> None:
+        self.facts = facts
+        self._module_built: bool | None = None
+        self._classes: set[str] | None = None
+        self._spelled: dict[int, set[str | None]] = {}
+
+    def has_scaler(self, save: CallSite) -> bool:
+        """A module-level scaler (a script), a scaler used in the saving function itself, or a
+        ``self.`` scaler of the saving method's class. A large module with one AMP test and an
+        unrelated checkpoint elsewhere is not a resume bug."""
+        facts = self.facts
+        if self._module_built is None:
+            self._module_built = any(
+                a.target in facts.scalers and a.frame.parent is None for a in facts.assignments
+            )  # constructed in the module body
+        if self._module_built:
+            return True
+        frame = save.frame
+        spelled = self._spelled.get(id(frame))
+        if spelled is None:
+            spelled = self._spelled[id(frame)] = {site.receiver for site in frame.calls} | {
+                e.scaler for e in frame.events
+            }
+        if spelled & facts.scalers:
+            return True
+        if frame.class_name is None:
+            return False
+        if self._classes is None:
+            self._classes = {
+                f.class_name
+                for f in facts.frames
+                if f.class_name is not None
+                and any(
+                    (site.receiver or "") in facts.scalers and (site.receiver or "").startswith("self.")
+                    for site in f.calls
+                )
+            }
+        return frame.class_name in self._classes
 
 
 def is_epoch_loop(facts: AmpFacts, node: ast.AST) -> bool:

@@ -22,12 +22,12 @@ from ..syntax import call_args, dotted, iter_nodes
 from ..vocabulary import GRAD_SCALER_NAMES, Enabled, EventKind
 from . import AUTOCAST, SCALED_BACKWARD, SCALER, LintRule, Report, register
 from .scaler_queries import (
+    SaverScalers,
     event_text,
     float16_in_code,
     framework_backward,
     mentions,
     never_trains,
-    saver_has_scaler,
     scaler_device,
     scaler_enabled,
     scaler_enabled_arg,
@@ -292,9 +292,10 @@ class ScalerStateNotSaved(LintRule):
         if not facts.scalers and not any(True for _ in facts.events(EventKind.SCALER_NEW)):
             return
         yield from _wrapper_state_dicts(facts)
+        savers = SaverScalers(facts)
         for save in facts.calls_to("torch.save"):
             arg = save.arg(0, "obj")
-            if arg is None or not saver_has_scaler(facts, save):
+            if arg is None or not savers.has_scaler(save):
                 continue
             mapping = self._mapping(facts, save, arg.value)
             if mapping is None or "scaler" in facts.text(mapping).lower() or _holds_scaler_state(facts, save, mapping):
