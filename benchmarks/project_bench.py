@@ -1,6 +1,7 @@
 """The pre-commit case: ``ampdoctor lint one_changed_file.py`` inside a large project.
 
     python benchmarks/project_bench.py [--files 3000] [--repeats 7]
+    python benchmarks/project_bench.py --tree TREE --file REL [--repeats 7]
 
 Builds a synthetic project (a ``pyproject.toml``, a ``.git`` folder, packages of model, data and
 utility modules, training scripts that use a GradScaler and checkpoint through helpers in other
@@ -15,6 +16,10 @@ Two files: a training script (its calls resolve into a checkpoint helper) and an
 * warm, ``project = false`` in the project's ``pyproject.toml``: the file alone, for comparison
   (the configuration key rather than ``--no-project``, so that both runs take the console
   command's fast path without click).
+
+With ``--tree``, a copy of TREE (a real project, or public repositories side by side in a folder
+with a ``.git`` marker) takes the synthetic project's place, and REL (relative to TREE) is the
+changed file.
 
 ampdoctor's modules are byte-compiled first, as after ``pip install``. Prints a Markdown table
 of medians (and minimums) in milliseconds. Nothing is asserted.
@@ -243,18 +248,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--tree", type=Path, help="a real tree to copy instead of the synthetic project")
+    parser.add_argument("--file", help="with --tree: the changed file, relative to the tree")
     args = parser.parse_args(argv)
+    if (args.tree is None) != (args.file is None):
+        parser.error("--tree and --file go together")
     exe = shutil.which("ampdoctor") or os.path.join(os.path.dirname(sys.executable), "ampdoctor")
     import compileall
 
     compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "ampdoctor"), quiet=1)
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder) / "project"
-        target = build(root, args.files)
-        count = sum(1 for _ in root.rglob("*.py"))
-        rows = run_rows(exe, root, target, args.repeats)
-        # A helper whose findings depend on its callers: every module that names it is read.
-        rows += run_rows(exe, root, root / "pkg" / "common" / "update.py", args.repeats)
+        if args.tree is not None:
+            shutil.copytree(
+                args.tree, root, symlinks=True, ignore=shutil.ignore_patterns(".ampdoctor_cache", ".ruff_cache")
+            )
+            rows = run_rows(exe, root, root / args.file, args.repeats)
+            count = sum(1 for _ in root.rglob("*.py"))
+        else:
+            target = build(root, args.files)
+            count = sum(1 for _ in root.rglob("*.py"))
+            rows = run_rows(exe, root, target, args.repeats)
+            # A helper whose findings depend on its callers: every module that names it is read.
+            rows += run_rows(exe, root, root / "pkg" / "common" / "update.py", args.repeats)
     print(f"{count} Python files; `ampdoctor lint FILE` as a fresh process, {args.repeats} runs each\n")
     print("| run | median ms | min ms |")
     print("|---|---:|---:|")
