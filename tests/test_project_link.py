@@ -565,3 +565,40 @@ def test_calls_naming_is_the_scan_it_replaces():
         "train",
     ]
     assert project.calls_naming("missing.py", "train") == []
+
+
+def test_a_lazy_binding_hashes_once_and_compares_by_what_it_holds():
+    from ampdoctor.lint.project.flow import Lazy
+
+    inner = Lazy((("a.py", "f", ("P0",), (), 0),))
+    same = Lazy((("a.py", "f", ("P0",), (), 0),))
+    other = Lazy((("a.py", "g", ("P0",), (), 0),))
+    assert inner == same and hash(inner) == hash(same) and inner != other
+    assert inner != ("lazy", inner.parts)  # not a plain tuple of the same parts
+    # A chain of bindings, each holding its caller's twice, as call chains do: as plain tuples
+    # its hash walked 2**depth parts on every look-up.
+    chain = inner
+    for depth in range(60):
+        chain = Lazy((("m.py", f"f{depth}", ("P0",), (("P0", chain), ("P1", chain)), depth),))
+    memo = {("m.py", "f", "P0", (("P0", chain),)): 1}
+    assert memo[("m.py", "f", "P0", (("P0", chain),))] == 1
+
+
+def test_bindings_of_the_same_call_are_equal_memo_keys(tmp_path):
+    from ampdoctor.lint.project.flow import Lazy, Values
+
+    files = {
+        "helpers.py": "def save(model, optimizer, path):\n    return {'o': optimizer.state_dict()}\n",
+        "train.py": (
+            "from helpers import save\n\ndef run(model, optimizer):\n    return save(model, optimizer, 'x.pt')\n"
+        ),
+    }
+    project = project_of(files)
+    values = Values(project)
+    call = values.flow("train.py", "run")["calls"][0]
+    target = values.target("train.py", "run", call)
+    assert target is not None and target.module == "helpers.py"
+    first = values.bind("train.py", "run", call, target, (), 0)
+    second = values.bind("train.py", "run", call, target, (), 0)
+    assert first == second and hash(first) == hash(second)
+    assert any(type(value) is Lazy for _name, value in first)

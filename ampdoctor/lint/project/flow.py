@@ -35,7 +35,31 @@ VALUE_WORDS = re.compile(rb"optim|[Ss]caler|state_dict|autocast|save|Adam|SGD|Op
 _U = frozenset({"U"})
 EMPTY: frozenset = frozenset()
 
-Bound = tuple  # ((param atom, concrete value), ...), sorted: hashable
+Bound = tuple  # ((param atom, concrete value or Lazy), ...), sorted: hashable
+
+
+class Lazy:
+    """A parameter's binding left for later: the (module, function, atoms, bound, depth) of each
+    argument that fills it, resolved only when the callee's values ask for the parameter.
+
+    Its hash is computed once. A binding holds its caller's binding, which holds its own
+    caller's, and a tuple's hash is not kept: as plain tuples, every memo look-up hashed the
+    whole chain again, each level as many times as it was shared (the installed torch tree:
+    59 s in the seeded re-lint, 0.5 s with the hash kept). Equal bindings stay equal."""
+
+    __slots__ = ("_hash", "parts")
+
+    def __init__(self, parts: tuple) -> None:
+        self.parts = parts
+        self._hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (type(other) is Lazy and self._hash == other._hash and self.parts == other.parts)
+
+
 _CLASS_STATEMENT = re.compile(rb"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.M)
 
 
@@ -405,16 +429,16 @@ class Values:
         bound_pairs: dict[str, object] = {name: frozenset(value) for name, value in pairs.items()}
         for name, parts in lazy.items():
             if name in bound_pairs:  # a spread too: resolve now and join
-                bound_pairs[name] = bound_pairs[name] | self._force(("lazy", tuple(parts)))
+                bound_pairs[name] = bound_pairs[name] | self._force(Lazy(tuple(parts)))
             else:
-                bound_pairs[name] = ("lazy", tuple(parts))
+                bound_pairs[name] = Lazy(tuple(parts))
         return tuple(sorted(bound_pairs.items()))
 
     def _force(self, value):
         """A bound parameter's value: resolved now when the binding left it for later."""
-        if type(value) is tuple and value and value[0] == "lazy":
+        if type(value) is Lazy:
             out: set = set()
-            for where, function, atoms, bound, depth in value[1]:
+            for where, function, atoms, bound, depth in value.parts:
                 out.update(self.resolve(where, function, atoms, bound, depth))
             return frozenset(out)
         return value
