@@ -40,12 +40,7 @@ class CheckRun:
     __slots__ = ("callers", "codes", "lazy", "project", "targets", "values")
 
     def __init__(
-        self,
-        project: Project,
-        targets: list[str],
-        callers: Callers,
-        codes: frozenset[str],
-        lazy: list[str],
+        self, project: Project, targets: list[str], callers: Callers, codes: frozenset[str], lazy: list[str]
     ) -> None:
         self.project = project
         self.targets = targets

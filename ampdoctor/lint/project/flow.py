@@ -45,7 +45,7 @@ class Lazy:
     Its hash is computed once. A binding holds its caller's binding, which holds its own
     caller's, and a tuple's hash is not kept: as plain tuples, every memo look-up hashed the
     whole chain again, each level as many times as it was shared (the installed torch tree:
-    59 s in the seeded re-lint, 0.5 s with the hash kept). Equal bindings stay equal."""
+    59 s in the seeded re-lint, 4.5 s with the hash kept). Equal bindings stay equal."""
 
     __slots__ = ("_hash", "parts")
 
