@@ -326,6 +326,8 @@ def test_watch_lints_again_after_a_change_and_stops_on_ctrl_c(project):
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        # Ctrl-C heard as in a terminal, even where the suite runs with SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 60

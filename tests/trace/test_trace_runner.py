@@ -73,7 +73,18 @@ def test_script_ending_early_reports_what_it_saw(trace_cli):
     assert any("3 of the 50" in note for note in run.report["notes"])
 
 
-def test_ctrl_c_writes_partial_report(trace_cli):
+@pytest.fixture
+def ctrl_c_heard():
+    """Ctrl-C raises KeyboardInterrupt in this process, as in a terminal, even where the suite
+    was started with SIGINT ignored (a background job of a shell without job control)."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_writes_partial_report(trace_cli, ctrl_c_heard):
     run = trace_cli(script("interrupt.py"), "--steps", "50")
     assert run.exit_code == 130
     assert run.report["stopped"] == "interrupt" and run.report["completed"] is False
