@@ -246,12 +246,14 @@ def rule_command(code: str) -> None:
         rule.fixable
     ]
     header = f"{rule.code} {rule.name}  (severity: {rule.severity.label}, fixable: {fix}, {rule.origin})"
-    if rule.origin == "lint":
-        from .lint import implementing_modules
+    from .codes import paths_of_modules, paths_of_tests
 
-        modules = implementing_modules(rule.code)
-        if modules:
-            header += "\nimplemented in: " + ", ".join(modules)
+    modules = paths_of_modules(rule.code)
+    if modules:
+        header += "\nimplemented in: " + ", ".join(modules)
+    # The page's examples are tests too, run by the examples test of their origin.
+    examples = "tests/test_catalog.py" if rule.origin == "lint" else "tests/trace/test_trace_rule_pages.py"
+    header += "\ntested in: " + ", ".join([*paths_of_tests(rule.code), f"{examples} (the page's examples)"])
     # The example markers (bad / good / fixed ... on the fence, `# expect: CODE` on the lines)
     # are for the tests; readers see plain Python.
     body = re.sub(r"^```python[^\n]*", "```python", rule.body, flags=re.M)

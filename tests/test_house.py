@@ -261,3 +261,74 @@ def test_float16_range_is_defined_once_in_a_module_that_imports_nothing():
     assert definitions == ["float16.py"]
     tree = ast.parse((PACKAGE / "float16.py").read_text(encoding="utf-8"))
     assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def _reported_from() -> set[tuple[str, str]]:
+    """(code, module) for every check the three registries hold: lint's rules, the project
+    checks, the runtime rules (modules relative to the package, as ``codes.py`` writes them)."""
+    from ampdoctor.lint.project.checks import PROJECT_CHECKS
+    from ampdoctor.lint.rules import lint_rules
+    from ampdoctor.trace.rulebase import registered
+    from ampdoctor.trace.rules import registered_codes
+
+    assert registered_codes()  # importing the package loaded the runtime rules
+    pairs = {(code, type(rule).__module__) for code, rule in lint_rules().items()}
+    pairs |= {(code, check.function.__module__) for check in PROJECT_CHECKS for code in check.codes or ()}
+    pairs |= {(entry.code, entry.check.__module__) for entry in registered()}
+    return {(code, module.removeprefix("ampdoctor.")) for code, module in pairs}
+
+
+def test_the_code_table_covers_every_catalog_code_and_nothing_else():
+    from ampdoctor.catalog import all_rules
+    from ampdoctor.codes import CODES
+
+    assert list(CODES) == sorted(all_rules())
+
+
+def test_the_code_table_names_exactly_the_modules_that_report_each_code():
+    """``codes.py`` is the registry: each module it names for a code reports that code (every
+    registry refuses the other direction when it loads), and a module outside the three kinds
+    exists and mentions the code."""
+    from ampdoctor.codes import CODES
+
+    registered = _reported_from()
+    kinds = ("lint.rules.", "lint.project.", "trace.rules.")
+    named = {(code, module) for code, row in CODES.items() for module in row.modules if module.startswith(kinds)}
+    assert named == registered, (sorted(named - registered), sorted(registered - named))
+    for code, row in CODES.items():
+        for module in row.modules:
+            path = PACKAGE / (module.replace(".", "/") + ".py")
+            assert path.is_file(), (code, module)
+            if not module.startswith(kinds):
+                assert code in path.read_text() or "PARSE_ERROR" in path.read_text(), (code, module)
+
+
+def test_every_code_names_test_modules_that_exist_and_exercise_it():
+    from ampdoctor.codes import CODES
+
+    for code, row in CODES.items():
+        assert row.tests, code
+        for name in row.tests:
+            path = ROOT / "tests" / name
+            assert path.is_file(), (code, name)
+            assert re.search(rf"\b{code}\b", path.read_text(encoding="utf-8")), (code, name)
+
+
+def test_a_check_registered_from_a_module_its_row_does_not_name_is_refused():
+    import pytest
+
+    from ampdoctor.lint.project.checks import Check
+    from ampdoctor.lint.rules import LintRule, register
+    from ampdoctor.trace.rulebase import rule
+
+    class Stray(LintRule):
+        code = "AMP207"
+
+    with pytest.raises(
+        ValueError, match=r"AMP207 is reported from \S*test_house, which ampdoctor/codes.py does not name"
+    ):
+        register(Stray)
+    with pytest.raises(ValueError, match=r"AMP501 is reported from \S*test_house.*its row: trace.rules.scale_rules"):
+        rule("AMP501")(lambda observations, thresholds, locator: ())
+    with pytest.raises(ValueError, match=r"AMP212 is reported from \S*test_house.*its row: lint.rules.scaler_setup\)"):
+        Check(["AMP212"], test_the_code_table_covers_every_catalog_code_and_nothing_else, lambda f, r: ())

@@ -1,6 +1,6 @@
-"""The project checks' registry (``project/checks.py`` ``PROJECT_CHECKS``): one table says which
-check reports which code, ``run_checks`` runs only the checks of the selected codes, and
-``ampdoctor rule CODE`` names the modules that implement a code."""
+"""The project checks' registry (``project/checks.py`` ``PROJECT_CHECKS``): each check says which
+codes it reports, ``run_checks`` runs only the checks of the selected codes, and ``ampdoctor rule
+CODE`` names the modules that implement and test a code (``ampdoctor/codes.py``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from pathlib import Path
 from helpers import copy_twin, project_findings
 
 from ampdoctor.catalog import all_rules
+from ampdoctor.codes import modules_of, paths_of_modules
 from ampdoctor.config import Settings
-from ampdoctor.lint import LintRequest, implementing_modules, lint_paths
+from ampdoctor.lint import LintRequest, lint_paths
 from ampdoctor.lint.project import checks
-from ampdoctor.lint.project.checks import PROJECT_CHECKS, checks_for
+from ampdoctor.lint.project.checks import PROJECT_CHECKS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,10 +27,10 @@ def test_every_code_in_the_registry_is_a_lint_rule_with_a_page():
 
 
 def test_each_check_is_named_by_the_module_that_implements_it():
-    assert checks_for("AMP211") == ["ampdoctor.lint.project.checkpoints"]
-    assert checks_for("AMP101") == ["ampdoctor.lint.project.checks", "ampdoctor.lint.project.region_calls"]
-    assert checks_for("AMP402") == []
-    modules = implementing_modules("AMP211")
+    assert modules_of("AMP211", "lint.project.") == ("lint.project.checkpoints",)
+    assert modules_of("AMP101", "lint.project.") == ("lint.project.checks", "lint.project.region_calls")
+    assert modules_of("AMP402", "lint.project.") == ()
+    modules = paths_of_modules("AMP211")
     assert modules[0].startswith("ampdoctor/lint/rules/") and "ampdoctor/lint/project/checkpoints.py" in modules
     assert all((ROOT / module).is_file() for module in modules)
 
@@ -56,13 +57,20 @@ def test_only_the_checks_of_the_selected_codes_run(tmp_path: Path, monkeypatch):
     assert len(ran) == len(PROJECT_CHECKS)
 
 
-def test_rule_command_names_the_implementing_modules():
+def test_rule_command_names_the_implementing_and_testing_modules():
     done = subprocess.run(
         [sys.executable, "-m", "ampdoctor", "rule", "AMP211"], capture_output=True, text=True, check=True
     )
-    second = done.stdout.splitlines()[1]
-    assert second.startswith("implemented in: ampdoctor/lint/rules/") and "project/checkpoints.py" in second
+    lines = done.stdout.splitlines()
+    assert lines[1] == ("implemented in: ampdoctor/lint/rules/scaler_setup.py, ampdoctor/lint/project/checkpoints.py")
+    assert lines[2].startswith("tested in: tests/test_project_snapshots.py, ")
+    assert lines[2].endswith(", tests/test_catalog.py (the page's examples)")
     trace = subprocess.run(
         [sys.executable, "-m", "ampdoctor", "rule", "AMP505"], capture_output=True, text=True, check=True
     )
-    assert "implemented in" not in trace.stdout
+    lines = trace.stdout.splitlines()
+    assert lines[1] == "implemented in: ampdoctor/trace/rules/underflow_rules.py"
+    assert lines[2].endswith("tests/trace/test_trace_rule_pages.py (the page's examples)")
+    for line in lines[1:3]:
+        for path in line.split(": ", 1)[1].removesuffix(" (the page's examples)").split(", "):
+            assert (ROOT / path).is_file(), path

@@ -47,19 +47,6 @@ def known_codes() -> list[str]:
     return [code for code, rule in all_rules().items() if rule.origin == "lint"]
 
 
-def implementing_modules(code: str) -> list[str]:
-    """The modules that report ``code`` statically, as package paths
-    (``ampdoctor/lint/rules/scaler_setup.py``): the file-local rule's, then the
-    project checks' (``project/checks.py`` ``PROJECT_CHECKS``)."""
-    from .project.checks import checks_for
-    from .rules import lint_rules
-
-    rule = lint_rules().get(code)
-    modules = [type(rule).__module__] if rule is not None else []
-    modules.extend(module for module in checks_for(code) if module not in modules)
-    return [module.replace(".", "/") + ".py" for module in modules]
-
-
 def lint_source(
     source: str,
     path: str = "<string>",

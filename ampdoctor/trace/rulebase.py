@@ -1,7 +1,8 @@
 """What every runtime rule shares: the registry, thresholds, where findings point, how a finding
 is made.
 
-A rule is a function registered with ``@rule("AMP5xx")``. A rule of one run (scope "run") takes
+A rule is a function registered with ``@rule("AMP5xx")``, in a module that ``ampdoctor/codes.py``
+names for its code. A rule of one run (scope "run") takes
 the observations, the thresholds and a ``Locator`` that turns a module class into a
 ``Location``, and yields findings; a rule of the merged torchrun report (scope "ranks") takes the
 ranks' JSON reports and a location and returns a finding or None; a rule of ``--compare
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Optional
 
 from ..catalog import severity_of
+from ..codes import check_registration
 from ..findings import Finding, Location
 from .observations import Observations
 
@@ -43,6 +45,7 @@ def rule(code: str, scope: str = "run") -> Callable[[Callable[..., Any]], Callab
         raise ValueError(f"unknown rule scope {scope!r}")
 
     def register(check: Callable[..., Any]) -> Callable[..., Any]:
+        check_registration(code, check.__module__, "trace.rules.")
         _REGISTRY.append(RegisteredRule(code, check, scope))
         return check
 

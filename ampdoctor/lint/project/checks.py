@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
+from ...codes import check_registration
 from .callsites import callers_of
 from .checkpoints import checkpoint_reports
 from .float16_reach import float16_elsewhere
@@ -342,6 +343,8 @@ class Check:
         call: Callable[[Callable, CheckRun], Iterable[CrossReport]],
     ) -> None:
         self.codes = None if codes is None else frozenset(codes)
+        for code in self.codes or ():
+            check_registration(code, function.__module__, "lint.project.")
         self.function = function
         self.call = call
 
@@ -349,8 +352,8 @@ class Check:
         return self.codes is None or bool(self.codes & codes)
 
 
-# The project checks, in the order they run: the one place that says which check reports which
-# code (``ampdoctor rule CODE`` names the modules from here).
+# The project checks, in the order they run. Each names the codes it reports; ``ampdoctor/codes.py``
+# names the module of each check's function for those codes (``Check`` refuses one it does not).
 PROJECT_CHECKS: tuple[Check, ...] = (
     Check(["AMP211"], checkpoint_reports, lambda f, r: f(r.project, r.targets, r.values, r.callers)),
     Check(None, seeded_reports, lambda f, r: f(r.values, r.targets, r.codes, r.callers.defining_with_scaler)),
@@ -368,16 +371,6 @@ PROJECT_CHECKS: tuple[Check, ...] = (
     Check(["AMP303"], half_model_trained, lambda f, r: f(r.project, r.targets, r.callers)),
     Check(["AMP301", "AMP105"], float16_elsewhere, lambda f, r: f(r.project, r.targets, r.callers, r.codes, r.lazy)),
 )
-
-
-def checks_for(code: str) -> list[str]:
-    """The modules that implement the project checks reporting ``code`` (the seeded re-lint of
-    the file-local rules aside)."""
-    found: list[str] = []
-    for check in PROJECT_CHECKS:
-        if check.codes is not None and code in check.codes and check.function.__module__ not in found:
-            found.append(check.function.__module__)
-    return found
 
 
 def run_checks(

@@ -11,9 +11,9 @@ training loop) is in ``scaler_use.py``, beside the other rules about what goes t
 GradScaler; ``ampdoctor rule CODE`` names the modules that implement a code. ``region_walker.py``
 and ``scaler_queries.py`` hold helpers that several families share, and no rule.
 
-Adding a rule: a class in the family module of what it checks (a module listed in ``FAMILIES``;
-a new concern gets a new module, named for it, and its place in the list), decorated with
-``@register``, plus its page in ``rules/``.
+Adding a rule: its page in ``rules/``, its row in ``ampdoctor/codes.py`` naming the family module
+of what it checks (a new concern gets a new module, named for it), and there a class decorated
+with ``@register`` (which refuses a module the row does not name).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
+from ...codes import check_registration, modules_under
 from ...findings import Fix
 from ...records import Record
 from ..anchors import Anchors
@@ -95,25 +96,16 @@ _SORTED: dict[str, LintRule] | None = None  # built once: asked for on every fil
 
 
 def register(cls: type[LintRule]) -> type[LintRule]:
+    check_registration(cls.code, cls.__module__, "lint.rules.")
     if cls.code in _REGISTRY:
         raise ValueError(f"duplicate rule {cls.code}")
     _REGISTRY[cls.code] = cls()
     return cls
 
 
-# The family modules of this package, the ones that hold rules (a test checks that every rule
-# sits in one of them and that every other module of the package holds none).
-FAMILIES = (
-    "autocast_misuse",
-    "region_contents",
-    "unscale_and_update",
-    "scaler_use",
-    "step_order",
-    "scaler_setup",
-    "float16_range",
-    "deprecated_api",
-    "apex_and_trainer_amp",
-)
+# The family modules of this package, the ones that hold rules: those ``codes.py`` names (a test
+# checks that every other module of the package holds none).
+FAMILIES = tuple(module.rsplit(".", 1)[1] for module in modules_under("lint.rules."))
 
 
 def lint_rules() -> dict[str, LintRule]:

@@ -1,5 +1,5 @@
 """The runtime rules (AMP501-AMP514), one module per concern, each rule registered by its code
-with ``rulebase.rule``:
+with ``rulebase.rule`` in the module ``ampdoctor/codes.py`` names for it:
 
 - ``scale_rules.py``      AMP501 the loss scale collapses, AMP502 frequent skipped steps
 - ``nonfinite_rules.py``  AMP503 non-finite loss, AMP504 where the first inf/NaN was born
@@ -23,17 +23,20 @@ from typing import Any
 from ...findings import Finding, Location
 from ..observations import Observations
 from ..rulebase import Locator, Thresholds, registered
-from . import (  # importing a rule module registers its rules
-    activation_rules,  # noqa: F401
-    census_rules,  # noqa: F401
-    compare_rules,  # noqa: F401
-    error_rules,  # noqa: F401
-    nonfinite_rules,  # noqa: F401
-    protocol_rules,
-    rank_rules,  # noqa: F401
-    scale_rules,  # noqa: F401
-    underflow_rules,  # noqa: F401
-)
+from . import protocol_rules
+
+
+def _load() -> None:
+    """Import every rule module ``ampdoctor/codes.py`` names (importing one registers its rules)."""
+    import importlib
+
+    from ...codes import PACKAGE, modules_under
+
+    for module in modules_under("trace.rules."):
+        importlib.import_module(f"{PACKAGE}.{module}")
+
+
+_load()
 
 
 def registered_codes() -> list[str]:
