@@ -786,6 +786,26 @@ def test_no_step_of_an_amp_optimizer_in_the_module_blocks_the_migration():
     assert "no optimizer that amp.initialize returned is stepped" in reason
 
 
+def test_a_loss_scaled_at_module_level_after_an_initialize_in_a_function_blocks_the_migration():
+    # the scaler would be a local of ``setup``; the module-level loop that scales the loss has
+    # no name to hand it to (this once crashed the rule: a module frame has no ``name``)
+    reason = _blocked_because("""
+        from apex import amp
+
+        def setup(model, optimizer):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            return model, optimizer
+
+        model, optimizer = setup(model, optimizer)
+        for x in loader:
+            loss = model(x).sum()
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+            optimizer.step()
+    """)
+    assert "`amp.scale_loss` on line 10 runs outside `setup`, which calls amp.initialize" in reason
+
+
 @pytest.mark.parametrize(
     "caller, why",
     [

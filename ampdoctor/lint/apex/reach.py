@@ -24,6 +24,10 @@ import ast
 
 from ..syntax import FUNCTION_TYPES, parameter_names
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from ..model import AmpFacts, CallSite, Frame
+
 _USES = frozenset({"apex.amp.scale_loss", "apex.amp.state_dict", "apex.amp.load_state_dict"})
 _SCALER_METHODS = ("scale", "unscale_", "step", "update")
 
@@ -38,7 +42,7 @@ class Reach:
         self.method = method
 
 
-def scaler_reach(facts) -> Reach:
+def scaler_reach(facts: AmpFacts) -> Reach:
     inits = [s for s in facts.calls if s.qname == "apex.amp.initialize"]
     if not inits:
         return Reach()
@@ -73,35 +77,36 @@ def scaler_reach(facts) -> Reach:
     return _threaded(facts, home, inits, users)
 
 
-def _threaded(facts, home, inits, users) -> Reach:
+def _threaded(facts: AmpFacts, home: Frame, inits: list[CallSite], users: list[CallSite]) -> Reach:
     """The scaler is a local of ``home``: each other user must be a module-level function that
     only ``home`` calls, by name, after the ``amp.initialize``."""
+    # (The model types a frame's node as ``ast.AST``: ``home``'s node is a function; a user's
+    # frame may be the module's, which has no name.)
+    home_name = getattr(home.node, "name", "?")
     start = min(s.statement.lineno for s in inits)
     threads: list[str] = []
     for site in users:
         owner = _function(site.frame)
-        if owner is home or owner.node.name in threads:
-            continue
         name = getattr(owner.node, "name", "?")
+        if owner is home or name in threads:
+            continue
         module_level = owner.parent is not None and owner.parent.parent is None and owner.class_name is None
         if not module_level:
-            return Reach(_outside(site, f"`{getattr(home.node, 'name', '?')}`, which calls amp.initialize"))
+            return Reach(_outside(site, f"`{home_name}`, which calls amp.initialize"))
         if {"scaler", "grad_scaler"} & set(parameter_names(owner.node)):
-            return Reach(_outside(site, f"`{home.node.name}` (`{name}` already has a parameter for a scaler)"))
+            return Reach(_outside(site, f"`{home_name}` (`{name}` already has a parameter for a scaler)"))
         calls = [s for s in facts.calls_named(name) if type(s.node.func) is ast.Name]
         refs = [n for n in ast.walk(facts.module) if type(n) is ast.Name and n.id == name]
         if not calls or len(refs) != len(calls):
-            return Reach(_outside(site, f"`{home.node.name}`: `{name}` is used other than called by name"))
+            return Reach(_outside(site, f"`{home_name}`: `{name}` is used other than called by name"))
         for call in calls:
             if _function(call.frame) is not home or call.statement.lineno <= start:
-                return Reach(
-                    _outside(site, f"`{home.node.name}`: `{name}` is called where the scaler does not exist yet")
-                )
+                return Reach(_outside(site, f"`{home_name}`: `{name}` is called where the scaler does not exist yet"))
         threads.append(name)
     return Reach(threads=tuple(threads))
 
 
-def _native_scaler(facts) -> str | None:
+def _native_scaler(facts: AmpFacts) -> str | None:
     """A module that already trains with a torch GradScaler beside apex (a trainer with both
     paths): a second scaler, or one under the same name, would break the native path."""
     from ..vocabulary import EventKind
@@ -124,7 +129,7 @@ def _native_scaler(facts) -> str | None:
     )
 
 
-def _outside(site, where: str) -> str:
+def _outside(site: CallSite, where: str) -> str:
     what = site.qname[len("apex.") :] if site.qname else f"{site.receiver}.step()"
     return (
         f"`{what}` on line {site.node.lineno} runs outside {where}: the GradScaler would not reach it "
@@ -132,7 +137,7 @@ def _outside(site, where: str) -> str:
     )
 
 
-def _steps(facts, optimizers: set[str]) -> tuple[list, str | None]:
+def _steps(facts: AmpFacts, optimizers: set[str]) -> tuple[list[CallSite], str | None]:
     """The ``o.step()`` calls of amp's optimizers; a blocker when one is spelled otherwise."""
     last = {spelling.rsplit(".", 1)[-1]: spelling for spelling in optimizers}
     found = []
@@ -153,7 +158,7 @@ def _steps(facts, optimizers: set[str]) -> tuple[list, str | None]:
     return found, None
 
 
-def _optimizer_spellings(inits) -> set[str]:
+def _optimizer_spellings(inits: list[CallSite]) -> set[str]:
     spellings: set[str] = set()
     for site in inits:
         node = site.node
@@ -174,7 +179,7 @@ def _items(node: ast.expr) -> list[ast.expr]:
     return list(node.elts) if isinstance(node, (ast.List, ast.Tuple)) else [node]
 
 
-def _function(frame):
+def _function(frame: Frame) -> Frame:
     """The frame of the function (or module) a call's frame belongs to, through lambdas and
     comprehensions: a nested ``def`` is its own function."""
     while frame.parent is not None and not isinstance(frame.node, FUNCTION_TYPES):
