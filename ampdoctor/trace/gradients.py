@@ -209,7 +209,7 @@ class GradientMonitor:
             self._failed = True
             self._session.instrument_failed("gradient statistics", exc)
 
-    def _gradients(self, optimizer: Any, label: str) -> Iterator[tuple[ParamInfo, torch.Tensor]]:
+    def gradients(self, optimizer: Any, label: str) -> Iterator[tuple[ParamInfo, torch.Tensor]]:
         """(info, detached gradient values) of every parameter with a non-empty gradient."""
         for group_index, group in enumerate(optimizer.param_groups):
             for index, param in enumerate(group["params"]):
@@ -230,7 +230,7 @@ class GradientMonitor:
     def _check(self, optimizer: Any, label: str, known_finite: bool) -> None:
         capture = GradientCheck()
         groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
-        for info, grad in self._gradients(optimizer, label):
+        for info, grad in self.gradients(optimizer, label):
             if not known_finite:
                 owners, grads = groups.setdefault((grad.device, grad.dtype), ([], []))
                 owners.append(len(capture.params))
@@ -252,7 +252,7 @@ class GradientMonitor:
     def _capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
         capture = GradientChunks()
         by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
-        for info, grad in self._gradients(optimizer, label):
+        for info, grad in self.gradients(optimizer, label):
             by_device.setdefault(grad.device, []).append((len(capture.params), grad.reshape(-1)))
             capture.params.append(info)
             capture.numels.append(grad.numel())

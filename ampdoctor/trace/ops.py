@@ -81,7 +81,8 @@ def _step_aside() -> Optional[TorchDispatchMode]:
     if length == 0 or _stack_at(length - 1) is not mode:
         return None
     _stack_pop(None)
-    return mode
+    popped: TorchDispatchMode = mode
+    return popped
 
 
 class _Quiet:
@@ -102,7 +103,7 @@ class _Quiet:
             aside = _stepped_aside.modes = []
         aside.append(_step_aside())
         if _marking and _quiet_depth == 1:
-            _open_ranges.append(torch.autograd.profiler.record_function(OWN_RANGE).__enter__())
+            _open_ranges.append(torch.autograd.profiler.record_function(OWN_RANGE).__enter__())  # type: ignore[no-untyped-call]
 
     def __exit__(self, *exc_info: Any) -> None:
         global _quiet_depth
@@ -187,18 +188,22 @@ class AutocastTracker:
     def state(self, device_type: str) -> str:
         return self._states.get(device_type, "off")
 
+    def enabled_depth(self, device_type: str) -> int:
+        """How many enabled regions are open on ``device_type``, the innermost included."""
+        return sum(1 for device, enabled in self._stack if device == device_type and enabled)
+
     def install(self) -> None:
         autocast_class = torch.amp.autocast_mode.autocast
         original_enter, original_exit = autocast_class.__enter__, autocast_class.__exit__
         self._saved = (original_enter, original_exit)
         tracker = self
 
-        def traced_enter(region):
-            result = original_enter(region)
+        def traced_enter(region: Any) -> Any:
+            result = original_enter(region)  # type: ignore[no-untyped-call]
             tracker._entered(region)
             return result
 
-        def traced_exit(region, *exc_info):
+        def traced_exit(region: Any, *exc_info: Any) -> Any:
             result = original_exit(region, *exc_info)
             tracker._exited(region)
             return result
@@ -213,14 +218,14 @@ class AutocastTracker:
             autocast_class.__enter__, autocast_class.__exit__ = self._saved  # type: ignore[method-assign]
             self._saved = None
 
-    def _entered(self, region) -> None:
+    def _entered(self, region: Any) -> None:
         device, enabled = region.device, bool(region._enabled)
         self._stack.append((device, enabled))
         self._refresh(device)
         if self._on_enter is not None:
             self._on_enter(device, region.fast_dtype, enabled)
 
-    def _exited(self, region) -> None:
+    def _exited(self, region: Any) -> None:
         # Regions exit in reverse order of entry; search from the top to stay robust if a
         # script leaves one open.
         for index in range(len(self._stack) - 1, -1, -1):
@@ -360,12 +365,14 @@ def _op_facts(func: Any) -> tuple[str, bool, bool]:
     return facts
 
 
-class _CensusMode(TorchDispatchMode):
+class _CensusMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __init__(self, census: OpCensus) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.census = census
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Optional[dict[str, Any]] = None
+    ) -> Any:
         if kwargs is None:
             kwargs = {}
         census = self.census
@@ -397,14 +404,18 @@ class _CensusMode(TorchDispatchMode):
         return out
 
 
+# A matmul-class op of the census: (module, op, phase, output dtype, input shapes).
+GemmKey = tuple[Optional[str], str, str, Optional[str], tuple[tuple[int, ...], ...]]
+
+
 class OpCensus:
     """Counts ops for as long as it is installed; the session removes it after K iterations."""
 
     def __init__(self, autocast: AutocastTracker, on_error: Optional[Callable[[Exception], None]] = None) -> None:
         # Keyed by plain tuples while counting (cheaper to build and hash per op than OpKey).
-        self._tallies: Counter[tuple] = Counter()
+        self._tallies: Counter[tuple[Any, ...]] = Counter()
         # Matmul-class ops by (module, op, phase, output dtype, input shapes).
-        self.gemms: Counter[tuple] = Counter()
+        self.gemms: Counter[GemmKey] = Counter()
         self.failed = False
         self._on_error = on_error
         self.ranges: dict[tuple[Optional[str], str], OpRange] = {}
@@ -413,7 +424,7 @@ class OpCensus:
         self.sites: dict[tuple[Optional[str], str, Optional[str]], tuple[str, int]] = {}
         self._autocast = autocast
         # frozenset of the tracker's running modules -> the innermost one's path (current_module)
-        self._modules: dict[frozenset, Optional[str]] = {}
+        self._modules: dict[frozenset[str], Optional[str]] = {}
         self._tracker: Optional[ModuleTracker] = None
         self._mode: Optional[_CensusMode] = None
 
@@ -429,9 +440,9 @@ class OpCensus:
         global _census_mode
         with holding_stops():  # a ``--timeout`` stop lands before or after, never between
             self._tracker = GraphModuleTracker()
-            self._tracker.__enter__()
+            self._tracker.__enter__()  # type: ignore[no-untyped-call]
             self._mode = _CensusMode(self)
-            self._mode.__enter__()
+            self._mode.__enter__()  # type: ignore[no-untyped-call]
             _census_mode = self._mode
 
     def remove(self) -> None:
@@ -442,10 +453,10 @@ class OpCensus:
                 if _census_mode is mode:
                     _census_mode = None
                 if _pushed(mode):  # popped already where a training thread ended the window
-                    mode.__exit__(None, None, None)
+                    mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
                 self._mode = None
             if self._tracker is not None:
-                self._tracker.__exit__()
+                self._tracker.__exit__()  # type: ignore[no-untyped-call]
                 self._tracker = None
 
     def fail(self, exc: Exception) -> None:
@@ -513,7 +524,7 @@ class OpCensus:
             known.add(inputs or [], outputs)
 
 
-def sorted_census(ops: dict) -> list:
+def sorted_census(ops: dict[OpKey, int]) -> list[tuple[OpKey, int]]:
     """The census's (key, count) items: matmul-class ops first, then by count."""
     return sorted(ops.items(), key=lambda item: (item[0].op not in MATMUL_OPS, -item[1], item[0].module or ""))
 

@@ -56,6 +56,7 @@ import contextlib
 import os
 import sys
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
@@ -77,6 +78,9 @@ from .stopping import StopTracing, outcome_of
 from .threads import ThreadStops
 
 if TYPE_CHECKING:
+    from .numerics import ParamInfo
+    from .report.trace_report import TraceReport
+    from .rules.compare_rules import Compared
     from .whatif import WhatIfFloat16
 
 DEFAULT_RECORD_OPS_STEPS = 2
@@ -129,7 +133,16 @@ class TraceSession:
         self.iteration_listeners: list[Callable[[IterationRecord, Observations], None]] = []
         # Called with (PendingIteration, values read, IterationRecord or None) after each sync
         # (whatif.py reads its own device values there).
-        self.pending_readers: list[Callable[[PendingIteration, list, Optional[IterationRecord]], None]] = []
+        self.pending_readers: list[Callable[[PendingIteration, list[Any], Optional[IterationRecord]], None]] = []
+        # Called with (device, dtype, enabled, depth) as each autocast region is entered; depth:
+        # the enabled regions open on that device, this one included (compare_child.py).
+        self.autocast_listeners: list[Callable[[str, torch.dtype, bool, int], None]] = []
+        # Called with (optimizer, label, scale, grads_scaled) where the gradient monitor measures
+        # an optimizer's gradients; ``gradients_of`` yields them (whatif.py).
+        self.gradient_listeners: list[Callable[[Any, str, Optional[torch.Tensor], bool], None]] = []
+        # Set by --compare's mixed-precision run once the run is over (compare_child.py): the
+        # comparison with the float32 run, which the report's findings are evaluated with.
+        self.compared: Optional[Callable[[], Compared]] = None
         self.local_files: list[str] = []
         self._modules_before: frozenset[str] = frozenset()
         self.outcome = Outcome()
@@ -157,7 +170,7 @@ class TraceSession:
         self._in_scaler_step = False
         self._skipped_total = 0
         self._float16_autocast_since_backward = False
-        self._scaled_outputs: list[weakref.ref] = []
+        self._scaled_outputs: list[weakref.ref[torch.Tensor]] = []
         self._optimizer_labels: dict[int, str] = {}
         self._scalers_seen: set[int] = set()
         self._origin_probed = False
@@ -212,7 +225,7 @@ class TraceSession:
             self._activations.record_boundaries = True
             self._backward.start()
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Any) -> bool:
         global _active
         if self.in_forked_child:
             return False
@@ -247,7 +260,7 @@ class TraceSession:
             with contextlib.suppress(Exception):
                 stack.close()
 
-    def report(self):
+    def report(self) -> TraceReport:
         """The findings and data of this session as a ``TraceReport`` (see report/trace_report.py)."""
         from .report.trace_report import build_report
 
@@ -264,7 +277,7 @@ class TraceSession:
         # wrapper sees both spellings.
         original = torch.autograd.backward
 
-        def traced_backward(tensors, *args, **kwargs):
+        def traced_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             self._backward_started(tensors)
             return original(tensors, *args, **kwargs)
 
@@ -313,7 +326,7 @@ class TraceSession:
             self._probing_origin = True
             self._start_census()
 
-    def _queue_census_ranges(self, batch) -> list[tuple[tuple, int, int]]:
+    def _queue_census_ranges(self, batch: Any) -> list[tuple[tuple[Any, ...], int, int]]:
         if self._census is None:
             return []
         with quiet():  # the input range of an op whose inputs were all empty
@@ -334,6 +347,10 @@ class TraceSession:
         return label
 
     def _autocast_entered(self, device: str, dtype: torch.dtype, enabled: bool) -> None:
+        if self.autocast_listeners:
+            depth = self._autocast.enabled_depth(device)
+            for listener in self.autocast_listeners:
+                listener(device, dtype, enabled, depth)
         if not enabled:
             return
         self.observations.autocast_dtypes.add((device, dtype_name(dtype)))
@@ -362,7 +379,7 @@ class TraceSession:
         device = tensors.device.type if isinstance(tensors, torch.Tensor) else None
         self._protocol.backward(scaled, device is not None and self._autocast.state(device) == "on")
 
-    def _optimizer_pre_step(self, optimizer, args, kwargs) -> None:
+    def _optimizer_pre_step(self, optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self._in_scaler_step:
             return
         if not self.observations.untraced_scaler and stepped_by_untraced_scaler():
@@ -377,7 +394,7 @@ class TraceSession:
         if not _has_closure(args, kwargs):
             self._capture_plain_gradients(optimizer)
 
-    def _optimizer_post_step(self, optimizer, args, kwargs) -> None:
+    def _optimizer_post_step(self, optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self._in_scaler_step:
             return
         if _has_closure(args, kwargs):
@@ -399,16 +416,29 @@ class TraceSession:
         self._sealed.append(self.pending)
         self.pending = self.pending.after()
 
-    def _capture_plain_gradients(self, optimizer) -> None:
+    def _capture_plain_gradients(self, optimizer: Any) -> None:
         if self._bare:
             return
+        self._capture(optimizer, None, grads_scaled=False, full=self._gradient_shares_due())
+
+    def _capture(
+        self, optimizer: Any, scale: Optional[torch.Tensor], grads_scaled: bool, full: bool, known_finite: bool = False
+    ) -> None:
+        label = self._label(optimizer)
         self._gradients.capture(
-            optimizer, self._label(optimizer), scale=None, grads_scaled=False, full=self._gradient_shares_due()
+            optimizer, label, scale, grads_scaled=grads_scaled, full=full, known_finite=known_finite
         )
+        for listener in self.gradient_listeners:
+            listener(optimizer, label, scale, grads_scaled)
+
+    def gradients_of(self, optimizer: Any, label: str) -> Iterator[tuple[ParamInfo, torch.Tensor]]:
+        """(parameter, detached gradient) for every parameter of ``optimizer`` with a non-empty
+        gradient, as the gradient monitor measures them."""
+        return self._gradients.gradients(optimizer, label)
 
     # ScalerObserver (called by the traced GradScaler)
 
-    def scaler_scaled(self, scaler, outputs, scaled) -> None:
+    def scaler_scaled(self, scaler: Any, outputs: Any, scaled: Any) -> None:
         self._remember_scaler(scaler)
         self._protocol.scaled(scaler)
         if isinstance(outputs, torch.Tensor) and isinstance(scaled, torch.Tensor):
@@ -416,33 +446,30 @@ class TraceSession:
             if outputs.numel() == 1:
                 self.pending.loss_slots.append(self.pending.batch.add(outputs.detach().clone()))
 
-    def scaler_unscale_started(self, scaler, optimizer) -> None:
+    def scaler_unscale_started(self, scaler: Any, optimizer: Any) -> None:
         self._protocol.scaler_step(scaler, optimizer, unscaling=True)
 
-    def scaler_unscaled(self, scaler, optimizer) -> None:
+    def scaler_unscaled(self, scaler: Any, optimizer: Any) -> None:
         if self._bare:
             return
         full = self._gradient_shares_due()
-        self._gradients.capture(
+        self._capture(
             optimizer,
-            self._label(optimizer),
             scaler._scale,
             grads_scaled=False,
             full=full,
             known_finite=not full and found_no_inf(scaler, optimizer),
         )
 
-    def scaler_step_started(self, scaler, optimizer, grads_scaled: bool) -> None:
+    def scaler_step_started(self, scaler: Any, optimizer: Any, grads_scaled: bool) -> None:
         self._in_scaler_step = True
         self._protocol.scaler_step(scaler, optimizer)
         if self.observations.step_site is None:
             self.observations.step_site = user_site(skip=2)
         if grads_scaled and not self._bare:
-            self._gradients.capture(
-                optimizer, self._label(optimizer), scaler._scale, grads_scaled=True, full=self._gradient_shares_due()
-            )
+            self._capture(optimizer, scaler._scale, grads_scaled=True, full=self._gradient_shares_due())
 
-    def scaler_step_finished(self, scaler, optimizer, found_inf) -> None:
+    def scaler_step_finished(self, scaler: Any, optimizer: Any, found_inf: Any) -> None:
         self._in_scaler_step = False
         label = self._label(optimizer)
         self.observations.scaler_steps += 1
@@ -452,7 +479,7 @@ class TraceSession:
         if scaler._scale is not None and self.pending.used_scale_slot is None:
             self.pending.used_scale_slot = self.pending.batch.add(scaler._scale.detach().clone())
 
-    def scaler_updated(self, scaler, scale_before, scale_after) -> None:
+    def scaler_updated(self, scaler: Any, scale_before: torch.Tensor, scale_after: torch.Tensor) -> None:
         self._protocol.updated(scaler)
         if not self._stepped:
             return
@@ -474,7 +501,7 @@ class TraceSession:
             return False
         return self.gradient_sample_scheduled(step)
 
-    def _remember_scaler(self, scaler) -> None:
+    def _remember_scaler(self, scaler: Any) -> None:
         if id(scaler) in self._scalers_seen:
             return
         self._scalers_seen.add(id(scaler))
@@ -576,7 +603,7 @@ class TraceSession:
         self._stop_census()
 
 
-def _has_closure(args: tuple, kwargs: dict) -> bool:
+def _has_closure(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether ``optimizer.step`` was given a closure that computes the gradients."""
     return callable(kwargs.get("closure")) or bool(args and callable(args[0]))
 

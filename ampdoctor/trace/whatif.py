@@ -19,10 +19,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..float16 import FLOAT16_COARSE_SUBNORMAL, FLOAT16_MAX, FLOAT16_SMALLEST_NORMAL, FLOAT16_SMALLEST_SUBNORMAL
 from .rulebase import Thresholds
+
+if TYPE_CHECKING:
+    import torch
+
+    from .numerics import PendingIteration
+    from .observations import IterationRecord
 
 SAFE, SAFE_WITH_CHANGES, UNSAFE = "safe", "safe with changes", "unsafe"
 UNKNOWN = "unknown"  # no optimizer step was traced and nothing overflowed: no evidence either way
@@ -192,22 +198,6 @@ class WhatIfResult:
         }
 
 
-class _ShadowGradients:
-    """Stands in for the session's gradient monitor: forwards every capture to it and queues
-    the what-if measurements of the same gradients beside it (same moment, same sync)."""
-
-    def __init__(self, inner: Any, what_if: WhatIfFloat16) -> None:
-        self._inner = inner
-        self._what_if = what_if
-
-    def capture(self, optimizer, label, scale, grads_scaled, full=True, known_finite=False) -> None:
-        self._inner.capture(optimizer, label, scale, grads_scaled, full=full, known_finite=known_finite)
-        self._what_if.capture(self._inner, optimizer, label, scale, grads_scaled)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
 class WhatIfFloat16:
     """Installed on a ``TraceSession`` before it is entered; ``result()`` after the run."""
 
@@ -226,12 +216,14 @@ class WhatIfFloat16:
         # Iterations whose gradients or loss were already inf/NaN in the run itself.
         self.nonfinite_steps: list[int] = []
         self._failed = False
-        session._gradients = _ShadowGradients(session._gradients, self)
+        # The what-if measurements of each gradient capture are queued beside the session's own
+        # (same moment, same sync).
+        session.gradient_listeners.append(self.capture)
         session.pending_readers.append(self._read)
 
     # -- on the device, at the gradient capture ---------------------------------------------------
 
-    def capture(self, monitor, optimizer, label, scale, grads_scaled) -> None:
+    def capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
         if self._failed:
             return
         import torch
@@ -241,7 +233,7 @@ class WhatIfFloat16:
         try:
             with torch.no_grad(), quiet():
                 rows = []
-                for info, grad in monitor._gradients(optimizer, label):
+                for info, grad in self.session.gradients_of(optimizer, label):
                     magnitude = grad.abs().to(torch.float32)
                     if grads_scaled and scale is not None:
                         magnitude = magnitude / scale.to(magnitude.device)
@@ -259,7 +251,7 @@ class WhatIfFloat16:
 
     # -- on the host, after the iteration's sync ---------------------------------------------------
 
-    def _read(self, pending, values, record) -> None:
+    def _read(self, pending: PendingIteration, values: list[Any], record: Optional[IterationRecord]) -> None:
         if self._failed:
             return
         try:
@@ -268,7 +260,7 @@ class WhatIfFloat16:
             self._failed = True
             self.session.instrument_failed("what-if prediction", exc)
 
-    def _absorb(self, pending, values, record) -> None:
+    def _absorb(self, pending: PendingIteration, values: list[Any], record: Optional[IterationRecord]) -> None:
         self._read_activations(pending, values, record)
         if record is None:
             return
@@ -306,7 +298,9 @@ class WhatIfFloat16:
         if record.skipped:
             self.real_skipped.append(record.step)
 
-    def _read_activations(self, pending, values, record) -> None:
+    def _read_activations(
+        self, pending: PendingIteration, values: list[Any], record: Optional[IterationRecord]
+    ) -> None:
         step = record.step if record is not None else None
         for row in pending.activations:
             output = values[row.output_slot][0]

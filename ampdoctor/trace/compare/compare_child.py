@@ -4,8 +4,8 @@
 timed iterations that run bare (both runs: no activation hooks, no gradient check; see
 ``TraceSession.bare_steps``), the mixed-precision switch-off (the float32 run), the profile (the
 mixed-precision run). After the run, the float32 run writes its ``RunRecord`` and report to the
-file the parent named; the mixed-precision run reads it and puts the comparison and its findings
-into its own report.
+file the parent named; the mixed-precision run reads it, and its report is evaluated with the
+comparison (``TraceSession.compared``: its findings take the same path as the run's own).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from .comparison import LOW_PRECISION, RunRecord, compare_runs
 from .stopwatch import TIMED, RunClock
 
 if TYPE_CHECKING:
-    from ..ops import AutocastTracker
     from ..report.trace_report import TraceReport
+    from ..rules.compare_rules import Compared
     from ..session import TraceSession
     from .precision_off import PrecisionOff
 
@@ -54,22 +54,14 @@ class CompareChild:
         self.switch: Optional[PrecisionOff] = None
         self.outer_regions = 0
         session.iteration_listeners.append(self.clock)
-        self._count_regions(session._autocast)
+        session.autocast_listeners.append(self._region_entered)
 
-    def _count_regions(self, tracker: AutocastTracker) -> None:
+    def _region_entered(self, device: str, dtype: Any, enabled: bool, depth: int) -> None:
         """Count the outermost enabled autocast regions entered with gradients on: each one casts
         the weights afresh (the cast cache lives as long as the outermost region). An evaluation
         pass under ``torch.no_grad()`` is not the training step's cost."""
-        original = tracker._on_enter
-
-        def entered(device: str, dtype: Any, enabled: bool) -> None:
-            counted = enabled and torch.is_grad_enabled()
-            if counted and sum(1 for dev, on in tracker._stack if dev == device and on) == 1:
-                self.outer_regions += 1
-            if original is not None:
-                original(device, dtype, enabled)
-
-        tracker._on_enter = entered
+        if enabled and depth == 1 and torch.is_grad_enabled():
+            self.outer_regions += 1
 
     def __enter__(self) -> CompareChild:
         if self.role == FLOAT32:
@@ -83,21 +75,25 @@ class CompareChild:
         self.clock.finish()
         if self.switch is not None:
             self.switch.remove()
+        if self.role == MIXED:  # the run is over: its report is evaluated with the comparison
+            self.session.compared = self.compared
 
-    def record(self, report: TraceReport) -> RunRecord:
-        obs = report.observations
+    def record(self) -> RunRecord:
+        """This run's measurements, as the other run and the comparison read them."""
+        obs = self.session.observations
+        outcome = self.session.outcome
         timing = self.clock.timing()
         memory = self.clock.memory()
         load = self.clock.load()
-        matmuls: Counter = Counter()
+        matmuls: Counter[str] = Counter()
         for key, count in obs.ops.items():
             if key.is_matmul and key.phase == "forward" and key.output_dtype:
                 matmuls[key.output_dtype] += count
         return RunRecord(
             role=self.role,
             steps=obs.steps,
-            stopped=report.outcome.reason,
-            error=report.outcome.error,
+            stopped=outcome.reason,
+            error=outcome.error,
             seconds=timing.seconds,
             timed_steps=timing.steps,
             left_out=timing.left_out,
@@ -118,29 +114,27 @@ class CompareChild:
         )
 
     def finish(self, report: TraceReport) -> None:
-        """After the run: the float32 run hands its measurements over; the mixed-precision run
-        takes them into its report."""
-        if self.role == FLOAT32:
-            self._write(report)
-        else:
-            self._compare(report)
-
-    def _write(self, report: TraceReport) -> None:
+        """After the run: the float32 run hands its measurements and report over to the
+        mixed-precision run (which took them into its findings through ``compared``)."""
+        if self.role != FLOAT32:
+            return
         from ...atomic import write_text_atomic
 
-        document = {"run": self.record(report).to_dict(), "report": report.to_dict()}
+        document = {"run": self.record().to_dict(), "report": report.to_dict()}
         assert self.out is not None  # the float32 run is always told where to write
         write_text_atomic(self.out, json.dumps(document, allow_nan=False))
 
-    def _compare(self, report: TraceReport) -> None:
-        from ..rulebase import Locator
-        from ..rules.compare_rules import evaluate_compare, with_gemm_share
+    def compared(self) -> Compared:
+        """The mixed-precision run against the float32 run's measurements: what ``rules.evaluate``
+        takes to judge this run's findings and the comparison together (the report shows
+        ``comparison``)."""
+        from ..rules.compare_rules import Compared
         from .hardware import hardware_for
 
         float32, failure = read_baseline(self.baseline)
-        limits = report.thresholds
+        limits = self.session.thresholds
         comparison = compare_runs(
-            self.record(report),
+            self.record(),
             float32,
             limits.compare_speedup,
             limits.compare_memory_saving,
@@ -148,7 +142,7 @@ class CompareChild:
             limits.compare_load_change,
             limits.compare_busy,
         )
-        obs = report.observations
+        obs = self.session.observations
         hardware = [hw for device, dtype in sorted(obs.autocast_dtypes) if (hw := hardware_for(device, dtype))]
         comparison.hardware = [hw.to_dict() for hw in hardware]
         profile = self.clock.profile_result
@@ -158,18 +152,7 @@ class CompareChild:
                 # The tracer's own work inside the profiled iterations is not the script's.
                 comparison.device_busy_share = min(profile.device_busy_seconds / profile.script_seconds, 1.0)
         comparison.thresholds.update(cast_share=limits.cast_share, align_share=limits.align_share)
-        locator = Locator(report.script, obs.class_files)
-        found = evaluate_compare(obs, comparison, profile, hardware, limits, locator)
-        if found:
-            from ..placing import place_findings
-
-            found = place_findings(found, obs, locator)
-        kept = report.findings
-        if any(f.code == "AMP514" for f in found):  # the measured finding replaces the expected one
-            kept = [f for f in kept if f.code != "AMP514"]
-        findings = with_gemm_share(kept, obs, profile) + found
-        report.findings = sorted(findings, key=lambda f: (-f.severity, f.code, f.extra.get("step") or 0))
-        report.compare = comparison
+        return Compared(comparison, profile, hardware)
 
 
 def read_baseline(path: Optional[str]) -> tuple[Optional[RunRecord], Optional[str]]:

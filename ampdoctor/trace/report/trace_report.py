@@ -96,16 +96,19 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ...findings import Finding, Severity
 from ...float16 import FLOAT16_MAX
 from ..numerics import GRADIENT_SHARES
-from ..observations import Observations
+from ..observations import ActivationStats, GradientStats, Observations
 from ..ops import sorted_census
 from ..outcome import Outcome, how_it_ended
 from ..rulebase import Locator, Thresholds
 from ..rules.underflow_rules import lost_share
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SCHEMA_VERSION = 1
 
@@ -133,7 +136,7 @@ class TraceReport:
     linted_files: list[str] = field(default_factory=list)
     # ``--what-if float16``: a whatif.WhatIfResult.
     what_if: Any = None
-    # ``--compare float32``: a compare.Comparison (set by compare_child.py).
+    # ``--compare float32``: a compare.Comparison (from ``TraceSession.compared``, compare_child.py).
     compare: Any = None
 
     @property
@@ -242,7 +245,7 @@ class TraceReport:
 
         write_text_atomic(path, self.to_json() + "\n")
 
-    def _gradient_dict(self, stats) -> dict[str, Any]:
+    def _gradient_dict(self, stats: GradientStats) -> dict[str, Any]:
         means = {name: stats.mean(name) for name in GRADIENT_SHARES}
         return {
             "name": stats.name,
@@ -265,7 +268,7 @@ class TraceReport:
 
     # -- terminal ------------------------------------------------------------------------------
 
-    def print(self, console=None) -> None:
+    def print(self, console: Optional[Console] = None) -> None:
         """Render the report with rich (to stdout unless a console is given)."""
         from .report_text import render
 
@@ -296,7 +299,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _activation_dict(stats) -> dict[str, Any]:
+def _activation_dict(stats: ActivationStats) -> dict[str, Any]:
     return {
         "module": stats.module,
         "module_class": stats.module_class,
@@ -409,7 +412,7 @@ def _seen_both_ways(findings: list[Finding], static: list[Finding]) -> tuple[lis
     """A mistake seen at run time that lint also reports at the same line is one finding: the
     runtime one, which says so."""
 
-    def key(finding: Finding) -> tuple:
+    def key(finding: Finding) -> tuple[str, str, int]:
         return finding.code, os.path.abspath(finding.location.path), finding.location.line
 
     runtime = {key(f): i for i, f in enumerate(findings) if f.location and f.location.path}
@@ -434,7 +437,8 @@ def build_report(session: Any) -> TraceReport:
 
     if session.outcome.reason == "error" and session.outcome.error:
         obs.script_error = (session.outcome.error, session.outcome.error_site)
-    findings = evaluate(obs, session.thresholds, locator)
+    compared = session.compared() if getattr(session, "compared", None) is not None else None
+    findings = evaluate(obs, session.thresholds, locator, compared)
     notes = _notes(session)
     static: list[Finding] = []
     if session.lint:
@@ -456,4 +460,5 @@ def build_report(session: Any) -> TraceReport:
         static_findings=static,
         linted_files=list(session.local_files) if session.lint else [],
         what_if=session.what_if.result() if getattr(session, "what_if", None) is not None else None,
+        compare=compared.comparison if compared is not None else None,
     )

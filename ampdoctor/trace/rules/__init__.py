@@ -18,12 +18,14 @@ text says what to change, in the training script's terms.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from ...findings import Finding, Location
 from ..observations import Observations
 from ..rulebase import Locator, Thresholds, registered
-from . import protocol_rules
+
+if TYPE_CHECKING:
+    from .compare_rules import Compared
 
 
 def _load() -> None:
@@ -43,12 +45,25 @@ def registered_codes() -> list[str]:
     return sorted({entry.code for entry in registered()})
 
 
-def evaluate(observations: Observations, thresholds: Thresholds, locator: Locator) -> list[Finding]:
+def evaluate(
+    observations: Observations, thresholds: Thresholds, locator: Locator, compared: Optional[Compared] = None
+) -> list[Finding]:
+    """The findings of one run, the one path every finding of a run takes: the rules of the run
+    and, for ``--compare float32``'s mixed-precision run (``compared``), those of the comparison;
+    then what ``WITHHOLDS`` withholds, each finding placed at the user's statement, most severe
+    first."""
     from ..placing import place_findings
 
     observations.name_origin_op()
     findings = [finding for entry in registered("run") for finding in entry.check(observations, thresholds, locator)]
-    findings = _withhold_invalidated(findings)
+    if compared is not None:
+        from .compare_rules import evaluate_compare, with_gemm_share
+
+        found = evaluate_compare(observations, compared, thresholds, locator)
+        if any(f.code == "AMP514" for f in found):  # the measured finding replaces the expected one
+            findings = [f for f in findings if f.code != "AMP514"]
+        findings = with_gemm_share(findings, observations, compared.profile) + found
+    findings = _withhold(findings)
     findings = place_findings(findings, observations, locator)
     return sorted(findings, key=lambda f: (-f.severity, f.code, f.extra.get("step") or 0))
 
@@ -63,34 +78,49 @@ def evaluate_ranks(reports: dict[int, dict[str, Any]], location: Location) -> li
     return findings
 
 
-# A finding whose message already states what another would add: float16 without a scaler
-# (AMP510) says how many parameters lose their gradient, which is AMP505 at scale 1.
-EXPLAINS = {"AMP510": ("AMP505",)}
+# What a finding withholds, and why: the one policy for findings that would mislead beside it.
+INVALIDATES, EXPLAINS = "invalidates", "explains"
+WITHHOLDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    # A protocol mistake (protocol_rules.py) makes the numeric findings that measured what it
+    # changed meaningless: the gradients were clipped while scaled (AMP201); the weights were
+    # stepped with scaled gradients, so whatever overflowed afterwards (the loss, activations,
+    # the scale) follows from that step (AMP203).
+    "AMP201": (INVALIDATES, ("AMP505",)),
+    "AMP203": (INVALIDATES, ("AMP501", "AMP502", "AMP503", "AMP504", "AMP505", "AMP506")),
+    # Gradients of an unscaled loss stepped by a scaler: it scaled nothing, so "no scaler" and
+    # the underflow at its scale describe this same mistake.
+    "AMP204": (INVALIDATES, ("AMP501", "AMP502", "AMP505", "AMP510")),
+    # A scaler made anew restarts from its initial scale: its calibration skips are this mistake.
+    "AMP205": (INVALIDATES, ("AMP501", "AMP502", "AMP504")),
+    # float16 weights stepped directly: the NaN/inf that follow come from the update itself.
+    "AMP303": (INVALIDATES, ("AMP501", "AMP502", "AMP503", "AMP504", "AMP505", "AMP508", "AMP510")),
+    # A finding whose message already states what another would add: float16 without a scaler
+    # (AMP510) says how many parameters lose their gradient, which is AMP505 at scale 1.
+    "AMP510": (EXPLAINS, ("AMP505",)),
+}
 
 
-def _withhold_invalidated(findings: list[Finding]) -> list[Finding]:
-    """Drop the numeric findings a protocol mistake invalidates, or another finding already
-    explains; the finding that stays says which were withheld and why."""
+def _withhold(findings: list[Finding]) -> list[Finding]:
+    """Drop the findings another finding of the run invalidates or explains (``WITHHOLDS``); the
+    finding that stays says which were withheld and why."""
     withheld: dict[str, set[str]] = {}
     for finding in findings:
-        for code in (*protocol_rules.INVALIDATES.get(finding.code, ()), *EXPLAINS.get(finding.code, ())):
+        for code in WITHHOLDS.get(finding.code, ("", ()))[1]:
             withheld.setdefault(code, set()).add(finding.code)
     present = {f.code for f in findings}
     kept = []
     for finding in findings:
         if finding.code in withheld:
             continue
-        dropped = sorted(code for code, causes in withheld.items() if finding.code in causes and code in present)
+        how, codes = WITHHOLDS.get(finding.code, ("", ()))
+        dropped = sorted(code for code in codes if code in present)
         if dropped:
-            why = (
-                "explained by this finding" if finding.code in EXPLAINS else "which measured what this mistake changed"
-            )
+            why = "explained by this finding" if how == EXPLAINS else "which measured what this mistake changed"
             finding = finding.replace(
                 message=finding.message + f" Withheld: {', '.join(dropped)}, {why}.",
                 extra={**finding.extra, "withheld": dropped},
             )
-        invalidated = list(protocol_rules.INVALIDATES.get(finding.code, ()))
-        if invalidated:  # their data (the gradients table, the charts) would mislead too
-            finding = finding.replace(extra={**finding.extra, "invalidates": invalidated})
+        if how == INVALIDATES:  # their data (the gradients table, the charts) would mislead too
+            finding = finding.replace(extra={**finding.extra, "invalidates": list(codes)})
         kept.append(finding)
     return kept

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
 
 from ...findings import Finding
 from ..compare.comparison import LOW_PRECISION, Cause, Comparison
@@ -23,12 +24,17 @@ from ..observations import Observations
 from ..opnames import CONVOLUTION_OPS
 from ..rulebase import Locator, Thresholds, make_finding, module_location, registered, rule
 
+if TYPE_CHECKING:
+    from ...findings import Location
+    from ..compare.profile import Shapes
+    from ..ops import GemmKey
+
 ALIGNMENT = 8
 # Dimensions below this are not worth padding (a 3-channel image, a 2-class head).
 SMALL_DIMENSION = 16
 
 
-def gemm_dimensions(op: str, shapes: tuple) -> Optional[dict[str, int]]:
+def gemm_dimensions(op: str, shapes: Shapes) -> Optional[dict[str, int]]:
     """The dimensions that tensor cores want in multiples of 8: M, N, K of a matmul, input and
     output channels of a convolution; None for ops without such a reading (attention, mv)."""
     try:
@@ -73,7 +79,7 @@ def _aligned_units(hw: Hardware) -> bool:
     return hw.device == "cuda" or any(flag.startswith("amx") or flag == "tensor-cores" for flag in hw.flags)
 
 
-def _low_precision_gemms(observations: Observations) -> dict[tuple, int]:
+def _low_precision_gemms(observations: Observations) -> dict[GemmKey, int]:
     return {key: count for key, count in observations.gemms.items() if key[3] in LOW_PRECISION}
 
 
@@ -81,21 +87,28 @@ def _share_text(share: Optional[float], basis: str) -> str:
     return f"{share:.0%} of {basis}" if share is not None else f"share of {basis} not measured"
 
 
+@dataclass(frozen=True)
+class Compared:
+    """``--compare float32`` as the mixed-precision run's findings see it: the comparison of the
+    two runs, this run's profile (None where profiling failed) and the hardware of its autocast
+    dtypes (``compare_child.py`` makes it; ``rules.evaluate`` takes it)."""
+
+    comparison: Comparison
+    profile: Optional[ProfileShares]
+    hardware: list[Hardware]
+
+
 def evaluate_compare(
-    observations: Observations,
-    comparison: Comparison,
-    profile: Optional[ProfileShares],
-    hardware: list[Hardware],
-    thresholds: Thresholds,
-    locator: Locator,
+    observations: Observations, compared: Compared, thresholds: Thresholds, locator: Locator
 ) -> list[Finding]:
     """The findings that explain a mixed-precision run that does not pay off, ranked by share."""
+    comparison = compared.comparison
     if not comparison.compared or comparison.paying_off is not False:
         return []
     findings = [
         finding
         for entry in registered("compare")
-        for finding in entry.check(observations, comparison, profile, hardware, thresholds, locator)
+        for finding in entry.check(observations, comparison, compared.profile, compared.hardware, thresholds, locator)
     ]
     # The hardware first: without fast arithmetic nothing else the causes name can pay off.
     findings.sort(key=lambda f: (f.code != "AMP514", -(f.extra.get("time_share") or 0.0)))
@@ -113,7 +126,14 @@ def _gemm_seconds(profile: Optional[ProfileShares], observations: Observations) 
 
 
 @rule("AMP514", scope="compare")
-def no_fast_hardware(observations, comparison, profile, hardware, thresholds, locator) -> Iterator[Finding]:
+def no_fast_hardware(
+    observations: Observations,
+    comparison: Comparison,
+    profile: Optional[ProfileShares],
+    hardware: list[Hardware],
+    thresholds: Thresholds,
+    locator: Locator,
+) -> Iterator[Finding]:
     slow = [hw for hw in hardware if not hw.fast]
     if not slow:
         return
@@ -141,7 +161,7 @@ def no_fast_hardware(observations, comparison, profile, hardware, thresholds, lo
 
 
 @rule("AMP514")
-def no_fast_hardware_seen(observations, thresholds, locator) -> Iterator[Finding]:
+def no_fast_hardware_seen(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
     """Every trace: an autocast dtype the device has no fast arithmetic for (a cheap check of
     the hardware). Without ``--compare`` nothing measured the slow-down, so it is said as what
     to expect, at severity info; ``--compare`` replaces it with the measured finding."""
@@ -184,7 +204,7 @@ def _hardware_help(hw: Hardware) -> str:
     )
 
 
-def _autocast_location(observations: Observations, dtype: str, locator: Locator):
+def _autocast_location(observations: Observations, dtype: str, locator: Locator) -> Location:
     """The autocast region that chose ``dtype`` (the training step's), else the first matmul in it."""
     from ...findings import Location
 
@@ -195,13 +215,21 @@ def _autocast_location(observations: Observations, dtype: str, locator: Locator)
 
 
 @rule("AMP512", scope="compare")
-def gemm_not_aligned(observations, comparison, profile, hardware, thresholds, locator) -> Iterator[Finding]:
+def gemm_not_aligned(
+    observations: Observations,
+    comparison: Comparison,
+    profile: Optional[ProfileShares],
+    hardware: list[Hardware],
+    thresholds: Thresholds,
+    locator: Locator,
+) -> Iterator[Finding]:
     if not any(_aligned_units(hw) for hw in hardware):
         return  # no tensor cores or AMX tiles: the sizes do not choose the kernel
     seconds = _gemm_seconds(profile, observations)
     total = sum(seconds.values())
-    per_module: dict[Optional[str], dict[tuple, dict[str, int]]] = defaultdict(dict)
+    per_module: dict[Optional[str], dict[tuple[str, Shapes], dict[str, int]]] = defaultdict(dict)
     flops: dict[Optional[str], float] = defaultdict(float)
+    shapes: Any  # a GEMM's input shapes here, then a module's misaligned GEMMs below
     for (module, op, phase, _dtype, shapes), count in _low_precision_gemms(observations).items():
         dims = gemm_dimensions(op, shapes)
         if dims and phase == "forward":
@@ -254,7 +282,14 @@ def gemm_not_aligned(observations, comparison, profile, hardware, thresholds, lo
 
 
 @rule("AMP513", scope="compare")
-def cast_overhead(observations, comparison, profile, hardware, thresholds, locator) -> Iterator[Finding]:
+def cast_overhead(
+    observations: Observations,
+    comparison: Comparison,
+    profile: Optional[ProfileShares],
+    hardware: list[Hardware],
+    thresholds: Thresholds,
+    locator: Locator,
+) -> Iterator[Finding]:
     """Conversions above ``cast_share`` of iteration time, reported where some of them can be
     avoided: autocast entered several times per optimizer step (each entry re-casts every
     weight), or float64 data converted. One cast of each weight per step is autocast's price."""
@@ -309,7 +344,9 @@ def cast_overhead(observations, comparison, profile, hardware, thresholds, locat
     )
 
 
-def _cast_location(observations: Observations, locator: Locator, float64: list, per_micro_step: bool):
+def _cast_location(
+    observations: Observations, locator: Locator, float64: list[tuple[Optional[str], str, str]], per_micro_step: bool
+) -> Location:
     """Where AMP513 points: the statement that converted float64 data (its module's class when
     the census has no statement for it); else, for autocast entered per micro-step, the autocast
     region of the training step."""
@@ -349,7 +386,7 @@ def with_gemm_share(
     return result
 
 
-def _first_low_precision_matmul(observations: Observations, dtype: str):
+def _first_low_precision_matmul(observations: Observations, dtype: str) -> Optional[Location]:
     """Where the user's code first issued a ``dtype`` matmul (the forward under autocast)."""
     from ...findings import Location
     from ..opnames import MATMUL_OPS

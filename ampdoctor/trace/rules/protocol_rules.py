@@ -1,7 +1,7 @@
 """The GradScaler protocol mistakes seen at run time (``protocol.py``), reported with lint's
 codes (AMP101, AMP201-AMP205, AMP303) at the user's line, with the user's own variable names
 where the line shows them. A numeric finding that such a mistake invalidates is withheld by
-``evaluate`` (``rules/__init__.py``); the finding says so."""
+``evaluate`` (``rules/__init__.py`` ``WITHHOLDS``); the finding says so."""
 
 from __future__ import annotations
 
@@ -12,22 +12,8 @@ from typing import Optional
 
 from ...findings import Finding, Location
 from ..observations import Observations
+from ..protocol import ProtocolEvent
 from ..rulebase import Locator, Thresholds, make_finding, rule
-
-# Numeric findings a protocol mistake makes meaningless: the gradients they measured were
-# clipped while scaled; or the weights were stepped with scaled gradients, so whatever overflowed
-# afterwards (the loss, activations, the scale) follows from that step.
-INVALIDATES = {
-    "AMP201": ("AMP505",),
-    "AMP203": ("AMP501", "AMP502", "AMP503", "AMP504", "AMP505", "AMP506"),
-    # Gradients of an unscaled loss stepped by a scaler: it scaled nothing, so "no scaler" and
-    # the underflow at its scale describe this same mistake.
-    "AMP204": ("AMP501", "AMP502", "AMP505", "AMP510"),
-    # float16 weights stepped directly: the NaN/inf that follow come from the update itself.
-    # A scaler made anew restarts from its initial scale: its calibration skips are this mistake.
-    "AMP205": ("AMP501", "AMP502", "AMP504"),
-    "AMP303": ("AMP501", "AMP502", "AMP503", "AMP504", "AMP505", "AMP508", "AMP510"),
-}
 
 
 def _argument(site: Optional[tuple[str, int]], method: str) -> Optional[str]:
@@ -55,21 +41,21 @@ def _framework_clip_hint() -> str:
     return ""
 
 
-def _where(event, locator: Locator) -> Location:
+def _where(event: ProtocolEvent, locator: Locator) -> Location:
     return Location(*event.site) if event.site else locator.location()
 
 
-def _times(event) -> str:
+def _times(event: ProtocolEvent) -> str:
     return "once" if event.count == 1 else f"{event.count} times"
 
 
-def _names(observations: Observations, event) -> tuple[str, str]:
+def _names(observations: Observations, event: ProtocolEvent) -> tuple[str, str]:
     scaler = event.scaler or "scaler"
     optimizer = event.optimizer or _argument(observations.step_site, "step") or "optimizer"
     return scaler, optimizer
 
 
-def _events(observations: Observations, code: str):
+def _events(observations: Observations, code: str) -> list[ProtocolEvent]:
     return [event for event in observations.protocol_events if event.code == code]
 
 
