@@ -15,7 +15,7 @@ import time
 from typing import Callable, TextIO
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[TextIO], object]) -> None:
+def write_atomic(path: str | os.PathLike[str], write: Callable[[TextIO], object]) -> None:
     """Call ``write(handle)`` on a temporary text file, then rename it to ``path``."""
     target = os.fspath(path)
     folder, name = os.path.split(os.path.abspath(target))
@@ -39,11 +39,11 @@ def write_atomic(path: str | os.PathLike, write: Callable[[TextIO], object]) -> 
         raise
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     write_atomic(path, lambda handle: handle.write(text))
 
 
-def _existing_mode(path: str):
+def _existing_mode(path: str) -> int | None:
     try:
         return stat.S_IMODE(os.stat(path).st_mode)
     except OSError:

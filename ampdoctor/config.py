@@ -33,8 +33,12 @@ from pathlib import Path, PurePosixPath
 from .findings import Severity
 from .records import Record
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from types import ModuleType
 
-def _toml():
+
+def _toml() -> ModuleType:
     """The TOML parser, imported when a config file is read (most runs have nothing to read)."""
     if sys.version_info >= (3, 11):
         import tomllib
@@ -387,7 +391,7 @@ def parse_override(text: str, known_codes: Iterable[str]) -> dict[str, object]:
     """An inline ``--config "KEY = VALUE"`` override, validated; ConfigError if it is not one."""
     tomllib = _toml()
     try:
-        table = tomllib.loads(text)
+        table: dict[str, object] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"--config: {text!r} is neither a file nor a TOML 'KEY = VALUE' override ({exc})") from None
     if not table:

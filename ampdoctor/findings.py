@@ -164,7 +164,7 @@ class Finding(Value):
             return self.help
         return self.fix.description if self.fix else None
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[str, int, int, int, str]:
         loc = self.location
         return (loc.path, loc.cell or 0, loc.line, loc.column, self.code)
 

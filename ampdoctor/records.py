@@ -16,6 +16,10 @@ and pickling call ``__init__`` positionally). A ``Value`` subclass assigns them 
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any, Self
+
 # Objects whose repr is being built: records point at each other (a call at its frame, the frame
 # at its calls), so a nested repr of one of these prints ``...`` instead of recursing.
 _IN_REPR: set[int] = set()
@@ -42,47 +46,47 @@ class Record:
 class Value:
     __slots__: tuple[str, ...] = ()
     # Fields left out of equality, hashing and ordering (data that rides along, such as a node).
-    _uncompared: tuple = ()
-    _compared: tuple = ()
+    _uncompared: tuple[str, ...] = ()
+    _compared: tuple[str, ...] = ()
 
-    def __init_subclass__(cls, **kwargs) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._compared = tuple(name for name in cls.__slots__ if name not in cls._uncompared)
 
-    def _set(self, *values) -> None:
+    def _set(self, *values: object) -> None:
         for name, value in zip(self.__slots__, values):
             object.__setattr__(self, name, value)
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable (cannot set {name!r}); use replace()")
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable (cannot delete {name!r})")
 
-    def _values(self) -> tuple:
+    def _values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in self.__slots__)
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in self._compared)
 
-    def replace(self, **changes):
+    def replace(self, **changes: Any) -> Self:
         """A copy with the given fields changed."""
         unknown = set(changes).difference(self.__slots__)
         if unknown:
             raise TypeError(f"{type(self).__name__} has no field {sorted(unknown)[0]!r}")
         return type(self)(*(changes.get(name, getattr(self, name)) for name in self.__slots__))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Self], tuple[Any, ...]]:
         return type(self), self._values()
 
     __repr__ = _repr
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         return self._key() == other._key()
 
-    def __ne__(self, other) -> bool:
+    def __ne__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         return self._key() != other._key()
@@ -90,22 +94,22 @@ class Value:
     def __hash__(self) -> int:
         return hash(self._key())
 
-    def __lt__(self, other) -> bool:
+    def __lt__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         return self._key() < other._key()
 
-    def __le__(self, other) -> bool:
+    def __le__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         return self._key() <= other._key()
 
-    def __gt__(self, other) -> bool:
+    def __gt__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         return self._key() > other._key()
 
-    def __ge__(self, other) -> bool:
+    def __ge__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         return self._key() >= other._key()

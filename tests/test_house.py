@@ -332,3 +332,21 @@ def test_a_check_registered_from_a_module_its_row_does_not_name_is_refused():
         rule("AMP501")(lambda observations, thresholds, locator: ())
     with pytest.raises(ValueError, match=r"AMP212 is reported from \S*test_house.*its row: lint.rules.scaler_setup\)"):
         Check(["AMP212"], test_the_code_table_covers_every_catalog_code_and_nothing_else, lambda f, r: ())
+
+
+def test_no_module_reaches_into_the_trace_sessions_private_state():
+    """What a session offers its extensions (``--compare``, what-if, TensorBoard) is public:
+    listeners, ``gradients_of``, ``compared``; no other module reads or rewires a ``_`` member of
+    a session."""
+    reaching = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "session.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            owner = node.value
+            name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            if name == "session":
+                reaching.append(f"{shown(path)}:{node.lineno}: .{node.attr}")
+    assert not reaching, "\n".join(reaching)

@@ -13,7 +13,14 @@ from ..records import Record
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from concurrent.futures import ProcessPoolExecutor
+
     from ..config_tree import Resolver
+    from .cache import ResultCache
+    from .discovery import Discovery
+    from .engine import FileResult
+    from .project.shapes import ModuleSummary
 
 # Below this many files, starting worker processes costs more than it saves.
 PARALLEL_THRESHOLD = 48
@@ -24,7 +31,7 @@ class LintRun(Record):
 
     __slots__ = ("results", "files_checked")
 
-    def __init__(self, results: list, files_checked: int = 0) -> None:
+    def __init__(self, results: list[FileResult], files_checked: int = 0) -> None:
         self.results = results
         self.files_checked = files_checked
 
@@ -61,7 +68,7 @@ def lint_source(
 
     settings = Settings(select=tuple(select), ignore=tuple(ignore))
     options = LintOptions(codes=settings.enabled_codes(known_codes()), summaries=True)
-    summary: list = []
+    summary: list[ModuleSummary] = []
     findings, _, parsed = check_source(source, path, options, summary)
     if parsed and summary:
         from .project.run import link_source
@@ -210,7 +217,7 @@ def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None, r
     return LintRun(results, files_checked=len(jobs))
 
 
-def file_discovery(request: LintRequest, resolver: Resolver | None = None):
+def file_discovery(request: LintRequest, resolver: Resolver | None = None) -> Discovery:
     """The walk that lists a run's files (``discovery.Discovery``): ``request.settings``'
     excludes, or with ``resolver`` each folder's own configuration's."""
     from .discovery import Discovery
@@ -222,7 +229,7 @@ def file_discovery(request: LintRequest, resolver: Resolver | None = None):
     return Discovery(settings.root, tuple(request.extra_exclude), settings.respect_gitignore, resolver)
 
 
-def _file_settings(resolver: Resolver, request: LintRequest):
+def _file_settings(resolver: Resolver, request: LintRequest) -> Callable[[str], tuple[Settings, frozenset[str]]]:
     """For the project pass: a file's settings and enabled codes, by its path."""
 
     def of(file_path: str) -> tuple[Settings, frozenset[str]]:
@@ -248,7 +255,9 @@ def _say_project_failed(exc: Exception) -> None:
     )
 
 
-def _run_cached(jobs: list[_Job], request: LintRequest, cache, pool=None) -> list:
+def _run_cached(
+    jobs: list[_Job], request: LintRequest, cache: ResultCache, pool: ProcessPoolExecutor | None = None
+) -> list[FileResult]:
     """Serve unchanged files from the cache; lint the rest (in parallel when there are many).
 
     A file is read here only when the cache holds findings for it: to show them, or to compare
@@ -325,7 +334,7 @@ def _workers(request: LintRequest) -> int:
     return request.jobs if request.jobs is not None else (os.cpu_count() or 1)
 
 
-def _run(jobs: list[_Job], request: LintRequest, pool=None) -> list:
+def _run(jobs: list[_Job], request: LintRequest, pool: ProcessPoolExecutor | None = None) -> list[FileResult]:
     """Lint ``jobs``: in worker processes when there are many (in ``pool`` when one was
     started early), else here. ``pool`` is shut down once it is of no more use."""
     workers = _workers(request)
@@ -343,7 +352,7 @@ def _run(jobs: list[_Job], request: LintRequest, pool=None) -> list:
         return [result for batch in linted for result in batch]
 
 
-def _early_pool(request: LintRequest):
+def _early_pool(request: LintRequest) -> ProcessPoolExecutor | None:
     """The worker processes, started before all the files are listed. None where one process
     lints."""
     if _workers(request) <= 1:
@@ -353,7 +362,7 @@ def _early_pool(request: LintRequest):
     return pool
 
 
-def _start_pool(request: LintRequest):
+def _start_pool(request: LintRequest) -> ProcessPoolExecutor:
     from concurrent.futures import ProcessPoolExecutor
 
     return ProcessPoolExecutor(max_workers=_workers(request), initializer=_worker_ready, initargs=(request,))
@@ -385,7 +394,7 @@ def _ready_project_pass() -> None:
     lint_rules()
 
 
-def _worker_batch(jobs: list[_Job], request: LintRequest) -> list:
+def _worker_batch(jobs: list[_Job], request: LintRequest) -> list[FileResult]:
     """``_lint_batch`` in a worker process, which then reclaims what the batch left."""
     results = _lint_batch(jobs, request)
     if any(result.parsed for result in results):
@@ -423,14 +432,14 @@ def _size(job: _Job) -> int:
         return 0
 
 
-def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list:
+def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list[FileResult]:
     from .gc_budget import paused
 
     with paused():  # see gc_budget.py: the collector's own passes cost a sixth of the run
         return _lint_each(jobs, request)
 
 
-def _lint_each(jobs: Iterable[_Job], request: LintRequest) -> list:
+def _lint_each(jobs: Iterable[_Job], request: LintRequest) -> list[FileResult]:
     from . import engine
     from .engine import LintOptions, prefilter_spec
     from .gc_budget import Spending

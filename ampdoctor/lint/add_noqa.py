@@ -18,6 +18,12 @@ from pathlib import Path
 
 from .suppressions import suppressed_codes
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from .engine import FileResult
+
 # The code list of an existing noqa directive (group ``codes``), which new codes extend.
 NOQA_CODES = re.compile(r"(?i)#\s*noqa:\s*(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+|\s+[A-Za-z]+[0-9]+)*)")
 
@@ -33,7 +39,7 @@ class NoqaOutcome:
         self.errors: list[tuple[str, str]] = []
 
 
-def add_noqa(results) -> NoqaOutcome:
+def add_noqa(results: Iterable[FileResult]) -> NoqaOutcome:
     """Add the directives for the findings of ``results`` (``engine.FileResult``) and write the
     files that changed."""
     from ..findings import PARSE_ERROR

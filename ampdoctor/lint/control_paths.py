@@ -24,9 +24,11 @@ silent then.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .model import AmpFacts, Event, Frame
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 
 # Beyond this many distinct paths through one body the question has no answer.
 MAX_PATHS = 256
@@ -39,7 +41,7 @@ class TooManyPaths(Exception):
     pass
 
 
-class Decision(tuple):
+class Decision(tuple[ast.If, bool, int, ast.expr]):
     """An ``if`` on a path: the node, the arm taken (True: body), how many events preceded it, and
     its test with names bound to tests replaced by them (``sync`` → ``(i + 1) % accum == 0``)."""
 
@@ -131,6 +133,11 @@ def _equality(test: ast.expr) -> tuple[str, object, bool] | None:
     return _text(left), right.value, type(test.ops[0]) is ast.Eq
 
 
+if TYPE_CHECKING:
+    # What ``Assumptions.key`` returns: its truths and its values, sorted.
+    _AssumptionsKey = tuple[tuple[tuple[str, bool], ...], tuple[tuple[str, str], ...]]
+
+
 class Assumptions:
     """Tests known true or false on a path, and expressions known equal to a constant."""
 
@@ -143,9 +150,9 @@ class Assumptions:
     ) -> None:
         self.truths = truths or {}
         self.values = values or {}
-        self._key: tuple | None = None
+        self._key: _AssumptionsKey | None = None
 
-    def key(self) -> tuple:
+    def key(self) -> _AssumptionsKey:
         if self._key is None:
             self._key = (
                 tuple(sorted((k, v[0]) for k, v in self.truths.items())),
@@ -183,7 +190,13 @@ class Assumptions:
         self._record(test, truth, truths, values)
         return Assumptions(truths, values)
 
-    def _record(self, test: ast.expr, truth: bool, truths: dict, values: dict) -> None:
+    def _record(
+        self,
+        test: ast.expr,
+        truth: bool,
+        truths: dict[str, tuple[bool, frozenset[str]]],
+        values: dict[str, tuple[object, frozenset[str]]],
+    ) -> None:
         if type(test) is ast.UnaryOp and type(test.op) is ast.Not:
             self._record(test.operand, not truth, truths, values)
             return
@@ -217,13 +230,18 @@ class Assumptions:
 class _State:
     __slots__ = ("events", "decisions", "assumptions")
 
-    def __init__(self, events: tuple, decisions: tuple, assumptions: Assumptions) -> None:
+    def __init__(self, events: tuple[Event, ...], decisions: tuple[Decision, ...], assumptions: Assumptions) -> None:
         self.events = events
         self.decisions = decisions
         self.assumptions = assumptions
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[tuple[int, ...], _AssumptionsKey]:
         return tuple(id(e) for e in self.events), self.assumptions.key()
+
+
+if TYPE_CHECKING:
+    # A path that left a body: its state, how it ended, and the statement that ended it.
+    _Jump = tuple[_State, str, ast.stmt]
 
 
 def _targets(stmt: ast.stmt) -> frozenset[str]:
@@ -265,9 +283,9 @@ class _Walker:
             return states
         return [_State(s.events + tuple(events), s.decisions, s.assumptions) for s in states]
 
-    def block(self, body: Sequence[ast.stmt], states: list[_State]) -> tuple[list[_State], list[tuple]]:
+    def block(self, body: Sequence[ast.stmt], states: list[_State]) -> tuple[list[_State], list[_Jump]]:
         """Run ``body`` from ``states``: (states that fall through, (state, end, statement) that jumped)."""
-        jumped: list[tuple] = []
+        jumped: list[_Jump] = []
         for stmt in body:
             if not states:
                 break
@@ -278,7 +296,7 @@ class _Walker:
                 raise TooManyPaths
         return states, jumped
 
-    def statement(self, stmt: ast.stmt, states: list[_State]) -> tuple[list[_State], list[tuple]]:
+    def statement(self, stmt: ast.stmt, states: list[_State]) -> tuple[list[_State], list[_Jump]]:
         kind = type(stmt)
         handler = _STATEMENTS.get(kind)
         if handler is not None:
@@ -310,7 +328,7 @@ class _Walker:
                 return True
         return False
 
-    def _if(self, stmt: ast.If, states: list[_State]) -> tuple[list[_State], list[tuple]]:
+    def _if(self, stmt: ast.If, states: list[_State]) -> tuple[list[_State], list[_Jump]]:
         states = self._emit(stmt, states)
         if not self._matters(stmt):
             names = frozenset().union(*(_targets(n) for n in ast.walk(stmt) if isinstance(n, ast.stmt)))
@@ -333,7 +351,7 @@ class _Walker:
         else_out, else_jumps = self.block(stmt.orelse, else_in)
         return body_out + else_out, body_jumps + else_jumps
 
-    def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, states: list[_State]) -> tuple[list[_State], list[tuple]]:
+    def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, states: list[_State]) -> tuple[list[_State], list[_Jump]]:
         # A nested loop: its body once; its continue/break stay inside it.
         states = self._emit(stmt, states)
         if not isinstance(stmt, ast.While):
@@ -346,10 +364,10 @@ class _Walker:
         after_else, else_jumps = self.block(stmt.orelse, finished)
         return after_else + broke, leaving + else_jumps
 
-    def _with(self, stmt: ast.With | ast.AsyncWith, states: list[_State]) -> tuple[list[_State], list[tuple]]:
+    def _with(self, stmt: ast.With | ast.AsyncWith, states: list[_State]) -> tuple[list[_State], list[_Jump]]:
         return self.block(stmt.body, self._emit(stmt, states))
 
-    def _try(self, stmt: ast.Try, states: list[_State]) -> tuple[list[_State], list[tuple]]:
+    def _try(self, stmt: ast.Try, states: list[_State]) -> tuple[list[_State], list[_Jump]]:
         # Handlers are not followed: an exception is not how an iteration normally goes.
         states = self._emit(stmt, states)
         out, jumps = self.block(stmt.body, states)
@@ -362,7 +380,7 @@ class _Walker:
             final_jumps.extend(inner)
         return out, final_jumps
 
-    def _match(self, stmt: ast.Match, states: list[_State]) -> tuple[list[_State], list[tuple]]:
+    def _match(self, stmt: ast.Match, states: list[_State]) -> tuple[list[_State], list[_Jump]]:
         states = self._emit(stmt, states)
         outs, jumps = list(states), []  # no case matched
         for case in stmt.cases:
@@ -372,17 +390,23 @@ class _Walker:
         return outs, jumps
 
 
-def _jump(end: str):
+def _jump(end: str) -> Callable[[_Walker, ast.stmt, list[_State]], tuple[list[_State], list[_Jump]]]:
     """The handler of a statement that leaves the body (``continue``, ``return`` ...) as ``end``."""
 
-    def handle(walker: _Walker, stmt: ast.stmt, states: list[_State]) -> tuple[list[_State], list[tuple]]:
+    def handle(walker: _Walker, stmt: ast.stmt, states: list[_State]) -> tuple[list[_State], list[_Jump]]:
         states = walker._emit(stmt, states)
         return [], [(s, end, stmt) for s in states]
 
     return handle
 
 
-_STATEMENTS = {
+if TYPE_CHECKING:
+    from typing import Any
+
+    # How ``_Walker.statement`` runs one kind of statement (the statement: an instance of the key).
+    _Handler = Callable[[_Walker, Any, list[_State]], tuple[list[_State], list[_Jump]]]
+
+_STATEMENTS: dict[type[ast.stmt], _Handler] = {
     ast.If: _Walker._if,
     ast.For: _Walker._loop,
     ast.AsyncFor: _Walker._loop,
@@ -407,7 +431,7 @@ _JUMPS = (ast.Continue, ast.Break, ast.Return, ast.Raise)
 def _dedupe(states: list[_State]) -> list[_State]:
     if len(states) < 2:
         return states
-    seen: dict[tuple, _State] = {}
+    seen: dict[tuple[tuple[int, ...], _AssumptionsKey], _State] = {}
     for state in states:
         seen.setdefault(state.key(), state)
     return list(seen.values())
@@ -479,12 +503,12 @@ def paths_of(facts: AmpFacts, frame: Frame, node: ast.AST) -> list[Path] | None:
     return index.of(frame, node)
 
 
-def some(paths: Iterable[Path] | None, predicate) -> bool:
+def some(paths: Iterable[Path] | None, predicate: Callable[[Path], bool]) -> bool:
     """Whether ``predicate`` holds on some path (never, when the paths are unknown)."""
     return paths is not None and any(predicate(p) for p in paths)
 
 
-def every(paths: Iterable[Path] | None, predicate) -> bool | None:
+def every(paths: Iterable[Path] | None, predicate: Callable[[Path], bool]) -> bool | None:
     """Whether ``predicate`` holds on every path; None when the paths are unknown."""
     if paths is None:
         return None

@@ -17,6 +17,11 @@ from ..records import Record
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import Any
+
+    from pathspec.pattern import RegexPattern
+
     from ..config_tree import Resolver
 
 DEFAULT_EXCLUDED_DIRS = frozenset(
@@ -58,7 +63,7 @@ class GitIgnore(Record):
 
     __slots__ = ("base", "rules", "any_pattern")
 
-    def __init__(self, base: Path, patterns) -> None:
+    def __init__(self, base: Path, patterns: Sequence[RegexPattern]) -> None:
         self.base = base
         # Last pattern first: the first that matches decides.
         self.rules = [_Rule(p) for p in reversed(patterns) if p.include is not None]
@@ -101,7 +106,7 @@ class _Rule(Record):
 
     __slots__ = ("regex", "ignored", "itself", "folders_only")
 
-    def __init__(self, pattern) -> None:
+    def __init__(self, pattern: Any) -> None:  # a RegexPattern, its text and regex set
         self.ignored = bool(pattern.include)
         body = pattern.pattern if self.ignored else pattern.pattern[1:]  # without the "!"
         body = body.rstrip(" ")
@@ -123,7 +128,7 @@ class _Rule(Record):
         return found is not None and not (is_dir and found.end() == len(path))
 
 
-def _any_of(expressions) -> re.Pattern[str] | None:
+def _any_of(expressions: Iterable[re.Pattern[str]]) -> re.Pattern[str] | None:
     """One expression that finds a match wherever one of ``expressions`` matches (a superset:
     their group names dropped, since an expression may not repeat one); None if impossible."""
     alternatives = [re.sub(r"\(\?P<\w+>", "(?:", regex.pattern) for regex in expressions]

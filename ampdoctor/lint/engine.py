@@ -30,8 +30,10 @@ from .suppressions import apply_suppressions
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
+    from .notebooks import NotebookSource
     from .project.shapes import ModuleSummary
     from .rules import Report
+    from .textscan import TextGate
 
 
 class LintOptions(Record):
@@ -100,7 +102,7 @@ class FileResult(Record):
         cells: dict[int, str] | None = None,
         parsed: bool = False,
         error: str | None = None,
-        notebook: tuple | None = None,
+        notebook: tuple[str, NotebookSource] | None = None,
         file_path: str = "",
         summary: ModuleSummary | None = None,
     ) -> None:
@@ -239,7 +241,7 @@ def parse_source(source: str) -> ast.Module:
 
 
 def check_source(
-    source: str, path: str, options: LintOptions, summary: list | None = None
+    source: str, path: str, options: LintOptions, summary: list[ModuleSummary] | None = None
 ) -> tuple[list[Finding], int, bool]:
     """Findings (suppressions applied), the number suppressed, and whether it parsed. With
     ``options.summaries``, the module's project summary is appended to ``summary``."""
@@ -283,7 +285,7 @@ def _parse_error(path: str, exc: Exception) -> Finding:
     return Finding(PARSE_ERROR, severity_of(PARSE_ERROR), f"cannot parse: {message}", Location(path, line, column))
 
 
-def _position(reports, lines: SourceLines, path: str) -> list[Finding]:
+def _position(reports: list[Report], lines: SourceLines, path: str) -> list[Finding]:
     findings = []
     for report in reports:
         span = lines.span(report.node)
@@ -440,7 +442,7 @@ def _summary_only(data: bytes) -> ModuleSummary | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _text_gate(codes: frozenset[str]):
+def _text_gate(codes: frozenset[str]) -> TextGate:
     """The gate's anchors checked on the bytes (textscan/): most files are never parsed.
     Made once per rule selection, not per file."""
     from .rules import lint_rules
@@ -498,7 +500,7 @@ def _check_text(path: Path, display: str, source: str, options: LintOptions, res
             result.unfixed = (first[0][0], first[0][1], {})
         result.fixed = fixed
     else:
-        summary: list = []
+        summary: list[ModuleSummary] = []
         findings, suppressed, parsed = check_source(source, display, options, summary)
         if summary and path.suffix == ".py":
             result.summary = summary[0]
@@ -508,7 +510,9 @@ def _check_text(path: Path, display: str, source: str, options: LintOptions, res
     return result
 
 
-def _lint_notebook(path: Path, display: str, data: bytes, options: LintOptions, spec, result: FileResult) -> FileResult:
+def _lint_notebook(
+    path: Path, display: str, data: bytes, options: LintOptions, spec: PrefilterSpec | None, result: FileResult
+) -> FileResult:
     from .notebooks import NotebookError, read_notebook
 
     if spec is not None and not passes_prefilter(data, spec):
@@ -551,7 +555,7 @@ def _notebook_text(result: FileResult) -> str:
     return write_notebook(original_text, notebook, result.source or "")
 
 
-def _to_cell(finding: Finding, notebook) -> Finding:
+def _to_cell(finding: Finding, notebook: NotebookSource) -> Finding:
     loc = finding.location
     cell, line = notebook.locate(loc.line)
     end_line = loc.end_line

@@ -42,6 +42,9 @@ TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from typing import Any
 
+    # What the walk does next: visit a node, start a block (kind, owner), or run a marker.
+    _Work = ast.AST | tuple[str, ast.AST] | Callable[[], object]
+
 
 def _import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[ast.alias, str, str, str | None]]:
     """(alias node, local name, qualified name, from-module) for each name an import binds."""
@@ -85,15 +88,15 @@ class _FactWalk:
         # The innermost frame's path and ``with`` items as tuples, shared by the calls made
         # while neither changes; None once one does.
         self._shape: tuple[tuple[Block, ...], tuple[WithRef, ...]] | None = None
-        self._statements: list[ast.AST] = []
+        self._statements: list[ast.stmt] = []
         self._class_stack: list[str] = []
         self._order = 0
         self._blocks = 0
         self._seen_imports: set[int] = {id(ref.node) for ref in import_refs}
-        self._work: list = []
+        self._work: list[_Work] = []
         # The markers, made once (a bound method is a new object at each lookup).
         self._leave_block = self._exit
-        self._leave_statement = self._statements.pop
+        self._leave_statement: Callable[[], object] = self._statements.pop
 
     def run(self, module: ast.Module) -> None:
         self._push_frame(module, "<module>")
@@ -108,15 +111,15 @@ class _FactWalk:
             elif type(item) is tuple:  # (kind, owner): a block starts
                 enter(*item)
             else:
-                item()
+                item()  # type: ignore[operator]  # (a marker: ``type(item) is tuple`` does not narrow it)
 
     # ---- scheduling ---------------------------------------------------------------------
 
-    def _schedule(self, items: list) -> None:
+    def _schedule(self, items: list[_Work]) -> None:
         """Visit ``items`` (nodes and markers) next, in the given order."""
         self._work.extend(reversed(items))
 
-    def _block(self, kind: str, owner: ast.AST, body: Sequence[ast.AST]) -> list:
+    def _block(self, kind: str, owner: ast.AST, body: Sequence[ast.AST]) -> list[_Work]:
         if not body:
             return []
         return [(kind, owner), *body, self._leave_block]
@@ -128,9 +131,9 @@ class _FactWalk:
             if handler(self, node):
                 return
         # Names and constants record nothing here: not visiting them saves half the work.
-        inner: list = children_except(node, _LEAVES)
+        inner: list[Any] = children_except(node, _LEAVES)  # nodes, then a marker
         if kind in _STATEMENTS:
-            self._statements.append(node)
+            self._statements.append(node)  # type: ignore[arg-type]  # (a statement: its type is in _STATEMENTS)
             inner.append(self._leave_statement)
         self._work.extend(reversed(inner))
 
@@ -196,7 +199,7 @@ class _FactWalk:
             self._with_stack[-1].extend(WithRef(d, decorator=True) for d in node.decorator_list)
             self._shape = None
 
-        head: list = [*node.decorator_list, node.args]
+        head: list[_Work] = [*node.decorator_list, node.args]
         if node.returns is not None:
             head.append(node.returns)
         self._schedule([*head, enter_body, *node.body, self._pop_frame, self._leave_statement])
@@ -232,7 +235,7 @@ class _FactWalk:
 
     def _match(self, node: ast.Match) -> bool:
         self._statements.append(node)
-        items: list = [node.subject]
+        items: list[_Work] = [node.subject]
         for case in node.cases:
             body = [case.pattern, *([case.guard] if case.guard is not None else []), *case.body]
             items.extend(self._block("match", case, body))
@@ -398,7 +401,7 @@ def _prescan_imports(module: ast.Module) -> tuple[dict[str, str], list[ImportRef
     return imports, refs
 
 
-def build_facts(module: ast.Module, source: str, seeds: dict | None = None) -> AmpFacts:
+def build_facts(module: ast.Module, source: str, seeds: dict[str, Any] | None = None) -> AmpFacts:
     """The module's AmpFacts; ``seeds``: what the project analysis knows of it (regions opened
     by contexts made elsewhere, calls that clip in another function: ``project/seeds.py``)."""
     imports, refs = _prescan_imports(module)

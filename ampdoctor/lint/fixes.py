@@ -18,6 +18,8 @@ TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without i
 if TYPE_CHECKING:
     import ast
 
+    from ..findings import Finding
+
 # (line, column, end line, end column): 1-based lines, 1-based character columns.
 Span = tuple[int, int, int, int]
 
@@ -154,14 +156,14 @@ class ModuleRewrite(Fix):
     """
 
     __slots__ = ("description", "edits", "applicability", "rewrite")
-    rewrite: tuple
+    rewrite: tuple[str, str, object]
 
     def __init__(
         self,
         description: str,
         edits: tuple[Edit, ...] = (),
         applicability: Applicability = Applicability.UNSAFE,
-        rewrite: tuple = (),
+        rewrite: tuple[str, str, object] | tuple[()] = (),
     ) -> None:
         self._set(description, edits, applicability, rewrite)
 
@@ -177,7 +179,7 @@ class ModuleRewrite(Fix):
         return Fix(self.description, (Edit(1, 1, end, 1, new),), self.applicability)
 
 
-def realize_rewrites(findings: list, source: str, path: str = "") -> list:
+def realize_rewrites(findings: list[Finding], source: str, path: str = "") -> list[Finding]:
     """The findings with their module rewrites computed against ``source`` (those that change
     nothing lose their fix). A notebook's source joins its cells: a rewrite could move code
     across cells, so notebooks get none."""

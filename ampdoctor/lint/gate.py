@@ -220,7 +220,7 @@ def _literal_value(node: ast.expr) -> float | None:
     return value
 
 
-def _classify(values, found: set[str], big: str | None, tiny: str | None) -> None:
+def _classify(values: Iterable[ast.expr], found: set[str], big: str | None, tiny: str | None) -> None:
     """Add the ``big`` / ``tiny`` flag names for the literals among ``values``."""
     for node in values:
         value = _literal_value(node)

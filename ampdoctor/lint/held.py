@@ -28,6 +28,12 @@ from .model import Region, autocast_region
 from .syntax import dotted, get_arg
 from .vocabulary import AUTOCAST_NAMES, Enabled
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable, Container
+
+    from .model import AmpFacts, Frame
+
 # Context managers that do nothing: the "AMP off" arm of a held autocast.
 NULL_CONTEXTS = frozenset({"contextlib.suppress", "contextlib.nullcontext"})
 _PARTIAL = frozenset({"functools.partial"})
@@ -41,7 +47,9 @@ class Factory(Record):
 
     __slots__ = ("ref", "args", "keywords")
 
-    def __init__(self, ref: ast.expr | None, args: list | None = None, keywords: list | None = None) -> None:
+    def __init__(
+        self, ref: ast.expr | None, args: list[ast.expr] | None = None, keywords: list[ast.keyword] | None = None
+    ) -> None:
         self.ref = ref
         self.args = [] if args is None else args
         self.keywords = [] if keywords is None else keywords
@@ -62,7 +70,9 @@ class Held(Record):
         self.parameter = parameter  # a parameter whose caller passes the context
 
 
-def _choices(expr: ast.expr, qualify, autocast_names) -> list[Factory] | None:
+def _choices(
+    expr: ast.expr, qualify: Callable[[ast.AST | None], str | None], autocast_names: Container[str | None]
+) -> list[Factory] | None:
     """The factories an assigned value may be; None when it is no autocast-like value at all."""
     if type(expr) is ast.IfExp:
         arms = [_choices(expr.body, qualify, autocast_names), _choices(expr.orelse, qualify, autocast_names)]
@@ -82,7 +92,7 @@ def _choices(expr: ast.expr, qualify, autocast_names) -> list[Factory] | None:
     return None
 
 
-def factories(facts, autocast_names) -> dict[str, Held]:
+def factories(facts: AmpFacts, autocast_names: Container[str | None]) -> dict[str, Held]:
     """Spelling → what it holds, from assignments and from parameters' default values."""
     held: dict[str, Held] = {}
 
@@ -111,7 +121,7 @@ def factories(facts, autocast_names) -> dict[str, Held]:
     return held
 
 
-def held_region(call: ast.Call, facts, held: dict[str, Held]):
+def held_region(call: ast.Call, facts: AmpFacts, held: dict[str, Held]) -> Region | None:
     """The Region that ``with NAME(...):`` opens when NAME holds an autocast factory, else None."""
     spelling = dotted(call.func)
     entry = held.get(spelling) if spelling else None
@@ -161,7 +171,7 @@ def delegated_backward(method: str | None, receiver: str | None, call: ast.Call)
 # ---- a device type held in a name ---------------------------------------------------------
 
 
-def module_strings(facts) -> dict[str, ast.expr]:
+def module_strings(facts: AmpFacts) -> dict[str, ast.expr]:
     """Plain names bound exactly once in the module (``DEVICE_TYPE = "cuda"``,
     ``device = torch.device("cuda" if torch.cuda.is_available() else "cpu")``), with the value
     each is bound to: ``constant_device`` reads a device from it."""
@@ -175,7 +185,7 @@ def module_strings(facts) -> dict[str, ast.expr]:
     }
 
 
-def constant_device(call: ast.AST, frame, facts, constants: dict[str, ast.expr]) -> str | None:
+def constant_device(call: ast.AST, frame: Frame | None, facts: AmpFacts, constants: dict[str, ast.expr]) -> str | None:
     """The device of ``torch.autocast(device_type=D)`` where D names (or is, or is ``str()``
     or ``.type`` of) a device value: a string, ``torch.device(...)`` of one, or the CUDA arm of
     ``... if torch.cuda.is_available() else "cpu"`` (the device the script trains on wherever a
@@ -208,7 +218,7 @@ def constant_device(call: ast.AST, frame, facts, constants: dict[str, ast.expr])
     return _device_value(bound, facts)
 
 
-def _device_value(expr: ast.expr, facts) -> str | None:
+def _device_value(expr: ast.expr, facts: AmpFacts) -> str | None:
     """``"cuda:0"`` → cuda; ``torch.device("cuda")``; ``X if torch.cuda.is_available() else Y`` → X's."""
     if type(expr) is ast.Constant and type(expr.value) is str:
         return expr.value.split(":", 1)[0] or None

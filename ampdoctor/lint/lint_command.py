@@ -12,6 +12,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TextIO
+
+    from ..config import Settings
+    from ..config_tree import Resolver
+    from . import LintRequest, LintRun
+    from .engine import FileResult
+
+    # ``--config``: none, one, or each occurrence of the option.
+    _ConfigOption = str | Path | Sequence[str | Path] | None
+
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
@@ -19,7 +32,7 @@ class UsageError(Exception):
     """A one-line error for the user; exit code 2."""
 
 
-def use_color(stream) -> bool:
+def use_color(stream: TextIO) -> bool:
     if os.environ.get("NO_COLOR"):
         return False
     if os.environ.get("FORCE_COLOR"):
@@ -27,13 +40,19 @@ def use_color(stream) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-def _settings(paths: Sequence[Path], config_file, isolated: bool, known: list[str], adjust=None):
+def _settings(
+    paths: Sequence[Path],
+    config_file: _ConfigOption,
+    isolated: bool,
+    known: list[str],
+    adjust: Callable[[Settings], None] | None = None,
+) -> Settings:
     """The settings the first path is checked with (each file's: ``_resolver``)."""
     resolver = _resolver(paths, config_file, isolated, known, adjust)
     return _first(resolver, paths)
 
 
-def _first(resolver, paths: Sequence[Path]):
+def _first(resolver: Resolver, paths: Sequence[Path]) -> Settings:
     from ..config import ConfigError
 
     try:
@@ -42,7 +61,13 @@ def _first(resolver, paths: Sequence[Path]):
         raise UsageError(str(exc)) from None
 
 
-def _resolver(paths: Sequence[Path], config_file, isolated: bool, known: list[str], adjust=None):
+def _resolver(
+    paths: Sequence[Path],
+    config_file: _ConfigOption,
+    isolated: bool,
+    known: list[str],
+    adjust: Callable[[Settings], None] | None = None,
+) -> Resolver:
     """Each file's settings (``config_tree.py``). ``config_file``: ``--config``, once or repeated:
     at most one configuration file, and inline ``KEY = VALUE`` overrides; ``--isolated`` and a
     file named there give every file the same settings."""
@@ -76,33 +101,33 @@ def _resolver(paths: Sequence[Path], config_file, isolated: bool, known: list[st
 
 def run_lint(
     *,
-    paths,
-    output_format="text",
-    output_file=None,
-    select=(),
-    extend_select=(),
-    ignore=(),
-    fail_on=None,
-    fix=False,
-    unsafe_fixes=False,
-    diff=False,
-    show_suppressed=False,
-    exclude=(),
-    config_file=None,
-    isolated=False,
-    use_cache=True,
-    jobs=None,
-    project=True,
-    exit_zero=False,
-    exit_non_zero_on_fix=False,
-    statistics=False,
-    show_fixes=False,
-    quiet=0,
-    show_files=False,
-    show_settings=False,
-    stdin_filename=None,
-    add_noqa=False,
-    watch=False,
+    paths: Sequence[Path],
+    output_format: str = "text",
+    output_file: Path | None = None,
+    select: Sequence[str] = (),
+    extend_select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    fail_on: str | None = None,
+    fix: bool = False,
+    unsafe_fixes: bool = False,
+    diff: bool = False,
+    show_suppressed: bool = False,
+    exclude: Sequence[str] = (),
+    config_file: _ConfigOption = None,
+    isolated: bool = False,
+    use_cache: bool = True,
+    jobs: int | None = None,
+    project: bool = True,
+    exit_zero: bool = False,
+    exit_non_zero_on_fix: bool = False,
+    statistics: bool = False,
+    show_fixes: bool = False,
+    quiet: int = 0,
+    show_files: bool = False,
+    show_settings: bool = False,
+    stdin_filename: str | None = None,
+    add_noqa: bool = False,
+    watch: bool = False,
 ) -> int:
     """``ampdoctor lint`` with its options; the defaults are the command line's. ``quiet``: 1
     prints the findings only (``--quiet``), 2 nothing but errors (``--silent``)."""
@@ -136,7 +161,7 @@ def run_lint(
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
 
-    def adjust(own) -> None:  # the command line's options, over each file's configuration
+    def adjust(own: Settings) -> None:  # the command line's options, over each file's configuration
         if chosen is not None:
             own.select = chosen
         own.extend_select += added
@@ -211,7 +236,7 @@ def run_lint(
 _HUMAN_FORMATS = ("text", "concise", "grouped")
 
 
-def _watch(options: dict) -> int:
+def _watch(options: dict[str, Any]) -> int:
     """``--watch``: the same run again after each change (watch.py)."""
     from . import LintRequest
     from .watch import watch
@@ -246,7 +271,7 @@ def _watch(options: dict) -> int:
 _RUN_OPTIONS = frozenset(run_lint.__code__.co_varnames[: run_lint.__code__.co_kwonlyargcount])
 
 
-def _print_files(paths, request, resolver) -> None:
+def _print_files(paths: Sequence[Path], request: LintRequest, resolver: Resolver) -> None:
     """``--show-files``: the files a run would check, one per line, sorted."""
     from . import file_discovery
 
@@ -255,7 +280,7 @@ def _print_files(paths, request, resolver) -> None:
     sys.stdout.flush()
 
 
-def _print_settings(settings, known, paths) -> None:
+def _print_settings(settings: Settings, known: list[str], paths: Sequence[Path]) -> None:
     """``--show-settings``: the configuration the first path is checked with."""
     per_file = ", ".join(f"{pattern} = {list(codes)}" for pattern, codes in settings.per_file_ignores)
     rows = [
@@ -277,7 +302,7 @@ def _print_settings(settings, known, paths) -> None:
         print(f"{key:<{width}}  {value}")
 
 
-def _add_noqa(run, quiet: int) -> int:
+def _add_noqa(run: LintRun, quiet: int) -> int:
     """``--add-noqa``: the directives written; 2 when a file could not be written, else 0."""
     from .add_noqa import add_noqa
     from .report import plural
@@ -296,7 +321,7 @@ def _add_noqa(run, quiet: int) -> int:
     return EXIT_ERROR if outcome.errors else EXIT_OK
 
 
-def _print_fixed(run, stream) -> None:
+def _print_fixed(run: LintRun, stream: TextIO) -> None:
     from .report.statistics import fixed_by_file, fixed_lines
 
     lines = fixed_lines(fixed_by_file(run.results))
@@ -304,7 +329,7 @@ def _print_fixed(run, stream) -> None:
         stream.write("\n".join(lines) + "\n")
 
 
-def _write_fixes(run) -> None:
+def _write_fixes(run: LintRun) -> None:
     """Write every changed file; one that cannot be written is reported and the rest still are."""
     from .writing import WriteError, write_result
 
@@ -319,7 +344,7 @@ def _write_fixes(run) -> None:
                 _as_read(result)
 
 
-def _as_read(result) -> None:
+def _as_read(result: FileResult) -> None:
     """The file was not written: its report is that of the text as it was read, the findings
     the fixes would have removed included."""
     if result.unfixed is None:
@@ -331,7 +356,7 @@ def _as_read(result) -> None:
     result.source, result.original, result.notebook = result.original, None, None
 
 
-def _print_errors(run) -> None:
+def _print_errors(run: LintRun) -> None:
     """One line per file whose error no AMP000 finding shows (exit code 2 follows)."""
     for result in run.results:
         error = result.unreported_error
@@ -339,7 +364,7 @@ def _print_errors(run) -> None:
             print(f"ampdoctor: error: {result.path}: {error}", file=sys.stderr)
 
 
-def _print_diff(run) -> int:
+def _print_diff(run: LintRun) -> int:
     from .writing import unified_diff
 
     changed = 0
@@ -359,13 +384,13 @@ def _print_diff(run) -> int:
 
 
 def _report(
-    run,
+    run: LintRun,
     output_format: str,
     output_file: Path | None,
     show_suppressed: bool,
     fix_mode: bool,
     quiet: bool = False,
-    stream=None,
+    stream: TextIO | None = None,
 ) -> None:
     from ..findings import Finding
     from .report import ReportContext, render, source_key

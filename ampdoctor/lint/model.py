@@ -14,6 +14,10 @@ from .fixes import SourceLines
 from .syntax import Arg, get_arg, qualify, string_value
 from .vocabulary import AUTOCAST_NAMES, DTYPES, Enabled, EventKind
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class Block(Value):
     """One step of a path inside a frame: a loop, or one arm of a branch."""
@@ -117,7 +121,7 @@ class CallSite(Record):
         path: tuple[Block, ...],
         withs: tuple[WithRef, ...],
         order: int,
-        statement: ast.AST,
+        statement: ast.stmt | ast.expr,
         spelled: str | None = None,
     ) -> None:
         self.node = node
@@ -361,7 +365,7 @@ class AmpFacts(Record):
         self.constructors: dict[int, bool] = {}
         # What the project analysis knows of this module's calls and ``with`` items that its own
         # code does not show (``project/seeds.py``): None in a file-local run.
-        self.seeds: dict | None = None
+        self.seeds: dict[str, Any] | None = None
         # The module's path as the run names it (``""`` for a source text): a rule may ask what
         # the module is for (a test, a benchmark of apex).
         self.path = ""

@@ -36,6 +36,7 @@ from .fixes import split_lines
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
 
@@ -376,7 +377,7 @@ def _source_value_spans(text: str) -> dict[int, tuple[int, int]]:
     decoder = json.JSONDecoder()
     spans: dict[int, tuple[int, int]] = {}
 
-    def members(pos: int):
+    def members(pos: int) -> Iterator[tuple[Any, int, int]]:
         """Yield (key, value start, value end) of the object at ``pos``; end after the '}'."""
         pos = _expect(text, _skip_ws(text, pos), "{")
         pos = _skip_ws(text, pos)

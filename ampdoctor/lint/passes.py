@@ -27,6 +27,13 @@ from .vocabulary import (
     EventKind,
 )
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .held import Held
+    from .model import Assignment
+
 # Optimizer classes by their last name, whatever package they come from (torch.optim,
 # apex.optimizers, bitsandbytes, timm.optim, transformers ...).
 _OPTIMIZER_CLASS = frozenset(
@@ -69,7 +76,7 @@ _OPTIMIZER_CLASS = frozenset(
 _OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser|optimizers)(_\w+)?$|^(g|d|gen|disc)_?opt\w*$")
 
 
-def _region_of_expression(expr: ast.expr, facts: AmpFacts, held: dict | None = None) -> Region | None:
+def _region_of_expression(expr: ast.expr, facts: AmpFacts, held: dict[str, Held] | None = None) -> Region | None:
     """Autocast region for a ``with`` item: a call, a context object, ``a if c else b``, or a
     call of a name that holds an autocast factory (held.py)."""
     if type(expr) is ast.Call:
@@ -103,7 +110,7 @@ def _region_of_expression(expr: ast.expr, facts: AmpFacts, held: dict | None = N
     return None
 
 
-def _seeded_region(expr: ast.expr, seeds: dict) -> Region | None:
+def _seeded_region(expr: ast.expr, seeds: dict[str, Any]) -> Region | None:
     """The region a ``with`` item opens by what the project analysis found it to be (an
     autocast context made in another module: ``self.amp_cm``, ``self.engine.autocast()``)."""
     found = seeds.get("regions", {}).get((expr.lineno, expr.col_offset + 1))
@@ -113,7 +120,7 @@ def _seeded_region(expr: ast.expr, seeds: dict) -> Region | None:
     return Region(expr, device, dtype, dtype is not None, Enabled(enabled))
 
 
-def _choosing_test(assignment) -> ast.expr | None:
+def _choosing_test(assignment: Assignment) -> ast.expr | None:
     """The test of the ``if`` whose body (not its ``else``) makes the assignment, directly."""
     frame = assignment.frame.node
     stack = [frame]
@@ -312,7 +319,7 @@ _PROTOCOL_KINDS = {
 }
 
 
-def _protocol_events(site: CallSite, seeded: list) -> list[Event]:
+def _protocol_events(site: CallSite, seeded: list[tuple[str, str, tuple[int, str] | None]]) -> list[Event]:
     """The scaler calls an engine's method makes, as events of the call that runs it
     (``project/engine_calls.py``): ``runner.engine.optimizer_step(loss, model, optimizer)`` is
     ``runner.engine.scaler.step(optimizer)`` then ``runner.engine.scaler.update()`` here."""

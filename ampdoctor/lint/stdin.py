@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from ..config import Settings
+    from .engine import FileResult
+
 STDIN_NAME = "-"
 
 
@@ -18,11 +23,14 @@ def read_stdin() -> bytes:
     return sys.stdin.buffer.read()
 
 
-def lint_text(data: bytes, display: str, settings, codes: frozenset[str], fix: bool, unsafe_fixes: bool, project: bool):
+def lint_text(
+    data: bytes, display: str, settings: Settings, codes: frozenset[str], fix: bool, unsafe_fixes: bool, project: bool
+) -> FileResult:
     """The ``engine.FileResult`` of linting ``data`` as the file ``display`` (as an editor's
     text is linted: ``unsaved.py``): with ``fix``, its ``source`` is the fixed text
     (``original`` the text read, when fixes changed it)."""
-    from .engine import FileResult, FixError, LintOptions, decode_source, fix_source
+    from .engine import FileResult, LintOptions, decode_source, fix_source
+    from .fixes import FixError
     from .unsaved import unsaved_result
 
     try:

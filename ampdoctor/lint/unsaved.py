@@ -16,6 +16,8 @@ TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from ..config import Settings
     from ..findings import Finding
+    from .engine import FileResult
+    from .project.shapes import ModuleSummary
 
 
 def lint_unsaved(source: str, path: str, settings: Settings, codes: frozenset[str]) -> list[Finding]:
@@ -23,7 +25,9 @@ def lint_unsaved(source: str, path: str, settings: Settings, codes: frozenset[st
     return unsaved_result(source, path, settings, codes).findings
 
 
-def unsaved_result(source: str, path: str, settings: Settings, codes: frozenset[str], project: bool = True):
+def unsaved_result(
+    source: str, path: str, settings: Settings, codes: frozenset[str], project: bool = True
+) -> FileResult:
     """The ``engine.FileResult`` of ``source`` as the text of the file ``path`` (suppressions
     honoured), under ``settings`` with ``codes`` enabled. Where the file is not on disk (a new
     buffer, standard input), calls are followed between the text's own functions only; with the
@@ -32,7 +36,7 @@ def unsaved_result(source: str, path: str, settings: Settings, codes: frozenset[
 
     ignored = settings.ignored_for(Path(path)) if settings.per_file_ignores else ()
     options = LintOptions(codes, per_file_ignored=ignored, summaries=project and settings.project)
-    summary: list = []
+    summary: list[ModuleSummary] = []
     findings, suppressed, parsed = check_source(source, path, options, summary)
     result = FileResult(path, findings, suppressed, source=source, parsed=parsed, file_path=os.path.abspath(path))
     if not parsed:

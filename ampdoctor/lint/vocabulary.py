@@ -54,8 +54,10 @@ DTYPES = {
 # The methods by which a ``torch.nn.Module`` subclass decides what its ``state_dict()`` holds.
 STATE_METHODS = ("state_dict", "get_extra_state")
 
-from ..float16 import FLOAT16_MAX  # noqa: E402,F401  (one definition for both halves)
-from ..float16 import FLOAT16_SMALLEST_SUBNORMAL as FLOAT16_SMALLEST  # noqa: E402,F401
+from ..float16 import FLOAT16_MAX as FLOAT16_MAX  # noqa: E402  (one definition for both halves)
+from ..float16 import FLOAT16_SMALLEST_SUBNORMAL  # noqa: E402
+
+FLOAT16_SMALLEST = FLOAT16_SMALLEST_SUBNORMAL
 
 # Calls whose arguments are fill values or clamp bounds.
 FILL_CALLS = frozenset(

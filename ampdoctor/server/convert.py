@@ -15,7 +15,7 @@ from pathlib import Path
 from lsprotocol import types
 
 from ..catalog import get_rule
-from ..findings import Edit, Finding, Severity
+from ..findings import Edit, Finding, Related, Severity
 from .noqa import LineEdit, noqa_edit
 from .positions import Converter
 
@@ -73,8 +73,8 @@ def diagnostic(document: Document, finding: Finding) -> types.Diagnostic:
     )
 
 
-def _related(document: Document, related) -> types.DiagnosticRelatedInformation:
-    """A ``findings.Related`` (a record whose fields mypy is not told) as the protocol's."""
+def _related(document: Document, related: Related) -> types.DiagnosticRelatedInformation:
+    """A ``findings.Related`` as the protocol's."""
     if document.is_self(related.path):
         uri, start = document.uri, document.position(related.line, related.column)
     else:  # another module: its text on disk gives the code units of the column

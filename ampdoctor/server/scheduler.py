@@ -49,11 +49,11 @@ class Scheduler:
         self._publish = publish
         self._failed = failed
         self._executor: ThreadPoolExecutor | None = None
-        self._pending: dict[str, asyncio.Task] = {}
+        self._pending: dict[str, asyncio.Task[None]] = {}
         self._latest: dict[str, int] = {}
         self._tickets = 0
 
-    def submit(self, request: Request, delay: float = 0.0) -> asyncio.Task:
+    def submit(self, request: Request, delay: float = 0.0) -> asyncio.Task[None]:
         """Lint ``request`` after ``delay`` seconds, superseding the document's earlier requests."""
         ticket = self._supersede(request.uri)
         task = asyncio.get_running_loop().create_task(self._run(request, ticket, delay))
@@ -85,7 +85,7 @@ class Scheduler:
             earlier.cancel()
         return self._tickets
 
-    def _done(self, uri: str, task: asyncio.Task) -> None:
+    def _done(self, uri: str, task: asyncio.Task[None]) -> None:
         if self._pending.get(uri) is task:
             del self._pending[uri]
 

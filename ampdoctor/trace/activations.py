@@ -16,6 +16,7 @@ backward hooks, which break in-place modules): shares of zeros, subnormals and c
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -118,7 +119,7 @@ class ActivationMonitor:
             extremes = max_abs(tensors)
         if not extremes:
             return None
-        slot = self._session.pending.batch.add_abs_max(extremes)
+        slot: int = self._session.pending.batch.add_abs_max(extremes)
         if single is not None:
             self._known[id(single)] = (weakref.ref(single), single._version, slot)
         return slot
@@ -182,7 +183,7 @@ class ActivationMonitor:
         if not watched:
             return
 
-        def on_gradients(grads) -> None:
+        def on_gradients(grads: Sequence[Any]) -> None:  # tensors, None where there is no gradient
             try:
                 grads = [g for g in grads if g is not None and g.dtype == torch.float16 and g.numel() > 0]
                 if not grads:

@@ -24,7 +24,7 @@ of two the scale had to come down (``halvings_needed``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -171,8 +171,11 @@ class BackwardWatch:
         for node, indices in found.items():
             self._handles.append(node.register_hook(self._node_hook(indices, call, info)))
 
-    def _node_hook(self, indices: list[int], call: int, info: ModuleInfo):
-        def on_node(grad_inputs, grad_outputs) -> None:
+    def _node_hook(
+        self, indices: list[int], call: int, info: ModuleInfo
+    ) -> Callable[[Sequence[Any], Sequence[Any]], None]:
+        # The node's gradients: tensors, None where there is none.
+        def on_node(grad_inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> None:
             present = [grad_inputs[i] for i in indices if i < len(grad_inputs) and grad_inputs[i] is not None]
             self._record(present, call, info, PARAMETER)
 
@@ -194,7 +197,7 @@ class BackwardWatch:
             self._session.instrument_failed("backward overflow hooks", exc)
 
     def _register(self, tensors: Sequence[torch.Tensor], call: int, info: ModuleInfo, side: str) -> None:
-        def on_gradients(grads) -> None:
+        def on_gradients(grads: Sequence[Optional[torch.Tensor]]) -> None:
             self._record([g for g in grads if g is not None], call, info, side)
 
         # torch finds a leaf's grad accumulator through ``t.view_as(t)`` (an aten ``view``): the

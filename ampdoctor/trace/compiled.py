@@ -45,7 +45,7 @@ class CompilePatch:
     def __init__(self, on_compile: Callable[[], None]) -> None:
         self._on_compile = on_compile
         self._saved: Optional[tuple[Any, Any]] = None
-        self._filter: Optional[tuple] = None
+        self._filter: Optional[tuple[object, ...]] = None
 
     def install(self) -> None:
         original_compile, original_method = torch.compile, torch.nn.Module.compile

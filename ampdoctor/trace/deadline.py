@@ -52,7 +52,7 @@ class holding_stops:
         global _holding
         _holding += 1
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         global _holding
         _holding -= 1
 
@@ -93,7 +93,7 @@ class Deadline:
         self._start(self._watch)
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         global _active
         self.landed = True
         self._done.set()
@@ -114,7 +114,7 @@ class Deadline:
         self._threads.append(thread)
         thread.start()
 
-    def _expire(self, signum, frame) -> None:
+    def _expire(self, signum: int, frame: Optional[FrameType]) -> None:
         if not self.landed and not _holding:
             raise self._stop_type()
 

@@ -36,15 +36,24 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 from ..findings import Finding, Location, Severity
 from .report.trace_report import TraceReport
 from .rules import evaluate_ranks
 from .runner import script_on_stack
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    import click
+    from rich.console import Console
+    from rich.table import Table
+
+    from .outcome import Outcome
 
 DEFAULT_MERGE_TIMEOUT = 300.0
 # How long rank 0 waits for the others when its own script raised or exited.
@@ -68,7 +77,7 @@ class RankInfo:
         return f"rank {self.rank} of {self.world_size}"
 
 
-def rank_info(environ=None) -> Optional[RankInfo]:
+def rank_info(environ: Optional[Mapping[str, str]] = None) -> Optional[RankInfo]:
     """This process's rank when it runs under torchrun with more than one rank, else None."""
     env = os.environ if environ is None else environ
     try:
@@ -179,7 +188,7 @@ class Termination:
     def deadline(self, deadline: float) -> float:
         return deadline if self.received_at is None else min(deadline, self.received_at + self.GRACE)
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
         first = self.received_at is None
         if first:
             self.received_at = time.monotonic()
@@ -217,7 +226,7 @@ class MergedReport(TraceReport):
         data["ranks"] = self.ranks
         return data
 
-    def print(self, console=None) -> None:
+    def print(self, console: Optional[Console] = None) -> None:
         from .report.report_text import report_console
 
         console = console or report_console(self)
@@ -225,7 +234,7 @@ class MergedReport(TraceReport):
         console.print(_ranks_table(self.ranks))
 
 
-def _ranks_table(ranks: list[dict[str, Any]]):
+def _ranks_table(ranks: list[dict[str, Any]]) -> Table:
     from rich.markup import escape
     from rich.table import Table
 
@@ -384,7 +393,7 @@ def _one_line(info: RankInfo, report: TraceReport, path: Optional[str]) -> str:
 def finish_rank(
     info: RankInfo,
     report: TraceReport,
-    outcome,
+    outcome: Outcome,
     json_path: Optional[str],
     output_format: str,
     fail_on: str,
@@ -435,7 +444,16 @@ def finish_rank(
 
 
 def _merge_as_rank_zero(
-    info, report, own, exchange, unreachable, deadline, json_path, output_format, fail_on, write_error
+    info: RankInfo,
+    report: TraceReport,
+    own: dict[str, Any],
+    exchange: Optional[Exchange],
+    unreachable: Optional[str],
+    deadline: float,
+    json_path: Optional[str],
+    output_format: str,
+    fail_on: str,
+    write_error: Optional[OSError],
 ) -> int:
     """Gather the other ranks' reports, write and print the merged report; the exit status."""
     import click
@@ -468,7 +486,7 @@ def _merge_as_rank_zero(
 _NOT_FORWARDED = {"nproc_per_node", "module", "target", "script_args"}
 
 
-def _option_words(option, value) -> list[str]:
+def _option_words(option: click.Option, value: Any) -> list[str]:
     if option.is_flag and option.secondary_opts:
         return [option.opts[0] if value else option.secondary_opts[0]]
     if option.is_flag:
@@ -477,7 +495,7 @@ def _option_words(option, value) -> list[str]:
     return [word for item in values for word in (option.opts[0], str(item))]
 
 
-def forwarded_arguments(ctx) -> list[str]:
+def forwarded_arguments(ctx: click.Context) -> list[str]:
     """The ``trace`` arguments the user gave, ``--nproc-per-node`` left out."""
     import click
     from click.core import ParameterSource
@@ -494,12 +512,12 @@ def forwarded_arguments(ctx) -> list[str]:
     if module:
         words += ["-m", module]
         script_args = ([target] if target else []) + script_args
-    else:
-        words.append(target)
+    else:  # without -m the command requires a script (trace_cli.py checked)
+        words.append(cast(str, target))
     return words + (["--", *script_args] if script_args else [])
 
 
-def launch_command(ctx, nproc: int) -> list[str]:
+def launch_command(ctx: click.Context, nproc: int) -> list[str]:
     """``python -m torch.distributed.run --standalone --nproc-per-node N -m ampdoctor trace ...``"""
     return [
         sys.executable,

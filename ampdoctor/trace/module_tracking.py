@@ -18,7 +18,7 @@ graph: a module is entered only when its own backward nodes run.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.autograd.graph import register_multi_grad_hook
@@ -32,6 +32,11 @@ _NEEDS = ("_get_mod_name", "_get_pop_fn", "_get_append_fn", "_hooks")
 
 class GraphModuleTracker(ModuleTracker):
     """``ModuleTracker`` whose backward leaves out modules that hand an input back unchanged."""
+
+    # torch's private helpers (untyped there), as the override calls them.
+    _get_mod_name: Callable[[torch.nn.Module], str]
+    _get_pop_fn: Callable[[str, bool], Callable[..., None]]
+    _get_append_fn: Callable[[str, bool], Callable[..., None]]
 
     def _fw_post_hook(self, mod: torch.nn.Module, input: Any, output: Any) -> None:
         if not all(hasattr(self, name) for name in _NEEDS):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 import weakref
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Optional
 
@@ -60,7 +61,7 @@ class ModuleRegistry:
 
     def __init__(self) -> None:
         self._modules: weakref.WeakKeyDictionary[torch.nn.Module, ModuleInfo] = weakref.WeakKeyDictionary()
-        self._params = WeakIdKeyDictionary()
+        self._params: MutableMapping[torch.Tensor, ParamInfo] = WeakIdKeyDictionary()
         # id(param) -> (weak reference, info): the per-iteration lookup, without building a
         # weak key per call; the weak reference tells a reused id from the parameter.
         self._param_ids: dict[int, tuple[Any, ParamInfo]] = {}
@@ -249,13 +250,13 @@ class PendingIteration:
     scale_slots: Optional[tuple[int, int]] = None
     used_scale_slot: Optional[int] = None
     found_inf_slots: list[tuple[str, int]] = field(default_factory=list)
-    activations: list = field(default_factory=list)  # activations.ActivationRow
-    gradients: list = field(default_factory=list)  # gradients.GradientChunks
-    gradient_checks: list = field(default_factory=list)  # gradients.GradientCheck
+    activations: list[Any] = field(default_factory=list)  # activations.ActivationRow
+    gradients: list[Any] = field(default_factory=list)  # gradients.GradientChunks
+    gradient_checks: list[Any] = field(default_factory=list)  # gradients.GradientCheck
     # (module, number of gradient elements, slot of boundary_row)
     boundaries: list[tuple[ModuleInfo, int, int]] = field(default_factory=list)
     # backward.GradEvent: gradients entering and leaving module calls, on watched iterations
-    backward: list = field(default_factory=list)
+    backward: list[Any] = field(default_factory=list)
     first_part: int = 0
 
     @property

@@ -9,10 +9,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .backward import BackwardOrigin, find_origin, produced_maxima
 from .numerics import GRADIENT_SHARES, ModuleInfo, ParamInfo, PendingIteration
+
+if TYPE_CHECKING:
+    from .ops import GemmKey, OpKey
+    from .protocol import ProtocolEvent
 
 
 @dataclass
@@ -174,11 +178,11 @@ class Observations:
     backward_reference: dict[str, float] = field(default_factory=dict)
     # Skipped steps whose forward pass and loss were finite: overflows born in the backward.
     backward_skips: int = 0
-    ops: Counter = field(default_factory=Counter)
+    ops: Counter[OpKey] = field(default_factory=Counter)
     op_ranges: dict[tuple[Optional[str], str], tuple[float, float]] = field(default_factory=dict)
     op_steps: int = 0
     # Matmul-class ops of the census by (module, op, phase, output dtype, input shapes).
-    gemms: Counter = field(default_factory=Counter)
+    gemms: Counter[GemmKey] = field(default_factory=Counter)
     autocast_dtypes: set[tuple[str, str]] = field(default_factory=set)
     backward_calls: int = 0
     # Backward calls with a float16 autocast region entered since the previous backward.
@@ -214,7 +218,7 @@ class Observations:
     # Per module path, the user's statement that called the module (its first call).
     call_sites: dict[str, Optional[tuple[str, int]]] = field(default_factory=dict)
     # GradScaler protocol mistakes seen as they happened (protocol.ProtocolEvent), lint's codes.
-    protocol_events: list = field(default_factory=list)
+    protocol_events: list[ProtocolEvent] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -254,7 +258,9 @@ class Observations:
             if pending.backward:
                 self._absorb_backward(pending, values, record, forward_finite and loss_finite)
 
-    def _fill_record(self, record: IterationRecord, pending: PendingIteration, values, losses) -> None:
+    def _fill_record(
+        self, record: IterationRecord, pending: PendingIteration, values: list[list[float]], losses: list[float]
+    ) -> None:
         record.loss = sum(losses) if losses else None
         if pending.scale_slots is not None:
             before, after = pending.scale_slots
@@ -265,7 +271,7 @@ class Observations:
             record.found_inf[label] = record.found_inf.get(label, 0.0) + values[slot][0]
         record.skipped = any(v > 0 for v in record.found_inf.values())
 
-    def _absorb_gradients(self, pending: PendingIteration, values, record: IterationRecord) -> None:
+    def _absorb_gradients(self, pending: PendingIteration, values: list[list[float]], record: IterationRecord) -> None:
         rows = [row for capture in pending.gradients for row in capture.rows(values)]
         for info, row in rows:
             self._gradient_stats(info).add(row, record.step, record.skipped, record.scale)
@@ -291,7 +297,7 @@ class Observations:
             self.gradients[info.name] = stats
         return stats
 
-    def _absorb_activations(self, pending: PendingIteration, values, step: int) -> bool:
+    def _absorb_activations(self, pending: PendingIteration, values: list[list[float]], step: int) -> bool:
         """Fold in the activation ranges; whether every module output was finite."""
         all_finite = True
         for row in pending.activations:
@@ -316,7 +322,7 @@ class Observations:
         return all_finite
 
     def _absorb_backward(
-        self, pending: PendingIteration, values, record: IterationRecord, forward_finite: bool
+        self, pending: PendingIteration, values: list[list[float]], record: IterationRecord, forward_finite: bool
     ) -> None:
         overflowed = record.skipped or bool(record.nonfinite_params)
         if not overflowed:
@@ -328,7 +334,7 @@ class Observations:
         if self.backward_origin is None and forward_finite:
             self.backward_origin = find_origin(pending.backward, values, record.step, record.scale)
 
-    def _absorb_boundaries(self, pending: PendingIteration, values) -> None:
+    def _absorb_boundaries(self, pending: PendingIteration, values: list[list[float]]) -> None:
         for info, numel, slot in pending.boundaries:
             zero, subnormal, coarse = values[slot]
             stats = self.boundaries.get(info.path)

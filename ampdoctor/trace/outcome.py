@@ -7,11 +7,17 @@ merge can all say how a run ended without importing each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Protocol
 
 from ..findings import Severity
 
 EXIT_TIMEOUT = 124  # as timeout(1); deadline.py's watchdog ends a run it cannot stop with it too
+
+
+class _Judged(Protocol):
+    """A report (TraceReport; a Protocol here, as trace_report.py imports this module)."""
+
+    def fails(self, level: Optional[Severity]) -> bool: ...
 
 
 @dataclass
@@ -58,7 +64,7 @@ def how_it_ended(outcome: Outcome, steps_requested: Optional[int]) -> str:
     }.get(outcome.reason, outcome.reason)
 
 
-def exit_status(report, outcome: Outcome, fail_on: str) -> int:
+def exit_status(report: _Judged, outcome: Outcome, fail_on: str) -> int:
     """0 no finding at or above ``fail_on``; 1 findings at or above it, or the script raised;
     the script's own ``sys.exit`` status; 130 on Ctrl-C; 124 when ``--timeout`` stopped it."""
     if outcome.reason == "error":

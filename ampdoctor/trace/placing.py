@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from ..findings import Finding, Location
 from .observations import Observations
-from .ops import MATMUL_OPS
+from .opnames import MATMUL_OPS
 from .rulebase import class_of, module_class_of
 from .sites import format_site, is_user_file
 
@@ -62,7 +62,7 @@ def _place(finding: Finding, observations: Observations, locator: Any) -> Findin
     return finding.replace(location=location, extra=extra)
 
 
-def _ops_named(extra: dict) -> list[str]:
+def _ops_named(extra: dict[str, Any]) -> list[str]:
     named = []
     if extra.get("op"):
         named.append(extra["op"])
@@ -87,7 +87,7 @@ def op_site(observations: Observations, module: Optional[str], preferred_ops: li
     return sites[0][1]
 
 
-def _add_class(extra: dict, module: str, observations: Observations, locator: Any) -> None:
+def _add_class(extra: dict[str, Any], module: str, observations: Observations, locator: Any) -> None:
     if "class_file" in extra:
         return
     cls = class_of(observations, extra.get("module_class") or module_class_of(observations, module))
@@ -101,7 +101,7 @@ def _add_class(extra: dict, module: str, observations: Observations, locator: An
         extra["class_line"] = line
 
 
-def _class_location(extra: dict) -> Optional[Location]:
+def _class_location(extra: dict[str, Any]) -> Optional[Location]:
     path, line = extra.get("class_file"), extra.get("class_line")
     if path and line and is_user_file(path) and os.path.exists(path):
         return Location(path, line)

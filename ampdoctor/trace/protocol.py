@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import types
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -84,7 +85,7 @@ class ProtocolWatch:
         original_init = torch.optim.Optimizer.__init__
         sites = self._optimizer_sites
 
-        def observed_init(optimizer, *args: Any, **kwargs: Any) -> None:
+        def observed_init(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
             original_init(optimizer, *args, **kwargs)
             try:
                 sites[optimizer] = user_site()
@@ -110,7 +111,7 @@ class ProtocolWatch:
     def _traced_clip(self, original: Any, name: str) -> Any:
         watch = self
 
-        def traced(parameters, *args: Any, **kwargs: Any):
+        def traced(parameters: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(parameters, types.GeneratorType):
                 params = list(parameters)
                 parameters = _replay(params)
@@ -194,7 +195,7 @@ class ProtocolWatch:
                 self._record("AMP205", "GradScaler", creation_sites.get(scaler), scaler=scaler)
         self._steppers[id(optimizer)] = weakref.ref(scaler)
 
-    def clipping(self, params: list, name: str) -> None:
+    def clipping(self, params: list[Any], name: str) -> None:
         grads = [p for p in params if isinstance(p, torch.Tensor) and p.grad is not None]
         if not grads:
             return
@@ -204,7 +205,7 @@ class ProtocolWatch:
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _scaling_for(self, optimizer: Any, params: Optional[list] = None, stepping: bool = False) -> Any:
+    def _scaling_for(self, optimizer: Any, params: Optional[list[torch.Tensor]] = None, stepping: bool = False) -> Any:
         """The scaler whose scaled gradients ``optimizer`` (or ``params``) holds right now, or
         None when that is not certain."""
         if self._plain_backward_since_update:
@@ -243,7 +244,7 @@ class ProtocolWatch:
         events.append(ProtocolEvent(code, site, step, what, scaler=name, optimizer=optimizer))
 
 
-def _replay(items: list):
+def _replay(items: list[Any]) -> Iterator[Any]:
     """A generator over ``items``: what a clipping function given a generator expects."""
     yield from items
 

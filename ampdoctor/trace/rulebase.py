@@ -182,7 +182,7 @@ def class_of(observations: Observations, class_name: Optional[str]) -> Optional[
     return _modules_of(observations).get(class_name) if class_name else None
 
 
-def module_location(locator: Locator, observations: Observations, module: Optional[str]):
+def module_location(locator: Locator, observations: Observations, module: Optional[str]) -> Location:
     """Where a finding about ``module`` points: its class's definition in the script, if found."""
     return locator.location(class_of(observations, module_class_of(observations, module)))
 

@@ -25,7 +25,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
 
 import torch
 from torch.amp.grad_scaler import OptState
@@ -34,6 +34,7 @@ from .ops import quiet
 
 if TYPE_CHECKING:
     from types import FrameType
+    from typing import Self
 
 _TorchGradScaler = torch.amp.GradScaler
 
@@ -98,24 +99,24 @@ class _Observed(_ObservedBase):
     """The observation points, mixed in before a GradScaler class; the behaviour is the
     parent's."""
 
-    def __new__(cls, *args: Any, **kwargs: Any):
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         # Here rather than in __init__, whose frames torch's constructor warnings count.
         scaler = super().__new__(cls)
         _remember_creation(scaler)
         return scaler
 
-    def scale(self, outputs):
+    def scale(self, outputs: Any) -> Any:  # a tensor or an iterable of them, as torch's overloads
         scaled = super().scale(outputs)
         observer = _current(self)
         if observer is not None:
             observer.scaler_scaled(self, outputs, scaled)
         return scaled
 
-    def load_state_dict(self, state_dict) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         resumed.add(self)  # a scaler made again from the saved state continues the old one
 
-    def unscale_(self, optimizer) -> None:
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         observer = _current(self)
         if observer is not None:
             observer.scaler_unscale_started(self, optimizer)
@@ -124,14 +125,14 @@ class _Observed(_ObservedBase):
         if observer is not None:
             observer.scaler_unscaled(self, optimizer)
 
-    def step(self, optimizer, *args: Any, **kwargs: Any):
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Optional[float]:
         _stepping.depth = getattr(_stepping, "depth", 0) + 1
         try:
             return self._observed_step(optimizer, *args, **kwargs)
         finally:
             _stepping.depth -= 1
 
-    def _observed_step(self, optimizer, *args: Any, **kwargs: Any):
+    def _observed_step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Optional[float]:
         observer = _current(self)
         if observer is None:
             return super().step(optimizer, *args, **kwargs)
@@ -149,7 +150,7 @@ class _Observed(_ObservedBase):
             observer.scaler_step_finished(self, optimizer, found_inf)
         return result
 
-    def update(self, new_scale=None) -> None:
+    def update(self, new_scale: Optional[Union[float, torch.Tensor]] = None) -> None:
         observer = _current(self)
         if observer is None or self._scale is None:
             return super().update(new_scale)
@@ -158,13 +159,13 @@ class _Observed(_ObservedBase):
             super().update(new_scale)
         observer.scaler_updated(self, scale_before, self._scale.detach().clone())
 
-    def _combined_found_inf(self, optimizer) -> Optional[torch.Tensor]:
+    def _combined_found_inf(self, optimizer: torch.optim.Optimizer) -> Optional[torch.Tensor]:
         """The sum of the per-device found_inf tensors torch recorded for this optimizer."""
         per_device = self._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
         if not per_device:
             return None
         target = self._scale.device if self._scale is not None else None
-        tensors = [t.to(target, non_blocking=True) for t in per_device.values()]
+        tensors: list[torch.Tensor] = [t.to(target, non_blocking=True) for t in per_device.values()]
         total = tensors[0].clone()
         for tensor in tensors[1:]:
             total += tensor
@@ -265,7 +266,7 @@ class ScalerPatch:
         # the observed variant of their own class as they are made.
         original_init = _TorchGradScaler.__init__
 
-        def observed_init(scaler, *args: Any, **kwargs: Any) -> None:
+        def observed_init(scaler: _TorchGradScaler, *args: Any, **kwargs: Any) -> None:
             original_init(scaler, *args, **kwargs)
             if not isinstance(scaler, _Observed):
                 scaler.__class__ = traced_variant(type(scaler))
@@ -284,7 +285,7 @@ class ScalerPatch:
         self._saved.clear()
 
 
-def found_no_inf(scaler, optimizer) -> bool:
+def found_no_inf(scaler: _TorchGradScaler, optimizer: torch.optim.Optimizer) -> bool:
     """Whether ``unscale_`` just found every gradient of ``optimizer`` finite, known without a
     device sync: torch's own ``found_inf`` tensors, read only when they live on the CPU."""
     state = scaler._per_optimizer_states.get(id(optimizer))

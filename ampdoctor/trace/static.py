@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..findings import Finding
 from .sites import is_user_file
+
+if TYPE_CHECKING:
+    from ..lint import LintRun
 
 
 def imported_local_files(script: Optional[str], modules_before: Iterable[str]) -> list[str]:
@@ -50,7 +53,7 @@ def lint_files(files: list[str]) -> tuple[list[Finding], Optional[str]]:
     return sorted(run.findings, key=lambda f: (f.location.path, f.location.line, f.code)), None
 
 
-def _lint(files: list[str]):
+def _lint(files: list[str]) -> LintRun:
     """``ampdoctor lint FILES`` with the configuration found from the first file."""
     from pathlib import Path
 

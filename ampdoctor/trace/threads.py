@@ -23,13 +23,13 @@ class ThreadStops:
     def __init__(self, stop_type: type[BaseException]) -> None:
         self._stop_type = stop_type
         self._session_thread = threading.get_ident()
-        self._saved_hook: Optional[Callable] = None
+        self._saved_hook: Optional[Callable[[threading.ExceptHookArgs], object]] = None
 
     def install(self) -> None:
         self._saved_hook = threading.excepthook
         original, stop_type = self._saved_hook, self._stop_type
 
-        def quiet_stop(args) -> None:
+        def quiet_stop(args: threading.ExceptHookArgs) -> None:
             if args.exc_type is not None and issubclass(args.exc_type, stop_type):
                 return
             original(args)

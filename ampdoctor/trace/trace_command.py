@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import click
 
@@ -20,8 +20,12 @@ from .outcome import exit_status
 
 if TYPE_CHECKING:
     from .distributed import RankInfo
+    from .outcome import Outcome
+    from .report.tensorboard import TensorBoardLog
+    from .report.trace_report import TraceReport
     from .rulebase import Thresholds
     from .runner import Target
+    from .session import TraceSession
 
 
 class CommandError(Exception):
@@ -130,7 +134,7 @@ def _one_line_errors() -> Iterator[None]:
         ) from None
 
 
-def _trace(request: TraceRequest, listeners: list):
+def _trace(request: TraceRequest, listeners: list[TensorBoardLog]) -> tuple[TraceReport, Outcome]:
     from .deadline import Deadline
     from .runner import run_target
     from .session import TraceSession
@@ -179,7 +183,7 @@ def _trace(request: TraceRequest, listeners: list):
     return report, session.outcome
 
 
-def _report_on_give_up(session, request: TraceRequest) -> None:
+def _report_on_give_up(session: TraceSession, request: TraceRequest) -> None:
     """The script swallowed every stop of ``--timeout``: report what was seen so far, from the
     watchdog thread, before the process ends (deadline.py)."""
     from .outcome import Outcome
@@ -194,7 +198,7 @@ def _report_on_give_up(session, request: TraceRequest) -> None:
         _emit(report, session.outcome, request)
 
 
-def _end_forked_child(outcome) -> None:
+def _end_forked_child(outcome: Outcome) -> NoReturn:
     """A process the script forked came back through ampdoctor: it ends as it would have ended
     under ``python``, and only the traced process reports."""
     if outcome.traceback:
@@ -202,7 +206,7 @@ def _end_forked_child(outcome) -> None:
     raise SystemExit({"error": 1, "interrupt": 130}.get(outcome.reason, outcome.exit_code or 0))
 
 
-def _emit(report, outcome, request: TraceRequest) -> None:
+def _emit(report: TraceReport, outcome: Outcome, request: TraceRequest) -> None:
     if outcome.traceback:
         sys.stderr.write(outcome.traceback)
         sys.stderr.flush()
@@ -235,7 +239,7 @@ def _shown(path: str) -> str:
     return path if relative.startswith(os.pardir) else relative
 
 
-def _end_despite_script_threads(outcome, threads_before, status: int) -> None:
+def _end_despite_script_threads(outcome: Outcome, threads_before: set[threading.Thread], status: int) -> None:
     """The script was stopped, but threads it started (a producer feeding a queue forever) are
     still running and would keep the process alive: end it, as the stop intended."""
     from .threads import script_threads_left
@@ -268,11 +272,11 @@ class _Progress:
         )
         self._task = self._progress.add_task("trace", total=total, status="")
 
-    def __enter__(self):
+    def __enter__(self) -> _Progress:
         self._progress.start()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._progress.stop()
 
     def __call__(self, step: int, total: Optional[int], scale: Optional[float], skipped: int) -> None:
@@ -280,7 +284,7 @@ class _Progress:
         self._progress.update(self._task, completed=step, status=status)
 
 
-def _progress_display(enabled: bool, total: Optional[int]):
+def _progress_display(enabled: bool, total: Optional[int]) -> contextlib.AbstractContextManager[Optional[_Progress]]:
     if not enabled:
         return contextlib.nullcontext(None)
     return _Progress(total)

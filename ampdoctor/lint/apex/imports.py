@@ -9,6 +9,13 @@ import re
 
 import libcst as cst
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    # What a block's body holds (libcst's BaseStatement declares no leading_lines).
+    Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
+
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
     if isinstance(node, cst.Name):
@@ -109,16 +116,16 @@ def tidy_imports(module: cst.Module, names: ApexNames) -> cst.Module:
 def used_names(module: cst.Module, names: ApexNames | None = None) -> set[str]:
     """Names the module reads (imports aside; with ``names``, a ``try`` that only imports apex
     and its ``except ImportError`` fallback aside too)."""
-    used = set()
+    used: set[str] = set()
 
     class Uses(cst.CSTVisitor):
         def visit_Try(self, node: cst.Try) -> bool:
             return names is None or not _guards_apex_import(node, names)
 
-        def visit_Import(self, node) -> bool:
+        def visit_Import(self, node: cst.Import) -> bool:
             return False
 
-        def visit_ImportFrom(self, node) -> bool:
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
             return False
 
         def visit_Attribute(self, node: cst.Attribute) -> bool:
@@ -171,43 +178,55 @@ class _TidyImports(cst.CSTTransformer):
     def _keep(self, local: str) -> bool:
         return local not in self.names.locals or local in self.used
 
-    def leave_Import(self, original, updated):
+    def leave_Import(
+        self, original: cst.Import, updated: cst.Import
+    ) -> cst.BaseSmallStatement | cst.FlattenSentinel[cst.BaseSmallStatement] | cst.RemovalSentinel:
         kept = [
             a
             for a in updated.names
-            if self._keep(a.asname.name.value if a.asname else import_path(a.name).split(".")[0])
+            if self._keep(a.asname.name.value if a.asname else import_path(a.name).split(".")[0])  # type: ignore[union-attr]
         ]
         return self._result(updated, kept)
 
-    def leave_ImportFrom(self, original, updated):
+    def leave_ImportFrom(
+        self, original: cst.ImportFrom, updated: cst.ImportFrom
+    ) -> cst.BaseSmallStatement | cst.FlattenSentinel[cst.BaseSmallStatement] | cst.RemovalSentinel:
         if isinstance(updated.names, cst.ImportStar):
             return updated
-        kept = [a for a in updated.names if self._keep(a.asname.name.value if a.asname else a.name.value)]
+        # (In ``from m import a as b``, ``a`` and ``b`` are names.)
+        kept = [a for a in updated.names if self._keep(a.asname.name.value if a.asname else a.name.value)]  # type: ignore[union-attr, arg-type]
         module = import_path(updated.module) if updated.module is not None else ""
         if module == "apex.parallel" and kept and all(import_path(a.name) == "DistributedDataParallel" for a in kept):
             updated = updated.with_changes(module=cst.parse_expression("torch.nn.parallel"))
         return self._result(updated, kept)
 
     @staticmethod
-    def _result(updated, kept):
+    def _result(
+        updated: cst.Import | cst.ImportFrom, kept: list[cst.ImportAlias]
+    ) -> cst.Import | cst.ImportFrom | cst.RemovalSentinel:
         if not kept:
             return cst.RemoveFromParent()
-        if len(kept) == len(updated.names):
+        # (``updated.names``: a list, never ``*``: ``leave_ImportFrom`` returned that import as it was.)
+        if len(kept) == len(updated.names):  # type: ignore[arg-type]
             return updated  # nothing of apex here: the import stays as written, trailing comma too
-        if kept[-1] is not updated.names[-1]:
+        if kept[-1] is not updated.names[-1]:  # type: ignore[index]
             # the last name went: the new last one ends as it did (a trailing comma and its
             # line break in a parenthesised list, or nothing)
-            kept[-1] = kept[-1].with_changes(comma=updated.names[-1].comma)
+            kept[-1] = kept[-1].with_changes(comma=updated.names[-1].comma)  # type: ignore[index]
         return updated.with_changes(names=kept)
 
-    def leave_SimpleStatementLine(self, original, updated):
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
         if not updated.body:  # every import of the line went: the block drops the line
             emptied = updated.with_changes(body=[cst.Pass()])
             self.emptied[id(emptied)] = emptied
             return emptied
         return updated
 
-    def leave_Try(self, original, updated):
+    def leave_Try(
+        self, original: cst.Try, updated: cst.Try
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
         # ``try: from apex import amp`` / ``except ImportError: ...``: nothing left to guard.
         if all(is_pass(s) for s in updated.body.body):
             emptied = parse_line("pass").with_changes(leading_lines=updated.leading_lines)
@@ -215,7 +234,9 @@ class _TidyImports(cst.CSTTransformer):
             return emptied
         return updated
 
-    def leave_If(self, original, updated):
+    def leave_If(
+        self, original: cst.If, updated: cst.If
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
         # ``if fp16: try: from apex import amp ...``: the ``if`` guarded only what went.
         emptied = all(is_pass(s) for s in updated.body.body) and not all(is_pass(s) for s in original.body.body)
         if emptied and updated.orelse is None:
@@ -224,14 +245,16 @@ class _TidyImports(cst.CSTTransformer):
             return replacement
         return updated
 
-    def leave_IndentedBlock(self, original, updated):
-        return updated.with_changes(body=self._without_emptied(updated.body) or [parse_line("pass")])
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.BaseSuite:
+        return updated.with_changes(body=self._without_emptied(updated.body) or [parse_line("pass")])  # type: ignore[arg-type]
 
-    def leave_Module(self, original, updated):
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         return updated.with_changes(body=self._without_emptied(updated.body))
 
-    def _without_emptied(self, body) -> list:
+    def _without_emptied(self, body: Sequence[Statement]) -> list[Statement]:
         """The statements but the emptied ones; their leading blank lines and comments stay."""
+        kept: list[Statement]
+        carried: list[cst.EmptyLine]
         kept, carried = [], []
         for statement in body:
             if id(statement) in self.emptied:
@@ -258,7 +281,7 @@ def is_main_guard(node: cst.If) -> bool:
     )
 
 
-def is_pass(statement) -> bool:
+def is_pass(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and all(isinstance(s, cst.Pass) for s in statement.body)
 
 

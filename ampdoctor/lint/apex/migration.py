@@ -41,6 +41,8 @@ from .plan import DDP_DROPPABLE, MigrationPlan, opt_level_note
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     # What a block's body holds (libcst's BaseStatement declares no leading_lines).
     Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
 
@@ -103,7 +105,7 @@ class _Initialize:
         self.targets = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
         self.condition: cst.If | None = None  # ``if flag:`` around the call alone: the scaler's switch
 
-    def target_items(self) -> tuple[list, list]:
+    def target_items(self) -> tuple[list[str], list[str]]:
         """(model spellings, optimizer spellings), the arguments' and the targets'."""
         models = [code_of(m) for m in _items(self.models)] if self.models is not None else []
         optimizers = [code_of(o) for o in _items(self.optimizers)] if self.optimizers is not None else []
@@ -242,7 +244,7 @@ class _Migration(cst.CSTTransformer):
             last = max(chains, key=lambda c: c[depth][1])[depth][2]
             self.after.setdefault(id(last), []).append(parse_line(f"{self.scaler}.update()"))
 
-    def _chain(self, statement: cst.CSTNode):
+    def _chain(self, statement: cst.CSTNode) -> tuple[list[tuple[int, int, cst.CSTNode]], cst.CSTNode]:
         """[(block id, index, statement)] from the group's root block down to ``statement``."""
         chain = []
         node = statement
@@ -273,7 +275,9 @@ class _Migration(cst.CSTTransformer):
 
     # -- rewriting --------------------------------------------------------------------------
 
-    def leave_SimpleStatementLine(self, original, updated):
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
         if any(original is init.statement for init in self.initializes):
             init = next(i for i in self.initializes if i.statement is original)
             return self._replace_initialize(init, updated)
@@ -281,13 +285,13 @@ class _Migration(cst.CSTTransformer):
         if optimizer is not None:
             call = cst.parse_expression(f"{self.scaler}.step({code_of(optimizer)})")
             return updated.with_changes(body=[cst.Expr(call)])
-        for optimizer in self.clips.get(id(original), ()):
+        for optimizer in self.clips.get(id(original), ()):  # type: ignore[assignment]  # (a spelling)
             unscale = parse_line(f"{self.scaler}.unscale_({optimizer})")
             self.unscales.add(id(unscale))
             self.before.setdefault(id(original), []).append(unscale)
         return updated
 
-    def _replace_initialize(self, init: _Initialize, updated: cst.SimpleStatementLine):
+    def _replace_initialize(self, init: _Initialize, updated: cst.SimpleStatementLine) -> Statement:
         lines: list[Statement] = []
         if init.targets is not None:
             given = [a for a in (init.models, init.optimizers) if a is not None]
@@ -350,7 +354,9 @@ class _Migration(cst.CSTTransformer):
             comments.append(f"apex's {', '.join(dropped)} has no torch.amp equivalent and was dropped")
         return comments, arguments
 
-    def leave_With(self, original, updated):
+    def leave_With(
+        self, original: cst.With, updated: cst.With
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
         if len(original.items) != 1:
             return updated
         call = original.items[0].item
@@ -365,7 +371,7 @@ class _Migration(cst.CSTTransformer):
         if isinstance(updated.body, cst.SimpleStatementSuite) and len(body) == 1:
             value = getattr(body[0], "value", None)
             backward = value if isinstance(value, cst.Call) else None
-            body = [cst.SimpleStatementLine(body=[body[0]])]
+            body = [cst.SimpleStatementLine(body=[body[0]])]  # type: ignore[list-item]  # (a small statement)
         if (
             backward is not None
             and isinstance(backward.func, cst.Attribute)
@@ -379,11 +385,11 @@ class _Migration(cst.CSTTransformer):
         else:
             # The body does more than a backward: keep it, with the scaled loss bound to its name.
             replacement = parse_line(f"{name or '_'} = {scaled}")
-            self.after.setdefault(id(original), []).extend(body)  # libcst re-indents them
+            self.after.setdefault(id(original), []).extend(body)  # type: ignore[arg-type]  # libcst re-indents them
         header = updated.body.header if isinstance(updated.body, cst.IndentedBlock) else replacement.trailing_whitespace
         return replacement.with_changes(leading_lines=updated.leading_lines, trailing_whitespace=header)
 
-    def leave_Call(self, original, updated):
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if isinstance(original.func, cst.Name) and original.func.value in self.plan.threads:
             tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
             argument = cst.Arg(keyword=cst.Name(self.scaler), value=cst.Name(self.scaler), equal=tight)
@@ -414,7 +420,9 @@ class _Migration(cst.CSTTransformer):
             return f"{self.models[0]}.parameters()"
         return f'[p for group in {optimizer}.param_groups for p in group["params"]]'
 
-    def leave_If(self, original, updated):
+    def leave_If(
+        self, original: cst.If, updated: cst.If
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
         if any(init.condition is original for init in self.initializes):
             if all(is_pass(s) for s in updated.body.body):
                 self.dropped.add(id(original))  # ``if flag:`` held only amp.initialize
@@ -423,7 +431,7 @@ class _Migration(cst.CSTTransformer):
             return updated
         return self._collapsed(original, updated) or updated
 
-    def _collapsed(self, original: cst.If, updated: cst.If):
+    def _collapsed(self, original: cst.If, updated: cst.If) -> Statement | None:
         """``if flag: <scaled> else: <plain>`` where ``flag`` switches the scaler: a disabled scaler
         scales by 1 and its unscale_ does nothing, so the scaled arm alone does both."""
         orelse = updated.orelse
@@ -441,7 +449,9 @@ class _Migration(cst.CSTTransformer):
             return arm[0].with_changes(leading_lines=updated.leading_lines)
         return None
 
-    def leave_FunctionDef(self, original, updated):
+    def leave_FunctionDef(
+        self, original: cst.FunctionDef, updated: cst.FunctionDef
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
         """A function the scaler is handed to (reach.py) takes it as a keyword-only parameter."""
         if original.name.value not in self.plan.threads:
             return updated
@@ -452,14 +462,14 @@ class _Migration(cst.CSTTransformer):
         kwonly = [*params.kwonly_params, cst.Param(name=cst.Name(self.scaler))]
         return updated.with_changes(params=params.with_changes(star_arg=star, kwonly_params=kwonly))
 
-    def leave_IndentedBlock(self, original, updated):
-        body = self._block(original.body, updated.body)
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.BaseSuite:
+        body = self._block(original.body, updated.body)  # type: ignore[arg-type]  # (each a Statement)
         return updated.with_changes(body=body or [parse_line("pass")])
 
-    def leave_Module(self, original, updated):
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         return updated.with_changes(body=self._block(original.body, updated.body))
 
-    def _block(self, originals, updateds) -> list[Statement]:
+    def _block(self, originals: Sequence[Statement], updateds: Sequence[Statement]) -> list[Statement]:
         groups = []
         for original, updated in zip(originals, updateds):
             line = self.positions[original].start.line

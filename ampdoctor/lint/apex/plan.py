@@ -16,6 +16,13 @@ import ast
 from ...records import Value
 from .reach import scaler_reach
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ..model import AmpFacts, CallSite
+    from ..syntax import Arg
+
 # apex names the codemod rewrites (after the ``apex.`` prefix); anything else of apex.amp,
 # apex.fp16_utils or apex.parallel keeps the module from being migrated automatically.
 AMP_FUNCTIONS = ("initialize", "scale_loss", "master_params", "state_dict", "load_state_dict")
@@ -58,8 +65,8 @@ class MigrationPlan(Value):
 
     def __init__(
         self,
-        wraps: tuple = (),
-        todos: tuple = (),
+        wraps: tuple[tuple[int, int], ...] = (),
+        todos: tuple[tuple[int, str, int], ...] = (),
         blocker: str | None = None,
         threads: tuple[str, ...] = (),
         method: bool = False,
@@ -67,7 +74,7 @@ class MigrationPlan(Value):
         self._set(wraps, todos, blocker, threads, method)
 
 
-def plan_migration(facts) -> MigrationPlan:
+def plan_migration(facts: AmpFacts) -> MigrationPlan:
     blocker = _blocker(facts)
     if blocker is not None:
         return MigrationPlan(blocker=blocker)
@@ -86,17 +93,22 @@ def plan_migration(facts) -> MigrationPlan:
         if site.qname == "apex.amp.initialize":
             level = _literal(site.arg(keyword="opt_level"))
             if site.arg(keyword="opt_level") is not None and level is None:
-                text = ast.unparse(site.arg(keyword="opt_level").value)
+                text = ast.unparse(site.arg(keyword="opt_level").value)  # type: ignore[union-attr]
                 # The codemod writes this one itself, above the scaler (line 0: placed by no line).
                 todos.append((0, opt_level_note(text), site.statement.lineno))
     return MigrationPlan(tuple(sorted(wraps)), tuple(sorted(todos)), None, reach.threads, reach.method)
 
 
 def _plan_block(
-    block: list[ast.stmt], models: set[str], scale_calls: set[int], planned: set[int], wraps: list, todos: list
+    block: list[ast.stmt],
+    models: set[str],
+    scale_calls: set[int],
+    planned: set[int],
+    wraps: list[tuple[int, int]],
+    todos: list[tuple[int, str, int]],
 ) -> None:
     """The autocast runs and TODOs for the ``amp.scale_loss`` blocks of one statement list."""
-    runs = []
+    runs: list[tuple[int, int]] = []
     for index, statement in enumerate(block):
         holder = statement
         if isinstance(statement, ast.If) and len(statement.body) == 1:
@@ -121,7 +133,7 @@ def _plan_block(
 _CLIPS = ("clip_grad_norm_", "clip_grad_value_")
 
 
-def _scaled_gradient_reads(facts) -> list[tuple[int, str, int]]:
+def _scaled_gradient_reads(facts: AmpFacts) -> list[tuple[int, str, int]]:
     """``amp.master_params(o)`` other than clipped: apex had unscaled the gradients by then,
     GradScaler has not (the migration adds ``unscale_`` only before a clip)."""
     clipped = {
@@ -145,7 +157,7 @@ def opt_level_note(text: str) -> str:
     return f"opt_level came from `{text}`; migrated as O1 (float16 autocast and a GradScaler)"
 
 
-def _blocker(facts) -> str | None:
+def _blocker(facts: AmpFacts) -> str | None:
     functions = {(s.qname or "")[len("apex.amp.") :] for s in facts.calls if (s.qname or "").startswith("apex.amp.")}
     if functions - {"initialize"} and "initialize" not in functions:
         return (
@@ -197,7 +209,7 @@ def _blocker(facts) -> str | None:
     return None
 
 
-def _is_whole_statement(site) -> bool:
+def _is_whole_statement(site: CallSite) -> bool:
     """``targets = amp.initialize(...)`` or ``amp.initialize(...)`` on its own line."""
     statement = site.statement
     return (
@@ -207,14 +219,14 @@ def _is_whole_statement(site) -> bool:
     )
 
 
-def _is_sole_with_item(site) -> bool:
+def _is_sole_with_item(site: CallSite) -> bool:
     statement = site.statement
     return (
         isinstance(statement, ast.With) and len(statement.items) == 1 and statement.items[0].context_expr is site.node
     )
 
 
-def _is_nested_in_branch(site) -> bool:
+def _is_nested_in_branch(site: CallSite) -> bool:
     """Under a condition, other than ``if flag:`` holding the statement directly with no
     ``else`` (the flag then switches the scaler and autocast: ``enabled=flag``)."""
     branches = [
@@ -227,7 +239,7 @@ def _is_nested_in_branch(site) -> bool:
     if len(branches) > 1 or branches[-1] is not site.path[-1] or branches[-1].kind != "if":
         return True
     guard = branches[-1].node
-    return bool(guard.orelse) or site.statement not in guard.body
+    return bool(guard.orelse) or site.statement not in guard.body  # type: ignore[attr-defined]  # (an ``if``)
 
 
 def _is_main_guard(node: ast.AST) -> bool:
@@ -243,14 +255,14 @@ def _is_main_guard(node: ast.AST) -> bool:
     )
 
 
-def _literal(arg) -> str | None:
+def _literal(arg: Arg | None) -> str | None:
     value = getattr(arg, "value", None)
     if isinstance(value, ast.Constant) and isinstance(value.value, str):
         return value.value
     return None
 
 
-def _model_spellings(facts) -> set[str]:
+def _model_spellings(facts: AmpFacts) -> set[str]:
     """How the models handed to amp.initialize are written (``model``, ``self.net``, ``m1``)."""
     names: set[str] = set()
     for site in facts.calls:
@@ -268,7 +280,7 @@ def _model_spellings(facts) -> set[str]:
     return names
 
 
-def _blocks(module: ast.Module):
+def _blocks(module: ast.Module) -> Iterator[list[ast.stmt]]:
     """Every statement list of the module."""
     stack: list[ast.AST] = [module]
     while stack:
@@ -294,7 +306,9 @@ def _scale_loss_call(statement: ast.stmt, scale_calls: set[int]) -> ast.Call | N
     return None
 
 
-def _forward_run(block: list[ast.stmt], index: int, call: ast.Call, models: set[str], scale_calls: set[int]):
+def _forward_run(
+    block: list[ast.stmt], index: int, call: ast.Call, models: set[str], scale_calls: set[int]
+) -> tuple[int, int] | tuple[int | None, str]:
     """(first index, last index) of the statements before ``block[index]`` that compute the
     loss from a model, or (index of the loss's assignment or None, the text of a TODO saying
     why they cannot be told)."""

@@ -92,7 +92,7 @@ def call_records(facts: AmpFacts, imports: dict[str, str], functions: dict[str, 
     return records
 
 
-def _arms(path: tuple[Block, ...]) -> list[list]:
+def _arms(path: tuple[Block, ...]) -> list[list[int | str]]:
     """The branches between the call and its innermost loop, ``[line, column, kind]`` each: two
     calls under one ``if`` in different arms never run in the same iteration."""
     inner = max((index for index, block in enumerate(path) if block.is_loop), default=-1)

@@ -33,6 +33,11 @@ from .flow import Values, flatten
 from .link import Project, Target
 from .reports import RESUME, Callers, CrossReport
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .flow import Atom, Bound, Value
+    from .value_atoms import CallFlow, FunctionFlow
+
 MAX_HOPS = 3
 # A function whose text has none of these writes no checkpoint and hands none on: the calls
 # into it are not followed (its module is then never parsed for that).
@@ -52,10 +57,10 @@ class _Judge:
     def __init__(self, values: Values, callers: Callers | None = None) -> None:
         self.values = values
         self.callers = callers
-        self._reach: dict[tuple[str, str], frozenset] = {}
+        self._reach: dict[tuple[str, str], Value] = {}
         self._kept: dict[str, bool] = {}
 
-    def reach(self, module: str, function: str) -> frozenset:
+    def reach(self, module: str, function: str) -> Value:
         """The enabled scalers ``function`` trains with (``S@`` atoms, disabled ones left out)."""
         key = (module, function)
         known = self._reach.get(key)
@@ -94,11 +99,11 @@ class _Judge:
         """Whether a method of the function's class, in its own module, uses a scaler."""
         return any(flow.get("scalers") for _name, flow in self.values.methods(module, function.split(".", 1)[0]))
 
-    def _callees_scalers(self, module: str, function: str, flow: dict) -> frozenset:
+    def _callees_scalers(self, module: str, function: str, flow: FunctionFlow) -> Value:
         """The scalers made and used by the functions ``function`` calls (``train_one_epoch``
         that builds its own): it trains with them, one call away."""
         values = self.values
-        found: set = set()
+        found: set[Atom] = set()
         for call in flow.get("calls", []):
             target = values.target(module, function, call)
             if target is None:
@@ -109,14 +114,14 @@ class _Judge:
                 found.update(values.resolve(target.module, target.name, made))
         return frozenset(found)
 
-    def _subclasses_scalers(self, module: str, function: str) -> frozenset:
+    def _subclasses_scalers(self, module: str, function: str) -> Value:
         """For a method of a base class that holds no scaler: the scalers the project's
         subclasses hold that do not override it (the object that runs it is one of theirs)."""
         if "." not in function:
             return frozenset()
         values = self.values
         owner, _, name = function.partition(".")
-        found: set = set()
+        found: set[Atom] = set()
         for where, cls in values.subclasses(module, owner):
             if any(
                 values.flows(m).get(f"{c}.{name}") is not None
@@ -132,7 +137,7 @@ class _Judge:
         values = self.values
         flows = values.flows(module)
         # (save module, save position) → [(anchor, caller module, reach)]
-        found: dict[tuple[str, tuple[int, ...]], list[tuple[list[int], frozenset, str | None]]] = {}
+        found: dict[tuple[str, tuple[int, ...]], list[tuple[list[int], Value, str | None]]] = {}
         module_scalers = bool(flows.get("<module>", {}).get("scalers"))
         for function, flow in flows.items():
             if not flow.get("saves") and not flow.get("calls"):
@@ -221,7 +226,7 @@ class _Judge:
                     related,
                 )
 
-    def _method_of_parameter(self, module: str, function: str, call: dict) -> Target | None:
+    def _method_of_parameter(self, module: str, function: str, call: CallFlow) -> Target | None:
         """``checkpointer.save(...)`` where ``checkpointer`` is a parameter: the method of the
         project class every caller of the function passes an object of (one method for all of
         them, and at least one caller seen), else None."""
@@ -293,7 +298,7 @@ class _Judge:
                 return other, name.rsplit(".", 1)[-1], info.get("at", [1, 1, 1, 1])
         return None
 
-    def _holder(self, module: str, at: list[int], reach: frozenset) -> str | None:
+    def _holder(self, module: str, at: list[int], reach: Value) -> str | None:
         """``self.x`` where the scaler the finding is about lives in a field of the class (of
         the function that holds the finding), when it does."""
         values = self.values
@@ -311,7 +316,7 @@ class _Judge:
             return None
         return None
 
-    def _saves(self, target: Target, binding: tuple, hops: int) -> Iterator[tuple[str, list[int], frozenset]]:
+    def _saves(self, target: Target, binding: Bound, hops: int) -> Iterator[tuple[str, list[int], Value]]:
         values = self.values
         flow = values.flow(target.module, target.name)
         for at, atoms in flow.get("saves", []):
@@ -324,10 +329,11 @@ class _Judge:
                 continue
             yield from self._saves(inner, values.bind(target.module, target.name, call, inner, binding, 0), hops + 1)
 
-    def _kept_elsewhere(self, module: str, reach: frozenset) -> bool:
+    def _kept_elsewhere(self, module: str, reach: Value) -> bool:
         """Whether some scaler's state is written, or a scaler handed to unseen code, in the
         module, in the modules that make the scalers, or in the functions they are handed to."""
-        modules = {module} | {atom.split("@")[1] for atom in reach if atom.count("@") == 2}
+        # (``reach`` holds ``S@`` atoms only, strings: the type of a resolved value does not say so)
+        modules = {module} | {atom.split("@")[1] for atom in reach if atom.count("@") == 2}  # type: ignore[union-attr]
         return any(self._keeps(m) for m in sorted(modules))
 
     def _keeps(self, module: str) -> bool:
@@ -373,7 +379,7 @@ class _Judge:
         return kept
 
 
-def _on_parameter(call: dict) -> bool:
+def _on_parameter(call: CallFlow) -> bool:
     """``p.save(...)`` on a parameter ``p``, a method whose name speaks of a checkpoint."""
     recv = call.get("recv", [])
     return (
@@ -397,13 +403,13 @@ def _spelled(callee: str) -> str:
     return "super()" + callee[5:] if callee.startswith("super.") else callee
 
 
-def _incomplete(values: Values, value: frozenset) -> bool:
+def _incomplete(values: Values, value: Value) -> bool:
     return "O" in value and "U" not in value and not values.scalers(value)
 
 
-def _made_at(reach: frozenset) -> tuple[str, list[int]] | None:
+def _made_at(reach: Value) -> tuple[str, list[int]] | None:
     for atom in sorted(reach):
-        parts = atom.split("@")
+        parts = atom.split("@")  # type: ignore[union-attr]  # (``S@`` atoms only, as in ``_kept_elsewhere``)
         if len(parts) == 3 and ":" in parts[2]:
             line, column = parts[2].split(":")
             return parts[1], [int(line), int(column), int(line), int(column)]

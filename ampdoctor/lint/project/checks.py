@@ -32,6 +32,8 @@ from .update_twice import update_twice
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
+    from typing import Any
+
     from .shapes import CallRecord, FunctionSummary, RegionRecord, ScalerState
 
 
@@ -73,7 +75,7 @@ def _clips_in_helpers(project: Project, targets: list[str], callers: Callers) ->
 
 
 def _clip_report(
-    project: Project, callers: Callers, module: str, name: str, function: FunctionSummary, clip: dict
+    project: Project, callers: Callers, module: str, name: str, function: FunctionSummary, clip: dict[str, Any]
 ) -> CrossReport | None:
     params = function.get("params", [])
     index = params.index(clip["param"])
@@ -339,8 +341,8 @@ class Check:
     def __init__(
         self,
         codes: Iterable[str] | None,
-        function: Callable,
-        call: Callable[[Callable, CheckRun], Iterable[CrossReport]],
+        function: Callable[..., Iterable[CrossReport]],
+        call: Callable[[Callable[..., Iterable[CrossReport]], CheckRun], Iterable[CrossReport]],
     ) -> None:
         self.codes = None if codes is None else frozenset(codes)
         for code in self.codes or ():
@@ -406,7 +408,9 @@ def run_checks(
 FORK_TARGETS = 24
 
 
-def _judged_apart(check: Check, run: CheckRun, store: SummaryStore):
+def _judged_apart(
+    check: Check, run: CheckRun, store: SummaryStore
+) -> tuple[list[tuple[Any, ...]], dict[str, dict[str, Any]]]:
     """In the forked child: what ``check`` finds, as plain data, and what the store learned."""
     store.changed = set()  # this copy's own: what it learns from here on goes back
     found = [(r.code, r.module, r.at, r.message, r.help, r.related) for r in check.call(check.function, run)]

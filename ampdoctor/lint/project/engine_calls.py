@@ -25,15 +25,16 @@ from .flow import Values, flatten
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
     from .shapes import FunctionSummary
+    from .value_atoms import CallFlow, FunctionFlow
 
 # Seeded event: (kind, scaler spelled, optimizer argument (index, keyword) or None)
 Seeded = tuple[str, str, "tuple[int, str] | None"]
 # The method that runs them: (module, its position, qualified name)
-Method = tuple[str, list, str]
+Method = tuple[str, list[int], str]
 
 
 def protocol_seeds(
-    values: Values, module: str, function: str, flow: dict, defining: Callable[[str], list[str]] | None
+    values: Values, module: str, function: str, flow: FunctionFlow, defining: Callable[[str], list[str]] | None
 ) -> dict[tuple[int, int], tuple[list[Seeded], Method]]:
     """The scaler calls each engine call of ``function`` stands for, and the method that makes
     them (one of the candidate classes'), by call position."""
@@ -48,7 +49,7 @@ def protocol_seeds(
     ]
     if not calls:
         return {}
-    by_receiver: dict[str, list[dict]] = {}
+    by_receiver: dict[str, list[CallFlow]] = {}
     for call in calls:
         by_receiver.setdefault(call["callee"].rsplit(".", 1)[0], []).append(call)
     out: dict[tuple[int, int], tuple[list[Seeded], Method]] = {}
@@ -61,7 +62,7 @@ def protocol_seeds(
             continue
         for call in on_it:
             name = call["callee"].rsplit(".", 1)[1]
-            found: set[tuple[str, tuple]] = set()
+            found: set[tuple[str, tuple[tuple[str, tuple[int, str] | None], ...]]] = set()
             first: Method | None = None
             agree = True
             for where, cls in classes:
@@ -125,7 +126,7 @@ def _classes(
     values: Values,
     module: str,
     function: str,
-    call: dict,
+    call: CallFlow,
     names: set[str],
     defining: Callable[[str], list[str]] | None,
 ) -> list[tuple[str, str]]:

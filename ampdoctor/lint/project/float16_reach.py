@@ -33,7 +33,7 @@ from .tokens import FLOAT16_AUTOCAST
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
-    from .shapes import CallRecord, ModuleSummary, RegionRecord
+    from .shapes import CallRecord, FrameworkRun, HalfRisk, ModuleSummary, RegionRecord
 
 # How deep the functions an autocast runs are followed, and how many at most from one entry.
 _DEPTH = 6
@@ -58,7 +58,7 @@ class _Entry:
         module: str,
         where: tuple[list[int], str],
         call: tuple[list[int], str],
-        codes: set,
+        codes: set[str],
     ) -> None:
         # None: an *open* entry, a model whose class the project does not name (a factory's, a
         # registry's, a parameter's): any module the entry's module imports may be what it runs.
@@ -89,7 +89,7 @@ def float16_elsewhere(
             yield _report(module, risk, entry)
 
 
-def _risks(project: Project, modules: Iterable[str], codes: frozenset[str]) -> list[tuple[str, str, dict]]:
+def _risks(project: Project, modules: Iterable[str], codes: frozenset[str]) -> list[tuple[str, str, HalfRisk]]:
     found = []
     for module in modules:
         summary = project.summary(module)
@@ -314,7 +314,7 @@ def _model_call(summary: ModuleSummary, call: CallRecord) -> bool:
     return f"{call.get('frame', '<module>')}:{name}" not in summary.get("instances", {})
 
 
-def _region_codes(region: RegionRecord) -> set:
+def _region_codes(region: RegionRecord) -> set[str]:
     """AMP301 needs float16; AMP105 autocast on a device other than the CPU, whatever its
     dtype (torch bans BCE under CUDA autocast in bfloat16 too, as the file's own rule says)."""
     codes = set()
@@ -325,7 +325,7 @@ def _region_codes(region: RegionRecord) -> set:
     return codes
 
 
-def _lightning_codes(run: dict) -> set:
+def _lightning_codes(run: FrameworkRun) -> set[str]:
     """Lightning refuses float16 mixed precision on the CPU, so ``"16-mixed"`` autocasts on an
     accelerator; ``"bf16-mixed"`` runs on the CPU too, where BCE is allowed: only with
     ``accelerator="gpu"``/``"cuda"`` written out is it CUDA autocast. bfloat16 holds any fill."""
@@ -356,7 +356,7 @@ def _reached(project: Project, start: Target) -> set[tuple[str, str]]:
     return seen
 
 
-def _report(module: str, risk: dict, entry: _Entry) -> CrossReport:
+def _report(module: str, risk: HalfRisk, entry: _Entry) -> CrossReport:
     where = entry.module.rsplit("/", 1)[-1]
     related = [(entry.module, entry.where, entry.note), (entry.module, entry.call, entry.call_note)]
     if risk["code"] == "AMP105":

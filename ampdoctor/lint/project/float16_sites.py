@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ast
 
-from ..model import AmpFacts, CallSite, Frame
+from ..model import AmpFacts, Assignment, CallSite, Frame
 from ..rules.float16_range import _FILL_FUNCTIONS as _AMP301_FUNCTIONS
 from ..rules.float16_range import _FILL_METHODS as _AMP301_METHODS
 from ..rules.float16_range import _explicit_non_half, float32_receiver, overflowing_fills
@@ -31,7 +31,9 @@ from ..syntax import number_value, span, string_value
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
-    from .shapes import FunctionSummary
+    from collections.abc import Callable
+
+    from .shapes import FrameworkRun, FunctionSummary, HalfRisk
 
 # AMP301's fills whose value is written into the tensor's own dtype: on a float16 tensor torch
 # raises for a value past 65504 (``masked_fill``, ``fill_``, ``new_full``, ``full_like``), or the
@@ -106,10 +108,10 @@ def function_uses(
 # ---------------------------------------------------------------------------------------
 
 
-def half_risks(facts: AmpFacts, frame: Frame, losses: list) -> list[dict]:
+def half_risks(facts: AmpFacts, frame: Frame, losses: list[Assignment]) -> list[HalfRisk]:
     """The fills with a constant past float16's range and the BCE calls of ``frame`` made
     outside any autocast region of its own (inside one, the file's own rules judge them)."""
-    risks = []
+    risks: list[HalfRisk] = []
     for site in frame.calls:
         if site.region is not None:
             continue
@@ -127,14 +129,14 @@ def half_risks(facts: AmpFacts, frame: Frame, losses: list) -> list[dict]:
     return risks
 
 
-def bce_losses(facts: AmpFacts) -> list:
+def bce_losses(facts: AmpFacts) -> list[Assignment]:
     """The assignments that bind an ``nn.BCELoss()`` (as AMP105 finds them)."""
     return [
         a for a in facts.assignments if isinstance(a.value, ast.Call) and facts.qualify(a.value.func) in _BCE_MODULES
     ]
 
 
-def _fill_risk(facts: AmpFacts, site: CallSite) -> dict | None:
+def _fill_risk(facts: AmpFacts, site: CallSite) -> HalfRisk | None:
     if site.qname is not None:
         slots = _FILL_FUNCTIONS.get(site.qname)
         if slots is None or (site.qname == "torch.full_like" and _explicit_non_half(site, facts)):
@@ -165,11 +167,11 @@ def _fill_risk(facts: AmpFacts, site: CallSite) -> dict | None:
 # ---------------------------------------------------------------------------------------
 
 
-def framework_runs(facts: AmpFacts, qualname) -> list[dict]:
+def framework_runs(facts: AmpFacts, qualname: Callable[[Frame], str | None]) -> list[FrameworkRun]:
     """``trainer = Trainer(precision="16-mixed")`` (or ``"bf16-mixed"``, or ``Fabric``), bound once, and each call in
     the same function that hands it a model named by a plain name (``trainer.fit(model)``);
     also ``Trainer(precision=16).fit(model)`` in one expression."""
-    runs = []
+    runs: list[FrameworkRun] = []
     for site in facts.calls:
         api = _lightning_api(site.qname)
         if api is None:
@@ -191,7 +193,7 @@ def framework_runs(facts: AmpFacts, qualname) -> list[dict]:
         frame_name = qualname(site.frame)
         if frame_name is None:
             continue
-        made = {
+        made: FrameworkRun = {
             "api": api,
             "at": span(precision.value),
             "precision": facts.text(precision.value),

@@ -27,15 +27,32 @@ from collections.abc import Iterable
 from ..vocabulary import STATE_METHODS
 from .link import Project, Target
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from typing import Any, TypeAlias
+
+    from .link import ModuleGate
+    from .value_atoms import CallFlow, FunctionFlow
+
+    # A concrete atom, or a tuple ``("T", (value, ...))``.
+    Atom: TypeAlias = "str | tuple[str, tuple[Value, ...]]"
+    # A resolved value: its atoms.
+    Value: TypeAlias = "frozenset[Atom]"
+    # ((param atom, concrete value or Lazy), ...), sorted: hashable (``Any``: either of the two,
+    # which ``_force`` tells apart at run time)
+    Bound: TypeAlias = "tuple[tuple[str, Any], ...]"
+    # What fills a lazy parameter: (module, function, atoms, bound, depth) of one argument.
+    LazyPart: TypeAlias = "tuple[str, str, tuple[str, ...], Bound, int]"
+else:
+    Bound = tuple  # ((param atom, concrete value or Lazy), ...), sorted: hashable
+
 MAX_DEPTH = 6
 # What a module's text must name for a call into it to return a value that matters here (an
 # optimizer or its state, a scaler, an autocast context, a checkpoint): a call into any other
 # module is taken as its fallback (the taint of what it is given), without summarizing it.
 VALUE_WORDS = re.compile(rb"optim|[Ss]caler|state_dict|autocast|save|Adam|SGD|Optimizer")
 _U = frozenset({"U"})
-EMPTY: frozenset = frozenset()
-
-Bound = tuple  # ((param atom, concrete value or Lazy), ...), sorted: hashable
+EMPTY: Value = frozenset()
 
 
 class Lazy:
@@ -49,7 +66,7 @@ class Lazy:
 
     __slots__ = ("_hash", "parts")
 
-    def __init__(self, parts: tuple) -> None:
+    def __init__(self, parts: tuple[LazyPart, ...]) -> None:
         self.parts = parts
         self._hash = hash(parts)
 
@@ -73,11 +90,11 @@ def self_type(module: str, function: str, bound: Bound) -> tuple[str, str] | Non
     return (module, function.split(".", 1)[0]) if "." in function else None
 
 
-def flatten(value: frozenset) -> frozenset:
+def flatten(value: Value) -> Value:
     """The atoms of a resolved value with tuples opened (their elements joined)."""
     if not any(type(a) is tuple for a in value):
         return value
-    out: set = set()
+    out: set[Atom] = set()
     stack = list(value)
     while stack:
         atom = stack.pop()
@@ -89,12 +106,12 @@ def flatten(value: frozenset) -> frozenset:
     return frozenset(out)
 
 
-def lower(value: frozenset) -> frozenset:
+def lower(value: Value) -> Value:
     """The taint channel of a resolved value (``O`` dropped, tuples opened)."""
     return frozenset(a for a in flatten(value) if a != "O")
 
 
-def scalers_in(value: frozenset) -> frozenset:
+def scalers_in(value: Value) -> Value:
     return frozenset(a for a in flatten(value) if type(a) is str and a.startswith("S@"))
 
 
@@ -103,22 +120,22 @@ class Values:
 
     def __init__(self, project: Project) -> None:
         self.project = project
-        self._memo: dict[tuple, frozenset] = {}
-        self._active: set[tuple] = set()
-        self._holders: dict[tuple[str, str], frozenset] = {}
-        self._fields: dict[tuple[str, str, str], frozenset] = {}
-        self._gates: dict[str, object] = {}
+        self._memo: dict[tuple[str, str, str, Bound], Value] = {}
+        self._active: set[tuple[str, str, str, Bound]] = set()
+        self._holders: dict[tuple[str, str], Value] = {}
+        self._fields: dict[tuple[str, str, str], Value] = {}
+        self._gates: dict[bytes, ModuleGate] = {}
         self._nesting: dict[tuple[str, str, str], int] = {}
         self._classes_by_base: dict[str, list[tuple[str, str]]] | None = None
-        self._methods: dict[str, dict[str, list[tuple[str, dict]]]] = {}
+        self._methods: dict[str, dict[str, list[tuple[str, FunctionFlow]]]] = {}
         # Other checks' answers for this run, by their own keys (``engine_calls.py``: the
         # protocol classes that define a method name; ``checkpoints.py``: a parameter's class).
-        self.asked: dict[tuple, object] = {}
+        self.asked: dict[tuple[object, ...], object] = {}
 
-    def scalers(self, value: frozenset) -> frozenset:
+    def scalers(self, value: Value) -> Value:
         """The scalers a resolved value may be or hold: ``S@`` atoms, and the scalers held by
         the objects (``H@module|Class``) in it."""
-        out: set = set()
+        out: set[Atom] = set()
         for atom in flatten(value):
             if type(atom) is not str:
                 continue
@@ -131,11 +148,11 @@ class Values:
 
     # ---- summaries --------------------------------------------------------------------------
 
-    def flows(self, module: str) -> dict:
+    def flows(self, module: str) -> dict[str, FunctionFlow]:
         summary = self.project.summary(module)
         return summary.get("flows", {}) if summary else {}
 
-    def methods(self, module: str, cls: str) -> list[tuple[str, dict]]:
+    def methods(self, module: str, cls: str) -> list[tuple[str, FunctionFlow]]:
         """The flows of the class's methods (``Class.name``, nested ones too) in its module: one
         index per module, so that a question about a class does not read every function."""
         index = self._methods.get(module)
@@ -147,18 +164,18 @@ class Values:
                     index.setdefault(".".join(parts[:end]), []).append((function, flow))
         return index.get(cls, [])
 
-    def flow(self, module: str, function: str) -> dict:
+    def flow(self, module: str, function: str) -> FunctionFlow:
         return self.flows(module).get(function, {})
 
     # ---- resolution -------------------------------------------------------------------------
 
-    def resolve(self, module: str, function: str, atoms: Iterable[str], bound: Bound = (), depth: int = 0) -> frozenset:
-        out: set = set()
+    def resolve(self, module: str, function: str, atoms: Iterable[str], bound: Bound = (), depth: int = 0) -> Value:
+        out: set[Atom] = set()
         for atom in atoms:
             out.update(self.atom(module, function, atom, bound, depth))
         return frozenset(out)
 
-    def atom(self, module: str, function: str, atom: str, bound: Bound, depth: int) -> frozenset:
+    def atom(self, module: str, function: str, atom: str, bound: Bound, depth: int) -> Value:
         head = atom[0]
         if head == "O" or head == "U" or head == "A":
             return frozenset({atom})
@@ -188,7 +205,7 @@ class Values:
         self._memo[key] = value
         return value
 
-    def _atom(self, module: str, function: str, atom: str, bound: Bound, depth: int) -> frozenset:
+    def _atom(self, module: str, function: str, atom: str, bound: Bound, depth: int) -> Value:
         head = atom[0]
         low = head.islower()
         if head in "Pp":
@@ -202,7 +219,7 @@ class Values:
             index_text, _, inner = atom[1:].partition("|")
             index = int(index_text)
             value = self.atom(module, function, inner, bound, depth)
-            out: set = set()
+            out: set[Atom] = set()
             for element in value:
                 if type(element) is tuple:
                     items = element[1]
@@ -242,7 +259,7 @@ class Values:
         if head in "Dd":
             # Field ``name`` of the objects another atom resolves to.
             name, _, base = atom[1:].partition("#")
-            out_d: set = set()
+            out_d: set[Atom] = set()
             for element in flatten(self.atom(module, function, base, bound, depth + 1)):
                 if type(element) is not str:
                     continue
@@ -259,7 +276,7 @@ class Values:
             # scaler's (a scaler), nothing of anything else (an attribute of a value is not it).
             position, _, name = atom[1:].partition("|")
             wanted = "P" + position
-            fields: set = set()
+            fields: set[Atom] = set()
             for param, value in bound:
                 if param != wanted:
                     continue
@@ -291,7 +308,7 @@ class Values:
             name = atom[1:]
             if "scaler" in name.lower():
                 return frozenset({f"S@{module}@~"})
-            held: set = set()
+            held: set[Atom] = set()
             for other, flow in self.flows(module).items():
                 stored = flow.get("xstores", {}).get(name)
                 if stored:
@@ -302,7 +319,12 @@ class Values:
     # ---- calls -----------------------------------------------------------------------------
 
     def target(
-        self, module: str, function: str, call: dict, without: re.Pattern | None = None, words: re.Pattern | None = None
+        self,
+        module: str,
+        function: str,
+        call: CallFlow,
+        without: re.Pattern[bytes] | None = None,
+        words: re.Pattern[bytes] | None = None,
     ) -> Target | None:
         """The project function ``call`` (made in ``function``) lands in; ``without``: only
         where the function's text may match this pattern; ``words``: only in a module whose text
@@ -326,7 +348,7 @@ class Values:
             found = self._method_of_value(module, function, call, call["func"], "__call__")
         return found
 
-    def _gate_for(self, words: re.Pattern):
+    def _gate_for(self, words: re.Pattern[bytes]) -> ModuleGate:
         gates = self._gates
         gate = gates.get(words.pattern)
         if gate is None:
@@ -339,7 +361,9 @@ class Values:
             gates[words.pattern] = gate
         return gate
 
-    def _method_of_value(self, module: str, function: str, call: dict, atoms: list[str], name: str) -> Target | None:
+    def _method_of_value(
+        self, module: str, function: str, call: CallFlow, atoms: list[str], name: str
+    ) -> Target | None:
         """``engine.autocast()`` where ``engine`` is an object of one project class (a factory's
         result, a field set in a base class): that class's method (``__call__`` for an object
         called as a function)."""
@@ -378,7 +402,9 @@ class Values:
                         return Target(method[0], method[1], function, 1)
         return None
 
-    def construction(self, module: str, callee: str, words: re.Pattern | None = VALUE_WORDS) -> tuple[str, str] | None:
+    def construction(
+        self, module: str, callee: str, words: re.Pattern[bytes] | None = VALUE_WORDS
+    ) -> tuple[str, str] | None:
         """The project class a call constructs, when it names one (and, with ``words``, when its
         module's text names what a value here may be: an object of any other class holds what it
         is given and nothing of its own, which its call's fallback says as well)."""
@@ -389,15 +415,15 @@ class Values:
             return None
         return found[0], found[1]
 
-    def bind(self, module: str, function: str, call: dict, target: Target, bound: Bound, depth: int) -> Bound:
+    def bind(self, module: str, function: str, call: CallFlow, target: Target, bound: Bound, depth: int) -> Bound:
         """The callee's parameters bound to what ``call`` (made in ``function``) passes."""
         params: list[str] = target.function.get("params", [])
         callee_flow = self.flow(target.module, target.name)
         positional = callee_flow.get("npos", len(params))
-        pairs: dict[str, set] = {}
-        lazy: dict[str, list] = {}  # resolved only when the callee's values ask for the parameter
-        extra: list[frozenset] = []
-        spread: set = set()
+        pairs: dict[str, set[Atom]] = {}
+        lazy: dict[str, list[LazyPart]] = {}  # resolved only when the callee's values ask for the parameter
+        extra: list[Value] = []
+        spread: set[Atom] = set()
         for key, atoms, *_ in call.get("args", []):
             if key == "*" or key == "**":
                 spread.update(self.resolve(module, function, atoms, bound, depth))
@@ -426,7 +452,7 @@ class Values:
                 pairs.setdefault(f"P{index}", set()).update(spread)
             pairs.setdefault("P*", set()).update(spread)
             pairs.setdefault("P**", set()).update(spread)
-        bound_pairs: dict[str, object] = {name: frozenset(value) for name, value in pairs.items()}
+        bound_pairs: dict[str, Any] = {name: frozenset(value) for name, value in pairs.items()}
         for name, parts in lazy.items():
             if name in bound_pairs:  # a spread too: resolve now and join
                 bound_pairs[name] = bound_pairs[name] | self._force(Lazy(tuple(parts)))
@@ -434,16 +460,17 @@ class Values:
                 bound_pairs[name] = Lazy(tuple(parts))
         return tuple(sorted(bound_pairs.items()))
 
-    def _force(self, value):
+    def _force(self, value: Any) -> Value:
         """A bound parameter's value: resolved now when the binding left it for later."""
         if type(value) is Lazy:
-            out: set = set()
+            out: set[Atom] = set()
             for where, function, atoms, bound, depth in value.parts:
                 out.update(self.resolve(where, function, atoms, bound, depth))
             return frozenset(out)
-        return value
+        resolved: Value = value  # a concrete value already
+        return resolved
 
-    def _call(self, module: str, function: str, index: int, bound: Bound, depth: int) -> frozenset:
+    def _call(self, module: str, function: str, index: int, bound: Bound, depth: int) -> Value:
         calls = self.flow(module, function).get("calls", [])
         if index >= len(calls):
             return _U
@@ -484,13 +511,13 @@ class Values:
                     stack.append((found[0], found[1]))
         return out
 
-    def field(self, module: str, owner: str, name: str, depth: int) -> frozenset:
+    def field(self, module: str, owner: str, name: str, depth: int) -> Value:
         key = (module, owner, name)
         known = self._fields.get(key)
         if known is not None:
             return known
         self._fields[key] = EMPTY  # a field defined through itself
-        out: set = set()
+        out: set[Atom] = set()
         for where, cls in self.hierarchy(module, owner):
             for function, flow in self.methods(where, cls):
                 stored = flow.get("stores", {}).get(name)
@@ -500,7 +527,7 @@ class Values:
         self._fields[key] = value
         return value
 
-    def held_scalers(self, module: str, owner: str, depth: int) -> frozenset:
+    def held_scalers(self, module: str, owner: str, depth: int) -> Value:
         """The scalers an object of the class trains with: those its fields' objects hold, and
         those built into its fields where a method of the class (or a base) uses a scaler (a
         scaler built and never used holds no state worth saving)."""
@@ -509,8 +536,8 @@ class Values:
         if known is not None:
             return known
         self._holders[key] = EMPTY
-        out: set = set()
-        built: set = set()  # scalers built into a field, which count only where the class uses one
+        out: set[Atom] = set()
+        built: set[Atom] = set()  # scalers built into a field, which count only where the class uses one
         uses = False
         for where, cls in self.hierarchy(module, owner):
             for function, flow in self.methods(where, cls):
@@ -528,10 +555,10 @@ class Values:
         self._holders[key] = value
         return value
 
-    def optimizer_fields(self, module: str, owner: str, depth: int) -> frozenset:
+    def optimizer_fields(self, module: str, owner: str, depth: int) -> Value:
         """The scalers held by objects in the class's fields whose class derives from an
         Optimizer (a filter ``isinstance(v, torch.optim.Optimizer)`` keeps them)."""
-        out: set = set()
+        out: set[Atom] = set()
         for where, cls in self.hierarchy(module, owner):
             for _function, flow in self.methods(where, cls):
                 calls = flow.get("calls", [])
@@ -593,8 +620,8 @@ class Values:
             self._classes_by_base = index
         return self._classes_by_base
 
-    def global_value(self, module: str, name: str, depth: int) -> frozenset:
-        out: set = set()
+    def global_value(self, module: str, name: str, depth: int) -> Value:
+        out: set[Atom] = set()
         for function, flow in self.flows(module).items():
             stored = flow.get("gstores", {}).get(name)
             if stored:

@@ -46,7 +46,9 @@ from .half_parts import returned_half, trains_returned
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
-    from .shapes import FunctionSummary
+    from typing import Any
+
+    from .shapes import FunctionSummary, NewScaler, ProtocolRecord, ScalerDefault, UpdateRecord
     from .value_atoms import FunctionFlow
 
 
@@ -110,7 +112,7 @@ def function_summary(
     return summary
 
 
-def _updates_after_step(frame: Frame, params: list[str]) -> list[dict]:
+def _updates_after_step(frame: Frame, params: list[str]) -> list[UpdateRecord]:
     """``{"scaler", "optimizer", "at"}`` for each ``S.update()`` that follows ``S.step(O)`` in
     the function, where S is a ``self.`` field (a method's) or one of its parameters; ``scaler``
     and ``optimizer`` are spelled as written, or ``"#i"`` for the parameter at index i;
@@ -120,7 +122,7 @@ def _updates_after_step(frame: Frame, params: list[str]) -> list[dict]:
     only drives it (``scaler.unscale_(optimizer) ... scaler.step(optimizer); scaler.update()``,
     a step helper that never scales a loss itself, which the fact model does not take for a
     scaler): what a helper does with the scaler it is handed is its callers' concern."""
-    found = []
+    found: list[UpdateRecord] = []
     pairs = [(update.scaler, update.call) for update in frame.events_of(EventKind.UPDATE) if update.scaler]
     steps = [(step.scaler, step.optimizer, step.order, step.call) for step in frame.events_of(EventKind.SCALER_STEP)]
     named = {p for p in params if _SCALER_NAME.search(p)} - {s for s, _call in pairs}
@@ -144,7 +146,7 @@ def _updates_after_step(frame: Frame, params: list[str]) -> list[dict]:
         step = next((s for s in reversed(steps) if s[0] == scaler and s[2] < call.order), None)
         if step is not None and step[1]:
             optimizer = f"#{params.index(step[1])}" if step[1] in params else step[1]
-            record: dict[str, object] = {"scaler": key, "optimizer": optimizer, "at": position(call.node)}
+            record: UpdateRecord = {"scaler": key, "optimizer": optimizer, "at": position(call.node)}
             # A condition over the update alone (``if update_scaler: scaler.update()``), not one
             # over the step and the update together (``if amp: scaler.step(o); scaler.update()``).
             shared = {block.ident for block in step[3].path}
@@ -167,7 +169,7 @@ _PROTOCOL = {
 _NOT_PROTOCOL = (EventKind.BACKWARD, EventKind.DELEGATED_BACKWARD, EventKind.CLIP, EventKind.OPTIMIZER_STEP)
 
 
-def _scaler_protocol(frame: Frame, params: list[str], facts: AmpFacts | None = None) -> dict | None:
+def _scaler_protocol(frame: Frame, params: list[str], facts: AmpFacts | None = None) -> ProtocolRecord | None:
     """``{"field", "events"}`` for a method whose whole training-step work is GradScaler calls
     on one field of ``self``, each run on every call (an engine's ``backward_loss``:
     ``self.scaler.scale(loss).backward()``; its ``optimizer_step``: ``self.scaler.step(optimizer)``
@@ -178,7 +180,7 @@ def _scaler_protocol(frame: Frame, params: list[str], facts: AmpFacts | None = N
         return None
     prefix = params[0] + "."
     fields = set()
-    events: list[tuple[int, list]] = []
+    events: list[tuple[int, list[Any]]] = []
     for event in frame.events:
         kind = _PROTOCOL.get(event.kind)
         if kind is None:
@@ -235,7 +237,7 @@ def _update_only(facts: AmpFacts, class_name: str, method: str) -> str | None:
 
 def _scaler_default_none(
     facts: AmpFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame, params: list[str]
-) -> dict | None:
+) -> ScalerDefault | None:
     """``{"param", "index", "region"}`` for ``def train(..., scaler=None)`` that opens a float16
     autocast region, builds no scaler and never rebinds the parameter, and either runs a
     backward itself or hands the scaler on (``engine.step(loss, scaler=scaler)``)."""
@@ -258,7 +260,7 @@ def _scaler_default_none(
     return None
 
 
-def _unscale_for_caller(frame: Frame, params: list[str]) -> list | None:
+def _unscale_for_caller(frame: Frame, params: list[str]) -> list[Any] | None:
     """``[scaler parameter, optimizer parameter or None, where]`` when the function unscales the
     gradients of a scaler it is handed (``scaler.unscale_(optimizer)`` on its parameters) and
     steps nothing: the step is its caller's (a per-micro-batch helper)."""
@@ -283,10 +285,10 @@ def _clip_for_caller(frame: Frame) -> list[int] | None:
     return None
 
 
-def _clips_before_param_step(facts: AmpFacts, frame: Frame, params: list[str]) -> list[dict]:
+def _clips_before_param_step(facts: AmpFacts, frame: Frame, params: list[str]) -> list[dict[str, Any]]:
     if frame.events_of(EventKind.SCALED_BACKWARD) or not params:
         return []
-    found = []
+    found: list[dict[str, Any]] = []
     for clip in frame.events_of(EventKind.CLIP):
         if clip.norm_only:
             continue
@@ -347,7 +349,7 @@ def _returned_scaler(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[i
     return None
 
 
-def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
+def _local_scaler(facts: AmpFacts, frame: Frame) -> NewScaler | None:
     """A GradScaler built into a local of this function (not in a loop of its own), or into a
     ``self.`` attribute at the top of a method's body, and stepped in the function."""
     for new in frame.events_of(EventKind.SCALER_NEW):
@@ -367,7 +369,7 @@ def _local_scaler(facts: AmpFacts, frame: Frame) -> dict | None:
             continue  # ``if self.scaler is None: self.scaler = ...`` is set-up done once
         steps = [s for s in frame.calls if s.method == "step" and (s.receiver == target or _hands_on(s, target))]
         if steps:
-            found: dict[str, object] = {"at": position(new.call.node), "name": target}
+            found: NewScaler = {"at": position(new.call.node), "name": target}
             if all(s.loop is None for s in steps):
                 found["single_step"] = True  # one optimizer step per call, on a fresh scaler
             return found

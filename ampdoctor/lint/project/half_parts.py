@@ -13,6 +13,10 @@ from ..rules.float16_range import HALF_METHODS, model_of_params
 from ..syntax import dotted
 from ..syntax import span as position
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import HalfReturn, TrainsReturned
+
 _FLOAT_METHODS = ("float", "to", "type")
 
 
@@ -30,7 +34,7 @@ def _statements(function: ast.AST) -> list[ast.stmt]:
     return out
 
 
-def returned_half(facts: AmpFacts, function: ast.AST, frame: Frame) -> dict | None:
+def returned_half(facts: AmpFacts, function: ast.AST, frame: Frame) -> HalfReturn | None:
     """``{"at", "index", "name"}``: a local converted to float16 in place (``m.half()``,
     ``m.convert_to_fp16()``) or rebound to a float16 copy, then returned (``index``: its place in
     a returned tuple), with no conversion back to float32 in the function."""
@@ -68,7 +72,7 @@ def returned_half(facts: AmpFacts, function: ast.AST, frame: Frame) -> dict | No
     return None
 
 
-def trains_returned(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[dict]:
+def trains_returned(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[TrainsReturned]:
     """``{"callee", "index", "at", "model"}`` per optimizer built over ``M.parameters()`` where
     the last binding of ``M`` before it is a call's result (``M = f(...)``; ``M, d = f(...)``:
     ``index`` 0)."""
@@ -87,7 +91,7 @@ def trains_returned(facts: AmpFacts, function: ast.AST, frame: Frame) -> list[di
                 for index, element in enumerate(target.elts):
                     if isinstance(element, ast.Name):
                         bindings.setdefault(element.id, []).append((statement.lineno, callee, index))
-    out = []
+    out: list[TrainsReturned] = []
     for site in optimizers:
         params = site.arg(0, "params")
         model = model_of_params(params.value) if params is not None else None

@@ -47,7 +47,7 @@ TextLoader = Callable[[str], "bytes | None"]
 ImportsLoader = Callable[[str], "list[tuple[str, bool]]"]
 # (module, name, pattern) -> whether the module certainly defines the function ``name`` (``f``
 # or ``Class.method``) with no match of ``pattern`` in its text (``store.defines_without``).
-TextTest = Callable[[str, str, "re.Pattern"], bool]
+TextTest = Callable[[str, str, "re.Pattern[bytes]"], bool]
 # module -> whether a walk may land in its functions (``resolve_call``'s ``gate``).
 ModuleGate = Callable[[str], bool]
 
@@ -190,7 +190,7 @@ class Project(Record):
         self._outlines: dict[str, Outline | None] = {}
         self._paths: dict[str, tuple[str, ...]] = {}
         self._import_edges: object = None  # the checks' import index (``float16_reach.import_edges``)
-        self._without: re.Pattern | None = None
+        self._without: re.Pattern[bytes] | None = None
         self._gate: ModuleGate | None = None
         self._text_first = False
 
@@ -422,7 +422,7 @@ class Project(Record):
     # ---- calls ----------------------------------------------------------------------------------
 
     def resolve_call(
-        self, module: str, call: CallLike, without: re.Pattern | None = None, gate: ModuleGate | None = None
+        self, module: str, call: CallLike, without: re.Pattern[bytes] | None = None, gate: ModuleGate | None = None
     ) -> Target | None:
         """The project function a call record of ``module`` lands in, or None.
 

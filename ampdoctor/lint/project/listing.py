@@ -22,6 +22,10 @@ from pathlib import Path
 from ..cache import RACY_NS
 from .store import write_cache_file
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
 FORMAT = 1
 _KEEP = 4  # listings kept in one cache folder
 
@@ -43,11 +47,11 @@ def project_modules(base: str, skipped: frozenset[str], limit: int, folder: Path
 
 
 def _walk(
-    base: str, skipped: frozenset[str], limit: int, known: dict[str, list], trusted_before: int
-) -> tuple[set[str], dict[str, list], bool] | None:
+    base: str, skipped: frozenset[str], limit: int, known: dict[str, list[Any]], trusted_before: int
+) -> tuple[set[str], dict[str, list[Any]], bool] | None:
     """The files, each folder's entry ([time, [folder names], [file names]]) and whether any
     was listed anew; None past ``limit``."""
-    listed: dict[str, list] = {}
+    listed: dict[str, list[Any]] = {}
     found: set[str] = set()
     changed = False
     todo = [""]
@@ -102,7 +106,7 @@ def _listing_path(folder: Path, base: str, skipped: frozenset[str]) -> Path:
     return folder / f"listing-{key}.json"
 
 
-def _load(path: Path) -> tuple[dict[str, list], int]:
+def _load(path: Path) -> tuple[dict[str, list[Any]], int]:
     """The kept folders and the time before which their times are trusted."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
@@ -129,7 +133,7 @@ def _sound(entry: object) -> bool:
     )
 
 
-def _save(path: Path, listed: dict[str, list], started: int) -> None:
+def _save(path: Path, listed: dict[str, list[Any]], started: int) -> None:
     # (the time the walk began: a folder changed while it ran is listed again next time)
     document = {"format": FORMAT, "written_ns": started, "folders": listed}
     try:

@@ -17,6 +17,12 @@ from __future__ import annotations
 
 import re
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    import ast
+    from collections.abc import Iterator
+    from typing import Any
+
 _ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
 _TOP_DEF = re.compile(rb"(?:async[ \t]+)?def[ \t]+(\w+)")
 _TOP_CLASS = re.compile(rb"class[ \t]+(\w+)")
@@ -56,15 +62,16 @@ def blocks(lines: list[bytes]) -> list[tuple[str, int, int]]:
     return found
 
 
-def parses(text: bytes):
+def parses(text: bytes) -> ast.Module | None:
     """The syntax tree of ``text`` alone, or None when it does not parse."""
     try:
-        return compile(text, "<block>", "exec", _ONLY_AST)
+        tree: ast.Module = compile(text, "<block>", "exec", _ONLY_AST)
+        return tree
     except _PARSE_ERRORS:
         return None
 
 
-def defines_without(data: bytes, spelled: str, token: re.Pattern) -> bool:
+def defines_without(data: bytes, spelled: str, token: re.Pattern[bytes]) -> bool:
     """Whether in the module ``data`` the function ``spelled`` (``f`` or ``Class.method``) is
     certainly one of its own, without a match of ``token``: the module defines ``f`` (or
     ``Class``) at its top level, the name is not imported or bound by the module's own code,
@@ -93,7 +100,7 @@ def defines_without(data: bytes, spelled: str, token: re.Pattern) -> bool:
     return bool(segments) and all(parses(text) is not None for text in segments)
 
 
-def project_imports(body: list) -> dict[str, str]:
+def project_imports(body: list[ast.stmt]) -> dict[str, str]:
     """Local name → dotted target for every import among the statements ``body`` of a module
     (also inside a top-level ``if``/``try``). Relative imports keep their dots:
     ``from .utils import f`` → ``.utils.f``. The summary's ``imports``."""
@@ -101,7 +108,7 @@ def project_imports(body: list) -> dict[str, str]:
 
     found: dict[str, str] = {}
 
-    def scan(statements: list) -> None:
+    def scan(statements: list[Any]) -> None:  # (``Any``: dispatched on ``type(stmt) is``)
         for stmt in statements:
             kind = type(stmt)
             if kind is _ast.Import:
@@ -148,7 +155,7 @@ class Outline:
         self._classes: dict[str, list[str] | None] = {}
         self._imports: dict[str, str | None] = {}
         self._block_starts: list[int] = []
-        self._trees: dict[int, object] = {}
+        self._trees: dict[int, ast.Module | None] = {}
 
     # ---- the questions ------------------------------------------------------------------------
 
@@ -227,7 +234,7 @@ class Outline:
         index = bisect_right(self._block_starts, line) - 1
         return index if index >= 0 and line < self._blocks[index][2] else None
 
-    def _tree(self, index: int):
+    def _tree(self, index: int) -> ast.Module | None:
         """The syntax tree of a block alone; module-level code that does not parse alone (the
         ``try:`` of a ``try``/``except``) is joined with the module-level blocks after it. None
         when that does not parse either."""
@@ -310,7 +317,7 @@ class Outline:
         return bound[0] if bound else None
 
 
-def _occurrences(data: bytes, name: str):
+def _occurrences(data: bytes, name: str) -> Iterator[int]:
     """The offsets of ``name`` as a whole word in ``data``."""
     word = _word(name)
     size = len(word)
@@ -360,14 +367,14 @@ def _word(name: str) -> bytes:
     return name.encode("ascii")
 
 
-def _stored(tree) -> set[str]:
+def _stored(tree: ast.AST) -> set[str]:
     """Every name assigned anywhere in ``tree``."""
     import _ast
 
     return {node.id for node in _walk(tree) if type(node) is _ast.Name and type(node.ctx) is _ast.Store}
 
 
-def _walk(tree):
+def _walk(tree: ast.AST) -> Iterator[ast.AST]:
     """Every node of ``tree`` (``ast.walk`` without importing ast)."""
     import _ast
 

@@ -30,6 +30,10 @@ from .link import Target
 from .reports import CrossReport
 from .seeds import region_of
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .value_atoms import CallFlow, FunctionFlow
+
 _DEPTH = 4
 _BUDGET = 60
 Found = tuple[str, list[int], str]  # (module, position, what it is)
@@ -76,7 +80,9 @@ def _correlated(atoms: list[str]) -> bool:
     return any(type(a) is str and a.startswith("D") and "#F" in a for a in atoms)
 
 
-def _engines_on(values: Values, module: str, function: str, flow: dict, atoms: list) -> set[tuple[str, str]]:
+def _engines_on(
+    values: Values, module: str, function: str, flow: FunctionFlow, atoms: list[str]
+) -> set[tuple[str, str]]:
     """``with self.engine.autocast():`` where the field's class makes no autocast of its own
     (``IEngine.autocast`` returns a ``nullcontext()``) but subclasses do (``AMPEngine``): the
     classes whose ``autocast`` method opens an enabled region. A run with one of them has the
@@ -139,7 +145,7 @@ def _report(code: str, module: str, call: tuple[str, list[int]], found: Found, r
 
 
 def _calls_inside(
-    values: Values, module: str, function: str, flow: dict, first: int, last: int
+    values: Values, module: str, function: str, flow: FunctionFlow, first: int, last: int
 ) -> Iterator[tuple[tuple[str, list[int]], list[tuple[Target, dict[str, str] | None]]]]:
     """The calls of ``function`` made inside the ``with`` (lines after its first, to its last),
     with the project functions each may run."""
@@ -198,7 +204,7 @@ class _Walk:
         # Where the region is on only with some engine classes (``_engines_on``): a scaler
         # protocol counts only when one of those classes runs it.
         self.engines = engines
-        self.seen: dict[tuple, tuple[Found | None, Found | None]] = {}
+        self.seen: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[Found | None, Found | None]] = {}
         self.budget = _BUDGET
 
     def first(self, targets: list[tuple[Target, dict[str, str] | None]]) -> tuple[Found | None, Found | None]:
@@ -273,7 +279,7 @@ class _Walk:
         self.seen[key] = result
         return result
 
-    def _engine_runs(self, method: tuple[str, list, str]) -> bool:
+    def _engine_runs(self, method: tuple[str, list[int], str]) -> bool:
         """Whether the engine method of a protocol seed is one of ``engines``' (its own or
         inherited)."""
         module, _at, qualified = method
@@ -323,7 +329,7 @@ class _Walk:
 _HANDLER_MODULES = 32
 
 
-def _bound_names(target: Target, call: dict) -> dict[str, str] | None:
+def _bound_names(target: Target, call: CallFlow) -> dict[str, str] | None:
     """The callee's parameters (``P<i>``) that ``call`` binds to a string literal."""
     given = call.get("names")
     if not given:

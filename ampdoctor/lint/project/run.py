@@ -15,8 +15,9 @@ from pathlib import Path
 from ...catalog import severity_of
 from ...findings import Finding, Location, Related
 from ..cache import CACHE_DIR
-from .checks import Callers, CrossReport, run_checks
+from .checks import run_checks
 from .link import Project
+from .reports import Callers, CrossReport
 from .reuse import load_reports, reports_path, save_reports, state_key
 from .root import project_root
 from .store import SummaryStore
@@ -24,7 +25,14 @@ from .tokens import float16_risk
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ...config import Settings
+    from ..engine import FileResult
     from .shapes import ModuleSummary
+
+    # A file's own (settings, enabled codes), by its path.
+    FileSettings = Callable[[str], tuple[Settings, frozenset[str]]]
 
 # More Python files than any project holds: the marked folder is something else (a home folder
 # kept in git), and listing it would cost more than the lint itself.
@@ -45,13 +53,13 @@ def project_folder(paths: Sequence[Path | str]) -> tuple[Path, bool] | None:
 
 
 def link_results(
-    results: list,
-    settings,
+    results: list[FileResult],
+    settings: Settings,
     codes: frozenset[str],
     use_cache: bool,
     cwd: Path,
     jobs: int | None = None,
-    file_settings=None,
+    file_settings: FileSettings | None = None,
     unsaved: bool = False,
 ) -> None:
     """Add the cross-module findings to ``results`` (engine.FileResult objects), in place.
@@ -61,6 +69,7 @@ def link_results(
     codes) by its path (``codes`` is then all of theirs together); None: ``settings`` and
     ``codes`` for every file."""
     targets = {}
+    result: FileResult | None  # (also, below, a project file's result: None where it is not linted)
     for result in results:
         # A file that fixes changed is judged again on the next run, against its new text.
         if result.file_path.endswith(".py") and result.error is None and not result.changed:
@@ -140,7 +149,7 @@ def link_results(
         _attach(reports, target_rels, root, cwd, settings, file_settings)
 
 
-def _project_files(root: Path, targets: dict, folder: Path | None = None) -> list[str] | None:
+def _project_files(root: Path, targets: dict[str, FileResult], folder: Path | None = None) -> list[str] | None:
     """Project-relative POSIX paths of the project's Python modules (the linted ones included).
 
     Files the run excludes from linting (the configuration's ``exclude``, ``--exclude``) are
@@ -195,7 +204,14 @@ def _display(path: Path, cwd: Path) -> str:
     return absolute[len(base) :].replace(os.sep, "/") if absolute.startswith(base) else path.as_posix()
 
 
-def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, settings, file_settings=None) -> None:
+def _attach(
+    reports: list[CrossReport],
+    targets: dict[str, FileResult],
+    root: Path,
+    cwd: Path,
+    settings: Settings,
+    file_settings: FileSettings | None = None,
+) -> None:
     from ..engine import decode_source
     from ..suppressions import apply_suppressions
 
@@ -246,7 +262,9 @@ def _attach(reports: list[CrossReport], targets: dict, root: Path, cwd: Path, se
         result.parsed = True
 
 
-def link_source(findings: list, summary: ModuleSummary, source: str, path: str, codes: frozenset[str]) -> list:
+def link_source(
+    findings: list[Finding], summary: ModuleSummary, source: str, path: str, codes: frozenset[str]
+) -> list[Finding]:
     """``findings`` of one source text (``lint_source``) with what the cross-function rules find
     between its own functions and methods: the text is a project of one module."""
     from ..suppressions import apply_suppressions

@@ -23,15 +23,27 @@ from .engine_calls import protocol_seeds
 from .flow import Values, flatten
 from .reports import CrossReport
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    import ast
+    from typing import Any
 
-def module_seeds(values: Values, module: str, defining: Callable[[str], list[str]] | None = None) -> dict | None:
+    from ..model import AmpFacts
+    from .engine_calls import Method, Seeded
+    from .flow import Value
+    from .value_atoms import CallFlow
+
+
+def module_seeds(
+    values: Values, module: str, defining: Callable[[str], list[str]] | None = None
+) -> dict[str, Any] | None:
     """The seeds of one module (None when the project tells it nothing new); ``defining``: the
     modules whose text may define a function of a name (for engine calls, ``engine_calls.py``)."""
     regions: dict[tuple[int, int], tuple[str | None, str, str | None]] = {}
     clips: dict[tuple[int, int], tuple[str, list[int]]] = {}
     unscales: dict[tuple[int, int], tuple[str, str | None, str, list[int]]] = {}
-    protocol: dict[tuple[int, int], list] = {}
-    methods: dict[tuple[int, int], tuple] = {}
+    protocol: dict[tuple[int, int], list[Seeded]] = {}
+    methods: dict[tuple[int, int], Method] = {}
     for function, flow in values.flows(module).items():
         for at, atoms, *_last in flow.get("withs", []):
             region = region_of(flatten(values.resolve(module, function, atoms)))
@@ -62,15 +74,16 @@ def module_seeds(values: Values, module: str, defining: Callable[[str], list[str
     return {"regions": regions, "clips": clips, "unscales": unscales, "protocol": protocol, "methods": methods}
 
 
-def _spelled_argument(call: dict, index: int) -> str | None:
+def _spelled_argument(call: CallFlow, index: int) -> str | None:
     """The name a call passes at a position (from the ``spelled`` its summary keeps)."""
     for key, _atoms, *rest in call.get("args", []):
         if key == index and rest:
-            return rest[0]
+            spelled: str | None = rest[0]
+            return spelled
     return None
 
 
-def region_of(value: frozenset) -> tuple[str | None, str, str | None] | None:
+def region_of(value: Value) -> tuple[str | None, str, str | None] | None:
     """(dtype, enabled, device) of the autocast contexts a ``with`` item may be (``A@`` atoms):
     on only where every choice is an enabled autocast; off-only choices open nothing."""
     held = [atom.split("@")[1:] for atom in value if type(atom) is str and atom.startswith("A@")]
@@ -100,7 +113,7 @@ def seeded_reports(
         yield from _relint(values, module, seeds, codes)
 
 
-def _relint(values: Values, module: str, seeds: dict, codes: frozenset[str]) -> Iterator[CrossReport]:
+def _relint(values: Values, module: str, seeds: dict[str, Any], codes: frozenset[str]) -> Iterator[CrossReport]:
     from ..engine import decode_source, parse_source
     from ..facts import build_facts
     from ..rules import lint_rules
@@ -135,14 +148,19 @@ def _relint(values: Values, module: str, seeds: dict, codes: frozenset[str]) -> 
             yield CrossReport(report.code, module, list(at), report.message, report.help or "", related)
 
 
-def _engine_methods(facts, node, methods: dict) -> list[tuple[str, list[int], str]]:
+def _engine_methods(
+    facts: AmpFacts, node: ast.AST, methods: dict[tuple[int, int], Method]
+) -> list[tuple[str, list[int], str]]:
     """The engine methods whose scaler calls the finding's function was seeded with (calls in
     the same function as the finding's node)."""
     if not methods:
         return []
     line = getattr(node, "lineno", 0)
-    frames = [
-        f.node for f in facts.frames if f.parent is not None and f.node.lineno <= line <= (f.node.end_lineno or line)
+    # (a frame with a parent is a function's, whose node has a position: ``Frame.node`` says ``AST``)
+    frames: list[ast.FunctionDef | ast.AsyncFunctionDef] = [
+        f.node  # type: ignore[misc]
+        for f in facts.frames
+        if f.parent is not None and f.node.lineno <= line <= (f.node.end_lineno or line)  # type: ignore[attr-defined]
     ]
     if not frames:
         return []

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
-    from typing import TypedDict
+    from typing import Any, TypedDict
 
     from .value_atoms import CallFlow as FunctionFlowCall
     from .value_atoms import FunctionFlow
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         loop: list[int]
         epoch_loop: bool
         in_epoch: bool
-        arms: list[list]
+        arms: list[list[int | str]]  # [line, column, kind] of each branch between it and its loop
         assigned: bool
         args: list[ArgumentRecord]
         star: bool
@@ -64,6 +64,78 @@ if TYPE_CHECKING:
     # What the linker resolves: a summary's call record or a flow's (``value_atoms.CallFlow``).
     CallLike = CallRecord | FunctionFlowCall
 
+    class UpdateRecord(TypedDict, total=False):
+        """An ``S.update()`` after ``S.step(optimizer)`` (``function_parts._updates_after_step``):
+        ``scaler`` and ``optimizer`` as spelled, or ``#i`` for the parameter at index i."""
+
+        scaler: str
+        optimizer: str
+        at: list[int]
+        guarded: bool
+
+    class ProtocolRecord(TypedDict, total=False):
+        """The GradScaler calls a method makes on one field of ``self``: ``events`` in order, as
+        ``[kind, optimizer parameter index or None]`` (``function_parts._scaler_protocol``)."""
+
+        field: str
+        events: list[list[Any]]
+
+    class HalfReturn(TypedDict, total=False):
+        """A local made float16 and returned (``index``: its place in a returned tuple)."""
+
+        at: list[int]
+        index: int | None
+        name: str
+
+    class TrainsReturned(TypedDict, total=False):
+        """An optimizer built over the parameters of what a call returned (``index``: the
+        element of the call's tuple bound to the model)."""
+
+        callee: str
+        index: int | None
+        at: list[int]
+        model: str
+
+    class ScalerDefault(TypedDict, total=False):
+        """A scaler parameter that defaults to None, its index, and the float16 region."""
+
+        param: str
+        index: int
+        region: list[int]
+
+    class NewScaler(TypedDict, total=False):
+        """A GradScaler built into a local (or a ``self.`` field) and stepped in the function."""
+
+        at: list[int]
+        name: str
+        single_step: bool
+
+    class HalfRisk(TypedDict, total=False):
+        """What float16 autocast would break in a function (``float16_sites.half_risks``): an
+        AMP105 BCE call (``what``) or an AMP301 fill (``text``, ``label``, ``bound``,
+        ``receiver``)."""
+
+        code: str
+        at: list[int]
+        what: str
+        text: str
+        label: str
+        bound: str
+        receiver: str | None
+
+    class FrameworkRun(TypedDict, total=False):
+        """A Lightning ``Trainer``/``Fabric`` with a float16 mixed precision and a call that
+        hands it a model (``float16_sites.framework_runs``)."""
+
+        api: str
+        at: list[int]
+        precision: str
+        dtype: str
+        accelerator: str | None
+        frame: str
+        call: list[int]
+        model: str
+
     class FunctionSummary(TypedDict, total=False):
         """What one function does with the training step (``function_parts.py`` documents
         each part; ``uses`` and ``half_risks`` are ``float16_sites.py``'s)."""
@@ -71,21 +143,21 @@ if TYPE_CHECKING:
         at: list[int]
         params: list[str]
         star: bool
-        clips: list[dict]
+        clips: list[dict[str, Any]]  # {param, clip, optimizer}
         clips_for_caller: list[int]
-        unscales_for_caller: list
+        unscales_for_caller: list[Any]  # [scaler index, optimizer index or None, where]
         backward: list[int]
         returns_scaler: list[int]
         stub: bool
-        updates: list[dict]
-        protocol: dict
-        returns_half: dict
-        trains_returned: list[dict]
-        scaler_default: dict
-        new_scaler: dict
+        updates: list[UpdateRecord]
+        protocol: ProtocolRecord
+        returns_half: HalfReturn
+        trains_returned: list[TrainsReturned]
+        scaler_default: ScalerDefault
+        new_scaler: NewScaler
         builds_optimizer: bool
         uses: list[str]
-        half_risks: list[dict]
+        half_risks: list[HalfRisk]
 
     class ClassRecord(TypedDict, total=False):
         """A class statement: where it is and its bases as spelled."""
@@ -105,7 +177,7 @@ if TYPE_CHECKING:
         instances: dict[str, str]
         functions: dict[str, FunctionSummary]
         calls: list[CallRecord]
-        framework: list[dict]
+        framework: list[FrameworkRun]
         flows: dict[str, FunctionFlow]
         trains: list[str]
         paths: list[str]

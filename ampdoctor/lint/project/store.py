@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 from ..cache import RACY_NS
-from .tokens import BACKWARD_TEXT, CLASSES, HELPER_TOKENS, TOKEN_CLASSES, import_targets  # noqa: F401
+from .tokens import BACKWARD_TEXT as BACKWARD_TEXT  # re-exported (``checks.py``)
+from .tokens import CLASSES, HELPER_TOKENS, import_targets
+from .tokens import TOKEN_CLASSES as TOKEN_CLASSES  # re-exported
 from .tokens import has_class as _has_class
 
 try:
@@ -36,6 +38,8 @@ from .outline import Outline, defines_without
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
+    from typing import Any
+
     from .shapes import ModuleSummary
 
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
@@ -78,11 +82,11 @@ class SummaryStore:
     def __init__(self, root: Path, folder: Path | None) -> None:
         self.root = root
         self.path = None
-        self.entries: dict[str, dict] = {}
+        self.entries: dict[str, dict[str, Any]] = {}
         self.written_ns = 0
         self.dirty = False
         self.changed: set[str] = set()  # the entries made, changed or removed in this run
-        self._delta: dict[str, dict | None] = {}  # the delta file's entries, as stored
+        self._delta: dict[str, dict[str, Any] | None] = {}  # the delta file's entries, as stored
         self._delta_ns: dict[str, int] = {}  # when each entry of the delta was written
         self._data: dict[str, bytes] = {}
         self._verified: set[str] = set()
@@ -93,7 +97,7 @@ class SummaryStore:
         self._blob: str | None = None  # the name of the file of summary texts the index points into
         # Modules whose text in this run is an editor's, not the file's (``hold``): what the cache
         # knew of the file on disk, put back before it is saved.
-        self._held: dict[str, dict | None] = {}
+        self._held: dict[str, dict[str, Any] | None] = {}
         if folder is not None:
             from ..cache import build_fingerprint
 
@@ -137,7 +141,7 @@ class SummaryStore:
         self.changed.add(rel)
         self.dirty = True
 
-    def _fresh(self, rel: str) -> dict | None:
+    def _fresh(self, rel: str) -> dict[str, Any] | None:
         """The entry for ``rel`` when it matches the file on disk (re-hashed when in doubt);
         each file is checked once per run."""
         if rel in self._verified:
@@ -176,7 +180,7 @@ class SummaryStore:
         entry = self._fresh(rel)
         if entry is None:
             return False
-        known = entry.setdefault("classes", {})
+        known: dict[str, bool] = entry.setdefault("classes", {})
         if kind not in known:
             data = self._read(rel)
             if data is None:
@@ -244,7 +248,7 @@ class SummaryStore:
         entry = self._fresh(rel)
         return bool(entry and (entry.get("summary") is not None or _has_text(entry)))
 
-    def defines_without(self, rel: str, name: str, pattern: re.Pattern) -> bool:
+    def defines_without(self, rel: str, name: str, pattern: re.Pattern[bytes]) -> bool:
         """``defines_without`` on the file's bytes (False when it cannot be read)."""
         data = self._read(rel, keep=True)
         return data is not None and defines_without(data, name, pattern)
@@ -320,7 +324,8 @@ class SummaryStore:
             entry["summary"] = summarize_bytes(data)
             self._spending.parsed_source(len(data))  # the collector is paused: see gc_budget.py
             self._touch(rel)
-        return entry["summary"]
+        summary: ModuleSummary | None = entry["summary"]
+        return summary
 
     def prefetch(self, rels: list[str], jobs: int | None) -> None:
         """Make the summaries of ``rels`` that are missing, in worker processes when there are
@@ -349,7 +354,7 @@ class SummaryStore:
                 self.entries[rel]["summary"] = summary
                 self._touch(rel)
 
-    def put(self, rel: str, data: bytes, summary: dict | None) -> None:
+    def put(self, rel: str, data: bytes, summary: ModuleSummary | None) -> None:
         """A summary made by the lint pass itself (from the facts its rules used)."""
         try:
             stat = os.stat(self.root / rel)
@@ -365,7 +370,7 @@ class SummaryStore:
         self._verified.add(rel)
         self._touch(rel)
 
-    def hold(self, rel: str, data: bytes, summary: dict | None) -> None:
+    def hold(self, rel: str, data: bytes, summary: ModuleSummary | None) -> None:
         """An editor's text for ``rel`` and its summary: what this run reads of the module,
         never stored (the cache keeps what it knows of the file on disk)."""
         if rel not in self._held:
@@ -379,13 +384,13 @@ class SummaryStore:
             del self.entries[rel]
             self._touch(rel)
 
-    def changes(self) -> dict[str, dict]:
+    def changes(self) -> dict[str, dict[str, Any]]:
         """The entries changed since ``changed`` was last emptied, with what was checked against
         the files: what a forked copy of this store (``forked.py``) hands back to the store it
         was copied from, once it has emptied ``changed`` at its start."""
         return {rel: self.entries[rel] for rel in self.changed if rel in self.entries}
 
-    def adopt(self, entries: dict[str, dict]) -> None:
+    def adopt(self, entries: dict[str, dict[str, Any]]) -> None:
         """Take in ``changes()`` of a forked copy: the entries this store has not checked against
         the files in this run whole, and of the others the summary where it has none yet (the
         same bytes: both checked the same file in the same run; one of them may only have noted
@@ -477,9 +482,9 @@ class SummaryStore:
             except OSError:
                 pass
 
-    def _text_of(self, entry: dict) -> str | None:
+    def _text_of(self, entry: dict[str, Any]) -> str | None:
         """A stored summary's JSON text: kept in the entry (a delta's), or read from the blob."""
-        text = entry.get("text")
+        text: str | None = entry.get("text")
         if text is not None:
             return text
         span = _span(entry.get("span"))
@@ -504,7 +509,7 @@ class SummaryStore:
             return None
 
 
-def _has_text(entry: dict) -> bool:
+def _has_text(entry: dict[str, Any]) -> bool:
     """Whether a stored entry holds its summary's text (inline, or where it lies in the blob)."""
     return "text" in entry or "span" in entry
 
@@ -530,7 +535,7 @@ def _delta_path(path: Path) -> Path:
     return path.with_name(path.stem + "-delta.json")
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
     """A cache document of this format (``files`` a mapping), or None."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -541,7 +546,7 @@ def _read_json(path: Path) -> dict | None:
     return None
 
 
-def write_cache_file(path: Path, document: dict | bytes) -> None:
+def write_cache_file(path: Path, document: dict[str, Any] | bytes) -> None:
     """Write a cache document (or bytes) atomically (a temporary file in the same folder, then a
     rename). Unlike ``ampdoctor.atomic`` (reports the user keeps), no ``fsync``: a cache lost to a
     crash is only a miss, and a pre-commit run should not wait for the disk."""
@@ -561,7 +566,7 @@ def write_cache_file(path: Path, document: dict | bytes) -> None:
         raise
 
 
-def _stored(entry: dict) -> dict:
+def _stored(entry: dict[str, Any]) -> dict[str, Any]:
     """An entry as the cache file holds it: a summary as its JSON text (``"text"``, moved into
     the blob when the whole cache is written), so that a run decodes only the summaries it asks
     for. Measured on the 3,642-file store of a 31-repository tree (8.8 MB of summaries): loading

@@ -20,6 +20,10 @@ from .callsites import calls_of
 from .link import Project
 from .reports import Callers, CrossReport
 
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .shapes import ScalerDefault
+
 
 def scaler_never_passed(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
     for module in targets:
@@ -34,7 +38,7 @@ def scaler_never_passed(project: Project, targets: list[str], callers: Callers) 
                     yield report
 
 
-def _report(project: Project, callers: Callers, module: str, name: str, default: dict) -> CrossReport | None:
+def _report(project: Project, callers: Callers, module: str, name: str, default: ScalerDefault) -> CrossReport | None:
     short = name.rsplit(".", 1)[-1]
     seen: list[tuple[str, list[int]]] = []
     for caller, call, target in calls_of(project, callers, "any", module, name):

@@ -27,7 +27,7 @@ from .reports import Callers, CrossReport
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
-    from .shapes import CallRecord, FunctionSummary
+    from .shapes import CallRecord, FunctionSummary, UpdateRecord
 
 
 def update_twice(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
@@ -137,7 +137,9 @@ def _exclusive(one: CallRecord, other: CallRecord) -> bool:
     return any(kind == "match" for *_, kind in one.get("arms", []))
 
 
-def _shared_scaler(target: Target, call: CallRecord, second: Target, other: CallRecord) -> tuple[dict, dict] | None:
+def _shared_scaler(
+    target: Target, call: CallRecord, second: Target, other: CallRecord
+) -> tuple[UpdateRecord, UpdateRecord] | None:
     """The two updates, when both functions update one scaler after stepping different optimizers."""
     for update in target.function.get("updates", []):
         if update.get("guarded"):

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
         callee: str
         at: list[int]
-        args: list[list]
+        args: list[list[Any]]
         star: bool
         fallback: list[str]
         names: dict[str, str]  # string literals spelled like a name, by position or keyword
@@ -73,18 +73,18 @@ if TYPE_CHECKING:
         other objects' fields, library calls handed a scaler, and the scalers it trains with."""
 
         ret: list[str]
-        saves: list[list]
+        saves: list[list[Any]]
         calls: list[CallFlow]
         stores: dict[str, list[str]]
         gstores: dict[str, list[str]]
         xstores: dict[str, list[str]]
-        escapes: list[list]
+        escapes: list[list[Any]]
         scalers: list[str]
         tuples: list[list[list[str]]]
         npos: int
-        dynamic: list[list]  # [where, field atoms]: a call of a callable a field holds
-        named: list[list]  # [where, "=name" or "P<i>"]: ``getattr(obj, name)(...)``
-        withs: list[list]
+        dynamic: list[list[Any]]  # [where, field atoms]: a call of a callable a field holds
+        named: list[list[Any]]  # [where, "=name" or "P<i>"]: ``getattr(obj, name)(...)``
+        withs: list[list[Any]]
         plain: bool  # it steps an optimizer itself without a scaler (``mark_steps``)
         scaled: bool  # it runs a scaled backward (``mark_steps``)
 

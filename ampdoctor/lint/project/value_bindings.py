@@ -42,6 +42,8 @@ TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without i
 if TYPE_CHECKING:
     from typing import Any
 
+    from .value_atoms import FunctionFlow
+
 
 # Nodes that bind, call or return nothing: the walk does not visit them (half of all nodes).
 _LEAVES = (ast.Name, ast.Constant)
@@ -70,7 +72,7 @@ class ModuleFlows:
             for stmt in facts.module.body
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
         }
-        self.flows: dict[str, dict] = {}
+        self.flows: dict[str, FunctionFlow] = {}
 
 
 class _Bindings:

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
     from .value_atoms import CallFlow, FunctionFlow
 
+    Comprehension = ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp
+
 
 def module_flows(facts: AmpFacts, functions: list[tuple[str, ast.AST, str | None]]) -> dict[str, FunctionFlow]:
     """``FunctionFlow`` per qualified name, for ``functions``: (qualname, node, class name) of
@@ -100,10 +102,10 @@ class _FunctionWalk(BindingWalk):
         self._tuple_of: dict[int, int] = {}
         self.call_index: dict[int, int] = {}
         self.call_records: dict[int, CallFlow] = {}
-        self.escapes: list[list] = []
-        self.saves: list[list] = []
-        self.dynamic: list[list] = []
-        self.named: list[list] = []
+        self.escapes: list[list[Any]] = []
+        self.saves: list[list[Any]] = []
+        self.dynamic: list[list[Any]] = []
+        self.named: list[list[Any]] = []
         self._final = False
         self._escaped: set[int] = set()
 
@@ -181,7 +183,7 @@ class _FunctionWalk(BindingWalk):
             flow["npos"] = self.params.positional
         return flow
 
-    def _held_contexts(self) -> list[list]:
+    def _held_contexts(self) -> list[list[Any]]:
         """The ``with`` items whose context the module does not show being made (``self.amp_cm``,
         ``self.engine.autocast()``, a factory's result): where each is, and its value, so that
         the link step can tell an autocast made elsewhere (``A@`` atoms), and the last line of
@@ -294,7 +296,7 @@ class _FunctionWalk(BindingWalk):
             self.tuples[known] = elements
         return frozenset({f"T{known}"})
 
-    def _comprehension(self, expr: ast.expr, element: ast.expr) -> frozenset[str]:
+    def _comprehension(self, expr: Comprehension, element: ast.expr) -> frozenset[str]:
         subject = self._optimizers_only(expr, element)
         if subject is not None:
             # Only optimizers pass the filter; over ``vars(self)``, a field holding an object of
@@ -302,7 +304,7 @@ class _FunctionWalk(BindingWalk):
             return _OPTIMIZER | ({"Y"} if "H" in subject else EMPTY)
         return self._elements(self.ev(element))
 
-    def _optimizers_only(self, expr, element: ast.expr) -> frozenset[str] | None:
+    def _optimizers_only(self, expr: Comprehension, element: ast.expr) -> frozenset[str] | None:
         """``{k: v.state_dict() for k, v in vars(self).items() if isinstance(v, Optimizer)}``:
         a filter by type admits optimizers only. The value of the iterated object, or None."""
         for generator in expr.generators:
@@ -504,7 +506,7 @@ class _FunctionWalk(BindingWalk):
             known = self.call_index[id(call)] = len(self.call_index)
         if not self._final or known in self.call_records:
             return frozenset({f"C{known}"})
-        args: list[list] = []
+        args: list[list[Any]] = []
         star = False
         position = 0
         for arg in call.args:
@@ -512,7 +514,7 @@ class _FunctionWalk(BindingWalk):
                 star = True
                 args.append(["*", sorted(self.ev(arg.value))])
                 continue
-            entry: list = [position, sorted(self.ev(arg))]
+            entry: list[Any] = [position, sorted(self.ev(arg))]
             spelled_arg = dotted(arg)
             if (
                 spelled_arg is not None

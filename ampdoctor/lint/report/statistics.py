@@ -17,9 +17,11 @@ from collections import Counter
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import TextIO
 
     from ...findings import Finding
+    from ..engine import FileResult
 
 
 def render_statistics(findings: list[Finding], stream: TextIO, json_output: bool) -> None:
@@ -44,7 +46,7 @@ def render_statistics(findings: list[Finding], stream: TextIO, json_output: bool
         stream.write(f"{counts[code]:>{width}}  {code:<{code_width}}  {mark} {names[code]}".rstrip() + "\n")
 
 
-def fixed_lines(fixed_by_file: dict[str, Counter]) -> list[str]:
+def fixed_lines(fixed_by_file: dict[str, Counter[str]]) -> list[str]:
     """``Fixed 3 problems:`` then, per file, ``- path:`` and ``    2 × AMP201 (name)``."""
     from ...catalog import all_rules
     from . import plural
@@ -65,10 +67,10 @@ def fixed_lines(fixed_by_file: dict[str, Counter]) -> list[str]:
     return lines
 
 
-def fixed_by_file(results) -> dict[str, Counter]:
+def fixed_by_file(results: Iterable[FileResult]) -> dict[str, Counter[str]]:
     """For each file ``--fix`` changed: how many findings of each code the fixes removed (those
     of the text as read that the fixed text no longer has)."""
-    found: dict[str, Counter] = {}
+    found: dict[str, Counter[str]] = {}
     for result in results:
         if not result.fixed or result.unfixed is None:
             continue

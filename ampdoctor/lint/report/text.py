@@ -52,7 +52,7 @@ Piece = tuple[str, "str | None"]  # (text, style)
 
 
 def render(ctx: ReportContext, stream: TextIO, *, color: bool) -> None:
-    split: dict[tuple, list[str] | None] = {}  # each source is split once, not per finding
+    split: dict[tuple[str, int | None], list[str] | None] = {}  # each source is split once, not per finding
     for finding in ctx.findings:
         key = (finding.location.path, finding.location.cell)
         if key not in split:

@@ -54,7 +54,7 @@ class Report(Record):
         help: str | None = None,
         fix: FixPlan | Fix | None = None,
         statement: ast.AST | None = None,
-        extra: dict | None = None,
+        extra: dict[str, object] | None = None,
     ) -> None:
         self.code = code
         self.node = node

@@ -11,6 +11,10 @@ from ..syntax import FUNCTION_TYPES
 from ..vocabulary import AUTOCAST_NAMES, GRAD_SCALER_NAMES
 from . import LintRule, Report, register
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from ..model import Frame
+
 # apex.amp function → what replaces it in torch.amp
 _APEX_REPLACEMENTS = {
     "initialize": "keep the model and optimizer in float32, run the forward under "
@@ -163,7 +167,7 @@ class TrainerDoubleAmp(LintRule):
             )
 
 
-def _inside(frame, hooks: set[int]) -> bool:
+def _inside(frame: Frame | None, hooks: set[int]) -> bool:
     while frame is not None:
         if id(frame.node) in hooks:
             return True
@@ -171,7 +175,7 @@ def _inside(frame, hooks: set[int]) -> bool:
     return False
 
 
-def _hook_name(frame, hooks: set[int]) -> str:
+def _hook_name(frame: Frame | None, hooks: set[int]) -> str:
     while frame is not None:
         if id(frame.node) in hooks:
             return frame.name

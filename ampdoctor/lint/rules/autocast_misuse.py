@@ -17,6 +17,8 @@ TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from typing import ClassVar
 
+    from ..model import Region
+
 
 # Events of a training step: a half model beside them is trained, and its casts are this rule's.
 _TRAINING = (EventKind.BACKWARD, EventKind.SCALED_BACKWARD, EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP)
@@ -280,7 +282,7 @@ def _matches_a_half_model(facts: AmpFacts, site: CallSite) -> bool:
     ) and not any(e.kind in _TRAINING for e in site.frame.events)
 
 
-def _guarded_by_own_flag(site: CallSite, region) -> bool:
+def _guarded_by_own_flag(site: CallSite, region: Region) -> bool:
     """``with autocast(enabled=use_amp):`` ... ``if use_amp: y = y.half()``: the cast runs exactly
     when the region is on. Only the ``if`` arm counts, and only the flag spelled the same way."""
     if region.enabled is not Enabled.MAYBE or region.flag is None:

@@ -24,6 +24,10 @@ from ..model import AmpFacts, ImportRef
 from ..syntax import children, dotted, iter_nodes
 from . import FixPlan, LintRule, NodeEdit, Report, register
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
 _DEPRECATED_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
 _KINDS = {"autocast": "autocast", "GradScaler": "scaler", "custom_fwd": "custom", "custom_bwd": "custom"}
 _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
@@ -445,7 +449,7 @@ class _Gated:
         return False
 
 
-def _module_level_imports(body: list) -> Iterable[ast.ImportFrom]:
+def _module_level_imports(body: list[Any]) -> Iterable[ast.ImportFrom]:  # statements, told by ``type``
     """``from ... import`` statements at module level (also in top-level ``if``/``try``): the only
     places a star import is allowed."""
     for statement in body:
@@ -478,7 +482,7 @@ def _gates(facts: AmpFacts, parent: ast.AST, child: ast.AST, new_api: list[tuple
     body = [parent.body] if isinstance(parent, ast.IfExp) else parent.body
     orelse = [parent.orelse] if isinstance(parent, ast.IfExp) else parent.orelse
     if any(child is part for part in orelse):
-        other: list = body
+        other: list[Any] = body
     elif any(child is part for part in body):
         other = orelse
     else:
@@ -541,7 +545,7 @@ def _new_api_spans(facts: AmpFacts) -> list[tuple[int, int]]:
     return sorted(found)
 
 
-def _holds(statements: list, positions: list[tuple[int, int]]) -> bool:
+def _holds(statements: list[Any], positions: list[tuple[int, int]]) -> bool:  # statements or expressions
     for statement in statements:
         start = (statement.lineno, statement.col_offset)
         end = (statement.end_lineno or statement.lineno, statement.end_col_offset or 0)

@@ -26,6 +26,10 @@ from .region_walker import (
     strip_views,
 )
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from ...findings import Applicability
+
 
 def _is_finite(value: float) -> bool:
     return value == value and abs(value) != float("inf")
@@ -73,7 +77,7 @@ _FILL_FUNCTIONS = {
 _RECEIVER_FIX = {"masked_fill", "masked_fill_", "fill_", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max"}
 
 
-def overflowing_fills(site, slots) -> Iterator[tuple[ast.expr, float]]:
+def overflowing_fills(site: CallSite, slots: Iterable[tuple[int, str]]) -> Iterator[tuple[ast.expr, float]]:
     """The fill values among a call's ``slots`` ((position, keyword) pairs) that float16 cannot
     hold, each with its value (none when every one fits or none is a literal)."""
     for position, keyword in slots:
@@ -315,7 +319,7 @@ def _stores_into_float16(facts: AmpFacts) -> Iterable[tuple[str, ast.expr]]:
             yield target, assign.value
 
 
-def _unsafe():
+def _unsafe() -> Applicability:
     from ...findings import Applicability
 
     return Applicability.UNSAFE

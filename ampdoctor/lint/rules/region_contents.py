@@ -29,6 +29,10 @@ from .region_walker import (
     strip_views,
 )
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from ..model import Assignment
+
 # --------------------------------------------------------------------------------------
 # AMP104
 # --------------------------------------------------------------------------------------
@@ -155,7 +159,7 @@ class UnsafeUnderAutocast(LintRule):
             )
 
 
-def _bound_to_bce(facts: AmpFacts, name: str, frame: Frame, losses: list) -> bool:
+def _bound_to_bce(facts: AmpFacts, name: str, frame: Frame, losses: list[Assignment]) -> bool:
     """Whether ``name`` called in ``frame`` is one of the BCELoss bindings ``losses``: ``self.x``
     bound to one in a method of the same class; a plain name bound to one in the nearest
     enclosing scope that binds it (a parameter of that name, or another function's

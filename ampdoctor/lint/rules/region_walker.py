@@ -8,11 +8,19 @@ when a rule's cheap preconditions over AmpFacts hold. AMP104, AMP105 and AMP301â
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ..model import AmpFacts, CallSite, Frame, Region, autocast_region
 from ..syntax import call_args, children, dotted, string_value
 from ..vocabulary import DTYPES
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    # What the walk does next: visit a node, or call a hook with its node.
+    _Work = ast.AST | tuple[Callable[[Any], None], ast.AST]
 
 # --------------------------------------------------------------------------------------
 # Ops that autocast runs in the lower precision (float16 / bfloat16) on every device
@@ -164,7 +172,7 @@ class RegionWalker:
         # Per frame, the regions of the enclosing ``with`` items and decorators (None: not autocast).
         self._stack: list[list[Region | None]] = [[]]
         self._wanted: set[int] | None = None
-        self._work: list = []
+        self._work: list[_Work] = []
 
     def walk(self, wanted: Iterable[CallSite]) -> None:
         """Visit the module, entering only the functions that hold one of ``wanted`` (and their
@@ -192,7 +200,7 @@ class RegionWalker:
                 hook, node = item
                 hook(node)
 
-    def _schedule(self, items: list) -> None:
+    def _schedule(self, items: Sequence[_Work]) -> None:
         """Visit ``items`` (nodes and hook pairs) next, in the given order."""
         self._work.extend(reversed(items))
 

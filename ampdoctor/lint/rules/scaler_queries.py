@@ -10,6 +10,10 @@ from ..model import AmpFacts, CallSite, Event, Frame
 from ..syntax import get_arg, iter_nodes, string_value
 from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from ..syntax import Arg
+
 
 def scaler_events(frame: Frame, kind: EventKind, scaler: str | None = None) -> list[Event]:
     events = frame.events_of(kind)
@@ -53,7 +57,7 @@ def never_trains(facts: AmpFacts) -> bool:
 _AVERAGER = re.compile(r"(^|_)(ema|swa)(_|$)", re.IGNORECASE)
 
 
-def scaler_enabled_arg(call: ast.Call, qname: str):
+def scaler_enabled_arg(call: ast.Call, qname: str) -> Arg | None:
     """The ``enabled`` argument of a GradScaler construction (an ``Arg``), or None."""
     arg = get_arg(call, None, "enabled")
     if arg is None:

@@ -35,6 +35,10 @@ from .scaler_queries import (
     uses_framework,
 )
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from ..model import Event, Frame
+
 # --------------------------------------------------------------------------------------
 # AMP209 scaler-with-bfloat16
 # --------------------------------------------------------------------------------------
@@ -52,7 +56,7 @@ class ScalerWithBfloat16(LintRule):
         checked_text = False
         # The regions a scaler of each device meets, and whether all are bfloat16 (asked once
         # per device, not per scaler).
-        by_device: dict[str | None, tuple[list, bool]] = {}
+        by_device: dict[str | None, tuple[list[Region], bool]] = {}
         for new in facts.events(EventKind.SCALER_NEW):
             qname = new.call.qname or ""
             device = scaler_device(new.call.node, qname)
@@ -168,7 +172,7 @@ _NO_GRAD = {
 }
 
 
-def _under_no_grad(facts: AmpFacts, frame) -> set[int]:
+def _under_no_grad(facts: AmpFacts, frame: Frame) -> set[int]:
     """Ids of the nodes the frame runs inside ``with torch.no_grad():`` (or ``inference_mode``)."""
     inside: set[int] = set()
     for node in iter_nodes(frame.node):
@@ -350,7 +354,7 @@ def _is_fsdp1(qname: str | None) -> bool:
     return qname is not None and qname.startswith("torch.distributed.") and qname.endswith(".FullyShardedDataParallel")
 
 
-def _excludes_sharding(facts: AmpFacts, new, wraps: list[CallSite]) -> bool:
+def _excludes_sharding(facts: AmpFacts, new: Event, wraps: list[CallSite]) -> bool:
     """Whether the scaler is built only where the FSDP wrap is not: under ``assert not flag``
     earlier in its block, or in the ``else`` of ``if flag:``, where every wrap runs only under
     ``if flag:`` (``flag``: the same expression, ``args.fsdp``)."""

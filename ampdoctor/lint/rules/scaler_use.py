@@ -127,7 +127,7 @@ class UnscaledBackward(LintRule):
 # --------------------------------------------------------------------------------------
 
 
-def _lazy_set_up(facts: AmpFacts, new: Event, loop, target: str) -> bool:
+def _lazy_set_up(facts: AmpFacts, new: Event, loop: Block, target: str) -> bool:
     """Whether a construction inside a loop is made on one pass only, or carries the old state on:
 
     - under a test of the scaler itself (``if scaler is None:``, ``if not hasattr(self,

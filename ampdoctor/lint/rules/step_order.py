@@ -242,7 +242,9 @@ class DoubleUnscale(LintRule):
         )
 
 
-def _skipped_by(facts: AmpFacts, path: Path, where: int, blocked: list[Event], patterns: tuple) -> str | None:
+def _skipped_by(
+    facts: AmpFacts, path: Path, where: int, blocked: list[Event], patterns: tuple[re.Pattern[str], ...]
+) -> str | None:
     """The condition that, on ``path`` after its event ``where``, kept all of ``blocked`` from running,
     when its test matches one of ``patterns`` (a config flag may be the unscale_'s own condition
     spelled differently: only a test that plainly gates or skips steps counts)."""

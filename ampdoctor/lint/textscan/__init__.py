@@ -56,6 +56,10 @@ from .names import (
 )
 from .textgate import TextGate, may_have, may_keep, text_gate
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = [
     "LITERAL_FLAGS",
     "TextGate",
@@ -75,7 +79,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """``literal_flags`` and ``LITERAL_FLAGS``, from literals.py on first use: the text gate
     imports that module only when a rule's anchors require a literal fact, and most files are
     decided before."""

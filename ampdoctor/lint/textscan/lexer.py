@@ -10,6 +10,11 @@ import re
 
 from .memo import _memo
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
 UNSURE = -2  # a scanner's "cannot tell" (positions are >= -1)
 # Mentions and literals examined per module before giving up and keeping it: each costs some
 # microseconds in Python, so a dense table of ``torch.float16`` would cost more than a parse.
@@ -41,7 +46,7 @@ def _continued(d: bytes, start: int) -> bool:
     return j >= 0 and d[j] == _BACKSLASH
 
 
-def _lex(d: bytes, start: int, end: int):
+def _lex(d: bytes, start: int, end: int) -> Any:
     """Brackets outside strings and comments in ``d[start:end]`` (a piece of one line that
     begins in code), and where its comment starts (``end`` if none); UNSURE when in doubt:
     triple quotes, f-strings, backslashes, a line continued from a string, or when the module's
@@ -172,6 +177,7 @@ def _opener(d: bytes, i: int, limit: int = 20000) -> int:
         lexed = _lex(d, start, end)
         if lexed == UNSURE:
             return UNSURE
+        pos: int
         for pos in reversed(lexed[0]):
             if d[pos] in b")]}":
                 depth += 1
@@ -189,7 +195,7 @@ def _opener(d: bytes, i: int, limit: int = 20000) -> int:
 _GROUP = ("group",)
 
 
-def _paren_kind(d: bytes, o: int):
+def _paren_kind(d: bytes, o: int) -> Any:
     """What the ``(`` at ``o`` opens: ``_GROUP`` (parentheses or a tuple), ``("call", name,
     is_method, is_definition)`` (name None for a call of a call or subscript), or UNSURE."""
     j = _prev(d, o)
@@ -231,7 +237,7 @@ def _spend(d: bytes) -> None:
         raise _OverBudget
 
 
-def _word_positions(d: bytes, word: bytes):
+def _word_positions(d: bytes, word: bytes) -> Iterator[int]:
     """Start of each occurrence of ``word`` as a whole identifier."""
     whole = _WHOLE_WORDS.get(word)
     if whole is None:

@@ -38,6 +38,10 @@ from .names import _call_argument, _call_keyword
 from .normalise import _normalized
 from .strings import _in_code
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
 LITERAL_FLAGS = frozenset({"big-fill", "big-arith", "tiny-arith", "tiny-eps"})
 # gate.py's fill calls, as bytes.
 _FILL_CALLS = frozenset(name.encode() for name in FILL_CALLS)
@@ -60,7 +64,7 @@ _ANY = _Any()
 # A literal's value in the functions below (``float | _Any | None``): None when not a literal.
 
 
-def _finite(value) -> float | _Any | None:
+def _finite(value: float | complex) -> float | _Any | None:
     if isinstance(value, complex) or value != value or abs(value) == float("inf"):
         return None
     return value
@@ -132,7 +136,7 @@ def _factor(d: bytes, i: int, depth: int = 0) -> tuple[int, float | _Any | None]
     return end, value
 
 
-def _number_before(d: bytes, q: int):
+def _number_before(d: bytes, q: int) -> Any:
     """The number token ending at ``q``: (start, value); None if it is a name; UNSURE."""
     k = q
     while True:
@@ -166,7 +170,7 @@ _POSTFIX = frozenset(b".([")  # an attribute, call or subscript of what comes be
 class _Scan:
     """One pass over the literals of a module."""
 
-    def __init__(self, d: bytes, wanted: frozenset) -> None:
+    def __init__(self, d: bytes, wanted: frozenset[str]) -> None:
         self.d = d
         self.wanted = wanted
         self.found: set[str] = set()
@@ -371,7 +375,7 @@ def literal_flags(data: bytes, wanted: Iterable[str] = LITERAL_FLAGS) -> frozens
     want = frozenset(wanted) & LITERAL_FLAGS
     if not want:
         return frozenset()
-    memo = _memoized("literals", lambda _: {}, data)
+    memo: dict[frozenset[str], frozenset[str]] = _memoized("literals", lambda _: {}, data)
     if LITERAL_FLAGS in memo:
         return memo[LITERAL_FLAGS] & want
     if want not in memo:
@@ -379,7 +383,7 @@ def literal_flags(data: bytes, wanted: Iterable[str] = LITERAL_FLAGS) -> frozens
     return memo[want]
 
 
-def _literal_flags_any(data: bytes, want: frozenset) -> frozenset[str]:
+def _literal_flags_any(data: bytes, want: frozenset[str]) -> frozenset[str]:
     try:
         found = _literal_flags(data, want)
     except _OverBudget:
@@ -394,7 +398,7 @@ def _literal_flags_any(data: bytes, want: frozenset) -> frozenset[str]:
     return frozenset(found)
 
 
-def _literal_flags(d: bytes, want: frozenset) -> set[str]:
+def _literal_flags(d: bytes, want: frozenset[str]) -> set[str]:
     scan = _Scan(d, want)
     shaped = d.translate(_SHAPE)
     after = 0

@@ -5,7 +5,16 @@ module seen.
 
 from __future__ import annotations
 
-_MEMO: tuple = (None, {})
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any, TypeVar
+
+    _T = TypeVar("_T")
+
+# The last module seen, and what is known about it: its keys are tokens (bytes), the names of
+# what the checks compute once ("view", "imports" ...) and the checks themselves.
+_MEMO: tuple[bytes | None, dict[object, Any]] = (None, {})
 
 # Shorter tokens that several quick checks share: a module without "alf" mentions neither
 # half nor HalfTensor, and one pass over the bytes answers for both.
@@ -37,7 +46,7 @@ def seed(data: bytes, found: dict[bytes, bool]) -> None:
         memo.setdefault(token, held)
 
 
-def _mentions_some(data: bytes, tokens) -> bool:
+def _mentions_some(data: bytes, tokens: Iterable[bytes]) -> bool:
     """Whether the module may mention one of ``tokens`` (always, when it is not ASCII: NFKC)."""
     for token in tokens:
         if _contains(data, token):
@@ -49,7 +58,7 @@ def _mentions_some(data: bytes, tokens) -> bool:
     return not ascii_
 
 
-def _memo(data: bytes) -> dict:
+def _memo(data: bytes) -> dict[object, Any]:
     """What is known about ``data``: the checks of one module share their findings (a token
     search, a literal scan, an import table is made once). Kept for the last module seen; the
     normalised view of that module (``_normalized``) keeps its own memo inside it, so checks
@@ -60,15 +69,17 @@ def _memo(data: bytes) -> dict:
         return cached[1]
     view = cached[1].get("view")
     if view is not None and view[0] is data:
-        return view[1]
+        own: dict[object, Any] = view[1]
+        return own
     cached = _MEMO = (data, {})
     return cached[1]
 
 
-def _memoized(key, compute, data: bytes, *args):
+def _memoized(key: str, compute: Callable[..., _T], data: bytes, *args: object) -> _T:
     """``compute(data, *args)``, remembered for the module."""
     memo = _memo(data)
     found = memo.get(key)
     if found is None:
         found = memo[key] = compute(data, *args)
-    return found
+    value: _T = found
+    return value

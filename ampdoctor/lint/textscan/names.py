@@ -37,6 +37,11 @@ from .memo import _contains, _memoized
 from .normalise import _Check
 from .strings import _in_code
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any
+
 # vocabulary.py's autocast names and float16 cast targets, as bytes.
 _AUTOCAST_NAMES = tuple(name.encode() for name in AUTOCAST_NAMES)
 _CAST_TARGETS = frozenset(name.encode() for name in FLOAT16_CASTS)
@@ -71,11 +76,11 @@ class _Imports:
                     self.bindings.setdefault(bound, []).append((base, s))
                 self.full_names.append((full, s))
 
-    def imported(self, match) -> bool:
+    def imported(self, match: Callable[[bytes], bool]) -> bool:
         """Whether an import statement (in code) imports a name ``match`` accepts."""
         return any(match(full) and _in_code(self.d, s) for full, s in self.full_names)
 
-    def resolves(self, parts: list[bytes], match) -> bool:
+    def resolves(self, parts: list[bytes], match: Callable[[bytes], bool]) -> bool:
         """Whether the dotted chain may resolve to a name ``match`` accepts (through an import
         in code, or as it stands)."""
         if match(b".".join(parts)):
@@ -85,7 +90,7 @@ class _Imports:
             match(b".".join([base, *rest])) and _in_code(self.d, s) for base, s in self.bindings.get(parts[0], ())
         )
 
-    def bound_to(self, match) -> list[bytes]:
+    def bound_to(self, match: Callable[[bytes], bool]) -> list[bytes]:
         """The local names an import in code binds to a name ``match`` accepts."""
         return [
             name
@@ -121,7 +126,7 @@ def _prev_inline(d: bytes, i: int) -> int:
     return -1
 
 
-def _from_module(d: bytes, s: int):
+def _from_module(d: bytes, s: int) -> Any:
     """For the ``import`` keyword at ``s``: the module of ``from M import``, None for a plain
     ``import``, _RELATIVE for ``from .M import``, or ``b"?"`` when unsure."""
     tokens: list[bytes] = []  # backwards
@@ -165,7 +170,7 @@ def _ident_at(d: bytes, i: int) -> bytes | None:
     return m.group() if m is not None else None
 
 
-def _imported_names(d: bytes, i: int, module):
+def _imported_names(d: bytes, i: int, module: bytes | None) -> Iterator[tuple[bytes, bytes, bytes]]:
     """(full name, local name, what the local name stands for) of each name the import
     statement continuing at ``i`` binds; stops at the first thing that does not fit."""
     i = _next(d, i)
@@ -211,7 +216,7 @@ def _imported_names(d: bytes, i: int, module):
         i = _next(d, j + 1)
 
 
-def _chain_back(d: bytes, s: int):
+def _chain_back(d: bytes, s: int) -> Any:
     """The dotted name ending with the identifier at ``s``: (start, parts); None when it is
     not a plain dotted name (``f().x``, ``a[0].x``); UNSURE."""
     m = _NAME.match(d, s)
@@ -241,7 +246,7 @@ def _chain_back(d: bytes, s: int):
         pos = ks
 
 
-def _as_bytes(names) -> tuple[bytes, ...]:
+def _as_bytes(names: Iterable[str | bytes]) -> tuple[bytes, ...]:
     return tuple(n.encode() if isinstance(n, str) else n for n in names)
 
 
@@ -352,18 +357,18 @@ def float16_anchor(data: bytes) -> bool:
     return autocast_anchor(data) or half_call(data) or float16_cast(data)
 
 
-def _is_target(name: bytes, targets: frozenset) -> bool:
+def _is_target(name: bytes, targets: frozenset[bytes]) -> bool:
     if name.startswith(b"?."):
         return any(t.endswith(name[1:]) for t in targets)
     return name in targets
 
 
-def _method_casts_to(d: bytes, targets: frozenset) -> bool:
+def _method_casts_to(d: bytes, targets: frozenset[bytes]) -> bool:
     """``_casts_to`` where only ``.to(...)``/``.type(...)`` count (the gate's ``method_casts``)."""
     return _casts_to(d, targets, True)
 
 
-def _casts_to(d: bytes, targets: frozenset, methods_only: bool = False) -> bool:
+def _casts_to(d: bytes, targets: frozenset[bytes], methods_only: bool = False) -> bool:
     for word in {t.rpartition(b".")[2] for t in targets if t.endswith(b"Tensor")}:
         # ``.type("torch.HalfTensor")``: a tensor type named by a string. Any string that ends
         # with the type's name counts (also the last piece of ``"torch." "HalfTensor"``).
@@ -444,7 +449,9 @@ def _cast_context(d: bytes, a: int, b: int, methods_only: bool = False) -> bool:
         return False
 
 
-def _call_keyword(d: bytes, p: int, names: tuple | None = None, calls: frozenset | None = None) -> int:
+def _call_keyword(
+    d: bytes, p: int, names: tuple[bytes, ...] | None = None, calls: frozenset[bytes] | None = None
+) -> int:
     """For the ``=`` at ``p``: 1 if it may be a keyword argument (named one of ``names``, if
     given) of a call (of a function named one of ``calls``, if given), 0 if not; 2 if unsure."""
     if p > 0 and d[p - 1] in b"=!<>:+-*/%&|^@~":
@@ -462,7 +469,7 @@ def _call_keyword(d: bytes, p: int, names: tuple | None = None, calls: frozenset
     return _call_argument(d, q, calls)
 
 
-def _call_argument(d: bytes, q: int, calls: frozenset | None) -> int:
+def _call_argument(d: bytes, q: int, calls: frozenset[bytes] | None) -> int:
     """For an argument preceded by the ``(`` or ``,`` at ``q``: 1 if it may be an argument of
     a call (of one named in ``calls``, if given), 0 if not, 2 if unsure."""
     if q == UNSURE:
@@ -488,10 +495,10 @@ def _call_argument(d: bytes, q: int, calls: frozenset | None) -> int:
     return 1
 
 
-_CHECKS: dict = {}
+_CHECKS: dict[tuple[str, object], _Check] = {}
 
 
-def _check(kind: str, arg) -> _Check:
+def _check(kind: str, arg: Any) -> _Check:  # ``arg``: a word, or names, as ``kind`` reads it
     check = _CHECKS.get((kind, arg))
     if check is None:
         if kind == "word":

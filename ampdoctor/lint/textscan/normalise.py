@@ -10,6 +10,11 @@ import unicodedata
 from .lexer import _OverBudget
 from .memo import _memo, _mentions_some
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
 _ASCII = bytes(range(128))
 
 
@@ -21,7 +26,8 @@ def _normalized(data: bytes) -> bytes | None:
     memo = _memo(data)
     found = memo.get("view")
     if found is not None:
-        return found[0]
+        known: bytes | None = found[0]
+        return known
     view: bytes | None = data
     end = data.find(b"\n")
     end = data.find(b"\n", end + 1) if end >= 0 else -1
@@ -40,7 +46,7 @@ def _normalized(data: bytes) -> bytes | None:
     return view
 
 
-def _decode_normalized(data: bytes, chars: set | None) -> bytes | None:
+def _decode_normalized(data: bytes, chars: set[str] | None) -> bytes | None:
     """The text with each identifier NFKC-normalised, as the parser does, but with no new
     punctuation (a fullwidth quote in a string stays what it is): the text keeps its
     structure, and the scanners stay sound on it."""
@@ -106,7 +112,7 @@ class _Check:
 
     __slots__ = ("tokens", "scan", "arg")
 
-    def __init__(self, tokens, scan, arg) -> None:
+    def __init__(self, tokens: Iterable[bytes], scan: Callable[[bytes, Any], bool], arg: object) -> None:
         self.tokens = tuple(tokens)
         self.scan = scan
         self.arg = arg
@@ -123,7 +129,7 @@ class _Check:
         return found
 
 
-def _on_text(check, data: bytes, *args):
+def _on_text(check: Callable[..., bool], data: bytes, *args: object) -> bool:
     """``check`` on the bytes, and again on the normalised text when the answer is "no"."""
     answer = check(data, *args)
     if answer or data.isascii():

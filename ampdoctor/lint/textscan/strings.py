@@ -90,7 +90,7 @@ class _Strings:
                 prefix = b""
             triple = d[k + 1] == c and d[k + 2] == c if k + 2 < n else False
             if prefix and (b"f" in prefix or b"t" in prefix):
-                spans: list = []
+                spans: list[tuple[int, int]] = []
                 end = _fstring_end(d, k + (3 if triple else 1), c, triple, spans, 0)
                 if end < 0:
                     pos = j
@@ -151,7 +151,7 @@ _FSTRING_LITERAL = re.compile(rb"[{}\\\n'\"]")
 _FSTRING_FIELD = re.compile(rb"[][(){}'\"#\\:!\n]")
 
 
-def _fstring_end(d: bytes, k: int, q: int, triple: bool, spans: list, level: int) -> int:
+def _fstring_end(d: bytes, k: int, q: int, triple: bool, spans: list[tuple[int, int]], level: int) -> int:
     """End of the f-string whose body starts at ``k`` (quote character ``q``), as Python 3.12
     reads it (PEP 701; valid code for older versions reads the same); its literal parts are
     added to ``spans``. -1 when in doubt: the caller stops there."""
@@ -201,7 +201,7 @@ def _fstring_end(d: bytes, k: int, q: int, triple: bool, spans: list, level: int
         run = i
 
 
-def _field_end(d: bytes, i: int, q: int, triple: bool, spans: list, level: int) -> int:
+def _field_end(d: bytes, i: int, q: int, triple: bool, spans: list[tuple[int, int]], level: int) -> int:
     """End (after the ``}``) of the replacement field of an f-string starting at ``i``."""
     depth = 0
     while True:
@@ -248,7 +248,7 @@ def _field_end(d: bytes, i: int, q: int, triple: bool, spans: list, level: int) 
         i += 1
 
 
-def _spec_end(d: bytes, i: int, q: int, triple: bool, spans: list, level: int) -> int:
+def _spec_end(d: bytes, i: int, q: int, triple: bool, spans: list[tuple[int, int]], level: int) -> int:
     while True:
         m = _FSTRING_LITERAL.search(d, i)
         if m is None:

@@ -7,13 +7,22 @@ from __future__ import annotations
 
 from .names import _as_bytes, _check
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
-def may_have(data: bytes, anchors) -> bool:
+    from ..anchors import Anchors
+
+    # One rule's anchors (``LintRule.anchors``): one set, alternatives, or None (always kept).
+    _RuleAnchors = Anchors | tuple[Anchors, ...] | None
+
+
+def may_have(data: bytes, anchors: Anchors) -> bool:
     """A superset of ``gate.summarize(source).has_any(anchors)`` for a ``gate.Anchors``."""
     return text_gate((anchors,)).keeps(data)
 
 
-def may_keep(data: bytes, anchors) -> bool:
+def may_keep(data: bytes, anchors: Iterable[_RuleAnchors]) -> bool:
     """A superset of ``gate.keeps(source, anchors)``: False only when no rule's anchors can
     hold. (Where the gate keeps a module it cannot parse, this looks at the text alone: a
     syntax error in a module without any anchor is not looked for.)"""
@@ -24,7 +33,7 @@ class _Alternative:
     """One ``gate.Anchors`` as checks: any of ``anchors`` (if there are any), then all of
     ``required``, then the literal facts."""
 
-    def __init__(self, anchors) -> None:
+    def __init__(self, anchors: Anchors) -> None:
         self.anchors = (
             [_check("method", m) for m in _as_bytes(anchors.methods)]
             + ([_check("casts", frozenset(_as_bytes(anchors.casts)))] if anchors.casts else [])
@@ -54,7 +63,7 @@ class TextGate:
     """The text-level gate for a set of rules' anchors (``LintRule.anchors`` each): build it
     once, then ``keeps(data)`` for each module: a superset of ``gate.keeps(source, anchors)``."""
 
-    def __init__(self, anchors) -> None:
+    def __init__(self, anchors: Iterable[_RuleAnchors]) -> None:
         anchors = tuple(anchors)
         self.always = not anchors or any(a is None for a in anchors)
         alternatives = []
@@ -73,10 +82,10 @@ class TextGate:
         return False
 
 
-_GATES: dict = {}
+_GATES: dict[tuple[_RuleAnchors, ...], TextGate] = {}
 
 
-def text_gate(anchors) -> TextGate:
+def text_gate(anchors: Iterable[_RuleAnchors]) -> TextGate:
     """The ``TextGate`` for these anchors (made once and remembered)."""
     anchors = tuple(anchors)
     gate = _GATES.get(anchors)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import click
@@ -12,7 +13,7 @@ def start_compare(
     ctx: click.Context,
     script: Optional[str],
     module: Optional[str],
-    script_args: tuple[str, ...],
+    script_args: Sequence[str],
     nproc_per_node: Optional[int],
 ) -> int:
     """Check what only the parent can check, then run both children (compare_run.py)."""
@@ -33,7 +34,9 @@ def start_compare(
     return run_compare(target, script_args, common, output, timeout=ctx.params.get("timeout"))
 
 
-def compare_arguments(params: dict[str, Any], target: list[str], script_args: tuple[str, ...]):
+def compare_arguments(
+    params: dict[str, Any], target: list[str], script_args: Sequence[str]
+) -> tuple[list[str], list[str], list[str], list[str]]:
     """(target, script arguments, options for both runs, output options for the reporting run)."""
     common = [
         "--steps",

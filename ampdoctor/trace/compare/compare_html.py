@@ -16,7 +16,7 @@ _FLOAT32 = "#2563eb"
 _MIXED = "#16a34a"
 
 
-def e(value) -> str:
+def e(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
 
 import click
 
@@ -131,7 +131,7 @@ def _run_child(
             sink.close()
 
 
-def _tail(sink) -> str:
+def _tail(sink: Any) -> str:
     """The last line the child wrote (its error), shortened."""
     if sink is None:
         return ""

@@ -11,9 +11,12 @@ The same sentences serve the HTML section (``summary_lines``).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from .comparison import COMPARED, TOO_SHORT, Comparison, used_memory
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def format_seconds(seconds: Optional[float]) -> str:
@@ -116,7 +119,7 @@ def summary_lines(comparison: Comparison) -> list[str]:
     return lines[:5]  # with the headline, at most six lines
 
 
-def render_compare(comparison: Comparison, console) -> None:
+def render_compare(comparison: Comparison, console: Console) -> None:
     from rich.markup import escape
 
     style = "bold green" if comparison.paying_off else "bold yellow"

@@ -26,7 +26,10 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
+
+if TYPE_CHECKING:
+    from .stopwatch import Timing
 
 LOW_PRECISION = ("float16", "bfloat16")
 
@@ -83,7 +86,7 @@ class RunRecord:
         return self.autocast_regions / self.steps if self.steps else None
 
     @property
-    def timing(self):
+    def timing(self) -> Timing:
         from .stopwatch import Timing
 
         return Timing(list(self.seconds), list(self.timed_steps), dict(self.left_out))
@@ -121,7 +124,7 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        def number(value):
+        def number(value: Optional[str | float]) -> Optional[float]:
             if isinstance(value, str):
                 return float(value.replace("Infinity", "inf"))
             return value
@@ -283,7 +286,10 @@ def compare_runs(
     if a.median and b.median:
         result.speedup = b.median / a.median
         enough = min(len(a.seconds), len(b.seconds)) >= MIN_TIMED
-        result.measurable = enough and not _overlap(a.band, b.band)
+        # A timing with a median has a band.
+        result.measurable = enough and not _overlap(
+            cast("tuple[float, float]", a.band), cast("tuple[float, float]", b.band)
+        )
         if not enough:
             result.explanation = (
                 f"speed not measurable: {min(len(a.seconds), len(b.seconds))} timed iteration(s), "

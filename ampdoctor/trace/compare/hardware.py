@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 # Instruction-set flags (as /proc/cpuinfo names them) that make each dtype fast.
 _X86_FAST = {
@@ -41,7 +41,7 @@ class Hardware:
     flags: list[str] = field(default_factory=list)
     reason: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "device": self.device,
             "name": self.name,

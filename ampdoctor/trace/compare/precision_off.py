@@ -13,7 +13,7 @@ Install it inside an active trace session: the GradScaler classes it wraps are t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -47,10 +47,10 @@ class PrecisionOff:
     def __exit__(self, *exc_info: Any) -> None:
         self.remove()
 
-    def _wrap(self, owner: type, after_init) -> None:
+    def _wrap(self, owner: type, after_init: Callable[[Any], None]) -> None:
         original = owner.__dict__["__init__"]
 
-        def init(instance, *args: Any, **kwargs: Any) -> None:
+        def init(instance: Any, *args: Any, **kwargs: Any) -> None:
             original(instance, *args, **kwargs)
             after_init(instance)
 
@@ -64,7 +64,7 @@ class PrecisionOff:
         original = autocast_class.__dict__["__enter__"]
         switch = self
 
-        def enter(region):
+        def enter(region: Any) -> Any:
             if getattr(region, "_ampdoctor_switched_off", False):
                 switch.autocast_regions_disabled += 1
             return original(region)

@@ -19,9 +19,13 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from ..ops import MATMUL_OPS, OWN_RANGE
+from ..opnames import MATMUL_OPS
+from ..ops import OWN_RANGE
+
+if TYPE_CHECKING:
+    from ..ops import GemmKey
 
 Shapes = tuple[tuple[int, ...], ...]
 CAST_OPS = frozenset({"_to_copy"})
@@ -32,7 +36,7 @@ class ProfileShares:
     wall_seconds: float
     # (op, input shapes) -> seconds, for the outermost matmul-class ops.
     gemm: dict[tuple[str, Shapes], float] = field(default_factory=dict)
-    gemm_calls: Counter = field(default_factory=Counter)
+    gemm_calls: Counter[tuple[str, Shapes]] = field(default_factory=Counter)
     # input shapes -> seconds, for the outermost conversions.
     cast: dict[Shapes, float] = field(default_factory=dict)
     # Seconds the CUDA devices were busy running kernels (None without CUDA activity).
@@ -149,7 +153,7 @@ def shares_of(events: Iterable[Any], wall_seconds: float) -> ProfileShares:
     return result
 
 
-def gemm_time_by_module(shares: ProfileShares, census_gemms: dict[tuple, int]) -> dict[Optional[str], float]:
+def gemm_time_by_module(shares: ProfileShares, census_gemms: dict[GemmKey, int]) -> dict[Optional[str], float]:
     """Seconds of matmul-class time per module: each (op, shapes) entry of the profile is shared
     among the census's (module, op, phase, dtype, shapes) entries with that op and those shapes,
     by count. Time with no census entry is kept under None."""

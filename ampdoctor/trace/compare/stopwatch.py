@@ -203,7 +203,7 @@ class RunClock:
     def memory(self) -> Memory:
         import torch
 
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # untyped in torch
             peak = max(torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count()))
             if peak:
                 return Memory(int(peak), CUDA_MEMORY_METHOD)
@@ -221,7 +221,7 @@ class RunClock:
         from ..ops import mark_own_ops, quiet
 
         activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # untyped in torch
             activities.append(ProfilerActivity.CUDA)
         # Kineto logs every start and stop on stderr unless told otherwise when it starts; the
         # script's own environment is put back right after.
@@ -259,7 +259,7 @@ class RunClock:
 def _synchronize() -> None:
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # untyped in torch
         torch.cuda.synchronize()
 
 

@@ -12,7 +12,12 @@ import io
 import math
 import re
 from collections.abc import Sequence
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
 _INK = "#1f2937"
 _GRID = "#e5e7eb"
@@ -22,7 +27,7 @@ _SHADOW = "#7c3aed"
 _SKIP = "#dc2626"
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -31,7 +36,7 @@ def _figure(width: float, height: float):
     return figure
 
 
-def _svg(figure) -> str:
+def _svg(figure: Figure) -> str:
     import matplotlib
 
     buffer = io.StringIO()
@@ -43,7 +48,7 @@ def _svg(figure) -> str:
     return re.sub(r"<metadata>.*?</metadata>\s*", "", text[text.index("<svg") :], flags=re.S)
 
 
-def _style(axes, title: str) -> None:
+def _style(axes: Axes, title: str) -> None:
     axes.set_title(title, loc="left", fontsize=10, color=_INK, fontweight="bold")
     axes.grid(True, color=_GRID, linewidth=0.6)
     axes.set_axisbelow(True)
@@ -110,7 +115,7 @@ def timeline_svg(
     return _svg(figure)
 
 
-def _iteration_axis(axes) -> None:
+def _iteration_axis(axes: Axes) -> None:
     """Iterations are whole numbers: ticks at integers only (20 iterations: 5, 10, 15, 20)."""
     from matplotlib.ticker import MaxNLocator
 
@@ -123,13 +128,13 @@ def _decades(values: Sequence[float]) -> float:
     return math.log10(max(shown) / min(shown)) if shown else 0.0
 
 
-def _plain_formatter(minor: bool = False, decades: float = 0.0):
+def _plain_formatter(minor: bool = False, decades: float = 0.0) -> FuncFormatter:
     """Tick labels as plain numbers (4.4, 0.01, 2000), not as powers of ten. Minor ticks get a
     label (at 2 and 5 within a decade) only on an axis spanning at most two decades, where the
     major ticks alone would leave it nearly unlabelled; elsewhere they would crowd."""
     from matplotlib.ticker import FuncFormatter
 
-    def label(value: float, _position) -> str:
+    def label(value: float, _position: object) -> str:
         if value <= 0:
             return ""
         if minor:
@@ -143,7 +148,7 @@ def _plain_formatter(minor: bool = False, decades: float = 0.0):
     return FuncFormatter(label)
 
 
-def _mark_skips(axes, skipped: Sequence[int], label: str, color: str = _SKIP) -> None:
+def _mark_skips(axes: Axes, skipped: Sequence[int], label: str, color: str = _SKIP) -> None:
     for index, step in enumerate(skipped):
         axes.axvline(step, color=color, alpha=0.35, linewidth=1.2, label=label if index == 0 else None)
 

@@ -13,11 +13,16 @@ import linecache
 import math
 import os
 from collections import defaultdict
-from collections.abc import Iterable
-from typing import Any, Optional
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 from ...findings import Finding, Severity
 from ...float16 import FLOAT16_MAX
+
+if TYPE_CHECKING:
+    from ..observations import Observations
+    from ..whatif import WhatIfResult
+    from .trace_report import TraceReport
 
 _DTYPE_COLOURS = {
     "float32": "#dbeafe",
@@ -70,13 +75,13 @@ def e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def write_html(report, path: str) -> None:
+def write_html(report: TraceReport, path: str) -> None:
     from ...atomic import write_text_atomic
 
     write_text_atomic(path, render_html(report))
 
 
-def render_html(report) -> str:
+def render_html(report: TraceReport) -> str:
     what_if = report.what_if
     parts = [
         _header(report),
@@ -101,7 +106,7 @@ def render_html(report) -> str:
     )
 
 
-def _compare_section(report) -> str:
+def _compare_section(report: TraceReport) -> str:
     if getattr(report, "compare", None) is None:
         return ""
     from ..compare.compare_html import compare_section
@@ -121,7 +126,7 @@ def _shown_path(path: Optional[str]) -> str:
     return path if relative.startswith(os.pardir) else relative
 
 
-def _header(report) -> str:
+def _header(report: TraceReport) -> str:
     obs = report.observations
     how = report.how_it_ended
     uses = obs.to_summary()
@@ -134,10 +139,11 @@ def _header(report) -> str:
     )
 
 
-def _verdict(report) -> str:
+def _verdict(report: TraceReport) -> str:
     lead, rest, kind = report.verdict()
     text = lead + rest
-    css = {"ok": "ok", "untrained": "warning"}.get(kind) or _SEVERITY_CLASS[report.worst_severity()]
+    # Any other kind is the worst severity's label: there are findings.
+    css = {"ok": "ok", "untrained": "warning"}.get(kind) or _SEVERITY_CLASS[cast(Severity, report.worst_severity())]
     notes = "".join(f"<li>{e(note)}</li>" for note in report.notes)
     notes_html = f'<ul class="reasons">{notes}</ul>' if notes else ""
     return f'<section class="verdict {css}" id="verdict">{e(text)}{notes_html}</section>'
@@ -198,7 +204,7 @@ def _section_text(body: str, heading_start: str) -> str:
     return ""
 
 
-def _timeline_section(report) -> str:
+def _timeline_section(report: TraceReport) -> str:
     from .charts import timeline_svg
 
     obs = report.observations
@@ -216,7 +222,7 @@ def _timeline_section(report) -> str:
     return f'<section id="timeline"><h2>{title}</h2><div class="chart">{svg}</div></section>'
 
 
-def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
+def _gradient_rows(report: TraceReport) -> list[tuple[str, float, Optional[float]]]:
     """(parameter, share float16 loses, overflow headroom) per parameter, worst first: from the
     what-if prediction when asked, else from the measured shares at the run's loss scale."""
     what_if = report.what_if
@@ -237,7 +243,7 @@ def _gradient_rows(report) -> list[tuple[str, float, Optional[float]]]:
     return rows[:_MAX_BARS]
 
 
-def _gradient_section(report) -> str:
+def _gradient_section(report: TraceReport) -> str:
     from ..rules.underflow_rules import float16_gradients
     from .charts import gradient_bars_svg
 
@@ -246,7 +252,7 @@ def _gradient_section(report) -> str:
         # table too), and nothing about gradients a protocol mistake changed.
         if not float16_gradients(report.observations):
             return ""
-        if any("AMP505" in f.extra.get("invalidates", ()) for f in report.findings):
+        if any("AMP505" in cast("Sequence[str]", f.extra.get("invalidates", ())) for f in report.findings):
             return ""
     rows = _gradient_rows(report)
     if not rows:
@@ -256,7 +262,7 @@ def _gradient_section(report) -> str:
     return f'<section id="gradients"><h2>Gradients in float16 ({e(basis)})</h2><div class="chart">{svg}</div></section>'
 
 
-def _census_rows(obs) -> list[tuple[str, dict[str, int]]]:
+def _census_rows(obs: Observations) -> list[tuple[str, dict[str, int]]]:
     per_module: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for key, count in obs.ops.items():
         if key.output_dtype is None or key.phase != "forward":
@@ -266,7 +272,7 @@ def _census_rows(obs) -> list[tuple[str, dict[str, int]]]:
     return rows[:_MAX_CENSUS_ROWS]
 
 
-def _census_section(obs) -> str:
+def _census_section(obs: Observations) -> str:
     rows = _census_rows(obs)
     if not rows:
         return ""
@@ -298,7 +304,7 @@ def _census_section(obs) -> str:
     )
 
 
-def _what_if_section(result) -> str:
+def _what_if_section(result: WhatIfResult) -> str:
     css = _VERDICT_CLASS.get(result.verdict, "info")
     reasons = "".join(f"<li>{e(reason)}</li>" for reason in result.reasons)
     real = [s for s in result.real_scale if s is not None]
@@ -321,7 +327,7 @@ def _what_if_section(result) -> str:
     )
 
 
-def _comparison_table(result, real: list[float]) -> str:
+def _comparison_table(result: WhatIfResult, real: list[float]) -> str:
     def cells(values: Iterable[str]) -> str:
         return "".join(f'<td class="num">{v}</td>' for v in values)
 

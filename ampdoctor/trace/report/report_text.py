@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import math
 import os
+from typing import IO, TYPE_CHECKING, Any
 
 from ...findings import Finding, Severity
 from ..observations import Observations
 from ..ops import sorted_census
 from ..rulebase import format_scale
 from ..rules.underflow_rules import float16_gradients, stats_lost_share
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 # Ops that move or reinterpret data without computing: left out of the terminal table (they
 # stay in --json) so the precision-relevant rows are visible.
@@ -56,7 +61,7 @@ _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Sever
 _TABLE_ROWS = 15
 
 
-def render(report, console=None) -> None:
+def render(report: Any, console: Console | None = None) -> None:
     from rich.markup import escape
 
     console = console or report_console(report)
@@ -90,12 +95,12 @@ def render(report, console=None) -> None:
         render_what_if(report.what_if, console)
 
 
-def _headline(report) -> str:
+def _headline(report: Any) -> str:
     how = report.how_it_ended
     return f"[bold]ampdoctor trace[/] {report.script or ''}: {report.observations.steps} iteration(s) traced ({how})"
 
 
-def _verdict(report) -> str:
+def _verdict(report: Any) -> str:
     from rich.markup import escape
 
     lead, rest, kind = report.verdict()
@@ -138,7 +143,7 @@ def _series_line(obs: Observations) -> str:
     return "Over the run: " + "; ".join(parts) + " (iteration 1 is the first optimizer step)"
 
 
-def _print_findings(console, title: str, findings: list[Finding]) -> None:
+def _print_findings(console: Console, title: str, findings: list[Finding]) -> None:
     """Findings as ruff and rustc print them: ``path:line: CODE [severity] message``, then an
     indented ``help:`` line; each a logical line the terminal wraps (an editor or a grep reads
     the location whole), the module and iteration after the message."""
@@ -176,7 +181,7 @@ def _display_path(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
-def _ops_table(obs: Observations):
+def _ops_table(obs: Observations) -> Table:
     from rich.table import Table
 
     # A run that ended before its first optimizer step recorded the ops of that partial iteration.
@@ -195,7 +200,7 @@ def _ops_table(obs: Observations):
     return table
 
 
-def _underflow_table(report):
+def _underflow_table(report: Any) -> Table | None:
     from rich.table import Table
 
     ranked = []
@@ -233,7 +238,7 @@ def _underflow_table(report):
 
 def _scale_segments(obs: Observations) -> list[tuple[int, int, float, int]]:
     """(first, last, scale, skipped) for runs of iterations that used the same scale."""
-    segments: list[list] = []
+    segments: list[list[Any]] = []
     for record in obs.iterations:
         if record.scale is None:
             continue
@@ -245,7 +250,7 @@ def _scale_segments(obs: Observations) -> list[tuple[int, int, float, int]]:
     return [tuple(s) for s in segments]
 
 
-def _scale_table(obs: Observations):
+def _scale_table(obs: Observations) -> Table | None:
     from rich.table import Table
 
     segments = _scale_segments(obs)
@@ -273,7 +278,7 @@ def _scale_table(obs: Observations):
 FILE_WIDTH = 100
 
 
-def report_console(report, stream=None):
+def report_console(report: Any, stream: IO[str] | None = None) -> Console:
     """A rich console for the report: the terminal's width on a terminal, else one that fits the
     longest name the report shows."""
     import sys
@@ -289,6 +294,6 @@ def report_console(report, stream=None):
     return Console(file=stream, width=max(FILE_WIDTH, 4 * (longest + 8), 2 * longest + 60))
 
 
-def _withheld(report, code: str) -> bool:
+def _withheld(report: Any, code: str) -> bool:
     """Whether a protocol mistake withheld ``code`` (its data would mislead as well)."""
     return any(code in f.extra.get("invalidates", ()) for f in report.findings)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _VERDICT_STYLE = {"safe": "bold green", "safe with changes": "bold yellow", "unsafe": "bold red"}
 _ROWS = 10
 
 
-def scale_segments(scales: list, skipped: list[int]) -> list[tuple[int, int, Any, int]]:
+def scale_segments(scales: list[float], skipped: list[int]) -> list[tuple[int, int, float, int]]:
     """(first step, last step, scale, skipped steps) for each run of equal scales."""
     segments: list[list[Any]] = []
     skipped_set = set(skipped)
@@ -22,7 +25,8 @@ def scale_segments(scales: list, skipped: list[int]) -> list[tuple[int, int, Any
     return [tuple(s) for s in segments]
 
 
-def render_what_if(result, console) -> None:
+def render_what_if(result: Any, console: Console) -> None:
+    """``result``: a ``whatif.WhatIfResult`` (not imported: that module imports the report's)."""
     from rich.markup import escape
     from rich.table import Table
 

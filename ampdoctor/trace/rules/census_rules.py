@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ...findings import Finding
 from ..observations import Observations
 from ..rulebase import Locator, Thresholds, make_finding, module_class_of, module_location, rule
 
+if TYPE_CHECKING:
+    from ..ops import OpKey
 
-def _ops_by_module(observations: Observations, keep: Callable) -> dict[Optional[str], dict[str, int]]:
+
+def _ops_by_module(observations: Observations, keep: Callable[[OpKey], bool]) -> dict[Optional[str], dict[str, int]]:
     grouped: dict[Optional[str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for key, count in observations.ops.items():
         if keep(key):

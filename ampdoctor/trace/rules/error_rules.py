@@ -10,20 +10,21 @@ traceback's innermost line of the user's code says where. Reported with lint's c
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Optional
 
 from ...findings import Finding, Location
 from ..observations import Observations
 from ..rulebase import Locator, Thresholds, make_finding, rule
 
 
-def _died_of(observations: Observations, *fragments: str):
+def _died_of(observations: Observations, *fragments: str) -> Optional[tuple[str, Optional[tuple[str, int]]]]:
     error = observations.script_error
     if error is None or not any(fragment in error[0] for fragment in fragments):
         return None
     return error
 
 
-def _where(site, locator: Locator) -> Location:
+def _where(site: Optional[tuple[str, int]], locator: Locator) -> Location:
     return Location(*site) if site else locator.location()
 
 

@@ -9,8 +9,8 @@ from typing import Optional
 
 from ...findings import Finding
 from ...float16 import FLOAT16_MAX
-from ..backward import INSIDE, OUTPUT, PARAMETER, halvings_needed
-from ..observations import Observations
+from ..backward import INSIDE, OUTPUT, PARAMETER, BackwardOrigin, halvings_needed
+from ..observations import IterationRecord, Observations
 from ..rulebase import Locator, Thresholds, defined_at, format_scale, make_finding, rule
 
 
@@ -234,7 +234,7 @@ LOSS_OPS = (
 LARGE_LOSS_GRADIENT = 1 / 32
 
 
-def _large_loss_gradient(observations: Observations, origin) -> tuple[Optional[tuple[str, int]], float]:
+def _large_loss_gradient(observations: Observations, origin: BackwardOrigin) -> tuple[Optional[tuple[str, int]], float]:
     """(the loss statement, the unscaled gradient per element leaving it) when the loss itself
     makes the gradients large, for an overflow born outside the modules' parameters, or in the
     module that takes the loss's gradient first (its output receives the loss's gradient itself:
@@ -254,7 +254,7 @@ def _large_loss_gradient(observations: Observations, origin) -> tuple[Optional[t
     return observations.backward_site, per_element
 
 
-def _call_of_branch(observations: Observations, origin) -> Optional[tuple[str, int]]:
+def _call_of_branch(observations: Observations, origin: BackwardOrigin) -> Optional[tuple[str, int]]:
     """Born inside a module: the statement of its forward that called the branch the
     non-finite gradient went into (``x + self.mlp(...)``), where the user acts."""
     if origin.side != INSIDE or not origin.submodule:
@@ -266,7 +266,7 @@ def _call_of_branch(observations: Observations, origin) -> Optional[tuple[str, i
     return observations.call_sites.get(child)
 
 
-def _lowest_skip(observations: Observations):
+def _lowest_skip(observations: Observations) -> Optional[IterationRecord]:
     """The skipped iteration with the lowest loss scale (the latest among equals), or None."""
     skipped = [r for r in observations.iterations if r.skipped and r.scale]
     return min(skipped, key=lambda r: (r.scale, -r.step)) if skipped else None
