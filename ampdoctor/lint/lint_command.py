@@ -40,18 +40,6 @@ def use_color(stream: TextIO) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-def _settings(
-    paths: Sequence[Path],
-    config_file: _ConfigOption,
-    isolated: bool,
-    known: list[str],
-    adjust: Callable[[Settings], None] | None = None,
-) -> Settings:
-    """The settings the first path is checked with (each file's: ``_resolver``)."""
-    resolver = _resolver(paths, config_file, isolated, known, adjust)
-    return _first(resolver, paths)
-
-
 def _first(resolver: Resolver, paths: Sequence[Path]) -> Settings:
     from ..config import ConfigError
 
