@@ -114,6 +114,12 @@ def main() -> None:
     "`ampdoctor lint -` reads standard input too.",
 )
 @click.option("--watch", "-w", is_flag=True, help="Lint again whenever a checked file changes (Ctrl-C stops).")
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Say on stderr what the run read, made and wrote (caches, summaries, project checks), with timings.",
+)
 def lint_command(
     paths: tuple[Path, ...],
     output_format: str,
@@ -143,6 +149,7 @@ def lint_command(
     show_settings: bool,
     stdin_filename: str | None,
     watch: bool,
+    verbose: bool,
 ) -> None:
     """Check Python files and notebooks for mixed-precision mistakes."""
     try:
@@ -171,6 +178,7 @@ def lint_command(
             add_noqa=add_noqa,
             quiet=2 if silent else 1 if quiet else 0,
             show_files=show_files,
+            verbose=verbose,
             show_settings=show_settings,
             stdin_filename=stdin_filename,
             watch=watch,

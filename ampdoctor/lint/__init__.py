@@ -10,6 +10,7 @@ from stat import S_ISREG
 from ..config import Settings
 from ..findings import Finding
 from ..records import Record
+from . import verbose
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
@@ -168,6 +169,8 @@ def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None, r
         from .cache import ResultCache
 
         cache = ResultCache(settings.root, request.codes)
+        if verbose.on():
+            verbose.note(f"results cache {cache.path}: {len(cache.entries)} entries read ({verbose.size(cache.path)})")
     # Where the cache cannot serve the run (no cache, or none yet for this build and these rules),
     # the workers start as soon as the files listed so far are worth them, while the listing goes
     # on: their start (a fork, the imports, the rules' gates) took 50-80 ms before the first batch.
@@ -187,6 +190,7 @@ def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None, r
                 jobs.append(_Job(name, _display(name, base), ignored, own_codes[id(own)]))
             if early and len(jobs) == PARALLEL_THRESHOLD:
                 pool = _early_pool(request)
+        verbose.note(f"{len(jobs)} files to check")
         results = _run_cached(jobs, request, cache, pool) if cache is not None else _run(jobs, request, pool)
     finally:
         if pool is not None:
@@ -308,6 +312,7 @@ def _run_cached(
         job.keyed = True
         misses.append(job)
         stats[job.display] = stat
+    verbose.note(f"{len(jobs) - len(misses)} files served from the results cache, {len(misses)} to lint")
     for result in _run(misses, request, pool):
         seen_as = stats.get(result.path)
         if seen_as is not None and result.key is not None:
@@ -317,7 +322,10 @@ def _run_cached(
             elif result.unreported_error is None:
                 cache.put(result.path, result.key, result.findings, result.suppressed, seen_as, cfg)
         results.append(result)
+    written = cache.dirty
     cache.save()
+    if written:
+        verbose.note(f"results cache written: {cache.path} ({verbose.size(cache.path)})")
     return results
 
 
@@ -341,7 +349,10 @@ def _run(jobs: list[_Job], request: LintRequest, pool: ProcessPoolExecutor | Non
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)  # started for a folder of few files
-        return _lint_batch(jobs, request) if jobs else []  # none: the rules are never imported
+        results = _lint_batch(jobs, request) if jobs else []  # none: the rules are never imported
+        if jobs:
+            verbose.note(f"linted {len(jobs)} files in this process")
+        return results
     if pool is None:
         pool = _start_pool(request)
     with pool:
@@ -349,7 +360,9 @@ def _run(jobs: list[_Job], request: LintRequest, pool: ProcessPoolExecutor | Non
         linted = pool.map(_worker_batch, batches, [request] * len(batches))
         if request.links_project:
             _ready_project_pass()
-        return [result for batch in linted for result in batch]
+        results = [result for batch in linted for result in batch]
+    verbose.note(f"linted {len(jobs)} files in {workers} worker processes")
+    return results
 
 
 def _early_pool(request: LintRequest) -> ProcessPoolExecutor | None:
@@ -373,6 +386,8 @@ def _worker_ready(request: LintRequest) -> None:
     come; then what it holds so far is frozen out of the collector's sight (gc_budget.py)."""
     from . import engine
     from .gc_budget import worker_started
+
+    verbose.disable()  # the main process tells what the run did
 
     if request.prefilter:
         engine.prefilter_spec(request.codes)  # imports the rules

@@ -116,6 +116,7 @@ def run_lint(
     stdin_filename: str | None = None,
     add_noqa: bool = False,
     watch: bool = False,
+    verbose: bool = False,
 ) -> int:
     """``ampdoctor lint`` with its options; the defaults are the command line's. ``quiet``: 1
     prints the findings only (``--quiet``), 2 nothing but errors (``--silent``)."""
@@ -124,6 +125,10 @@ def run_lint(
     from . import LintRequest, known_codes, lint_paths
     from .stdin import STDIN_NAME
 
+    if verbose:
+        from . import verbose as notes
+
+        notes.enable()
     if watch:
         return _watch(locals())
     from_stdin = stdin_filename is not None or any(str(p) == STDIN_NAME for p in paths)

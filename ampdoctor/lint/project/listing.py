@@ -19,6 +19,7 @@ import time
 from hashlib import blake2b
 from pathlib import Path
 
+from .. import verbose
 from ..cache import RACY_NS
 from .store import write_cache_file
 
@@ -43,6 +44,9 @@ def project_modules(base: str, skipped: frozenset[str], limit: int, folder: Path
     found, listed, changed = walked
     if path is not None and (changed or len(listed) != len(known)):
         _save(path, listed, started)
+    if verbose.on():
+        how = f"{len(known)} folders' listings read from {path}" if known else "no listing kept"
+        verbose.note(f"{len(found)} modules in {len(listed)} folders under {base} ({how})")
     return found
 
 

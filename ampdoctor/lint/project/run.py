@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ...catalog import severity_of
 from ...findings import Finding, Location, Related
+from .. import verbose
 from ..cache import CACHE_DIR
 from .checks import run_checks
 from .link import Project
@@ -87,6 +88,8 @@ def link_results(
     else:
         files = sorted(_relative(path, str(root)) for path in targets)
     store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
+    if verbose.on() and store.path is not None:
+        verbose.note(f"summaries index {store.path}: {len(store.entries)} modules ({verbose.size(store.path)})")
     project = Project(set(files), store.summary, store.defines_without, store.outline, store.text, store.imports)
     base = str(root)
     target_rels = {}
@@ -141,6 +144,13 @@ def link_results(
         reports = run_checks(project, checked, callers, codes, lazy, store if jobs != 1 else None)
         if store.path is not None and key is not None:
             save_reports(reports_path(store.path), key, reports)
+        verbose.note(f"project checks ran on {len(checked)} named modules: {len(reports)} findings")
+    else:
+        verbose.note(f"project checks reused from the cache (nothing they read changed): {len(reports)} findings")
+    if verbose.on():
+        verbose.note(
+            f"summaries: {store.decoded} read from the store, {store.made} made in this process (beside the lint pass's)"
+        )
     if use_cache:
         store.forget_missing(set(files))
         store.save()

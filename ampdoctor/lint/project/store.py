@@ -21,6 +21,7 @@ import re
 import time
 from pathlib import Path
 
+from .. import verbose
 from ..cache import RACY_NS
 from .tokens import BACKWARD_TEXT as BACKWARD_TEXT  # re-exported (``checks.py``)
 from .tokens import CLASSES, HELPER_TOKENS, import_targets
@@ -98,6 +99,10 @@ class SummaryStore:
         # Modules whose text in this run is an editor's, not the file's (``hold``): what the cache
         # knew of the file on disk, put back before it is saved.
         self._held: dict[str, dict[str, Any] | None] = {}
+        # For ``--verbose``: summaries decoded from the cache, and made in this run (by the lint
+        # pass, here on demand, or in worker processes).
+        self.decoded = 0
+        self.made = 0
         if folder is not None:
             from ..cache import build_fingerprint
 
@@ -301,6 +306,7 @@ class SummaryStore:
                 if not isinstance(decoded, dict):
                     raise ValueError("not a summary")
                 entry["summary"] = decoded
+                self.decoded += 1
             except ValueError:
                 entry.pop("text", None)
                 entry.pop("span", None)
@@ -322,6 +328,7 @@ class SummaryStore:
                     # what is known of its bytes stands.
                     entry["key"] = key
             entry["summary"] = summarize_bytes(data)
+            self.made += 1
             self._spending.parsed_source(len(data))  # the collector is paused: see gc_budget.py
             self._touch(rel)
         summary: ModuleSummary | None = entry["summary"]
@@ -353,6 +360,7 @@ class SummaryStore:
             for rel, summary in zip(missing, pool.map(summarize_bytes, datas, chunksize=4)):
                 self.entries[rel]["summary"] = summary
                 self._touch(rel)
+        self.made += len(missing)
 
     def put(self, rel: str, data: bytes, summary: ModuleSummary | None) -> None:
         """A summary made by the lint pass itself (from the facts its rules used)."""
@@ -436,6 +444,7 @@ class SummaryStore:
                     entry = self.entries.get(rel)
                     files[rel] = None if entry is None else {**_stored(entry), "written_ns": now}
                 write_cache_file(delta, {"format": FORMAT, "base": self.written_ns, "written_ns": now, "files": files})
+                verbose.note(f"summaries written: {len(files)} entries to {delta} ({verbose.size(delta)})")
                 return
             old = self._blob_bytes()
             files = {}
@@ -460,6 +469,7 @@ class SummaryStore:
             write_cache_file(self.path.parent / blob, joined)
             document = {"format": FORMAT, "written_ns": now, "blob": blob, "blob_size": len(joined), "files": files}
             write_cache_file(self.path, document)
+            verbose.note(f"summaries written: {len(files)} entries to {self.path} and {blob}")
             if self._delta:
                 try:
                     os.unlink(delta)
