@@ -322,10 +322,11 @@ def _run_cached(
             elif result.unreported_error is None:
                 cache.put(result.path, result.key, result.findings, result.suppressed, seen_as, cfg)
         results.append(result)
-    written = cache.dirty
-    cache.save()
-    if written:
-        verbose.note(f"results cache written: {cache.path} ({verbose.size(cache.path)})")
+    written = cache.save()
+    if written is not None:
+        verbose.note(
+            f"results cache written: {len(cache.changed)} entries changed, to {written} ({verbose.size(written)})"
+        )
     return results
 
 

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 CACHE_DIR = ".ampdoctor_cache"
 _KEEP_FILES = 8
+# A run that changed at most this many entries (with those of the delta already there) writes
+# a delta, not the whole file.
+_DELTA_ENTRIES = 64
 _FORMAT = 4
 # A file modified this close to when a cache was written may have changed within the same
 # timestamp tick: its entry is checked against its bytes, not trusted by its size and time.
@@ -55,7 +58,18 @@ def settings_key(codes: Iterable[str] | None, per_file_ignored: Iterable[str]) -
     return blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+_FINGERPRINT: list[str] = []  # computed once per process: the package does not change under it
+
+
 def build_fingerprint() -> str:
+    """The installed build, from every module's and rule page's size and time (one ``stat``
+    each: 180 of them, 5-8 ms, asked for by the result cache and the summaries store alike)."""
+    if not _FINGERPRINT:
+        _FINGERPRINT.append(_fingerprint())
+    return _FINGERPRINT[0]
+
+
+def _fingerprint() -> str:
     package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     # The interpreter's parser is part of the analysis: another Python may parse differently.
     parts = [__version__, str(_FORMAT), sys.version.split()[0]]
@@ -76,6 +90,11 @@ def build_fingerprint() -> str:
 
 
 class ResultCache:
+    """The entries of one build and rule selection: a file written whole (``lint-KEY.json``)
+    and, where a run changed few entries (a pre-commit run on a few files of a large project), a
+    small delta beside it (``lint-KEY.delta``) that the next read lays over it: rewriting 480 KiB
+    for one changed file cost 18 ms of a 220 ms pre-commit run on 3,600 modules."""
+
     def __init__(self, root: Path, codes: Iterable[str]) -> None:
         self.folder = root / CACHE_DIR
         key = blake2b(f"{build_fingerprint()}|{sorted(codes)}".encode(), digest_size=12).hexdigest()
@@ -83,16 +102,30 @@ class ResultCache:
         self.entries: dict[str, dict[str, object]] = {}
         self.written_ns = 0
         self.dirty = False
+        self.changed: set[str] = set()  # the entries made or changed in this run
+        self._delta: dict[str, dict[str, object]] = {}  # the delta's entries, as stored
+        self._entry_ns: dict[str, int] = {}  # when each entry of the delta was written
         self._load()
 
     def _load(self) -> None:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        data = _read_document(self.path)
+        if data is None:
             return
-        if isinstance(data, dict) and data.get("format") == _FORMAT and isinstance(data.get("files"), dict):
-            self.entries = data["files"]
-            self.written_ns = int(data.get("written_ns") or 0)
+        self.entries = data["files"]
+        self.written_ns = int(data.get("written_ns") or 0)
+        delta = _read_document(self.path.with_suffix(".delta"))
+        if delta is None or delta.get("base") != self.written_ns:
+            return  # none, or one written beside another base
+        for path, stored in delta["files"].items():
+            if isinstance(stored, dict) and isinstance(stored.get("written_ns"), int):
+                entry = dict(stored)
+                self._entry_ns[path] = entry.pop("written_ns")
+                self.entries[path] = entry
+                self._delta[path] = stored
+
+    def _touch(self, path: str) -> None:
+        self.dirty = True
+        self.changed.add(path)
 
     def by_stat(self, path: str, stat: os.stat_result, cfg: str = "") -> dict[str, object] | None:
         """The entry for an unchanged file (same size and mtime, not racy), without reading it.
@@ -100,7 +133,7 @@ class ResultCache:
         entry = self.entries.get(path)
         if not entry or entry.get("stat") != [stat.st_size, stat.st_mtime_ns] or entry.get("cfg", "") != cfg:
             return None
-        if stat.st_mtime_ns >= self.written_ns - RACY_NS:
+        if stat.st_mtime_ns >= self._entry_ns.get(path, self.written_ns) - RACY_NS:
             return None
         return entry
 
@@ -112,7 +145,7 @@ class ResultCache:
             return None
         if stat is not None and entry.get("stat") != [stat.st_size, stat.st_mtime_ns]:
             entry["stat"] = [stat.st_size, stat.st_mtime_ns]  # touched but unchanged
-            self.dirty = True
+            self._touch(path)
         return decode_entry(entry)
 
     def put(
@@ -130,7 +163,7 @@ class ResultCache:
         if cfg:
             entry["cfg"] = cfg
         self.entries[path] = entry
-        self.dirty = True
+        self._touch(path)
 
     def put_skipped(self, path: str, stat: os.stat_result, cfg: str = "") -> None:
         """A file the prefilter passed over: nothing to report while it stays unchanged."""
@@ -139,11 +172,13 @@ class ResultCache:
             entry["cfg"] = cfg
         if self.entries.get(path) != entry:
             self.entries[path] = entry
-            self.dirty = True
+            self._touch(path)
 
-    def save(self) -> None:
+    def save(self) -> Path | None:
+        """Write what changed; the file written (the delta or the whole), None for none."""
         if not self.dirty:
-            return
+            return None
+        now = time.time_ns()
         try:
             self.folder.mkdir(exist_ok=True)
             gitignore = self.folder / ".gitignore"
@@ -152,23 +187,57 @@ class ResultCache:
                 (self.folder / "CACHEDIR.TAG").write_text(
                     "Signature: 8a477f597d28d172789f06886806bc55\n# ampdoctor result cache\n", encoding="utf-8"
                 )
-            # A name no other process uses (``tempfile`` would cost more to import than the
-            # whole write); O_EXCL refuses to follow anything already there.
-            temp = self.folder / f".lint-{os.getpid()}-{time.monotonic_ns()}.tmp"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                document = {"format": _FORMAT, "written_ns": time.time_ns(), "files": self.entries}
-                # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
-                handle.write(json.dumps(document, separators=(",", ":")))
-            os.replace(temp, self.path)
+            delta = self.path.with_suffix(".delta")
+            if self.written_ns and len(self.changed | set(self._delta)) <= _DELTA_ENTRIES:
+                files = dict(self._delta)
+                for path in self.changed:
+                    files[path] = {**self.entries[path], "written_ns": now}
+                write_cache_file(delta, {"format": _FORMAT, "base": self.written_ns, "written_ns": now, "files": files})
+                return delta
+            write_cache_file(self.path, {"format": _FORMAT, "written_ns": now, "files": self.entries})
+            if self._delta:
+                delta.unlink(missing_ok=True)
             self._prune()
+            return self.path
         except OSError:
-            pass  # a read-only project still lints; it just is not cached
+            return None  # a read-only project still lints; it just is not cached
 
     def _prune(self) -> None:
         files = sorted(self.folder.glob("lint-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in files[_KEEP_FILES:]:
             old.unlink(missing_ok=True)
+            old.with_suffix(".delta").unlink(missing_ok=True)
+
+
+def _read_document(path: Path) -> dict[str, Any] | None:
+    """A cache document of this format (``files`` a mapping), or None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and data.get("format") == _FORMAT and isinstance(data.get("files"), dict):
+        return data
+    return None
+
+
+def write_cache_file(path: Path, document: dict[str, Any] | bytes) -> None:
+    """Write a cache document (or bytes) atomically: a temporary file in the same folder, under
+    a name no other process uses (``tempfile`` would cost more to import than the whole write),
+    then a rename. Unlike ``ampdoctor.atomic`` (reports the user keeps), no ``fsync``: a cache lost
+    to a crash is only a miss, and a pre-commit run should not wait for the disk."""
+    temp = path.parent / f".{path.stem}-{os.getpid()}-{time.monotonic_ns()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
+            data = document if isinstance(document, bytes) else json.dumps(document, separators=(",", ":")).encode()
+            handle.write(data)
+        os.replace(temp, path)
+    except OSError:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
 
 
 def decode_entry(entry: dict[str, Any]) -> tuple[list[Finding], int] | None:

@@ -20,8 +20,7 @@ from hashlib import blake2b
 from pathlib import Path
 
 from .. import verbose
-from ..cache import RACY_NS
-from .store import write_cache_file
+from ..cache import RACY_NS, write_cache_file
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:

@@ -25,9 +25,9 @@ try:
 except ImportError:  # pragma: no cover - interpreters built without it
     from hashlib import blake2b
 
-from ..cache import RACY_NS
+from ..cache import RACY_NS, write_cache_file
 from .reports import CrossReport
-from .store import FORMAT, write_cache_file
+from .store import FORMAT
 
 # The share of the project a run must report for the key to be worth its ``stat`` calls.
 _SHARE = 0.5

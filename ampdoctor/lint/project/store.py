@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from .. import verbose
-from ..cache import RACY_NS
+from ..cache import RACY_NS, write_cache_file
 from .tokens import BACKWARD_TEXT as BACKWARD_TEXT  # re-exported (``checks.py``)
 from .tokens import CLASSES, HELPER_TOKENS, import_targets
 from .tokens import TOKEN_CLASSES as TOKEN_CLASSES  # re-exported
@@ -554,26 +554,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     if isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("files"), dict):
         return data
     return None
-
-
-def write_cache_file(path: Path, document: dict[str, Any] | bytes) -> None:
-    """Write a cache document (or bytes) atomically (a temporary file in the same folder, then a
-    rename). Unlike ``ampdoctor.atomic`` (reports the user keeps), no ``fsync``: a cache lost to a
-    crash is only a miss, and a pre-commit run should not wait for the disk."""
-    temp = path.parent / f".summaries-{os.getpid()}-{time.monotonic_ns()}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
-            data = document if isinstance(document, bytes) else json.dumps(document, separators=(",", ":")).encode()
-            handle.write(data)
-        os.replace(temp, path)
-    except OSError:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
 
 
 def _stored(entry: dict[str, Any]) -> dict[str, Any]:
