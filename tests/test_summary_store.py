@@ -233,3 +233,23 @@ def test_two_runs_rewriting_at_once_keep_what_the_last_one_decoded(tmp_path: Pat
         store.save()  # the first removes the blob the second was loaded with
     monkeypatch.setattr(store_module, "summarize_bytes", lambda data: None)
     assert SummaryStore(root, folder).summary("helper_1.py")["functions"]["save_1"]  # kept, not made again
+
+
+def test_the_stores_of_old_builds_are_removed_beyond_the_newest_few(tmp_path: Path):
+    root = project(tmp_path / "p", 2)
+    folder = root / ".ampdoctor_cache"
+    folder.mkdir()
+    old = time.time() - 3600
+    stale = [f"summaries-{index:024x}" for index in range(store_module._KEEP_STORES + 2)]
+    for age, stem in enumerate(stale):  # as earlier builds left them: an index, a blob, a delta
+        for name in (f"{stem}.json", f"{stem}-1-2.blob", f"{stem}-delta.json", f"{stem}-reports.json"):
+            (folder / name).write_text("{}")
+            os.utime(folder / name, (old + age, old + age))
+    warm(root, 2)  # a run of this build writes its store whole
+    kept = {path.name.split("-")[1].split(".")[0] for path in folder.glob("summaries-*")}
+    assert len(kept) == store_module._KEEP_STORES
+    newest = [stem.split("-")[1] for stem in stale[-(store_module._KEEP_STORES - 1) :]]
+    assert set(newest) < kept  # the newest of the old ones stay, beside this build's
+    for stem in stale[: -(store_module._KEEP_STORES - 1)]:
+        assert not list(folder.glob(f"{stem}*")), stem  # index, blob, delta and findings
+    assert SummaryStore(root, folder).summary("helper_0.py") is not None
