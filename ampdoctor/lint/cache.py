@@ -108,12 +108,12 @@ class ResultCache:
         self._load()
 
     def _load(self) -> None:
-        data = _read_document(self.path)
+        data = read_cache_document(self.path, _FORMAT)
         if data is None:
             return
         self.entries = data["files"]
         self.written_ns = int(data.get("written_ns") or 0)
-        delta = _read_document(self.path.with_suffix(".delta"))
+        delta = read_cache_document(self.path.with_suffix(".delta"), _FORMAT)
         if delta is None or delta.get("base") != self.written_ns:
             return  # none, or one written beside another base
         for path, stored in delta["files"].items():
@@ -209,13 +209,14 @@ class ResultCache:
             old.with_suffix(".delta").unlink(missing_ok=True)
 
 
-def _read_document(path: Path) -> dict[str, Any] | None:
-    """A cache document of this format (``files`` a mapping), or None."""
+def read_cache_document(path: Path, format: int, key: str = "files") -> dict[str, Any] | None:
+    """A cache document of this ``format`` whose ``key`` holds a mapping, or None (missing,
+    damaged, or written by another format)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if isinstance(data, dict) and data.get("format") == _FORMAT and isinstance(data.get("files"), dict):
+    if isinstance(data, dict) and data.get("format") == format and isinstance(data.get(key), dict):
         return data
     return None
 

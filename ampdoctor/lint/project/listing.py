@@ -13,14 +13,13 @@ listed again. Which folders are skipped is part of the key: a changed ``.gitigno
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from hashlib import blake2b
 from pathlib import Path
 
 from .. import verbose
-from ..cache import RACY_NS, write_cache_file
+from ..cache import RACY_NS, read_cache_document, write_cache_file
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -111,13 +110,10 @@ def _listing_path(folder: Path, base: str, skipped: frozenset[str]) -> Path:
 
 def _load(path: Path) -> tuple[dict[str, list[Any]], int]:
     """The kept folders and the time before which their times are trusted."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    document = read_cache_document(path, FORMAT, "folders")
+    if document is None:
         return {}, 0
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        return {}, 0
-    folders, written = document.get("folders"), document.get("written_ns")
+    folders, written = document["folders"], document.get("written_ns")
     if not isinstance(folders, dict) or not isinstance(written, int) or not all(map(_sound, folders.values())):
         return {}, 0
     return folders, written - RACY_NS

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from .. import verbose
-from ..cache import RACY_NS, write_cache_file
+from ..cache import RACY_NS, read_cache_document, write_cache_file
 from .tokens import BACKWARD_TEXT as BACKWARD_TEXT  # re-exported (``checks.py``)
 from .tokens import CLASSES, HELPER_TOKENS, import_targets
 from .tokens import TOKEN_CLASSES as TOKEN_CLASSES  # re-exported
@@ -115,7 +115,7 @@ class SummaryStore:
     def _load(self) -> None:
         if self.path is None:
             return
-        data = _read_json(self.path)
+        data = read_cache_document(self.path, FORMAT)
         if data is None:
             return
         self.entries = data["files"]
@@ -131,7 +131,7 @@ class SummaryStore:
                     self._blob = blob
             except OSError:
                 pass
-        delta = _read_json(_delta_path(self.path))
+        delta = read_cache_document(_delta_path(self.path), FORMAT)
         if delta is None or delta.get("base") != self.written_ns:
             return  # none, or one written beside another base
         for rel, stored in delta["files"].items():
@@ -567,17 +567,6 @@ def _drop_stores(folder: Path) -> None:
 
 def _delta_path(path: Path) -> Path:
     return path.with_name(path.stem + "-delta.json")
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """A cache document of this format (``files`` a mapping), or None."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("files"), dict):
-        return data
-    return None
 
 
 def _stored(entry: dict[str, Any]) -> dict[str, Any]:
