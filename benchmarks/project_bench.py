@@ -234,12 +234,16 @@ def run_rows(exe: str, root: Path, target: Path, repeats: int) -> list[tuple[str
         return timed([exe, "lint", rel], root)
 
     pyproject = root / "pyproject.toml"
-    project_on = pyproject.read_text(encoding="utf-8")
+    # A real tree (``--tree``) may have none at its top: one is written for the third series.
+    project_on = pyproject.read_text(encoding="utf-8") if pyproject.exists() else None
     rows = [(f"`{rel}` cold: no cache", [cold() for _ in range(repeats)])]
     rows.append((f"`{rel}` warm: this file changed, the rest cached", [warm() for _ in range(repeats)]))
-    pyproject.write_text(project_on + "\n[tool.ampdoctor]\nproject = false\n", encoding="utf-8")
+    pyproject.write_text((project_on or "") + "\n[tool.ampdoctor]\nproject = false\n", encoding="utf-8")
     rows.append((f"`{rel}` warm, `project = false`: the file alone", [warm() for _ in range(repeats)]))
-    pyproject.write_text(project_on, encoding="utf-8")
+    if project_on is None:
+        pyproject.unlink()
+    else:
+        pyproject.write_text(project_on, encoding="utf-8")
     target.write_text(original, encoding="utf-8")
     return rows
 
