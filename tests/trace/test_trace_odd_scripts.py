@@ -250,9 +250,14 @@ def test_ctrl_c_from_outside_writes_the_report_and_exits_130(tmp_path):
         # Ctrl-C heard as in a terminal, even where the suite runs with SIGINT ignored
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    assert process.stdout.readline().strip() == "started"  # the script is running
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=120)
+    try:
+        assert process.stdout.readline().strip() == "started"  # the script is running
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:  # a failed assertion leaves no tracer running behind the suite
+            process.kill()
+            process.communicate()
     assert process.returncode == 130, stderr
     assert read_report(report)["stopped"] == "interrupt" and read_report(report)["completed"] is False
     assert "interrupted" in " ".join(stdout.split()) and "Traceback" not in stderr
