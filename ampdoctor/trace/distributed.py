@@ -113,7 +113,7 @@ class Exchange:
     """Rank reports and the "merged report written" mark, as keys in torch.distributed's store."""
 
     def __init__(self, info: RankInfo, timeout: float) -> None:
-        from torch.distributed import PrefixStore, TCPStore
+        from torch.distributed import PrefixStore, TCPStore  # type: ignore[attr-defined]  # not re-exported by torch
 
         if info.master_addr is None or info.master_port is None:
             raise ConnectionError("MASTER_ADDR or MASTER_PORT is not set")
