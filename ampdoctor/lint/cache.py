@@ -113,11 +113,8 @@ class ResultCache:
             return
         self.entries = data["files"]
         self.written_ns = int(data.get("written_ns") or 0)
-        delta = read_cache_document(self.path.with_suffix(".delta"), _FORMAT)
-        if delta is None or delta.get("base") != self.written_ns:
-            return  # none, or one written beside another base
-        for path, stored in delta["files"].items():
-            if isinstance(stored, dict) and isinstance(stored.get("written_ns"), int):
+        for path, stored in read_delta(self.path.with_suffix(".delta"), _FORMAT, self.written_ns).items():
+            if stored is not None:  # (this cache never removes an entry)
                 entry = dict(stored)
                 self._entry_ns[path] = entry.pop("written_ns")
                 self.entries[path] = entry
@@ -203,8 +200,7 @@ class ResultCache:
             return None  # a read-only project still lints; it just is not cached
 
     def _prune(self) -> None:
-        files = sorted(self.folder.glob("lint-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for old in files[_KEEP_FILES:]:
+        for old in beyond_newest(self.folder.glob("lint-*.json"), _KEEP_FILES):
             old.unlink(missing_ok=True)
             old.with_suffix(".delta").unlink(missing_ok=True)
 
@@ -219,6 +215,32 @@ def read_cache_document(path: Path, format: int, key: str = "files") -> dict[str
     if isinstance(data, dict) and data.get("format") == format and isinstance(data.get(key), dict):
         return data
     return None
+
+
+def read_delta(path: Path, format: int, base_ns: int) -> dict[str, dict[str, Any] | None]:
+    """The entries of a delta file written over the whole file of ``base_ns`` (none where it
+    is missing, damaged, or was written over another base), each a stored entry with its own
+    ``written_ns``, or None for an entry removed."""
+    delta = read_cache_document(path, format)
+    if delta is None or delta.get("base") != base_ns:
+        return {}
+    return {
+        name: stored
+        for name, stored in delta["files"].items()
+        if stored is None or (isinstance(stored, dict) and isinstance(stored.get("written_ns"), int))
+    }
+
+
+def beyond_newest(paths: Iterable[Path], count: int) -> list[Path]:
+    """The paths other than the ``count`` most recently modified (those that vanish meanwhile
+    left out): what a cache folder prunes."""
+    dated = []
+    for path in paths:
+        try:
+            dated.append((path.stat().st_mtime_ns, path))
+        except OSError:
+            pass
+    return [path for _, path in sorted(dated, reverse=True)[count:]]
 
 
 def write_cache_file(path: Path, document: dict[str, Any] | bytes) -> None:

@@ -19,7 +19,7 @@ from hashlib import blake2b
 from pathlib import Path
 
 from .. import verbose
-from ..cache import RACY_NS, read_cache_document, write_cache_file
+from ..cache import RACY_NS, beyond_newest, read_cache_document, write_cache_file
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -140,8 +140,7 @@ def _save(path: Path, listed: dict[str, list[Any]], started: int) -> None:
         write_cache_file(path, document)
         # A listing for other skipped folders (the .gitignore changed, another root) is left
         # behind: the newest few are kept.
-        kept = sorted(path.parent.glob("listing-*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
-        for old in kept[_KEEP:]:
+        for old in beyond_newest(path.parent.glob("listing-*.json"), _KEEP):
             old.unlink(missing_ok=True)
     except OSError:
         pass  # a read-only project is listed in full each time

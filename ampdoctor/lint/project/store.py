@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from .. import verbose
-from ..cache import RACY_NS, read_cache_document, write_cache_file
+from ..cache import RACY_NS, beyond_newest, read_cache_document, read_delta, write_cache_file
 from .tokens import BACKWARD_TEXT as BACKWARD_TEXT  # re-exported (``checks.py``)
 from .tokens import CLASSES, HELPER_TOKENS, import_targets
 from .tokens import TOKEN_CLASSES as TOKEN_CLASSES  # re-exported
@@ -131,19 +131,14 @@ class SummaryStore:
                     self._blob = blob
             except OSError:
                 pass
-        delta = read_cache_document(_delta_path(self.path), FORMAT)
-        if delta is None or delta.get("base") != self.written_ns:
-            return  # none, or one written beside another base
-        for rel, stored in delta["files"].items():
+        for rel, stored in read_delta(_delta_path(self.path), FORMAT, self.written_ns).items():
             if stored is None:
                 self.entries.pop(rel, None)
-            elif isinstance(stored, dict) and isinstance(stored.get("written_ns"), int):
+            else:
                 entry = dict(stored)
                 self._delta_ns[rel] = entry.pop("written_ns")
                 entry["classes"] = _classes(entry.get("classes"))
                 self.entries[rel] = entry
-            else:
-                continue
             self._delta[rel] = stored
 
     def _touch(self, rel: str) -> None:
@@ -550,14 +545,9 @@ def _drop_stores(folder: Path) -> None:
     """Keep the newest ``_KEEP_STORES`` stores of the cache folder (one per ampdoctor build and
     project root): an upgrade, or an edit of an editable install, starts a new one, and the old
     ones (about 10 MB for 3,600 modules, with their blobs) would otherwise stay for good."""
-    indexes = []
-    for path in folder.glob("summaries-*.json"):
-        if path.stem.count("-") == 1:  # an index, not a delta or the reused findings
-            try:
-                indexes.append((path.stat().st_mtime_ns, path))
-            except OSError:
-                pass
-    for _, index in sorted(indexes, reverse=True)[_KEEP_STORES:]:
+    # An index, not a delta or the reused findings (``summaries-KEY-delta.json``).
+    indexes = [path for path in folder.glob("summaries-*.json") if path.stem.count("-") == 1]
+    for index in beyond_newest(indexes, _KEEP_STORES):
         for path in folder.glob(f"{index.stem}*"):
             try:
                 path.unlink()
