@@ -437,7 +437,7 @@ def build_report(session: Any) -> TraceReport:
 
     if session.outcome.reason == "error" and session.outcome.error:
         obs.script_error = (session.outcome.error, session.outcome.error_site)
-    compared = session.compared() if getattr(session, "compared", None) is not None else None
+    compared = session.compared() if session.compared is not None else None
     findings = evaluate(obs, session.thresholds, locator, compared)
     notes = _notes(session)
     static: list[Finding] = []
