@@ -53,6 +53,7 @@ _AUTOCAST = "lint.rules.autocast_misuse"
 _REGION = "lint.rules.region_contents"
 _RANGE = "lint.rules.float16_range"
 _AT_RUN_TIME = "trace.rules.protocol_rules"
+_FLOAT8 = "lint.rules.float8_training"
 
 CODES: dict[str, Row] = {
     "AMP000": _row("lint.engine", tests=("test_lint_odd_input.py", "test_properties.py")),
@@ -170,6 +171,12 @@ CODES: dict[str, Row] = {
     "AMP512": _row("trace.rules.compare_rules", tests=("trace/test_compare.py", "trace/test_trace_hardware_rules.py")),
     "AMP513": _row("trace.rules.compare_rules", tests=("trace/test_compare.py", "trace/test_trace_cast_causes.py")),
     "AMP514": _row("trace.rules.compare_rules", tests=("trace/test_compare.py", "trace/test_trace_hardware_rules.py")),
+    # AMP6xx: float8 training.
+    "AMP601": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),
+    "AMP602": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),
+    "AMP603": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),
+    "AMP604": _row(_FLOAT8, tests=("test_float8_rules.py",)),
+    "AMP605": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),
 }
 
 

@@ -38,6 +38,7 @@ FAMILIES = [
     ("AMP3", "AMP3xx: numerics"),
     ("AMP4", "AMP4xx: API and migration"),
     ("AMP5", "AMP5xx: runtime findings of `ampdoctor trace`"),
+    ("AMP6", "AMP6xx: float8 training"),
 ]
 
 

@@ -91,3 +91,15 @@ def test_whole_fixture_folder_through_the_cli():
     planted = sum(len(expected_pairs(p.read_text(encoding="utf-8"))) for p in FIXTURES.rglob("*.py"))
     notebook_findings = 1  # buggy_train.ipynb: clip before unscale_
     assert f"Found {planted + notebook_findings} problems" in result.output
+
+
+def test_the_float8_fixtures_plant_each_float8_mistake_the_linter_finds_in_one_file():
+    planted = {
+        code
+        for path in SCRIPTS
+        if path.name.startswith("float8_buggy")
+        for _, code in expected_pairs(path.read_text(encoding="utf-8"))
+    }
+    assert planted == {"AMP601", "AMP602", "AMP603", "AMP605"}
+    clean = [path for path in SCRIPTS if path.name.startswith("float8_clean")]
+    assert len(clean) == 2 and not any(expected_pairs(path.read_text(encoding="utf-8")) for path in clean)

@@ -1,0 +1,376 @@
+"""AMP6xx: float8 training set up in a way that loses accuracy, fails on the GPU or gains nothing.
+
+torchao's ``convert_to_float8_training`` swaps a model's ``nn.Linear`` layers for float8 ones
+(every one of them unless ``module_filter_fn`` says otherwise); Transformer Engine runs its own
+modules in FP8 inside ``te.autocast`` (``te.fp8_autocast`` before it). Both are matched by their
+qualified names: neither package is imported here.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+
+from ..anchors import Anchors
+from ..model import AmpFacts, CallSite
+from ..syntax import FUNCTION_TYPES, dotted
+from . import LintRule, Report, register
+
+# The packages whose ``convert_to_float8_training`` swaps Linear layers for float8 ones
+# (float8_experimental is torchao.float8's former name).
+_CONVERTERS = ("torchao.", "float8_experimental.")
+_CONVERT = "convert_to_float8_training"
+# Transformer Engine's FP8 region: ``autocast`` (2.x) and the ``fp8_autocast`` it deprecates.
+_TE_REGIONS = frozenset(
+    {
+        "transformer_engine.pytorch.autocast",
+        "transformer_engine.pytorch.fp8_autocast",
+        "transformer_engine.pytorch.quantization.autocast",
+        "transformer_engine.pytorch.quantization.fp8_autocast",
+        "transformer_engine.pytorch.fp8.fp8_autocast",
+    }
+)
+_LINEAR = frozenset({"torch.nn.Linear", "torch.nn.modules.linear.Linear"})
+_FSDP1 = frozenset(
+    {
+        "torch.distributed.fsdp.FullyShardedDataParallel",
+        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+    }
+)
+# FSDP2's entry point, under its public and earlier homes.
+_FSDP2 = frozenset(
+    {
+        "torch.distributed.fsdp.fully_shard",
+        "torch.distributed.fsdp._fully_shard.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard.fully_shard",
+    }
+)
+_ALL_GATHER_FLAG = "enable_fsdp_float8_all_gather"
+# float8 GEMMs (``torch._scaled_mm``) need both sizes of a weight to be multiples of this.
+_ALIGNMENT = 16
+# What a size-only filter reads of the module it is given.
+_SIZE_ATTRIBUTES = frozenset({"in_features", "out_features", "weight", "shape", "bias", "size"})
+# Names a filter may use without saying anything about which layer it is.
+_NEUTRAL_NAMES = frozenset(
+    {"isinstance", "hasattr", "getattr", "len", "min", "max", "abs", "int", "all", "any", "torch", "nn"}
+)
+
+_CONVERSION = Anchors(names=("torchao", "float8_experimental"))
+
+
+def is_test_module(path: str) -> bool:
+    """A test module (in a ``test``/``tests`` folder, ``test_*.py``, ``*_test.py``): it converts
+    toy models and runs FP8 regions to exercise the libraries on purpose, not to train."""
+    parts = path.replace("\\", "/").split("/")
+    stem = parts[-1][:-3] if parts[-1].endswith(".py") else parts[-1]
+    return any(part in ("test", "tests") for part in parts[:-1]) or stem.startswith("test_") or stem.endswith("_test")
+
+
+def conversions(facts: AmpFacts) -> list[CallSite]:
+    """The module's calls of a float8 training conversion (none in a test module)."""
+    if is_test_module(facts.path):
+        return []
+    return [
+        site
+        for site in facts.calls_named(_CONVERT)
+        if site.qname is not None and site.qname.endswith("." + _CONVERT) and site.qname.startswith(_CONVERTERS)
+    ]
+
+
+class Filter:
+    """What a conversion's ``module_filter_fn`` is known to look at. ``known``: its body was found
+    (a lambda, or a function of this module named by the argument); without it, nothing is
+    assumed. ``names``: it reads the layer's name (its second parameter); ``sizes``: it reads
+    the layer's sizes; ``other``: it reads anything else (a config, another module's layer)."""
+
+    __slots__ = ("known", "names", "sizes", "other")
+
+    def __init__(self, known: bool, names: bool = False, sizes: bool = False, other: bool = False) -> None:
+        self.known = known
+        self.names = names
+        self.sizes = sizes
+        self.other = other
+
+
+_NO_FILTER = Filter(True)
+
+
+def conversion_filter(facts: AmpFacts, site: CallSite) -> Filter:
+    """The filter passed to a conversion call (``_NO_FILTER`` when none is)."""
+    arg = site.arg(None, "module_filter_fn")
+    if arg is None:
+        return _NO_FILTER
+    value = arg.value
+    if type(value) is ast.Constant and value.value is None:
+        return _NO_FILTER
+    if type(value) is ast.Lambda:
+        return _reads(value.args, [value.body])
+    name = dotted(value)
+    if name is None or "." in name:
+        return Filter(False)
+    for function, _frame in facts.functions:
+        if function.name == name:
+            return _reads(function.args, function.body)
+    return Filter(False)
+
+
+def _reads(arguments: ast.arguments, body: list[ast.stmt] | list[ast.expr]) -> Filter:
+    params = [a.arg for a in (*arguments.posonlyargs, *arguments.args)]
+    if len(params) < 2:
+        return Filter(False)  # not a (module, name) filter: nothing is known of what it keeps
+    module, fqn = params[0], params[1]
+    names = sizes = other = False
+    for statement in body:
+        for node in ast.walk(statement):
+            if type(node) is ast.Name:
+                if node.id == fqn:
+                    names = True
+                elif node.id != module and node.id not in _NEUTRAL_NAMES and node.id not in params:
+                    other = True
+            elif type(node) is ast.Attribute and dotted(node.value) == module:
+                if node.attr in _SIZE_ATTRIBUTES:
+                    sizes = True
+                else:
+                    other = True
+            elif type(node) in FUNCTION_TYPES or type(node) is ast.Lambda:
+                other = True  # a helper of its own: not read further
+    return Filter(True, names, sizes, other)
+
+
+def _trained(facts: AmpFacts, model: str) -> bool:
+    """Whether the module builds an optimizer (or anything) over ``model.parameters()``."""
+    return any(site.receiver == model for site in facts.calls_named("parameters"))
+
+
+@register
+class Float8OutputHead(LintRule):
+    code = "AMP601"
+    tokens = (_CONVERT,)
+    anchors = _CONVERSION
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        for site in conversions(facts):
+            model = site.arg(0, "module")
+            spelled = dotted(model.value) if model is not None else None
+            if spelled is None or not _trained(facts, spelled):
+                continue  # a block or a sub-module converted on its own: its head is not in it
+            found = conversion_filter(facts, site)
+            if not found.known or found.names or found.other:
+                continue
+            if found is _NO_FILTER:
+                why = "without a `module_filter_fn`, every `nn.Linear` is converted"
+            else:
+                why = "the `module_filter_fn` never looks at the layer's name"
+            yield Report(
+                self.code,
+                site.node,
+                f"`{spelled}` is converted to float8 training and {why}: the output head (`lm_head`, "
+                "the classifier) runs its GEMMs in float8 too, where the loss is most sensitive to "
+                "rounding (a loss gap or divergence against bfloat16)",
+                help="Pass a `module_filter_fn(module, fqn)` that returns False for the output layer's name "
+                "(and for layers whose sizes are not multiples of 16)",
+                statement=site.statement,
+            )
+
+
+def _int_constants(facts: AmpFacts) -> dict[str, int]:
+    """Module-level names bound once, to an int literal."""
+    counts: dict[str, int] = {}
+    found: dict[str, int] = {}
+    for assignment in facts.assignments:
+        if assignment.frame.parent is not None:
+            continue
+        counts[assignment.target] = counts.get(assignment.target, 0) + 1
+        value = assignment.value
+        if type(value) is ast.Constant and type(value.value) is int:
+            found[assignment.target] = value.value
+    return {name: number for name, number in found.items() if counts[name] == 1}
+
+
+def _size(expr: ast.expr | None, constants: dict[str, int]) -> int | None:
+    if type(expr) is ast.Constant and type(expr.value) is int and not isinstance(expr.value, bool):
+        return expr.value
+    if type(expr) is ast.Name:
+        return constants.get(expr.id)
+    return None
+
+
+@register
+class Float8UnalignedLinear(LintRule):
+    code = "AMP602"
+    tokens = (_CONVERT,)
+    anchors = _CONVERSION
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        sites = conversions(facts)
+        if not sites:
+            return
+        for site in sites:
+            found = conversion_filter(facts, site)
+            # A filter that tests sizes keeps such layers out; one that picks layers by name may.
+            if not found.known or found.sizes or found.names or found.other:
+                return
+        constants = _int_constants(facts)
+        for linear in self._linears(facts):
+            sizes = []
+            for position, keyword in ((0, "in_features"), (1, "out_features")):
+                arg = linear.arg(position, keyword)
+                size = _size(arg.value if arg is not None else None, constants)
+                if size is not None and size % _ALIGNMENT:
+                    sizes.append(f"{keyword}={size}")
+            if not sizes:
+                continue
+            yield Report(
+                self.code,
+                linear.node,
+                f"`nn.Linear` with {' and '.join(sizes)}, not a multiple of {_ALIGNMENT}, is converted to float8 "
+                f"training (line {site.node.lineno}): float8 GEMMs on the GPU need both sizes of the weight "
+                f"divisible by {_ALIGNMENT}, so the layer fails at its first forward",
+                help=f"Pad the size to a multiple of {_ALIGNMENT} (a vocabulary or a class count), or leave the "
+                "layer out with a `module_filter_fn` that tests `in_features` and `out_features`",
+                statement=linear.statement,
+            )
+
+    @staticmethod
+    def _linears(facts: AmpFacts) -> Iterator[CallSite]:
+        for site in facts.calls_named("Linear"):
+            if site.qname in _LINEAR:
+                yield site
+
+
+def _enabled(call: ast.Call) -> bool:
+    """Whether a Transformer Engine region may be on (only a literal ``enabled=False`` says no)."""
+    for keyword in call.keywords:
+        if keyword.arg == "enabled":
+            return not (type(keyword.value) is ast.Constant and keyword.value.value is False)
+    if call.args:
+        first = call.args[0]
+        return not (type(first) is ast.Constant and first.value is False)
+    return True
+
+
+@register
+class BackwardInFp8Autocast(LintRule):
+    code = "AMP603"
+    tokens = ("autocast",)
+    needs = (rb"backward",)
+    anchors = Anchors(names=("transformer_engine",))
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if is_test_module(facts.path):
+            return
+        for site in facts.calls:
+            if site.method != "backward" and site.qname != "torch.autograd.backward":
+                continue
+            region = self._region(facts, site)
+            if region is None:
+                continue
+            yield Report(
+                self.code,
+                site.node,
+                f"`backward()` runs inside Transformer Engine's FP8 region (`{dotted(region.func)}` on line "
+                f"{region.lineno}): the region reduces the amax history and updates the scaling factors "
+                "when it exits, so the backward pass runs before they are ready",
+                help="Close the region after the forward pass and the loss; call backward outside it "
+                "(it still runs in FP8: the forward decides that)",
+                statement=site.statement,
+            )
+
+    @staticmethod
+    def _region(facts: AmpFacts, site: CallSite) -> ast.Call | None:
+        for ref in site.withs:
+            expr = ref.expr
+            if ref.decorator or type(expr) is not ast.Call:
+                continue
+            if facts.qualify(expr.func) in _TE_REGIONS and _enabled(expr):
+                return expr
+        return None
+
+
+def _flag_set(facts: AmpFacts) -> ast.AST | None:
+    """Where float8 all-gather is turned on: ``enable_fsdp_float8_all_gather=True`` in a call, or
+    assigned True to an attribute of that name."""
+    for site in facts.calls:
+        for keyword in site.node.keywords:
+            if keyword.arg == _ALL_GATHER_FLAG and type(keyword.value) is ast.Constant and keyword.value.value is True:
+                return keyword.value
+    for assignment in facts.assignments:
+        if assignment.target.rsplit(".", 1)[-1] == _ALL_GATHER_FLAG:
+            value = assignment.value
+            if type(value) is ast.Constant and value.value is True:
+                return value
+    return None
+
+
+@register
+class Float8AllGatherWithFsdp1(LintRule):
+    code = "AMP604"
+    tokens = (_ALL_GATHER_FLAG,)
+    needs = (rb"FullyShardedDataParallel",)
+    anchors = Anchors(names=("torch.distributed.fsdp",))
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if is_test_module(facts.path):
+            return
+        flag = _flag_set(facts)
+        if flag is None:
+            return
+        fsdp1 = [site for site in facts.calls if site.qname in _FSDP1]
+        if not fsdp1 or any(site.qname in _FSDP2 for site in facts.calls):
+            return  # FSDP2 (``fully_shard``) is what float8 all-gather is made for
+        yield Report(
+            self.code,
+            flag,
+            f"`{_ALL_GATHER_FLAG}=True` with FSDP1 (`FullyShardedDataParallel` on line {fsdp1[0].node.lineno}): "
+            "torchao all-gathers float8 weights only through FSDP2's `fully_shard`, and FSDP1's flat "
+            "parameters do not carry the float8 weight wrapper that the flag relies on",
+            help="Shard with `torch.distributed.fsdp.fully_shard` (FSDP2), or leave the flag off under FSDP1",
+        )
+
+
+@register
+class Float8WithoutCompile(LintRule):
+    code = "AMP605"
+    tokens = (_CONVERT,)
+    needs = (rb"backward",)
+    anchors = _CONVERSION
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        sites = conversions(facts)
+        if not sites or not any(site.method == "backward" for site in facts.calls):
+            return  # trained elsewhere, where it may be compiled
+        if _mentions_compile(facts.module):
+            return  # ``torch.compile``, ``model.compile()``, a ``--compile`` flag: compiled somewhere
+        for site in sites:
+            yield Report(
+                self.code,
+                site.node,
+                "the model is converted to float8 training but never compiled: torchao's float8 "
+                "casts and scaling run as separate eager kernels, which cost more than the float8 "
+                "GEMMs save (no speed-up, often a slow-down against bfloat16)",
+                help="Compile the converted model (`model = torch.compile(model)`) before training",
+                statement=site.statement,
+            )
+
+
+def _mentions_compile(module: ast.Module) -> bool:
+    """Whether the code names ``compile`` anywhere: a name, an attribute, a keyword or parameter, a
+    string (an option ``"--compile"``); docstrings and other bare strings do not count."""
+    bare = {id(node.value) for node in ast.walk(module) if type(node) is ast.Expr and type(node.value) is ast.Constant}
+    for node in ast.walk(module):
+        if type(node) is ast.Name:
+            text = node.id
+        elif type(node) is ast.Attribute:
+            text = node.attr
+        elif type(node) is ast.keyword or type(node) is ast.arg:
+            text = node.arg or ""
+        elif type(node) is ast.Constant and type(node.value) is str and id(node) not in bare:
+            text = node.value
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            text = node.name
+        else:
+            continue
+        if "compile" in text:
+            return True
+    return False

@@ -1,0 +1,312 @@
+"""AMP601-AMP605, float8 training: each rule on the shape it reports and on the correct code beside
+it (the rule pages hold one example of each side; these are the variants real code takes)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import assert_kept_on_the_command_line, found_pairs
+
+TRAIN = """\
+import torch
+from torch import nn
+from torchao.float8 import convert_to_float8_training
+
+VOCAB = 50257
+{head}
+model = nn.Sequential(nn.Linear(768, 3072), nn.GELU(), nn.Linear(3072, VOCAB))
+convert_to_float8_training(model{filter})
+model = torch.compile(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+for x, y in loader:
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def _train(head: str = "", filter: str = "") -> str:
+    return TRAIN.format(head=head, filter=filter)
+
+
+def test_a_whole_model_converted_without_a_filter_reports_the_head_and_the_odd_sized_layer():
+    assert found_pairs(_train()) == [(7, "AMP602"), (8, "AMP601")]
+
+
+def test_a_size_only_lambda_still_converts_the_head():
+    source = _train(filter=", module_filter_fn=lambda m, fqn: m.in_features % 16 == 0 and m.out_features % 16 == 0")
+    assert found_pairs(source) == [(8, "AMP601")]
+
+
+def test_a_size_only_filter_with_builtins_still_converts_the_head():
+    lam = "lambda m, fqn: isinstance(m, nn.Linear) and min(m.in_features, m.out_features) >= 128"
+    assert found_pairs(_train(filter=f", module_filter_fn={lam}")) == [(8, "AMP601")]
+
+
+def test_a_size_only_function_of_the_module_still_converts_the_head():
+    head = "\n\ndef sized(module, fqn):\n    return module.weight.shape[0] % 16 == 0\n\n"
+    assert found_pairs(_train(head, ", module_filter_fn=sized")) == [(13, "AMP601")]
+
+
+@pytest.mark.parametrize(
+    "head, filter",
+    [
+        # the name is read: the head may be left out (and the odd-sized layer with it)
+        ("", ', module_filter_fn=lambda m, fqn: fqn != "2"'),
+        (
+            "\n\ndef keep(mod, fqn):\n    if fqn.endswith('lm_head'):\n        return False\n    return True\n\n",
+            ", module_filter_fn=keep",
+        ),
+        # something else decides: a configuration's list of layers, another object
+        ("", ", module_filter_fn=lambda m, fqn: m is not skipped"),
+        ("", ", module_filter_fn=lambda m, fqn: m.out_features != cfg.vocab_size"),
+        # a filter from elsewhere: what it keeps is unknown
+        ("from filters import keep_in_float8\n", ", module_filter_fn=keep_in_float8"),
+        ("", ", module_filter_fn=filters.for_recipe('rowwise')"),
+    ],
+)
+def test_a_filter_that_may_leave_layers_out_is_trusted(head, filter):
+    assert found_pairs(_train(head, filter)) == []
+
+
+def test_blocks_converted_one_by_one_leave_the_head_out():
+    source = """\
+import torch
+from torchao.float8 import convert_to_float8_training
+
+model = GPT(config)
+for block in model.transformer.h:
+    convert_to_float8_training(block)
+model = torch.compile(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+"""
+    assert found_pairs(source) == []
+
+
+def test_a_model_converted_but_trained_elsewhere_is_not_judged_here():
+    source = """\
+from torchao.float8 import convert_to_float8_training
+
+
+def build(config):
+    model = Transformer(config)
+    convert_to_float8_training(model)
+    return model
+"""
+    assert found_pairs(source) == []
+
+
+def test_the_former_package_name_and_the_full_module_path_are_recognized():
+    for imported in (
+        "from float8_experimental.float8_linear_utils import convert_to_float8_training",
+        "from torchao.float8.float8_linear_utils import convert_to_float8_training",
+    ):
+        source = _train().replace("from torchao.float8 import convert_to_float8_training", imported)
+        assert (8, "AMP601") in found_pairs(source)
+
+
+def test_another_function_of_that_name_is_not_torchao():
+    source = _train().replace(
+        "from torchao.float8 import convert_to_float8_training", "from mylib import convert_to_float8_training"
+    )
+    assert found_pairs(source) == []
+
+
+@pytest.mark.parametrize("sizes", ["768, 3072", "in_features=1024, out_features=4096", "DIM, 64"])
+def test_sizes_that_are_multiples_of_16_are_fine(sizes):
+    source = f"""\
+import torch
+from torch import nn
+from torchao.float8 import convert_to_float8_training
+
+DIM = 512
+layer = nn.Linear({sizes})
+net = nn.Sequential(layer)
+convert_to_float8_training(net)
+net = torch.compile(net)
+"""
+    assert found_pairs(source) == []
+
+
+def test_odd_sizes_by_keyword_and_a_classifier_are_reported():
+    source = """\
+import torch
+from torchao.float8 import convert_to_float8_training
+
+backbone = torch.nn.Linear(in_features=1000, out_features=512)
+classifier = torch.nn.Linear(512, 10)
+net = torch.nn.Sequential(backbone, classifier)
+convert_to_float8_training(net)
+net = torch.compile(net)
+"""
+    assert found_pairs(source) == [(4, "AMP602"), (5, "AMP602")]
+
+
+def test_odd_sizes_without_a_conversion_in_the_module_are_fine():
+    source = "import torch\nhead = torch.nn.Linear(768, 50257)\n"
+    assert found_pairs(source) == []
+
+
+TE = """\
+import torch
+import transformer_engine.pytorch as te
+from transformer_engine.common import recipe
+
+fp8_recipe = recipe.DelayedScaling(margin=0)
+for x, y in loader:
+    with te.{region}:
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, y)
+{backward}
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "region",
+    ["fp8_autocast(enabled=True, fp8_recipe=fp8_recipe)", "autocast(recipe=fp8_recipe)", "fp8_autocast(use_fp8)"],
+)
+def test_backward_inside_transformer_engines_region(region):
+    source = TE.format(region=region, backward="        loss.backward()")
+    assert found_pairs(source) == [(10, "AMP603")]
+
+
+def test_a_scaled_backward_inside_the_region_is_reported_too():
+    source = TE.format(region="autocast()", backward="        scaler.scale(loss).backward()")
+    source = source.replace("    optimizer.step()", "    scaler.step(optimizer)\n    scaler.update()")
+    assert found_pairs(source) == [(10, "AMP603")]
+
+
+@pytest.mark.parametrize(
+    "region, backward",
+    [
+        ("autocast(recipe=fp8_recipe)", "    loss.backward()"),  # after the region: right
+        ("fp8_autocast(enabled=False)", "        loss.backward()"),  # the region is off
+    ],
+)
+def test_backward_after_the_region_or_in_a_disabled_one_is_fine(region, backward):
+    assert found_pairs(TE.format(region=region, backward=backward)) == []
+
+
+def test_another_libraries_fp8_autocast_is_not_transformer_engines():
+    source = TE.format(region="autocast()", backward="        loss.backward()").replace(
+        "import transformer_engine.pytorch as te", "import transformer_engine.pytorch as _te\nimport mylib as te"
+    )
+    assert found_pairs(source) == []
+
+
+FSDP = """\
+from torch.distributed.fsdp import {wrapper}
+from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+config = Float8LinearConfig({flag})
+convert_to_float8_training(model, config=config, module_filter_fn=keep_in_float8)
+{wrap}
+"""
+
+
+def test_float8_all_gather_under_fsdp1():
+    source = FSDP.format(
+        wrapper="FullyShardedDataParallel",
+        flag="enable_fsdp_float8_all_gather=True",
+        wrap="model = FullyShardedDataParallel(model)",
+    )
+    assert found_pairs(source) == [(4, "AMP604")]
+
+
+def test_the_flag_set_as_an_attribute_under_fsdp1():
+    source = FSDP.format(
+        wrapper="FullyShardedDataParallel",
+        flag="",
+        wrap="config.enable_fsdp_float8_all_gather = True\nmodel = FullyShardedDataParallel(model)",
+    )
+    assert found_pairs(source) == [(6, "AMP604")]
+
+
+@pytest.mark.parametrize(
+    "wrapper, flag, wrap",
+    [
+        ("fully_shard", "enable_fsdp_float8_all_gather=True", "fully_shard(model)"),  # FSDP2: what it is for
+        ("FullyShardedDataParallel", "enable_fsdp_float8_all_gather=False", "model = FullyShardedDataParallel(model)"),
+        ("FullyShardedDataParallel", "", "model = FullyShardedDataParallel(model)"),
+        # both APIs in one module (a choice between them): the flag may serve FSDP2
+        (
+            "FullyShardedDataParallel, fully_shard",
+            "enable_fsdp_float8_all_gather=True",
+            "model = fully_shard(model) if args.fsdp2 else FullyShardedDataParallel(model)",
+        ),
+    ],
+)
+def test_float8_all_gather_is_fine_under_fsdp2_or_off(wrapper, flag, wrap):
+    assert found_pairs(FSDP.format(wrapper=wrapper, flag=flag, wrap=wrap)) == []
+
+
+EAGER = """\
+import torch
+from torchao.float8 import convert_to_float8_training
+
+model = Net().cuda()
+convert_to_float8_training(model, module_filter_fn=keep_in_float8)
+{compile}optimizer = torch.optim.AdamW(model.parameters())
+for x, y in loader:
+    loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_float8_trained_eagerly():
+    assert found_pairs(EAGER.format(compile="")) == [(5, "AMP605")]
+
+
+@pytest.mark.parametrize(
+    "compile",
+    [
+        "model = torch.compile(model)\n",
+        "model.compile()\n",
+        "if args.compile:\n    model = torch.compile(model)\n",
+        "model = maybe_compile(model)\n",
+    ],
+)
+def test_float8_compiled_is_fine(compile):
+    assert found_pairs(EAGER.format(compile=compile)) == []
+
+
+def test_float8_converted_where_it_is_not_trained_is_not_judged():
+    source = EAGER.format(compile="").replace("    loss.backward()\n", "")
+    assert found_pairs(source) == []
+
+
+@pytest.mark.parametrize(
+    "source, codes",
+    [
+        (_train(), ["AMP601", "AMP602"]),
+        (TE.format(region="autocast()", backward="        loss.backward()"), ["AMP603"]),
+        (
+            FSDP.format(
+                wrapper="FullyShardedDataParallel",
+                flag="enable_fsdp_float8_all_gather=True",
+                wrap="model = FullyShardedDataParallel(model)",
+            ),
+            ["AMP604"],
+        ),
+        (EAGER.format(compile=""), ["AMP605"]),
+    ],
+)
+def test_the_text_gate_keeps_what_the_rules_report(source, codes):
+    assert_kept_on_the_command_line(source, codes)
+
+
+def test_compile_named_only_in_a_docstring_or_comment_is_not_compiling():
+    source = '"""Never compiled: see the notes."""\n' + EAGER.format(compile="# compile later\n")
+    assert found_pairs(source) == [(6, "AMP605")]
+
+
+@pytest.mark.parametrize("path", ["tests/test_float8.py", "test/float8/numerics.py", "prototype/train_test.py"])
+def test_test_modules_exercise_the_apis_on_purpose(path):
+    for source in (
+        _train(),
+        TE.format(region="autocast()", backward="        loss.backward()"),
+        EAGER.format(compile=""),
+    ):
+        assert found_pairs(source, path) == []
+        assert found_pairs(source, "train.py") != []
