@@ -177,6 +177,8 @@ CODES: dict[str, Row] = {
     "AMP603": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),
     "AMP604": _row(_FLOAT8, tests=("test_float8_rules.py",)),
     "AMP605": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),
+    "AMP606": _row(_FLOAT8, tests=("test_float8_rules.py",)),
+    "AMP607": _row(_FLOAT8, tests=("test_float8_rules.py",)),
 }
 
 

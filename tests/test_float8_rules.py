@@ -310,3 +310,114 @@ def test_test_modules_exercise_the_apis_on_purpose(path):
     ):
         assert found_pairs(source, path) == []
         assert found_pairs(source, "train.py") != []
+
+
+FSDP2 = """\
+import torch
+from torch.distributed.fsdp import fully_shard
+from torchao.float8 import Float8LinearConfig, convert_to_float8_training, precompute_float8_dynamic_scale_for_fsdp
+
+config = Float8LinearConfig(enable_fsdp_float8_all_gather=True)
+convert_to_float8_training(model, config=config, module_filter_fn=keep_in_float8)
+fully_shard(model)
+model = torch.compile(model)
+optimizer = torch.optim.AdamW(model.parameters())
+for x, y in loader:
+    model(x, y).backward()
+    optimizer.step()
+{after}"""
+
+
+def test_float8_all_gather_under_fsdp2_without_the_precompute():
+    assert found_pairs(FSDP2.format(after="")) == [(5, "AMP606")]
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        "    precompute_float8_dynamic_scale_for_fsdp(model)\n",
+        "optimizer.register_step_post_hook(lambda *a: precompute_float8_dynamic_scale_for_fsdp(model))\n",
+        "hooks.append(precompute_float8_dynamic_scale_for_fsdp)\n",
+    ],
+)
+def test_float8_all_gather_with_the_precompute_called_or_hooked(after):
+    assert found_pairs(FSDP2.format(after=after)) == []
+
+
+def test_float8_all_gather_where_the_optimizer_steps_elsewhere_is_not_judged():
+    source = FSDP2.format(after="").split("optimizer = ")[0]
+    assert found_pairs(source) == []
+
+
+CHECKPOINTED = """\
+import torch
+import transformer_engine.pytorch as te
+{imports}
+
+class Model(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList({block} for _ in range(4))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = {checkpoint}(block, x)
+        return x
+
+
+def step(model, x, recipe):
+    with te.fp8_autocast(fp8_recipe=recipe):
+        y = model(x)
+    y.sum().backward()
+"""
+
+
+def test_torch_checkpoint_around_transformer_engine_modules_in_an_fp8_run():
+    source = CHECKPOINTED.format(
+        imports="from torch.utils.checkpoint import checkpoint",
+        block="te.TransformerLayer(hidden, 4 * hidden, 8)",
+        checkpoint="checkpoint",
+    )
+    assert found_pairs(source) == [(12, "AMP607")]
+    dotted = source.replace("from torch.utils.checkpoint import checkpoint", "import torch.utils.checkpoint")
+    assert found_pairs(dotted.replace("= checkpoint(", "= torch.utils.checkpoint.checkpoint(")) == [(12, "AMP607")]
+
+
+@pytest.mark.parametrize(
+    "imports, block, checkpoint",
+    [
+        ("", "te.TransformerLayer(hidden, 4 * hidden, 8)", "te.checkpoint"),  # Transformer Engine's own
+        ("", "te.TransformerLayer(hidden, 4 * hidden, 8)", "te.distributed.checkpoint"),
+        # plain torch layers: nothing of theirs runs in FP8
+        ("from torch.utils.checkpoint import checkpoint", "torch.nn.Linear(hidden, hidden)", "checkpoint"),
+    ],
+)
+def test_transformer_engines_checkpoint_or_plain_layers_are_fine(imports, block, checkpoint):
+    assert found_pairs(CHECKPOINTED.format(imports=imports, block=block, checkpoint=checkpoint)) == []
+
+
+def test_torch_checkpoint_without_an_fp8_region_is_fine():
+    source = CHECKPOINTED.format(
+        imports="from torch.utils.checkpoint import checkpoint",
+        block="te.TransformerLayer(hidden, 4 * hidden, 8)",
+        checkpoint="checkpoint",
+    ).replace("    with te.fp8_autocast(fp8_recipe=recipe):\n        y = model(x)\n", "    y = model(x)\n")
+    assert found_pairs(source) == []
+
+
+@pytest.mark.parametrize(
+    "source, codes",
+    [
+        (FSDP2.format(after=""), ["AMP606"]),
+        (
+            CHECKPOINTED.format(
+                imports="from torch.utils.checkpoint import checkpoint",
+                block="te.TransformerLayer(hidden, 4 * hidden, 8)",
+                checkpoint="checkpoint",
+            ),
+            ["AMP607"],
+        ),
+    ],
+)
+def test_the_text_gate_keeps_the_fsdp2_and_checkpoint_shapes(source, codes):
+    assert_kept_on_the_command_line(source, codes)

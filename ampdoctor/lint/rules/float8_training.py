@@ -374,3 +374,84 @@ def _mentions_compile(module: ast.Module) -> bool:
         if "compile" in text:
             return True
     return False
+
+
+_PRECOMPUTE = "precompute_float8_dynamic_scale_for_fsdp"
+
+
+@register
+class Float8ScalesNotPrecomputed(LintRule):
+    code = "AMP606"
+    tokens = (_ALL_GATHER_FLAG,)
+    needs = (rb"fully_shard",)
+    anchors = Anchors(names=("torch.distributed",))
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if is_test_module(facts.path):
+            return
+        flag = _flag_set(facts)
+        if flag is None or not any(site.qname in _FSDP2 for site in facts.calls):
+            return
+        if not any(site.method == "step" and not site.node.args and not site.node.keywords for site in facts.calls):
+            return  # the optimizer steps elsewhere, where the scales may be precomputed
+        if _named(facts.module, _PRECOMPUTE):
+            return  # called, or handed to a hook (``register_step_post_hook``)
+        yield Report(
+            self.code,
+            flag,
+            f"`{_ALL_GATHER_FLAG}=True` under FSDP2, but `{_PRECOMPUTE}` is never called: each float8 "
+            "weight then computes its own scale with a separate all-reduce at every forward, instead "
+            "of one all-reduce for all of them after the optimizer step",
+            help=f"Call `{_PRECOMPUTE}(model)` right after each `optimizer.step()`",
+        )
+
+
+def _named(module: ast.Module, name: str) -> bool:
+    """Whether the code uses ``name`` (a name or an attribute; an import alone does not count)."""
+    for node in ast.walk(module):
+        if (type(node) is ast.Name and node.id == name) or (type(node) is ast.Attribute and node.attr == name):
+            return True
+    return False
+
+
+# torch's activation checkpointing, which Transformer Engine's own replaces for its modules.
+_TORCH_CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
+
+
+@register
+class TorchCheckpointWithFp8(LintRule):
+    code = "AMP607"
+    tokens = ("checkpoint",)
+    needs = (rb"autocast",)
+    anchors = Anchors(names=("transformer_engine",), requires_names=("torch.utils.checkpoint",))
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if is_test_module(facts.path):
+            return
+        if not any(
+            ref.expr is not None and type(ref.expr) is ast.Call and facts.qualify(ref.expr.func) in _TE_REGIONS
+            for site in facts.calls
+            for ref in site.withs
+        ) and not any(site.qname in _TE_REGIONS for site in facts.calls):
+            return
+        if not any(_is_te_module(site.qname) for site in facts.calls):
+            return  # the checkpointed code has no Transformer Engine module of this file's making
+        for site in facts.calls:
+            if site.qname in _TORCH_CHECKPOINT:
+                yield Report(
+                    self.code,
+                    site.node,
+                    f"`{site.qname}` recomputes Transformer Engine modules in the backward pass, outside "
+                    "the FP8 region: the recomputed forward runs without the forward's FP8 recipe and "
+                    "scaling factors, so the activations it rebuilds are not the ones the forward used",
+                    help="Use `transformer_engine.pytorch.checkpoint` (`te.checkpoint`), which re-enters the "
+                    "forward's FP8 region for the recomputation",
+                    statement=site.statement,
+                )
+
+
+def _is_te_module(qname: str | None) -> bool:
+    """A Transformer Engine module class (``te.Linear``, ``te.TransformerLayer`` ...)."""
+    if qname is None or not qname.startswith("transformer_engine.pytorch."):
+        return False
+    return qname.rsplit(".", 1)[-1][:1].isupper()
