@@ -349,8 +349,17 @@ def max_abs(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     ``numerics.DeviceBatch.add_abs_max``; an empty list if there is nothing to measure."""
     found: list[torch.Tensor] = []
     for tensor in tensors:
-        if tensor.numel() > 0:
+        # float8 (one byte a value) has no ``aminmax`` on the CPU, and a cast to it saturates:
+        # its range says nothing of an overflow (float8.py measures what its casts lose).
+        if tensor.numel() == 0 or tensor.element_size() == 1:
+            continue
+        if type(tensor) is torch.Tensor or type(tensor) is torch.nn.Parameter:
             found.extend(torch.aminmax(tensor.detach()))
+            continue
+        try:
+            found.extend(torch.aminmax(tensor.detach()))
+        except (NotImplementedError, RuntimeError):
+            pass  # a tensor subclass that has no ``aminmax`` (torchao's float8 training tensor)
     return found
 
 
