@@ -20,6 +20,40 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class CastStats:
+    """What the float8 casts of one operand role of one module lost (summed over the recorded
+    iterations): ``nonzero`` values cast, ``flushed`` of them that became zero, the float8
+    ``dtype``, the scaling ``granularity`` and the casts whose scale was not finite."""
+
+    dtype: str
+    granularity: str
+    casts: int = 0
+    nonzero: int = 0
+    flushed: int = 0
+    nonfinite_scales: int = 0
+
+    @property
+    def flushed_share(self) -> float:
+        return self.flushed / self.nonzero if self.nonzero else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dtype": self.dtype,
+            "granularity": self.granularity,
+            "casts": self.casts,
+            "nonzero": self.nonzero,
+            "flushed": self.flushed,
+            "nonfinite_scales": self.nonfinite_scales,
+        }
+
+
+# (module, role) -> what its casts lost; role: "input", "weight" or "grad_output".
+CastKey = tuple[Optional[str], str]
+# (module, phase, first operand's shape, second operand's shape) of a float8 GEMM.
+Float8GemmKey = tuple[Optional[str], str, tuple[int, ...], tuple[int, ...]]
+
+
+@dataclass
 class IterationRecord:
     step: int
     # The loss scale this iteration's backward used, and the scale update() left; None without
@@ -219,6 +253,10 @@ class Observations:
     call_sites: dict[str, Optional[tuple[str, int]]] = field(default_factory=dict)
     # GradScaler protocol mistakes seen as they happened (protocol.ProtocolEvent), lint's codes.
     protocol_events: list[ProtocolEvent] = field(default_factory=list)
+    # torchao float8 training, in the op-recording iterations (float8.py): per (module, operand
+    # role) what its casts flushed to zero, and the float8 GEMMs by (module, phase, shapes).
+    float8_casts: dict[CastKey, CastStats] = field(default_factory=dict)
+    float8_gemms: Counter[Float8GemmKey] = field(default_factory=Counter)
 
     @property
     def steps(self) -> int:

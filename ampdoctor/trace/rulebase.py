@@ -97,6 +97,11 @@ class Thresholds:
     cast_share: float = 0.10
     # AMP512: a module with misaligned GEMMs is reported from this share of GEMM time.
     align_share: float = 0.02
+    # AMP515: share of an operand's non-zero values that its float8 casts flushed to zero, over
+    # at least ``float8_min_values`` values. A healthy tensorwise cast flushes only values about
+    # 2**17 (e4m3) below the tensor's largest; this share means an outlier set the scale.
+    float8_flush_share: float = 0.05
+    float8_min_values: int = 256
 
     @classmethod
     def names(cls) -> list[str]:

@@ -31,7 +31,8 @@ On entry the session installs, and on exit removes in reverse order even on erro
 GradScaler classes (and an observing ``GradScaler.__init__`` for subclasses and early-bound
 names), an autocast-region tracker, wrappers of ``torch.compile`` (which end the op census: see
 compiled.py) and of ``torch.autograd.backward`` (losses, backward count), the global optimizer
-step hooks, global module forward hooks (activation ranges), and for the first
+step hooks, global module forward hooks (activation ranges), the float8 watch (float8.py: torchao's
+casts and float8 GEMMs, measured while the op census runs), and for the first
 ``record_ops_steps`` iterations the op census (``TorchDispatchMode`` with ``ModuleTracker``) and
 the float16 boundary-gradient hooks. It keeps numbers, class objects and weak references only;
 the training code's numerics are bit-identical with and without it.
@@ -65,6 +66,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from .activations import ActivationMonitor
 from .backward import BackwardWatch
 from .compiled import CompilePatch
+from .float8 import Float8Watch
 from .gradients import GradientMonitor
 from .numerics import ModuleRegistry, PendingIteration
 from .observations import IterationRecord, Observations, ScalerConfig
@@ -164,6 +166,8 @@ class TraceSession:
         self._gradients = GradientMonitor(self._registry, self)
         self._autocast = AutocastTracker(on_enter=self._autocast_entered)
         self._protocol = ProtocolWatch(self)
+        # (not the census of a later iteration run to name an overflow's op: not a recorded one)
+        self._float8 = Float8Watch(lambda: None if self._probing_origin else self._census, self.observations)
         # Iteration clock.
         self._stepped: dict[int, str] = {}
         self._iteration_optimizers: Optional[set[int]] = None
@@ -218,6 +222,9 @@ class TraceSession:
         stack.callback(self._gradients.release)
         self._activations.install()
         stack.callback(self._activations.remove)
+        if self.record_ops_steps > 0:
+            self._float8.install()
+        stack.callback(self._float8.remove)
         stack.callback(self._backward.stop)
         stack.callback(self._stop_census)
         if self.record_ops_steps > 0:
@@ -289,6 +296,7 @@ class TraceSession:
         self._census.install()
 
     def _stop_census(self) -> None:
+        self._float8.stop_waiting()  # torchao imported from now on: nothing left to measure
         census, self._census = self._census, None
         self._activations.stop_boundaries()
         if census is None:

@@ -2,6 +2,7 @@
 reports its code when traced, every ``good`` example does not."""
 
 import contextlib
+import importlib.util
 import io
 
 import pytest
@@ -13,8 +14,16 @@ from ampdoctor.trace.runner import Target, run_target
 from ampdoctor.trace.session import TraceSession
 
 TRACE_RULES = [rule for rule in all_rules().values() if rule.origin == "trace"]
+# The float8 pages' examples train with torchao (the ``fp8`` extra, which CI installs).
+HAS_TORCHAO = importlib.util.find_spec("torchao") is not None
+NEEDS_TORCHAO = pytest.mark.skipif(not HAS_TORCHAO, reason="torchao is not installed (the fp8 extra)")
 EXAMPLES = [
-    pytest.param(rule, example, id=f"{rule.code}-{example.kind}-line{example.page_line}")
+    pytest.param(
+        rule,
+        example,
+        id=f"{rule.code}-{example.kind}-line{example.page_line}",
+        marks=[NEEDS_TORCHAO] if "torchao" in example.source else [],
+    )
     for rule in TRACE_RULES
     for example in rule.examples
     # Examples marked torchrun run on two ranks: tests/trace/test_trace_distributed.py; those

@@ -1,0 +1,156 @@
+"""float8 training with torchao, seen at run time: what each float8 cast loses and the shapes of
+the float8 GEMMs.
+
+torchao's ``Float8Linear`` casts each operand of its three GEMMs (the input and the weight in the
+forward, the gradient of the output and the weight again in the backward) with
+``hp_tensor_to_float8_dynamic``: it computes a scale from the tensor's amax, multiplies, and
+casts to float8 (e4m3 forward, e5m2 for gradients). One large value sets the scale of the whole
+tensor (tensorwise) or of its row (rowwise), and every value far enough below it becomes zero.
+The GEMMs then go to ``torch._scaled_mm``, which on the GPU needs both dimensions of each operand
+divisible by 16 (the CPU kernel checks nothing).
+
+While the op census runs (the first iterations), the watch wraps both (``torchao.float8.
+float8_linear.hp_tensor_to_float8_dynamic`` and ``torch._scaled_mm``) and records, per module
+and operand role, how many non-zero values each cast flushed to zero, and per module the float8
+GEMMs' shapes. The module comes from the census's module tracker (forward and backward). The
+wrappers only read: the training step's numbers are unchanged. torchao is never imported here;
+the wrappers go in once the training code has imported it (checked at each module call until
+then, and only while the op census runs: the watch stops waiting when it ends).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import torch
+
+from .observations import CastStats, Float8GemmKey, Observations
+
+if TYPE_CHECKING:
+    from .ops import OpCensus
+
+_LINEAR_MODULE = "torchao.float8.float8_linear"
+_CAST = "hp_tensor_to_float8_dynamic"
+
+
+class Float8Watch:
+    """Installed for the whole session; measures only while ``census()`` returns an active census."""
+
+    def __init__(self, census: Callable[[], Optional[OpCensus]], observations: Observations) -> None:
+        self._census = census
+        self._observations = observations
+        self._hook: Any = None
+        self._patched: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
+
+    def install(self) -> None:
+        if not self._patch():
+            from torch.nn.modules.module import register_module_forward_pre_hook
+
+            self._hook = register_module_forward_pre_hook(self._module_called)
+
+    def stop_waiting(self) -> None:
+        """No more module calls are watched for torchao's import (the recorded iterations are over)."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def remove(self) -> None:
+        self.stop_waiting()
+        for owner, name, original in reversed(self._patched):
+            setattr(owner, name, original)
+        self._patched = []
+
+    def _module_called(self, module: torch.nn.Module, inputs: Any) -> None:
+        if _LINEAR_MODULE in sys.modules and self._patch():
+            self.stop_waiting()
+
+    def _patch(self) -> bool:
+        """Wrap torchao's cast and ``torch._scaled_mm`` once torchao's float8 linear is imported."""
+        if self._patched:
+            return True
+        linear = sys.modules.get(_LINEAR_MODULE)
+        cast = getattr(linear, _CAST, None)
+        if linear is None or cast is None:
+            return False
+        self._patched.append((linear, _CAST, cast))
+        setattr(linear, _CAST, self._wrap_cast(cast))
+        scaled_mm = getattr(torch, "_scaled_mm", None)
+        if scaled_mm is not None:
+            self._patched.append((torch, "_scaled_mm", scaled_mm))
+            torch._scaled_mm = self._wrap_mm(scaled_mm)
+        return True
+
+    def _active(self) -> Optional[OpCensus]:
+        census = self._census()
+        return census if census is not None and census.active and not census.failed else None
+
+    def _wrap_cast(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def cast(hp_tensor: Any, float8_dtype: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(hp_tensor, float8_dtype, *args, **kwargs)
+            census = self._active()
+            if census is not None:
+                try:
+                    self._record_cast(census, hp_tensor, float8_dtype, out, args, kwargs)
+                except Exception as exc:  # an instrument that fails stops; the training goes on
+                    census.fail(exc)
+            return out
+
+        return cast
+
+    def _record_cast(
+        self,
+        census: OpCensus,
+        hp: torch.Tensor,
+        dtype: torch.dtype,
+        out: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        data = getattr(out, "_data", None)
+        scale = getattr(out, "_scale", None)
+        if not isinstance(data, torch.Tensor) or not isinstance(scale, torch.Tensor) or data.shape != hp.shape:
+            return
+        role = kwargs.get("gemm_input_role", args[2] if len(args) > 2 else None)
+        granularity = kwargs.get("scaling_granularity", args[4] if len(args) > 4 else None)
+        key = (census.current_module(), _name(role, "input"))
+        with torch.no_grad():
+            nonzero = hp != 0
+            # float8 zeros are 0x00 and 0x80 (sign and magnitude): read the bits, not the values.
+            zero = (data.view(torch.uint8) & 0x7F) == 0
+            counts = torch.stack([nonzero.sum(), (nonzero & zero).sum(), (~torch.isfinite(scale)).any().long()])
+            read = counts.tolist()  # one read per cast, in the recorded iterations only
+        casts = self._observations.float8_casts
+        stats = casts.get(key)
+        if stats is None:
+            stats = casts[key] = CastStats(str(dtype).replace("torch.", ""), _name(granularity, "tensorwise"))
+        stats.casts += 1
+        stats.nonzero += int(read[0])
+        stats.flushed += int(read[1])
+        stats.nonfinite_scales += int(read[2])
+
+    def _wrap_mm(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def scaled_mm(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+            census = self._active()
+            if census is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+                key = (census.current_module(), census.phase(), tuple(a.shape), tuple(b.shape))
+                gemms: Counter[Float8GemmKey] = self._observations.float8_gemms
+                gemms[key] += 1
+            return original(a, b, *args, **kwargs)
+
+        return scaled_mm
+
+
+def _name(value: Any, default: str) -> str:
+    """An enum member's name in lower case (``GemmInputRole.GRAD_OUTPUT`` → ``grad_output``)."""
+    name = getattr(value, "name", None)
+    return name.lower() if isinstance(name, str) else default
+
+
+# float8 GEMMs on the GPU need every dimension of both operands divisible by this.
+FLOAT8_ALIGNMENT = 16
+
+
+def unaligned(shape: tuple[int, ...]) -> bool:
+    return any(size % FLOAT8_ALIGNMENT for size in shape[-2:])

@@ -1,0 +1,69 @@
+"""AMP515, AMP516: torchao float8 training as the op-recording iterations saw it (float8.py):
+casts that flush an operand's values to zero, and float8 GEMMs the GPU kernels refuse."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Optional
+
+from ...findings import Finding
+from ..float8 import FLOAT8_ALIGNMENT, unaligned
+from ..observations import Observations
+from ..rulebase import Locator, Thresholds, make_finding, module_location, rule
+from .census_rules import module_label
+
+# What each operand role is, in the words of the training step.
+_ROLES = {"input": "input", "weight": "weight", "grad_output": "output gradient"}
+
+
+@rule("AMP515")
+def float8_flushed_to_zero(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    for (module, role), stats in sorted(observations.float8_casts.items(), key=lambda item: -item[1].flushed_share):
+        if stats.nonzero < thresholds.float8_min_values or stats.flushed_share < thresholds.float8_flush_share:
+            continue
+        what = _ROLES.get(role, role)
+        cure = (
+            'use the recipe `Float8LinearConfig.from_recipe_name("rowwise_with_gw_hp")`: a scale per row, and the '
+            "weight-gradient GEMM (which casts the input column by column) in high precision"
+            if stats.granularity == "tensorwise" or role == "input"
+            else "normalize the outliers that set its rows' scales"
+        )
+        yield make_finding(
+            "AMP515",
+            f"{module_label(module, observations)}: its float8 casts flushed {stats.flushed_share:.1%} of the non-zero "
+            f"values of its {what} to zero ({stats.flushed:,} of {stats.nonzero:,} in {observations.op_steps or 1} "
+            f"recorded iteration(s); {stats.dtype}, {stats.granularity} scale): a few large values set the scale, "
+            "and everything more than about 2**17 (e4m3) below them is lost",
+            module_location(locator, observations, module),
+            f"Keep this layer out of float8 (`module_filter_fn`), or {cure}",
+            module=module,
+            role=role,
+            share=round(stats.flushed_share, 6),
+            granularity=stats.granularity,
+        )
+
+
+@rule("AMP516")
+def float8_gemm_unaligned(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    shapes: dict[Optional[str], set[tuple[tuple[int, ...], tuple[int, ...]]]] = defaultdict(set)
+    for (module, _phase, a, b), _count in observations.float8_gemms.items():
+        if unaligned(a) or unaligned(b):
+            shapes[module].add((a, b))
+    for module, found in shapes.items():
+        listed = ", ".join(f"{_shape(a)} @ {_shape(b)}" for a, b in sorted(found)[:3])
+        yield make_finding(
+            "AMP516",
+            f"{module_label(module, observations)} ran float8 GEMMs whose sizes are not multiples of "
+            f"{FLOAT8_ALIGNMENT} ({listed}): the CPU kernel accepts them, but on the GPU `torch._scaled_mm` "
+            "refuses them and the layer fails at its first forward",
+            module_location(locator, observations, module),
+            f"Pad the layer's sizes to multiples of {FLOAT8_ALIGNMENT} (a vocabulary, a class count), or keep it "
+            "out of float8 with `module_filter_fn`; an odd batch or sequence size needs padding too",
+            module=module,
+            shapes=[[list(a), list(b)] for a, b in sorted(found)],
+        )
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "×".join(str(size) for size in shape)

@@ -1,0 +1,155 @@
+"""torchao float8 training under the tracer (float8.py, AMP515, AMP516): what each layer's casts
+flush to zero, float8 GEMMs the GPU would refuse, and a run that stays bit-identical."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+
+import pytest
+import torch
+
+from ampdoctor.trace.float8 import unaligned
+from ampdoctor.trace.observations import CastStats
+from ampdoctor.trace.runner import Target, run_target
+from ampdoctor.trace.session import TraceSession
+
+torchao_float8 = pytest.importorskip("torchao.float8", reason="torchao is not installed (the fp8 extra)")
+
+SCRIPT = """\
+import torch
+from torch import nn
+from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, {out}))
+convert_to_float8_training(
+    model, config=Float8LinearConfig.from_recipe_name("{recipe}"), module_filter_fn=lambda m, fqn: {keep}
+)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+losses = []
+for step in range(4):
+    x = torch.randn(64, 64)
+    if {outlier}:
+        x[0, 0] = {outlier}
+    loss = nn.functional.mse_loss(model(x), torch.randn(64, {out}))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    losses.append(loss.item())
+print("losses", losses)
+"""
+
+
+def _script(out: int = 16, recipe: str = "tensorwise", keep: str = 'fqn != "4"', outlier: float = 0) -> str:
+    return SCRIPT.format(out=out, recipe=recipe, keep=keep, outlier=outlier)
+
+
+def _trace(source: str, tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(source)
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        with TraceSession(script=str(path)) as session:
+            session.outcome = run_target(Target(script=str(path)))
+    assert session.outcome.reason == "end", session.outcome.traceback
+    return session, stdout.getvalue()
+
+
+def _codes(session) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for finding in session.report().findings:
+        found.setdefault(finding.code, []).append(finding)
+    return found
+
+
+def test_an_outlier_under_tensorwise_scaling_is_named_at_its_layer_and_operand(tmp_path):
+    session, _ = _trace(_script(outlier=1e6), tmp_path)
+    assert session.observations.instrument_errors == []
+    flushed = _codes(session)["AMP515"]
+    first = flushed[0]
+    assert (first.extra["module"], first.extra["role"], first.extra["granularity"]) == ("0", "input", "tensorwise")
+    assert first.extra["share"] > 0.9  # nearly everything but the outlier
+    assert "rowwise_with_gw_hp" in first.help
+    # The weights are cast from their own values: nothing of theirs is lost.
+    assert all(f.extra["role"] != "weight" for f in flushed)
+
+
+def test_a_healthy_float8_run_reports_nothing_of_float8(tmp_path):
+    session, _ = _trace(_script(), tmp_path)
+    stats = session.observations.float8_casts
+    # Two layers converted (the filter keeps the last one out), every operand role of each seen.
+    assert set(stats) == {(m, r) for m in ("0", "2") for r in ("input", "weight", "grad_output")}
+    assert all(s.flushed_share < 0.01 for s in stats.values())
+    assert not {"AMP515", "AMP516"} & set(_codes(session))
+    assert session.observations.instrument_errors == []
+
+
+def test_rowwise_with_a_high_precision_weight_gradient_keeps_the_outliers_row_to_itself(tmp_path):
+    session, _ = _trace(_script(recipe="rowwise_with_gw_hp", outlier=1e6), tmp_path)
+    assert "AMP515" not in _codes(session)
+
+
+def test_an_unaligned_head_converted_to_float8_is_named_with_its_shapes(tmp_path):
+    session, _ = _trace(_script(out=10, keep="True"), tmp_path)
+    found = _codes(session)["AMP516"]
+    assert [f.extra["module"] for f in found] == ["4"]
+    assert [[64, 256], [256, 10]] in found[0].extra["shapes"]  # the forward: input @ weight.t()
+    assert all(10 in a or 10 in b for a, b in found[0].extra["shapes"])
+    assert "multiples of 16" in found[0].message
+
+
+def test_a_filter_that_keeps_the_odd_sized_head_out_ends_the_finding(tmp_path):
+    session, _ = _trace(_script(out=10, keep='fqn != "4"'), tmp_path)
+    assert "AMP516" not in _codes(session)
+
+
+def test_the_traced_float8_run_is_bit_identical_and_the_wrappers_are_removed(tmp_path):
+    import torchao.float8.float8_linear as float8_linear
+
+    cast, scaled_mm = float8_linear.hp_tensor_to_float8_dynamic, torch._scaled_mm
+    source = _script(outlier=1e6)
+    _, traced = _trace(source, tmp_path)
+    plain = io.StringIO()
+    with contextlib.redirect_stdout(plain):
+        exec(compile(source, "plain.py", "exec"), {"__name__": "__main__"})
+    assert traced.splitlines()[-1] == plain.getvalue().splitlines()[-1]
+    assert float8_linear.hp_tensor_to_float8_dynamic is cast
+    assert torch._scaled_mm is scaled_mm
+
+
+def test_the_watch_wraps_torchao_once_the_training_code_has_imported_it(monkeypatch):
+    import types
+
+    from ampdoctor.trace.float8 import Float8Watch
+    from ampdoctor.trace.observations import Observations
+
+    def cast(hp_tensor, float8_dtype, *args, **kwargs):
+        return hp_tensor
+
+    monkeypatch.delitem(sys.modules, "torchao.float8.float8_linear")
+    scaled_mm = torch._scaled_mm
+    watch = Float8Watch(lambda: None, Observations())
+    watch.install()
+    try:
+        torch.nn.Identity()(torch.ones(1))  # a module call before the import: nothing to wrap
+        assert torch._scaled_mm is scaled_mm
+        late = types.ModuleType("torchao.float8.float8_linear")
+        late.hp_tensor_to_float8_dynamic = cast
+        monkeypatch.setitem(sys.modules, "torchao.float8.float8_linear", late)
+        torch.nn.Identity()(torch.ones(1))  # the first module call after it wraps both
+        assert late.hp_tensor_to_float8_dynamic is not cast and torch._scaled_mm is not scaled_mm
+        x = torch.ones(2)
+        assert late.hp_tensor_to_float8_dynamic(x, torch.float8_e4m3fn) is x  # no census: passes through
+    finally:
+        watch.remove()
+    assert late.hp_tensor_to_float8_dynamic is cast and torch._scaled_mm is scaled_mm
+
+
+def test_cast_statistics_and_alignment():
+    stats = CastStats("float8_e4m3fn", "tensorwise", casts=2, nonzero=200, flushed=50)
+    assert stats.flushed_share == 0.25
+    assert CastStats("float8_e5m2", "axiswise").flushed_share == 0.0
+    assert stats.to_dict()["flushed"] == 50
+    assert unaligned((64, 10)) and unaligned((10, 64)) and not unaligned((64, 256))
