@@ -173,6 +173,7 @@ CODES: dict[str, Row] = {
     "AMP514": _row("trace.rules.compare_rules", tests=("trace/test_compare.py", "trace/test_trace_hardware_rules.py")),
     "AMP515": _row("trace.rules.float8_rules", tests=("trace/test_trace_float8.py",)),
     "AMP516": _row("trace.rules.float8_rules", tests=("trace/test_trace_float8.py",)),
+    "AMP517": _row("trace.rules.float8_rules", tests=("trace/test_trace_float8.py",)),
     # AMP6xx: float8 training.
     "AMP601": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),
     "AMP602": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),

@@ -15,7 +15,9 @@ and operand role, how many non-zero values each cast flushed to zero, and per mo
 GEMMs' shapes. The module comes from the census's module tracker (forward and backward). The
 wrappers only read: the training step's numbers are unchanged. torchao is never imported here;
 the wrappers go in once the training code has imported it (checked at each module call until
-then, and only while the op census runs: the watch stops waiting when it ends).
+then, and only while the op census runs: the watch stops waiting when it ends). It also follows
+which module with weights finishes its forward last before the first backward: the output
+layer, which float8 training should leave in higher precision.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
+from .compiled import outside_compiled
 from .observations import CastStats, Float8GemmKey, Observations
 
 if TYPE_CHECKING:
@@ -36,35 +39,62 @@ _CAST = "hp_tensor_to_float8_dynamic"
 
 
 class Float8Watch:
-    """Installed for the whole session; measures only while ``census()`` returns an active census."""
+    """Installed for the op-recording window; measures only while ``census()`` returns an active
+    census. ``name(module)`` is a module's path, as the session's registry names it."""
 
-    def __init__(self, census: Callable[[], Optional[OpCensus]], observations: Observations) -> None:
+    def __init__(
+        self,
+        census: Callable[[], Optional[OpCensus]],
+        observations: Observations,
+        name: Callable[[torch.nn.Module], str],
+    ) -> None:
         self._census = census
         self._observations = observations
-        self._hook: Any = None
+        self._name = name
+        self._waiting: Any = None  # the module pre-hook that waits for torchao's import
+        self._forwards: Any = None  # the module post-hook that follows the forward's order
+        self._last: Optional[torch.nn.Module] = None  # the last module with weights to finish
         self._patched: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
 
     def install(self) -> None:
-        if not self._patch():
+        if self._patch():
+            self._follow_forwards()
+        else:
             from torch.nn.modules.module import register_module_forward_pre_hook
 
-            self._hook = register_module_forward_pre_hook(self._module_called)
+            self._waiting = register_module_forward_pre_hook(outside_compiled(self._module_called))
 
-    def stop_waiting(self) -> None:
-        """No more module calls are watched for torchao's import (the recorded iterations are over)."""
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+    def end_window(self) -> None:
+        """The recorded iterations are over: no module call is watched any more."""
+        for handle in (self._waiting, self._forwards):
+            if handle is not None:
+                handle.remove()
+        self._waiting = self._forwards = None
+        self._last = None
 
     def remove(self) -> None:
-        self.stop_waiting()
+        self.end_window()
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
 
     def _module_called(self, module: torch.nn.Module, inputs: Any) -> None:
         if _LINEAR_MODULE in sys.modules and self._patch():
-            self.stop_waiting()
+            if self._waiting is not None:
+                self._waiting.remove()
+                self._waiting = None
+            self._follow_forwards()
+
+    def _follow_forwards(self) -> None:
+        from torch.nn.modules.module import register_module_forward_hook
+
+        if self._forwards is None:
+            self._forwards = register_module_forward_hook(outside_compiled(self._forward_done))
+
+    def _forward_done(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        # A module with weights of its own, in a forward that trains: the head is the last one.
+        if module._parameters and torch.is_grad_enabled():
+            self._last = module
 
     def _patch(self) -> bool:
         """Wrap torchao's cast and ``torch._scaled_mm`` once torchao's float8 linear is imported."""
@@ -115,6 +145,11 @@ class Float8Watch:
         role = kwargs.get("gemm_input_role", args[2] if len(args) > 2 else None)
         granularity = kwargs.get("scaling_granularity", args[4] if len(args) > 4 else None)
         key = (census.current_module(), _name(role, "input"))
+        if census.phase() == "backward" and self._last is not None:
+            # The first backward of the recorded iterations: the forward's last layer is known.
+            if self._observations.float8_last_layer is None:
+                self._observations.float8_last_layer = self._name(self._last)
+            self._last = None
         with torch.no_grad():
             nonzero = hp != 0
             # float8 zeros are 0x00 and 0x80 (sign and magnitude): read the bits, not the values.

@@ -257,6 +257,8 @@ class Observations:
     # role) what its casts flushed to zero, and the float8 GEMMs by (module, phase, shapes).
     float8_casts: dict[CastKey, CastStats] = field(default_factory=dict)
     float8_gemms: Counter[Float8GemmKey] = field(default_factory=Counter)
+    # The last module with weights to finish its forward before the first recorded backward.
+    float8_last_layer: Optional[str] = None
 
     @property
     def steps(self) -> int:

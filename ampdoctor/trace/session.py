@@ -167,7 +167,11 @@ class TraceSession:
         self._autocast = AutocastTracker(on_enter=self._autocast_entered)
         self._protocol = ProtocolWatch(self)
         # (not the census of a later iteration run to name an overflow's op: not a recorded one)
-        self._float8 = Float8Watch(lambda: None if self._probing_origin else self._census, self.observations)
+        self._float8 = Float8Watch(
+            lambda: None if self._probing_origin else self._census,
+            self.observations,
+            lambda module: self._registry.module(module).path,
+        )
         # Iteration clock.
         self._stepped: dict[int, str] = {}
         self._iteration_optimizers: Optional[set[int]] = None
@@ -296,7 +300,7 @@ class TraceSession:
         self._census.install()
 
     def _stop_census(self) -> None:
-        self._float8.stop_waiting()  # torchao imported from now on: nothing left to measure
+        self._float8.end_window()  # torchao imported from now on: nothing left to measure
         census, self._census = self._census, None
         self._activations.stop_boundaries()
         if census is None:

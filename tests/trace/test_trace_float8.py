@@ -82,7 +82,8 @@ def test_a_healthy_float8_run_reports_nothing_of_float8(tmp_path):
     # Two layers converted (the filter keeps the last one out), every operand role of each seen.
     assert set(stats) == {(m, r) for m in ("0", "2") for r in ("input", "weight", "grad_output")}
     assert all(s.flushed_share < 0.01 for s in stats.values())
-    assert not {"AMP515", "AMP516"} & set(_codes(session))
+    assert not {"AMP515", "AMP516", "AMP517"} & set(_codes(session))
+    assert session.observations.float8_last_layer == "4"  # found, and left in float32 by the filter
     assert session.observations.instrument_errors == []
 
 
@@ -103,6 +104,21 @@ def test_an_unaligned_head_converted_to_float8_is_named_with_its_shapes(tmp_path
 def test_a_filter_that_keeps_the_odd_sized_head_out_ends_the_finding(tmp_path):
     session, _ = _trace(_script(out=10, keep='fqn != "4"'), tmp_path)
     assert "AMP516" not in _codes(session)
+
+
+@pytest.mark.parametrize("keep", ["True", "m.in_features % 16 == 0 and m.out_features % 16 == 0"])
+def test_an_output_layer_converted_to_float8_is_named(tmp_path, keep):
+    session, _ = _trace(_script(keep=keep), tmp_path)
+    found = _codes(session)["AMP517"]
+    assert [f.extra["module"] for f in found] == ["4"]
+    assert 'fqn == "4"' in found[0].help
+
+
+def test_the_output_layer_is_the_last_with_weights_even_after_weightless_modules(tmp_path):
+    # A head followed by an activation and a flatten (no weights): still the head.
+    source = _script(keep="True").replace("nn.Linear(256, 16))", "nn.Linear(256, 16), nn.Tanh(), nn.Flatten())")
+    session, _ = _trace(source, tmp_path)
+    assert [f.extra["module"] for f in _codes(session)["AMP517"]] == ["4"]
 
 
 def test_the_traced_float8_run_is_bit_identical_and_the_wrappers_are_removed(tmp_path):
@@ -130,7 +146,7 @@ def test_the_watch_wraps_torchao_once_the_training_code_has_imported_it(monkeypa
 
     monkeypatch.delitem(sys.modules, "torchao.float8.float8_linear")
     scaled_mm = torch._scaled_mm
-    watch = Float8Watch(lambda: None, Observations())
+    watch = Float8Watch(lambda: None, Observations(), lambda module: type(module).__name__)
     watch.install()
     try:
         torch.nn.Identity()(torch.ones(1))  # a module call before the import: nothing to wrap

@@ -1,5 +1,6 @@
-"""AMP515, AMP516: torchao float8 training as the op-recording iterations saw it (float8.py):
-casts that flush an operand's values to zero, and float8 GEMMs the GPU kernels refuse."""
+"""AMP515-AMP517: torchao float8 training as the op-recording iterations saw it (float8.py):
+casts that flush an operand's values to zero, float8 GEMMs the GPU kernels refuse, and an output
+layer that ran in float8."""
 
 from __future__ import annotations
 
@@ -67,3 +68,19 @@ def float8_gemm_unaligned(observations: Observations, thresholds: Thresholds, lo
 
 def _shape(shape: tuple[int, ...]) -> str:
     return "×".join(str(size) for size in shape)
+
+
+@rule("AMP517")
+def float8_output_layer(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    layer = observations.float8_last_layer
+    if layer is None or (layer, "input") not in observations.float8_casts:
+        return
+    yield make_finding(
+        "AMP517",
+        f"the output layer {module_label(layer, observations)}, the last layer with weights before the loss, ran its "
+        "GEMMs in float8: its logits are rounded to 3 mantissa bits (e4m3) right where the loss reads them, "
+        "which costs accuracy (a loss gap or divergence against bfloat16)",
+        module_location(locator, observations, layer),
+        f'Leave it in higher precision: a `module_filter_fn` that returns False for `fqn == "{layer}"`',
+        module=layer,
+    )
