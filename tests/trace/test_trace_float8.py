@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -169,3 +170,26 @@ def test_cast_statistics_and_alignment():
     assert CastStats("float8_e5m2", "axiswise").flushed_share == 0.0
     assert stats.to_dict()["flushed"] == 50
     assert unaligned((64, 10)) and unaligned((10, 64)) and not unaligned((64, 256))
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
+
+
+def test_the_float8_tabular_fixture_names_each_mistake_at_its_layer(trace_cli):
+    path = FIXTURES / "float8_tabular_buggy.py"
+    run = trace_cli(str(path), "--steps", "5", "--fail-on", "never")
+    assert run.exit_code == 0, run.stderr
+    runtime = {(f["code"], f["extra"].get("module")) for f in run.report["findings"] if f["code"].startswith("AMP51")}
+    # the raw timestamp floods the first layer's input; the 10-way head is unaligned and in float8
+    assert runtime == {("AMP515", "0"), ("AMP516", "4"), ("AMP517", "4")}
+    flushed = next(f for f in run.report["findings"] if f["code"] == "AMP515")
+    assert flushed["extra"]["role"] == "input" and flushed["extra"]["share"] > 0.9
+    # placed at the statement that calls the model
+    assert {f["line"] for f in run.report["findings"] if f["code"].startswith("AMP51")} == {33}
+
+
+def test_the_healthy_float8_fixture_reports_nothing(trace_cli):
+    run = trace_cli(str(FIXTURES / "float8_tabular_healthy.py"), "--steps", "5", "--fail-on", "info")
+    assert run.exit_code == 0, run.stdout
+    assert run.report["findings"] == []
+    assert run.report["completed"] is True
