@@ -186,6 +186,10 @@ def test_the_float8_tabular_fixture_names_each_mistake_at_its_layer(trace_cli):
     assert flushed["extra"]["role"] == "input" and flushed["extra"]["share"] > 0.9
     # placed at the statement that calls the model
     assert {f["line"] for f in run.report["findings"] if f["code"].startswith("AMP51")} == {33}
+    # lint suspected the head (AMP601) and its size (AMP602): the run confirms both, one finding each
+    static = {f["code"] for f in run.report["static_findings"]}
+    assert "AMP605" in static and not {"AMP601", "AMP602"} & static
+    assert all(f["extra"].get("lint") for f in run.report["findings"] if f["code"] in ("AMP516", "AMP517"))
 
 
 def test_the_healthy_float8_fixture_reports_nothing(trace_cli):

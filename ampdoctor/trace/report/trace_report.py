@@ -408,19 +408,28 @@ def _notes(session: Any) -> list[str]:
     return notes
 
 
+# Runtime codes that measure what a lint code suspects, under another code and at another line
+# (lint points at the conversion or the layer's definition, the run at the call of the model):
+# the output layer converted to float8 (lint AMP601, run AMP517), a layer whose sizes float8
+# GEMMs refuse (lint AMP602, run AMP516).
+_CONFIRMS = {"AMP601": "AMP517", "AMP602": "AMP516"}
+
+
 def _seen_both_ways(findings: list[Finding], static: list[Finding]) -> tuple[list[Finding], list[Finding]]:
-    """A mistake seen at run time that lint also reports at the same line is one finding: the
-    runtime one, which says so."""
+    """A mistake seen at run time that lint also reports (at the same line, or under the lint
+    code the runtime one confirms: ``_CONFIRMS``) is one finding: the runtime one, which says so."""
 
     def key(finding: Finding) -> tuple[str, str, int]:
         return finding.code, os.path.abspath(finding.location.path), finding.location.line
 
     runtime = {key(f): i for i, f in enumerate(findings) if f.location and f.location.path}
+    by_code = {f.code: i for i, f in enumerate(findings)}
     kept = []
     findings = list(findings)
     for finding in static:
-        key_ = key(finding)
-        index = runtime.get(key_)
+        index = runtime.get(key(finding))
+        if index is None:
+            index = by_code.get(_CONFIRMS.get(finding.code, ""))
         if index is None:
             kept.append(finding)
             continue
