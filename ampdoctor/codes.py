@@ -182,6 +182,7 @@ CODES: dict[str, Row] = {
     "AMP605": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),
     "AMP606": _row(_FLOAT8, tests=("test_float8_rules.py",)),
     "AMP607": _row(_FLOAT8, tests=("test_float8_rules.py",)),
+    "AMP608": _row(_FLOAT8, tests=("test_float8_rules.py",)),
 }
 
 

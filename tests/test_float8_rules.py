@@ -421,3 +421,53 @@ def test_torch_checkpoint_without_an_fp8_region_is_fine():
 )
 def test_the_text_gate_keeps_the_fsdp2_and_checkpoint_shapes(source, codes):
     assert_kept_on_the_command_line(source, codes)
+
+
+CHECKPOINT = """\
+import torch
+
+
+def save(model, optimizer, path):
+    state = {{k: v for k, v in model.state_dict().items() if {condition}}}
+    torch.save({{"model": state, {optimizer}"step": 1}}, path)
+"""
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        '"_extra_state" not in k',
+        'not k.endswith("._extra_state")',
+        'v is not None and "_extra_state" not in k',
+    ],
+)
+def test_a_training_checkpoint_that_drops_the_fp8_state(condition):
+    source = CHECKPOINT.format(condition=condition, optimizer='"optimizer": optimizer.state_dict(), ')
+    assert found_pairs(source) == [(5, "AMP608")]
+    assert_kept_on_the_command_line(source, ["AMP608"])
+
+
+@pytest.mark.parametrize(
+    "condition, optimizer",
+    [
+        ('"_extra_state" not in k', ""),  # an export of the weights: no optimizer, no resume
+        ('"_extra_state" in k', '"optimizer": optimizer.state_dict(), '),  # keeps only the FP8 state
+        ('not k.startswith("module.")', '"optimizer": optimizer.state_dict(), '),  # another filter
+    ],
+)
+def test_exports_and_other_filters_are_fine(condition, optimizer):
+    assert found_pairs(CHECKPOINT.format(condition=condition, optimizer=optimizer)) == []
+
+
+def test_a_checkpoint_script_at_module_level_is_judged_once():
+    source = """\
+import torch
+
+state = {k: v for k, v in model.state_dict().items() if "_extra_state" not in k}
+torch.save({"model": state, "optimizer": optimizer.state_dict()}, "ckpt.pt")
+
+
+def export(model):
+    torch.save({k: v for k, v in model.state_dict().items() if "_extra_state" not in k}, "weights.pt")
+"""
+    assert found_pairs(source) == [(3, "AMP608")]

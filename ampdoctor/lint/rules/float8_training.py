@@ -455,3 +455,77 @@ def _is_te_module(qname: str | None) -> bool:
     if qname is None or not qname.startswith("transformer_engine.pytorch."):
         return False
     return qname.rsplit(".", 1)[-1][:1].isupper()
+
+
+_EXTRA_STATE = "_extra_state"
+
+
+@register
+class Fp8StateDropped(LintRule):
+    code = "AMP608"
+    tokens = (_EXTRA_STATE,)
+    needs = (rb"save", rb"state_dict")
+    anchors = Anchors(names=("torch.save",), requires_methods=("state_dict",))
+
+    def check(self, facts: AmpFacts) -> Iterable[Report]:
+        if is_test_module(facts.path):
+            return
+        from ..passes import is_optimizer
+
+        for frame in facts.frames:
+            if not any(site.qname == "torch.save" for site in frame.calls) or not any(
+                site.method == "state_dict" and is_optimizer(site.receiver, facts) for site in frame.calls
+            ):
+                continue  # not a training checkpoint: an export may drop what the other side cannot load
+            for node in _own_nodes(frame.node):
+                if _drops_extra_state(node):
+                    yield Report(
+                        self.code,
+                        node,
+                        "the checkpoint leaves out the `_extra_state` entries: Transformer Engine keeps each "
+                        "FP8 module's scaling state there (scales, amax history), so a run resumed from it "
+                        "starts FP8 from blank scales and its first steps overflow or underflow",
+                        help="Save the state dict whole; filter `_extra_state` only when exporting to code "
+                        "that cannot load it",
+                    )
+                    break
+
+
+def _own_nodes(root: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function's (or the module's) own code, without the functions and classes
+    defined in it (their own frames)."""
+    stack = list(ast.iter_child_nodes(root))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _drops_extra_state(node: ast.AST) -> bool:
+    """A comprehension whose condition keeps keys without ``_extra_state`` (``"_extra_state" not
+    in k``, ``not k.endswith("_extra_state")``)."""
+    if type(node) not in (ast.DictComp, ast.ListComp, ast.SetComp, ast.GeneratorExp):
+        return False
+    for generator in node.generators:  # type: ignore[attr-defined]
+        for condition in generator.ifs:
+            if _excludes(condition):
+                return True
+    return False
+
+
+def _excludes(condition: ast.expr) -> bool:
+    if type(condition) is ast.BoolOp and type(condition.op) is ast.And:
+        return any(_excludes(value) for value in condition.values)
+    if type(condition) is ast.Compare and len(condition.ops) == 1 and type(condition.ops[0]) is ast.NotIn:
+        left = condition.left
+        return type(left) is ast.Constant and isinstance(left.value, str) and _EXTRA_STATE in left.value
+    if type(condition) is ast.UnaryOp and type(condition.op) is ast.Not and type(condition.operand) is ast.Call:
+        call = condition.operand
+        return (
+            type(call.func) is ast.Attribute
+            and call.func.attr in ("endswith", "__contains__")
+            and any(type(a) is ast.Constant and isinstance(a.value, str) and _EXTRA_STATE in a.value for a in call.args)
+        )
+    return False
