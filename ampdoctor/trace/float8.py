@@ -106,6 +106,7 @@ class Float8Watch:
             return False
         self._patched.append((linear, _CAST, cast))
         setattr(linear, _CAST, self._wrap_cast(cast))
+        self._observations.float8_imported = True
         scaled_mm = getattr(torch, "_scaled_mm", None)
         if scaled_mm is not None:
             self._patched.append((torch, "_scaled_mm", scaled_mm))
@@ -183,9 +184,11 @@ def _name(value: Any, default: str) -> str:
     return name.lower() if isinstance(name, str) else default
 
 
-# float8 GEMMs on the GPU need every dimension of both operands divisible by this.
+# float8 GEMMs on the GPU (``torch._scaled_mm``) need the first operand's columns and both
+# dimensions of the second divisible by this (the first operand's rows, the tokens, may be any).
 FLOAT8_ALIGNMENT = 16
 
 
-def unaligned(shape: tuple[int, ...]) -> bool:
-    return any(size % FLOAT8_ALIGNMENT for size in shape[-2:])
+def unaligned(first: tuple[int, ...], second: tuple[int, ...]) -> bool:
+    """Whether a float8 GEMM of these operand shapes is one the GPU kernels refuse."""
+    return bool(first[-1] % FLOAT8_ALIGNMENT) or any(size % FLOAT8_ALIGNMENT for size in second[-2:])

@@ -259,6 +259,8 @@ class Observations:
     float8_gemms: Counter[Float8GemmKey] = field(default_factory=Counter)
     # The last module with weights to finish its forward before the first recorded backward.
     float8_last_layer: Optional[str] = None
+    # The training code imported torchao's float8 training (by the end of the recorded iterations).
+    float8_imported: bool = False
 
     @property
     def steps(self) -> int:

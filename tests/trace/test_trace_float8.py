@@ -169,7 +169,27 @@ def test_cast_statistics_and_alignment():
     assert stats.flushed_share == 0.25
     assert CastStats("float8_e5m2", "axiswise").flushed_share == 0.0
     assert stats.to_dict()["flushed"] == 50
-    assert unaligned((64, 10)) and unaligned((10, 64)) and not unaligned((64, 256))
+    # torch._scaled_mm's checks on the GPU: the first operand's columns, both of the second's
+    assert unaligned((64, 10), (10, 256)) and unaligned((64, 256), (256, 10))
+    assert not unaligned((100, 64), (64, 256))  # 100 tokens in the forward: rows are free
+    assert unaligned((64, 100), (100, 256))  # ... but the weight gradient multiplies along them
+
+
+def test_a_run_that_died_of_an_unaligned_float8_gemm_on_the_gpu_is_named():
+    from ampdoctor.trace.observations import Observations
+    from ampdoctor.trace.rulebase import Locator, Thresholds
+    from ampdoctor.trace.rules.float8_rules import float8_gemm_unaligned
+
+    observations = Observations()
+    message = "RuntimeError: Expected trailing dimension of mat1 to be divisible by 16 but got mat1 shape: (64x10)."
+    observations.script_error = (message, ("train.py", 41))
+    assert list(float8_gemm_unaligned(observations, Thresholds(), Locator("train.py", {}))) == []  # no float8
+    observations.float8_imported = True
+    found = list(float8_gemm_unaligned(observations, Thresholds(), Locator("train.py", {})))
+    assert [(f.code, f.location.line) for f in found] == [("AMP516", 41)]
+    assert "(64x10)" in found[0].message
+    observations.script_error = ("RuntimeError: CUDA out of memory", ("train.py", 41))
+    assert list(float8_gemm_unaligned(observations, Thresholds(), Locator("train.py", {}))) == []
 
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"

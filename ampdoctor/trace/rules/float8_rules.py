@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Optional
 
-from ...findings import Finding
+from ...findings import Finding, Location
 from ..float8 import FLOAT8_ALIGNMENT, unaligned
 from ..observations import Observations
 from ..rulebase import Locator, Thresholds, make_finding, module_location, rule
@@ -49,7 +49,7 @@ def float8_flushed_to_zero(observations: Observations, thresholds: Thresholds, l
 def float8_gemm_unaligned(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
     shapes: dict[Optional[str], set[tuple[tuple[int, ...], tuple[int, ...]]]] = defaultdict(set)
     for (module, _phase, a, b), _count in observations.float8_gemms.items():
-        if unaligned(a) or unaligned(b):
+        if unaligned(a, b):
             shapes[module].add((a, b))
     for module, found in shapes.items():
         listed = ", ".join(f"{_shape(a)} @ {_shape(b)}" for a, b in sorted(found)[:3])
@@ -60,10 +60,33 @@ def float8_gemm_unaligned(observations: Observations, thresholds: Thresholds, lo
             "refuses them and the layer fails at its first forward",
             module_location(locator, observations, module),
             f"Pad the layer's sizes to multiples of {FLOAT8_ALIGNMENT} (a vocabulary, a class count), or keep it "
-            "out of float8 with `module_filter_fn`; an odd batch or sequence size needs padding too",
+            "out of float8 with `module_filter_fn`; the tokens per step count too (the weight-gradient GEMM "
+            "multiplies along them)",
             module=module,
             shapes=[[list(a), list(b)] for a, b in sorted(found)],
         )
+    if not shapes and observations.script_error is not None:
+        yield from _died_unaligned(observations, locator)
+
+
+# What torch raises on the GPU for an unaligned float8 GEMM (``_scaled_mm``'s size checks).
+_ALIGNMENT_ERRORS = ("to be divisible by 16", "must be divisible by 16")
+
+
+def _died_unaligned(observations: Observations, locator: Locator) -> Iterator[Finding]:
+    """The run died of it on the GPU before any GEMM was recorded (the first forward)."""
+    error, site = observations.script_error or ("", None)
+    if not observations.float8_imported or not any(fragment in error for fragment in _ALIGNMENT_ERRORS):
+        return
+    yield make_finding(
+        "AMP516",
+        f"the script died because a float8 GEMM has a size that is not a multiple of {FLOAT8_ALIGNMENT} ({error}): "
+        "the GPU's float8 kernels refuse it",
+        Location(*site) if site else locator.location(),
+        f"Pad the layer's sizes to multiples of {FLOAT8_ALIGNMENT} (a vocabulary, a class count), or keep it out of "
+        "float8 with `module_filter_fn`",
+        at_run_time=True,
+    )
 
 
 def _shape(shape: tuple[int, ...]) -> str:
