@@ -67,7 +67,7 @@ class GitIgnore(Record):
         self.base = base
         # Last pattern first: the first that matches decides.
         self.rules = [_Rule(p) for p in reversed(patterns) if p.include is not None]
-        self.any_pattern = _any_of(rule.itself or rule.regex for rule in self.rules)
+        self.any_pattern = _any_of(rule.regex for rule in self.rules)
 
     @classmethod
     def load(cls, folder: Path) -> GitIgnore | None:
@@ -104,7 +104,7 @@ class _Rule(Record):
     folder below a top-level one), so it is read here as ``X/**`` for folders only.
     """
 
-    __slots__ = ("regex", "ignored", "itself", "folders_only")
+    __slots__ = ("regex", "ignored", "_itself", "folders_only")
 
     def __init__(self, pattern: Any) -> None:  # a RegexPattern, its text and regex set
         self.ignored = bool(pattern.include)
@@ -115,15 +115,28 @@ class _Rule(Record):
         self.folders_only = body.endswith("/**/") and any(part != "**" for part in head.split("/") if part)
         if self.folders_only:
             pattern = type(pattern)(body[:-1])
-        self.regex = regex = pattern.regex
-        text = regex.pattern
-        self.itself = re.compile(text.replace("(?P<ps_d>/)", "/$"), regex.flags) if "(?P<ps_d>/)" in text else None
+        self.regex = pattern.regex
+        # Compiled when first asked for: most paths match no pattern of the file at all
+        # (``GitIgnore.any_pattern`` says so), and most rules are then never asked.
+        self._itself: re.Pattern[str] | bool | None = False
+
+    @property
+    def itself(self) -> re.Pattern[str] | None:
+        """The expression that matches the path itself (None where the pattern has no folder
+        group to anchor)."""
+        itself = self._itself
+        if itself is False:
+            text = self.regex.pattern
+            itself = re.compile(text.replace("(?P<ps_d>/)", "/$"), self.regex.flags) if "(?P<ps_d>/)" in text else None
+            self._itself = itself
+        return itself  # type: ignore[return-value]
 
     def matches(self, path: str, is_dir: bool) -> bool:
         if self.folders_only and not is_dir:
             return False
-        if self.itself is not None:
-            return self.itself.search(path) is not None
+        itself = self.itself
+        if itself is not None:
+            return itself.search(path) is not None
         found = self.regex.search(path)
         return found is not None and not (is_dir and found.end() == len(path))
 
