@@ -110,3 +110,29 @@ def test_a_damaged_reports_file_runs_the_checks(tree: Path, checks: list[int]):
         path.write_text("{not json", encoding="utf-8")
     assert lint(tree) == FOUND
     assert len(checks) == 2
+
+
+def test_summaries_the_checks_made_on_demand_do_not_change_what_the_next_run_checks(tmp_path: Path, checks):
+    # ``helpers.py`` holds nothing the lint pass summarizes; the checks summarize it on demand to
+    # follow train.py's calls. The next run must check the same files: it reuses the findings.
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (root / "helpers.py").write_text(
+        "import torch\n\n\ndef build():\n    return torch.nn.Linear(4, 4)\n\n\ndef batches():\n    return []\n"
+    )
+    (root / "train.py").write_text(
+        "import torch\nfrom helpers import batches, build\n\nmodel = build()\n"
+        "optimizer = torch.optim.AdamW(model.parameters())\nscaler = torch.amp.GradScaler('cuda')\n"
+        "for x, y in batches():\n    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x, y)\n"
+        "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n"
+        "    torch.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict()}, 'ckpt.pt')\n"
+    )
+    old = time.time() - 60
+    for path in root.glob("*.py"):
+        os.utime(path, (old, old))
+    first = lint(root)
+    assert first == {("train.py", 13, "AMP211")}
+    assert lint(root) == first
+    assert lint(root) == first
+    assert len(checks) == 1

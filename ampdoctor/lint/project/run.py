@@ -117,10 +117,11 @@ def link_results(
             result.classes = None
     for rel in unknown:
         store.summary(rel)
+        store.mark_linted(rel)
     # A named file can hold a cross-module finding when the lint pass summarized it, now or in
     # an earlier run: it parsed it (its rules' anchors hold: it has a scaler, autocast ...), or
     # the file clips gradients (an update helper). Other files are summarized only on demand.
-    checked = [rel for rel in target_rels if store.has_summary(rel)]
+    checked = [rel for rel in target_rels if store.linted(rel)]
     store.prefetch(checked, jobs)
     callers = Callers(files, store.has_class, store.mentions)
     # Named files that only hold what float16 autocast set up elsewhere breaks (a BCE, a large

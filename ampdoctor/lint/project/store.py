@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
-FORMAT = 14
+FORMAT = 15
 _KEEP_STORES = 6  # summaries stores kept in one cache folder (``_drop_stores``)
 
 # Below this many summaries to make, worker processes cost more than they save.
@@ -243,6 +243,25 @@ class SummaryStore:
             self._verified.add(rel)
             self._touch(rel)
 
+    def linted(self, rel: str) -> bool:
+        """Whether the lint pass summarized the file as it is on disk, in this run or an earlier
+        one: the files a cross-module finding can be reported in. A summary made on demand, for
+        the checks, does not count: otherwise each run would check the files the last one
+        summarized on demand, and a warm run would differ from a cold one."""
+        known = self.entries.get(rel)
+        if known is None or not known.get("linted"):
+            return False
+        entry = self._fresh(rel)
+        return bool(entry and entry.get("linted") and (entry.get("summary") is not None or _has_text(entry)))
+
+    def mark_linted(self, rel: str) -> None:
+        """The summary of ``rel`` stands for the lint pass's (made again for a file the result
+        cache served, whose summary was lost)."""
+        entry = self.entries.get(rel)
+        if entry is not None and not entry.get("linted"):
+            entry["linted"] = 1
+            self._touch(rel)
+
     def has_summary(self, rel: str) -> bool:
         """Whether the file's summary is known (made by this run's lint pass or an earlier one).
         A file the cache has never summarized is not read to find out."""
@@ -373,6 +392,7 @@ class SummaryStore:
             "classes": {},
             "stat": [stat.st_size, stat.st_mtime_ns],
             "summary": summary,
+            "linted": 1,
         }
         self._verified.add(rel)
         self._touch(rel)
@@ -383,7 +403,7 @@ class SummaryStore:
         if rel not in self._held:
             self._held[rel] = self.entries.get(rel)
         self._data[rel] = data
-        self.entries[rel] = {"key": "", "classes": {}, "summary": summary}
+        self.entries[rel] = {"key": "", "classes": {}, "summary": summary, "linted": 1}
         self._verified.add(rel)
 
     def forget_missing(self, files: set[str]) -> None:
