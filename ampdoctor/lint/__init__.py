@@ -291,11 +291,12 @@ def _run_cached(
                 continue
             entry = cache.by_stat(job.display, stat, cfg)
             if entry is not None and entry.get("skip") and screens:
-                results.append(FileResult(job.display, file_path=job.name))
+                results.append(_served(FileResult(job.display, file_path=job.name), entry))
                 continue
             hit = decode_entry(entry) if entry is not None and "key" in entry else None
             if hit is not None and not hit[0]:
-                results.append(FileResult(job.display, suppressed=hit[1], file_path=job.name, parsed=True))
+                served = FileResult(job.display, suppressed=hit[1], file_path=job.name, parsed=True)
+                results.append(_served(served, entry))
                 continue
             known = cache.entries.get(job.display)
             if hit is not None or (isinstance(known, dict) and "key" in known):
@@ -307,7 +308,9 @@ def _run_cached(
             misses.append(job)  # the engine reports why it cannot be read
             continue
         if hit is not None:
-            results.append(result_from_cache(job.path, job.display, data, *hit))
+            results.append(
+                _served(result_from_cache(job.path, job.display, data, *hit), cache.entries.get(job.display))
+            )
             continue
         job.keyed = True
         misses.append(job)
@@ -318,9 +321,9 @@ def _run_cached(
         if seen_as is not None and result.key is not None:
             cfg = cfgs.get(result.path, "")
             if result.screened and screens:
-                cache.put_skipped(result.path, seen_as, cfg)
+                cache.put_skipped(result.path, seen_as, cfg, result.half_risk)
             elif result.unreported_error is None:
-                cache.put(result.path, result.key, result.findings, result.suppressed, seen_as, cfg)
+                cache.put(result.path, result.key, result.findings, result.suppressed, seen_as, cfg, result.half_risk)
         results.append(result)
     written = cache.save()
     if written is not None:
@@ -328,6 +331,13 @@ def _run_cached(
             f"results cache written: {len(cache.changed)} entries changed, to {written} ({verbose.size(written)})"
         )
     return results
+
+
+def _served(result: FileResult, entry: object) -> FileResult:
+    """A result served from the cache, with what its entry kept of the file for the project pass."""
+    if isinstance(entry, dict) and "h" in entry:
+        result.half_risk = bool(entry["h"])
+    return result
 
 
 def _display(name: str, base: str) -> str:

@@ -153,20 +153,28 @@ class ResultCache:
         suppressed: int,
         stat: os.stat_result | None = None,
         cfg: str = "",
+        half_risk: bool | None = None,
     ) -> None:
         entry: dict[str, object] = {"key": key, "findings": [_encode(f) for f in findings], "suppressed": suppressed}
         if stat is not None:
             entry["stat"] = [stat.st_size, stat.st_mtime_ns]
         if cfg:
             entry["cfg"] = cfg
+        if half_risk is not None:
+            entry["h"] = int(half_risk)
         self.entries[path] = entry
         self._touch(path)
 
-    def put_skipped(self, path: str, stat: os.stat_result, cfg: str = "") -> None:
-        """A file the prefilter passed over: nothing to report while it stays unchanged."""
+    def put_skipped(self, path: str, stat: os.stat_result, cfg: str = "", half_risk: bool | None = None) -> None:
+        """A file the prefilter passed over: nothing to report while it stays unchanged.
+        ``half_risk``: for a run that links the project, whether the file holds what float16
+        autocast set up elsewhere breaks (``project.tokens.float16_risk``), kept as ``h`` so that
+        a later run served from the cache need not read the file again to know."""
         entry: dict[str, object] = {"skip": True, "stat": [stat.st_size, stat.st_mtime_ns]}
         if cfg:
             entry["cfg"] = cfg
+        if half_risk is not None:
+            entry["h"] = int(half_risk)
         if self.entries.get(path) != entry:
             self.entries[path] = entry
             self._touch(path)
