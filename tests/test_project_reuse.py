@@ -136,3 +136,34 @@ def test_summaries_the_checks_made_on_demand_do_not_change_what_the_next_run_che
     assert lint(root) == first
     assert lint(root) == first
     assert len(checks) == 1
+
+
+def test_a_served_result_keeps_whether_the_file_holds_what_float16_breaks(tmp_path: Path, monkeypatch):
+    # losses.py is passed over by the lint pass (no rule of its own can fire) but holds a BCE
+    # that float16 autocast set up elsewhere would break: a later run served from the cache
+    # knows it without reading the file again.
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (root / "losses.py").write_text(
+        "import torch.nn.functional as F\n\n\ndef bce(p, y):\n    return F.binary_cross_entropy(p, y)\n"
+    )
+    (root / "plain.py").write_text("def add(a, b):\n    return a + b\n")
+    old = time.time() - 60
+    for path in root.glob("*.py"):
+        os.utime(path, (old, old))
+    settings = Settings(root=root, project=True)
+    request = LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=True)
+    cold = {r.path: r.half_risk for r in lint_paths([root], request, cwd=root).results}
+    assert cold == {"losses.py": True, "plain.py": False}
+    read = []
+    real_text = project_run.SummaryStore.text
+
+    def text(self, rel):
+        read.append(rel)
+        return real_text(self, rel)
+
+    monkeypatch.setattr(project_run.SummaryStore, "text", text)
+    warm = {r.path: r.half_risk for r in lint_paths([root], request, cwd=root).results}
+    assert warm == cold
+    assert read == []
