@@ -112,25 +112,33 @@ def test_a_damaged_reports_file_runs_the_checks(tree: Path, checks: list[int]):
     assert len(checks) == 2
 
 
-def test_summaries_the_checks_made_on_demand_do_not_change_what_the_next_run_checks(tmp_path: Path, checks):
-    # ``helpers.py`` holds nothing the lint pass summarizes; the checks summarize it on demand to
-    # follow train.py's calls. The next run must check the same files: it reuses the findings.
+def _project(tmp_path: Path, **modules: str) -> Path:
+    """A marked project of the given modules (name → source), written outside the racy window."""
     root = tmp_path / "project"
     root.mkdir()
     (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")
-    (root / "helpers.py").write_text(
-        "import torch\n\n\ndef build():\n    return torch.nn.Linear(4, 4)\n\n\ndef batches():\n    return []\n"
-    )
-    (root / "train.py").write_text(
-        "import torch\nfrom helpers import batches, build\n\nmodel = build()\n"
-        "optimizer = torch.optim.AdamW(model.parameters())\nscaler = torch.amp.GradScaler('cuda')\n"
-        "for x, y in batches():\n    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x, y)\n"
-        "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n"
-        "    torch.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict()}, 'ckpt.pt')\n"
-    )
     old = time.time() - 60
-    for path in root.glob("*.py"):
+    for name, source in modules.items():
+        path = root / f"{name}.py"
+        path.write_text(source)
         os.utime(path, (old, old))
+    return root
+
+
+def test_summaries_the_checks_made_on_demand_do_not_change_what_the_next_run_checks(tmp_path: Path, checks):
+    # ``helpers.py`` holds nothing the lint pass summarizes; the checks summarize it on demand to
+    # follow train.py's calls. The next run must check the same files: it reuses the findings.
+    root = _project(
+        tmp_path,
+        helpers="import torch\n\n\ndef build():\n    return torch.nn.Linear(4, 4)\n\n\ndef batches():\n    return []\n",
+        train=(
+            "import torch\nfrom helpers import batches, build\n\nmodel = build()\n"
+            "optimizer = torch.optim.AdamW(model.parameters())\nscaler = torch.amp.GradScaler('cuda')\n"
+            "for x, y in batches():\n    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x, y)\n"
+            "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n"
+            "    torch.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict()}, 'ckpt.pt')\n"
+        ),
+    )
     first = lint(root)
     assert first == {("train.py", 13, "AMP211")}
     assert lint(root) == first
@@ -142,16 +150,11 @@ def test_a_served_result_keeps_whether_the_file_holds_what_float16_breaks(tmp_pa
     # losses.py is passed over by the lint pass (no rule of its own can fire) but holds a BCE
     # that float16 autocast set up elsewhere would break: a later run served from the cache
     # knows it without reading the file again.
-    root = tmp_path / "project"
-    root.mkdir()
-    (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")
-    (root / "losses.py").write_text(
-        "import torch.nn.functional as F\n\n\ndef bce(p, y):\n    return F.binary_cross_entropy(p, y)\n"
+    root = _project(
+        tmp_path,
+        losses="import torch.nn.functional as F\n\n\ndef bce(p, y):\n    return F.binary_cross_entropy(p, y)\n",
+        plain="def add(a, b):\n    return a + b\n",
     )
-    (root / "plain.py").write_text("def add(a, b):\n    return a + b\n")
-    old = time.time() - 60
-    for path in root.glob("*.py"):
-        os.utime(path, (old, old))
     settings = Settings(root=root, project=True)
     request = LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=True)
     cold = {r.path: r.half_risk for r in lint_paths([root], request, cwd=root).results}
