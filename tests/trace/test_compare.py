@@ -8,6 +8,7 @@ explanation is tested whatever this machine's speed-up is.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -391,3 +392,18 @@ def test_load_that_ends_between_the_runs_gives_no_verdict(tmp_path):
     float32, mixed = data["runs"]["float32"], data["runs"]["mixed"]
     assert float32["other_cores"] - mixed["other_cores"] > 0.5
     assert data["speedup"] is None and "load changed" in data["explanation"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed (the fp8 extra)")
+def test_a_float8_run_is_compared_with_the_same_model_unconverted(tmp_path):
+    script = ROOT / "fixtures" / "trace" / "float8_tabular_healthy.py"
+    result, report = compare(tmp_path, script, "--steps", "7", "--record-ops-steps", "1")
+    assert report is not None, result.stderr
+    data = report["compare"]
+    assert data["status"] == "compared", data.get("explanation")
+    mixed, float32 = data["runs"]["mixed"], data["runs"]["float32"]
+    # Two of the three layers train in float8 as written (the filter keeps the head out); none
+    # in the float32 run, whose conversion returned the model unchanged.
+    assert mixed["float8_layers"] == 2 and float32["float8_layers"] == 0
+    assert float32["switched_off"]["float8_conversions_skipped"] == 1
+    assert "float8_conversions_skipped" not in mixed["switched_off"]

@@ -217,3 +217,47 @@ def test_the_healthy_float8_fixture_reports_nothing(trace_cli):
     assert run.exit_code == 0, run.stdout
     assert run.report["findings"] == []
     assert run.report["completed"] is True
+
+
+def test_the_float32_run_of_compare_trains_the_model_unconverted():
+    # A fresh interpreter: the hook waits for torchao's module and replaces the conversion before
+    # the script's own import binds it.
+    import subprocess
+
+    script = (
+        "import sys, torch\n"
+        "from ampdoctor.trace.compare.float8_off import Float8Off\n"
+        "switch = Float8Off()\n"
+        "switch.install()\n"
+        "assert 'torchao.float8.float8_linear_utils' not in sys.modules\n"
+        "from torchao.float8 import convert_to_float8_training\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(32, 32))\n"
+        "assert convert_to_float8_training(model) is model\n"
+        "assert type(model[0]) is torch.nn.Linear\n"
+        "switch.remove()\n"
+        "import torchao.float8 as package\n"
+        "converted = package.convert_to_float8_training(torch.nn.Sequential(torch.nn.Linear(32, 32)))\n"
+        "print(switch.skipped, type(converted[0]).__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "Float8Linear"]
+
+
+def test_the_switch_replaces_a_conversion_imported_before_it_and_puts_it_back():
+    import torchao.float8 as package
+    import torchao.float8.float8_linear_utils as defined
+
+    from ampdoctor.trace.compare.float8_off import Float8Off
+
+    original = defined.convert_to_float8_training
+    switch = Float8Off()
+    switch.install()
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(32, 32))
+        assert package.convert_to_float8_training(model) is model
+        assert defined.convert_to_float8_training(model) is model
+        assert type(model[0]) is torch.nn.Linear and switch.skipped == 2
+    finally:
+        switch.remove()
+    assert package.convert_to_float8_training is original and defined.convert_to_float8_training is original

@@ -105,6 +105,7 @@ class CompareChild:
             autocast=sorted([list(pair) for pair in obs.autocast_dtypes]),
             scalers=len(obs.scalers),
             low_precision_parameters=[g.name for g in obs.gradients.values() if g.dtype in LOW_PRECISION],
+            float8_layers=len({module for module, _role in obs.float8_casts}),
             switched_off=self.switch.to_dict() if self.switch is not None else {},
             profile_error=self.clock.profile_error,
             autocast_regions=self.outer_regions,

@@ -71,6 +71,8 @@ class RunRecord:
     autocast: list[list[str]] = field(default_factory=list)
     scalers: int = 0
     low_precision_parameters: list[str] = field(default_factory=list)
+    # Layers that ran float8 GEMMs (torchao) in the op-recording iterations.
+    float8_layers: int = 0
     switched_off: dict[str, int] = field(default_factory=dict)
     profile_error: Optional[str] = None
     # Outermost enabled autocast regions entered over the run.
@@ -114,6 +116,7 @@ class RunRecord:
             "autocast": [list(pair) for pair in self.autocast],
             "scalers": self.scalers,
             "low_precision_parameters": list(self.low_precision_parameters),
+            "float8_layers": self.float8_layers,
             "switched_off": dict(self.switched_off),
             "profile_error": self.profile_error,
             "autocast_regions": self.autocast_regions,
@@ -145,6 +148,7 @@ class RunRecord:
             autocast=[list(pair) for pair in data.get("autocast") or []],
             scalers=int(data.get("scalers") or 0),
             low_precision_parameters=list(data.get("low_precision_parameters") or []),
+            float8_layers=int(data.get("float8_layers") or 0),
             switched_off=dict(data.get("switched_off") or {}),
             profile_error=data.get("profile_error"),
             autocast_regions=int(data.get("autocast_regions") or 0),
@@ -245,14 +249,14 @@ def compare_runs(
 ) -> Comparison:
     """The verdict of the two runs (causes and hardware are added by compare_rules.py)."""
     thresholds = {"compare_speedup": speedup_goal, "compare_memory_saving": memory_goal}
-    if not mixed.autocast and not mixed.scalers and not mixed.low_precision_parameters:
+    if not mixed.autocast and not mixed.scalers and not mixed.low_precision_parameters and not mixed.float8_layers:
         return Comparison(
             NOTHING,
             mixed,
             float32,
             thresholds=thresholds,
-            explanation="nothing to compare: the script never enters torch.autocast and uses no "
-            "GradScaler, so it already runs in float32.",
+            explanation="nothing to compare: the script never enters torch.autocast, uses no "
+            "GradScaler and trains no layer in float8, so it already runs in float32.",
         )
     if mixed.low_precision_parameters:
         names = ", ".join(mixed.low_precision_parameters[:3])

@@ -4,7 +4,8 @@ While installed, every autocast region is entered disabled (``torch.autocast``, 
 form and the deprecated ``torch.cuda.amp``/``torch.cpu.amp`` spellings all run
 ``torch.amp.autocast_mode.autocast.__init__``) and every GradScaler is made disabled (its
 ``scale`` returns the loss unchanged, ``step`` calls ``optimizer.step()``, ``update`` does
-nothing), which is exactly what ``enabled=False`` does. Tensors the script casts itself
+nothing), which is exactly what ``enabled=False`` does. torchao's float8 conversion returns the model
+unchanged (float8_off.py). Tensors the script casts itself
 (``.half()``, ``.to(torch.bfloat16)``) stay as they are: that is not something a switch can undo,
 and the comparison says so.
 
@@ -20,12 +21,17 @@ import torch
 
 class PrecisionOff:
     def __init__(self) -> None:
+        from .float8_off import Float8Off
+
         self.autocast_regions_disabled = 0  # entered disabled that would have been enabled
         self.scalers_disabled = 0
+        self.float8 = Float8Off()  # torchao's float8 conversion, skipped (float8_off.py)
         self._saved: list[tuple[Any, str, Any]] = []
 
     def install(self) -> None:
         from ..scaler import TracedGradScaler, _TorchGradScaler
+
+        self.float8.install()
 
         autocast_class = torch.amp.autocast_mode.autocast
         self._wrap(autocast_class, self._disable_region)
@@ -39,6 +45,7 @@ class PrecisionOff:
         for owner, name, original in reversed(self._saved):
             setattr(owner, name, original)
         self._saved.clear()
+        self.float8.remove()
 
     def __enter__(self) -> PrecisionOff:
         self.install()
@@ -86,4 +93,5 @@ class PrecisionOff:
         return {
             "autocast_regions_disabled": self.autocast_regions_disabled,
             "scalers_disabled": self.scalers_disabled,
+            "float8_conversions_skipped": self.float8.skipped,
         }

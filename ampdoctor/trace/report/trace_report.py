@@ -82,8 +82,9 @@ median_seconds, quartiles_seconds, deviation_seconds (median absolute deviation)
 (deviation_seconds over the median), peak_memory_bytes, memory_method, start_memory_bytes (CPU),
 loss (per iteration), matmul_dtypes {output dtype: forward matmul-class ops in the census},
 autocast [[device, dtype]], autocast_regions (outermost enabled regions entered), scalers,
-low_precision_parameters, switched_off
-{autocast_regions_disabled, scalers_disabled} (the float32 run), profile_error}.
+low_precision_parameters, float8_layers (layers that ran torchao float8 GEMMs), switched_off
+{autocast_regions_disabled, scalers_disabled, float8_conversions_skipped} (the float32 run),
+profile_error}.
 
 Non-finite numbers are written as the strings "NaN", "Infinity" and "-Infinity" so the document
 stays valid JSON.
