@@ -17,7 +17,9 @@ wrappers only read: the training step's numbers are unchanged. torchao is never 
 the wrappers go in once the training code has imported it (checked at each module call until
 then, and only while the op census runs: the watch stops waiting when it ends). It also follows
 which module with weights finishes its forward last before the first backward: the output
-layer, which float8 training should leave in higher precision.
+layer, which float8 training should leave in higher precision. And it wraps the conversion
+itself (``convert_to_float8_training``, by an import hook: it runs before any module does) to
+count the ``nn.Linear`` layers of each model converted and the float8 layers that came of them.
 """
 
 from __future__ import annotations
@@ -29,13 +31,21 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from .compiled import outside_compiled
+from .import_hooks import AfterImport
 from .observations import CastStats, Float8GemmKey, Observations
+from .sites import user_site
 
 if TYPE_CHECKING:
     from .ops import OpCensus
 
 _LINEAR_MODULE = "torchao.float8.float8_linear"
 _CAST = "hp_tensor_to_float8_dynamic"
+# Where torchao defines the conversion, and the package that re-exports it.
+_UTILS_MODULE = "torchao.float8.float8_linear_utils"
+_PACKAGE = "torchao.float8"
+_CONVERT = "convert_to_float8_training"
+# Conversions recorded per run (a script converts once, or once per model or block).
+_MAX_CONVERSIONS = 64
 
 
 class Float8Watch:
@@ -55,8 +65,18 @@ class Float8Watch:
         self._forwards: Any = None  # the module post-hook that follows the forward's order
         self._last: Optional[torch.nn.Module] = None  # the last module with weights to finish
         self._patched: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
+        self._conversion: list[tuple[Any, str, Any]] = []  # the conversion's wrapper, as _patched
+        self._import_hook: Optional[AfterImport] = None
 
     def install(self) -> None:
+        # The conversion runs before any module does: it is wrapped as torchao defines it (or at
+        # once, when the script imported torchao before the session).
+        utils = sys.modules.get(_UTILS_MODULE)
+        if utils is not None:
+            self._wrap_conversion(utils)
+        else:
+            self._import_hook = AfterImport(_UTILS_MODULE, self._wrap_conversion)
+            sys.meta_path.insert(0, self._import_hook)
         if self._patch():
             self._follow_forwards()
         else:
@@ -74,9 +94,44 @@ class Float8Watch:
 
     def remove(self) -> None:
         self.end_window()
-        for owner, name, original in reversed(self._patched):
+        if self._import_hook is not None:
+            if self._import_hook in sys.meta_path:
+                sys.meta_path.remove(self._import_hook)
+            self._import_hook = None
+        for owner, name, original in reversed(self._patched + self._conversion):
             setattr(owner, name, original)
         self._patched = []
+        # The package bound the wrapper when it imported the name: give it the original.
+        package = sys.modules.get(_PACKAGE)
+        for _owner, _name, original in self._conversion:
+            if package is not None and getattr(getattr(package, _CONVERT, None), "__wrapped__", None) is original:
+                setattr(package, _CONVERT, original)
+        self._conversion = []
+
+    def _wrap_conversion(self, utils: Any) -> None:
+        """Record, for each call of torchao's ``convert_to_float8_training``, how many
+        ``nn.Linear`` layers the model had and how many became float8 layers."""
+        original = getattr(utils, _CONVERT, None)
+        if original is None or self._conversion:
+            return
+        observations = self._observations
+
+        def convert(module: Any, *args: Any, **kwargs: Any) -> Any:
+            linears = _count(module, lambda m: isinstance(m, torch.nn.Linear))
+            site = user_site(skip=2)
+            out = original(module, *args, **kwargs)
+            if len(observations.float8_conversions) < _MAX_CONVERSIONS:
+                converted = _count(out, lambda m: type(m).__name__ == "Float8Linear")
+                observations.float8_conversions.append((site, linears, converted))
+            return out
+
+        convert.__wrapped__ = original  # type: ignore[attr-defined]
+        self._conversion.append((utils, _CONVERT, original))
+        setattr(utils, _CONVERT, convert)
+        package = sys.modules.get(_PACKAGE)
+        if package is not None and getattr(package, _CONVERT, None) is original:
+            self._conversion.append((package, _CONVERT, original))
+            setattr(package, _CONVERT, convert)
 
     def _module_called(self, module: torch.nn.Module, inputs: Any) -> None:
         if _LINEAR_MODULE in sys.modules and self._patch():
@@ -176,6 +231,11 @@ class Float8Watch:
             return original(a, b, *args, **kwargs)
 
         return scaled_mm
+
+
+def _count(module: Any, kind: Callable[[torch.nn.Module], bool]) -> int:
+    modules = getattr(module, "modules", None)
+    return sum(1 for m in modules() if kind(m)) if callable(modules) else 0
 
 
 def _name(value: Any, default: str) -> str:

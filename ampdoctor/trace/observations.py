@@ -261,6 +261,8 @@ class Observations:
     float8_last_layer: Optional[str] = None
     # The training code imported torchao's float8 training (by the end of the recorded iterations).
     float8_imported: bool = False
+    # Each torchao conversion: (the user's statement, nn.Linear layers before, float8 layers after).
+    float8_conversions: list[tuple[Optional[tuple[str, int]], int, int]] = field(default_factory=list)
 
     @property
     def steps(self) -> int:

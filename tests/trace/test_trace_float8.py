@@ -261,3 +261,54 @@ def test_the_switch_replaces_a_conversion_imported_before_it_and_puts_it_back():
     finally:
         switch.remove()
     assert package.convert_to_float8_training is original and defined.convert_to_float8_training is original
+
+
+def test_a_conversion_that_converts_nothing_is_named_at_its_line(tmp_path):
+    session, _ = _trace(_script(keep='fqn.startswith("blocks.")'), tmp_path)
+    assert session.observations.float8_conversions == [((str(tmp_path / "train.py"), 7), 3, 0)]
+    found = _codes(session)["AMP518"]
+    assert [(f.location.line, f.extra["linears"]) for f in found] == [(7, 3)]
+    assert "refused all 3" in found[0].message
+    assert not {"AMP515", "AMP516", "AMP517"} & set(_codes(session))
+
+
+def test_a_model_without_linear_layers_converts_nothing_either(tmp_path):
+    source = _script().replace(
+        "nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 16))",
+        "nn.Sequential(nn.Unflatten(1, (1, 64)), nn.Conv1d(1, 16, 64), nn.Flatten())",
+    )
+    session, _ = _trace(source, tmp_path)
+    found = _codes(session)["AMP518"]
+    assert [f.extra["linears"] for f in found] == [0] and "no `nn.Linear` layer" in found[0].message
+
+
+def test_a_converted_model_is_counted_and_the_conversion_put_back(tmp_path):
+    import torchao.float8 as package
+    import torchao.float8.float8_linear_utils as defined
+
+    original = defined.convert_to_float8_training
+    session, _ = _trace(_script(), tmp_path)
+    assert [(linears, converted) for _site, linears, converted in session.observations.float8_conversions] == [(3, 2)]
+    assert "AMP518" not in _codes(session)
+    assert defined.convert_to_float8_training is original and package.convert_to_float8_training is original
+
+
+def test_a_script_that_imports_torchao_inside_the_trace_is_counted(tmp_path):
+    # A fresh interpreter: the session starts before torchao is imported, and the import hook
+    # wraps the conversion before the script binds it.
+    import json
+    import subprocess
+
+    path = tmp_path / "train.py"
+    path.write_text(_script(keep='fqn.startswith("blocks.")'))
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "ampdoctor", "trace", str(path), "--steps", "2", "--no-lint", "--json", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert report.exists(), done.stderr
+    codes = [(f["code"], f["line"]) for f in json.loads(report.read_text())["findings"] if f["code"] == "AMP518"]
+    assert codes == [("AMP518", 7)]

@@ -5,58 +5,22 @@ imports (``from torchao.float8 import convert_to_float8_training``) before it ca
 installed, the conversion returns the model unchanged: the float32 run trains the same model
 with the same layers, in float32. The function is replaced where torchao defines it
 (``torchao.float8.float8_linear_utils``) as soon as that module has run, before the package
-``torchao.float8`` (or the script) binds the name: an import hook (``sys.meta_path``) waits for
+``torchao.float8`` (or the script) binds the name: an import hook (``import_hooks.py``) waits for
 it, so torchao is never imported here. Where the module was already imported, both names are
 replaced at once.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
-from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Optional
+
+from ..import_hooks import AfterImport
 
 _DEFINED_IN = "torchao.float8.float8_linear_utils"
 _PACKAGE = "torchao.float8"
 _NAME = "convert_to_float8_training"
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls ``ran(module)`` right after the module named ``name`` has run its code (the other
-    finders find it; only its loader's ``exec_module`` is wrapped)."""
-
-    def __init__(self, name: str, ran: Callable[[ModuleType], None]) -> None:
-        self.name = name
-        self.ran = ran
-
-    def find_spec(
-        self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
-    ) -> Optional[importlib.machinery.ModuleSpec]:
-        if fullname != self.name:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        exec_module = getattr(loader, "exec_module", None)
-        if loader is None or exec_module is None:
-            return spec
-        ran = self.ran
-
-        def run_then_patch(module: ModuleType) -> None:
-            exec_module(module)
-            ran(module)
-
-        loader.exec_module = run_then_patch  # type: ignore[method-assign]  # this spec's own loader
-        return spec
 
 
 class Float8Off:
@@ -65,7 +29,7 @@ class Float8Off:
 
     def __init__(self) -> None:
         self.skipped = 0
-        self._finder: Optional[_AfterImport] = None
+        self._finder: Optional[AfterImport] = None
         self._saved: list[tuple[Any, str, Any]] = []
 
     def install(self) -> None:
@@ -76,7 +40,7 @@ class Float8Off:
             if package is not None and getattr(package, _NAME, None) is not None:
                 self._save(package)
             return
-        self._finder = _AfterImport(_DEFINED_IN, self._replace)
+        self._finder = AfterImport(_DEFINED_IN, self._replace)
         sys.meta_path.insert(0, self._finder)
 
     def remove(self) -> None:

@@ -1,6 +1,6 @@
-"""AMP515-AMP517: torchao float8 training as the op-recording iterations saw it (float8.py):
-casts that flush an operand's values to zero, float8 GEMMs the GPU kernels refuse, and an output
-layer that ran in float8."""
+"""AMP515-AMP518: torchao float8 training as the run saw it (float8.py): casts that flush an
+operand's values to zero, float8 GEMMs the GPU kernels refuse, an output layer that ran in
+float8, and a conversion that converted nothing."""
 
 from __future__ import annotations
 
@@ -107,3 +107,26 @@ def float8_output_layer(observations: Observations, thresholds: Thresholds, loca
         f'Leave it in higher precision: a `module_filter_fn` that returns False for `fqn == "{layer}"`',
         module=layer,
     )
+
+
+@rule("AMP518")
+def float8_nothing_converted(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    for site, linears, converted in observations.float8_conversions:
+        if converted:
+            continue
+        why = (
+            f"its `module_filter_fn` refused all {linears} of the model's `nn.Linear` layers"
+            if linears
+            else "the model has no `nn.Linear` layer (torchao converts only those: not HF's `Conv1D`, fused or "
+            "Transformer Engine layers)"
+        )
+        yield make_finding(
+            "AMP518",
+            f"`convert_to_float8_training` converted no layer: {why}. The run trains as if float8 had never "
+            "been asked for, with none of its speed-up",
+            Location(*site) if site else locator.location(),
+            "Check the names the filter tests against `[n for n, m in model.named_modules() if isinstance(m, "
+            "nn.Linear)]` (a `Sequential` names its layers `0`, `1` ...), or convert the module that holds the "
+            "model's Linear layers",
+            linears=linears,
+        )
