@@ -23,20 +23,27 @@ class AfterImport(importlib.abc.MetaPathFinder):
     def __init__(self, name: str, ran: Callable[[ModuleType], None]) -> None:
         self.name = name
         self.ran = ran
+        # Asking the other finders may ask this one again (another AfterImport for the same
+        # module does): it answers None while it searches, so that both wrap the one loader.
+        self._searching = False
 
     def find_spec(
         self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
     ) -> Optional[importlib.machinery.ModuleSpec]:
-        if fullname != self.name:
+        if fullname != self.name or self._searching:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
+        self._searching = True
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self._searching = False
         loader = spec.loader
         exec_module = getattr(loader, "exec_module", None)
         if loader is None or exec_module is None:
