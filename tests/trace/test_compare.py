@@ -373,7 +373,10 @@ def test_load_that_ends_between_the_runs_gives_no_verdict(tmp_path):
     run: the ratio would say more about them than about mixed precision."""
     script = COMPARE / "aligned_linear.py"
     report_path = tmp_path / "report.json"
-    command = [sys.executable, "-m", "ampdoctor", "trace", str(script), "--compare", "float32", "--steps", "12"]
+    # The machine's load is read from /proc/stat, in ticks of 10 ms: the timed iterations must
+    # last long enough for a core's worth of difference to show (12 steps lasted a few tens of
+    # milliseconds on a fast machine, and the test failed one time in two).
+    command = [sys.executable, "-m", "ampdoctor", "trace", str(script), "--compare", "float32", "--steps", "40"]
     command += ["--no-lint", "--no-progress", "--json", str(report_path), "--record-ops-steps", "1"]
     spin = [sys.executable, "-c", "while True: pass"]
     busy = [subprocess.Popen(spin) for _ in range(os.cpu_count() or 1)]
