@@ -471,3 +471,48 @@ def export(model):
     torch.save({k: v for k, v in model.state_dict().items() if "_extra_state" not in k}, "weights.pt")
 """
     assert found_pairs(source) == [(3, "AMP608")]
+
+
+def test_an_odd_sized_linear_outside_the_converted_model_is_not_its_business():
+    source = """\
+import torch
+from torch import nn
+from torchao.float8 import convert_to_float8_training
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(4))
+        self.head = nn.Linear(512, 10)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(512, 1000)
+
+
+probe = nn.Linear(512, 7)  # a linear probe trained apart, in float32
+model = Net().cuda()
+convert_to_float8_training(model)
+model = torch.compile(model)
+"""
+    # the head and the block's layer are the converted model's; the probe is not
+    assert [pair for pair in found_pairs(source) if pair[1] == "AMP602"] == [(10, "AMP602"), (16, "AMP602")]
+
+
+def test_a_model_built_in_another_module_gives_no_sizes_to_judge():
+    source = """\
+import torch
+from torch import nn
+from torchao.float8 import convert_to_float8_training
+
+from models import GPT
+
+head = nn.Linear(768, 50257)  # not the converted model's
+model = GPT(config)
+convert_to_float8_training(model)
+model = torch.compile(model)
+"""
+    assert [pair for pair in found_pairs(source) if pair[1] == "AMP602"] == []

@@ -212,7 +212,10 @@ class Float8UnalignedLinear(LintRule):
             if not found.known or found.sizes or found.names or found.other:
                 return
         constants = _int_constants(facts)
+        converted = _converted_linears(facts, sites)
         for linear in self._linears(facts):
+            if id(linear.node) not in converted:
+                continue  # not in a model this module converts (a probe, another model)
             sizes = []
             for position, keyword in ((0, "in_features"), (1, "out_features")):
                 arg = linear.arg(position, keyword)
@@ -237,6 +240,67 @@ class Float8UnalignedLinear(LintRule):
         for site in facts.calls_named("Linear"):
             if site.qname in _LINEAR:
                 yield site
+
+
+# Module methods that return the module itself: ``Net().cuda()`` is the ``Net``.
+_RETURNS_MODULE = frozenset({"to", "cuda", "cpu", "bfloat16", "half", "float", "train", "requires_grad_"})
+_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
+
+
+def _converted_linears(facts: AmpFacts, sites: list[CallSite]) -> set[int]:
+    """The ``nn.Linear(...)`` calls (by node id) that build a model this module converts: the
+    converted name's value is a class of this module (its methods, and the classes of this
+    module they build, in turn) or an ``nn.Sequential(...)`` (its arguments, and the names
+    bound to a Linear or a class it holds). A model built elsewhere contributes nothing."""
+    classes = {node.name: node for node, _bases in facts.classes}
+    values: dict[str, list[ast.expr]] = {}
+    for assignment in facts.assignments:
+        values.setdefault(assignment.target, []).append(assignment.value)
+    roots: list[ast.AST] = []
+    seen_classes: set[str] = set()
+    pending = []
+    for site in sites:
+        model = site.arg(0, "module")
+        spelled = dotted(model.value) if model is not None else None
+        if spelled is not None:
+            pending.extend(values.get(spelled, []))
+    seen_names: set[str] = set()
+    seen_calls: set[int] = set()
+    while pending:
+        value = pending.pop()
+        if id(value) in seen_calls:
+            continue
+        seen_calls.add(id(value))
+        while type(value) is ast.Call and type(value.func) is ast.Attribute and value.func.attr in _RETURNS_MODULE:
+            value = value.func.value
+        if type(value) is ast.Name:
+            if value.id not in seen_names:
+                seen_names.add(value.id)
+                pending.extend(values.get(value.id, []))
+            continue
+        if type(value) is not ast.Call:
+            continue
+        name = dotted(value.func)
+        if name in classes and name not in seen_classes:
+            seen_classes.add(name)
+            roots.append(classes[name])
+            pending.extend(_built_classes(classes[name], classes))
+        elif facts.qualify(value.func) in _CONTAINERS or facts.qualify(value.func) in _LINEAR:
+            roots.append(value)
+            # What the container holds: names bound to layers, and this module's classes.
+            pending.extend(
+                node for node in ast.walk(value) if node is not value and isinstance(node, (ast.Name, ast.Call))
+            )
+    return {id(node) for root in roots for node in ast.walk(root) if type(node) is ast.Call}
+
+
+def _built_classes(node: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.expr]:
+    """The calls of this module's classes made in a class's body (``Block(dim)`` in a model)."""
+    return [
+        call
+        for call in ast.walk(node)
+        if type(call) is ast.Call and type(call.func) is ast.Name and call.func.id in classes
+    ]
 
 
 def _enabled(call: ast.Call) -> bool:
