@@ -29,6 +29,7 @@ def fix_until_stable(source: str, path: str, check: Check, unsafe: bool) -> tupl
     fix, for a person to resolve."""
     fixed = 0
     withheld: set[tuple[str, str, str]] = set()
+    retried_at: str | None = None  # the text at which the withheld fixes were last tried again
     findings, suppressed, parsed = check(source)
     for _ in range(MAX_FIX_PASSES):
         applicable = [
@@ -37,6 +38,12 @@ def fix_until_stable(source: str, path: str, check: Check, unsafe: bool) -> tupl
             if f.fix and (f.fix.is_safe or unsafe) and (not withheld or _fix_key(f, source) not in withheld)
         ]
         applicable = realize_rewrites(applicable, source, path)  # codemods run only when applied
+        if not applicable and withheld and parsed and retried_at != source:
+            # A fix withheld against an earlier text may add nothing against this one (other
+            # fixes changed it): try them all again, once per text, as a second --fix would.
+            withheld.clear()
+            retried_at = source
+            continue
         if not applicable or not parsed:
             break
         candidate, applied = _compose(source, applicable)
