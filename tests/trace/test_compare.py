@@ -371,12 +371,12 @@ def test_nanogpt_style_script(tmp_path):
 def test_load_that_ends_between_the_runs_gives_no_verdict(tmp_path):
     """Busy processes on every core while the float32 run is timed, none in the mixed-precision
     run: the ratio would say more about them than about mixed precision."""
-    script = COMPARE / "aligned_linear.py"
+    script = COMPARE / "steady_work.py"
     report_path = tmp_path / "report.json"
-    # The machine's load is read from /proc/stat, in ticks of 10 ms: the timed iterations must
-    # last long enough for a core's worth of difference to show (12 steps lasted a few tens of
-    # milliseconds on a fast machine, and the test failed one time in two).
-    command = [sys.executable, "-m", "ampdoctor", "trace", str(script), "--compare", "float32", "--steps", "40"]
+    # The machine's load is read from /proc/stat, in ticks of 10 ms: the timed iterations of each
+    # run must last long enough for a core's worth of difference to show (a run of 19 iterations
+    # of half a millisecond is reported with the others' load unknown, stopwatch.LOAD_SECONDS).
+    command = [sys.executable, "-m", "ampdoctor", "trace", str(script), "--compare", "float32", "--steps", "100"]
     command += ["--no-lint", "--no-progress", "--json", str(report_path), "--record-ops-steps", "1"]
     spin = [sys.executable, "-c", "while True: pass"]
     busy = [subprocess.Popen(spin) for _ in range(os.cpu_count() or 1)]

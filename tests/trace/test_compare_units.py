@@ -255,11 +255,44 @@ def test_the_clock_measures_the_load_around_the_timed_iterations(monkeypatch):
     samples = iter([(10.0, 100.0, 500.0), (12.0, 102.0, 506.0), (14.0, 104.0, 512.0)])
     monkeypatch.setattr(stopwatch, "_load_sample", lambda: next(samples))
     monkeypatch.setattr(stopwatch, "_synchronize", lambda: None)
+    monkeypatch.setattr(stopwatch.os, "cpu_count", lambda: 4)
     clock = stopwatch.RunClock(window=1, warmup=1, profiled=0)
     for step in range(1, 5):  # 1 window, 2 warm-up, 3 and 4 timed
         clock(SimpleNamespace(step=step), None)
     load = clock.load()
     assert load.own_cores == pytest.approx(1.0) and load.other_cores == pytest.approx(2.0)
+
+
+def _clock_over(first, last):
+    from ampdoctor.trace.compare import stopwatch
+
+    clock = stopwatch.RunClock(window=0, warmup=0, profiled=0)
+    clock._load_first, clock._load_last = first, last
+    return clock.load()
+
+
+def test_a_timed_span_of_a_few_ticks_leaves_the_others_load_unknown():
+    from ampdoctor.trace.compare.stopwatch import LOAD_SECONDS
+
+    # 10 ms in which the machine counted 2 ticks more than the process used: 2 cores' worth of
+    # "others" that a tick's lag alone explains.
+    short = _clock_over((10.0, 1.0, 100.0), (10.01, 1.01, 100.03))
+    assert short.other_cores is None and short.own_cores == pytest.approx(1.0)
+    span = LOAD_SECONDS * 2
+    long = _clock_over((10.0, 1.0, 100.0), (10.0 + span, 1.0 + span, 100.0 + 2 * span))
+    assert long.other_cores == pytest.approx(1.0)
+
+
+def test_the_others_never_get_more_cores_than_the_process_left(monkeypatch):
+    from ampdoctor.trace.compare import stopwatch
+
+    monkeypatch.setattr(stopwatch.os, "cpu_count", lambda: 2)
+    # The process kept 1.8 cores busy; the counters say 2.5: the others had at most 0.2.
+    load = _clock_over((10.0, 1.0, 100.0), (11.0, 2.8, 102.5))
+    assert load.own_cores == pytest.approx(1.8) and load.other_cores == pytest.approx(0.2)
+    # Busier than the machine could be from this process alone: none for the others.
+    load = _clock_over((10.0, 1.0, 100.0), (11.0, 3.0, 102.5))
+    assert load.other_cores == 0.0
 
 
 def test_without_proc_stat_the_others_load_is_unknown(monkeypatch):
