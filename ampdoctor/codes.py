@@ -54,6 +54,7 @@ _REGION = "lint.rules.region_contents"
 _RANGE = "lint.rules.float16_range"
 _AT_RUN_TIME = "trace.rules.protocol_rules"
 _FLOAT8 = "lint.rules.float8_training"
+_FLOAT8_LAYERS = "lint.rules.float8_layers"
 
 CODES: dict[str, Row] = {
     "AMP000": _row("lint.engine", tests=("test_lint_odd_input.py", "test_properties.py")),
@@ -184,6 +185,8 @@ CODES: dict[str, Row] = {
     "AMP606": _row(_FLOAT8, tests=("test_float8_rules.py",)),
     "AMP607": _row(_FLOAT8, tests=("test_float8_rules.py",)),
     "AMP608": _row(_FLOAT8, tests=("test_float8_rules.py",)),
+    "AMP609": _row(_FLOAT8_LAYERS, tests=("test_float8_layers.py",)),
+    "AMP610": _row(_FLOAT8_LAYERS, tests=("test_float8_layers.py",)),
 }
 
 

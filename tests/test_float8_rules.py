@@ -124,7 +124,8 @@ net = nn.Sequential(layer)
 convert_to_float8_training(net)
 net = torch.compile(net)
 """
-    assert found_pairs(source) == []
+    # (512 to 64 is small enough for AMP609, which test_float8_layers.py covers.)
+    assert [pair for pair in found_pairs(source) if pair[1] != "AMP609"] == []
 
 
 def test_odd_sizes_by_keyword_and_a_classifier_are_reported():

@@ -21,7 +21,7 @@ from . import LintRule, Report, register
 _CONVERTERS = ("torchao.", "float8_experimental.")
 _CONVERT = "convert_to_float8_training"
 # Transformer Engine's FP8 region: ``autocast`` (2.x) and the ``fp8_autocast`` it deprecates.
-_TE_REGIONS = frozenset(
+TE_REGIONS = frozenset(
     {
         "transformer_engine.pytorch.autocast",
         "transformer_engine.pytorch.fp8_autocast",
@@ -30,7 +30,7 @@ _TE_REGIONS = frozenset(
         "transformer_engine.pytorch.fp8.fp8_autocast",
     }
 )
-_LINEAR = frozenset({"torch.nn.Linear", "torch.nn.modules.linear.Linear"})
+LINEAR = frozenset({"torch.nn.Linear", "torch.nn.modules.linear.Linear"})
 _FSDP1 = frozenset(
     {
         "torch.distributed.fsdp.FullyShardedDataParallel",
@@ -48,7 +48,7 @@ _FSDP2 = frozenset(
 )
 _ALL_GATHER_FLAG = "enable_fsdp_float8_all_gather"
 # float8 GEMMs (``torch._scaled_mm``) need both sizes of a weight to be multiples of this.
-_ALIGNMENT = 16
+ALIGNMENT = 16
 # What a size-only filter reads of the module it is given.
 _SIZE_ATTRIBUTES = frozenset({"in_features", "out_features", "weight", "shape", "bias", "size"})
 # Names a filter may use without saying anything about which layer it is.
@@ -174,7 +174,7 @@ class Float8OutputHead(LintRule):
             )
 
 
-def _int_constants(facts: AmpFacts) -> dict[str, int]:
+def int_constants(facts: AmpFacts) -> dict[str, int]:
     """Module-level names bound once, to an int literal."""
     counts: dict[str, int] = {}
     found: dict[str, int] = {}
@@ -188,7 +188,7 @@ def _int_constants(facts: AmpFacts) -> dict[str, int]:
     return {name: number for name, number in found.items() if counts[name] == 1}
 
 
-def _size(expr: ast.expr | None, constants: dict[str, int]) -> int | None:
+def literal_size(expr: ast.expr | None, constants: dict[str, int]) -> int | None:
     if type(expr) is ast.Constant and type(expr.value) is int and not isinstance(expr.value, bool):
         return expr.value
     if type(expr) is ast.Name:
@@ -211,26 +211,26 @@ class Float8UnalignedLinear(LintRule):
             # A filter that tests sizes keeps such layers out; one that picks layers by name may.
             if not found.known or found.sizes or found.names or found.other:
                 return
-        constants = _int_constants(facts)
-        converted = _converted_linears(facts, sites)
+        constants = int_constants(facts)
+        converted = converted_calls(facts, sites)
         for linear in self._linears(facts):
             if id(linear.node) not in converted:
                 continue  # not in a model this module converts (a probe, another model)
             sizes = []
             for position, keyword in ((0, "in_features"), (1, "out_features")):
                 arg = linear.arg(position, keyword)
-                size = _size(arg.value if arg is not None else None, constants)
-                if size is not None and size % _ALIGNMENT:
+                size = literal_size(arg.value if arg is not None else None, constants)
+                if size is not None and size % ALIGNMENT:
                     sizes.append(f"{keyword}={size}")
             if not sizes:
                 continue
             yield Report(
                 self.code,
                 linear.node,
-                f"`nn.Linear` with {' and '.join(sizes)}, not a multiple of {_ALIGNMENT}, is converted to float8 "
+                f"`nn.Linear` with {' and '.join(sizes)}, not a multiple of {ALIGNMENT}, is converted to float8 "
                 f"training (line {site.node.lineno}): float8 GEMMs on the GPU need both sizes of the weight "
-                f"divisible by {_ALIGNMENT}, so the layer fails at its first forward",
-                help=f"Pad the size to a multiple of {_ALIGNMENT} (a vocabulary or a class count), or leave the "
+                f"divisible by {ALIGNMENT}, so the layer fails at its first forward",
+                help=f"Pad the size to a multiple of {ALIGNMENT} (a vocabulary or a class count), or leave the "
                 "layer out with a `module_filter_fn` that tests `in_features` and `out_features`",
                 statement=linear.statement,
             )
@@ -238,7 +238,7 @@ class Float8UnalignedLinear(LintRule):
     @staticmethod
     def _linears(facts: AmpFacts) -> Iterator[CallSite]:
         for site in facts.calls_named("Linear"):
-            if site.qname in _LINEAR:
+            if site.qname in LINEAR:
                 yield site
 
 
@@ -247,11 +247,22 @@ _RETURNS_MODULE = frozenset({"to", "cuda", "cpu", "bfloat16", "half", "float", "
 _CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
 
 
-def _converted_linears(facts: AmpFacts, sites: list[CallSite]) -> set[int]:
-    """The ``nn.Linear(...)`` calls (by node id) that build a model this module converts: the
-    converted name's value is a class of this module (its methods, and the classes of this
-    module they build, in turn) or an ``nn.Sequential(...)`` (its arguments, and the names
-    bound to a Linear or a class it holds). A model built elsewhere contributes nothing."""
+def converted_calls(facts: AmpFacts, sites: list[CallSite]) -> set[int]:
+    """The calls (by node id) that build a model these conversion calls convert (``model_calls``)."""
+    names = []
+    for site in sites:
+        model = site.arg(0, "module")
+        spelled = dotted(model.value) if model is not None else None
+        if spelled is not None:
+            names.append(spelled)
+    return {id(call) for call in model_calls(facts, names)}
+
+
+def model_calls(facts: AmpFacts, names: Iterable[str]) -> list[ast.Call]:
+    """The calls made to build the models bound to ``names``, where this module builds them: a
+    name's value is a class of this module (its methods, and the classes of this module they
+    build, in turn) or an ``nn.Sequential(...)``/``nn.Linear(...)`` (its arguments, and the names
+    bound to a layer or a class it holds). A model built elsewhere contributes nothing."""
     classes = {node.name: node for node, _bases in facts.classes}
     values: dict[str, list[ast.expr]] = {}
     for assignment in facts.assignments:
@@ -259,11 +270,8 @@ def _converted_linears(facts: AmpFacts, sites: list[CallSite]) -> set[int]:
     roots: list[ast.AST] = []
     seen_classes: set[str] = set()
     pending = []
-    for site in sites:
-        model = site.arg(0, "module")
-        spelled = dotted(model.value) if model is not None else None
-        if spelled is not None:
-            pending.extend(values.get(spelled, []))
+    for bound in names:
+        pending.extend(values.get(bound, []))
     seen_names: set[str] = set()
     seen_calls: set[int] = set()
     while pending:
@@ -285,13 +293,13 @@ def _converted_linears(facts: AmpFacts, sites: list[CallSite]) -> set[int]:
             seen_classes.add(name)
             roots.append(classes[name])
             pending.extend(_built_classes(classes[name], classes))
-        elif facts.qualify(value.func) in _CONTAINERS or facts.qualify(value.func) in _LINEAR:
+        elif facts.qualify(value.func) in _CONTAINERS or facts.qualify(value.func) in LINEAR:
             roots.append(value)
             # What the container holds: names bound to layers, and this module's classes.
             pending.extend(
                 node for node in ast.walk(value) if node is not value and isinstance(node, (ast.Name, ast.Call))
             )
-    return {id(node) for root in roots for node in ast.walk(root) if type(node) is ast.Call}
+    return [node for root in roots for node in ast.walk(root) if type(node) is ast.Call]
 
 
 def _built_classes(node: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.expr]:
@@ -303,7 +311,7 @@ def _built_classes(node: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list
     ]
 
 
-def _enabled(call: ast.Call) -> bool:
+def region_enabled(call: ast.Call) -> bool:
     """Whether a Transformer Engine region may be on (only a literal ``enabled=False`` says no)."""
     for keyword in call.keywords:
         if keyword.arg == "enabled":
@@ -347,7 +355,7 @@ class BackwardInFp8Autocast(LintRule):
             expr = ref.expr
             if ref.decorator or type(expr) is not ast.Call:
                 continue
-            if facts.qualify(expr.func) in _TE_REGIONS and _enabled(expr):
+            if facts.qualify(expr.func) in TE_REGIONS and region_enabled(expr):
                 return expr
         return None
 
@@ -493,12 +501,12 @@ class TorchCheckpointWithFp8(LintRule):
         if is_test_module(facts.path):
             return
         if not any(
-            ref.expr is not None and type(ref.expr) is ast.Call and facts.qualify(ref.expr.func) in _TE_REGIONS
+            ref.expr is not None and type(ref.expr) is ast.Call and facts.qualify(ref.expr.func) in TE_REGIONS
             for site in facts.calls
             for ref in site.withs
-        ) and not any(site.qname in _TE_REGIONS for site in facts.calls):
+        ) and not any(site.qname in TE_REGIONS for site in facts.calls):
             return
-        if not any(_is_te_module(site.qname) for site in facts.calls):
+        if not any(is_te_module(site.qname) for site in facts.calls):
             return  # the checkpointed code has no Transformer Engine module of this file's making
         for site in facts.calls:
             if site.qname in _TORCH_CHECKPOINT:
@@ -514,7 +522,7 @@ class TorchCheckpointWithFp8(LintRule):
                 )
 
 
-def _is_te_module(qname: str | None) -> bool:
+def is_te_module(qname: str | None) -> bool:
     """A Transformer Engine module class (``te.Linear``, ``te.TransformerLayer`` ...)."""
     if qname is None or not qname.startswith("transformer_engine.pytorch."):
         return False
