@@ -32,7 +32,8 @@ import torch
 
 from .compiled import outside_compiled
 from .import_hooks import AfterImport
-from .observations import CastStats, Float8GemmKey, Observations
+from .observations import CastStats, Float8GemmKey, Observations, ShadowStats
+from .ops import quiet
 from .sites import user_site
 
 if TYPE_CHECKING:
@@ -44,6 +45,10 @@ _CAST = "hp_tensor_to_float8_dynamic"
 _UTILS_MODULE = "torchao.float8.float8_linear_utils"
 _PACKAGE = "torchao.float8"
 _CONVERT = "convert_to_float8_training"
+# torchao's float8 layer, by its class's name (torchao is not imported here).
+_FLOAT8_LINEAR = "Float8Linear"
+# Tensors a float32 shadow of a layer can be computed from (not FSDP's or torchao's subclasses).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 # Conversions recorded per run (a script converts once, or once per model or block).
 _MAX_CONVERSIONS = 64
 
@@ -150,6 +155,36 @@ class Float8Watch:
         # A module with weights of its own, in a forward that trains: the head is the last one.
         if module._parameters and torch.is_grad_enabled():
             self._last = module
+        if type(module).__name__ == _FLOAT8_LINEAR and args and self._active() is not None:
+            self._shadow(module, args[0], output)
+
+    def _shadow(self, module: torch.nn.Module, hp_input: Any, output: Any) -> None:
+        """Compare the layer's output with the same layer in float32, from the same input and
+        the same high-precision weight: what float8 cost this forward."""
+        weight: Any = getattr(module, "weight", None)
+        bias: Any = getattr(module, "bias", None)
+        if not all(type(t) in _PLAIN for t in (hp_input, output, weight)) or (
+            bias is not None and type(bias) not in _PLAIN
+        ):
+            return  # a weight sharded or cast by FSDP's float8 all-gather: not one tensor here
+        device = hp_input.device.type
+        with torch.no_grad(), quiet(), torch.autocast(device, enabled=False):
+            reference = torch.nn.functional.linear(
+                hp_input.float(), weight.float(), None if bias is None else bias.float()
+            )
+            if reference.shape != output.shape or not reference.numel():
+                return
+            reference = reference.reshape(-1, reference.shape[-1])
+            error = output.float().reshape(reference.shape) - reference
+            norms = torch.linalg.vector_norm(reference, dim=-1)
+            errors = torch.linalg.vector_norm(error, dim=-1)
+            kept = norms > 0  # a row of zeros has no relative error
+            total = (errors[kept] / norms[kept]).sum()
+            read = torch.stack([total, kept.sum().to(total.dtype)]).tolist()
+        stats = self._observations.float8_shadows.setdefault(self._name(module), ShadowStats())
+        stats.forwards += 1
+        stats.error_sum += float(read[0])
+        stats.rows += int(read[1])
 
     def _patch(self) -> bool:
         """Wrap torchao's cast and ``torch._scaled_mm`` once torchao's float8 linear is imported."""
@@ -206,7 +241,7 @@ class Float8Watch:
             if self._observations.float8_last_layer is None:
                 self._observations.float8_last_layer = self._name(self._last)
             self._last = None
-        with torch.no_grad():
+        with torch.no_grad(), quiet():  # the census counts the training step's ops, not these
             nonzero = hp != 0
             # float8 zeros are 0x00 and 0x80 (sign and magnitude): read the bits, not the values.
             zero = (data.view(torch.uint8) & 0x7F) == 0

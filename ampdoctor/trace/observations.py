@@ -47,6 +47,23 @@ class CastStats:
         }
 
 
+@dataclass
+class ShadowStats:
+    """How far a float8 layer's forward output was from the same layer computed in float32 from
+    the same high-precision input and weight, over its recorded forwards: per output row (a token,
+    a sample), the norm of the difference over the norm of the float32 row, summed over ``rows``.
+    Per row, because one outlier's row would otherwise outweigh all the rows it ruined."""
+
+    forwards: int = 0
+    rows: int = 0
+    error_sum: float = 0.0
+
+    @property
+    def relative_error(self) -> Optional[float]:
+        """The mean relative error of an output row."""
+        return self.error_sum / self.rows if self.rows else None
+
+
 # (module, role) -> what its casts lost; role: "input", "weight" or "grad_output".
 CastKey = tuple[Optional[str], str]
 # (module, phase, first operand's shape, second operand's shape) of a float8 GEMM.
@@ -259,6 +276,8 @@ class Observations:
     float8_gemms: Counter[Float8GemmKey] = field(default_factory=Counter)
     # The last module with weights to finish its forward before the first recorded backward.
     float8_last_layer: Optional[str] = None
+    # Per float8 layer, its forward output against a float32 computation of it (float8.py).
+    float8_shadows: dict[Optional[str], ShadowStats] = field(default_factory=dict)
     # The training code imported torchao's float8 training (by the end of the recorded iterations).
     float8_imported: bool = False
     # Each torchao conversion: (the user's statement, nn.Linear layers before, float8 layers after).

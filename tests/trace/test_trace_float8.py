@@ -91,6 +91,53 @@ def test_a_healthy_float8_run_reports_nothing_of_float8(tmp_path):
 def test_rowwise_with_a_high_precision_weight_gradient_keeps_the_outliers_row_to_itself(tmp_path):
     session, _ = _trace(_script(recipe="rowwise_with_gw_hp", outlier=1e6), tmp_path)
     assert "AMP515" not in _codes(session)
+    # Each row has its own scale: every output row is as close to float32 as e4m3 allows.
+    shadows = session.observations.float8_shadows
+    assert set(shadows) == {"0", "2"} and all(s.relative_error < 0.1 for s in shadows.values())
+
+
+def test_each_float8_layer_is_compared_with_float32_row_by_row(tmp_path):
+    healthy, _ = _trace(_script(), tmp_path)
+    shadows = healthy.observations.float8_shadows
+    # Two forwards recorded per layer (the census window), 64 rows each; e4m3 rounds the input
+    # and the weight to 3 mantissa bits: a few percent, never zero.
+    assert {name: (s.forwards, s.rows) for name, s in shadows.items()} == {"0": (2, 128), "2": (2, 128)}
+    assert all(0.005 < s.relative_error < 0.1 for s in shadows.values())
+    # One outlier under a tensorwise scale: the 63 other rows of the first layer's input are
+    # flushed to zero, and their outputs are the bias alone.
+    outlier, _ = _trace(_script(outlier=1e6), tmp_path)
+    assert outlier.observations.float8_shadows["0"].relative_error > 0.5
+    found = _codes(outlier)["AMP515"][0]
+    assert found.extra["module"] == "0" and found.extra["output_error"] > 0.5
+
+
+def test_the_census_counts_the_training_step_not_the_float8_watch(tmp_path):
+    session, _ = _trace(_script(outlier=1e6), tmp_path)
+    ops = {key.op for key in session.observations.ops}
+    # What the watch computes to count flushed values and to compare with float32.
+    assert not ops & {"bitwise_and", "bitwise_not", "ne", "eq", "linalg_vector_norm", "square"}, ops
+    assert {"gelu", "gelu_backward"} <= ops  # the model's own ops are recorded
+
+
+def test_the_json_report_lists_each_float8_layer(tmp_path):
+    session, _ = _trace(_script(out=10, keep="True"), tmp_path)
+    float8 = session.report().to_dict()["float8"]
+    assert [c["linear_layers"] for c in float8["conversions"]] == [3]
+    assert [c["converted"] for c in float8["conversions"]] == [3]
+    assert float8["output_layer"] == "4"
+    layers = {layer["module"]: layer for layer in float8["layers"]}
+    assert set(layers) == {"0", "2", "4"}
+    assert layers["4"]["unaligned_gemms"] > 0 and layers["0"]["unaligned_gemms"] == 0
+    assert set(layers["0"]["casts"]) == {"input", "weight", "grad_output"}
+    assert layers["0"]["casts"]["grad_output"]["dtype"] == "float8_e5m2"
+    assert all(0 < layer["output_error"] < 0.1 and layer["forwards"] == 2 for layer in layers.values())
+
+
+def test_a_run_without_float8_has_no_float8_object():
+    from ampdoctor.trace.observations import Observations
+    from ampdoctor.trace.report.trace_report import _float8_dict
+
+    assert _float8_dict(Observations()) is None
 
 
 def test_an_unaligned_head_converted_to_float8_is_named_with_its_shapes(tmp_path):

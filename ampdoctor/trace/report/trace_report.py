@@ -47,6 +47,12 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
                        ``submodule`` | "output": born outside the modules), scale, loss_grad_max
                        (max |g| of the first gradient, leaving the loss, at the scale),
                        output_grad_max, halvings_needed} or null
+``float8``             torchao float8 training (op-recording window), else null: {conversions:
+                       [{file, line, linear_layers, converted}], output_layer, layers: per
+                       float8 layer {module, gemms, unaligned_gemms, output_error (the mean
+                       relative error of a forward output row against float32, or null),
+                       forwards, casts: {role: {dtype, granularity, casts, nonzero, flushed,
+                       flushed_share, nonfinite_scales}}}}
 ``linted_files``       the script and the local modules it imported, linted into the report
 ``static_findings``    their ``ampdoctor lint`` findings (Finding.to_dict())
 ``compare``            ``--compare float32`` only, else null: the two runs and the verdict, see
@@ -231,6 +237,7 @@ class TraceReport:
             ],
             "origin": _origin_dict(obs),
             "backward_origin": _backward_origin_dict(obs),
+            "float8": _float8_dict(obs),
             "linted_files": list(self.linted_files),
             "static_findings": [f.to_dict() for f in self.static_findings],
             "what_if": self.what_if.to_dict() if self.what_if is not None else None,
@@ -308,6 +315,41 @@ def _activation_dict(stats: ActivationStats) -> dict[str, Any]:
         "max_abs": {dtype: json_number(v) for dtype, v in stats.max_abs.items()},
         "max_abs_step": dict(stats.max_abs_step),
         "first_nonfinite_step": stats.first_nonfinite_step,
+    }
+
+
+def _float8_dict(obs: Observations) -> Optional[dict[str, Any]]:
+    if not (obs.float8_imported or obs.float8_conversions or obs.float8_casts):
+        return None
+    from ..float8 import unaligned
+
+    layers: dict[Optional[str], dict[str, Any]] = {}
+
+    def layer(module: Optional[str]) -> dict[str, Any]:
+        found = layers.get(module)
+        if found is None:
+            found = layers[module] = {"module": module, "gemms": 0, "unaligned_gemms": 0, "casts": {}}
+        return found
+
+    for (module, role), stats in obs.float8_casts.items():
+        layer(module)["casts"][role] = {**stats.to_dict(), "flushed_share": json_number(stats.flushed_share)}
+    for (module, _phase, a, b), count in obs.float8_gemms.items():
+        entry = layer(module)
+        entry["gemms"] += count
+        if unaligned(a, b):
+            entry["unaligned_gemms"] += count
+    for module, shadow in obs.float8_shadows.items():
+        layer(module).update(output_error=json_number(shadow.relative_error), forwards=shadow.forwards)
+    for entry in layers.values():
+        entry.setdefault("output_error", None)
+        entry.setdefault("forwards", 0)
+    return {
+        "conversions": [
+            {"file": site[0] if site else None, "line": site[1] if site else None, "linear_layers": n, "converted": c}
+            for site, n, c in obs.float8_conversions
+        ],
+        "output_layer": obs.float8_last_layer,
+        "layers": sorted(layers.values(), key=lambda entry: str(entry["module"])),
     }
 
 

@@ -30,6 +30,11 @@ def float8_flushed_to_zero(observations: Observations, thresholds: Thresholds, l
             if stats.granularity == "tensorwise" or role == "input"
             else "normalize the outliers that set its rows' scales"
         )
+        # The layer's output against float32, as data: not in the message, because an outlier in
+        # every row (a feature left unnormalized) swamps the float32 output as much, and a small
+        # error there would read as harmless while the other features are gone.
+        shadow = observations.float8_shadows.get(module)
+        error = shadow.relative_error if shadow is not None else None
         yield make_finding(
             "AMP515",
             f"{module_label(module, observations)}: its float8 casts flushed {stats.flushed_share:.1%} of the non-zero "
@@ -42,6 +47,7 @@ def float8_flushed_to_zero(observations: Observations, thresholds: Thresholds, l
             role=role,
             share=round(stats.flushed_share, 6),
             granularity=stats.granularity,
+            output_error=round(error, 6) if error is not None else None,
         )
 
 
