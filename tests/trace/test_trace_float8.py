@@ -239,6 +239,56 @@ def test_a_run_that_died_of_an_unaligned_float8_gemm_on_the_gpu_is_named():
     assert list(float8_gemm_unaligned(observations, Thresholds(), Locator("train.py", {}))) == []
 
 
+# torch's refusal on a GPU below compute capability 8.9 (aten/src/ATen/native/cuda/Blas.cpp).
+REFUSED = "torch._scaled_mm is only supported on CUDA devices with compute capability >= 9.0 or 8.9, or ROCm MI300+"
+
+
+def test_a_run_that_died_on_a_gpu_without_float8_is_named_with_the_gpu(monkeypatch):
+    from ampdoctor.trace.observations import Observations
+    from ampdoctor.trace.rulebase import Locator, Thresholds
+    from ampdoctor.trace.rules import float8_rules
+
+    monkeypatch.setattr(float8_rules, "cuda_device", lambda: "NVIDIA A100-SXM4-80GB, compute capability 8.0")
+    observations = Observations()
+    observations.script_error = (f"RuntimeError: {REFUSED}", ("train.py", 12))
+    locator = Locator("train.py", {})
+    assert list(float8_rules.float8_unsupported_gpu(observations, Thresholds(), locator)) == []  # no float8
+    observations.float8_imported = True
+    found = list(float8_rules.float8_unsupported_gpu(observations, Thresholds(), locator))
+    assert [(f.code, f.location.line, f.severity.label) for f in found] == [("AMP519", 12, "error")]
+    assert "A100" in found[0].message and "8.9" in found[0].message and "bfloat16" in found[0].help
+    # The MoE experts' grouped GEMM, and torch's older wording, are the same refusal.
+    for error in (
+        "RuntimeError: torch._scaled_grouped_mm is only supported on CUDA devices with compute capability = [9.0, 10.0], or ROCm MI300+",
+        "RuntimeError: torch._scaled_mm is only supported on devices with compute capability >= 9.0)",
+    ):
+        observations.script_error = (error, ("train.py", 12))
+        assert [f.code for f in float8_rules.float8_unsupported_gpu(observations, Thresholds(), locator)] == ["AMP519"]
+    observations.script_error = ("RuntimeError: CUDA out of memory", ("train.py", 12))
+    assert list(float8_rules.float8_unsupported_gpu(observations, Thresholds(), locator)) == []
+
+
+def test_the_gpu_refusal_is_named_at_the_line_of_the_traced_script(tmp_path):
+    # The script stands in for the GPU: its float8 GEMM raises what torch raises on an A100, from
+    # code that is not the script's (as torch's own is not).
+    refuse = "def refuse(*args, **kwargs):\n    raise RuntimeError(REFUSED)\n"
+    source = _script().replace(
+        "torch.manual_seed(0)\n",
+        f"torch.manual_seed(0)\ngpu = {{}}\nexec(compile({refuse!r}, '<gpu>', 'exec'), {{'REFUSED': {REFUSED!r}}}, gpu)\n"
+        "torch._scaled_mm = gpu['refuse']\n",
+    )
+    path = tmp_path / "train.py"
+    path.write_text(source)
+    with contextlib.redirect_stdout(io.StringIO()):
+        with TraceSession(script=str(path)) as session:
+            session.outcome = run_target(Target(script=str(path)))
+    assert session.outcome.reason == "error"
+    found = _codes(session)["AMP519"]
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if "model(x)" in text)
+    assert [f.location.line for f in found] == [line]
+    assert "AMP516" not in _codes(session)
+
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"
 
 

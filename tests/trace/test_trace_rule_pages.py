@@ -27,9 +27,39 @@ EXAMPLES = [
     for rule in TRACE_RULES
     for example in rule.examples
     # Examples marked torchrun run on two ranks: tests/trace/test_trace_distributed.py; those
-    # marked compare run twice under --compare float32: tests/trace/test_compare.py.
-    if "torchrun" not in example.options and "compare" not in example.options
+    # marked compare run twice under --compare float32: tests/trace/test_compare.py. Those marked
+    # gpu need a CUDA GPU without float8 GEMMs: run where there is one (never in CI; the rule is
+    # tested with torch's refusal in tests/trace/test_trace_float8.py).
+    if "torchrun" not in example.options and "compare" not in example.options and "gpu" not in example.options
 ]
+
+
+def _gpu_without_float8() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 9)
+
+
+GPU_EXAMPLES = [
+    pytest.param(rule, example, id=f"{rule.code}-{example.kind}-line{example.page_line}")
+    for rule in TRACE_RULES
+    for example in rule.examples
+    if "gpu" in example.options
+]
+
+
+@pytest.mark.skipif(not HAS_TORCHAO, reason="torchao is not installed (the fp8 extra)")
+@pytest.mark.parametrize("rule,example", GPU_EXAMPLES)
+def test_rule_page_gpu_example(rule, example, tmp_path):
+    if not _gpu_without_float8():
+        pytest.skip("needs a CUDA GPU below compute capability 8.9")
+    path = tmp_path / "example.py"
+    path.write_text(example.source)
+    with contextlib.redirect_stdout(io.StringIO()):
+        with TraceSession(script=str(path)) as session:
+            session.outcome = run_target(Target(script=str(path)))
+    codes = {finding.code for finding in session.report().findings}
+    assert rule.code in codes
 
 
 def trace_example(source: str, tmp_path):

@@ -1,6 +1,6 @@
-"""AMP515-AMP518: torchao float8 training as the run saw it (float8.py): casts that flush an
+"""AMP515-AMP519: torchao float8 training as the run saw it (float8.py): casts that flush an
 operand's values to zero, float8 GEMMs the GPU kernels refuse, an output layer that ran in
-float8, and a conversion that converted nothing."""
+float8, a conversion that converted nothing, and a GPU without float8 GEMMs."""
 
 from __future__ import annotations
 
@@ -136,3 +136,46 @@ def float8_nothing_converted(observations: Observations, thresholds: Thresholds,
             "model's Linear layers",
             linears=linears,
         )
+
+
+# What torch raises where the GPU has no float8 GEMMs: ``_scaled_mm`` below compute capability
+# 8.9 (its older wording said 9.0), ``_scaled_grouped_mm`` (MoE experts) off 9.0 and 10.0.
+_HARDWARE_ERRORS = ("_scaled_mm is only supported on", "_scaled_grouped_mm is only supported on")
+# Where float8 GEMMs run: Ada (8.9), Hopper (9.0) and later.
+FLOAT8_CAPABILITY = (8, 9)
+
+
+@rule("AMP519")
+def float8_unsupported_gpu(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    if observations.script_error is None or not observations.float8_imported:
+        return
+    error, site = observations.script_error
+    if not any(fragment in error for fragment in _HARDWARE_ERRORS):
+        return
+    device = cuda_device()
+    where = f"this GPU ({device})" if device else "this GPU"
+    yield make_finding(
+        "AMP519",
+        f"the script died at its first float8 GEMM ({error}): {where} has no float8 GEMMs. They need compute "
+        f"capability {FLOAT8_CAPABILITY[0]}.{FLOAT8_CAPABILITY[1]} (Ada: L4, L40, RTX 40xx) or 9.0 (Hopper) and "
+        "later; the CPU runs them, so the script works on a laptop and fails here",
+        Location(*site) if site else locator.location(),
+        "Train in bfloat16 on this GPU: convert to float8 only where `torch.cuda.get_device_capability() >= (8, 9)`, "
+        "or run on a GPU that has float8",
+        at_run_time=True,
+        device=device,
+    )
+
+
+def cuda_device() -> Optional[str]:
+    """The current CUDA device's name and compute capability ("NVIDIA A100, compute capability
+    8.0"); None without CUDA."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        major, minor = torch.cuda.get_device_capability()
+        return f"{torch.cuda.get_device_name()}, compute capability {major}.{minor}"
+    except Exception:  # a driver that answers oddly must not break the report
+        return None
