@@ -133,6 +133,23 @@ def test_the_json_report_lists_each_float8_layer(tmp_path):
     assert all(0 < layer["output_error"] < 0.1 and layer["forwards"] == 2 for layer in layers.values())
 
 
+def test_the_terminal_report_tabulates_the_float8_layers(tmp_path):
+    from rich.console import Console
+
+    from ampdoctor.trace.report.report_text import render
+
+    session, _ = _trace(_script(outlier=1e6), tmp_path)
+    stream = io.StringIO()
+    render(session.report(), Console(file=stream, width=160, color_system=None))
+    text = stream.getvalue()
+    table = text[text.index("float8 layers (first 2 iteration(s))") :]
+    rows = {line.split()[1]: line for line in table.splitlines() if line.startswith("│ ")}
+    assert set(rows) == {"0", "2"}
+    shadow = session.observations.float8_shadows["0"].relative_error
+    flushed = session.observations.float8_casts[("0", "input")].flushed_share
+    assert f"{flushed:.1%}" in rows["0"] and f"{shadow:.1%}" in rows["0"]
+
+
 def test_a_run_without_float8_has_no_float8_object():
     from ampdoctor.trace.observations import Observations
     from ampdoctor.trace.report.trace_report import _float8_dict

@@ -89,6 +89,9 @@ def render(report: Any, console: Console | None = None) -> None:
     timeline = _scale_table(obs)
     if timeline is not None:
         console.print(timeline)
+    float8 = _float8_table(obs)
+    if float8 is not None:
+        console.print(float8)
     if report.what_if is not None:
         from .whatif_text import render_what_if
 
@@ -232,6 +235,36 @@ def _underflow_table(report: Any) -> Table | None:
     interval = report.observations.gradient_interval
     if interval > 1:
         caption += f"; measured on the first iterations, then every {interval}th (--gradient-interval)"
+    table.caption = caption
+    return table
+
+
+def _float8_table(obs: Observations) -> Table | None:
+    """Per float8 layer: what its casts flushed to zero, by operand, and how far its forward
+    output was from float32 (the JSON report's ``float8`` object, in short)."""
+    from rich.table import Table
+
+    layers = sorted({module for module, _role in obs.float8_casts} | set(obs.float8_shadows), key=str)
+    if not layers:
+        return None
+    span = f"first {obs.op_steps} iteration(s)" if obs.op_steps else "before the first optimizer step"
+    table = Table(title=f"float8 layers ({span})", title_justify="left")
+    for column in ("layer", "input flushed", "weight flushed", "grad flushed", "output error"):
+        table.add_column(column, justify="left" if column == "layer" else "right", overflow="fold")
+    for module in layers[:_TABLE_ROWS]:
+        cells = []
+        for role in ("input", "weight", "grad_output"):
+            stats = obs.float8_casts.get((module, role))
+            cells.append(f"{stats.flushed_share:.1%}" if stats is not None and stats.nonzero else "-")
+        shadow = obs.float8_shadows.get(module)
+        error = shadow.relative_error if shadow is not None else None
+        table.add_row(str(module), *cells, f"{error:.1%}" if error is not None else "-")
+    caption = (
+        "flushed: the share of non-zero values the float8 cast made zero; output error: a forward output "
+        "row's distance from the same layer in float32, relative, on average"
+    )
+    if len(layers) > _TABLE_ROWS:
+        caption += f"; {len(layers) - _TABLE_ROWS} more layers in --json"
     table.caption = caption
     return table
 
