@@ -203,12 +203,13 @@ def options_taken_after_script(command: click.Command, args: list[str]) -> tuple
 @click.option(
     "--compare",
     "compare",
-    type=click.Choice(["float32"]),
+    type=click.Choice(["float32", "bfloat16"]),
     default=None,
-    help="Run the script twice, as written and with mixed precision switched off, and "
-    "compare time per iteration, peak memory and loss; explain a run that does not pay off.",
+    help="Run the script twice, as written and with mixed precision switched off (float32), "
+    "or a float8 script with float8 switched off and bfloat16 autocast (bfloat16), and compare "
+    "time per iteration, peak memory and loss; explain a run that does not pay off.",
 )
-@click.option("--compare-role", type=click.Choice(["float32", "mixed"]), default=None, hidden=True)
+@click.option("--compare-role", type=click.Choice(["float32", "bfloat16", "mixed"]), default=None, hidden=True)
 @click.option("--compare-baseline", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.option("--compare-out", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.pass_context
@@ -319,6 +320,7 @@ def trace_command(
         rank=rank,
         notices=notices,
         compare_role=compare_role,
+        compare_against=compare,
         compare_baseline=compare_baseline,
         compare_out=compare_out,
     )

@@ -55,6 +55,7 @@ class TraceRequest:
     # A child run of ``--compare float32`` (compare_child.py): "float32" or "mixed", the float32
     # run's measurements (read by the mixed run) and where the float32 run writes them.
     compare_role: Optional[str] = None
+    compare_against: Optional[str] = None  # the baseline: "float32" or "bfloat16"
     compare_baseline: Optional[str] = None
     compare_out: Optional[str] = None
     notices: list[str] = field(default_factory=list)  # one-line remarks for stderr before the run
@@ -163,7 +164,11 @@ def _trace(request: TraceRequest, listeners: list[TensorBoardLog]) -> tuple[Trac
             from .compare.compare_child import CompareChild
 
             child = CompareChild(
-                request.compare_role, session, baseline=request.compare_baseline, out=request.compare_out
+                request.compare_role,
+                session,
+                baseline=request.compare_baseline,
+                out=request.compare_out,
+                against=request.compare_against or request.compare_role,
             )
         redirect: Any = (
             contextlib.redirect_stdout(sys.stderr) if request.output_format == "json" else contextlib.nullcontext()

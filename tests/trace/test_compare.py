@@ -36,7 +36,14 @@ TENSOR_CORES = {"AMPDOCTOR_ASSUME_HARDWARE": "tensor-cores"}
 pytestmark = pytest.mark.slow
 
 
-def compare(tmp_path: Path, script: Path, *args: str, env: dict | None = None, timeout: float = 300):
+def compare(
+    tmp_path: Path,
+    script: Path,
+    *args: str,
+    env: dict | None = None,
+    timeout: float = 300,
+    against: str = "float32",
+):
     report_path = tmp_path / "report.json"
     command = [
         sys.executable,
@@ -45,7 +52,7 @@ def compare(tmp_path: Path, script: Path, *args: str, env: dict | None = None, t
         "trace",
         str(script),
         "--compare",
-        "float32",
+        against,
         "--no-lint",
         "--no-progress",
         "--json",
@@ -410,3 +417,63 @@ def test_a_float8_run_is_compared_with_the_same_model_unconverted(tmp_path):
     assert mixed["float8_layers"] == 2 and float32["float8_layers"] == 0
     assert float32["switched_off"]["float8_conversions_skipped"] == 1
     assert "float8_conversions_skipped" not in mixed["switched_off"]
+
+
+FLOAT8_AUTOCAST = """\
+import torch
+from torch import nn
+from torchao.float8 import convert_to_float8_training
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 16))
+convert_to_float8_training(model, module_filter_fn=lambda m, fqn: fqn != "4")
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(12):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(torch.randn(64, 64))
+    loss = nn.functional.mse_loss(out.float(), torch.randn(64, 16))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed (the fp8 extra)")
+def test_a_float8_run_is_compared_with_bfloat16(tmp_path):
+    script = ROOT / "fixtures" / "trace" / "float8_tabular_healthy.py"
+    result, report = compare(tmp_path, script, "--steps", "12", "--record-ops-steps", "1", against="bfloat16")
+    assert report is not None, result.stderr
+    data = report["compare"]
+    assert data["against"] == "bfloat16" and data["status"] == "compared", data.get("explanation")
+    assert set(data["runs"]) == {"mixed", "bfloat16"}
+    float8, bf16 = data["runs"]["mixed"], data["runs"]["bfloat16"]
+    # The script trains its float32 master weights in float8 without autocast: the baseline has
+    # the conversion skipped and each training forward run in a bfloat16 autocast region.
+    assert float8["float8_layers"] == 2 and float8["autocast"] == []
+    assert bf16["float8_layers"] == 0 and bf16["autocast"] == [["cpu", "bfloat16"]]
+    assert bf16["switched_off"] == {"float8_conversions_skipped": 1, "bfloat16_regions_added": 12}
+    assert set(bf16["matmul_dtypes"]) == {"bfloat16"}
+    assert "bfloat16 run (float8 switched off, bfloat16 on)" in result.stderr
+    assert "float8 run (as written)" in result.stderr
+    assert "float8 vs bfloat16 (2 torchao float8 layers)" in result.stdout
+    # AMP512-AMP514 explain mixed precision against float32: none of them here.
+    assert not {"AMP512", "AMP513"} & {f["code"] for f in report["findings"]}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed (the fp8 extra)")
+def test_a_float8_script_with_its_own_bfloat16_autocast_keeps_it_in_the_baseline(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(FLOAT8_AUTOCAST)
+    result, report = compare(tmp_path, script, "--steps", "12", "--record-ops-steps", "1", against="bfloat16")
+    assert report is not None, result.stderr
+    bf16 = report["compare"]["runs"]["bfloat16"]
+    assert report["compare"]["status"] == "compared", report["compare"].get("explanation")
+    assert bf16["switched_off"] == {"float8_conversions_skipped": 1, "bfloat16_regions_added": 0}
+    assert bf16["autocast"] == [["cpu", "bfloat16"]] and bf16["autocast_regions"] == 12
+
+
+def test_compare_bfloat16_without_float8_has_nothing_to_compare(tmp_path):
+    result, report = compare(tmp_path, COMPARE / "aligned_linear.py", "--steps", "7", against="bfloat16")
+    assert report is not None, result.stderr
+    data = report["compare"]
+    assert data["status"] == "nothing to compare" and "--compare float32" in data["explanation"]

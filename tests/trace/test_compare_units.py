@@ -339,6 +339,64 @@ def test_precision_off_disables_autocast_and_scalers_inside_a_session():
     assert torch.amp.GradScaler("cpu").is_enabled()
 
 
+def test_bfloat16_on_runs_forwards_without_autocast_in_bfloat16_and_leaves_the_scripts_own():
+    from ampdoctor.trace.compare.bfloat16_on import Bfloat16On
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    with contextlib.redirect_stdout(io.StringIO()), TraceSession():
+        with Bfloat16On() as switch:
+            out = model(torch.randn(4, 8))
+            assert out.dtype == torch.bfloat16  # the outermost forward ran in bfloat16
+            assert not torch.is_autocast_enabled("cpu")  # and the region closed with it
+            with torch.autocast("cpu", dtype=torch.float16):  # the script's own region stays
+                assert model(torch.randn(4, 8)).dtype == torch.float16
+            with torch.no_grad():  # an evaluation pass is not the training step
+                assert model(torch.randn(4, 8)).dtype == torch.float32
+    assert switch.regions_added == 1  # one per outermost forward, not one per layer
+    assert switch.to_dict() == {"float8_conversions_skipped": 0, "bfloat16_regions_added": 1}
+    assert model(torch.randn(4, 8)).dtype == torch.float32  # removed: forwards run as written
+
+
+def test_a_forward_that_raises_closes_the_added_region():
+    from ampdoctor.trace.compare.bfloat16_on import Bfloat16On
+
+    class Broken(nn.Module):
+        def forward(self, x):
+            raise ValueError("bad batch")
+
+    with contextlib.redirect_stdout(io.StringIO()), TraceSession():
+        with Bfloat16On():
+            with pytest.raises(ValueError):
+                Broken()(torch.randn(2, 2))
+            assert not torch.is_autocast_enabled("cpu")
+            assert nn.Linear(2, 2)(torch.randn(2, 2)).dtype == torch.bfloat16  # the next one still is
+
+
+def test_against_bfloat16_compares_float8_and_names_both_runs():
+    from ampdoctor.trace.compare.comparison import BFLOAT16, failed_status
+
+    float8 = _run("mixed", SEPARATE[1], float8_layers=3, losses=[2.0, 1.5])
+    bf16 = _run("bfloat16", SEPARATE[0], autocast=[["cpu", "bfloat16"]], losses=[2.0, 1.4])
+    result = compare_runs(float8, bf16, 1.1, 0.1, against=BFLOAT16)
+    assert result.status == COMPARED and result.speedup == pytest.approx(0.0775 / 0.1115)
+    assert headline(result) == "float8 vs bfloat16 (3 torchao float8 layers): 1.44x slower"
+    lines = summary_lines(result)
+    assert "(bfloat16 → float8," in lines[0]
+    assert any(line.startswith("loss    after 2 iterations 1.5 (float8) vs 1.4 (bfloat16)") for line in lines)
+    assert any(line.startswith("why     the CPU has no float8 GEMMs") for line in lines)
+    document = result.to_dict()
+    assert document["against"] == "bfloat16" and set(document["runs"]) == {"mixed", "bfloat16"}
+    assert document["loss_at"] == {"step": 2, "mixed": 1.5, "bfloat16": 1.4}
+    # A script without float8 layers has nothing to compare with bfloat16 (mixed precision alone
+    # is what --compare float32 measures); a baseline that died is named as the bfloat16 run.
+    amp = _run("mixed", SEPARATE[1], **MIXED_SETTING)
+    nothing = compare_runs(amp, bf16, 1.1, 0.1, against=BFLOAT16)
+    assert nothing.status == NOTHING and "--compare float32" in nothing.explanation
+    failed = compare_runs(float8, None, 1.1, 0.1, failure="it was killed by SIGKILL", against=BFLOAT16)
+    assert failed.status == failed_status(BFLOAT16) == "bfloat16 run failed"
+    assert failed.explanation.startswith("the bfloat16 run failed: it was killed by SIGKILL")
+
+
 # -- census shapes and the profile ---------------------------------------------------------------
 
 

@@ -1,11 +1,12 @@
-"""The two child runs of ``--compare float32``, seen from inside.
+"""The two child runs of ``--compare float32`` (or ``bfloat16``), seen from inside.
 
 ``CompareChild`` is what the trace command adds to a session in a child: the clock (both runs),
 timed iterations that run bare (both runs: no activation hooks, no gradient check; see
-``TraceSession.bare_steps``), the mixed-precision switch-off (the float32 run), the profile (the
-mixed-precision run). After the run, the float32 run writes its ``RunRecord`` and report to the
-file the parent named; the mixed-precision run reads it, and its report is evaluated with the
-comparison (``TraceSession.compared``: its findings take the same path as the run's own).
+``TraceSession.bare_steps``), the baseline's switch (the float32 run: mixed precision off,
+precision_off.py; the bfloat16 run: float8 off and bfloat16 on, bfloat16_on.py), the profile (the
+run as written). After the run, the baseline writes its ``RunRecord`` and report to the file the
+parent named; the run as written reads it, and its report is evaluated with the comparison
+(``TraceSession.compared``: its findings take the same path as the run's own).
 """
 
 from __future__ import annotations
@@ -24,23 +25,31 @@ if TYPE_CHECKING:
     from ..report.trace_report import TraceReport
     from ..rules.compare_rules import Compared
     from ..session import TraceSession
+    from .bfloat16_on import Bfloat16On
     from .precision_off import PrecisionOff
 
-FLOAT32, MIXED = "float32", "mixed"
+FLOAT32, MIXED, BFLOAT16 = "float32", "mixed", "bfloat16"
+BASELINES = (FLOAT32, BFLOAT16)
 
 
 class CompareChild:
     def __init__(
-        self, role: str, session: TraceSession, baseline: Optional[str] = None, out: Optional[str] = None
+        self,
+        role: str,
+        session: TraceSession,
+        baseline: Optional[str] = None,
+        out: Optional[str] = None,
+        against: str = FLOAT32,
     ) -> None:
-        if role not in (FLOAT32, MIXED):
-            raise ValueError(f"unknown compare role {role!r}")
+        if role not in (*BASELINES, MIXED) or against not in BASELINES:
+            raise ValueError(f"unknown compare role {role!r} or baseline {against!r}")
         self.role = role
+        self.against = against
         self.session = session
         self.baseline = baseline
         self.out = out
         # Both runs leave out the iterations on which the mixed-precision run samples gradient
-        # statistics (the same schedule: both get the same --gradient-interval); the float32 run
+        # statistics (the same schedule: both get the same --gradient-interval); the baseline
         # does not sample them at all.
         self.clock = RunClock(
             window=session.record_ops_steps, profile=role == MIXED, sampled=session.gradient_sample_scheduled
@@ -49,9 +58,9 @@ class CompareChild:
         # tracer's per-module hooks (whose host work sets the pace on a fast GPU). The other
         # iterations keep every instrument, so the findings still come from observations.
         session.bare_steps = lambda step: self.clock.phase(step) == TIMED
-        if role == FLOAT32:
+        if role in BASELINES:
             session.samples_past_window = False
-        self.switch: Optional[PrecisionOff] = None
+        self.switch: Optional[PrecisionOff | Bfloat16On] = None
         self.outer_regions = 0
         session.iteration_listeners.append(self.clock)
         session.autocast_listeners.append(self._region_entered)
@@ -68,6 +77,11 @@ class CompareChild:
             from .precision_off import PrecisionOff
 
             self.switch = PrecisionOff()
+            self.switch.install()
+        elif self.role == BFLOAT16:
+            from .bfloat16_on import Bfloat16On
+
+            self.switch = Bfloat16On()
             self.switch.install()
         return self
 
@@ -115,33 +129,34 @@ class CompareChild:
         )
 
     def finish(self, report: TraceReport) -> None:
-        """After the run: the float32 run hands its measurements and report over to the
-        mixed-precision run (which took them into its findings through ``compared``)."""
-        if self.role != FLOAT32:
+        """After the run: the baseline hands its measurements and report over to the run as
+        written (which took them into its findings through ``compared``)."""
+        if self.role not in BASELINES:
             return
         from ...atomic import write_text_atomic
 
         document = {"run": self.record().to_dict(), "report": report.to_dict()}
-        assert self.out is not None  # the float32 run is always told where to write
+        assert self.out is not None  # the baseline is always told where to write
         write_text_atomic(self.out, json.dumps(document, allow_nan=False))
 
     def compared(self) -> Compared:
-        """The mixed-precision run against the float32 run's measurements: what ``rules.evaluate``
+        """The run as written against the baseline's measurements: what ``rules.evaluate``
         takes to judge this run's findings and the comparison together (the report shows
         ``comparison``)."""
         from ..rules.compare_rules import Compared
         from .hardware import hardware_for
 
-        float32, failure = read_baseline(self.baseline)
+        baseline, failure = read_baseline(self.baseline)
         limits = self.session.thresholds
         comparison = compare_runs(
             self.record(),
-            float32,
+            baseline,
             limits.compare_speedup,
             limits.compare_memory_saving,
             failure,
             limits.compare_load_change,
             limits.compare_busy,
+            against=self.against,
         )
         obs = self.session.observations
         hardware = [hw for device, dtype in sorted(obs.autocast_dtypes) if (hw := hardware_for(device, dtype))]
@@ -157,7 +172,7 @@ class CompareChild:
 
 
 def read_baseline(path: Optional[str]) -> tuple[Optional[RunRecord], Optional[str]]:
-    """The float32 run's record, or why there is none (the parent writes ``{"failed": ...}``
+    """The baseline run's record, or why there is none (the parent writes ``{"failed": ...}``
     when that run crashed before writing)."""
     if not path or not os.path.exists(path):
         return None, "it wrote no measurements"

@@ -1,4 +1,4 @@
-"""The child runs' command lines for ``--compare float32``, from the parent's options."""
+"""The child runs' command lines for ``--compare float32`` (or ``bfloat16``), from the parent's options."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def start_compare(
     else:
         raise click.UsageError("missing SCRIPT (or -m MODULE)", ctx=ctx)
     _, script_args, common, output = compare_arguments(ctx.params, target, script_args)
-    return run_compare(target, script_args, common, output, timeout=ctx.params.get("timeout"))
+    against = ctx.params.get("compare") or "float32"
+    return run_compare(target, script_args, common, output, timeout=ctx.params.get("timeout"), against=against)
 
 
 def compare_arguments(

@@ -10,7 +10,7 @@ import statistics
 from typing import Optional
 
 from .compare_text import headline, summary_lines
-from .comparison import COMPARED, Comparison, used_memory
+from .comparison import BFLOAT16, COMPARED, Comparison, used_memory
 
 _FLOAT32 = "#2563eb"
 _MIXED = "#16a34a"
@@ -33,12 +33,13 @@ def compare_svg(comparison: Comparison) -> Optional[str]:
     """Left: each run's timed iterations (dots) and median (bar); right: the memory each used."""
     from ..report.charts import _INK, _figure, _style, _svg
 
-    mixed, float32 = comparison.mixed, comparison.float32
-    if float32 is None or not (mixed.seconds and float32.seconds):
+    mixed, baseline = comparison.mixed, comparison.baseline
+    if baseline is None or not (mixed.seconds and baseline.seconds):
         return None
+    written = "float8" if comparison.against == BFLOAT16 else "mixed precision"
     figure = _figure(7.2, 2.8)
     times = figure.add_subplot(1, 2, 1)
-    runs = (("float32", float32, _FLOAT32), ("mixed precision", mixed, _MIXED))
+    runs = ((comparison.against, baseline, _FLOAT32), (written, mixed, _MIXED))
     for position, (_label, run, colour) in enumerate(runs):
         values = [1000 * s for s in run.seconds]
         jitter = [position + 0.25 * ((i * 0.618) % 1 - 0.5) for i in range(len(values))]
@@ -51,15 +52,15 @@ def compare_svg(comparison: Comparison) -> Optional[str]:
     times.set_ylabel("ms per iteration", color=_INK)
     _style(times, "Time per iteration (bar: median)")
     memory = figure.add_subplot(1, 2, 2)
-    float32_used, mixed_used = used_memory(float32), used_memory(mixed)
-    if float32_used and mixed_used:
-        memory.bar([0, 1], [float32_used / 1e6, mixed_used / 1e6], color=[_FLOAT32, _MIXED], width=0.6)
-        memory.set_xticks([0, 1], labels=["float32", "mixed precision"])
+    baseline_used, mixed_used = used_memory(baseline), used_memory(mixed)
+    if baseline_used and mixed_used:
+        memory.bar([0, 1], [baseline_used / 1e6, mixed_used / 1e6], color=[_FLOAT32, _MIXED], width=0.6)
+        memory.set_xticks([0, 1], labels=[comparison.against, written])
         memory.set_ylabel("MB", color=_INK)
         _style(memory, "Memory (peak)" if mixed.start_bytes is None else "Memory (peak above start)")
     else:
         memory.text(0.5, 0.5, "memory not measured", ha="center", va="center", transform=memory.transAxes)
         _style(memory, "Memory")
-    if any(not math.isfinite(s) for s in mixed.seconds + float32.seconds):
+    if any(not math.isfinite(s) for s in mixed.seconds + baseline.seconds):
         return None
     return _svg(figure)

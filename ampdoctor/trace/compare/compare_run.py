@@ -3,6 +3,8 @@
 1. The float32 run: ``ampdoctor trace`` with the same script, arguments, environment and
    options, plus a hidden ``--compare-role float32``: mixed precision switched off
    (precision_off.py), its output captured, its measurements written to a temporary file.
+   With ``--compare bfloat16`` (a float8 script), the bfloat16 run instead: float8 switched off
+   and bfloat16 autocast on (bfloat16_on.py).
 2. The mixed-precision run: the script as written, with ``--compare-role mixed`` and the float32
    run's file; it prints the report (the user's ``--json``, ``--html``, output format, exit
    status), comparison included.
@@ -40,17 +42,19 @@ def run_compare(
     common: list[str],
     output: list[str],
     timeout: Optional[float],
+    against: str = "float32",
 ) -> int:
     """Run both children; returns the exit status of the command.
 
     ``target_args``: the script (or ``-m MODULE``); ``common``: the options both runs get;
-    ``output``: the options only the reporting (mixed-precision) run gets."""
+    ``output``: the options only the reporting (mixed-precision) run gets; ``against``: the
+    baseline, "float32" (mixed precision off) or "bfloat16" (float8 off, bfloat16 on)."""
     limit = timeout + KILL_GRACE if timeout else None
     timeout_args = ["--timeout", repr(timeout)] if timeout else []
     with tempfile.TemporaryDirectory(prefix="ampdoctor-compare-") as folder:
-        baseline = os.path.join(folder, "float32.json")
-        log = os.path.join(folder, "float32.log")
-        float32 = child_command(
+        baseline = os.path.join(folder, f"{against}.json")
+        log = os.path.join(folder, f"{against}.log")
+        first = child_command(
             [
                 *target_args,
                 *common,
@@ -62,15 +66,16 @@ def run_compare(
                 "--output-format",
                 "json",
                 "--compare-role",
-                "float32",
+                against,
                 "--compare-out",
                 baseline,
                 "--",
                 *script_args,
             ]
         )
-        click.echo("ampdoctor trace: float32 run (mixed precision switched off)...", err=True)
-        code, failure = _run_child(float32, limit, log, quiet=True)
+        switched = "mixed precision switched off" if against == "float32" else "float8 switched off, bfloat16 on"
+        click.echo(f"ampdoctor trace: {against} run ({switched})...", err=True)
+        code, failure = _run_child(first, limit, log, quiet=True)
         if not os.path.exists(baseline):
             with open(baseline, "w", encoding="utf-8") as handle:
                 json.dump({"failed": failure or f"it ended with exit status {code} and wrote no measurements"}, handle)
@@ -80,6 +85,8 @@ def run_compare(
                 *common,
                 *timeout_args,
                 *output,
+                "--compare",
+                against,
                 "--compare-role",
                 "mixed",
                 "--compare-baseline",
@@ -88,10 +95,11 @@ def run_compare(
                 *script_args,
             ]
         )
-        click.echo("ampdoctor trace: mixed-precision run (as written)...", err=True)
+        written = "mixed-precision" if against == "float32" else "float8"
+        click.echo(f"ampdoctor trace: {written} run (as written)...", err=True)
         code, failure = _run_child(mixed, limit, None, quiet=False)
         if failure:
-            click.echo(f"ampdoctor trace: the mixed-precision run {failure}", err=True)
+            click.echo(f"ampdoctor trace: the {written} run {failure}", err=True)
             return 1
         return code
 

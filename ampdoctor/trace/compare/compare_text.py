@@ -1,4 +1,5 @@
-"""The "Mixed precision vs float32" block: at most six lines, as users talk about it.
+"""The "Mixed precision vs float32" block (or "float8 vs bfloat16" under ``--compare bfloat16``): at
+most six lines, as users talk about it.
 
     Mixed precision vs float32 (bfloat16 autocast on cpu): 1.46x faster
       time    112 → 76.7 ms/iteration (median of 40 iterations each, spread ±3% / ±2%; ...)
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from .comparison import COMPARED, TOO_SHORT, Comparison, used_memory
+from .comparison import BFLOAT16, COMPARED, TOO_SHORT, Comparison, RunRecord, used_memory
+from .stopwatch import CUDA_MEMORY_METHOD
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,8 +42,14 @@ def format_bytes(size: Optional[int]) -> str:
 
 
 def headline(comparison: Comparison) -> str:
-    setting = ", ".join(f"{dtype} autocast on {device}" for device, dtype in comparison.mixed.autocast)
-    head = "Mixed precision vs float32" + (f" ({setting})" if setting else "")
+    if comparison.against == BFLOAT16:
+        layers = comparison.mixed.float8_layers
+        head = "float8 vs bfloat16" + (
+            f" ({layers} torchao float8 layer{'s' if layers != 1 else ''})" if layers else ""
+        )
+    else:
+        setting = ", ".join(f"{dtype} autocast on {device}" for device, dtype in comparison.mixed.autocast)
+        head = "Mixed precision vs float32" + (f" ({setting})" if setting else "")
     if comparison.status not in (COMPARED, TOO_SHORT):
         return f"{head}: {comparison.explanation}"
     if comparison.speedup is None:
@@ -67,31 +75,32 @@ def _left_out(comparison: Comparison) -> str:
 
 def summary_lines(comparison: Comparison) -> list[str]:
     """The lines under the headline (none when nothing was compared)."""
-    if comparison.status != COMPARED or comparison.float32 is None:
+    if comparison.status != COMPARED or comparison.baseline is None:
         return []
-    mixed, float32 = comparison.mixed, comparison.float32
-    a, b = mixed.timing, float32.timing
+    mixed, baseline, against = comparison.mixed, comparison.baseline, comparison.against
+    written = "float8" if against == BFLOAT16 else "mixed"
+    a, b = mixed.timing, baseline.timing
     lines = []
     if a.median and b.median:
         spreads = f"spread ±{(b.spread or 0):.0%} / ±{(a.spread or 0):.0%}"
         counts = f"{len(b.seconds)}" if len(a.seconds) == len(b.seconds) else f"{len(b.seconds)} and {len(a.seconds)}"
         lines.append(
             f"time    {format_seconds(b.median)} → {format_seconds(a.median)} ms/iteration "
-            f"(float32 → mixed, median of {counts} iterations, {spreads}{_left_out(comparison)})"
+            f"({against} → {written}, median of {counts} iterations, {spreads}{_left_out(comparison)})"
         )
-    mixed_used, float32_used = used_memory(mixed), used_memory(float32)
-    if mixed_used and float32_used:
+    mixed_used, baseline_used = used_memory(mixed), used_memory(baseline)
+    if mixed_used and baseline_used:
         change = comparison.memory_change or 0.0
         verdict = f"{change:+.0%}".replace("-", "−") if comparison.memory_measurable else "no measurable difference"
         basis = "allocator peak" if mixed.start_bytes is None else "peak resident size above the start"
         lines.append(
-            f"memory  {basis} {format_bytes(float32_used)} → {format_bytes(mixed_used)} ({verdict}); "
+            f"memory  {basis} {format_bytes(baseline_used)} → {format_bytes(mixed_used)} ({verdict}); "
             f"measured as {mixed.memory_method}"
         )
     loss = comparison.common_loss()
     if loss is not None:
-        step, mixed_loss, float32_loss = loss
-        lines.append(f"loss    after {step} iterations {mixed_loss:.4g} (mixed) vs {float32_loss:.4g} (float32)")
+        step, mixed_loss, baseline_loss = loss
+        lines.append(f"loss    after {step} iterations {mixed_loss:.4g} ({written}) vs {baseline_loss:.4g} ({against})")
     if comparison.device_busy_share is not None:
         line = (
             f"device  busy {comparison.device_busy_share:.0%} of each profiled iteration "
@@ -101,7 +110,10 @@ def summary_lines(comparison: Comparison) -> list[str]:
         if comparison.device_busy_share < 0.5 and not comparison.fast_enough:
             line += ": mixed precision cannot speed up the time the GPU waits"
         lines.append(line)
-    if comparison.causes:
+    if against == BFLOAT16:
+        if comparison.paying_off is False:
+            lines.append(f"why     {_float8_why(mixed)}")
+    elif comparison.causes:
         causes = "; ".join(
             f"{c.code}"
             + (f" `{c.module}`" if c.module else "")
@@ -115,8 +127,23 @@ def summary_lines(comparison: Comparison) -> list[str]:
     if comparison.paying_off is False and top:
         spent = ", ".join(f"{item['op']} {item['share']:.0%}" for item in top[:3] if item.get("share") is not None)
         if spent:
-            lines.append(f"spent   in the mixed-precision run (self time): {spent}")
+            lines.append(
+                f"spent   in the {'float8' if against == BFLOAT16 else 'mixed-precision'} run (self time): {spent}"
+            )
     return lines[:5]  # with the headline, at most six lines
+
+
+def _float8_why(run: RunRecord) -> str:
+    """Why float8 may not pay off against bfloat16 (no causes are ranked for it)."""
+    if run.memory_method != CUDA_MEMORY_METHOD:
+        return (
+            "the CPU has no float8 GEMMs (torch emulates them, slower than bfloat16): measure on a GPU "
+            "with compute capability 8.9 or later"
+        )
+    return (
+        "float8 pays off on large GEMMs of a compiled model: small layers (AMP609) and eager mode (AMP605) "
+        "cost more in casts than the GEMMs save"
+    )
 
 
 def render_compare(comparison: Comparison, console: Console) -> None:

@@ -1,8 +1,10 @@
-"""``--compare float32``: the two runs' measurements and what they say, as users ask it.
+"""``--compare float32`` (and ``bfloat16``): the two runs' measurements and what they say, as
+users ask it.
 
-Each run (a child process, see compare_run.py) describes itself as a ``RunRecord``; the
-mixed-precision run builds the ``Comparison`` from its own record and the float32 run's, and the
-report shows it (terminal block, JSON ``compare`` object, HTML section).
+Each run (a child process, see compare_run.py) describes itself as a ``RunRecord``; the run as
+written (the "mixed" role) builds the ``Comparison`` from its own record and the baseline's (the
+float32 run, or for a float8 script the bfloat16 run), and the report shows it (terminal block,
+JSON ``compare`` object, HTML section).
 
 A speed ratio is stated only when the two runs' bands (median ± the median absolute deviation of
 the per-iteration times) do not overlap; otherwise the difference is not measurable and the
@@ -47,15 +49,21 @@ MIN_TIMED = 5  # fewer timed iterations per run cannot show a spread worth compa
 COMPARED = "compared"
 NOTHING = "nothing to compare"
 CAST_BY_HAND = "cast by hand"
-FAILED = "float32 run failed"
+FAILED = "float32 run failed"  # "bfloat16 run failed" against bfloat16 (``failed_status``)
 TOO_SHORT = "too few iterations"
+# What the run as written is compared with.
+FLOAT32, BFLOAT16 = "float32", "bfloat16"
+
+
+def failed_status(against: str) -> str:
+    return f"{against} run failed"
 
 
 @dataclass
 class RunRecord:
     """What one run measured (numbers only: it crosses a process boundary as JSON)."""
 
-    role: str  # "mixed" (as written) or "float32"
+    role: str  # "mixed" (as written), "float32" or "bfloat16" (the baseline)
     steps: int = 0
     stopped: str = "end"
     error: Optional[str] = None
@@ -174,12 +182,12 @@ class Cause:
 @dataclass
 class Comparison:
     status: str
-    mixed: RunRecord
-    float32: Optional[RunRecord]
+    mixed: RunRecord  # the run as written
+    baseline: Optional[RunRecord]  # the float32 run, or the bfloat16 one (``against``)
     explanation: str = ""
-    speedup: Optional[float] = None  # float32 median / mixed median
+    speedup: Optional[float] = None  # baseline median / mixed median
     measurable: bool = False
-    memory_change: Optional[float] = None  # mixed peak / float32 peak - 1
+    memory_change: Optional[float] = None  # mixed peak / baseline peak - 1
     memory_measurable: bool = False
     paying_off: Optional[bool] = None
     causes: list[Cause] = field(default_factory=list)
@@ -189,6 +197,7 @@ class Comparison:
     profile: Optional[dict[str, Any]] = None
     load_changed: bool = False
     machine_busy: bool = False
+    against: str = FLOAT32
 
     @property
     def compared(self) -> bool:
@@ -201,12 +210,12 @@ class Comparison:
         return self.measurable and self.speedup is not None and self.speedup >= goal
 
     def common_loss(self) -> Optional[tuple[int, Optional[float], Optional[float]]]:
-        """(step, mixed loss, float32 loss) at the last step both runs reached with a loss."""
-        if self.float32 is None:
+        """(step, mixed loss, baseline loss) at the last step both runs reached with a loss."""
+        if self.baseline is None:
             return None
-        common = min(len(self.mixed.losses), len(self.float32.losses))
+        common = min(len(self.mixed.losses), len(self.baseline.losses))
         for index in range(common - 1, -1, -1):
-            a, b = self.mixed.losses[index], self.float32.losses[index]
+            a, b = self.mixed.losses[index], self.baseline.losses[index]
             if a is not None and b is not None:
                 return index + 1, a, b
         return None
@@ -214,7 +223,7 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         loss = self.common_loss()
         return {
-            "against": "float32",
+            "against": self.against,
             "status": self.status,
             "explanation": self.explanation or None,
             "speedup": self.speedup,
@@ -224,13 +233,13 @@ class Comparison:
             "memory_change": self.memory_change,
             "memory_measurable": self.memory_measurable,
             "paying_off": self.paying_off,
-            "loss_at": {"step": loss[0], "mixed": loss[1], "float32": loss[2]} if loss else None,
+            "loss_at": {"step": loss[0], "mixed": loss[1], self.against: loss[2]} if loss else None,
             "causes": [cause.to_dict() for cause in self.causes],
             "device_busy_share": self.device_busy_share,
             "hardware": list(self.hardware),
             "profile": self.profile,
             "thresholds": dict(self.thresholds),
-            "runs": {"mixed": self.mixed.to_dict(), "float32": self.float32.to_dict() if self.float32 else None},
+            "runs": {"mixed": self.mixed.to_dict(), self.against: self.baseline.to_dict() if self.baseline else None},
         }
 
 
@@ -240,53 +249,48 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 def compare_runs(
     mixed: RunRecord,
-    float32: Optional[RunRecord],
+    baseline: Optional[RunRecord],
     speedup_goal: float,
     memory_goal: float,
     failure: Optional[str] = None,
     load_change: float = 0.5,
     busy: float = 0.75,
+    against: str = FLOAT32,
 ) -> Comparison:
-    """The verdict of the two runs (causes and hardware are added by compare_rules.py)."""
+    """The verdict of the two runs (causes and hardware are added by compare_rules.py).
+    ``baseline``: the float32 run's record, or (``against`` bfloat16) the bfloat16 run's."""
     thresholds = {"compare_speedup": speedup_goal, "compare_memory_saving": memory_goal}
-    if not mixed.autocast and not mixed.scalers and not mixed.low_precision_parameters and not mixed.float8_layers:
-        return Comparison(
+
+    def verdict(status: str, explanation: str) -> Comparison:
+        return Comparison(status, mixed, baseline, thresholds=thresholds, explanation=explanation, against=against)
+
+    if against == BFLOAT16 and not mixed.float8_layers:
+        return verdict(
             NOTHING,
-            mixed,
-            float32,
-            thresholds=thresholds,
-            explanation="nothing to compare: the script never enters torch.autocast, uses no "
+            "nothing to compare: --compare bfloat16 measures float8 training against bfloat16, and the "
+            "script trains no layer in float8 (torchao's convert_to_float8_training); --compare float32 "
+            "measures mixed precision against float32.",
+        )
+    if not mixed.autocast and not mixed.scalers and not mixed.low_precision_parameters and not mixed.float8_layers:
+        return verdict(
+            NOTHING,
+            "nothing to compare: the script never enters torch.autocast, uses no "
             "GradScaler and trains no layer in float8, so it already runs in float32.",
         )
-    if mixed.low_precision_parameters:
+    if mixed.low_precision_parameters and against == FLOAT32:
         names = ", ".join(mixed.low_precision_parameters[:3])
         more = f" and {len(mixed.low_precision_parameters) - 3} more" if len(mixed.low_precision_parameters) > 3 else ""
-        return Comparison(
+        return verdict(
             CAST_BY_HAND,
-            mixed,
-            float32,
-            thresholds=thresholds,
-            explanation=f"no float32 run to make: the script casts the model itself (low-precision parameters "
+            f"no float32 run to make: the script casts the model itself (low-precision parameters "
             f"{names}{more}, from `.half()` or `.to(dtype)`), which switching autocast off cannot undo.",
         )
-    if float32 is None or failure:
-        return Comparison(
-            FAILED,
-            mixed,
-            float32,
-            thresholds=thresholds,
-            explanation=f"the float32 run failed: {failure or 'it wrote no measurements'}.",
-        )
-    if float32.stopped == "error":
-        return Comparison(
-            FAILED,
-            mixed,
-            float32,
-            thresholds=thresholds,
-            explanation=f"the float32 run failed: the script raised {float32.error}.",
-        )
-    result = Comparison(COMPARED, mixed, float32, thresholds=thresholds)
-    a, b = mixed.timing, float32.timing
+    if baseline is None or failure:
+        return verdict(failed_status(against), f"the {against} run failed: {failure or 'it wrote no measurements'}.")
+    if baseline.stopped == "error":
+        return verdict(failed_status(against), f"the {against} run failed: the script raised {baseline.error}.")
+    result = verdict(COMPARED, "")
+    a, b = mixed.timing, baseline.timing
     if a.median and b.median:
         result.speedup = b.median / a.median
         enough = min(len(a.seconds), len(b.seconds)) >= MIN_TIMED
@@ -305,15 +309,15 @@ def compare_runs(
             "too few iterations to time: the op-recording window, the warm-up, the profiled "
             f"iterations and those that sample gradient statistics are left out; {_raise(mixed)}."
         )
-    changed = load_changed(mixed, float32, load_change)
+    changed = load_changed(mixed, baseline, load_change)
     if changed and result.speedup is not None:
         result.speedup, result.measurable, result.load_changed = None, False, True
         result.explanation = (
-            f"the machine's load changed between the runs (other processes kept {float32.other_cores:.1f} "
-            f"cores busy during the float32 run, {mixed.other_cores:.1f} during the mixed-precision run): "
+            f"the machine's load changed between the runs (other processes kept {baseline.other_cores:.1f} "
+            f"cores busy during the {against} run, {mixed.other_cores:.1f} during the {_written(against)} run): "
             "no verdict on speed; run again on a quieter machine"
         )
-    starved = busy_run(mixed, float32, busy) if result.speedup is not None and not changed else None
+    starved = busy_run(mixed, baseline, busy) if result.speedup is not None and not changed else None
     if starved is not None:
         name, run = starved
         result.speedup, result.measurable, result.machine_busy = None, False, True
@@ -322,9 +326,9 @@ def compare_runs(
             f"busy during the {name} run, and the script's {run.threads} threads got {run.own_cores:.1f}: "
             "no verdict on speed; run again on a quieter machine"
         )
-    mixed_used, float32_used = used_memory(mixed), used_memory(float32)
-    if mixed_used and float32_used:
-        result.memory_change = mixed_used / float32_used - 1
+    mixed_used, baseline_used = used_memory(mixed), used_memory(baseline)
+    if mixed_used and baseline_used:
+        result.memory_change = mixed_used / baseline_used - 1
         result.memory_measurable = abs(result.memory_change) > MEMORY_NOISE
     if result.speedup is not None:
         # Mixed precision is adopted for speed and for memory: short of either goal, explain.
@@ -337,14 +341,19 @@ def compare_runs(
     return result
 
 
-def busy_run(mixed: RunRecord, float32: RunRecord, share: float = 0.75) -> Optional[tuple[str, RunRecord]]:
+def _written(against: str) -> str:
+    """The run as written, named as the comparison names it."""
+    return "float8" if against == BFLOAT16 else "mixed-precision"
+
+
+def busy_run(mixed: RunRecord, baseline: RunRecord, share: float = 0.75) -> Optional[tuple[str, RunRecord]]:
     """The run (name, record) that ran CPU autocast on a saturated machine (this process and
     the others together kept 90% of the cores busy) with less than ``share`` (the
     ``compare_busy`` threshold) of the cores its threads would use; None when neither did."""
     if not mixed.autocast or any(device != "cpu" for device, _dtype in mixed.autocast):
         return None  # a GPU run's host thread keeps about one core busy whatever the load
     cores = os.cpu_count() or 1
-    for name, run in (("mixed-precision", mixed), ("float32", float32)):
+    for name, run in ((_written(baseline.role), mixed), (baseline.role, baseline)):
         if run.own_cores is None or run.other_cores is None or not run.threads:
             continue
         if run.own_cores + run.other_cores >= 0.9 * cores and run.own_cores < share * min(run.threads, cores):
@@ -352,15 +361,15 @@ def busy_run(mixed: RunRecord, float32: RunRecord, share: float = 0.75) -> Optio
     return None
 
 
-def load_changed(mixed: RunRecord, float32: RunRecord, cores: float = 0.5) -> bool:
+def load_changed(mixed: RunRecord, baseline: RunRecord, cores: float = 0.5) -> bool:
     """Whether the other processes' load differed between the runs by more than ``cores`` (the
     ``compare_load_change`` threshold), or a tenth of the machine's cores on a large one: the two
     ratios of the same command, one measured under each load, disagreed several times over on a
     2-core machine."""
-    if mixed.other_cores is None or float32.other_cores is None:
+    if mixed.other_cores is None or baseline.other_cores is None:
         return False
     allowed = max(cores, 0.1 * (os.cpu_count() or 1))
-    return abs(mixed.other_cores - float32.other_cores) > allowed
+    return abs(mixed.other_cores - baseline.other_cores) > allowed
 
 
 def _raise(run: RunRecord) -> str:

@@ -64,7 +64,7 @@ Runtime findings carry, where known, ``extra.source`` (the forward statement tha
 module's op, as FILE:LINE), ``extra.class_file``/``class_line``, ``extra.step_site`` (AMP501/502:
 ``scaler.step``) and ``extra.backward_site`` (AMP503/510), and their ``path``/``line`` point there.
 
-The ``compare`` object (``--compare float32``): ``against`` "float32"; ``status`` "compared" |
+The ``compare`` object (``--compare float32``; ``bfloat16`` below): ``against`` "float32"; ``status`` "compared" |
 "nothing to compare" (no autocast, no GradScaler) | "cast by hand" (low-precision parameters:
 no float32 run to make) | "float32 run failed" | "too few iterations"; ``explanation`` (one line,
 null when compared and measurable); ``speedup`` float32 median / mixed median (>1: mixed precision is faster);
@@ -91,6 +91,13 @@ autocast [[device, dtype]], autocast_regions (outermost enabled regions entered)
 low_precision_parameters, float8_layers (layers that ran torchao float8 GEMMs), switched_off
 {autocast_regions_disabled, scalers_disabled, float8_conversions_skipped} (the float32 run),
 profile_error}.
+
+Under ``--compare bfloat16`` (a float8 script against itself with float8 off and bfloat16 on):
+``against`` "bfloat16"; the baseline is ``runs.bfloat16`` and ``loss_at.bfloat16`` instead of the
+float32 ones; ``status`` "nothing to compare" also when no layer trained in float8, and "bfloat16
+run failed" when the baseline did; ``causes`` stays empty; the baseline's ``switched_off`` is
+{float8_conversions_skipped, bfloat16_regions_added (outermost forwards run in a bfloat16 autocast
+region the script did not enter)}.
 
 Non-finite numbers are written as the strings "NaN", "Infinity" and "-Infinity" so the document
 stays valid JSON.
