@@ -392,6 +392,15 @@ def test_against_bfloat16_compares_float8_and_names_both_runs():
     amp = _run("mixed", SEPARATE[1], **MIXED_SETTING)
     nothing = compare_runs(amp, bf16, 1.1, 0.1, against=BFLOAT16)
     assert nothing.status == NOTHING and "--compare float32" in nothing.explanation
+    # float8 that is faster pays off, whatever its memory (it is adopted for speed).
+    faster = compare_runs(
+        _run("mixed", SEPARATE[0], peak=110, float8_layers=3),
+        _run("bfloat16", SEPARATE[1], peak=100),
+        1.1,
+        0.1,
+        against=BFLOAT16,
+    )
+    assert faster.paying_off is True and faster.memory_change == pytest.approx(0.1)
     failed = compare_runs(float8, None, 1.1, 0.1, failure="it was killed by SIGKILL", against=BFLOAT16)
     assert failed.status == failed_status(BFLOAT16) == "bfloat16 run failed"
     assert failed.explanation.startswith("the bfloat16 run failed: it was killed by SIGKILL")

@@ -95,7 +95,8 @@ profile_error}.
 Under ``--compare bfloat16`` (a float8 script against itself with float8 off and bfloat16 on):
 ``against`` "bfloat16"; the baseline is ``runs.bfloat16`` and ``loss_at.bfloat16`` instead of the
 float32 ones; ``status`` "nothing to compare" also when no layer trained in float8, and "bfloat16
-run failed" when the baseline did; ``causes`` stays empty; the baseline's ``switched_off`` is
+run failed" when the baseline did; ``paying_off`` asks for speed only; ``causes`` stays empty;
+the baseline's ``switched_off`` is
 {float8_conversions_skipped, bfloat16_regions_added (outermost forwards run in a bfloat16 autocast
 region the script did not enter)}.
 
