@@ -47,6 +47,8 @@ _PACKAGE = "torchao.float8"
 _CONVERT = "convert_to_float8_training"
 # torchao's float8 layer, by its class's name (torchao is not imported here).
 _FLOAT8_LINEAR = "Float8Linear"
+# Relative slack above a float8 format's maximum before a scaled value counts as clipped.
+_CLIP_TOLERANCE = 1e-5
 # Tensors a float32 shadow of a layer can be computed from (not FSDP's or torchao's subclasses).
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 # Conversions recorded per run (a script converts once, or once per model or block).
@@ -245,7 +247,16 @@ class Float8Watch:
             nonzero = hp != 0
             # float8 zeros are 0x00 and 0x80 (sign and magnitude): read the bits, not the values.
             zero = (data.view(torch.uint8) & 0x7F) == 0
-            counts = torch.stack([nonzero.sum(), (nonzero & zero).sum(), (~torch.isfinite(scale)).any().long()])
+            # On the scaled tensor, before the cast clips it (a float32 rounding of the largest
+            # value is not a clip).
+            limit = torch.finfo(data.dtype).max * (1 + _CLIP_TOLERANCE)
+            if torch.broadcast_shapes(hp.shape, scale.shape) == hp.shape:
+                clipped = ((hp.detach().float().abs() * scale.float()) > limit).sum()
+            else:  # a scale laid out other than torchao's: not counted
+                clipped = torch.zeros((), dtype=torch.long, device=hp.device)
+            counts = torch.stack(
+                [nonzero.sum(), (nonzero & zero).sum(), (~torch.isfinite(scale)).any().long(), clipped]
+            )
             read = counts.tolist()  # one read per cast, in the recorded iterations only
         casts = self._observations.float8_casts
         stats = casts.get(key)
@@ -255,6 +266,7 @@ class Float8Watch:
         stats.nonzero += int(read[0])
         stats.flushed += int(read[1])
         stats.nonfinite_scales += int(read[2])
+        stats.clipped += int(read[3])
 
     def _wrap_mm(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def scaled_mm(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 class CastStats:
     """What the float8 casts of one operand role of one module lost (summed over the recorded
     iterations): ``nonzero`` values cast, ``flushed`` of them that became zero, the float8
-    ``dtype``, the scaling ``granularity`` and the casts whose scale was not finite."""
+    ``dtype``, the scaling ``granularity``, the casts whose scale was not finite and the values
+    the scale took beyond the format's maximum."""
 
     dtype: str
     granularity: str
@@ -31,6 +32,10 @@ class CastStats:
     nonzero: int = 0
     flushed: int = 0
     nonfinite_scales: int = 0
+    # Values beyond the format's largest magnitude once scaled (448 for e4m3, 57344 for e5m2),
+    # which the cast clips to it. A dynamic scale maps each group's largest value to the maximum
+    # itself, so none are clipped; a scale from elsewhere (delayed, static) can clip many.
+    clipped: int = 0
 
     @property
     def flushed_share(self) -> float:
@@ -44,6 +49,7 @@ class CastStats:
             "nonzero": self.nonzero,
             "flushed": self.flushed,
             "nonfinite_scales": self.nonfinite_scales,
+            "clipped": self.clipped,
         }
 
 

@@ -111,6 +111,35 @@ def test_each_float8_layer_is_compared_with_float32_row_by_row(tmp_path):
     assert found.extra["module"] == "0" and found.extra["output_error"] > 0.5
 
 
+def test_dynamic_scales_clip_nothing_and_a_scale_from_elsewhere_is_counted(tmp_path, monkeypatch):
+    import torchao.float8.float8_linear as float8_linear
+
+    healthy, _ = _trace(_script(outlier=1e6), tmp_path)
+    assert all(stats.clipped == 0 for stats in healthy.observations.float8_casts.values())
+    # A scale four times too large for the inputs (a stand-in for a static or delayed one): the
+    # watch wraps the cast it finds, and every input value above a quarter of the largest is
+    # clipped to 448.
+    dynamic = float8_linear.hp_tensor_to_float8_dynamic
+
+    def static(hp, dtype, *args, **kwargs):
+        out = dynamic(hp, dtype, *args, **kwargs)
+        if kwargs["gemm_input_role"].name == "INPUT":
+            out._scale = out._scale * 4
+            top = torch.finfo(dtype).max
+            out._data = (hp * out._scale).clamp(-top, top).to(dtype)
+        return out
+
+    monkeypatch.setattr(float8_linear, "hp_tensor_to_float8_dynamic", static)
+    session, _ = _trace(_script(), tmp_path)
+    stats = session.observations.float8_casts[("0", "input")]
+    # A standard normal 64x64 input peaks near 4: a quarter of that is about 1, and a third of
+    # the values lie beyond it.
+    assert 0.2 * stats.nonzero < stats.clipped < 0.45 * stats.nonzero
+    assert session.observations.float8_casts[("0", "weight")].clipped == 0
+    layer = next(entry for entry in session.report().to_dict()["float8"]["layers"] if entry["module"] == "0")
+    assert layer["casts"]["input"]["clipped"] == stats.clipped
+
+
 def test_the_census_counts_the_training_step_not_the_float8_watch(tmp_path):
     session, _ = _trace(_script(outlier=1e6), tmp_path)
     ops = {key.op for key in session.observations.ops}
