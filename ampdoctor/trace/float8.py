@@ -250,7 +250,7 @@ class Float8Watch:
             # On the scaled tensor, before the cast clips it (a float32 rounding of the largest
             # value is not a clip).
             limit = torch.finfo(data.dtype).max * (1 + _CLIP_TOLERANCE)
-            if torch.broadcast_shapes(hp.shape, scale.shape) == hp.shape:
+            if torch.broadcast_shapes(hp.shape, scale.shape) == hp.shape:  # type: ignore[no-untyped-call]  # untyped in torch
                 clipped = ((hp.detach().float().abs() * scale.float()) > limit).sum()
             else:  # a scale laid out other than torchao's: not counted
                 clipped = torch.zeros((), dtype=torch.long, device=hp.device)
