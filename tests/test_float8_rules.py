@@ -517,3 +517,80 @@ convert_to_float8_training(model)
 model = torch.compile(model)
 """
     assert [pair for pair in found_pairs(source) if pair[1] == "AMP602"] == []
+
+
+# -- MX training: torchao's quantize_ with an MX training config ----------------------------------
+
+MX = """\
+import torch
+from torch import nn
+from torchao.prototype.mx_formats import MXLinearConfig
+from torchao.quantization import quantize_
+
+{head}
+model = nn.Sequential(nn.Linear(768, 3072), nn.GELU(), nn.Linear(3072, {out}))
+quantize_(model, {config}{filter})
+model = torch.compile(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+"""
+
+
+def _mx(
+    out: int = 50257, config: str = 'MXLinearConfig.from_recipe_name("mxfp8_cublas")', filter: str = "", head: str = ""
+):
+    return MX.format(out=out, config=config, filter=filter, head=head)
+
+
+def test_an_mx_conversion_without_a_filter_reports_the_head_and_the_odd_sized_layer():
+    from helpers import lint_text
+
+    source = _mx()
+    assert found_pairs(source) == [(7, "AMP602"), (8, "AMP601")]
+    findings = {f.code: f for f in lint_text(source)}
+    assert "MXFP8 training" in findings["AMP601"].message and "`filter_fn`" in findings["AMP601"].message
+    assert "multiple of 32" in findings["AMP602"].message and "line 8" in findings["AMP602"].message
+    assert_kept_on_the_command_line(source, ["AMP601", "AMP602"])
+
+
+def test_mx_needs_multiples_of_32_where_float8_needs_16():
+    # 3072 by 48: aligned for float8, not for MX blocks of 32.
+    assert (7, "AMP602") in found_pairs(_mx(out=48))
+    float8 = _mx(out=48).replace(
+        'quantize_(model, MXLinearConfig.from_recipe_name("mxfp8_cublas"))', "convert_to_float8_training(model)"
+    )
+    float8 = float8.replace(
+        "from torchao.quantization import quantize_", "from torchao.float8 import convert_to_float8_training"
+    )
+    assert (7, "AMP602") not in found_pairs(float8)
+
+
+@pytest.mark.parametrize(
+    "config, head",
+    [
+        ("mx_config", "mx_config = MXLinearConfig(block_size=32)\n"),  # a name bound once
+        (
+            "MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_RCEIL)",
+            "from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe\n",
+        ),
+        ("config=MXLinearConfig()", ""),
+    ],
+)
+def test_mx_configs_are_recognised_however_they_are_passed(config, head):
+    codes = {code for _, code in found_pairs(_mx(config=config, head=head))}
+    assert codes == {"AMP601", "AMP602"}
+
+
+@pytest.mark.parametrize(
+    "config, filter, head",
+    [
+        # a filter that reads names or sizes: trusted, as for float8
+        ("MXLinearConfig()", ", filter_fn=lambda mod, fqn: fqn != '2'", ""),
+        ("MXLinearConfig()", ", lambda mod, fqn: mod.in_features % 32 == 0 and fqn != '2'", ""),
+        # not an MX training config: quantize_ for inference is not training
+        ("Int8WeightOnlyConfig()", "", "from torchao.quantization import Int8WeightOnlyConfig\n"),
+        # a config bound twice: which one reaches the call is not known here
+        ("mx_config", "", "mx_config = MXLinearConfig()\nmx_config = other_config()\n"),
+    ],
+)
+def test_mx_conversions_that_may_be_fine_are_not_reported(config, filter, head):
+    assert found_pairs(_mx(config=config, filter=filter, head=head)) == []

@@ -15,6 +15,7 @@ from ..anchors import Anchors
 from ..model import AmpFacts, CallSite
 from ..syntax import FUNCTION_TYPES, dotted
 from . import LintRule, Report, register
+from .mx_training import MX_BLOCK, is_mx, mx_conversions
 
 # The packages whose ``convert_to_float8_training`` swaps Linear layers for float8 ones
 # (float8_experimental is torchao.float8's former name).
@@ -97,8 +98,9 @@ _NO_FILTER = Filter(True)
 
 
 def conversion_filter(facts: AmpFacts, site: CallSite) -> Filter:
-    """The filter passed to a conversion call (``_NO_FILTER`` when none is)."""
-    arg = site.arg(None, "module_filter_fn")
+    """The filter passed to a conversion call (``_NO_FILTER`` when none is): float8's
+    ``module_filter_fn``, or ``quantize_``'s ``filter_fn`` for an MX conversion."""
+    arg = site.arg(2, "filter_fn") if is_mx(site) else site.arg(None, "module_filter_fn")
     if arg is None:
         return _NO_FILTER
     value = arg.value
@@ -143,14 +145,24 @@ def _trained(facts: AmpFacts, model: str) -> bool:
     return any(site.receiver == model for site in facts.calls_named("parameters"))
 
 
+def _all_conversions(facts: AmpFacts) -> list[CallSite]:
+    """float8 conversions and MX ones (none in a test module)."""
+    return [*conversions(facts), *mx_conversions(facts)] if not is_test_module(facts.path) else []
+
+
+def _format(site: CallSite) -> tuple[str, int, str]:
+    """(the format's name, the size both weight dimensions must divide by, the filter's name)."""
+    return ("MXFP8", MX_BLOCK, "filter_fn") if is_mx(site) else ("float8", ALIGNMENT, "module_filter_fn")
+
+
 @register
 class Float8OutputHead(LintRule):
     code = "AMP601"
-    tokens = (_CONVERT,)
+    tokens = (_CONVERT, "quantize_")
     anchors = _CONVERSION
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
-        for site in conversions(facts):
+        for site in _all_conversions(facts):
             model = site.arg(0, "module")
             spelled = dotted(model.value) if model is not None else None
             if spelled is None or not _trained(facts, spelled):
@@ -158,18 +170,19 @@ class Float8OutputHead(LintRule):
             found = conversion_filter(facts, site)
             if not found.known or found.names or found.other:
                 continue
+            name, alignment, keyword = _format(site)
             if found is _NO_FILTER:
-                why = "without a `module_filter_fn`, every `nn.Linear` is converted"
+                why = f"without a `{keyword}`, every `nn.Linear` is converted"
             else:
-                why = "the `module_filter_fn` never looks at the layer's name"
+                why = f"the `{keyword}` never looks at the layer's name"
             yield Report(
                 self.code,
                 site.node,
-                f"`{spelled}` is converted to float8 training and {why}: the output head (`lm_head`, "
-                "the classifier) runs its GEMMs in float8 too, where the loss is most sensitive to "
+                f"`{spelled}` is converted to {name} training and {why}: the output head (`lm_head`, "
+                f"the classifier) runs its GEMMs in {name} too, where the loss is most sensitive to "
                 "rounding (a loss gap or divergence against bfloat16)",
-                help="Pass a `module_filter_fn(module, fqn)` that returns False for the output layer's name "
-                "(and for layers whose sizes are not multiples of 16)",
+                help=f"Pass a `{keyword}(module, fqn)` that returns False for the output layer's name "
+                f"(and for layers whose sizes are not multiples of {alignment})",
                 statement=site.statement,
             )
 
@@ -199,11 +212,11 @@ def literal_size(expr: ast.expr | None, constants: dict[str, int]) -> int | None
 @register
 class Float8UnalignedLinear(LintRule):
     code = "AMP602"
-    tokens = (_CONVERT,)
+    tokens = (_CONVERT, "quantize_")
     anchors = _CONVERSION
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
-        sites = conversions(facts)
+        sites = _all_conversions(facts)
         if not sites:
             return
         for site in sites:
@@ -212,34 +225,45 @@ class Float8UnalignedLinear(LintRule):
             if not found.known or found.sizes or found.names or found.other:
                 return
         constants = int_constants(facts)
-        converted = converted_calls(facts, sites)
-        for linear in self._linears(facts):
-            if id(linear.node) not in converted:
-                continue  # not in a model this module converts (a probe, another model)
-            sizes = []
-            for position, keyword in ((0, "in_features"), (1, "out_features")):
-                arg = linear.arg(position, keyword)
-                size = literal_size(arg.value if arg is not None else None, constants)
-                if size is not None and size % ALIGNMENT:
-                    sizes.append(f"{keyword}={size}")
-            if not sizes:
-                continue
-            yield Report(
-                self.code,
-                linear.node,
-                f"`nn.Linear` with {' and '.join(sizes)}, not a multiple of {ALIGNMENT}, is converted to float8 "
-                f"training (line {site.node.lineno}): float8 GEMMs on the GPU need both sizes of the weight "
-                f"divisible by {ALIGNMENT}, so the layer fails at its first forward",
-                help=f"Pad the size to a multiple of {ALIGNMENT} (a vocabulary or a class count), or leave the "
-                "layer out with a `module_filter_fn` that tests `in_features` and `out_features`",
-                statement=linear.statement,
-            )
+        reported: set[int] = set()
+        for site in sites:
+            name, alignment, keyword = _format(site)
+            converted = converted_calls(facts, [site])
+            for linear in self._linears(facts):
+                if id(linear.node) not in converted or id(linear.node) in reported:
+                    continue  # not in a model this call converts (a probe, another model)
+                sizes = []
+                for position, size_name in ((0, "in_features"), (1, "out_features")):
+                    arg = linear.arg(position, size_name)
+                    size = literal_size(arg.value if arg is not None else None, constants)
+                    if size is not None and size % alignment:
+                        sizes.append(f"{size_name}={size}")
+                if not sizes:
+                    continue
+                reported.add(id(linear.node))
+                yield Report(
+                    self.code,
+                    linear.node,
+                    f"`nn.Linear` with {' and '.join(sizes)}, not a multiple of {alignment}, is converted to "
+                    f"{name} training (line {site.node.lineno}): {_WHY_ALIGNED[name]}",
+                    help=f"Pad the size to a multiple of {alignment} (a vocabulary or a class count), or leave "
+                    f"the layer out with a `{keyword}` that tests `in_features` and `out_features`",
+                    statement=linear.statement,
+                )
 
     @staticmethod
     def _linears(facts: AmpFacts) -> Iterator[CallSite]:
         for site in facts.calls_named("Linear"):
             if site.qname in LINEAR:
                 yield site
+
+
+_WHY_ALIGNED = {
+    "float8": f"float8 GEMMs on the GPU need both sizes of the weight divisible by {ALIGNMENT}, so the layer "
+    "fails at its first forward",
+    "MXFP8": f"MX formats scale blocks of {MX_BLOCK} values along each GEMM's inner dimension (in_features "
+    f"forward, out_features for the input gradient), so both sizes must be multiples of {MX_BLOCK}",
+}
 
 
 # Module methods that return the module itself: ``Net().cuda()`` is the ``Net``.
