@@ -357,6 +357,23 @@ def test_bfloat16_on_runs_forwards_without_autocast_in_bfloat16_and_leaves_the_s
     assert model(torch.randn(4, 8)).dtype == torch.float32  # removed: forwards run as written
 
 
+def test_after_the_first_iteration_only_the_outermost_modules_are_hooked():
+    from ampdoctor.trace.compare.bfloat16_on import Bfloat16On
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    probe = nn.Linear(8, 8)
+    with contextlib.redirect_stdout(io.StringIO()), TraceSession():
+        with Bfloat16On() as switch:
+            model(torch.randn(4, 8))  # the first iteration's forward: model is outermost
+            switch.settle()
+            assert len(switch._handles) == 2  # a pre- and a post-hook, on model alone
+            assert model(torch.randn(4, 8)).dtype == torch.bfloat16
+            assert model[0](torch.randn(4, 8)).dtype == torch.float32  # not a forward seen outermost
+            assert probe(torch.randn(4, 8)).dtype == torch.float32
+            assert not torch.is_autocast_enabled("cpu")
+    assert model(torch.randn(4, 8)).dtype == torch.float32
+
+
 def test_a_forward_that_raises_closes_the_added_region():
     from ampdoctor.trace.compare.bfloat16_on import Bfloat16On
 

@@ -81,8 +81,9 @@ class CompareChild:
         elif self.role == BFLOAT16:
             from .bfloat16_on import Bfloat16On
 
-            self.switch = Bfloat16On()
-            self.switch.install()
+            switch = self.switch = Bfloat16On()
+            switch.install()
+            self.session.iteration_listeners.append(lambda record, observations: switch.settle())
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
