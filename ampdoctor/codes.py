@@ -177,6 +177,7 @@ CODES: dict[str, Row] = {
     "AMP517": _row("trace.rules.float8_rules", tests=("trace/test_trace_float8.py",)),
     "AMP518": _row("trace.rules.float8_rules", tests=("trace/test_trace_float8.py",)),
     "AMP519": _row("trace.rules.float8_rules", tests=("trace/test_trace_float8.py",)),
+    "AMP520": _row("trace.rules.float8_rules", tests=("trace/test_trace_float8.py",)),
     # AMP6xx: float8 training.
     "AMP601": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),
     "AMP602": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),

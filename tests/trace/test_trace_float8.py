@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,7 @@ def test_a_healthy_float8_run_reports_nothing_of_float8(tmp_path):
     # Two layers converted (the filter keeps the last one out), every operand role of each seen.
     assert set(stats) == {(m, r) for m in ("0", "2") for r in ("input", "weight", "grad_output")}
     assert all(s.flushed_share < 0.01 for s in stats.values())
-    assert not {"AMP515", "AMP516", "AMP517"} & set(_codes(session))
+    assert not {"AMP515", "AMP516", "AMP517", "AMP520"} & set(_codes(session))
     assert session.observations.float8_last_layer == "4"  # found, and left in float32 by the filter
     assert session.observations.instrument_errors == []
 
@@ -177,6 +178,60 @@ def test_the_terminal_report_tabulates_the_float8_layers(tmp_path):
     shadow = session.observations.float8_shadows["0"].relative_error
     flushed = session.observations.float8_casts[("0", "input")].flushed_share
     assert f"{flushed:.1%}" in rows["0"] and f"{shadow:.1%}" in rows["0"]
+
+
+FUNCTIONAL = """\
+import torch
+from torch import nn
+from torchao.float8 import convert_to_float8_training
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(64, 256)
+        self.down = nn.Linear(256, 16)
+
+    def forward(self, x):
+        # The layers' weights, used around the layers' own forward.
+        hidden = nn.functional.gelu(nn.functional.linear(x, self.up.weight, self.up.bias))
+        return nn.functional.linear(hidden, self.down.weight, self.down.bias)
+
+
+torch.manual_seed(0)
+model = Mlp()
+convert_to_float8_training(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(4):
+    loss = nn.functional.mse_loss(model(torch.randn(64, 64)), torch.randn(64, 16))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+def test_float8_layers_whose_forward_never_runs_are_named_at_the_conversion(tmp_path):
+    session, _ = _trace(FUNCTIONAL, tmp_path)
+    found = _codes(session)["AMP520"]
+    line = next(n for n, text in enumerate(FUNCTIONAL.splitlines(), 1) if text.startswith("convert_to_float8"))
+    assert [(f.location.line, f.extra["layers"]) for f in found] == [(line, 2)]
+    assert "none of them ran" in found[0].message
+
+
+def test_float8_never_ran_says_nothing_without_a_recorded_training_step_or_under_compile():
+    from ampdoctor.trace.observations import Observations
+    from ampdoctor.trace.rulebase import Locator, Thresholds
+    from ampdoctor.trace.rules.float8_rules import float8_never_ran
+
+    observations = Observations()
+    observations.float8_conversions = [(("train.py", 9), 3, 3)]
+    locator = Locator("train.py", {})
+    assert list(float8_never_ran(observations, Thresholds(), locator)) == []  # no iteration recorded
+    observations.op_steps = 2
+    observations.ops = Counter({"recorded": 1})
+    assert [f.code for f in float8_never_ran(observations, Thresholds(), locator)] == ["AMP520"]
+    observations.compiled = True  # the census stopped: float8 may have run in compiled graphs
+    assert list(float8_never_ran(observations, Thresholds(), locator)) == []
 
 
 def test_a_run_without_float8_has_no_float8_object():

@@ -1,6 +1,7 @@
-"""AMP515-AMP519: torchao float8 training as the run saw it (float8.py): casts that flush an
+"""AMP515-AMP520: torchao float8 training as the run saw it (float8.py): casts that flush an
 operand's values to zero, float8 GEMMs the GPU kernels refuse, an output layer that ran in
-float8, a conversion that converted nothing, and a GPU without float8 GEMMs."""
+float8, a conversion that converted nothing, a GPU without float8 GEMMs, and float8 layers that
+never ran."""
 
 from __future__ import annotations
 
@@ -179,3 +180,27 @@ def cuda_device() -> Optional[str]:
         return f"{torch.cuda.get_device_name()}, compute capability {major}.{minor}"
     except Exception:  # a driver that answers oddly must not break the report
         return None
+
+
+@rule("AMP520")
+def float8_never_ran(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    converted = [(site, count) for site, _linears, count in observations.float8_conversions if count]
+    if not converted or observations.float8_casts or observations.float8_gemms:
+        return
+    # The recorded iterations trained (a forward and a backward, outside torch.compile, whose
+    # graphs the watch cannot see): a float8 layer of the trained model would have cast there.
+    if observations.compiled or not observations.op_steps or not observations.ops:
+        return
+    site = converted[0][0]
+    total = sum(number for _site, number in converted)
+    yield make_finding(
+        "AMP520",
+        f"`convert_to_float8_training` made {total} float8 layer{'s' if total != 1 else ''}, and none of them ran in "
+        f"the {observations.op_steps} recorded iteration(s): the model that trains is not the one converted (a "
+        "copy, another instance), or it calls those layers' weights around their forward (`F.linear(x, "
+        "layer.weight)`); the run trains without float8",
+        Location(*site) if site else locator.location(),
+        "Convert the model that the optimizer trains (before wrapping it in DDP, FSDP or torch.compile), and call "
+        "its Linear layers as modules",
+        layers=total,
+    )
