@@ -49,6 +49,8 @@ _CONVERT = "convert_to_float8_training"
 _FLOAT8_LINEAR = "Float8Linear"
 # Relative slack above a float8 format's maximum before a scaled value counts as clipped.
 _CLIP_TOLERANCE = 1e-5
+# Output rows a float32 shadow compares per forward (tokens or samples).
+_SHADOW_ROWS = 256
 # Tensors a float32 shadow of a layer can be computed from (not FSDP's or torchao's subclasses).
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 # Conversions recorded per run (a script converts once, or once per model or block).
@@ -158,26 +160,34 @@ class Float8Watch:
         if module._parameters and torch.is_grad_enabled():
             self._last = module
         if type(module).__name__ == _FLOAT8_LINEAR and args and self._active() is not None:
-            self._shadow(module, args[0], output)
+            try:
+                self._shadow(module, args[0], output)
+            except Exception as exc:  # an instrument that fails leaves the training step alone
+                errors = self._observations.instrument_errors
+                if len(errors) < 8:
+                    errors.append(f"float8 shadow of {self._name(module)}: {type(exc).__name__}: {exc}")
 
     def _shadow(self, module: torch.nn.Module, hp_input: Any, output: Any) -> None:
         """Compare the layer's output with the same layer in float32, from the same input and
-        the same high-precision weight: what float8 cost this forward."""
+        the same high-precision weight: what float8 cost this forward. Rows are compared one by
+        one, so at most ``_SHADOW_ROWS`` of them, spread over the batch, stand for the rest (a
+        float32 copy of a large layer's whole output could exhaust the memory the training step
+        was sized to)."""
         weight: Any = getattr(module, "weight", None)
         bias: Any = getattr(module, "bias", None)
         if not all(type(t) in _PLAIN for t in (hp_input, output, weight)) or (
             bias is not None and type(bias) not in _PLAIN
         ):
             return  # a weight sharded or cast by FSDP's float8 all-gather: not one tensor here
+        if hp_input.shape[:-1] != output.shape[:-1] or not output.numel() or hp_input.dim() < 1:
+            return
         device = hp_input.device.type
         with torch.no_grad(), quiet(), torch.autocast(device, enabled=False):
-            reference = torch.nn.functional.linear(
-                hp_input.float(), weight.float(), None if bias is None else bias.float()
-            )
-            if reference.shape != output.shape or not reference.numel():
-                return
-            reference = reference.reshape(-1, reference.shape[-1])
-            error = output.float().reshape(reference.shape) - reference
+            inputs = hp_input.reshape(-1, hp_input.shape[-1])
+            step = -(-inputs.shape[0] // _SHADOW_ROWS)  # rows spread over the batch, not its start
+            rows = inputs[::step].float()
+            reference = torch.nn.functional.linear(rows, weight.float(), None if bias is None else bias.float())
+            error = output.reshape(-1, output.shape[-1])[::step].float() - reference
             norms = torch.linalg.vector_norm(reference, dim=-1)
             errors = torch.linalg.vector_norm(error, dim=-1)
             kept = norms > 0  # a row of zeros has no relative error
@@ -250,7 +260,7 @@ class Float8Watch:
             # On the scaled tensor, before the cast clips it (a float32 rounding of the largest
             # value is not a clip).
             limit = torch.finfo(data.dtype).max * (1 + _CLIP_TOLERANCE)
-            if torch.broadcast_shapes(hp.shape, scale.shape) == hp.shape:  # type: ignore[no-untyped-call]  # untyped in torch
+            if _scales(scale, hp):
                 clipped = ((hp.detach().float().abs() * scale.float()) > limit).sum()
             else:  # a scale laid out other than torchao's: not counted
                 clipped = torch.zeros((), dtype=torch.long, device=hp.device)
@@ -278,6 +288,13 @@ class Float8Watch:
             return original(a, b, *args, **kwargs)
 
         return scaled_mm
+
+
+def _scales(scale: torch.Tensor, hp: torch.Tensor) -> bool:
+    """Whether ``scale`` applies to ``hp`` element by element (it broadcasts to its shape)."""
+    if scale.dim() > hp.dim():
+        return False
+    return all(s in (1, h) for s, h in zip(reversed(scale.shape), reversed(hp.shape)))
 
 
 def _count(module: Any, kind: Callable[[torch.nn.Module], bool]) -> int:

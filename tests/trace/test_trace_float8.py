@@ -141,6 +141,33 @@ def test_dynamic_scales_clip_nothing_and_a_scale_from_elsewhere_is_counted(tmp_p
     assert layer["casts"]["input"]["clipped"] == stats.clipped
 
 
+def test_a_large_batch_is_compared_on_rows_spread_over_it(tmp_path):
+    source = (
+        _script()
+        .replace("torch.randn(64, 64)", "torch.randn(1000, 64)")
+        .replace("torch.randn(64, 16)", "torch.randn(1000, 16)")
+    )
+    session, _ = _trace(source, tmp_path)
+    shadows = session.observations.float8_shadows
+    # 1000 rows a forward, every fourth compared: 250, in each of the 2 recorded forwards.
+    assert {name: (s.forwards, s.rows) for name, s in shadows.items()} == {"0": (2, 500), "2": (2, 500)}
+    assert all(0.005 < s.relative_error < 0.1 for s in shadows.values())
+
+
+def test_a_shadow_that_fails_is_noted_and_the_training_goes_on(tmp_path, monkeypatch):
+    from ampdoctor.trace.float8 import Float8Watch
+
+    def broken(self, module, hp_input, output):
+        raise RuntimeError("no float32 kernel here")
+
+    monkeypatch.setattr(Float8Watch, "_shadow", broken)
+    session, printed = _trace(_script(), tmp_path)  # ends normally (``_trace`` checks it)
+    assert printed.splitlines()[-1].startswith("losses")
+    assert session.observations.float8_shadows == {}
+    assert any("no float32 kernel here" in error for error in session.observations.instrument_errors)
+    assert session.observations.float8_casts  # the rest of the watch still measured
+
+
 def test_the_census_counts_the_training_step_not_the_float8_watch(tmp_path):
     session, _ = _trace(_script(outlier=1e6), tmp_path)
     ops = {key.op for key in session.observations.ops}
