@@ -46,6 +46,16 @@ def test_the_message_names_the_small_layers_and_counts_the_rest():
     assert message.startswith("5 `nn.Linear` layers") and "256 to 256" in message and "and 2 more" in message
 
 
+def test_one_small_layer_is_named_in_the_singular():
+    from helpers import lint_text
+
+    findings = [f for f in lint_text(_small("nn.Linear(512, 512)", filter="")) if f.code == "AMP609"]
+    assert findings[0].message.startswith(
+        "1 `nn.Linear` layer converted to float8 training here (line 7: 512 to 512) is"
+    )
+    assert "and it runs slower" in findings[0].message
+
+
 @pytest.mark.parametrize(
     "layers",
     [

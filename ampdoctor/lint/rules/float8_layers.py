@@ -77,13 +77,13 @@ class Float8SmallLinear(LintRule):
     def _report(self, site: CallSite, small: list[tuple[int, int, int]]) -> Report:
         named = ", ".join(f"line {line}: {k} to {n}" for line, k, n in small[:_LISTED])
         more = f" and {len(small) - _LISTED} more" if len(small) > _LISTED else ""
-        layers = "layer" if len(small) == 1 else "layers"
+        layers, are, they = ("layer", "is", "it runs") if len(small) == 1 else ("layers", "are", "they run")
         return Report(
             self.code,
             site.node,
-            f"{len(small)} `nn.Linear` {layers} converted to float8 training here ({named}{more}) are too small "
+            f"{len(small)} `nn.Linear` {layers} converted to float8 training here ({named}{more}) {are} too small "
             f"for float8 to pay off: with in_features <= {_SMALL_K} and out_features <= {_SMALL_N}, casting the "
-            "operands to float8 costs more than the faster GEMM saves, and they run slower than in bfloat16",
+            f"operands to float8 costs more than the faster GEMM saves, and {they} slower than in bfloat16",
             help="Leave small layers out with a `module_filter_fn` that tests `in_features` and `out_features` "
             "(torchao's `_auto_filter_for_recipe(recipe, filter_fqns)` applies its own size heuristic), or "
             "train this model in bfloat16",
