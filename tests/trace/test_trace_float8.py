@@ -261,11 +261,26 @@ def test_float8_never_ran_says_nothing_without_a_recorded_training_step_or_under
     assert list(float8_never_ran(observations, Thresholds(), locator)) == []
 
 
+def test_the_html_report_tabulates_the_float8_layers(tmp_path):
+    from ampdoctor.trace.report.html import render_html
+
+    session, _ = _trace(_script(outlier=1e6), tmp_path)
+    page = render_html(session.report())
+    section = page[page.index('<section id="float8">') :].split("</section>")[0]
+    rows = section.split("<tbody>")[1].split("</tr>")[:-1]
+    assert [row.split("<code>")[1].split("</code>")[0] for row in rows] == ["0", "2"]
+    flushed = session.observations.float8_casts[("0", "input")].flushed_share
+    error = session.observations.float8_shadows["0"].relative_error
+    assert f"{flushed:.1%}" in rows[0] and f"{error:.1%}" in rows[0]
+    plain, _ = _trace(_script().replace("convert_to_float8_training(", "(lambda *a, **k: None)("), tmp_path)
+    assert 'id="float8"' not in render_html(plain.report())
+
+
 def test_a_run_without_float8_has_no_float8_object():
     from ampdoctor.trace.observations import Observations
-    from ampdoctor.trace.report.trace_report import _float8_dict
+    from ampdoctor.trace.report.trace_report import float8_dict
 
-    assert _float8_dict(Observations()) is None
+    assert float8_dict(Observations()) is None
 
 
 def test_an_unaligned_head_converted_to_float8_is_named_with_its_shapes(tmp_path):

@@ -95,6 +95,7 @@ def render_html(report: TraceReport) -> str:
         _timeline_section(report),
         _gradient_section(report),
         _census_section(report.observations),
+        _float8_section(report.observations),
     ]
     title = f"ampdoctor trace: {_shown_path(report.script)}"
     return (
@@ -300,6 +301,37 @@ def _census_section(obs: Observations) -> str:
         f'<section id="census"><h2>Dtype census per module (forward ops by output dtype, '
         f'first {obs.op_steps} iteration(s))</h2><p class="legend">{legend}</p>'
         f"<table><thead><tr><th>module</th><th>mostly</th>{header}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table></section>"
+    )
+
+
+def _float8_section(obs: Observations) -> str:
+    """The JSON report's ``float8`` layers as a table: what each layer's casts flushed, by
+    operand, and its forward output's error against float32."""
+    from .trace_report import float8_dict
+
+    float8 = float8_dict(obs)
+    if float8 is None or not float8["layers"]:
+        return ""
+
+    def share(value: Any) -> str:
+        return f"{value:.1%}" if isinstance(value, float) else "-"
+
+    body = []
+    for layer in float8["layers"]:
+        casts = layer["casts"]
+        flushed = "".join(
+            f'<td class="num">{share(casts[role]["flushed_share"]) if role in casts else "-"}</td>'
+            for role in ("input", "weight", "grad_output")
+        )
+        body.append(
+            f'<tr><td><code>{e(layer["module"])}</code></td><td class="num">{layer["gemms"]}</td>{flushed}'
+            f'<td class="num">{share(layer["output_error"])}</td></tr>'
+        )
+    return (
+        f'<section id="float8"><h2>float8 layers (first {obs.op_steps} iteration(s))</h2>'
+        "<table><thead><tr><th>layer</th><th>float8 GEMMs</th><th>input flushed</th><th>weight flushed</th>"
+        "<th>grad flushed</th><th>output error vs float32</th></tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></section>"
     )
 

@@ -246,7 +246,7 @@ class TraceReport:
             ],
             "origin": _origin_dict(obs),
             "backward_origin": _backward_origin_dict(obs),
-            "float8": _float8_dict(obs),
+            "float8": float8_dict(obs),
             "linted_files": list(self.linted_files),
             "static_findings": [f.to_dict() for f in self.static_findings],
             "what_if": self.what_if.to_dict() if self.what_if is not None else None,
@@ -327,7 +327,7 @@ def _activation_dict(stats: ActivationStats) -> dict[str, Any]:
     }
 
 
-def _float8_dict(obs: Observations) -> Optional[dict[str, Any]]:
+def float8_dict(obs: Observations) -> Optional[dict[str, Any]]:
     if not (obs.float8_imported or obs.float8_conversions or obs.float8_casts):
         return None
     from ..float8 import unaligned
