@@ -215,3 +215,15 @@ def test_a_region_turned_off_by_a_literal_is_not_reported():
 def test_a_te_test_module_is_not_reported():
     source = _region("nn.Sequential(nn.Linear(1024, 1024))")
     assert [p for p in found_pairs(source, path="tests/test_fp8.py") if p[1] == "AMP610"] == []
+
+
+def test_a_plain_model_from_a_factory_of_the_module_is_reported():
+    head = """
+
+def build():
+    return nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024))
+
+"""
+    source = _region("build().cuda()", head)
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if "fp8_autocast" in text)
+    assert _codes(source, "AMP610") == [(line, "AMP610")]

@@ -594,3 +594,33 @@ def test_mx_configs_are_recognised_however_they_are_passed(config, head):
 )
 def test_mx_conversions_that_may_be_fine_are_not_reported(config, filter, head):
     assert found_pairs(_mx(config=config, filter=filter, head=head)) == []
+
+
+def test_a_model_built_by_a_factory_of_the_module_is_followed_to_its_layers():
+    source = """\
+import torch
+from torch import nn
+from torchao.float8 import convert_to_float8_training
+
+VOCAB = 50257
+
+
+def build_model():
+    layers = nn.Sequential(nn.Linear(768, 3072), nn.GELU(), nn.Linear(3072, VOCAB))
+    return layers.cuda()
+
+
+model = build_model()
+convert_to_float8_training(model, module_filter_fn=lambda m, fqn: m.in_features >= 768)
+model = torch.compile(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+"""
+    # The sizes-only filter keeps AMP602 quiet (it may test alignment); without it, the odd layer.
+    assert found_pairs(source) == [(14, "AMP601")]
+    unfiltered = source.replace(", module_filter_fn=lambda m, fqn: m.in_features >= 768", "")
+    assert found_pairs(unfiltered) == [(9, "AMP602"), (14, "AMP601")]
+    # A factory imported from elsewhere is not followed.
+    imported = unfiltered.replace("def build_model():", "def other():").replace(
+        "import torch\n", "import torch\nfrom models import build_model\n"
+    )
+    assert [code for _, code in found_pairs(imported)] == ["AMP601"]

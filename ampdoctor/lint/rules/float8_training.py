@@ -285,9 +285,12 @@ def converted_calls(facts: AmpFacts, sites: list[CallSite]) -> set[int]:
 def model_calls(facts: AmpFacts, names: Iterable[str]) -> list[ast.Call]:
     """The calls made to build the models bound to ``names``, where this module builds them: a
     name's value is a class of this module (its methods, and the classes of this module they
-    build, in turn) or an ``nn.Sequential(...)``/``nn.Linear(...)`` (its arguments, and the names
-    bound to a layer or a class it holds). A model built elsewhere contributes nothing."""
+    build, in turn), an ``nn.Sequential(...)``/``nn.Linear(...)`` (its arguments, and the names
+    bound to a layer or a class it holds), or a call of a module-level function of this module
+    (what it returns, in turn). A model built elsewhere contributes nothing."""
     classes = {node.name: node for node, _bases in facts.classes}
+    factories = {node.name: node for node in facts.module.body if isinstance(node, FUNCTION_TYPES)}
+    seen_factories: set[str] = set()
     values: dict[str, list[ast.expr]] = {}
     for assignment in facts.assignments:
         values.setdefault(assignment.target, []).append(assignment.value)
@@ -317,6 +320,13 @@ def model_calls(facts: AmpFacts, names: Iterable[str]) -> list[ast.Call]:
             seen_classes.add(name)
             roots.append(classes[name])
             pending.extend(_built_classes(classes[name], classes))
+        elif name is not None and name in factories and name not in seen_factories:
+            seen_factories.add(name)  # ``model = build_model()``: what the factory returns
+            pending.extend(
+                node.value
+                for node in _own_nodes(factories[name])
+                if type(node) is ast.Return and node.value is not None
+            )
         elif facts.qualify(value.func) in _CONTAINERS or facts.qualify(value.func) in LINEAR:
             roots.append(value)
             # What the container holds: names bound to layers, and this module's classes.
