@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from .compiled import outside_compiled
-from .import_hooks import AfterImport
+from .import_hooks import SwapAfterImport
 from .observations import CastStats, Float8GemmKey, Observations, ShadowStats
 from .ops import quiet
 from .sites import user_site
@@ -74,18 +74,12 @@ class Float8Watch:
         self._forwards: Any = None  # the module post-hook that follows the forward's order
         self._last: Optional[torch.nn.Module] = None  # the last module with weights to finish
         self._patched: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
-        self._conversion: list[tuple[Any, str, Any]] = []  # the conversion's wrapper, as _patched
-        self._import_hook: Optional[AfterImport] = None
-
-    def install(self) -> None:
         # The conversion runs before any module does: it is wrapped as torchao defines it (or at
         # once, when the script imported torchao before the session).
-        utils = sys.modules.get(_UTILS_MODULE)
-        if utils is not None:
-            self._wrap_conversion(utils)
-        else:
-            self._import_hook = AfterImport(_UTILS_MODULE, self._wrap_conversion)
-            sys.meta_path.insert(0, self._import_hook)
+        self._conversion = SwapAfterImport(_UTILS_MODULE, _PACKAGE, _CONVERT, self._counting)
+
+    def install(self) -> None:
+        self._conversion.install()
         if self._patch():
             self._follow_forwards()
         else:
@@ -103,26 +97,14 @@ class Float8Watch:
 
     def remove(self) -> None:
         self.end_window()
-        if self._import_hook is not None:
-            if self._import_hook in sys.meta_path:
-                sys.meta_path.remove(self._import_hook)
-            self._import_hook = None
-        for owner, name, original in reversed(self._patched + self._conversion):
+        for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
-        # The package bound the wrapper when it imported the name: give it the original.
-        package = sys.modules.get(_PACKAGE)
-        for _owner, _name, original in self._conversion:
-            if package is not None and getattr(getattr(package, _CONVERT, None), "__wrapped__", None) is original:
-                setattr(package, _CONVERT, original)
-        self._conversion = []
+        self._conversion.remove()
 
-    def _wrap_conversion(self, utils: Any) -> None:
-        """Record, for each call of torchao's ``convert_to_float8_training``, how many
+    def _counting(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """torchao's ``convert_to_float8_training``, recording for each call how many
         ``nn.Linear`` layers the model had and how many became float8 layers."""
-        original = getattr(utils, _CONVERT, None)
-        if original is None or self._conversion:
-            return
         observations = self._observations
 
         def convert(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -135,12 +117,7 @@ class Float8Watch:
             return out
 
         convert.__wrapped__ = original  # type: ignore[attr-defined]
-        self._conversion.append((utils, _CONVERT, original))
-        setattr(utils, _CONVERT, convert)
-        package = sys.modules.get(_PACKAGE)
-        if package is not None and getattr(package, _CONVERT, None) is original:
-            self._conversion.append((package, _CONVERT, original))
-            setattr(package, _CONVERT, convert)
+        return convert
 
     def _module_called(self, module: torch.nn.Module, inputs: Any) -> None:
         if _LINEAR_MODULE in sys.modules and self._patch():

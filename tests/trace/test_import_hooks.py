@@ -43,3 +43,40 @@ def test_other_modules_and_a_missing_one_are_left_to_the_other_finders(tmp_path,
         assert hook.find_spec("no_such_module_anywhere", None) is None
     finally:
         sys.meta_path.remove(hook)
+
+
+def test_two_swaps_of_one_function_nest_and_put_back_the_package_binding(tmp_path, monkeypatch):
+    from ampdoctor.trace.import_hooks import SwapAfterImport
+
+    package = tmp_path / "swap_probe_package"
+    package.mkdir()
+    (package / "utils.py").write_text("def convert(x):\n    return x + 1\n")
+    (package / "__init__.py").write_text("from .utils import convert\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    counted = []
+
+    def counting(original):
+        def wrapper(x):
+            counted.append(x)
+            return original(x)
+
+        return wrapper
+
+    watch = SwapAfterImport("swap_probe_package.utils", "swap_probe_package", "convert", counting)
+    off = SwapAfterImport("swap_probe_package.utils", "swap_probe_package", "convert", lambda original: lambda x: x)
+    watch.install()
+    off.install()
+    try:
+        import swap_probe_package
+
+        # The package bound what its module held after both ran: the switch, around the counter.
+        assert swap_probe_package.convert(1) == 1 and counted == []
+        off.remove()
+        assert swap_probe_package.convert(1) == 2 and counted == [1]  # the counter is back
+        watch.remove()
+        assert swap_probe_package.convert(1) == 2 and counted == [1]  # and now the original
+        assert swap_probe_package.utils.convert is swap_probe_package.convert
+        assert not [finder for finder in sys.meta_path if isinstance(finder, AfterImport)]
+    finally:
+        for name in ("swap_probe_package", "swap_probe_package.utils"):
+            sys.modules.pop(name, None)

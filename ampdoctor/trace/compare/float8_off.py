@@ -12,11 +12,9 @@ replaced at once.
 
 from __future__ import annotations
 
-import sys
-from types import ModuleType
-from typing import Any, Optional
+from typing import Any
 
-from ..import_hooks import AfterImport
+from ..import_hooks import SwapAfterImport
 
 _DEFINED_IN = "torchao.float8.float8_linear_utils"
 _PACKAGE = "torchao.float8"
@@ -29,41 +27,13 @@ class Float8Off:
 
     def __init__(self) -> None:
         self.skipped = 0
-        self._finder: Optional[AfterImport] = None
-        self._saved: list[tuple[Any, str, Any]] = []
+        self._swap = SwapAfterImport(_DEFINED_IN, _PACKAGE, _NAME, lambda original: self._unconverted)
 
     def install(self) -> None:
-        defined = sys.modules.get(_DEFINED_IN)
-        if defined is not None:
-            self._replace(defined)
-            package = sys.modules.get(_PACKAGE)
-            if package is not None and getattr(package, _NAME, None) is not None:
-                self._save(package)
-            return
-        self._finder = AfterImport(_DEFINED_IN, self._replace)
-        sys.meta_path.insert(0, self._finder)
+        self._swap.install()
 
     def remove(self) -> None:
-        if self._finder is not None:
-            if self._finder in sys.meta_path:
-                sys.meta_path.remove(self._finder)
-            self._finder = None
-        originals = [original for _owner, _name, original in self._saved]
-        for owner, name, original in reversed(self._saved):
-            setattr(owner, name, original)
-        self._saved.clear()
-        # The package bound the replacement when it imported the name: give it the original.
-        package = sys.modules.get(_PACKAGE)
-        if originals and package is not None and getattr(package, _NAME, None) == self._unconverted:
-            setattr(package, _NAME, originals[0])
-
-    def _replace(self, module: ModuleType) -> None:
-        if getattr(module, _NAME, None) is not None:
-            self._save(module)
-
-    def _save(self, owner: Any) -> None:
-        self._saved.append((owner, _NAME, getattr(owner, _NAME)))
-        setattr(owner, _NAME, self._unconverted)
+        self._swap.remove()
 
     def _unconverted(self, module: Any, *args: Any, **kwargs: Any) -> Any:
         self.skipped += 1
