@@ -20,16 +20,15 @@ from . import LintRule, Report, register
 from .float8_training import (
     ALIGNMENT,
     LINEAR,
-    TE_REGIONS,
     conversion_filter,
     conversions,
     converted_calls,
     int_constants,
     is_te_module,
     is_test_module,
-    literal_size,
+    linear_sizes,
     model_calls,
-    region_enabled,
+    te_region,
 )
 
 # torchao's tensorwise heuristic: a weight of N (out_features) x K (in_features) with
@@ -65,10 +64,9 @@ class Float8SmallLinear(LintRule):
             for linear in facts.calls_named("Linear"):
                 if linear.qname not in LINEAR or id(linear.node) not in converted:
                     continue
-                sizes = _sizes(linear, constants)
-                if sizes is None or any(size % ALIGNMENT for size in sizes):
+                k, n = linear_sizes(linear, constants)
+                if k is None or n is None or k % ALIGNMENT or n % ALIGNMENT:
                     continue  # a size not known here, or not aligned (AMP602's finding)
-                k, n = sizes
                 if k <= _SMALL_K and n <= _SMALL_N:
                     small.append((linear.node.lineno, k, n))
             if small:
@@ -91,18 +89,6 @@ class Float8SmallLinear(LintRule):
         )
 
 
-def _sizes(linear: CallSite, constants: dict[str, int]) -> tuple[int, int] | None:
-    """(in_features, out_features) where both are literals or module-level constants."""
-    found = []
-    for position, keyword in ((0, "in_features"), (1, "out_features")):
-        arg = linear.arg(position, keyword)
-        size = literal_size(arg.value if arg is not None else None, constants)
-        if size is None:
-            return None
-        found.append(size)
-    return found[0], found[1]
-
-
 @register
 class Fp8AutocastWithoutTeModules(LintRule):
     code = "AMP610"
@@ -115,13 +101,18 @@ class Fp8AutocastWithoutTeModules(LintRule):
         if any(is_te_module(site.qname) for site in facts.calls):
             return  # the module builds Transformer Engine layers: the region has work to do
         reported: set[int] = set()
+        plain: dict[str, ast.Call | None] = {}  # per name called in a region: its first plain Linear
         for site in facts.calls:
-            region = _region(facts, site)
-            if region is None or id(region) in reported or type(site.node.func) is not ast.Name:
+            if type(site.node.func) is not ast.Name:
+                continue
+            region = te_region(facts, site)
+            if region is None or id(region) in reported:
                 continue
             name = site.node.func.id
-            linear = _plain_linear(facts, name)
-            if linear is None or _handed_over(facts, name):
+            if name not in plain:
+                plain[name] = None if _handed_over(facts, name) else _plain_linear(facts, name)
+            linear = plain[name]
+            if linear is None:
                 continue
             reported.add(id(region))
             yield Report(
@@ -135,15 +126,6 @@ class Fp8AutocastWithoutTeModules(LintRule):
                 "`convert_to_float8_training` instead",
                 statement=region,
             )
-
-
-def _region(facts: AmpFacts, site: CallSite) -> ast.Call | None:
-    """The enabled Transformer Engine FP8 region a call runs in, if any."""
-    for ref in site.withs:
-        expr = ref.expr
-        if not ref.decorator and type(expr) is ast.Call and facts.qualify(expr.func) in TE_REGIONS:
-            return expr if region_enabled(expr) else None
-    return None
 
 
 def _handed_over(facts: AmpFacts, name: str) -> bool:

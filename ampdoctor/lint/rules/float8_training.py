@@ -22,7 +22,7 @@ from .mx_training import MX_BLOCK, is_mx, mx_conversions
 _CONVERTERS = ("torchao.", "float8_experimental.")
 _CONVERT = "convert_to_float8_training"
 # Transformer Engine's FP8 region: ``autocast`` (2.x) and the ``fp8_autocast`` it deprecates.
-TE_REGIONS = frozenset(
+_TE_REGIONS = frozenset(
     {
         "transformer_engine.pytorch.autocast",
         "transformer_engine.pytorch.fp8_autocast",
@@ -201,12 +201,22 @@ def int_constants(facts: AmpFacts) -> dict[str, int]:
     return {name: number for name, number in found.items() if counts[name] == 1}
 
 
-def literal_size(expr: ast.expr | None, constants: dict[str, int]) -> int | None:
+def _literal_size(expr: ast.expr | None, constants: dict[str, int]) -> int | None:
     if type(expr) is ast.Constant and type(expr.value) is int and not isinstance(expr.value, bool):
         return expr.value
     if type(expr) is ast.Name:
         return constants.get(expr.id)
     return None
+
+
+def linear_sizes(linear: CallSite, constants: dict[str, int]) -> tuple[int | None, int | None]:
+    """An ``nn.Linear(...)`` call's (in_features, out_features), each where it is a literal or a
+    module-level constant (``int_constants``), else None."""
+    found = []
+    for position, keyword in ((0, "in_features"), (1, "out_features")):
+        arg = linear.arg(position, keyword)
+        found.append(_literal_size(arg.value if arg is not None else None, constants))
+    return found[0], found[1]
 
 
 @register
@@ -232,12 +242,11 @@ class Float8UnalignedLinear(LintRule):
             for linear in self._linears(facts):
                 if id(linear.node) not in converted or id(linear.node) in reported:
                     continue  # not in a model this call converts (a probe, another model)
-                sizes = []
-                for position, size_name in ((0, "in_features"), (1, "out_features")):
-                    arg = linear.arg(position, size_name)
-                    size = literal_size(arg.value if arg is not None else None, constants)
-                    if size is not None and size % alignment:
-                        sizes.append(f"{size_name}={size}")
+                sizes = [
+                    f"{size_name}={size}"
+                    for size_name, size in zip(("in_features", "out_features"), linear_sizes(linear, constants))
+                    if size is not None and size % alignment
+                ]
                 if not sizes:
                     continue
                 reported.add(id(linear.node))
@@ -345,7 +354,18 @@ def _built_classes(node: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list
     ]
 
 
-def region_enabled(call: ast.Call) -> bool:
+def te_region(facts: AmpFacts, site: CallSite) -> ast.Call | None:
+    """The enabled Transformer Engine FP8 region (the ``with`` item's call) a call runs in."""
+    for ref in site.withs:
+        expr = ref.expr
+        if ref.decorator or type(expr) is not ast.Call:
+            continue
+        if facts.qualify(expr.func) in _TE_REGIONS and _region_enabled(expr):
+            return expr
+    return None
+
+
+def _region_enabled(call: ast.Call) -> bool:
     """Whether a Transformer Engine region may be on (only a literal ``enabled=False`` says no)."""
     for keyword in call.keywords:
         if keyword.arg == "enabled":
@@ -369,7 +389,7 @@ class BackwardInFp8Autocast(LintRule):
         for site in facts.calls:
             if site.method != "backward" and site.qname != "torch.autograd.backward":
                 continue
-            region = self._region(facts, site)
+            region = te_region(facts, site)
             if region is None:
                 continue
             yield Report(
@@ -382,16 +402,6 @@ class BackwardInFp8Autocast(LintRule):
                 "(it still runs in FP8: the forward decides that)",
                 statement=site.statement,
             )
-
-    @staticmethod
-    def _region(facts: AmpFacts, site: CallSite) -> ast.Call | None:
-        for ref in site.withs:
-            expr = ref.expr
-            if ref.decorator or type(expr) is not ast.Call:
-                continue
-            if facts.qualify(expr.func) in TE_REGIONS and region_enabled(expr):
-                return expr
-        return None
 
 
 def _flag_set(facts: AmpFacts) -> ast.AST | None:
@@ -535,10 +545,10 @@ class TorchCheckpointWithFp8(LintRule):
         if is_test_module(facts.path):
             return
         if not any(
-            ref.expr is not None and type(ref.expr) is ast.Call and facts.qualify(ref.expr.func) in TE_REGIONS
+            ref.expr is not None and type(ref.expr) is ast.Call and facts.qualify(ref.expr.func) in _TE_REGIONS
             for site in facts.calls
             for ref in site.withs
-        ) and not any(site.qname in TE_REGIONS for site in facts.calls):
+        ) and not any(site.qname in _TE_REGIONS for site in facts.calls):
             return
         if not any(is_te_module(site.qname) for site in facts.calls):
             return  # the checkpointed code has no Transformer Engine module of this file's making
