@@ -28,6 +28,8 @@ from typing import Any, Optional
 
 import click
 
+from .comparison import written_run
+
 KILL_GRACE = 60.0
 _TAIL = 400
 
@@ -95,7 +97,7 @@ def run_compare(
                 *script_args,
             ]
         )
-        written = "mixed-precision" if against == "float32" else "float8"
+        written = written_run(against)
         click.echo(f"ampdoctor trace: {written} run (as written)...", err=True)
         code, failure = _run_child(mixed, limit, None, quiet=False)
         if failure:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from .comparison import BFLOAT16, COMPARED, TOO_SHORT, Comparison, RunRecord, used_memory
+from .comparison import BFLOAT16, COMPARED, TOO_SHORT, Comparison, RunRecord, used_memory, written_run
 from .stopwatch import CUDA_MEMORY_METHOD
 
 if TYPE_CHECKING:
@@ -127,9 +127,7 @@ def summary_lines(comparison: Comparison) -> list[str]:
     if comparison.paying_off is False and top:
         spent = ", ".join(f"{item['op']} {item['share']:.0%}" for item in top[:3] if item.get("share") is not None)
         if spent:
-            lines.append(
-                f"spent   in the {'float8' if against == BFLOAT16 else 'mixed-precision'} run (self time): {spent}"
-            )
+            lines.append(f"spent   in the {written_run(against)} run (self time): {spent}")
     return lines[:5]  # with the headline, at most six lines
 
 

@@ -314,7 +314,7 @@ def compare_runs(
         result.speedup, result.measurable, result.load_changed = None, False, True
         result.explanation = (
             f"the machine's load changed between the runs (other processes kept {baseline.other_cores:.1f} "
-            f"cores busy during the {against} run, {mixed.other_cores:.1f} during the {_written(against)} run): "
+            f"cores busy during the {against} run, {mixed.other_cores:.1f} during the {written_run(against)} run): "
             "no verdict on speed; run again on a quieter machine"
         )
     starved = busy_run(mixed, baseline, busy) if result.speedup is not None and not changed else None
@@ -345,8 +345,8 @@ def compare_runs(
     return result
 
 
-def _written(against: str) -> str:
-    """The run as written, named as the comparison names it."""
+def written_run(against: str) -> str:
+    """The run as written, named as the comparison names it ("the {written_run(...)} run")."""
     return "float8" if against == BFLOAT16 else "mixed-precision"
 
 
@@ -357,7 +357,7 @@ def busy_run(mixed: RunRecord, baseline: RunRecord, share: float = 0.75) -> Opti
     if not mixed.autocast or any(device != "cpu" for device, _dtype in mixed.autocast):
         return None  # a GPU run's host thread keeps about one core busy whatever the load
     cores = os.cpu_count() or 1
-    for name, run in ((_written(baseline.role), mixed), (baseline.role, baseline)):
+    for name, run in ((written_run(baseline.role), mixed), (baseline.role, baseline)):
         if run.own_cores is None or run.other_cores is None or not run.threads:
             continue
         if run.own_cores + run.other_cores >= 0.9 * cores and run.own_cores < share * min(run.threads, cores):
