@@ -308,26 +308,17 @@ def _census_section(obs: Observations) -> str:
 def _float8_section(obs: Observations) -> str:
     """The JSON report's ``float8`` layers as a table: what each layer's casts flushed, by
     operand, and its forward output's error against float32."""
-    from .trace_report import float8_dict
+    from .trace_report import float8_cells, float8_dict
 
     float8 = float8_dict(obs)
     if float8 is None or not float8["layers"]:
         return ""
-
-    def share(value: Any) -> str:
-        return f"{value:.1%}" if isinstance(value, float) else "-"
-
     body = []
     for layer in float8["layers"]:
-        casts = layer["casts"]
-        flushed = "".join(
-            f'<td class="num">{share(casts[role]["flushed_share"]) if role in casts else "-"}</td>'
-            for role in ("input", "weight", "grad_output")
+        cells = "".join(
+            f'<td class="num">{f"{value:.1%}" if value is not None else "-"}</td>' for value in float8_cells(layer)
         )
-        body.append(
-            f'<tr><td><code>{e(layer["module"])}</code></td><td class="num">{layer["gemms"]}</td>{flushed}'
-            f'<td class="num">{share(layer["output_error"])}</td></tr>'
-        )
+        body.append(f'<tr><td><code>{e(layer["module"])}</code></td><td class="num">{layer["gemms"]}</td>{cells}</tr>')
     return (
         f'<section id="float8"><h2>float8 layers (first {obs.op_steps} iteration(s))</h2>'
         "<table><thead><tr><th>layer</th><th>float8 GEMMs</th><th>input flushed</th><th>weight flushed</th>"

@@ -244,21 +244,19 @@ def _float8_table(obs: Observations) -> Table | None:
     output was from float32 (the JSON report's ``float8`` object, in short)."""
     from rich.table import Table
 
-    layers = sorted({module for module, _role in obs.float8_casts} | set(obs.float8_shadows), key=str)
+    from .trace_report import float8_cells, float8_dict
+
+    float8 = float8_dict(obs)
+    layers = float8["layers"] if float8 is not None else []
     if not layers:
         return None
     span = f"first {obs.op_steps} iteration(s)" if obs.op_steps else "before the first optimizer step"
     table = Table(title=f"float8 layers ({span})", title_justify="left")
     for column in ("layer", "input flushed", "weight flushed", "grad flushed", "output error"):
         table.add_column(column, justify="left" if column == "layer" else "right", overflow="fold")
-    for module in layers[:_TABLE_ROWS]:
-        cells = []
-        for role in ("input", "weight", "grad_output"):
-            stats = obs.float8_casts.get((module, role))
-            cells.append(f"{stats.flushed_share:.1%}" if stats is not None and stats.nonzero else "-")
-        shadow = obs.float8_shadows.get(module)
-        error = shadow.relative_error if shadow is not None else None
-        table.add_row(str(module), *cells, f"{error:.1%}" if error is not None else "-")
+    for layer in layers[:_TABLE_ROWS]:
+        cells = [f"{value:.1%}" if value is not None else "-" for value in float8_cells(layer)]
+        table.add_row(str(layer["module"]), *cells)
     caption = (
         "flushed: the share of non-zero values the float8 cast made zero; output error: a forward output "
         "row's distance from the same layer in float32, relative, on average"

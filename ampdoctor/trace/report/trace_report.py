@@ -327,6 +327,19 @@ def _activation_dict(stats: ActivationStats) -> dict[str, Any]:
     }
 
 
+def float8_cells(layer: dict[str, Any]) -> list[Optional[float]]:
+    """One layer of ``float8_dict``, as the tables show it: the share flushed of its input,
+    weight and output gradient (None for an operand it never cast) and its output error."""
+    casts = layer["casts"]
+    values = [
+        casts[role]["flushed_share"] if role in casts and casts[role]["nonzero"] else None
+        for role in ("input", "weight", "grad_output")
+    ]
+    values.append(layer["output_error"])
+    # JSON numbers: a non-finite one is a string ("NaN", "Infinity"), which float() reads back.
+    return [float(value) if value is not None else None for value in values]
+
+
 def float8_dict(obs: Observations) -> Optional[dict[str, Any]]:
     if not (obs.float8_imported or obs.float8_conversions or obs.float8_casts):
         return None
