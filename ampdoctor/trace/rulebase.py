@@ -141,6 +141,19 @@ class Locator:
             return Location(self.script, line)
         return Location(self.script, 1)
 
+    def at(self, site: Optional[tuple[str, int]]) -> Location:
+        """A (file, line) of the user's code the run recorded; the script when there is none."""
+        return Location(*site) if site else self.location()
+
+
+def died_of(observations: Observations, *fragments: str) -> Optional[tuple[str, Optional[tuple[str, int]]]]:
+    """The script's error (message, where in the user's code) when the script died of an error
+    whose message holds one of ``fragments``; None otherwise."""
+    error = observations.script_error
+    if error is None or not any(fragment in error[0] for fragment in fragments):
+        return None
+    return error
+
 
 def _same_file(a: str, b: str) -> bool:
     try:

@@ -278,7 +278,7 @@ def test_the_html_report_tabulates_the_float8_layers(tmp_path):
 
 def test_a_run_without_float8_has_no_float8_object():
     from ampdoctor.trace.observations import Observations
-    from ampdoctor.trace.report.trace_report import float8_dict
+    from ampdoctor.trace.report.float8_summary import float8_dict
 
     assert float8_dict(Observations()) is None
 

@@ -25,7 +25,8 @@ _X86_FAST = {
     "float16": ("avx512_fp16", "amx_fp16"),
 }
 _ARM_FAST = {"bfloat16": ("bf16",), "float16": ("fphp", "asimdhp")}
-_CUDA_MIN = {"float16": (7, 0), "bfloat16": (8, 0)}
+# The compute capability whose tensor cores run each dtype's GEMMs (float8: Ada and Hopper on).
+CUDA_MIN = {"float16": (7, 0), "bfloat16": (8, 0), "float8": (8, 9)}
 
 
 @dataclass
@@ -139,7 +140,7 @@ def cuda_hardware(
 
         capability = capability or torch.cuda.get_device_capability(index)
         name = name or torch.cuda.get_device_name(index)
-    minimum = _CUDA_MIN.get(dtype, (7, 0))
+    minimum = CUDA_MIN.get(dtype, (7, 0))
     fast = tuple(capability) >= minimum
     text = f"{capability[0]}.{capability[1]}"
     need = f"{minimum[0]}.{minimum[1]}"

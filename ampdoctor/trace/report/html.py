@@ -308,7 +308,7 @@ def _census_section(obs: Observations) -> str:
 def _float8_section(obs: Observations) -> str:
     """The JSON report's ``float8`` layers as a table: what each layer's casts flushed, by
     operand, and its forward output's error against float32."""
-    from .trace_report import float8_cells, float8_dict
+    from .float8_summary import float8_cells, float8_dict
 
     float8 = float8_dict(obs)
     if float8 is None or not float8["layers"]:

@@ -244,7 +244,7 @@ def _float8_table(obs: Observations) -> Table | None:
     output was from float32 (the JSON report's ``float8`` object, in short)."""
     from rich.table import Table
 
-    from .trace_report import float8_cells, float8_dict
+    from .float8_summary import float8_cells, float8_dict
 
     float8 = float8_dict(obs)
     layers = float8["layers"] if float8 is not None else []

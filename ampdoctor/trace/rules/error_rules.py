@@ -10,27 +10,15 @@ traceback's innermost line of the user's code says where. Reported with lint's c
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Optional
 
-from ...findings import Finding, Location
+from ...findings import Finding
 from ..observations import Observations
-from ..rulebase import Locator, Thresholds, make_finding, rule
-
-
-def _died_of(observations: Observations, *fragments: str) -> Optional[tuple[str, Optional[tuple[str, int]]]]:
-    error = observations.script_error
-    if error is None or not any(fragment in error[0] for fragment in fragments):
-        return None
-    return error
-
-
-def _where(site: Optional[tuple[str, int]], locator: Locator) -> Location:
-    return Location(*site) if site else locator.location()
+from ..rulebase import Locator, Thresholds, died_of, make_finding, rule
 
 
 @rule("AMP301")
 def constant_beyond_float16(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
-    error = _died_of(observations, "to type c10::Half without overflow")
+    error = died_of(observations, "to type c10::Half without overflow")
     if error is None:
         return
     message = (
@@ -42,12 +30,12 @@ def constant_beyond_float16(observations: Observations, thresholds: Thresholds, 
         "Use a value the tensor's dtype can hold: `torch.finfo(scores.dtype).min` (or "
         "`float('-inf')` for a mask before softmax) instead of the literal."
     )
-    yield make_finding("AMP301", message, _where(error[1], locator), help_text, at_run_time=True)
+    yield make_finding("AMP301", message, locator.at(error[1]), help_text, at_run_time=True)
 
 
 @rule("AMP105")
 def refused_under_autocast(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
-    error = _died_of(observations, "are unsafe to autocast")
+    error = died_of(observations, "are unsafe to autocast")
     if error is None:
         return
     message = (
@@ -58,4 +46,4 @@ def refused_under_autocast(observations: Observations, thresholds: Thresholds, l
         "Drop the final sigmoid and use `nn.BCEWithLogitsLoss()` (or "
         "`F.binary_cross_entropy_with_logits`), which is stable and autocast-safe."
     )
-    yield make_finding("AMP105", message, _where(error[1], locator), help_text, at_run_time=True)
+    yield make_finding("AMP105", message, locator.at(error[1]), help_text, at_run_time=True)

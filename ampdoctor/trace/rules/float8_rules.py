@@ -9,10 +9,11 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Optional
 
-from ...findings import Finding, Location
+from ...findings import Finding
+from ..compare.hardware import CUDA_MIN, cuda_hardware
 from ..float8 import FLOAT8_ALIGNMENT, unaligned
 from ..observations import Observations
-from ..rulebase import Locator, Thresholds, make_finding, module_location, rule
+from ..rulebase import Locator, Thresholds, died_of, make_finding, module_location, rule
 from .census_rules import module_label
 
 # What each operand role is, in the words of the training step.
@@ -82,14 +83,15 @@ _ALIGNMENT_ERRORS = ("to be divisible by 16", "must be divisible by 16")
 
 def _died_unaligned(observations: Observations, locator: Locator) -> Iterator[Finding]:
     """The run died of it on the GPU before any GEMM was recorded (the first forward)."""
-    error, site = observations.script_error or ("", None)
-    if not observations.float8_imported or not any(fragment in error for fragment in _ALIGNMENT_ERRORS):
+    died = died_of(observations, *_ALIGNMENT_ERRORS)
+    if died is None or not observations.float8_imported:
         return
+    error, site = died
     yield make_finding(
         "AMP516",
         f"the script died because a float8 GEMM has a size that is not a multiple of {FLOAT8_ALIGNMENT} ({error}): "
         "the GPU's float8 kernels refuse it",
-        Location(*site) if site else locator.location(),
+        locator.at(site),
         f"Pad the layer's sizes to multiples of {FLOAT8_ALIGNMENT} (a vocabulary, a class count), or keep it out of "
         "float8 with `module_filter_fn`",
         at_run_time=True,
@@ -131,7 +133,7 @@ def float8_nothing_converted(observations: Observations, thresholds: Thresholds,
             "AMP518",
             f"`convert_to_float8_training` converted no layer: {why}. The run trains as if float8 had never "
             "been asked for, with none of its speed-up",
-            Location(*site) if site else locator.location(),
+            locator.at(site),
             "Check the names the filter tests against `[n for n, m in model.named_modules() if isinstance(m, "
             "nn.Linear)]` (a `Sequential` names its layers `0`, `1` ...), or convert the module that holds the "
             "model's Linear layers",
@@ -142,25 +144,23 @@ def float8_nothing_converted(observations: Observations, thresholds: Thresholds,
 # What torch raises where the GPU has no float8 GEMMs: ``_scaled_mm`` below compute capability
 # 8.9 (its older wording said 9.0), ``_scaled_grouped_mm`` (MoE experts) off 9.0 and 10.0.
 _HARDWARE_ERRORS = ("_scaled_mm is only supported on", "_scaled_grouped_mm is only supported on")
-# Where float8 GEMMs run: Ada (8.9), Hopper (9.0) and later.
-FLOAT8_CAPABILITY = (8, 9)
+_FLOAT8_NEED = CUDA_MIN["float8"]
 
 
 @rule("AMP519")
 def float8_unsupported_gpu(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
-    if observations.script_error is None or not observations.float8_imported:
+    died = died_of(observations, *_HARDWARE_ERRORS)
+    if died is None or not observations.float8_imported:
         return
-    error, site = observations.script_error
-    if not any(fragment in error for fragment in _HARDWARE_ERRORS):
-        return
+    error, site = died
     device = cuda_device()
     where = f"this GPU ({device})" if device else "this GPU"
     yield make_finding(
         "AMP519",
         f"the script died at its first float8 GEMM ({error}): {where} has no float8 GEMMs. They need compute "
-        f"capability {FLOAT8_CAPABILITY[0]}.{FLOAT8_CAPABILITY[1]} (Ada: L4, L40, RTX 40xx) or 9.0 (Hopper) and "
+        f"capability {_FLOAT8_NEED[0]}.{_FLOAT8_NEED[1]} (Ada: L4, L40, RTX 40xx) or 9.0 (Hopper) and "
         "later; the CPU runs them, so the script works on a laptop and fails here",
-        Location(*site) if site else locator.location(),
+        locator.at(site),
         "Train in bfloat16 on this GPU: convert to float8 only where `torch.cuda.get_device_capability() >= (8, 9)`, "
         "or run on a GPU that has float8",
         at_run_time=True,
@@ -176,8 +176,8 @@ def cuda_device() -> Optional[str]:
 
         if not torch.cuda.is_available():
             return None
-        major, minor = torch.cuda.get_device_capability()
-        return f"{torch.cuda.get_device_name()}, compute capability {major}.{minor}"
+        hardware = cuda_hardware("float8", index=torch.cuda.current_device())
+        return f"{hardware.name}, compute capability {hardware.capability}"
     except Exception:  # a driver that answers oddly must not break the report
         return None
 
@@ -199,7 +199,7 @@ def float8_never_ran(observations: Observations, thresholds: Thresholds, locator
         f"the {observations.op_steps} recorded iteration(s): the model that trains is not the one converted (a "
         "copy, another instance), or it calls those layers' weights around their forward (`F.linear(x, "
         "layer.weight)`); the run trains without float8",
-        Location(*site) if site else locator.location(),
+        locator.at(site),
         "Convert the model that the optimizer trains (before wrapping it in DDP, FSDP or torch.compile), and call "
         "its Linear layers as modules",
         layers=total,

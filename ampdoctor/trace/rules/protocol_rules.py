@@ -42,7 +42,7 @@ def _framework_clip_hint() -> str:
 
 
 def _where(event: ProtocolEvent, locator: Locator) -> Location:
-    return Location(*event.site) if event.site else locator.location()
+    return locator.at(event.site)
 
 
 def _times(event: ProtocolEvent) -> str:
@@ -108,7 +108,7 @@ def step_without_update(observations: Observations, thresholds: Thresholds, loca
                 "second step."
             )
         help_text = f"Call `{scaler}.update()` once per iteration, after the last `{scaler}.step(...)`."
-        where = Location(*site) if site else locator.location()
+        where = locator.at(site)
         yield make_finding("AMP202", message, where, help_text, step=event.step, at_run_time=True)
 
 
