@@ -374,6 +374,19 @@ def test_after_the_first_iteration_only_the_outermost_modules_are_hooked():
     assert model(torch.randn(4, 8)).dtype == torch.float32
 
 
+def test_a_compiled_model_runs_in_the_added_region_around_its_compiled_call():
+    from ampdoctor.trace.compare.bfloat16_on import Bfloat16On
+
+    model = torch.compile(nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)), backend="eager")
+    with contextlib.redirect_stdout(io.StringIO()), TraceSession():
+        with Bfloat16On() as switch:
+            assert model(torch.randn(4, 8)).dtype == torch.bfloat16
+            switch.settle()
+            assert model(torch.randn(4, 8)).dtype == torch.bfloat16
+            assert not torch.is_autocast_enabled("cpu")
+    assert switch.regions_added == 2
+
+
 def test_a_forward_that_raises_closes_the_added_region():
     from ampdoctor.trace.compare.bfloat16_on import Bfloat16On
 

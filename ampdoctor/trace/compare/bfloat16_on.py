@@ -21,6 +21,8 @@ from typing import Any, Optional
 
 import torch
 
+from ..compiled import outside_compiled
+
 
 class Bfloat16On:
     def __init__(self) -> None:
@@ -33,14 +35,18 @@ class Bfloat16On:
         self._handles: list[Any] = []
         self._roots: dict[int, torch.nn.Module] = {}  # modules whose forwards were outermost
         self._settled = False
+        # As the session's hooks: skipped while Dynamo traces a frame (compiled.py), so that a
+        # compiled model's region opens around the compiled call, never inside its graph.
+        self._hook_before = outside_compiled(self._before)
+        self._hook_after = outside_compiled(self._after)
 
     def install(self) -> None:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
         self.float8.install()
         self._handles = [
-            register_module_forward_pre_hook(self._before),
-            register_module_forward_hook(self._after, always_call=True),
+            register_module_forward_pre_hook(self._hook_before),
+            register_module_forward_hook(self._hook_after, always_call=True),
         ]
 
     def settle(self) -> None:
@@ -52,8 +58,8 @@ class Bfloat16On:
             handle.remove()
         self._handles = []
         for module in self._roots.values():
-            self._handles.append(module.register_forward_pre_hook(self._before))
-            self._handles.append(module.register_forward_hook(self._after, always_call=True))
+            self._handles.append(module.register_forward_pre_hook(self._hook_before))
+            self._handles.append(module.register_forward_hook(self._hook_after, always_call=True))
 
     def remove(self) -> None:
         for handle in self._handles:
