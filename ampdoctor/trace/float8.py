@@ -47,6 +47,10 @@ _PACKAGE = "torchao.float8"
 _CONVERT = "convert_to_float8_training"
 # torchao's float8 layer, by its class's name (torchao is not imported here).
 _FLOAT8_LINEAR = "Float8Linear"
+# torchao's autograd function of a float8 layer's GEMMs, by its backward node's class name, and
+# how far under the layer's output it may lie (the bias's add, a reshape).
+_GEMM_NODE = "matmul_with_hp_or_float8_args"
+_NODE_DEPTH = 3
 # Relative slack above a float8 format's maximum before a scaled value counts as clipped.
 _CLIP_TOLERANCE = 1e-5
 # Output rows a float32 shadow compares per forward (tokens or samples).
@@ -72,7 +76,15 @@ class Float8Watch:
         self._name = name
         self._waiting: Any = None  # the module pre-hook that waits for torchao's import
         self._forwards: Any = None  # the module post-hook that follows the forward's order
+        self._entering: Any = None  # the module pre-hook that names the float8 layer running
         self._last: Optional[torch.nn.Module] = None  # the last module with weights to finish
+        # The float8 layer whose GEMMs' backward runs now (``_follow_backward``): the census's
+        # module tracker loses its place in the backward of parallel branches.
+        self._backward_of: Optional[str] = None
+        # The float8 layer whose forward runs now: the tracker's module is wrong in the forward a
+        # checkpoint recomputes during the backward.
+        self._forward_of: Optional[str] = None
+        self._casts = 0  # float8 casts recorded so far
         self._patched: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
         # The conversion runs before any module does: it is wrapped as torchao defines it (or at
         # once, when the script imported torchao before the session).
@@ -89,11 +101,13 @@ class Float8Watch:
 
     def end_window(self) -> None:
         """The recorded iterations are over: no module call is watched any more."""
-        for handle in (self._waiting, self._forwards):
+        for handle in (self._waiting, self._forwards, self._entering):
             if handle is not None:
                 handle.remove()
-        self._waiting = self._forwards = None
+        self._waiting = self._forwards = self._entering = None
+        self._forward_of = None
         self._last = None
+        self._backward_of = None
 
     def remove(self) -> None:
         self.end_window()
@@ -127,22 +141,59 @@ class Float8Watch:
             self._follow_forwards()
 
     def _follow_forwards(self) -> None:
-        from torch.nn.modules.module import register_module_forward_hook
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
         if self._forwards is None:
             self._forwards = register_module_forward_hook(outside_compiled(self._forward_done))
+            self._entering = register_module_forward_pre_hook(outside_compiled(self._forward_starts))
+
+    def _forward_starts(self, module: torch.nn.Module, args: Any) -> None:
+        if type(module).__name__ == _FLOAT8_LINEAR:
+            self._forward_of = self._name(module)
 
     def _forward_done(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if type(module).__name__ == _FLOAT8_LINEAR:
+            self._forward_of = None
         # A module with weights of its own, in a forward that trains: the head is the last one.
         if module._parameters and torch.is_grad_enabled():
             self._last = module
         if type(module).__name__ == _FLOAT8_LINEAR and args and self._active() is not None:
             try:
+                self._follow_backward(module, output)
                 self._shadow(module, args[0], output)
             except Exception as exc:  # an instrument that fails leaves the training step alone
                 errors = self._observations.instrument_errors
                 if len(errors) < 8:
                     errors.append(f"float8 shadow of {self._name(module)}: {type(exc).__name__}: {exc}")
+
+    def _follow_backward(self, module: torch.nn.Module, output: Any) -> None:
+        """Name ``module`` as the float8 layer whose backward runs when autograd starts the node
+        of its GEMMs (torchao's ``matmul_with_hp_or_float8_args``, under the bias's add), until
+        it ends. The backward's casts and GEMMs all run inside that node, one node at a time."""
+        nodes = [getattr(output, "grad_fn", None)]
+        node = None
+        for _ in range(_NODE_DEPTH):
+            node = next((n for n in nodes if n is not None and _GEMM_NODE in type(n).__name__), None)
+            if node is not None or not nodes:
+                break
+            nodes = [n for parent in nodes if parent is not None for n, _ in parent.next_functions]
+        if node is None:
+            return
+        name = self._name(module)
+
+        def started(grad_outputs: Any) -> None:
+            self._backward_of = name
+
+        def done(grad_inputs: Any, grad_outputs: Any) -> None:
+            self._backward_of = None  # (a checkpoint's recomputed forward runs outside the node)
+
+        node.register_prehook(started)
+        node.register_hook(done)
+
+    def _module_now(self, census: OpCensus) -> Optional[str]:
+        """The module a float8 cast or GEMM belongs to: the layer whose GEMM node runs in the
+        backward, the float8 layer whose forward runs, else the census's."""
+        return self._backward_of or self._forward_of or census.current_module()
 
     def _shadow(self, module: torch.nn.Module, hp_input: Any, output: Any) -> None:
         """Compare the layer's output with the same layer in float32, from the same input and
@@ -224,7 +275,7 @@ class Float8Watch:
             return
         role = kwargs.get("gemm_input_role", args[2] if len(args) > 2 else None)
         granularity = kwargs.get("scaling_granularity", args[4] if len(args) > 4 else None)
-        key = (census.current_module(), _name(role, "input"))
+        key = (self._module_now(census), _name(role, "input"))
         if census.phase() == "backward" and self._last is not None:
             # The first backward of the recorded iterations: the forward's last layer is known.
             if self._observations.float8_last_layer is None:
@@ -236,14 +287,18 @@ class Float8Watch:
             zero = (data.view(torch.uint8) & 0x7F) == 0
             # On the scaled tensor, before the cast clips it (a float32 rounding of the largest
             # value is not a clip).
-            limit = torch.finfo(data.dtype).max * (1 + _CLIP_TOLERANCE)
+            largest = torch.finfo(data.dtype).max
+            limit = largest * (1 + _CLIP_TOLERANCE)
+            flushed = nonzero & zero
             if _scales(scale, hp):
                 clipped = ((hp.detach().float().abs() * scale.float()) > limit).sum()
+                # The scale at its ceiling: the group's amax was under torchao's floor.
+                ceiling = largest / _amax_floor() * (1 - _CLIP_TOLERANCE)
+                floored = (flushed & (scale.float() >= ceiling)).sum()
             else:  # a scale laid out other than torchao's: not counted
-                clipped = torch.zeros((), dtype=torch.long, device=hp.device)
-            counts = torch.stack(
-                [nonzero.sum(), (nonzero & zero).sum(), (~torch.isfinite(scale)).any().long(), clipped]
-            )
+                clipped = floored = torch.zeros((), dtype=torch.long, device=hp.device)
+            unusable = (~torch.isfinite(scale) | (scale == 0)).any().long()
+            counts = torch.stack([nonzero.sum(), flushed.sum(), unusable, clipped, floored])
             read = counts.tolist()  # one read per cast, in the recorded iterations only
         casts = self._observations.float8_casts
         stats = casts.get(key)
@@ -253,13 +308,18 @@ class Float8Watch:
         stats.nonzero += int(read[0])
         stats.flushed += int(read[1])
         stats.nonfinite_scales += int(read[2])
+        self._casts += 1
+        if read[2] and stats.first_unusable is None:
+            stats.first_unusable = self._casts
         stats.clipped += int(read[3])
+        stats.floored += int(read[4])
+        stats.zero_casts += int(read[0]) == 0
 
     def _wrap_mm(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def scaled_mm(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
             census = self._active()
             if census is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-                key = (census.current_module(), census.phase(), tuple(a.shape), tuple(b.shape))
+                key = (self._module_now(census), census.phase(), tuple(a.shape), tuple(b.shape))
                 gemms: Counter[Float8GemmKey] = self._observations.float8_gemms
                 gemms[key] += 1
             return original(a, b, *args, **kwargs)
@@ -272,6 +332,15 @@ def _scales(scale: torch.Tensor, hp: torch.Tensor) -> bool:
     if scale.dim() > hp.dim():
         return False
     return all(s in (1, h) for s, h in zip(reversed(scale.shape), reversed(hp.shape)))
+
+
+# torchao's floor under an amax (``float8_utils.EPS``), read from torchao where it is loaded.
+_AMAX_FLOOR = 1e-12
+
+
+def _amax_floor() -> float:
+    floor = getattr(sys.modules.get("torchao.float8.float8_utils"), "EPS", _AMAX_FLOOR)
+    return float(floor) if isinstance(floor, (int, float)) and floor > 0 else _AMAX_FLOOR
 
 
 def _count(module: Any, kind: Callable[[torch.nn.Module], bool]) -> int:

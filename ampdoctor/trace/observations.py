@@ -23,15 +23,27 @@ if TYPE_CHECKING:
 class CastStats:
     """What the float8 casts of one operand role of one module lost (summed over the recorded
     iterations): ``nonzero`` values cast, ``flushed`` of them that became zero, the float8
-    ``dtype``, the scaling ``granularity``, the casts whose scale was not finite and the values
-    the scale took beyond the format's maximum."""
+    ``dtype``, the scaling ``granularity``, the casts whose scale was not usable, the casts of an
+    all-zero operand, the values flushed under the amax floor and the values the scale took
+    beyond the format's maximum."""
 
     dtype: str
     granularity: str
     casts: int = 0
     nonzero: int = 0
     flushed: int = 0
+    # Casts whose scale was NaN (the operand held a NaN) or zero (it held an inf, so its amax
+    # was inf): the cast turns the scale's whole group (tensor or row) into NaN or zero.
     nonfinite_scales: int = 0
+    # Casts of an operand with no non-zero value (amax 0): torchao's scale then stops at its
+    # ceiling, the format's maximum over its amax floor (1e-12), and the GEMM multiplies zeros.
+    zero_casts: int = 0
+    # Non-zero values flushed in groups whose amax was under that floor: the scale stopped at
+    # its ceiling, too small for them whatever the granularity (counted in ``flushed`` too).
+    floored: int = 0
+    # When the first cast with an unusable scale came, counted over all float8 casts of the run
+    # (None: none came): the first is where the inf or NaN entered float8.
+    first_unusable: Optional[int] = None
     # Values beyond the format's largest magnitude once scaled (448 for e4m3, 57344 for e5m2),
     # which the cast clips to it. A dynamic scale maps each group's largest value to the maximum
     # itself, so none are clipped; a scale from elsewhere (delayed, static) can clip many.
@@ -49,6 +61,8 @@ class CastStats:
             "nonzero": self.nonzero,
             "flushed": self.flushed,
             "nonfinite_scales": self.nonfinite_scales,
+            "zero_casts": self.zero_casts,
+            "floored": self.floored,
             "clipped": self.clipped,
         }
 

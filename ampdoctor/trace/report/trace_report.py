@@ -52,8 +52,10 @@ JSON schema, version 1 (``TraceReport.to_dict``); keys are only ever added withi
                        float8 layer {module, gemms, unaligned_gemms, output_error (the mean
                        relative error of a forward output row against float32, or null),
                        forwards, casts: {role: {dtype, granularity, casts, nonzero, flushed,
-                       flushed_share, nonfinite_scales, clipped (values the scale took beyond
-                       the format's maximum, which the cast clips: none under dynamic scaling)}}}}
+                       flushed_share, nonfinite_scales (casts whose scale was NaN or zero),
+                       zero_casts (casts of an all-zero operand), floored (values flushed under
+                       torchao's amax floor), clipped (values the scale took beyond the format's
+                       maximum, which the cast clips: none under dynamic scaling)}}}}
 ``linted_files``       the script and the local modules it imported, linted into the report
 ``static_findings``    their ``ampdoctor lint`` findings (Finding.to_dict())
 ``compare``            ``--compare float32`` only, else null: the two runs and the verdict, see

@@ -1,7 +1,8 @@
-"""AMP515-AMP520: torchao float8 training as the run saw it (float8.py): casts that flush an
+"""AMP515-AMP521: torchao float8 training as the run saw it (float8.py): casts that flush an
 operand's values to zero, float8 GEMMs the GPU kernels refuse, an output layer that ran in
-float8, a conversion that converted nothing, a GPU without float8 GEMMs, and float8 layers that
-never ran."""
+float8, a conversion that converted nothing, a GPU without float8 GEMMs, float8 layers that
+never ran, and scales that went wrong (an operand with inf or NaN, an amax under torchao's floor
+or zero)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ _ROLES = {"input": "input", "weight": "weight", "grad_output": "output gradient"
 @rule("AMP515")
 def float8_flushed_to_zero(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
     for (module, role), stats in sorted(observations.float8_casts.items(), key=lambda item: -item[1].flushed_share):
-        if stats.nonzero < thresholds.float8_min_values or stats.flushed_share < thresholds.float8_flush_share:
+        # What a scale stopped at torchao's ceiling flushed, and casts of an operand that held
+        # inf or NaN, are AMP521's: a finer scale would not have kept them.
+        if stats.nonfinite_scales or stats.nonzero < thresholds.float8_min_values:
+            continue
+        if (stats.flushed - stats.floored) / stats.nonzero < thresholds.float8_flush_share:
             continue
         what = _ROLES.get(role, role)
         cure = (
@@ -204,3 +209,77 @@ def float8_never_ran(observations: Observations, thresholds: Thresholds, locator
         "its Linear layers as modules",
         layers=total,
     )
+
+
+@rule("AMP521")
+def float8_scale_anomaly(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    casts = observations.float8_casts
+    unusable = sorted((stats.first_unusable, key) for key, stats in casts.items() if stats.first_unusable is not None)
+    if unusable:
+        # An inf or NaN spreads through every later GEMM: the first cast it reached is the news.
+        _first, (module, role) = unusable[0]
+        yield _unusable_scale(observations, locator, module, role, len(unusable) - 1)
+    for (module, role), stats in sorted(casts.items(), key=lambda item: str(item[0])):
+        if stats.first_unusable is not None:
+            continue
+        what = _ROLES.get(role, role)
+        label = module_label(module, observations)
+        if stats.nonzero >= thresholds.float8_min_values and stats.floored >= thresholds.float8_flush_share * (
+            stats.nonzero
+        ):
+            share = stats.floored / stats.nonzero
+            yield make_finding(
+                "AMP521",
+                f"{label}: its {what} is so small that its amax fell under torchao's floor (1e-12), so the scale "
+                f"stopped at its ceiling and {share:.1%} of its non-zero values flushed to zero ({stats.floored:,} of "
+                f"{stats.nonzero:,}): no scaling granularity keeps them",
+                module_location(locator, observations, module),
+                f"Make the {what} larger where it is made (a loss divided by a large constant, a feature left in tiny "
+                "units), or keep this layer out of float8 (`module_filter_fn`)",
+                module=module,
+                role=role,
+                anomaly="floored",
+                share=round(share, 6),
+            )
+        elif role == "input" and stats.casts >= 2 and stats.zero_casts == stats.casts:
+            yield make_finding(
+                "AMP521",
+                f"{label}: its input was all zeros in every one of its {stats.casts} float8 casts "
+                f"({observations.op_steps or 1} recorded iteration(s)): with an amax of zero the scale sits at "
+                "torchao's ceiling, the GEMM multiplies zeros, and the layer's weight gets no gradient",
+                module_location(locator, observations, module),
+                "Find why the layer's input is zero (a feature the data never fills, a mask applied twice, units that "
+                "died before it), or remove the layer",
+                module=module,
+                role=role,
+                anomaly="zero_amax",
+                casts=stats.casts,
+            )
+
+
+def _unusable_scale(
+    observations: Observations, locator: Locator, module: Optional[str], role: str, later: int
+) -> Finding:
+    stats = observations.float8_casts[(module, role)]
+    what = _ROLES.get(role, role)
+    spread = f"; after it, {later} more operand(s) of the float8 layers had such scales" if later else ""
+    return make_finding(
+        "AMP521",
+        f"{module_label(module, observations)}: {stats.nonfinite_scales} of the {stats.casts} float8 casts of its "
+        f"{what} had a scale of NaN or zero, because the {what} held a NaN or an inf: the amax is that value, and "
+        f"the cast turns its whole {_GROUP.get(stats.granularity, 'group')} into NaN or zeros, not only the bad "
+        f"value{spread}",
+        module_location(locator, observations, module),
+        f"Find where the {what} turns non-finite (AMP503 and AMP504 name the loss and the module); a scale per row "
+        "(the `rowwise` recipe) keeps one bad value from taking the whole tensor with it",
+        module=module,
+        role=role,
+        anomaly="nonfinite",
+        casts=stats.casts,
+        bad_casts=stats.nonfinite_scales,
+        later=later,
+    )
+
+
+# What one scale covers, by granularity.
+_GROUP = {"tensorwise": "tensor", "axiswise": "row"}
