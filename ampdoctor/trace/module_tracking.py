@@ -14,10 +14,18 @@ The gradient of an output that is an input is the input's gradient: no backward 
 in that module. ``GraphModuleTracker`` therefore registers the entering hook only on the outputs
 that are not among the module's inputs (by identity), so the backward follows the autograd
 graph: a module is entered only when its own backward nodes run.
+
+A module none of whose inputs needs a gradient (a network's first layer, the first layer of each
+branch of a two-tower model) gets no leaving hook at all: it stays "running" until the backward
+ends, and the backward ops of every branch that runs after it were counted in it (a two-tower
+model's user tower: all its matmuls in the item tower's first layer). Such a module leaves when
+the gradients of its own parameters are ready, its last backward nodes.
 """
 
 from __future__ import annotations
 
+import weakref
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable
 
 import torch
@@ -31,7 +39,34 @@ _NEEDS = ("_get_mod_name", "_get_pop_fn", "_get_append_fn", "_hooks")
 
 
 class GraphModuleTracker(ModuleTracker):
-    """``ModuleTracker`` whose backward leaves out modules that hand an input back unchanged."""
+    """``ModuleTracker`` whose backward leaves out modules that hand an input back unchanged,
+    and leaves a module without inputs that need a gradient once its parameters have theirs."""
+
+    def __init__(self, quiet: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
+        super().__init__()
+        # Around the tracker's own hooks: the census must not count the view through which
+        # ``register_multi_grad_hook`` finds a parameter's gradient accumulator.
+        self._quiet = quiet
+        # The parameter hook of each such module, replaced at its next forward (the last
+        # backward is over by then): a parameter would otherwise gather one per iteration.
+        self._leaving: weakref.WeakKeyDictionary[torch.nn.Module, Any] = weakref.WeakKeyDictionary()
+
+    def _fw_pre_hook(self, mod: torch.nn.Module, input: Any) -> None:
+        super()._fw_pre_hook(mod, input)
+        if not all(hasattr(self, name) for name in _NEEDS) or not torch.is_grad_enabled() or self.is_bw:
+            return
+        if any(isinstance(a, torch.Tensor) and a.requires_grad for a in tree_flatten(input)[0]):
+            return  # torch's own hook leaves it when its inputs' gradients are ready
+        params = [p for p in mod.parameters() if p.requires_grad]
+        if not params:
+            return
+        previous = self._leaving.pop(mod, None)
+        if previous is not None:
+            previous.remove()
+        with self._quiet():
+            handle = register_multi_grad_hook(params, self._get_pop_fn(self._get_mod_name(mod), True))
+        self._leaving[mod] = handle
+        self._hooks.append(handle)
 
     # torch's private helpers (untyped there), as the override calls them.
     _get_mod_name: Callable[[torch.nn.Module], str]

@@ -448,7 +448,7 @@ class OpCensus:
     def install(self) -> None:
         global _census_mode
         with holding_stops():  # a ``--timeout`` stop lands before or after, never between
-            self._tracker = GraphModuleTracker()
+            self._tracker = GraphModuleTracker(quiet)
             self._tracker.__enter__()  # type: ignore[no-untyped-call]
             self._mode = _CensusMode(self)
             self._mode.__enter__()  # type: ignore[no-untyped-call]

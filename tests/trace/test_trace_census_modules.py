@@ -51,3 +51,39 @@ def test_backward_matmuls_are_counted_in_the_linear_layers(passthrough):
     assert set(found) == {"0.fc", "1.fc", "2.fc"}
     # The first layer's input needs no gradient: its weight's matmul only; the others both.
     assert found == {"0.fc": 2, "1.fc": 4, "2.fc": 4}
+
+
+class TwoTower(nn.Module):
+    """Two branches joined by a ``cat``: the first layer of each takes an input that needs no
+    gradient, so torch's tracker never sees it leave in the backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.user = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16))
+        self.item = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 16))
+        self.score = nn.Linear(32, 1)
+
+    def forward(self, user, item):
+        return self.score(torch.cat([self.user(user), self.item(item)], dim=1))
+
+
+def test_the_backward_of_each_branch_is_counted_in_its_own_layers():
+    torch.manual_seed(0)
+    model = TwoTower()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace_session(steps=2) as session:
+        scaler = torch.amp.GradScaler("cpu")
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.randn(4, 8), torch.randn(4, 4)).float().square().mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    found: dict[str, int] = {}
+    for op in session.report().to_dict()["ops"]:
+        if op["phase"] == "backward" and op["op"] in ("mm", "aten.mm", "aten.mm.default"):
+            found[op["module"]] = found.get(op["module"], 0) + op["count"]
+    # Each tower's first layer: its weight's matmul only; the layers after it: both. The branch
+    # whose backward runs second used to be counted in the first one's first layer.
+    assert found == {"user.0": 2, "user.2": 4, "item.0": 2, "item.2": 4, "score": 4}
