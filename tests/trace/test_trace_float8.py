@@ -411,13 +411,38 @@ def test_a_run_that_died_on_a_gpu_without_float8_is_named_with_the_gpu(monkeypat
     assert list(float8_rules.float8_unsupported_gpu(observations, Thresholds(), locator)) == []
 
 
-def test_the_gpu_refusal_is_named_at_the_line_of_the_traced_script(tmp_path):
-    # The script stands in for the GPU: its float8 GEMM raises what torch raises on an A100, from
-    # code that is not the script's (as torch's own is not).
+def test_a_run_that_died_for_want_of_a_rowwise_kernel_is_told_to_use_tensorwise(monkeypatch):
+    from ampdoctor.trace.observations import Observations
+    from ampdoctor.trace.rulebase import Locator, Thresholds
+    from ampdoctor.trace.rules import float8_rules
+
+    monkeypatch.setattr(float8_rules, "cuda_device", lambda: "NVIDIA GeForce RTX 5090, compute capability 12.0")
+    observations = Observations()
+    observations.float8_imported = True
+    # aten's RowwiseScaledMM, on a GPU or a build without the rowwise kernel.
+    error = "RuntimeError: Rowwise scaling is not currently supported on your device"
+    observations.script_error = (error, ("train.py", 30))
+    found = list(float8_rules.float8_unsupported_gpu(observations, Thresholds(), Locator("train.py", {})))
+    assert [(f.code, f.location.line, f.extra["recipe"]) for f in found] == [("AMP519", 30, "rowwise")]
+    assert "RTX 5090" in found[0].message and "rowwise" in found[0].message
+    assert 'from_recipe_name("tensorwise")' in found[0].help
+    observations.float8_imported = False  # not a torchao float8 run: someone else's kernel
+    assert list(float8_rules.float8_unsupported_gpu(observations, Thresholds(), Locator("train.py", {}))) == []
+
+
+@pytest.mark.parametrize(
+    "refusal,recipe",
+    [(REFUSED, "tensorwise"), ("Rowwise scaling is not currently supported on your device", "rowwise")],
+    ids=["no-float8", "no-rowwise"],
+)
+def test_the_gpu_refusal_is_named_at_the_line_of_the_traced_script(tmp_path, refusal, recipe):
+    # The script stands in for the GPU: its float8 GEMM raises what torch raises on an A100 (or,
+    # for rowwise scales, on a build without that kernel), from code that is not the script's (as
+    # torch's own is not).
     refuse = "def refuse(*args, **kwargs):\n    raise RuntimeError(REFUSED)\n"
-    source = _script().replace(
+    source = _script(recipe=recipe).replace(
         "torch.manual_seed(0)\n",
-        f"torch.manual_seed(0)\ngpu = {{}}\nexec(compile({refuse!r}, '<gpu>', 'exec'), {{'REFUSED': {REFUSED!r}}}, gpu)\n"
+        f"torch.manual_seed(0)\ngpu = {{}}\nexec(compile({refuse!r}, '<gpu>', 'exec'), {{'REFUSED': {refusal!r}}}, gpu)\n"
         "torch._scaled_mm = gpu['refuse']\n",
     )
     path = tmp_path / "train.py"

@@ -149,28 +149,48 @@ def float8_nothing_converted(observations: Observations, thresholds: Thresholds,
 # What torch raises where the GPU has no float8 GEMMs: ``_scaled_mm`` below compute capability
 # 8.9 (its older wording said 9.0), ``_scaled_grouped_mm`` (MoE experts) off 9.0 and 10.0.
 _HARDWARE_ERRORS = ("_scaled_mm is only supported on", "_scaled_grouped_mm is only supported on")
+# What it raises for rowwise scales where the GPU, or the build of PyTorch, has no rowwise
+# kernel (aten's RowwiseScaledMM: Windows wheels, and GPUs outside sm89, sm9x-sm12x).
+_ROWWISE_ERRORS = ("Rowwise scaling is not currently supported on your device",)
 _FLOAT8_NEED = CUDA_MIN["float8"]
 
 
 @rule("AMP519")
 def float8_unsupported_gpu(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
-    died = died_of(observations, *_HARDWARE_ERRORS)
-    if died is None or not observations.float8_imported:
+    if not observations.float8_imported:
         return
-    error, site = died
     device = cuda_device()
     where = f"this GPU ({device})" if device else "this GPU"
-    yield make_finding(
-        "AMP519",
-        f"the script died at its first float8 GEMM ({error}): {where} has no float8 GEMMs. They need compute "
-        f"capability {_FLOAT8_NEED[0]}.{_FLOAT8_NEED[1]} (Ada: L4, L40, RTX 40xx) or 9.0 (Hopper) and "
-        "later; the CPU runs them, so the script works on a laptop and fails here",
-        locator.at(site),
-        "Train in bfloat16 on this GPU: convert to float8 only where `torch.cuda.get_device_capability() >= (8, 9)`, "
-        "or run on a GPU that has float8",
-        at_run_time=True,
-        device=device,
-    )
+    died = died_of(observations, *_HARDWARE_ERRORS)
+    if died is not None:
+        error, site = died
+        yield make_finding(
+            "AMP519",
+            f"the script died at its first float8 GEMM ({error}): {where} has no float8 GEMMs. They need compute "
+            f"capability {_FLOAT8_NEED[0]}.{_FLOAT8_NEED[1]} (Ada: L4, L40, RTX 40xx) or 9.0 (Hopper) and "
+            "later; the CPU runs them, so the script works on a laptop and fails here",
+            locator.at(site),
+            "Train in bfloat16 on this GPU: convert to float8 only where `torch.cuda.get_device_capability() >= "
+            "(8, 9)`, or run on a GPU that has float8",
+            at_run_time=True,
+            device=device,
+        )
+        return
+    died = died_of(observations, *_ROWWISE_ERRORS)
+    if died is not None:
+        error, site = died
+        yield make_finding(
+            "AMP519",
+            f"the script died at its first rowwise-scaled float8 GEMM ({error}): {where}, with this build of "
+            "PyTorch, has float8 GEMMs with one scale per tensor only, not the per-row scales of the `rowwise` "
+            "recipes; the CPU runs them, so the script works on a laptop and fails here",
+            locator.at(site),
+            'Use the tensorwise recipe here (`Float8LinearConfig.from_recipe_name("tensorwise")`), or a PyTorch '
+            "build with the rowwise kernels (the Linux CUDA wheels, on compute capability 8.9 and 9.0 to 12.x)",
+            at_run_time=True,
+            device=device,
+            recipe="rowwise",
+        )
 
 
 def cuda_device() -> Optional[str]:
