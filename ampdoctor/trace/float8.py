@@ -32,7 +32,8 @@ import torch
 
 from .compiled import outside_compiled
 from .import_hooks import SwapAfterImport
-from .observations import CastStats, Float8GemmKey, Observations, ShadowStats
+from .mx_watch import MXWatch
+from .observations import CastKey, CastStats, Float8GemmKey, Observations, ShadowStats
 from .ops import quiet
 from .sites import user_site
 
@@ -89,6 +90,8 @@ class Float8Watch:
         # The conversion runs before any module does: it is wrapped as torchao defines it (or at
         # once, when the script imported torchao before the session).
         self._conversion = SwapAfterImport(_UTILS_MODULE, _PACKAGE, _CONVERT, self._counting)
+        # MXFP8 training (``quantize_`` with an MX training config): its casts counted alike.
+        self._mx = MXWatch(self._active, name, self.tally)
 
     def install(self) -> None:
         self._conversion.install()
@@ -114,6 +117,7 @@ class Float8Watch:
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
+        self._mx.remove()
         self._conversion.remove()
 
     def _counting(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -150,10 +154,14 @@ class Float8Watch:
     def _forward_starts(self, module: torch.nn.Module, args: Any) -> None:
         if type(module).__name__ == _FLOAT8_LINEAR:
             self._forward_of = self._name(module)
+        else:
+            self._mx.module_starts(module)
 
     def _forward_done(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if type(module).__name__ == _FLOAT8_LINEAR:
             self._forward_of = None
+        else:
+            self._mx.module_done(module)
         # A module with weights of its own, in a forward that trains: the head is the last one.
         if module._parameters and torch.is_grad_enabled():
             self._last = module
@@ -276,11 +284,6 @@ class Float8Watch:
         role = kwargs.get("gemm_input_role", args[2] if len(args) > 2 else None)
         granularity = kwargs.get("scaling_granularity", args[4] if len(args) > 4 else None)
         key = (self._module_now(census), _name(role, "input"))
-        if census.phase() == "backward" and self._last is not None:
-            # The first backward of the recorded iterations: the forward's last layer is known.
-            if self._observations.float8_last_layer is None:
-                self._observations.float8_last_layer = self._name(self._last)
-            self._last = None
         with torch.no_grad(), quiet():  # the census counts the training step's ops, not these
             nonzero = hp != 0
             # float8 zeros are 0x00 and 0x80 (sign and magnitude): read the bits, not the values.
@@ -300,10 +303,22 @@ class Float8Watch:
             unusable = (~torch.isfinite(scale) | (scale == 0)).any().long()
             counts = torch.stack([nonzero.sum(), flushed.sum(), unusable, clipped, floored])
             read = counts.tolist()  # one read per cast, in the recorded iterations only
+        self.tally(key, str(dtype).replace("torch.", ""), _name(granularity, "tensorwise"), read)
+
+    def tally(self, key: CastKey, dtype: str, granularity: str, read: list[int]) -> None:
+        """Add one cast to its layer's and role's counts: ``read`` is [non-zero values, of them
+        flushed, whether the scale was unusable, values clipped, values flushed under the amax
+        floor] (the last two may be left out)."""
+        census = self._active()
+        if census is not None and census.phase() == "backward" and self._last is not None:
+            # The first backward of the recorded iterations: the forward's last layer is known.
+            if self._observations.float8_last_layer is None:
+                self._observations.float8_last_layer = self._name(self._last)
+            self._last = None
         casts = self._observations.float8_casts
         stats = casts.get(key)
         if stats is None:
-            stats = casts[key] = CastStats(str(dtype).replace("torch.", ""), _name(granularity, "tensorwise"))
+            stats = casts[key] = CastStats(dtype, granularity)
         stats.casts += 1
         stats.nonzero += int(read[0])
         stats.flushed += int(read[1])
@@ -311,8 +326,9 @@ class Float8Watch:
         self._casts += 1
         if read[2] and stats.first_unusable is None:
             stats.first_unusable = self._casts
-        stats.clipped += int(read[3])
-        stats.floored += int(read[4])
+        if len(read) > 3:
+            stats.clipped += int(read[3])
+            stats.floored += int(read[4])
         stats.zero_casts += int(read[0]) == 0
 
     def _wrap_mm(self, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -31,12 +31,18 @@ def float8_flushed_to_zero(observations: Observations, thresholds: Thresholds, l
         if (stats.flushed - stats.floored) / stats.nonzero < thresholds.float8_flush_share:
             continue
         what = _ROLES.get(role, role)
-        cure = (
-            'use the recipe `Float8LinearConfig.from_recipe_name("rowwise_with_gw_hp")`: a scale per row, and the '
-            "weight-gradient GEMM (which casts the input column by column) in high precision"
-            if stats.granularity == "tensorwise" or role == "input"
-            else "normalize the outliers that set its rows' scales"
-        )
+        block = stats.granularity.startswith("block")  # MX: a scale per block of 32 values in a row
+        if block:
+            keep_out = "Keep this layer out of MX training (the config's `filter_fn`)"
+            cure = "normalize the features whose values stand 2**17 above their neighbours in a block"
+        else:
+            keep_out = "Keep this layer out of float8 (`module_filter_fn`)"
+            cure = (
+                'use the recipe `Float8LinearConfig.from_recipe_name("rowwise_with_gw_hp")`: a scale per row, and '
+                "the weight-gradient GEMM (which casts the input column by column) in high precision"
+                if stats.granularity == "tensorwise" or role == "input"
+                else "normalize the outliers that set its rows' scales"
+            )
         # The layer's output against float32, as data: not in the message, because an outlier in
         # every row (a feature left unnormalized) swamps the float32 output as much, and a small
         # error there would read as harmless while the other features are gone.
@@ -49,7 +55,7 @@ def float8_flushed_to_zero(observations: Observations, thresholds: Thresholds, l
             f"recorded iteration(s); {stats.dtype}, {stats.granularity} scale): a few large values set the scale, "
             "and everything more than about 2**17 (e4m3) below them is lost",
             module_location(locator, observations, module),
-            f"Keep this layer out of float8 (`module_filter_fn`), or {cure}",
+            f"{keep_out}, or {cure}",
             module=module,
             role=role,
             share=round(stats.flushed_share, 6),
@@ -110,15 +116,18 @@ def _shape(shape: tuple[int, ...]) -> str:
 @rule("AMP517")
 def float8_output_layer(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
     layer = observations.float8_last_layer
-    if layer is None or (layer, "input") not in observations.float8_casts:
+    stats = observations.float8_casts.get((layer, "input"))
+    if layer is None or stats is None:
         return
+    mx = stats.granularity.startswith("block")  # MXFP8 training's layer, its filter the config's
     yield make_finding(
         "AMP517",
         f"the output layer {module_label(layer, observations)}, the last layer with weights before the loss, ran its "
-        "GEMMs in float8: its logits are rounded to 3 mantissa bits (e4m3) right where the loss reads them, "
-        "which costs accuracy (a loss gap or divergence against bfloat16)",
+        f"GEMMs in {'MXFP8' if mx else 'float8'}: its logits are rounded to 3 mantissa bits (e4m3) right where the "
+        "loss reads them, which costs accuracy (a loss gap or divergence against bfloat16)",
         module_location(locator, observations, layer),
-        f'Leave it in higher precision: a `module_filter_fn` that returns False for `fqn == "{layer}"`',
+        f"Leave it in higher precision: a `{'filter_fn' if mx else 'module_filter_fn'}` that returns False for "
+        f'`fqn == "{layer}"`',
         module=layer,
     )
 
@@ -265,8 +274,13 @@ def float8_scale_anomaly(observations: Observations, thresholds: Thresholds, loc
             yield make_finding(
                 "AMP521",
                 f"{label}: its input was all zeros in every one of its {stats.casts} float8 casts "
-                f"({observations.op_steps or 1} recorded iteration(s)): with an amax of zero the scale sits at "
-                "torchao's ceiling, the GEMM multiplies zeros, and the layer's weight gets no gradient",
+                f"({observations.op_steps or 1} recorded iteration(s)): "
+                + (
+                    ""
+                    if stats.granularity.startswith("block")
+                    else "with an amax of zero the scale sits at torchao's ceiling, "
+                )
+                + "the GEMM multiplies zeros, and the layer's weight gets no gradient",
                 module_location(locator, observations, module),
                 "Find why the layer's input is zero (a feature the data never fills, a mask applied twice, units that "
                 "died before it), or remove the layer",
@@ -302,4 +316,4 @@ def _unusable_scale(
 
 
 # What one scale covers, by granularity.
-_GROUP = {"tensorwise": "tensor", "axiswise": "row"}
+_GROUP = {"tensorwise": "tensor", "axiswise": "row", "block32": "block of 32 values"}
