@@ -91,7 +91,7 @@ class Float8Watch:
         # once, when the script imported torchao before the session).
         self._conversion = SwapAfterImport(_UTILS_MODULE, _PACKAGE, _CONVERT, self._counting)
         # MXFP8 training (``quantize_`` with an MX training config): its casts counted alike.
-        self._mx = MXWatch(self._active, name, self.tally)
+        self._mx = MXWatch(self._active, name, self.tally, observations)
 
     def install(self) -> None:
         self._conversion.install()
@@ -161,7 +161,7 @@ class Float8Watch:
         if type(module).__name__ == _FLOAT8_LINEAR:
             self._forward_of = None
         else:
-            self._mx.module_done(module)
+            self._mx.module_done(module, output)
         # A module with weights of its own, in a forward that trains: the head is the last one.
         if module._parameters and torch.is_grad_enabled():
             self._last = module

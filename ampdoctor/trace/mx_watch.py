@@ -16,6 +16,10 @@ transposed copies, of the one whose transpose it equals. A cast of anything else
 torchao's) is not counted rather than guessed. Installed and removed with the float8 watch
 (``Float8Watch`` calls ``module_starts``/``module_done`` and ``patch``), measuring only while
 the op census runs; torchao is never imported here.
+
+It also checks that each MX layer's bias takes part in its output: torchao 0.18's MX linear
+override computes ``input @ weight.T`` and leaves out the bias ``F.linear`` was given, so a
+layer built with one trains without it (AMP522).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import torch
 from .ops import quiet
 
 if TYPE_CHECKING:
-    from .observations import CastKey
+    from .observations import CastKey, Observations
     from .ops import OpCensus
 
 # Where torchao defines MXFP8 training's autograd function and the MX tensor's cast.
@@ -42,6 +46,11 @@ _WEIGHT = "MXFP8TrainingWeightWrapperTensor"
 # The e8m0 scale's NaN: all exponent bits set.
 _E8M0_NAN = 0xFF
 _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+# How far, and how wide, the search for a layer's bias under its output goes.
+_BIAS_DEPTH = 4
+_BIAS_BREADTH = 16
+# Layers whose dropped bias is recorded (a model has a few dozen kinds at most).
+_MAX_LAYERS = 256
 
 Tally = Callable[["CastKey", str, str, list[int]], None]
 
@@ -51,11 +60,16 @@ class MXWatch:
     module's path, ``tally`` the float8 watch's count of one cast."""
 
     def __init__(
-        self, census: Callable[[], Optional[OpCensus]], name: Callable[[torch.nn.Module], str], tally: Tally
+        self,
+        census: Callable[[], Optional[OpCensus]],
+        name: Callable[[torch.nn.Module], str],
+        tally: Tally,
+        observations: Observations,
     ) -> None:
         self._census = census
         self._name = name
         self._tally = tally
+        self._observations = observations
         self._layer: Optional[str] = None  # the MX layer whose forward runs
         # The ``mx_mm`` call running: its layer and its operands by role.
         self._gemm: Optional[tuple[Optional[str], dict[str, torch.Tensor]]] = None
@@ -67,9 +81,16 @@ class MXWatch:
         if self._patched and type(module._parameters.get("weight")).__name__ == _WEIGHT:
             self._layer = self._name(module)
 
-    def module_done(self, module: torch.nn.Module) -> None:
-        if self._layer is not None and type(module._parameters.get("weight")).__name__ == _WEIGHT:
-            self._layer = None
+    def module_done(self, module: torch.nn.Module, output: Any) -> None:
+        if self._layer is None or type(module._parameters.get("weight")).__name__ != _WEIGHT:
+            return
+        layer, self._layer = self._layer, None
+        bias = module._parameters.get("bias")
+        dropped = self._observations.mx_bias_dropped
+        if bias is None or not bias.requires_grad or layer in dropped or self._active() is None:
+            return
+        if len(dropped) < _MAX_LAYERS and not _in_graph(getattr(output, "grad_fn", None), bias):
+            dropped.append(layer)
 
     def patch(self) -> None:
         gemm = getattr(sys.modules.get(_GEMM_MODULE), _GEMM, None)
@@ -181,6 +202,25 @@ def _role(hp: torch.Tensor, operands: dict[str, torch.Tensor]) -> Optional[str]:
         if rows.shape[::-1] == hp.shape and torch.equal(rows.t(), hp):
             return role
     return None
+
+
+def _in_graph(node: Any, parameter: torch.Tensor) -> bool:
+    """Whether the gradient of an output whose autograd node is ``node`` reaches ``parameter``
+    within a few nodes (a layer's bias is added last: its accumulator lies right under the
+    output, or under a cast of it)."""
+    nodes = [node]
+    for _ in range(_BIAS_DEPTH):
+        below: list[Any] = []
+        for current in nodes:
+            if current is None:
+                continue
+            if getattr(current, "variable", None) is parameter:
+                return True
+            below.extend(n for n, _ in current.next_functions)
+        if not below:
+            return False
+        nodes = below[:_BIAS_BREADTH]
+    return False
 
 
 def _storage(tensor: torch.Tensor) -> Optional[int]:

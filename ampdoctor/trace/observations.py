@@ -298,6 +298,8 @@ class Observations:
     float8_last_layer: Optional[str] = None
     # Per float8 layer, its forward output against a float32 computation of it (float8.py).
     float8_shadows: dict[Optional[str], ShadowStats] = field(default_factory=dict)
+    # MXFP8 training layers whose bias took no part in their output (mx_watch.py).
+    mx_bias_dropped: list[str] = field(default_factory=list)
     # The training code imported torchao's float8 training (by the end of the recorded iterations).
     float8_imported: bool = False
     # Each torchao conversion: (the user's statement, nn.Linear layers before, float8 layers after).

@@ -88,7 +88,9 @@ def test_each_mx_layers_casts_are_counted_by_operand_and_the_converted_head_is_n
 
 def test_a_healthy_mx_run_that_keeps_its_head_out_reports_nothing(tmp_path):
     keep = ', filter_fn=lambda module, fqn: isinstance(module, nn.Linear) and fqn != "2"'
-    session, _ = _trace(_script(keep=keep), tmp_path)
+    # (the converted layer without a bias, which torchao's MX linear would leave out: AMP522)
+    source = _script(keep=keep).replace("nn.Linear(64, 256)", "nn.Linear(64, 256, bias=False)")
+    session, _ = _trace(source, tmp_path)
     assert {layer for layer, _role in session.observations.float8_casts} == {"0"}
     assert [f for f in session.report().findings if f.severity.label != "info"] == []
 
@@ -143,3 +145,30 @@ def test_an_mx_layer_whose_input_is_always_zero_is_named(tmp_path):
     assert "ceiling" not in found["0"].message  # an MX block's scale has none
     # (Layer 2's input is zero as well where torchao's MX linear leaves out the bias: AMP522.)
     assert set(found) <= {"0", "2"}
+
+
+def test_the_layers_that_ran_without_their_bias_are_named(tmp_path):
+    # torchao's MX linear leaves out the bias: the converted layers that have one lose it; a
+    # layer built without one, and the head kept out of the conversion, are fine.
+    keep = ', filter_fn=lambda module, fqn: isinstance(module, nn.Linear) and fqn != "4"'
+    source = _script(keep=keep).replace(
+        "nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))",
+        "nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256, bias=False), nn.GELU(), nn.Linear(256, 64))",
+    )
+    session, _ = _trace(source, tmp_path)
+    assert session.observations.mx_bias_dropped == ["0"]
+    found = [f for f in session.report().findings if f.code == "AMP522"]
+    assert [(f.extra["layers"], f.severity.label) for f in found] == [(["0"], "error")]
+    assert "bias=False" in found[0].help
+
+
+def test_a_bias_is_found_under_the_output_that_adds_it():
+    from ampdoctor.trace.mx_watch import _in_graph
+
+    layer = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    assert _in_graph(layer(x).grad_fn, layer.bias)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the bias cast first: one node further down
+        assert _in_graph(layer(x).grad_fn, layer.bias)
+    assert not _in_graph(torch.nn.functional.linear(x, layer.weight).grad_fn, layer.bias)
+    assert not _in_graph(None, layer.bias)

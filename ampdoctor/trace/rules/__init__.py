@@ -1,4 +1,4 @@
-"""The runtime rules (AMP501-AMP521), one module per concern, each rule registered by its code
+"""The runtime rules (AMP501-AMP522), one module per concern, each rule registered by its code
 with ``rulebase.rule`` in the module ``ampdoctor/codes.py`` names for it:
 
 - ``scale_rules.py``      AMP501 the loss scale collapses, AMP502 frequent skipped steps
@@ -13,7 +13,8 @@ with ``rulebase.rule`` in the module ``ampdoctor/codes.py`` names for it:
 - ``float8_rules.py``     AMP515 float8 casts that flush values to zero, AMP516 unaligned float8 GEMMs,
                           AMP517 the output layer in float8, AMP518 a conversion that converted nothing,
                           AMP519 a GPU without float8 GEMMs, AMP520 float8 layers that never ran,
-                          AMP521 float8 scales gone wrong (inf/NaN operands, amax floored or zero)
+                          AMP521 float8 scales gone wrong (inf/NaN operands, amax floored or zero),
+                          AMP522 MXFP8 layers that ran without their bias
 
 ``evaluate`` runs the rules of one run on its observations; ``evaluate_ranks`` the rules of a
 merged report on the ranks' JSON reports. Every message says what was measured and every help

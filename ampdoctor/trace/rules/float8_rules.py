@@ -1,8 +1,8 @@
-"""AMP515-AMP521: torchao float8 training as the run saw it (float8.py): casts that flush an
-operand's values to zero, float8 GEMMs the GPU kernels refuse, an output layer that ran in
-float8, a conversion that converted nothing, a GPU without float8 GEMMs, float8 layers that
-never ran, and scales that went wrong (an operand with inf or NaN, an amax under torchao's floor
-or zero)."""
+"""AMP515-AMP522: torchao float8 and MXFP8 training as the run saw it (float8.py,
+mx_watch.py): casts that flush an operand's values to zero, float8 GEMMs the GPU kernels refuse,
+an output layer that ran in float8, a conversion that converted nothing, a GPU without float8
+GEMMs, float8 layers that never ran, scales that went wrong (an operand with inf or NaN, an
+amax under torchao's floor or zero), and MX layers that ran without their bias."""
 
 from __future__ import annotations
 
@@ -317,3 +317,24 @@ def _unusable_scale(
 
 # What one scale covers, by granularity.
 _GROUP = {"tensorwise": "tensor", "axiswise": "row", "block32": "block of 32 values"}
+
+
+@rule("AMP522")
+def mx_bias_dropped(observations: Observations, thresholds: Thresholds, locator: Locator) -> Iterator[Finding]:
+    layers = observations.mx_bias_dropped
+    if not layers:
+        return
+    named = ", ".join(f"`{layer}`" for layer in layers[:4]) + (
+        f" and {len(layers) - 4} more" if len(layers) > 4 else ""
+    )
+    yield make_finding(
+        "AMP522",
+        f"the MXFP8 training layer{'s' if len(layers) > 1 else ''} {named} ran without {'their' if len(layers) > 1 else 'its'} "
+        "bias: torchao's MX linear computes `input @ weight.T` and leaves out the bias `F.linear` was given, so the "
+        "output lacks it and the bias never trains (the model is not the one written)",
+        module_location(locator, observations, layers[0]),
+        "Build the layers MXFP8 converts without a bias (`nn.Linear(..., bias=False)`), keep the layers that have one "
+        "out of the conversion (`filter_fn`), or use a torchao release whose MX linear adds the bias",
+        layers=list(layers),
+        module=layers[0],
+    )
