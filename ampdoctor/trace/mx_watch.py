@@ -148,9 +148,14 @@ class MXWatch:
 
     def _wrap_cast(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def to_mx(data_hp: Any, elem_dtype: Any, *args: Any, **kwargs: Any) -> Any:
-            out = original(data_hp, elem_dtype, *args, **kwargs)
-            census = self._active()
             gemm = self._gemm
+            try:
+                out = original(data_hp, elem_dtype, *args, **kwargs)
+            except Exception:  # a size the blocks do not divide: the layer, for the report
+                if gemm is not None and self._observations.mx_refused is None and isinstance(data_hp, torch.Tensor):
+                    self._observations.mx_refused = (gemm[0], tuple(data_hp.shape))
+                raise
+            census = self._active()
             if census is not None and gemm is not None and isinstance(data_hp, torch.Tensor):
                 try:
                     self._record(gemm, data_hp, out)

@@ -300,6 +300,9 @@ class Observations:
     float8_shadows: dict[Optional[str], ShadowStats] = field(default_factory=dict)
     # MXFP8 training layers whose bias took no part in their output (mx_watch.py).
     mx_bias_dropped: list[str] = field(default_factory=list)
+    # The MX cast that refused its operand (a size not a multiple of the block): the layer and
+    # the operand's shape.
+    mx_refused: Optional[tuple[Optional[str], tuple[int, ...]]] = None
     # The training code imported torchao's float8 training (by the end of the recorded iterations).
     float8_imported: bool = False
     # Each torchao conversion: (the user's statement, nn.Linear layers before, float8 layers after).

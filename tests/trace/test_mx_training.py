@@ -172,3 +172,20 @@ def test_a_bias_is_found_under_the_output_that_adds_it():
         assert _in_graph(layer(x).grad_fn, layer.bias)
     assert not _in_graph(torch.nn.functional.linear(x, layer.weight).grad_fn, layer.bias)
     assert not _in_graph(None, layer.bias)
+
+
+def test_a_run_that_died_of_a_size_the_mx_blocks_do_not_divide_names_the_layer(tmp_path):
+    # A 10-way head: its forward casts along 256 features, its backward along the 10 classes,
+    # which torchao refuses on the CPU as on the GPU.
+    source = _script().replace("nn.Linear(256, 64))", "nn.Linear(256, 10, bias=False))")
+    source = source.replace("torch.randn(128, 64))", "torch.randn(128, 10))")
+    path = tmp_path / "train.py"
+    path.write_text(source)
+    with contextlib.redirect_stdout(io.StringIO()):
+        with TraceSession(script=str(path)) as session:
+            session.outcome = run_target(Target(script=str(path)))
+    assert session.outcome.reason == "error"
+    assert session.observations.mx_refused == ("2", (128, 10))
+    found = [f for f in session.report().findings if f.code == "AMP516"]
+    assert [(f.extra["module"], f.extra["shape"], f.severity.label) for f in found] == [("2", [128, 10], "error")]
+    assert "multiples of 32" in found[0].help and "`filter_fn`" in found[0].help

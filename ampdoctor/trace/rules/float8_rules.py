@@ -92,8 +92,31 @@ def float8_gemm_unaligned(observations: Observations, thresholds: Thresholds, lo
 _ALIGNMENT_ERRORS = ("to be divisible by 16", "must be divisible by 16")
 
 
+# What torchao's MX cast raises for a size its blocks do not divide, on any device.
+_MX_BLOCK_ERRORS = ("must be divisible by block_size",)
+
+
 def _died_unaligned(observations: Observations, locator: Locator) -> Iterator[Finding]:
-    """The run died of it on the GPU before any GEMM was recorded (the first forward)."""
+    """The run died of it on the GPU before any GEMM was recorded (the first forward), or, in
+    MXFP8 training, wherever it ran."""
+    mx = died_of(observations, *_MX_BLOCK_ERRORS)
+    if mx is not None and observations.mx_refused is not None:
+        error, site = mx
+        layer, shape = observations.mx_refused
+        yield make_finding(
+            "AMP516",
+            f"the script died because {module_label(layer, observations)}, converted to MXFP8 training, has an "
+            f"operand of shape {_shape(shape)} ({error}): MX formats scale blocks of 32 values, and torchao refuses "
+            "a size they do not divide, on every device",
+            locator.at(site),
+            "Pad the layer's sizes to multiples of 32 (a vocabulary, a class count, the input features), or keep it "
+            "out of MX training (the config's `filter_fn`); the tokens per step count too (the weight's gradient "
+            "is cast along them)",
+            at_run_time=True,
+            module=layer,
+            shape=list(shape),
+        )
+        return
     died = died_of(observations, *_ALIGNMENT_ERRORS)
     if died is None or not observations.float8_imported:
         return
