@@ -472,6 +472,41 @@ def test_a_float8_script_with_its_own_bfloat16_autocast_keeps_it_in_the_baseline
     assert bf16["autocast"] == [["cpu", "bfloat16"]] and bf16["autocast_regions"] == 12
 
 
+MXFP8_SCRIPT = """\
+import torch
+from torch import nn
+from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
+from torchao.quantization import quantize_
+
+torch.manual_seed(0)
+model = nn.Sequential(
+    nn.Linear(64, 256, bias=False), nn.GELU(), nn.Linear(256, 256, bias=False), nn.GELU(), nn.Linear(256, 16)
+)
+config = MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_EMULATED_RCEIL)
+quantize_(model, config, filter_fn=lambda module, fqn: isinstance(module, nn.Linear) and fqn != "4")
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(12):
+    loss = nn.functional.mse_loss(model(torch.randn(64, 64)), torch.randn(64, 16))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed (the fp8 extra)")
+def test_an_mxfp8_run_is_compared_with_bfloat16_with_mx_training_switched_off(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(MXFP8_SCRIPT)
+    result, report = compare(tmp_path, script, "--steps", "12", "--record-ops-steps", "1", against="bfloat16")
+    assert report is not None, result.stderr
+    data = report["compare"]
+    assert data["status"] == "compared", data.get("explanation")
+    mx, bf16 = data["runs"]["mixed"], data["runs"]["bfloat16"]
+    # quantize_ with the MX training config is skipped in the baseline: plain layers, bfloat16.
+    assert mx["float8_layers"] == 2 and bf16["float8_layers"] == 0
+    assert bf16["switched_off"] == {"float8_conversions_skipped": 1, "bfloat16_regions_added": 12}
+
+
 def test_compare_bfloat16_without_float8_has_nothing_to_compare(tmp_path):
     result, report = compare(tmp_path, COMPARE / "aligned_linear.py", "--steps", "7", against="bfloat16")
     assert report is not None, result.stderr

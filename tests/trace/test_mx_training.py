@@ -189,3 +189,27 @@ def test_a_run_that_died_of_a_size_the_mx_blocks_do_not_divide_names_the_layer(t
     found = [f for f in session.report().findings if f.code == "AMP516"]
     assert [(f.extra["module"], f.extra["shape"], f.severity.label) for f in found] == [("2", [128, 10], "error")]
     assert "multiples of 32" in found[0].help and "`filter_fn`" in found[0].help
+
+
+def test_the_compare_switch_skips_mx_training_and_nothing_else_quantize_does():
+    import torchao.quantization as package
+    import torchao.quantization.quant_api as defined
+    from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
+    from torchao.quantization import Int8WeightOnlyConfig
+
+    from ampdoctor.trace.compare.float8_off import Float8Off
+
+    original = defined.quantize_
+    switch = Float8Off()
+    switch.install()
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+        package.quantize_(model, MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_EMULATED_RCEIL))
+        assert type(model[0].weight) is torch.nn.Parameter and switch.skipped == 1
+        # An inference quantization (a frozen part's int8 weights) runs in both runs, as written.
+        frozen = torch.nn.Sequential(torch.nn.Linear(32, 32))
+        defined.quantize_(frozen, config=Int8WeightOnlyConfig())
+        assert type(frozen[0].weight) is not torch.nn.Parameter and switch.skipped == 1
+    finally:
+        switch.remove()
+    assert package.quantize_ is original and defined.quantize_ is original
