@@ -46,8 +46,10 @@ _CAST = "hp_tensor_to_float8_dynamic"
 _UTILS_MODULE = "torchao.float8.float8_linear_utils"
 _PACKAGE = "torchao.float8"
 _CONVERT = "convert_to_float8_training"
-# torchao's float8 layer, by its class's name (torchao is not imported here).
+# torchao's float8 layer, by its class's name (torchao is not imported here), and the weight of
+# an ``nn.Linear`` that ``quantize_`` with ``Float8TrainingOpConfig`` trains in float8.
 _FLOAT8_LINEAR = "Float8Linear"
+_FLOAT8_WEIGHT = "Float8TrainingWeightWrapperTensor"
 # torchao's autograd function of a float8 layer's GEMMs, by its backward node's class name, and
 # how far under the layer's output it may lie (the bias's add, a reshape).
 _GEMM_NODE = "matmul_with_hp_or_float8_args"
@@ -152,20 +154,20 @@ class Float8Watch:
             self._entering = register_module_forward_pre_hook(outside_compiled(self._forward_starts))
 
     def _forward_starts(self, module: torch.nn.Module, args: Any) -> None:
-        if type(module).__name__ == _FLOAT8_LINEAR:
+        if _is_float8_layer(module):
             self._forward_of = self._name(module)
         else:
             self._mx.module_starts(module)
 
     def _forward_done(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if type(module).__name__ == _FLOAT8_LINEAR:
+        if _is_float8_layer(module):
             self._forward_of = None
         else:
             self._mx.module_done(module, output)
         # A module with weights of its own, in a forward that trains: the head is the last one.
         if module._parameters and torch.is_grad_enabled():
             self._last = module
-        if type(module).__name__ == _FLOAT8_LINEAR and args and self._active() is not None:
+        if _is_float8_layer(module) and args and self._active() is not None:
             try:
                 self._follow_backward(module, output)
                 self._shadow(module, args[0], output)
@@ -348,6 +350,12 @@ def _scales(scale: torch.Tensor, hp: torch.Tensor) -> bool:
     if scale.dim() > hp.dim():
         return False
     return all(s in (1, h) for s, h in zip(reversed(scale.shape), reversed(hp.shape)))
+
+
+def _is_float8_layer(module: torch.nn.Module) -> bool:
+    """A layer whose GEMMs torchao runs in float8: a ``Float8Linear``, or a layer whose weight
+    ``quantize_`` wrapped for float8 training (its linear then runs torchao's float8 GEMMs)."""
+    return type(module).__name__ == _FLOAT8_LINEAR or type(module._parameters.get("weight")).__name__ == _FLOAT8_WEIGHT
 
 
 # torchao's floor under an amax (``float8_utils.EPS``), read from torchao where it is loaded.

@@ -114,37 +114,84 @@ def test_a_filled_input_and_a_zero_in_some_batches_only_are_not_reported(tmp_pat
     assert 0 < stats.zero_casts < stats.casts
 
 
-# The towers recomputed in the backward (activation checkpointing).
+FORKED = """\
+import torch
+from torch import nn
+from torchao.float8 import convert_to_float8_training
+
+torch.manual_seed(0)
+
+
+class Forked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(64, 64)
+        self.left = nn.Sequential(nn.Linear(64, 128), nn.GELU())
+        self.right = nn.Sequential(nn.Linear(64, 128), nn.GELU())
+        self.head = nn.Linear(256, 16)
+
+    def forward(self, x):
+        h = self.trunk(x)
+        return self.head(torch.cat([self.left(h), self.right(h)], dim=1))
+
+
+model = Forked()
+convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn != "head")
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(4):
+    loss = nn.functional.mse_loss(model(torch.randn(64, 64)), torch.randn(64, 16))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+# The branches recomputed in the backward (activation checkpointing).
 CHECKPOINTED = (
-    "self.numeric(numeric), self.metadata(metadata)",
-    "checkpoint(self.numeric, numeric, use_reentrant=False), checkpoint(self.metadata, metadata, use_reentrant=False)",
+    "self.left(h), self.right(h)",
+    "checkpoint(self.left, h, use_reentrant=False), checkpoint(self.right, h, use_reentrant=False)",
+)
+# The same layers trained in float8 by the weight-wrapping API (``quantize_`` with a float8
+# training config): plain ``nn.Linear`` layers whose weights run torchao's float8 GEMMs.
+WRAPPED = (
+    'convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn != "head")',
+    "from torchao.prototype.moe_training.config import Float8TrainingOpConfig\n"
+    "from torchao.quantization import quantize_\n"
+    'quantize_(model, Float8TrainingOpConfig(float8_linear_recipe="tensorwise"), '
+    'filter_fn=lambda module, fqn: isinstance(module, nn.Linear) and fqn != "head")',
 )
 
 
-@pytest.mark.parametrize("checkpointed", [False, True], ids=["plain", "checkpointed"])
-def test_the_casts_of_parallel_branches_belong_to_their_own_layers(tmp_path, checkpointed):
-    source = TWO_TOWERS.format(metadata="torch.randn(64, 32)")
+@pytest.mark.parametrize(
+    "checkpointed,wrapped",
+    [(False, False), (True, False), (False, True), (True, True)],
+    ids=["plain", "checkpointed", "weight-wrapper", "weight-wrapper-checkpointed"],
+)
+def test_the_casts_of_parallel_branches_belong_to_their_own_layers(tmp_path, checkpointed, wrapped):
+    # Two branches fed by one trunk: when the gradient reaches both at the concatenation, the
+    # module tracker holds both as running while the second's backward runs first.
+    source = FORKED
     if checkpointed:
         source = "from torch.utils.checkpoint import checkpoint\n" + source.replace(*CHECKPOINTED)
+    if wrapped:
+        source = source.replace(*WRAPPED)
     session = _trace(source, tmp_path)
     casts = session.observations.float8_casts
-    # Each tower's layer casts its input and weight in the forward (once more where a checkpoint
+    # Each layer casts its input and weight in the forward (once more where a checkpoint
     # recomputes it) and again in the backward, and its output gradient twice (for the input's
-    # and the weight's gradient), per iteration: the two towers alike.
+    # and the weight's gradient), per iteration: the two branches alike.
     steps = session.observations.op_steps
     forwards = 2 if checkpointed else 1
-    for layer in ("numeric.0", "metadata.0"):
+    for layer in ("left.0", "right.0"):
         assert {role: casts[(layer, role)].casts for role in ("input", "weight", "grad_output")} == {
             "input": (forwards + 1) * steps,
             "weight": (forwards + 1) * steps,
             "grad_output": 2 * steps,
         }
-    assert {module for module, _role in casts} == {"numeric.0", "metadata.0"}
+    assert {module for module, _role in casts} == {"trunk", "left.0", "right.0"}
     gemms = session.observations.float8_gemms
     per_layer = {
-        layer: sum(n for (module, *_), n in gemms.items() if module == layer) for layer in ("numeric.0", "metadata.0")
+        layer: sum(n for (module, *_), n in gemms.items() if module == layer) for layer in ("left.0", "right.0")
     }
-    assert per_layer == {"numeric.0": (forwards + 2) * steps, "metadata.0": (forwards + 2) * steps}
+    assert per_layer == {"left.0": (forwards + 2) * steps, "right.0": (forwards + 2) * steps}
 
 
 def test_an_inf_in_the_input_is_reported_once_at_the_first_layer_it_reached(tmp_path):
