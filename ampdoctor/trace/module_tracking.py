@@ -20,13 +20,21 @@ branch of a two-tower model) gets no leaving hook at all: it stays "running" unt
 ends, and the backward ops of every branch that runs after it were counted in it (a two-tower
 model's user tower: all its matmuls in the item tower's first layer). Such a module leaves when
 the gradients of its own parameters are ready, its last backward nodes.
+
+Sibling modules fed by one tensor (a trunk's two branches, attention's separate query, key and
+value projections) are all "running" in the backward from the moment the gradient reaches them
+until the shared input's gradient is ready, so the tracker cannot tell whose backward runs. The
+autograd graph can: after each forward, the nodes between the module's outputs and its inputs
+are the module's (the innermost module's, as the inner forwards end first), and in the backward
+the node autograd runs names its module (``node_module``). The map holds the nodes of the
+iterations in the op census only, and is emptied when each backward ends.
 """
 
 from __future__ import annotations
 
 import weakref
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 from torch.autograd.graph import register_multi_grad_hook
@@ -36,6 +44,8 @@ from torch.utils.module_tracker import ModuleTracker
 # The parts of ``ModuleTracker`` the override uses (stable since torch 2.4, private): without one
 # of them the tracker keeps torch's own behaviour.
 _NEEDS = ("_get_mod_name", "_get_pop_fn", "_get_append_fn", "_hooks")
+# Autograd nodes mapped to modules at most (a forward of a large model makes tens of thousands).
+_MAX_NODES = 200_000
 
 
 class GraphModuleTracker(ModuleTracker):
@@ -50,6 +60,9 @@ class GraphModuleTracker(ModuleTracker):
         # The parameter hook of each such module, replaced at its next forward (the last
         # backward is over by then): a parameter would otherwise gather one per iteration.
         self._leaving: weakref.WeakKeyDictionary[torch.nn.Module, Any] = weakref.WeakKeyDictionary()
+        # Autograd node → the tracker's name of the innermost module whose forward made it.
+        self._nodes: dict[Any, str] = {}
+        self._clearing = False  # a callback empties the map when the running backward ends
 
     def _fw_pre_hook(self, mod: torch.nn.Module, input: Any) -> None:
         super()._fw_pre_hook(mod, input)
@@ -84,3 +97,46 @@ class GraphModuleTracker(ModuleTracker):
         own = [a for a in outputs if isinstance(a, torch.Tensor) and a.requires_grad and id(a) not in inputs]
         if own:
             self._hooks.append(register_multi_grad_hook(own, self._get_append_fn(name, True)))
+            if not self.is_bw:
+                self._claim(name, own, input)
+
+    def _claim(self, name: str, outputs: list[torch.Tensor], input: Any) -> None:
+        """Map to ``name`` the autograd nodes between ``outputs`` and the module's inputs that no
+        inner module has claimed. The walk stops at the inputs' nodes and at nodes of modules
+        outside this one (a tensor the module read from elsewhere)."""
+        nodes = self._nodes
+        if len(nodes) >= _MAX_NODES:
+            return
+        boundary = {id(a.grad_fn) for a in tree_flatten(input)[0] if isinstance(a, torch.Tensor) and a.grad_fn}
+        inner = name + "."
+        stack = [a.grad_fn for a in outputs if a.grad_fn is not None]
+        seen: set[int] = set()
+        while stack and len(nodes) < _MAX_NODES:
+            node = stack.pop()
+            if id(node) in seen or id(node) in boundary:
+                continue
+            seen.add(id(node))
+            owner = nodes.get(node)
+            if owner is None:
+                nodes[node] = name
+            elif owner != name and not owner.startswith(inner):
+                continue  # another module's: the walk left this one
+            stack.extend(child for child, _ in node.next_functions if child is not None)
+
+    def node_module(self) -> Optional[str]:
+        """In the backward, the tracker's name of the module whose forward made the node that
+        autograd runs now; None where no module made it (the loss) or outside the backward."""
+        if not self._nodes:
+            return None
+        if not self._clearing:
+            self._clearing = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_ended)
+        return self._nodes.get(torch._C._current_autograd_node())
+
+    def _backward_ended(self) -> None:
+        self._nodes.clear()
+        self._clearing = False
+
+    def __exit__(self, *args: Any) -> None:
+        super().__exit__(*args)  # type: ignore[no-untyped-call]
+        self._nodes.clear()  # (a forward never backpropagated in the census holds its graph here)

@@ -33,7 +33,6 @@ import torch
 from torch.utils import _python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.module_tracker import ModuleTracker
 
 from .deadline import holding_stops
 from .module_tracking import GraphModuleTracker
@@ -434,7 +433,7 @@ class OpCensus:
         self._autocast = autocast
         # frozenset of the tracker's running modules -> the innermost one's path (current_module)
         self._modules: dict[frozenset[str], Optional[str]] = {}
-        self._tracker: Optional[ModuleTracker] = None
+        self._tracker: Optional[GraphModuleTracker] = None
         self._mode: Optional[_CensusMode] = None
 
     @property
@@ -465,7 +464,7 @@ class OpCensus:
                     mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
                 self._mode = None
             if self._tracker is not None:
-                self._tracker.__exit__()  # type: ignore[no-untyped-call]
+                self._tracker.__exit__()
                 self._tracker = None
 
     def fail(self, exc: Exception) -> None:
@@ -482,6 +481,12 @@ class OpCensus:
         of running modules changes only on module calls: its path is found once per set."""
         if self._tracker is None:
             return None
+        if self._tracker.is_bw:
+            # The module whose forward made the autograd node running: exact where siblings
+            # share an input and the tracker holds them all as running.
+            made_by = self._tracker.node_module()
+            if made_by is not None:
+                return tracker_path(made_by)
         parents = frozenset(self._tracker.parents)
         if parents in self._modules:
             return self._modules[parents]

@@ -75,3 +75,37 @@ def test_the_backward_of_each_branch_is_counted_in_its_own_layers():
     # Each tower's first layer: its weight's matmul only; the layers after it: both. The branch
     # whose backward runs second used to be counted in the first one's first layer.
     assert found == {"user.0": 2, "user.2": 4, "item.0": 2, "item.2": 4, "score": 4}
+
+
+class Attention(nn.Module):
+    """Separate query, key and value projections of one input (as Llama-style attention has):
+    the gradient reaches the three at different times, and all three stay "running" in torch's
+    tracker until the shared input's gradient is ready."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(8, 8)
+        self.q = nn.Linear(8, 8)
+        self.k = nn.Linear(8, 8)
+        self.v = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.trunk(x)
+        scores = (self.q(h) @ self.k(h).transpose(-1, -2)).softmax(-1)
+        return self.out(scores @ self.v(h))
+
+
+def test_the_backward_of_projections_that_share_an_input_is_counted_in_each():
+    torch.manual_seed(0)
+    found = backward_matmuls(Attention(), lambda: (torch.randn(4, 8),))
+    # Each projection's two matmuls per iteration (the input's and the weight's gradient), the
+    # trunk's weight gradient only; the attention's own products (scores, the weighted sum) are
+    # the model's, made outside the projections.
+    assert {name: found.get(name) for name in ("q", "k", "v", "out", "trunk")} == {
+        "q": 4,
+        "k": 4,
+        "v": 4,
+        "out": 4,
+        "trunk": 2,
+    }
