@@ -178,7 +178,7 @@ CODES: dict[str, Row] = {
     "AMP518": _row("trace.rules.float8_rules", tests=("trace/test_trace_float8.py",)),
     "AMP519": _row("trace.rules.float8_rules", tests=("trace/test_trace_float8.py",)),
     "AMP520": _row("trace.rules.float8_rules", tests=("trace/test_trace_float8.py",)),
-    "AMP521": _row("trace.rules.float8_rules", tests=("trace/test_float8_scales.py",)),
+    "AMP521": _row("trace.rules.float8_rules", tests=("trace/test_float8_scales.py", "trace/test_mx_training.py")),
     "AMP522": _row("trace.rules.float8_rules", tests=("trace/test_mx_training.py",)),
     # AMP6xx: float8 training.
     "AMP601": _row(_FLOAT8, tests=("test_float8_rules.py", "test_fixtures.py")),

@@ -213,3 +213,10 @@ def test_the_compare_switch_skips_mx_training_and_nothing_else_quantize_does():
     finally:
         switch.remove()
     assert package.quantize_ is original and defined.quantize_ is original
+
+
+def test_a_nan_in_the_input_is_reported_where_it_entered_mxfp8(tmp_path):
+    session, _ = _trace(_script(outlier='x[3, 5] = float("nan")'), tmp_path)
+    found = [f for f in session.report().findings if f.code == "AMP521"]
+    assert [(f.extra["module"], f.extra["role"], f.extra["anomaly"]) for f in found] == [("0", "input", "nonfinite")]
+    assert "block of 32 values" in found[0].message and "rowwise" not in found[0].help

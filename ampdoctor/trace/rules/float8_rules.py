@@ -327,8 +327,12 @@ def _unusable_scale(
         f"the cast turns its whole {_GROUP.get(stats.granularity, 'group')} into NaN or zeros, not only the bad "
         f"value{spread}",
         module_location(locator, observations, module),
-        f"Find where the {what} turns non-finite (AMP503 and AMP504 name the loss and the module); a scale per row "
-        "(the `rowwise` recipe) keeps one bad value from taking the whole tensor with it",
+        f"Find where the {what} turns non-finite (AMP503 and AMP504 name the loss and the module)"
+        + (
+            "; a scale per row (the `rowwise` recipe) keeps one bad value from taking the whole tensor with it"
+            if stats.granularity == "tensorwise"
+            else ""
+        ),
         module=module,
         role=role,
         anomaly="nonfinite",
