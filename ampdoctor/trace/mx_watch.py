@@ -189,8 +189,9 @@ class MXWatch:
 
 
 def _role(hp: torch.Tensor, operands: dict[str, torch.Tensor]) -> Optional[str]:
-    """Which operand ``hp`` is: the one whose storage it views, else the one whose transpose it
-    equals (the backward casts transposed copies along the other dimension)."""
+    """Which operand ``hp`` is: the one whose storage it views, else the one it equals or whose
+    transpose it equals (the backward casts copies: a contiguous one of a strided gradient, and
+    transposed ones along the other dimension)."""
     try:
         storage = hp.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):  # a tensor without storage of its own
@@ -204,6 +205,8 @@ def _role(hp: torch.Tensor, operands: dict[str, torch.Tensor]) -> Optional[str]:
         if not isinstance(tensor, torch.Tensor) or tensor.dim() < 1:
             continue
         rows = tensor.reshape(-1, tensor.shape[-1])
+        if rows.shape == hp.shape and torch.equal(rows, hp):
+            return role
         if rows.shape[::-1] == hp.shape and torch.equal(rows.t(), hp):
             return role
     return None

@@ -135,6 +135,7 @@ def test_an_operand_is_told_by_its_storage_or_by_its_transpose():
     assert _role(weight.t().contiguous(), operands) == "weight"  # a transposed copy
     assert _role(inputs.reshape(-1, 4).t().contiguous(), operands) == "input"
     assert _role(grad.t().contiguous(), operands) == "grad_output"
+    assert _role(grad.clone(), operands) == "grad_output"  # a contiguous copy of a strided gradient
     assert _role(torch.randn(4, 8), operands) is None  # the weight's shape, not its values: not counted
 
 
