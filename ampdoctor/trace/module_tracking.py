@@ -107,15 +107,17 @@ class GraphModuleTracker(ModuleTracker):
         nodes = self._nodes
         if len(nodes) >= _MAX_NODES:
             return
-        boundary = {id(a.grad_fn) for a in tree_flatten(input)[0] if isinstance(a, torch.Tensor) and a.grad_fn}
+        # The nodes themselves, not their ids: a node's Python object lives only while it is
+        # held, and one made again for the same node may have another id (or a freed one's).
+        boundary = {a.grad_fn for a in tree_flatten(input)[0] if isinstance(a, torch.Tensor) and a.grad_fn}
         inner = name + "."
         stack = [a.grad_fn for a in outputs if a.grad_fn is not None]
-        seen: set[int] = set()
+        seen: set[Any] = set()
         while stack and len(nodes) < _MAX_NODES:
             node = stack.pop()
-            if id(node) in seen or id(node) in boundary:
+            if node in seen or node in boundary:
                 continue
-            seen.add(id(node))
+            seen.add(node)
             owner = nodes.get(node)
             if owner is None:
                 nodes[node] = name
