@@ -596,6 +596,51 @@ def test_mx_conversions_that_may_be_fine_are_not_reported(config, filter, head):
     assert found_pairs(_mx(config=config, filter=filter, head=head)) == []
 
 
+MX_TRAINING = "MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_RCEIL)"
+MX_TRAINING_IMPORT = "from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe\n"
+
+
+@pytest.mark.parametrize(
+    "filter",
+    [
+        "lambda module, fqn: fqn != '2'",
+        "lambda module, fqn: 'lm_head' not in fqn",
+        "lambda module, fqn: not fqn.startswith('2')",
+        "lambda module, fqn: fqn not in ('2', 'lm_head')",
+        "lambda module, fqn: fqn != '2' and fqn != 'head'",
+    ],
+)
+def test_an_mx_training_filter_that_passes_the_model_itself_is_reported(filter):
+    from helpers import lint_text
+
+    # 3072 by 64 (multiples of 32): only the filter is wrong.
+    source = _mx(out=64, config=MX_TRAINING, head=MX_TRAINING_IMPORT, filter=f", filter_fn={filter}")
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if text.startswith("quantize_("))
+    assert found_pairs(source) == [(line, "AMP601")]
+    (finding,) = lint_text(source)
+    assert '`""`' in finding.message and "isinstance(module, nn.Linear)" in finding.help
+    assert finding.location.column > 20  # at the filter, not the call
+
+
+@pytest.mark.parametrize(
+    "config, filter",
+    [
+        # the module's type tested first: the model itself does not pass
+        (MX_TRAINING, "lambda module, fqn: isinstance(module, nn.Linear) and fqn != '2'"),
+        # a name that the model's own ("") does not hold: quantize_ goes on to its children
+        (MX_TRAINING, "lambda module, fqn: fqn.startswith('blocks.')"),
+        (MX_TRAINING, "lambda module, fqn: any(target in fqn for target in TARGETS)"),
+        # a name bound elsewhere: not worked out
+        (MX_TRAINING, "lambda module, fqn: fqn not in SKIP"),
+        # the older config converts each Linear the filter passes, not the whole module
+        ("MXLinearConfig()", "lambda module, fqn: fqn != '2'"),
+    ],
+)
+def test_mx_filters_that_do_not_pass_the_model_itself_are_not_reported(config, filter):
+    source = _mx(out=64, config=config, head=MX_TRAINING_IMPORT, filter=f", filter_fn={filter}")
+    assert found_pairs(source) == []
+
+
 def test_a_model_built_by_a_factory_of_the_module_is_followed_to_its_layers():
     source = """\
 import torch

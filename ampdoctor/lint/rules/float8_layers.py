@@ -23,13 +23,12 @@ from .float8_training import (
     conversion_filter,
     conversions,
     converted_calls,
-    int_constants,
     is_te_module,
     is_test_module,
-    linear_sizes,
     model_calls,
     te_region,
 )
+from .linear_sizes import int_constants, linear_sizes
 
 # torchao's tensorwise heuristic: a weight of N (out_features) x K (in_features) with
 # K <= 4096 and N <= 1024 is slower in float8 than in bfloat16. Its rowwise heuristic leaves out

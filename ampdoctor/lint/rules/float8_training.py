@@ -15,7 +15,8 @@ from ..anchors import Anchors
 from ..model import AmpFacts, CallSite
 from ..syntax import FUNCTION_TYPES, dotted
 from . import LintRule, Report, register
-from .mx_training import MX_BLOCK, is_mx, mx_conversions
+from .linear_sizes import int_constants, linear_sizes
+from .mx_training import MX_BLOCK, is_mx, mx_conversions, passes_the_model
 
 # The packages whose ``convert_to_float8_training`` swaps Linear layers for float8 ones
 # (float8_experimental is torchao.float8's former name).
@@ -168,9 +169,21 @@ class Float8OutputHead(LintRule):
             if spelled is None or not _trained(facts, spelled):
                 continue  # a block or a sub-module converted on its own: its head is not in it
             found = conversion_filter(facts, site)
+            name, alignment, keyword = _format(site)
+            given = site.arg(2, "filter_fn") if is_mx(site) else None
+            if given is not None and passes_the_model(facts, site, given.value):
+                yield Report(
+                    self.code,
+                    given.value,
+                    f"the `filter_fn` returns True for `{spelled}` itself: `quantize_` asks it first about the "
+                    'module it is given (its name is `""`), and the MXFP8 training config then converts every '
+                    "layer inside, the output head this filter meant to keep out included",
+                    help="Test the module's type first: `lambda module, fqn: isinstance(module, nn.Linear) and ...`",
+                    statement=site.statement,
+                )
+                continue
             if not found.known or found.names or found.other:
                 continue
-            name, alignment, keyword = _format(site)
             if found is _NO_FILTER:
                 why = f"without a `{keyword}`, every `nn.Linear` is converted"
             else:
@@ -185,38 +198,6 @@ class Float8OutputHead(LintRule):
                 f"(and for layers whose sizes are not multiples of {alignment})",
                 statement=site.statement,
             )
-
-
-def int_constants(facts: AmpFacts) -> dict[str, int]:
-    """Module-level names bound once, to an int literal."""
-    counts: dict[str, int] = {}
-    found: dict[str, int] = {}
-    for assignment in facts.assignments:
-        if assignment.frame.parent is not None:
-            continue
-        counts[assignment.target] = counts.get(assignment.target, 0) + 1
-        value = assignment.value
-        if type(value) is ast.Constant and type(value.value) is int:
-            found[assignment.target] = value.value
-    return {name: number for name, number in found.items() if counts[name] == 1}
-
-
-def _literal_size(expr: ast.expr | None, constants: dict[str, int]) -> int | None:
-    if type(expr) is ast.Constant and type(expr.value) is int and not isinstance(expr.value, bool):
-        return expr.value
-    if type(expr) is ast.Name:
-        return constants.get(expr.id)
-    return None
-
-
-def linear_sizes(linear: CallSite, constants: dict[str, int]) -> tuple[int | None, int | None]:
-    """An ``nn.Linear(...)`` call's (in_features, out_features), each where it is a literal or a
-    module-level constant (``int_constants``), else None."""
-    found = []
-    for position, keyword in ((0, "in_features"), (1, "out_features")):
-        arg = linear.arg(position, keyword)
-        found.append(_literal_size(arg.value if arg is not None else None, constants))
-    return found[0], found[1]
 
 
 @register
