@@ -98,30 +98,33 @@ def passes_the_model(facts: AmpFacts, site: CallSite, filter_fn: ast.expr | None
 def _at_root(expr: ast.expr, fqn: str) -> object:
     """The value of ``expr`` with the parameter ``fqn`` bound to ``""``: a str, a bool, a tuple
     of strs, or ``_UNKNOWN``."""
-    kind = type(expr)
-    if kind is ast.Constant and type(expr.value) in (str, bool):
+    if isinstance(expr, ast.Constant) and type(expr.value) in (str, bool):
         return expr.value
-    if kind is ast.Name:
+    if isinstance(expr, ast.Name):
         return "" if expr.id == fqn else _UNKNOWN
-    if kind in (ast.Tuple, ast.List, ast.Set):
-        items = [_at_root(e, fqn) for e in expr.elts]  # type: ignore[attr-defined]
+    if isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
+        items = [_at_root(e, fqn) for e in expr.elts]
         return tuple(items) if all(type(i) is str for i in items) else _UNKNOWN
-    if kind is ast.UnaryOp and type(expr.op) is ast.Not:
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
         value = _at_root(expr.operand, fqn)
         return not value if type(value) in (bool, str) else _UNKNOWN
-    if kind is ast.BoolOp:
+    if isinstance(expr, ast.BoolOp):
         values = [_at_root(v, fqn) for v in expr.values]
         known = [bool(v) for v in values if type(v) in (bool, str)]
-        if type(expr.op) is ast.And:
+        if isinstance(expr.op, ast.And):
             return False if False in known else True if len(known) == len(values) else _UNKNOWN
         return True if True in known else False if len(known) == len(values) else _UNKNOWN
-    if kind is ast.Compare and len(expr.ops) == 1:
+    if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
         return _compare(expr.ops[0], _at_root(expr.left, fqn), _at_root(expr.comparators[0], fqn))
-    if kind is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr in ("startswith", "endswith"):
+    if (
+        isinstance(expr, ast.Call)
+        and isinstance(expr.func, ast.Attribute)
+        and expr.func.attr in ("startswith", "endswith")
+    ):
         subject = _at_root(expr.func.value, fqn)
         arg = _at_root(expr.args[0], fqn) if len(expr.args) == 1 else _UNKNOWN
         if type(subject) is str and type(arg) in (str, tuple):
-            return getattr(subject, expr.func.attr)(arg)
+            return bool(getattr(subject, expr.func.attr)(arg))
     return _UNKNOWN
 
 
