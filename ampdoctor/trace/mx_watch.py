@@ -46,6 +46,8 @@ _WEIGHT = "MXFP8TrainingWeightWrapperTensor"
 # The e8m0 scale's NaN: all exponent bits set.
 _E8M0_NAN = 0xFF
 _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+# Where ``mx_mm.forward``'s kernel preference comes, after its input and weight.
+_PREFERENCE = 4
 # How far, and how wide, the search for a layer's bias under its output goes.
 _BIAS_DEPTH = 4
 _BIAS_BREADTH = 16
@@ -123,6 +125,12 @@ class MXWatch:
         def forward(ctx: Any, input_hp: Any, weight_hp: Any, *args: Any) -> Any:
             if self._active() is None:
                 return original(ctx, input_hp, weight_hp, *args)
+            if self._observations.mx_device is None and isinstance(input_hp, torch.Tensor):
+                # (the GEMMs' device and kernels, for a run that dies of them: AMP519)
+                preference = args[_PREFERENCE] if len(args) > _PREFERENCE else None
+                name = getattr(preference, "name", None)
+                device = input_hp.device
+                self._observations.mx_device = (device.type, device.index, name if isinstance(name, str) else "")
             ctx.ampdoctor_layer = self._layer  # for its backward
             outer, self._gemm = self._gemm, (self._layer, {"input": input_hp, "weight": weight_hp})
             try:

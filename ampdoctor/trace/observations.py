@@ -303,6 +303,9 @@ class Observations:
     # The MX cast that refused its operand (a size not a multiple of the block): the layer and
     # the operand's shape.
     mx_refused: Optional[tuple[Optional[str], tuple[int, ...]]] = None
+    # Where the first MXFP8 training GEMM ran: (device type, device index, torchao's kernel
+    # preference by name: "AUTO", "EMULATED" ...).
+    mx_device: Optional[tuple[str, Optional[int], str]] = None
     # The training code imported torchao's float8 training (by the end of the recorded iterations).
     float8_imported: bool = False
     # Each torchao conversion: (the user's statement, nn.Linear layers before, float8 layers after).

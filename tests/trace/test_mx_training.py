@@ -1,5 +1,7 @@
 """MXFP8 training with torchao under the tracer (mx_watch.py): each layer's MX casts counted by
-operand, what a feature's outliers flush within their blocks (AMP515), and a run that stays
+operand, what a feature's outliers flush within their blocks (AMP515), sizes the blocks do not
+divide (AMP516), a head trained in MXFP8 (AMP517), a GPU without MXFP8 GEMMs (AMP519), NaN
+scales and zero inputs (AMP521), layers that lose their bias (AMP522), and a run that stays
 bit-identical. torchao's emulated recipe runs on the CPU."""
 
 from __future__ import annotations
@@ -221,3 +223,42 @@ def test_a_nan_in_the_input_is_reported_where_it_entered_mxfp8(tmp_path):
     found = [f for f in session.report().findings if f.code == "AMP521"]
     assert [(f.extra["module"], f.extra["role"], f.extra["anomaly"]) for f in found] == [("0", "input", "nonfinite")]
     assert "block of 32 values" in found[0].message and "rowwise" not in found[0].help
+
+
+def test_mxfp8_on_a_gpu_before_blackwell_is_named_when_the_run_dies_of_it(monkeypatch):
+    from ampdoctor.trace.compare.hardware import cuda_hardware
+    from ampdoctor.trace.observations import IterationRecord, Observations
+    from ampdoctor.trace.rulebase import Locator, Thresholds
+    from ampdoctor.trace.rules import float8_rules
+
+    hopper = cuda_hardware("mxfp8", capability=(9, 0), name="NVIDIA H200")
+    monkeypatch.setattr(float8_rules, "mx_hardware", lambda index: hopper)
+    monkeypatch.setattr(float8_rules, "cuda_device", lambda: "NVIDIA H200, compute capability 9.0")
+    observations = Observations()
+    observations.float8_imported = True
+    observations.mx_device = ("cuda", 0, "AUTO")
+    observations.script_error = ("RuntimeError: (a kernel's refusal, in its own words)", ("train.py", 14))
+    locator = Locator("train.py", {})
+
+    def found() -> list:
+        return [
+            (f.location.line, f.extra.get("recipe"))
+            for f in float8_rules.float8_unsupported_gpu(observations, Thresholds(), locator)
+        ]
+
+    assert found() == [(14, "mxfp8")]
+    observations.mx_device = ("cuda", 0, "EMULATED")  # torchao's emulation runs anywhere
+    assert found() == []
+    observations.mx_device = ("cuda", 0, "AUTO")
+    observations.iterations = [IterationRecord(step) for step in (1, 2, 3)]  # it trained: it died of another cause
+    assert found() == []
+    observations.iterations = []
+    monkeypatch.setattr(
+        float8_rules, "mx_hardware", lambda index: cuda_hardware("mxfp8", capability=(10, 0), name="NVIDIA B200")
+    )
+    assert found() == []
+
+
+def test_the_watch_notes_where_the_mx_gemms_ran(tmp_path):
+    session, _ = _trace(_script(), tmp_path)
+    assert session.observations.mx_device == ("cpu", None, "EMULATED")

@@ -26,7 +26,7 @@ _X86_FAST = {
 }
 _ARM_FAST = {"bfloat16": ("bf16",), "float16": ("fphp", "asimdhp")}
 # The compute capability whose tensor cores run each dtype's GEMMs (float8: Ada and Hopper on).
-CUDA_MIN = {"float16": (7, 0), "bfloat16": (8, 0), "float8": (8, 9)}
+CUDA_MIN = {"float16": (7, 0), "bfloat16": (8, 0), "float8": (8, 9), "mxfp8": (10, 0)}
 
 
 @dataclass

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Optional
 
 from ...findings import Finding
-from ..compare.hardware import CUDA_MIN, cuda_hardware
+from ..compare.hardware import CUDA_MIN, Hardware, cuda_hardware
 from ..float8 import FLOAT8_ALIGNMENT, unaligned
 from ..observations import Observations
 from ..rulebase import Locator, Thresholds, died_of, make_finding, module_location, rule
@@ -223,6 +223,44 @@ def float8_unsupported_gpu(observations: Observations, thresholds: Thresholds, l
             device=device,
             recipe="rowwise",
         )
+        return
+    yield from _mx_off_blackwell(observations, locator)
+
+
+_MXFP8_NEED = CUDA_MIN["mxfp8"]
+
+
+def _mx_off_blackwell(observations: Observations, locator: Locator) -> Iterator[Finding]:
+    """MXFP8 training's GEMMs ran on a CUDA GPU below compute capability 10.0 with torchao's
+    kernels (not its emulation), and the script died before its first optimizer step: whatever
+    the kernel's own words, MXFP8 has no GEMMs there."""
+    mx = observations.mx_device
+    error = observations.script_error
+    if mx is None or error is None or observations.steps or mx[0] != "cuda" or mx[2] == "EMULATED":
+        return
+    hardware = mx_hardware(mx[1] or 0)
+    if hardware is None or hardware.fast:
+        return
+    yield make_finding(
+        "AMP519",
+        f"the script died at its first MXFP8 training GEMM ({error[0]}): this GPU ({hardware.name}, compute "
+        f"capability {hardware.capability}) has no MXFP8 GEMMs, which need compute capability "
+        f"{_MXFP8_NEED[0]}.{_MXFP8_NEED[1]} (Blackwell: B200, GB200) or later",
+        locator.at(error[1]),
+        "Train in float8 (`convert_to_float8_training`, compute capability 8.9 and later) or bfloat16 on this GPU, "
+        "and MXFP8 where `torch.cuda.get_device_capability() >= (10, 0)`",
+        at_run_time=True,
+        device=f"{hardware.name}, compute capability {hardware.capability}",
+        recipe="mxfp8",
+    )
+
+
+def mx_hardware(index: int) -> Optional[Hardware]:
+    """Whether CUDA device ``index`` has MXFP8 GEMMs; None where it cannot be asked."""
+    try:
+        return cuda_hardware("mxfp8", index=index)
+    except Exception:  # no CUDA here, or a driver that answers oddly
+        return None
 
 
 def cuda_device() -> Optional[str]:
