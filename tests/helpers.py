@@ -104,3 +104,23 @@ def replace_once(path, old: str, new: str) -> None:
     text = path.read_text(encoding="utf-8")
     assert old in text, f"{old!r} is not in {path.name}"
     path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def trace_source(source: str, tmp_path, expect: str | None = "end"):
+    """Trace ``source`` (written to ``tmp_path/train.py``) in this process: (the session, what the
+    script printed). ``expect``: how the run must have ended (None: any way)."""
+    import contextlib
+    import io
+
+    from ampdoctor.trace.runner import Target, run_target
+    from ampdoctor.trace.session import TraceSession
+
+    path = tmp_path / "train.py"
+    path.write_text(source)
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        with TraceSession(script=str(path)) as session:
+            session.outcome = run_target(Target(script=str(path)))
+    if expect is not None:
+        assert session.outcome.reason == expect, session.outcome.traceback
+    return session, stdout.getvalue()

@@ -4,17 +4,14 @@ to (float8.py's ``_follow_backward``)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
+from helpers import trace_source
 
 from ampdoctor.trace.observations import CastStats, Observations
 from ampdoctor.trace.rulebase import Locator, Thresholds
 from ampdoctor.trace.rules.float8_rules import float8_scale_anomaly
-from ampdoctor.trace.runner import Target, run_target
-from ampdoctor.trace.session import TraceSession
 
 pytest.importorskip("torchao.float8", reason="torchao is not installed (the fp8 extra)")
 
@@ -73,12 +70,7 @@ def _mlp(init: str = "", lr: str = "1e-3", poison: str = "pass", factor: str = "
 
 
 def _trace(source: str, tmp_path):
-    path = tmp_path / "train.py"
-    path.write_text(source)
-    with contextlib.redirect_stdout(io.StringIO()):
-        with TraceSession(script=str(path)) as session:
-            session.outcome = run_target(Target(script=str(path)))
-    assert session.outcome.reason == "end", session.outcome.traceback
+    session, _ = trace_source(source, tmp_path)
     assert session.observations.instrument_errors == []
     return session
 

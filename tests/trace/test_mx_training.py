@@ -10,10 +10,9 @@ import contextlib
 import io
 
 import pytest
+from helpers import trace_source
 
 from ampdoctor.trace.mx_watch import _role
-from ampdoctor.trace.runner import Target, run_target
-from ampdoctor.trace.session import TraceSession
 
 pytest.importorskip("torchao.prototype.moe_training.config", reason="torchao is not installed (the fp8 extra)")
 torch = pytest.importorskip("torch")
@@ -46,15 +45,9 @@ def _script(outlier: str = "pass", keep: str = "") -> str:
 
 
 def _trace(source: str, tmp_path):
-    path = tmp_path / "train.py"
-    path.write_text(source)
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        with TraceSession(script=str(path)) as session:
-            session.outcome = run_target(Target(script=str(path)))
-    assert session.outcome.reason == "end", session.outcome.traceback
+    session, printed = trace_source(source, tmp_path)
     assert session.observations.instrument_errors == []
-    return session, stdout.getvalue()
+    return session, printed
 
 
 def _codes(session) -> dict[str, list]:
@@ -182,12 +175,7 @@ def test_a_run_that_died_of_a_size_the_mx_blocks_do_not_divide_names_the_layer(t
     # which torchao refuses on the CPU as on the GPU.
     source = _script().replace("nn.Linear(256, 64))", "nn.Linear(256, 10, bias=False))")
     source = source.replace("torch.randn(128, 64))", "torch.randn(128, 10))")
-    path = tmp_path / "train.py"
-    path.write_text(source)
-    with contextlib.redirect_stdout(io.StringIO()):
-        with TraceSession(script=str(path)) as session:
-            session.outcome = run_target(Target(script=str(path)))
-    assert session.outcome.reason == "error"
+    session, _ = trace_source(source, tmp_path, expect="error")
     assert session.observations.mx_refused == ("2", (128, 10))
     found = [f for f in session.report().findings if f.code == "AMP516"]
     assert [(f.extra["module"], f.extra["shape"], f.severity.label) for f in found] == [("2", [128, 10], "error")]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import trace_source
 
 from ampdoctor.trace.float8 import unaligned
 from ampdoctor.trace.observations import CastStats
@@ -49,14 +50,7 @@ def _script(out: int = 16, recipe: str = "tensorwise", keep: str = 'fqn != "4"',
 
 
 def _trace(source: str, tmp_path):
-    path = tmp_path / "train.py"
-    path.write_text(source)
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        with TraceSession(script=str(path)) as session:
-            session.outcome = run_target(Target(script=str(path)))
-    assert session.outcome.reason == "end", session.outcome.traceback
-    return session, stdout.getvalue()
+    return trace_source(source, tmp_path)
 
 
 def _codes(session) -> dict[str, list]:
