@@ -27,7 +27,9 @@ until the shared input's gradient is ready, so the tracker cannot tell whose bac
 autograd graph can: after each forward, the nodes between the module's outputs and its inputs
 are the module's (the innermost module's, as the inner forwards end first), and in the backward
 the node autograd runs names its module (``node_module``). The map holds the nodes of the
-iterations in the op census only, and is emptied when each backward ends.
+iterations in the op census only, and is emptied when each backward ends. A checkpoint runs
+its modules' forward again inside the backward, under the node that needed the activations:
+its ops belong to the module whose forward runs (forward hooks fire then too).
 """
 
 from __future__ import annotations
@@ -63,9 +65,15 @@ class GraphModuleTracker(ModuleTracker):
         # Autograd node → the tracker's name of the innermost module whose forward made it.
         self._nodes: dict[Any, str] = {}
         self._clearing = False  # a callback empties the map when the running backward ends
+        # The modules whose forward a checkpoint runs again inside the backward, innermost last,
+        # with the node they run in (a recomputation may stop early, leaving forwards unfinished).
+        self._recomputed: list[tuple[Any, str]] = []
 
     def _fw_pre_hook(self, mod: torch.nn.Module, input: Any) -> None:
         super()._fw_pre_hook(mod, input)
+        if self.is_bw and hasattr(self, "_get_mod_name"):
+            # A checkpoint's forward, run again inside the node that needs its activations.
+            self._recomputed.append((torch._C._current_autograd_node(), self._get_mod_name(mod)))
         if not all(hasattr(self, name) for name in _NEEDS) or not torch.is_grad_enabled() or self.is_bw:
             return
         if any(isinstance(a, torch.Tensor) and a.requires_grad for a in tree_flatten(input)[0]):
@@ -87,6 +95,8 @@ class GraphModuleTracker(ModuleTracker):
     _get_append_fn: Callable[[str, bool], Callable[..., None]]
 
     def _fw_post_hook(self, mod: torch.nn.Module, input: Any, output: Any) -> None:
+        if self._recomputed and self.is_bw:
+            self._recomputed.pop()
         if not all(hasattr(self, name) for name in _NEEDS):
             super()._fw_post_hook(mod, input, output)
             return
@@ -127,18 +137,26 @@ class GraphModuleTracker(ModuleTracker):
 
     def node_module(self) -> Optional[str]:
         """In the backward, the tracker's name of the module whose forward made the node that
-        autograd runs now; None where no module made it (the loss) or outside the backward."""
+        autograd runs now, or the module whose forward a checkpoint runs again now; None where
+        no module made it (the loss) or outside the backward."""
+        running = torch._C._current_autograd_node()
+        if self._recomputed:
+            if self._recomputed[-1][0] is running:
+                return self._recomputed[-1][1]
+            self._recomputed.clear()  # that recomputation is over
         if not self._nodes:
             return None
         if not self._clearing:
             self._clearing = True
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_ended)
-        return self._nodes.get(torch._C._current_autograd_node())
+        return self._nodes.get(running)
 
     def _backward_ended(self) -> None:
         self._nodes.clear()
+        self._recomputed.clear()
         self._clearing = False
 
     def __exit__(self, *args: Any) -> None:
         super().__exit__(*args)  # type: ignore[no-untyped-call]
         self._nodes.clear()  # (a forward never backpropagated in the census holds its graph here)
+        self._recomputed.clear()

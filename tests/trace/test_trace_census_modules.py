@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ampdoctor.trace.session import trace_session
 
@@ -109,3 +110,36 @@ def test_the_backward_of_projections_that_share_an_input_is_counted_in_each():
         "out": 4,
         "trunk": 2,
     }
+
+
+class Checkpointed(nn.Module):
+    """A block recomputed in the backward (non-reentrant activation checkpointing): its forward
+    runs again inside the node of its last op (the GELU's), which needs the activations."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(8, 8)
+        self.block = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.head(checkpoint(self.block, self.trunk(x), use_reentrant=False))
+
+
+def test_a_checkpoints_recomputed_forward_is_counted_in_the_module_that_runs_it():
+    torch.manual_seed(0)
+    model = Checkpointed()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace_session(steps=2) as session:
+        for _ in range(2):
+            model(torch.randn(4, 8)).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    found: dict[tuple[str, str], int] = {}
+    for op in session.report().to_dict()["ops"]:
+        if op["phase"] == "backward" and op["op"] in ("mm", "addmm"):
+            key = (op["module"], op["op"])
+            found[key] = found.get(key, 0) + op["count"]
+    # The recomputed linear (addmm) is block.0's, not the GELU's whose node asked for it; the
+    # backward matmuls are each layer's own, the GELU has none.
+    assert found == {("block.0", "addmm"): 2, ("block.0", "mm"): 4, ("head", "mm"): 4, ("trunk", "mm"): 2}
