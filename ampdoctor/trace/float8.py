@@ -50,10 +50,6 @@ _CONVERT = "convert_to_float8_training"
 # an ``nn.Linear`` that ``quantize_`` with ``Float8TrainingOpConfig`` trains in float8.
 _FLOAT8_LINEAR = "Float8Linear"
 _FLOAT8_WEIGHT = "Float8TrainingWeightWrapperTensor"
-# torchao's autograd function of a float8 layer's GEMMs, by its backward node's class name, and
-# how far under the layer's output it may lie (the bias's add, a reshape).
-_GEMM_NODE = "matmul_with_hp_or_float8_args"
-_NODE_DEPTH = 3
 # Relative slack above a float8 format's maximum before a scaled value counts as clipped.
 _CLIP_TOLERANCE = 1e-5
 # Output rows a float32 shadow compares per forward (tokens or samples).
@@ -79,14 +75,8 @@ class Float8Watch:
         self._name = name
         self._waiting: Any = None  # the module pre-hook that waits for torchao's import
         self._forwards: Any = None  # the module post-hook that follows the forward's order
-        self._entering: Any = None  # the module pre-hook that names the float8 layer running
+        self._entering: Any = None  # the module pre-hook that wraps MX training once it is imported
         self._last: Optional[torch.nn.Module] = None  # the last module with weights to finish
-        # The float8 layer whose GEMMs' backward runs now (``_follow_backward``): the census's
-        # module tracker loses its place in the backward of parallel branches.
-        self._backward_of: Optional[str] = None
-        # The float8 layer whose forward runs now: the tracker's module is wrong in the forward a
-        # checkpoint recomputes during the backward.
-        self._forward_of: Optional[str] = None
         self._casts = 0  # float8 casts recorded so far
         self._patched: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
         # The conversion runs before any module does: it is wrapped as torchao defines it (or at
@@ -110,9 +100,7 @@ class Float8Watch:
             if handle is not None:
                 handle.remove()
         self._waiting = self._forwards = self._entering = None
-        self._forward_of = None
         self._last = None
-        self._backward_of = None
 
     def remove(self) -> None:
         self.end_window()
@@ -154,56 +142,20 @@ class Float8Watch:
             self._entering = register_module_forward_pre_hook(outside_compiled(self._forward_starts))
 
     def _forward_starts(self, module: torch.nn.Module, args: Any) -> None:
-        if _is_float8_layer(module):
-            self._forward_of = self._name(module)
-        else:
-            self._mx.module_starts(module)
+        self._mx.module_starts(module)
 
     def _forward_done(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if _is_float8_layer(module):
-            self._forward_of = None
-        else:
-            self._mx.module_done(module, output)
+        self._mx.module_done(module, output)
         # A module with weights of its own, in a forward that trains: the head is the last one.
         if module._parameters and torch.is_grad_enabled():
             self._last = module
         if _is_float8_layer(module) and args and self._active() is not None:
             try:
-                self._follow_backward(module, output)
                 self._shadow(module, args[0], output)
             except Exception as exc:  # an instrument that fails leaves the training step alone
                 errors = self._observations.instrument_errors
                 if len(errors) < 8:
                     errors.append(f"float8 shadow of {self._name(module)}: {type(exc).__name__}: {exc}")
-
-    def _follow_backward(self, module: torch.nn.Module, output: Any) -> None:
-        """Name ``module`` as the float8 layer whose backward runs when autograd starts the node
-        of its GEMMs (torchao's ``matmul_with_hp_or_float8_args``, under the bias's add), until
-        it ends. The backward's casts and GEMMs all run inside that node, one node at a time."""
-        nodes = [getattr(output, "grad_fn", None)]
-        node = None
-        for _ in range(_NODE_DEPTH):
-            node = next((n for n in nodes if n is not None and _GEMM_NODE in type(n).__name__), None)
-            if node is not None or not nodes:
-                break
-            nodes = [n for parent in nodes if parent is not None for n, _ in parent.next_functions]
-        if node is None:
-            return
-        name = self._name(module)
-
-        def started(grad_outputs: Any) -> None:
-            self._backward_of = name
-
-        def done(grad_inputs: Any, grad_outputs: Any) -> None:
-            self._backward_of = None  # (a checkpoint's recomputed forward runs outside the node)
-
-        node.register_prehook(started)
-        node.register_hook(done)
-
-    def _module_now(self, census: OpCensus) -> Optional[str]:
-        """The module a float8 cast or GEMM belongs to: the layer whose GEMM node runs in the
-        backward, the float8 layer whose forward runs, else the census's."""
-        return self._backward_of or self._forward_of or census.current_module()
 
     def _shadow(self, module: torch.nn.Module, hp_input: Any, output: Any) -> None:
         """Compare the layer's output with the same layer in float32, from the same input and
@@ -285,7 +237,7 @@ class Float8Watch:
             return
         role = kwargs.get("gemm_input_role", args[2] if len(args) > 2 else None)
         granularity = kwargs.get("scaling_granularity", args[4] if len(args) > 4 else None)
-        key = (self._module_now(census), _name(role, "input"))
+        key = (census.current_module(), _name(role, "input"))
         with torch.no_grad(), quiet():  # the census counts the training step's ops, not these
             nonzero = hp != 0
             # float8 zeros are 0x00 and 0x80 (sign and magnitude): read the bits, not the values.
@@ -337,7 +289,7 @@ class Float8Watch:
         def scaled_mm(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
             census = self._active()
             if census is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-                key = (self._module_now(census), census.phase(), tuple(a.shape), tuple(b.shape))
+                key = (census.current_module(), census.phase(), tuple(a.shape), tuple(b.shape))
                 gemms: Counter[Float8GemmKey] = self._observations.float8_gemms
                 gemms[key] += 1
             return original(a, b, *args, **kwargs)

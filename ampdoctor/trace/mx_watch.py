@@ -9,10 +9,11 @@ when it lies about 2**17 below its block's largest. The same counts as for torch
 layers (``float8.py``) go into the observations' float8 casts, so that AMP515 and AMP521 and the
 float8 tables read them alike, with the granularity ``block32``.
 
-``to_mx`` is not told which operand it casts. The wrapped ``mx_mm`` says which layer runs and
-hands over its operands (the forward's input and weight; in the backward the output gradient and
-the tensors it saved); a cast is of the operand that shares its storage, or, for the backward's
-transposed copies, of the one whose transpose it equals. A cast of anything else (a later
+``to_mx`` is not told which operand it casts. The wrapped ``mx_mm`` hands over its operands (the
+forward's input and weight; in the backward the output gradient and the tensors it saved); a
+cast is of the operand that shares its storage, or, for the backward's copies, of the one it
+equals or whose transpose it equals. The layer is the op census's module (``ops.py``), in the
+backward the one whose forward made the running node. A cast of anything else (a later
 torchao's) is not counted rather than guessed. Installed and removed with the float8 watch
 (``Float8Watch`` calls ``module_starts``/``module_done`` and ``patch``), measuring only while
 the op census runs; torchao is never imported here.
@@ -72,21 +73,18 @@ class MXWatch:
         self._name = name
         self._tally = tally
         self._observations = observations
-        self._layer: Optional[str] = None  # the MX layer whose forward runs
-        # The ``mx_mm`` call running: its layer and its operands by role.
-        self._gemm: Optional[tuple[Optional[str], dict[str, torch.Tensor]]] = None
+        # The operands, by role, of the ``mx_mm`` call running.
+        self._gemm: Optional[dict[str, torch.Tensor]] = None
         self._patched: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
 
     def module_starts(self, module: torch.nn.Module) -> None:
         if not self._patched and _GEMM_MODULE in sys.modules:
             self.patch()
-        if self._patched and type(module._parameters.get("weight")).__name__ == _WEIGHT:
-            self._layer = self._name(module)
 
     def module_done(self, module: torch.nn.Module, output: Any) -> None:
-        if self._layer is None or type(module._parameters.get("weight")).__name__ != _WEIGHT:
+        if not self._patched or type(module._parameters.get("weight")).__name__ != _WEIGHT:
             return
-        layer, self._layer = self._layer, None
+        layer = self._name(module)
         bias = module._parameters.get("bias")
         dropped = self._observations.mx_bias_dropped
         if bias is None or not bias.requires_grad or layer in dropped or self._active() is None:
@@ -115,7 +113,7 @@ class MXWatch:
         for owner, attribute, original in reversed(self._patched):
             setattr(owner, attribute, original)
         self._patched = []
-        self._layer = self._gemm = None
+        self._gemm = None
 
     def _active(self) -> Optional[OpCensus]:
         census = self._census()
@@ -131,8 +129,7 @@ class MXWatch:
                 name = getattr(preference, "name", None)
                 device = input_hp.device
                 self._observations.mx_device = (device.type, device.index, name if isinstance(name, str) else "")
-            ctx.ampdoctor_layer = self._layer  # for its backward
-            outer, self._gemm = self._gemm, (self._layer, {"input": input_hp, "weight": weight_hp})
+            outer, self._gemm = self._gemm, {"input": input_hp, "weight": weight_hp}
             try:
                 return original(ctx, input_hp, weight_hp, *args)
             finally:
@@ -142,11 +139,11 @@ class MXWatch:
 
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def backward(ctx: Any, grad_output: Any) -> Any:
-            if self._active() is None or not hasattr(ctx, "ampdoctor_layer"):
+            if self._active() is None:
                 return original(ctx, grad_output)
             input_hp, weight_hp = ctx.saved_tensors
             operands = {"grad_output": grad_output, "weight": weight_hp, "input": input_hp}
-            outer, self._gemm = self._gemm, (ctx.ampdoctor_layer, operands)
+            outer, self._gemm = self._gemm, operands
             try:
                 return original(ctx, grad_output)
             finally:
@@ -160,27 +157,27 @@ class MXWatch:
             try:
                 out = original(data_hp, elem_dtype, *args, **kwargs)
             except Exception:  # a size the blocks do not divide: the layer, for the report
-                if gemm is not None and self._observations.mx_refused is None and isinstance(data_hp, torch.Tensor):
-                    self._observations.mx_refused = (gemm[0], tuple(data_hp.shape))
+                census = self._active()
+                if census is not None and self._observations.mx_refused is None and isinstance(data_hp, torch.Tensor):
+                    self._observations.mx_refused = (census.current_module(), tuple(data_hp.shape))
                 raise
             census = self._active()
             if census is not None and gemm is not None and isinstance(data_hp, torch.Tensor):
                 try:
-                    self._record(gemm, data_hp, out)
+                    self._record(census.current_module(), gemm, data_hp, out)
                 except Exception as exc:  # an instrument that fails stops; the training goes on
                     census.fail(exc)
             return out
 
         return to_mx
 
-    def _record(self, gemm: tuple[Optional[str], dict[str, torch.Tensor]], hp: torch.Tensor, out: Any) -> None:
+    def _record(self, layer: Optional[str], operands: dict[str, torch.Tensor], hp: torch.Tensor, out: Any) -> None:
         data = getattr(out, "qdata", None)
         scale = getattr(out, "scale", None)
         if not isinstance(data, torch.Tensor) or not isinstance(scale, torch.Tensor):
             return
         if data.dtype not in _FLOAT8 or data.shape != hp.shape:
             return  # packed four-bit elements: not counted here
-        layer, operands = gemm
         with torch.no_grad(), quiet():  # the census counts the training step's ops, not these
             role = _role(hp, operands)
             if role is None:

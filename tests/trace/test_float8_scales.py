@@ -1,6 +1,6 @@
 """AMP521: float8 scales that went wrong at run time (an operand holding inf or NaN, an amax
 under torchao's floor, an input that is all zeros), and which layer the backward's casts belong
-to (float8.py's ``_follow_backward``)."""
+to (the op census's module, which follows the autograd node in the backward)."""
 
 from __future__ import annotations
 
