@@ -32,14 +32,20 @@ class CrossReport(Record):
 
 class Callers:
     """The modules that may call a function, found lazily: those whose text holds the token
-    class a rule needs (``store.TOKEN_CLASSES``) and the function's name."""
+    class a rule needs (``store.TOKEN_CLASSES``) and the function's name as a word. ``mentions``
+    tests a module's text for a string, ``names`` for a whole word."""
 
     def __init__(
-        self, files: Iterable[str], has_class: Callable[[str, str], bool], mentions: Callable[[str, str], bool]
+        self,
+        files: Iterable[str],
+        has_class: Callable[[str, str], bool],
+        mentions: Callable[[str, str], bool],
+        names: Callable[[str, str], bool],
     ) -> None:
         self.files = sorted(files)
         self.has_class = has_class
         self.mentions = mentions
+        self.names = names
         self._by_class: dict[str, list[str]] = {}
 
     def with_class(self, kind: str) -> list[str]:
@@ -53,7 +59,7 @@ class Callers:
     def of(self, kind: str, name: str) -> list[str]:
         self.with_class(kind)
         short = name.rsplit(".", 1)[-1]
-        return [rel for rel in self._by_class[kind] if self.mentions(rel, short)]
+        return [rel for rel in self._by_class[kind] if self.names(rel, short)]
 
     def defining(self, name: str, kind: str = "any") -> list[str]:
         """The modules whose text may define a function or method called ``name`` (among those

@@ -23,6 +23,7 @@ from .reuse import load_reports, reports_path, save_reports, state_key
 from .root import project_root
 from .store import SummaryStore
 from .tokens import float16_risk
+from .words import Words
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ def link_results(
     # the file clips gradients (an update helper). Other files are summarized only on demand.
     checked = [rel for rel in target_rels if store.linted(rel)]
     store.prefetch(checked, jobs)
-    callers = Callers(files, store.has_class, store.mentions)
+    callers = Callers(files, store.has_class, store.mentions, store.names)
     # Named files that only hold what float16 autocast set up elsewhere breaks (a BCE, a large
     # fill): summarized only if such an autocast reaches them.
     lazy = []
@@ -284,7 +285,13 @@ def link_source(
     rel = "module.py"
     data = source.encode("utf-8", "replace")
     project = Project({rel}, {rel: summary}.get, text={rel: data}.get)
-    callers = Callers([rel], lambda _rel, kind: has_class(data, kind), lambda _rel, name: name in source)
+    words = Words()
+    callers = Callers(
+        [rel],
+        lambda _rel, kind: has_class(data, kind),
+        lambda _rel, name: name in source,
+        lambda _rel, word: words.names(rel, data, word),
+    )
     taken = {(f.code, f.location.line) for f in findings}
     added = []
     for report in run_checks(project, [rel], callers, codes):

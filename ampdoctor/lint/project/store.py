@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover - interpreters built without it
 
 from ..gc_budget import Spending
 from .outline import Outline, defines_without
+from .words import Words
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ class SummaryStore:
         self._data: dict[str, bytes] = {}
         self._verified: set[str] = set()
         self._texts: dict[str, bytes] = {}
+        self._words = Words()
         self._imports: dict[str, list[tuple[str, bool]]] = {}
         self._spending = Spending()
         self._base = str(root)
@@ -294,6 +296,11 @@ class SummaryStore:
         """Whether the file's text contains ``name`` (a cheap test before linking its calls)."""
         data = self._read(rel)
         return data is not None and name.encode() in data
+
+    def names(self, rel: str, word: str) -> bool:
+        """Whether the file's text holds ``word`` as a whole word (``words.py``)."""
+        data = self._read(rel)
+        return data is not None and self._words.names(rel, data, word)
 
     def _read(self, rel: str, keep: bool = False) -> bytes | None:
         """The file's bytes: those the lint pass handed over, those read earlier and kept, or
