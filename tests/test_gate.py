@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from helpers import all_options
+
 from ampdoctor.lint.gate import Anchors, keeps, summarize
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def test_names_resolve_through_imports():
@@ -66,3 +72,74 @@ def test_lint_survives_an_integer_beyond_float_range():
     # judge finite literals), while the same fill at -1e9 is reported by the same path.
     assert lint_source(source) == []
     assert [(f.code, f.location.line) for f in lint_source(source.replace(f"-{huge}", "-1e9"))] == [("AMP301", 5)]
+
+
+# --- the engine skips, in a large module, the rules that need a literal it does not have -----
+
+_FILL = """
+def step_{i}(model, x, mask, optimizer, scaler):
+    with torch.autocast("cuda", dtype=torch.float16):
+        scores = model(x).masked_fill(mask, {value})
+        loss = scores.mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+def _large_module(value: str) -> str:
+    # about 40,000 characters: past the size from which the engine scans literals
+    return "import torch\n" + "".join(_FILL.format(i=i, value=value) for i in range(160))
+
+
+def _lint_with_spy(monkeypatch, source: str) -> tuple[list[str], int]:
+    from ampdoctor.lint import engine
+    from ampdoctor.lint.rules import lint_rules
+
+    rule = lint_rules()["AMP301"]
+    runs = []
+    real = type(rule).check
+
+    def counted(self, facts):
+        runs.append(1)
+        return real(self, facts)
+
+    monkeypatch.setattr(type(rule), "check", counted)
+    findings, _suppressed, _parsed = engine.check_source(source, "big.py", all_options())
+    return [f.code for f in findings], len(runs)
+
+
+def test_a_large_module_without_a_large_literal_does_not_run_the_overflow_rules(monkeypatch):
+    from ampdoctor.lint import engine
+
+    source = _large_module("0.0")
+    assert len(source) >= engine._LITERAL_SCAN_FROM
+    codes, runs = _lint_with_spy(monkeypatch, source)
+    assert runs == 0 and "AMP301" not in codes
+
+
+def test_a_large_module_with_a_large_fill_still_reports_it(monkeypatch):
+    codes, runs = _lint_with_spy(monkeypatch, _large_module("-1e9"))
+    assert runs == 1 and codes.count("AMP301") == 160
+
+
+def test_a_small_module_runs_every_rule(monkeypatch):
+    codes, runs = _lint_with_spy(monkeypatch, "import torch\n" + _FILL.format(i=0, value="0.0"))
+    assert runs == 1 and codes == []
+
+
+def test_skipping_by_literals_changes_no_finding_of_the_fixtures(monkeypatch):
+    from ampdoctor.lint import engine
+
+    sources = [(p.name, p.read_text(encoding="utf-8")) for p in sorted(FIXTURES.rglob("*.py"))]
+    assert len(sources) > 50
+
+    def findings(scan_from: int) -> list[tuple[str, int, str]]:
+        monkeypatch.setattr(engine, "_LITERAL_SCAN_FROM", scan_from)
+        found = []
+        for name, source in sources:
+            for f in engine.check_source(source, name, all_options())[0]:
+                found.append((name, f.location.line, f.code))
+        return found
+
+    assert findings(0) == findings(10**9)

@@ -32,7 +32,7 @@ TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without i
 if TYPE_CHECKING:
     from .notebooks import NotebookSource
     from .project.shapes import ModuleSummary
-    from .rules import Report
+    from .rules import LintRule, Report
     from .textscan import TextGate
 
 
@@ -261,10 +261,20 @@ def check_source(
             summary.append(summarize(facts))
         rules = lint_rules()
         reports: list[Report] = []
+        flags: frozenset[str] | None = None  # the module's literal facts, found when a rule needs them
         for code in sorted(options.codes):
             rule = rules.get(code)
-            if rule is not None:
-                reports.extend(rule.check(facts))
+            if rule is None:
+                continue
+            needs = _NEEDS[code] if code in _NEEDS else _NEEDS.setdefault(code, literal_needs(rule))
+            if needs is not None and len(source) >= _LITERAL_SCAN_FROM:
+                if flags is None:
+                    from .textscan.literals import literal_flags
+
+                    flags = literal_flags(source.encode("utf-8", "surrogatepass"))
+                if not any(need <= flags for need in needs):
+                    continue  # no literal it could report on (a superset of the exact facts)
+            reports.extend(rule.check(facts))
         if not reports:
             return [], 0, True
         findings = _position(reports, facts.lines, path)
@@ -273,6 +283,27 @@ def check_source(
         return [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), message, Location(path, 1, 1))], 0, False
     kept, suppressed = apply_suppressions(findings, source, options.per_file_ignored)
     return kept, suppressed, True
+
+
+_NEEDS: dict[str, tuple[frozenset[str], ...] | None] = {}  # literal_needs of each rule, by code
+# Characters from which a module's literals are scanned to skip the rules that need one. On the
+# 136 files with autocast of the 31-repository tree, AMP301 and AMP302 took 0.25 ms per file and
+# the scan 0.05 ms; on a file of 4,200 training functions (50,000 lines) the two rules took 0.75 s
+# of a 3.75 s run and the scan 4 ms. A small file (a pre-commit run) saves less than the scanner's
+# import (0.7 ms), so it runs the rules as they are.
+_LITERAL_SCAN_FROM = 32_000
+
+
+def literal_needs(rule: LintRule) -> tuple[frozenset[str], ...] | None:
+    """The literal facts each of the rule's anchor sets requires (``Anchors.requires``), when
+    every one requires some: a module with none of them gives the rule nothing to report (a
+    float16 overflow rule in a file without a large number), so it is not run. None when the
+    rule can fire without a literal."""
+    anchors = rule.anchors
+    alternatives = anchors if isinstance(anchors, tuple) else (anchors,) if anchors is not None else ()
+    if not alternatives or any(not a.requires for a in alternatives):
+        return None
+    return tuple(frozenset(a.requires) for a in alternatives)
 
 
 def _parse_error(path: str, exc: Exception) -> Finding:
