@@ -115,3 +115,35 @@ def test_a_folder_of_links_to_files_names_each_file_once(tmp_path):
     assert sorted(names) == ["links/alias.py", "links/train.py"]
     names = [Path(p).relative_to(tmp_path).as_posix() for p in discovery.files([tmp_path])]
     assert sorted(names) == ["links/alias.py", "links/train.py"]
+
+
+def test_plain_last_parts_are_compared_as_strings_and_only_the_others_compiled(tmp_path):
+    # ``build/``, ``*.pyc``, ``.coverage.*``, ``/a/b/name``, ``!keep.py`` and ``**/x`` end with a
+    # plain part; ``*.py[cod]``, ``data/*``, ``a/**`` and ``*x*`` do not.
+    lines = ["build/", "*.pyc", ".coverage.*", "/a/b/name", "!keep.py", "**/x", "*.py[cod]", "data/*", "a/**", "*x*"]
+    (tmp_path / ".gitignore").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ignore = GitIgnore.load(tmp_path)
+    assert ignore is not None
+    assert sorted(ignore._tails.names) == ["build", "keep.py", "name", "x"]
+    assert ignore._tails.ends == (".pyc",) and ignore._tails.starts == (".coverage.",)
+    assert len(ignore._others) == 4
+    assert not ignore._compiled  # not until a path needs it
+    assert ignore.decision("src/build", True) is True
+    assert ignore.decision("keep.py", False) is False  # re-included
+    assert ignore.decision("deep/mod.pyc", False) is True
+    assert ignore.decision(".coverage.host", False) is True
+    assert ignore.decision("train.py", False) is None
+    assert ignore._compiled  # the others were asked about train.py
+    assert ignore.decision("data/set.py", False) is True
+    assert ignore.decision("mod.pyo", False) is True
+    assert ignore.decision("fix.py", False) is True  # ``*x*``
+
+
+def test_a_pattern_naming_a_folder_does_not_match_what_is_inside_through_it(tmp_path):
+    # the first test looks at the path's last part: ``build/`` is the folder, not its files
+    (tmp_path / ".gitignore").write_text("build/\n*.log\n", encoding="utf-8")
+    ignore = GitIgnore.load(tmp_path)
+    assert ignore is not None
+    assert ignore.decision("build/setup.py", False) is None
+    assert ignore.decision("build", True) is True
+    assert ignore.decision("build", False) is None  # a file named build: directory-only pattern
