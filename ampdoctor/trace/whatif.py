@@ -155,7 +155,7 @@ class WhatIfResult:
     tolerance: float = UNDERFLOW_TOLERANCE
 
     def to_dict(self) -> dict[str, Any]:
-        from .report.trace_report import json_number
+        from .compare.comparison import json_number
 
         return {
             "target": self.target,

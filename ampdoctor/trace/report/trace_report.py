@@ -110,7 +110,6 @@ stays valid JSON.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -118,6 +117,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ...findings import Finding, Severity
 from ...float16 import FLOAT16_MAX
+from ..compare.comparison import json_number
 from ..numerics import GRADIENT_SHARES
 from ..observations import ActivationStats, GradientStats, Observations
 from ..ops import sorted_census
@@ -130,14 +130,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 SCHEMA_VERSION = 1
-
-
-def json_number(value: Optional[float]) -> Any:
-    if value is None or math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
 
 
 @dataclass
