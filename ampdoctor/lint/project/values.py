@@ -107,6 +107,7 @@ class _FunctionWalk(BindingWalk):
         self.dynamic: list[list[Any]] = []
         self.named: list[list[Any]] = []
         self._final = False
+        self._final_values: dict[int, frozenset[str]] = {}  # each call's value, once final
         self._escaped: set[int] = set()
 
     # ---- walk ------------------------------------------------------------------------------
@@ -133,7 +134,7 @@ class _FunctionWalk(BindingWalk):
         flow: FunctionFlow = {}
         returns = EMPTY.union(*(self.ev(expr) for expr in b.returns)) if b.returns else EMPTY
         for call in b.calls:
-            self._call_value(call)  # records the calls, saves and escapes in source order
+            self.ev(call)  # records the calls, saves and escapes in source order
         stores: dict[str, set[str]] = {}
         for field, kind, detail, expr in b.stores:
             value = self._bound(kind, detail, expr)
@@ -254,6 +255,14 @@ class _FunctionWalk(BindingWalk):
         if kind is ast.Attribute:
             return self._attribute(expr)
         if kind is ast.Call:
+            if self._final:
+                # The names hold their final values: a call's value no longer changes, and
+                # what evaluating it records is recorded once (a nested call is asked for by
+                # the call around it and again on its own).
+                value = self._final_values.get(id(expr))
+                if value is None:
+                    value = self._final_values[id(expr)] = self._call_value(expr)
+                return value
             return self._call_value(expr)
         if kind is ast.Subscript:
             inner = self.ev(expr.value)
