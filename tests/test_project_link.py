@@ -602,3 +602,28 @@ def test_bindings_of_the_same_call_are_equal_memo_keys(tmp_path):
     second = values.bind("train.py", "run", call, target, (), 0)
     assert first == second and hash(first) == hash(second)
     assert any(type(value) is Lazy for _name, value in first)
+
+
+def test_names_bound_once_at_module_level_feed_aliases_and_int_constants():
+    # One query of the fact model (``bound_once_at_module``) serves the summary's aliases and
+    # the float8 rules' layer sizes: a name bound twice, or bound in a function, is neither.
+    from ampdoctor.lint.rules.linear_sizes import int_constants
+
+    source = (
+        "import utils\n"
+        "save = utils.save_checkpoint\n"
+        "N_CLASSES = 10\n"
+        "WIDTH = 64\n"
+        "WIDTH = 128\n"
+        "restore = utils.load\n"
+        "restore = utils.load_checkpoint\n"
+        "FLAG = True\n"
+        "def f():\n"
+        "    DEPTH = 3\n"
+        "    helper = utils.helper\n"
+    )
+    facts = build_facts(parse_source(source), source)
+    once = facts.bound_once_at_module()
+    assert sorted(once) == ["FLAG", "N_CLASSES", "save"]
+    assert int_constants(facts) == {"N_CLASSES": 10}
+    assert summarize(facts)["aliases"] == {"save": "utils.save_checkpoint"}

@@ -315,6 +315,7 @@ class AmpFacts(Record):
         "_assigned",
         "_by_name",
         "_by_value",
+        "_module_once",
     )
 
     def __init__(
@@ -372,6 +373,7 @@ class AmpFacts(Record):
         self._assigned: dict[tuple[int, str], list[Assignment]] | None = None
         self._by_name: dict[str, list[CallSite]] | None = None
         self._by_value: dict[int, Assignment] | None = None
+        self._module_once: dict[str, ast.expr] | None = None
 
     # ---- queries --------------------------------------------------------------------
 
@@ -397,6 +399,18 @@ class AmpFacts(Record):
             for assignment in self.assignments:
                 index.setdefault((id(assignment.frame), assignment.target), []).append(assignment)
         return index.get((id(frame), target), [])
+
+    def bound_once_at_module(self) -> dict[str, ast.expr]:
+        """The names (dotted spellings too) that the module's top level binds exactly once, with
+        the value each is bound to (``N_CLASSES = 10``, ``save = utils.save_checkpoint``)."""
+        found = self._module_once
+        if found is None:
+            values: dict[str, list[ast.expr]] = {}
+            for assignment in self.assignments:
+                if assignment.frame.parent is None:
+                    values.setdefault(assignment.target, []).append(assignment.value)
+            found = self._module_once = {name: bound[0] for name, bound in values.items() if len(bound) == 1}
+        return found
 
     def assignment_of(self, value: ast.expr) -> Assignment | None:
         """The first assignment whose value is this node (one index for the module)."""

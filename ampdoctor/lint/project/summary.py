@@ -168,17 +168,13 @@ def _search_paths(facts: AmpFacts) -> list[str]:
 
 def _aliases(facts: AmpFacts) -> dict[str, str]:
     """``save = utils.save_checkpoint`` at module level, bound once."""
-    counts: dict[str, int] = {}
-    found: dict[str, str] = {}
-    for assignment in facts.assignments:
-        if assignment.frame.parent is not None:
-            continue
-        counts[assignment.target] = counts.get(assignment.target, 0) + 1
-        if type(assignment.value) in (ast.Name, ast.Attribute):
-            spelled = dotted(assignment.value)
+    found = {}
+    for name, value in facts.bound_once_at_module().items():
+        if "." not in name and type(value) in (ast.Name, ast.Attribute):
+            spelled = dotted(value)
             if spelled:
-                found[assignment.target] = spelled
-    return {name: target for name, target in found.items() if counts[name] == 1 and "." not in name}
+                found[name] = spelled
+    return found
 
 
 def _instances(facts: AmpFacts) -> dict[str, str]:

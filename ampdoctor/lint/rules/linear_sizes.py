@@ -11,16 +11,11 @@ from ..model import AmpFacts, CallSite
 
 def int_constants(facts: AmpFacts) -> dict[str, int]:
     """Module-level names bound once, to an int literal."""
-    counts: dict[str, int] = {}
-    found: dict[str, int] = {}
-    for assignment in facts.assignments:
-        if assignment.frame.parent is not None:
-            continue
-        counts[assignment.target] = counts.get(assignment.target, 0) + 1
-        value = assignment.value
-        if type(value) is ast.Constant and type(value.value) is int:
-            found[assignment.target] = value.value
-    return {name: number for name, number in found.items() if counts[name] == 1}
+    return {
+        name: value.value
+        for name, value in facts.bound_once_at_module().items()
+        if type(value) is ast.Constant and type(value.value) is int
+    }
 
 
 def _literal_size(expr: ast.expr | None, constants: dict[str, int]) -> int | None:
