@@ -202,19 +202,21 @@ def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None, r
             unreadable(_display(f, base), f, f"cannot list folder: {why}") for f, why in discovery.unlistable
         )
     if request.links_project:
+        from .gc_budget import held
         from .project.run import link_results
 
         codes = request.codes.union(*(c for c in own_codes.values() if c is not None))
         try:
-            link_results(
-                results,
-                settings,
-                codes,
-                request.use_cache and not request.fix,
-                cwd,
-                request.jobs,
-                _file_settings(resolver, request) if resolver and set(own_codes) - {id(settings)} else None,
-            )
+            with held():
+                link_results(
+                    results,
+                    settings,
+                    codes,
+                    request.use_cache and not request.fix,
+                    cwd,
+                    request.jobs,
+                    _file_settings(resolver, request) if resolver and set(own_codes) - {id(settings)} else None,
+                )
         except Exception as exc:
             _say_project_failed(exc)
     results.sort(key=lambda r: r.path)

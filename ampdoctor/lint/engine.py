@@ -252,6 +252,7 @@ def check_source(
         tree = parse_source(source)
     except Exception as exc:  # SyntaxError, null bytes (ValueError), too deep (RecursionError)
         return [_parse_error(path, exc)], 0, False
+    facts = None
     try:
         facts = build_facts(tree, source)
         facts.path = path
@@ -281,6 +282,9 @@ def check_source(
     except RecursionError:  # an expression the parser took but the model's walks cannot descend
         message = "cannot analyse: an expression is nested too deeply"
         return [Finding(PARSE_ERROR, severity_of(PARSE_ERROR), message, Location(path, 1, 1))], 0, False
+    finally:
+        if facts is not None:
+            facts.release()
     kept, suppressed = apply_suppressions(findings, source, options.per_file_ignored)
     return kept, suppressed, True
 
@@ -463,11 +467,11 @@ def _lint_data(
 def _summary_only(data: bytes) -> ModuleSummary | None:
     """The project summary of a module no selected rule needs to check (None: it does not parse)."""
     from .facts import build_facts
-    from .project.summary import summarize
+    from .project.summary import summarize_released
 
     try:
         source = decode_source(data)
-        return summarize(build_facts(parse_source(source), source))
+        return summarize_released(build_facts(parse_source(source), source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 

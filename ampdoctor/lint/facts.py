@@ -104,14 +104,17 @@ class _FactWalk:
         work.extend(reversed(module.body))
         visit = self._visit
         enter = self._enter
-        while work:
-            item = work.pop()
-            if isinstance(item, ast.AST):
-                visit(item)
-            elif type(item) is tuple:  # (kind, owner): a block starts
-                enter(*item)
-            else:
-                item()  # type: ignore[operator]  # (a marker: ``type(item) is tuple`` does not narrow it)
+        try:
+            while work:
+                item = work.pop()
+                if isinstance(item, ast.AST):
+                    visit(item)
+                elif type(item) is tuple:  # (kind, owner): a block starts
+                    enter(*item)
+                else:
+                    item()  # type: ignore[operator]  # (a marker: ``type(item) is tuple`` does not narrow it)
+        finally:
+            del self._leave_block  # a method of this walk held by it: a cycle (``AmpFacts.release``)
 
     # ---- scheduling ---------------------------------------------------------------------
 
@@ -382,23 +385,25 @@ def _prescan_imports(module: ast.Module) -> tuple[dict[str, str], list[ImportRef
     """Module-level imports first (also inside top-level if/try), so order of use is irrelevant."""
     imports: dict[str, str] = {}
     refs: list[ImportRef] = []
-
-    def scan(body: Sequence[ast.stmt], fallback: bool = False) -> None:
-        for stmt in body:
-            if type(stmt) is ast.Import or type(stmt) is ast.ImportFrom:
-                for alias, local, qname, mod in _import_bindings(stmt):
-                    imports.setdefault(local, qname)
-                    refs.append(ImportRef(stmt, alias, local, qname, mod, fallback))
-            elif type(stmt) is ast.If:
-                scan(stmt.body, fallback)
-                scan(stmt.orelse, fallback)
-            elif is_try(stmt):
-                scan(stmt.body, fallback)
-                for handler in stmt.handlers:
-                    scan(handler.body, True)
-
-    scan(module.body)
+    _scan_imports(module.body, False, imports, refs)
     return imports, refs
+
+
+def _scan_imports(body: Sequence[ast.stmt], fallback: bool, imports: dict[str, str], refs: list[ImportRef]) -> None:
+    # (Not a closure that calls itself: a reference cycle, which would hold the import records
+    # until the cyclic collector runs: ``AmpFacts.release``.)
+    for stmt in body:
+        if type(stmt) is ast.Import or type(stmt) is ast.ImportFrom:
+            for alias, local, qname, mod in _import_bindings(stmt):
+                imports.setdefault(local, qname)
+                refs.append(ImportRef(stmt, alias, local, qname, mod, fallback))
+        elif type(stmt) is ast.If:
+            _scan_imports(stmt.body, fallback, imports, refs)
+            _scan_imports(stmt.orelse, fallback, imports, refs)
+        elif is_try(stmt):
+            _scan_imports(stmt.body, fallback, imports, refs)
+            for handler in stmt.handlers:
+                _scan_imports(handler.body, True, imports, refs)
 
 
 def build_facts(module: ast.Module, source: str, seeds: dict[str, Any] | None = None) -> AmpFacts:

@@ -6,11 +6,17 @@ them is garbage yet. On the installed torch tree (2,285 files, two workers, six 
 cold runs) the lint took 2.04 s (median) with those passes and 1.68 s without them, and 3.15 s
 of CPU against 2.5 s; on a tree of eight training repositories, 1.98 s against 1.69 s.
 
-The fact model holds reference cycles (a frame and its calls), so what a worker's batch leaves
-is collected once when the batch is done, and only when the batch parsed something: a worker's
-memory stays bounded by one batch. A process that lints on its own collects after every few
-megabytes of parsed source (``Spending``). A worker's imported modules are moved out of the collector's
-sight when it starts (``gc.freeze``), so that collection walks only what the batch made.
+The fact model's reference cycles (a frame and its calls) are broken once a module is checked and
+summarized (``AmpFacts.release``), so that reference counting frees its tree and records at once:
+a collection then has none of them to walk. On a file of 50,000 lines the young collection after
+it took 0.37 s while it held its cycles; on the 31-repository tree each worker spent 0.30 s in
+collections, and 0.03 s once the model freed itself. The collections below stay, as a bound on
+what cycles other code still makes: what a worker's batch leaves is collected once when the batch
+is done, and only when the batch parsed something, so a worker's memory stays bounded by one
+batch. A process that lints on its own collects after every few megabytes of parsed source
+(``Spending``). A worker's imported modules are moved out of the collector's sight when it
+starts (``gc.freeze``), so that collection walks only what the batch made; the project pass
+does the same with what the lint pass handed it (``held``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,24 @@ def paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """What the process holds when the block starts is out of the collector's sight inside it
+    (``gc.freeze``), and back in it after. The project pass starts with every file's results
+    and summaries in hand, none of them garbage: the first collection it made walked them all
+    (150 ms on the 31-repository tree, in the main process and again in its forked child, whose
+    pages it also copied). Not where something is frozen already (by the application that
+    called us): ``gc.unfreeze`` would let that go too."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def worker_started() -> None:

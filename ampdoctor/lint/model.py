@@ -375,6 +375,16 @@ class AmpFacts(Record):
         self._by_value: dict[int, Assignment] | None = None
         self._module_once: dict[str, ast.expr] | None = None
 
+    def release(self) -> None:
+        """Break the reference cycles of the model (a frame and its calls and events), once the
+        module is checked and summarized, so that reference counting frees its tree and records
+        at once: the cyclic collector would otherwise walk all of them (a file of 50,000 lines
+        holds a million objects; see ``gc_budget.py``)."""
+        for frame in self.frames:
+            frame.calls = []
+            frame.events = []
+            frame._kinds = None
+
     # ---- queries --------------------------------------------------------------------
 
     @property

@@ -212,7 +212,11 @@ def import_edges(project: Project) -> _Imports:
     """The project's import edges, read from the modules' texts once per run."""
     found = project._import_edges
     if not isinstance(found, _Imports):
-        found = project._import_edges = _Imports(project)
+        import weakref
+
+        # Held weakly: the project holds the index, and a cycle would keep both, and every
+        # summary the project decoded, until the cyclic collector runs (``gc_budget.py``).
+        found = project._import_edges = _Imports(weakref.proxy(project))
     return found
 
 

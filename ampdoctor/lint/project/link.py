@@ -157,6 +157,7 @@ class Project(Record):
         "_summaries",
         "_text_first",
         "_without",
+        "__weakref__",  # the import index holds it weakly (``float16_reach.import_edges``)
         "files",
         "import_list",
         "load",

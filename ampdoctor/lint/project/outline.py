@@ -104,35 +104,38 @@ def project_imports(body: list[ast.stmt]) -> dict[str, str]:
     """Local name → dotted target for every import among the statements ``body`` of a module
     (also inside a top-level ``if``/``try``). Relative imports keep their dots:
     ``from .utils import f`` → ``.utils.f``. The summary's ``imports``."""
+    found: dict[str, str] = {}
+    _scan_imports(body, found)
+    return found
+
+
+def _scan_imports(statements: list[Any], found: dict[str, str]) -> None:
+    """``project_imports`` of ``statements`` into ``found``. (A function of the module's, not a
+    closure that calls itself: that would be a reference cycle holding the module's import nodes
+    until the cyclic collector finds it.) ``Any``: dispatched on ``type(stmt) is``."""
     import _ast
 
-    found: dict[str, str] = {}
-
-    def scan(statements: list[Any]) -> None:  # (``Any``: dispatched on ``type(stmt) is``)
-        for stmt in statements:
-            kind = type(stmt)
-            if kind is _ast.Import:
-                for alias in stmt.names:
-                    if alias.asname:
-                        found.setdefault(alias.asname, alias.name)
-                    else:
-                        head = alias.name.split(".", 1)[0]
-                        found.setdefault(head, head)
-            elif kind is _ast.ImportFrom:
-                base = "." * stmt.level + (stmt.module or "")
-                for alias in stmt.names:
-                    if alias.name == "*":
-                        continue
-                    target = f"{base}.{alias.name}" if stmt.module else f"{base}{alias.name}"
-                    found.setdefault(alias.asname or alias.name, target)
-            elif kind is _ast.If:
-                scan(stmt.body)
-                scan(stmt.orelse)
-            elif kind is _ast.Try:
-                scan(stmt.body)
-
-    scan(body)
-    return found
+    for stmt in statements:
+        kind = type(stmt)
+        if kind is _ast.Import:
+            for alias in stmt.names:
+                if alias.asname:
+                    found.setdefault(alias.asname, alias.name)
+                else:
+                    head = alias.name.split(".", 1)[0]
+                    found.setdefault(head, head)
+        elif kind is _ast.ImportFrom:
+            base = "." * stmt.level + (stmt.module or "")
+            for alias in stmt.names:
+                if alias.name == "*":
+                    continue
+                target = f"{base}.{alias.name}" if stmt.module else f"{base}{alias.name}"
+                found.setdefault(alias.asname or alias.name, target)
+        elif kind is _ast.If:
+            _scan_imports(stmt.body, found)
+            _scan_imports(stmt.orelse, found)
+        elif kind is _ast.Try:
+            _scan_imports(stmt.body, found)
 
 
 class Outline:

@@ -116,7 +116,6 @@ def seeded_reports(
 def _relint(values: Values, module: str, seeds: dict[str, Any], codes: frozenset[str]) -> Iterator[CrossReport]:
     from ..engine import decode_source, parse_source
     from ..facts import build_facts
-    from ..rules import lint_rules
 
     data = values.project.text(module) if values.project.text is not None else None
     if not data:
@@ -126,6 +125,17 @@ def _relint(values: Values, module: str, seeds: dict[str, Any], codes: frozenset
         facts = build_facts(parse_source(source), source, seeds)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return
+    try:
+        yield from _seeded_reports(facts, module, seeds, codes)
+    finally:
+        facts.release()
+
+
+def _seeded_reports(
+    facts: AmpFacts, module: str, seeds: dict[str, Any], codes: frozenset[str]
+) -> Iterator[CrossReport]:
+    from ..rules import lint_rules
+
     rules = lint_rules()
     lines = facts.lines
     clips = seeds["clips"]

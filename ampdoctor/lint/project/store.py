@@ -62,7 +62,7 @@ def summarize_bytes(data: bytes) -> ModuleSummary | None:
     None when it cannot be decoded or parsed."""
     from ..engine import decode_source, parse_source
     from ..facts import build_facts
-    from .summary import light_summary, summarize
+    from .summary import light_summary, summarize_released
 
     try:
         source = decode_source(data)
@@ -70,7 +70,7 @@ def summarize_bytes(data: bytes) -> ModuleSummary | None:
             # Nothing of its own to link, but a package's ``__init__`` re-exports what its
             # modules define, and a module of plain classes names their bases.
             return light_summary(parse_source(source))
-        return summarize(build_facts(parse_source(source), source))
+        return summarize_released(build_facts(parse_source(source), source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # such a file links to nothing
         return None
 

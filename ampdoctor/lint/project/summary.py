@@ -90,6 +90,14 @@ def summarize(facts: AmpFacts) -> ModuleSummary:
     }
 
 
+def summarize_released(facts: AmpFacts) -> ModuleSummary:
+    """``summarize``, for facts that nothing reads after it (``AmpFacts.release``)."""
+    try:
+        return summarize(facts)
+    finally:
+        facts.release()
+
+
 def light_summary(module: ast.Module) -> ModuleSummary:
     """The names of a module that does nothing the cross-module rules ask about: its imports,
     aliases, classes (with their bases) and functions, so that a call or a class is followed
