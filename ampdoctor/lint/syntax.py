@@ -139,15 +139,26 @@ def qualify_spelled(name: str, imports: dict[str, str]) -> str | None:
     return f"{base}.{rest}" if rest else base
 
 
-# Fields that hold no code a rule looks at: expression contexts and operator singletons.
-_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "type_comment", "kind"})
+# Fields that hold no code a rule looks at: expression contexts and operator singletons, and the
+# fields that only ever hold names, numbers or flags (``Name.id``, ``alias.asname``,
+# ``ImportFrom.level``, ``Global.names``): reading them found nothing, for a quarter of the time
+# of a walk (838,000 nodes of 397 training modules: 0.43 s, 0.32 s without them).
+_SKIPPED_FIELDS = frozenset(
+    {"ctx", "op", "ops", "type_comment", "kind", "id", "attr", "arg", "asname", "module", "level", "conversion",
+     "is_async", "simple"}
+)  # fmt: skip
+_SCALAR_NAMES = frozenset({"name", "names"})  # a string (a definition's, an alias's), or a list of them
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _child_fields(cls: type[ast.AST]) -> tuple[str, ...]:
     names = _FIELDS.get(cls)
     if names is None:
-        names = tuple(name for name in cls._fields if name not in _SKIPPED_FIELDS)
+        names = tuple(
+            name
+            for name in cls._fields
+            if name not in _SKIPPED_FIELDS and not (name in _SCALAR_NAMES and cls not in (ast.Import, ast.ImportFrom))
+        )
         if cls is ast.IfExp:
             names = ("body", "test", "orelse")  # source order
         _FIELDS[cls] = names
@@ -178,11 +189,13 @@ def children_except(node: ast.AST, skipped: tuple[type, ...]) -> list[ast.AST]:
     if type(node) is ast.Dict:
         return [child for child in children(node) if type(child) not in skipped]
     found: list[ast.AST] = []
-    for name in _child_fields(type(node)):
+    for name in _FIELDS.get(type(node)) or _child_fields(type(node)):
         value = getattr(node, name, None)
         if type(value) is list:
-            found.extend(item for item in value if isinstance(item, ast.AST) and type(item) not in skipped)
-        elif isinstance(value, ast.AST) and type(value) not in skipped:
+            for item in value:
+                if type(item) not in skipped and isinstance(item, ast.AST):
+                    found.append(item)
+        elif value is not None and type(value) not in skipped and isinstance(value, ast.AST):
             found.append(value)
     return found
 
