@@ -109,6 +109,11 @@ class _FunctionWalk(BindingWalk):
         self._final = False
         self._final_values: dict[int, frozenset[str]] = {}  # each call's value, once final
         self._escaped: set[int] = set()
+        # While the names join (``run``): what the evaluation under way read (names, and tuple
+        # displays by index), and when each of them last changed (``_clock`` counts changes).
+        self._reads: set[str | int] | None = None
+        self._changed_at: dict[str | int, int] = {}
+        self._clock = 0
 
     # ---- walk ------------------------------------------------------------------------------
 
@@ -119,17 +124,32 @@ class _FunctionWalk(BindingWalk):
         self._handovers()
         self.env = dict.fromkeys(b.names, EMPTY)
         # Each name's value is the join of what it is bound to; names feed each other, so the
-        # join is repeated until it holds (three rounds reach it for all but contrived code).
+        # join is repeated until it holds (three rounds reach it for all but contrived code). A
+        # name none of whose inputs (the names and tuple displays its last evaluation read)
+        # changed since is not evaluated again: it would join what it already holds. On the 397
+        # modules the 31-repository tree's workers summarize, the rounds after the first took
+        # 0.15 s of 1.04 s.
+        changed_at = self._changed_at
+        evaluated: dict[str, tuple[int, set[str | int]]] = {}
         for _ in range(4):
             changed = False
             for name, bound in b.names.items():
+                last = evaluated.get(name)
+                if last is not None and not any(changed_at.get(key, -1) > last[0] for key in last[1]):
+                    continue
+                reads: set[str | int] = set()
+                self._reads = reads
+                evaluated[name] = (self._clock, reads)
                 value = self.env.get(name, EMPTY)
                 new = value.union(*(self._bound(kind, detail, expr) for kind, detail, expr in bound))
                 if new != value:
                     self.env[name] = new
+                    self._clock += 1
+                    changed_at[name] = self._clock
                     changed = True
             if not changed:
                 break
+        self._reads = None
         self._final = True
         flow: FunctionFlow = {}
         returns = EMPTY.union(*(self.ev(expr) for expr in b.returns)) if b.returns else EMPTY
@@ -222,7 +242,10 @@ class _FunctionWalk(BindingWalk):
         for atom in value:
             head = atom[0]
             if head == "T":
-                elements = self.tuples[int(atom[1:])]
+                known = int(atom[1:])
+                if self._reads is not None:
+                    self._reads.add(known)
+                elements = self.tuples[known]
                 out.update(elements[index] if index < len(elements) else EMPTY.union(*elements))
             elif head in "CPFG" and "|" not in atom:
                 out.add(f"I{index}|{atom}")
@@ -237,7 +260,10 @@ class _FunctionWalk(BindingWalk):
         out: set[str] = set()
         for atom in value:
             if atom[0] == "T":
-                out.update(*self.tuples[int(atom[1:])])
+                known = int(atom[1:])
+                if self._reads is not None:
+                    self._reads.add(known)
+                out.update(*self.tuples[known])
             else:
                 out.add(atom)
         return frozenset(out)
@@ -301,8 +327,10 @@ class _FunctionWalk(BindingWalk):
         if known is None:
             known = self._tuple_of[id(expr)] = len(self.tuples)
             self.tuples.append(elements)
-        else:
+        elif self.tuples[known] != elements:
             self.tuples[known] = elements
+            self._clock += 1
+            self._changed_at[known] = self._clock
         return frozenset({f"T{known}"})
 
     def _comprehension(self, expr: Comprehension, element: ast.expr) -> frozenset[str]:
@@ -345,6 +373,8 @@ class _FunctionWalk(BindingWalk):
         return out
 
     def _name(self, name: str) -> frozenset[str]:
+        if self._reads is not None:
+            self._reads.add(name)
         value = self.env.get(name)
         if value is None:
             param = self.params.index.get(name)

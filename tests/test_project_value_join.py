@@ -1,0 +1,73 @@
+"""The join of a function's names (``values.py`` ``run``): a name is evaluated again only when
+what its last evaluation read has changed since, and it reaches what joining every name in each
+round reaches: a value bound late in a loop flows back to the names read before it."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ampdoctor.lint.engine import parse_source
+from ampdoctor.lint.facts import build_facts
+from ampdoctor.lint.project.summary import summarize
+
+
+def _flow(source: str, function: str) -> dict:
+    source = textwrap.dedent(source)
+    return summarize(build_facts(parse_source(source), source))["flows"][function]
+
+
+# ``make_state()`` may land in the project: its value is the atom of the call (``C0``), which
+# the link step resolves. (Not a scaler: a name that holds one is known as one from the start.)
+
+
+def test_a_value_bound_late_in_a_loop_reaches_the_names_read_before_it():
+    flow = _flow(
+        """
+        from helpers import make_state
+
+        def make():
+            x = None
+            for _ in range(3):
+                y = x
+                x = z
+                z = make_state()
+            return y
+        """,
+        "make",
+    )
+    assert flow["ret"] == ["C0"]
+
+
+def test_a_tuple_whose_elements_change_is_read_again_by_the_names_it_unpacks_into():
+    # ``t`` holds the same tuple display before and after ``a`` joins: only its elements change.
+    flow = _flow(
+        """
+        from helpers import make_state
+
+        def pair():
+            t = None
+            for _ in range(2):
+                first, second = t
+                t = (a, a)
+                a = make_state()
+            return first
+        """,
+        "pair",
+    )
+    assert flow["ret"] == ["C0"]
+    assert flow["tuples"] == [[["C0"], ["C0"]]]
+
+
+def test_names_bound_in_order_need_no_second_evaluation_and_keep_their_values():
+    flow = _flow(
+        """
+        from helpers import make_state
+
+        def plain():
+            state = make_state()
+            other = state
+            return other
+        """,
+        "plain",
+    )
+    assert flow["ret"] == ["C0"]
