@@ -6,7 +6,7 @@ Every expression a cross-module rule asks about gets an *abstract value*: a set 
 the names are bound comes first (``value_bindings.py``); here each name's value is the join of
 what it is bound to, repeated until it holds, and then each function's returns, ``torch.save``
 calls, calls that may land in the project, field stores and ``with`` items are evaluated into its
-``FunctionFlow``. Nothing is resolved here: the link step (``flow.py``) resolves the symbolic
+``FunctionFlow`` (what it records beside values: ``value_records.py``). Nothing is resolved here: the link step (``flow.py``) resolves the symbolic
 atoms against the project, for each call site. The summary is built from the module's tree, in
 the lint worker that parsed it.
 """
@@ -46,6 +46,7 @@ from .value_atoms import (
     named_method,
 )
 from .value_bindings import BindingWalk, ModuleFlows, _Bindings
+from .value_records import FlowRecords
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ _FLOW_WORDS = re.compile(
 )
 
 
-class _FunctionWalk(BindingWalk):
+class _FunctionWalk(BindingWalk, FlowRecords):
     def __init__(self, context: ModuleFlows, node: Any, class_name: str | None) -> None:
         self.context = context
         self.facts = context.facts
@@ -203,18 +204,6 @@ class _FunctionWalk(BindingWalk):
         if flow and not self.is_module:
             flow["npos"] = self.params.positional
         return flow
-
-    def _held_contexts(self) -> list[list[Any]]:
-        """The ``with`` items whose context the module does not show being made (``self.amp_cm``,
-        ``self.engine.autocast()``, a factory's result): where each is, and its value, so that
-        the link step can tell an autocast made elsewhere (``A@`` atoms), and the last line of
-        the ``with`` statement (the calls made inside it, ``region_calls.py``)."""
-        found = []
-        for expr, last in self.bindings.withs:
-            value = self.ev(expr)
-            if any(atom[0] in "CDFGPQZI" for atom in value):
-                found.append([span(expr), sorted(value), last])
-        return found
 
     def _bound(self, kind: str, detail: object, expr: ast.expr) -> frozenset[str]:
         if kind == "class":
@@ -598,64 +587,3 @@ class _FunctionWalk(BindingWalk):
             record["fallback"] = sorted(fallback)
         self.call_records[known] = record
         return frozenset({f"C{known}"})
-
-    def _record_save(self, call: ast.Call) -> None:
-        if id(call) in self._escaped:
-            return
-        self._escaped.add(id(call))
-        arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "obj"), None)
-        if arg is None:
-            value = _UNKNOWN
-        elif type(arg) is ast.Starred:
-            inner = self.ev(arg.value)
-            value = self._element(inner, 0)
-        else:
-            value = self.ev(arg)
-        self.saves.append([span(call), sorted(value)])
-
-    def _record_escape(self, call: ast.Call, callee: str) -> None:
-        """A library call handed a scaler by name, or ``self`` (which may hold one): what it does
-        with it the project does not show."""
-        if id(call) in self._escaped:
-            return
-        facts = self.facts
-        args = [a.value if type(a) is ast.Starred else a for a in call.args]
-        args.extend(k.value for k in call.keywords)
-        handed: set[str] = set()
-        for arg in args:
-            spelled = dotted(arg)
-            if spelled is None:
-                continue
-            if spelled == self.params.first:
-                handed.add("H")
-            elif spelled in facts.scalers:
-                handed.update(a for a in self._roles(spelled) if a.startswith("S@"))
-        if handed:
-            self._escaped.add(id(call))
-            self.escapes.append([span(call), callee, sorted(handed)])
-
-    def _scalers_used(self) -> set[str]:
-        """The scalers the function trains with or hands on: the receivers of its ``scale``,
-        ``step``, ``unscale_`` and ``update`` calls on scalers, the scalers it passes to a call,
-        and its parameters used as scalers. A scaler only built and stored is not one."""
-        facts = self.facts
-        found: set[str] = set()
-        for name in self.params.index:
-            if name in facts.scalers:  # handed in by the caller, which made it
-                found.add(self.context.scaler_made.get(name, "S@~"))
-        # An object of an annotated class (``trainer: Trainer``): the scalers it holds.
-        found.update("K" + spelled for spelled in self.params.classes.values())
-        if not facts.scalers:
-            return found
-        for call in self.bindings.calls:
-            func = call.func
-            named: list[ast.expr] = []
-            if type(func) is ast.Attribute and func.attr in ("scale", "step", "unscale_"):
-                named.append(func.value)
-            named.extend(arg for arg in call.args if type(arg) in (ast.Name, ast.Attribute))
-            named.extend(k.value for k in call.keywords if type(k.value) in (ast.Name, ast.Attribute))
-            for expr in named:
-                spelled = dotted(expr)
-                if spelled is not None and spelled in facts.scalers:
-                    found.update(a for a in self.ev(expr) if a[0] in "SPFGC" or a.startswith("I"))
-        return found
