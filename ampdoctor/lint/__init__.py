@@ -362,7 +362,9 @@ def _run(jobs: list[_Job], request: LintRequest, pool: ProcessPoolExecutor | Non
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)  # started for a folder of few files
-        results = _lint_batch(jobs, request) if jobs else []  # none: the rules are never imported
+        # none: the rules are never imported. With cores to spare, a large module's summary is
+        # made partly beside (``summary.start_summary``).
+        results = _lint_batch(jobs, request, spare_core=workers > 1) if jobs else []
         if jobs:
             verbose.note(f"linted {len(jobs)} files in this process")
         return results
@@ -460,14 +462,14 @@ def _size(job: _Job) -> int:
         return 0
 
 
-def _lint_batch(jobs: Iterable[_Job], request: LintRequest) -> list[FileResult]:
+def _lint_batch(jobs: Iterable[_Job], request: LintRequest, spare_core: bool = False) -> list[FileResult]:
     from .gc_budget import paused
 
     with paused():  # see gc_budget.py: the collector's own passes cost a sixth of the run
-        return _lint_each(jobs, request)
+        return _lint_each(jobs, request, spare_core)
 
 
-def _lint_each(jobs: Iterable[_Job], request: LintRequest) -> list[FileResult]:
+def _lint_each(jobs: Iterable[_Job], request: LintRequest, spare_core: bool) -> list[FileResult]:
     from . import engine
     from .engine import LintOptions, prefilter_spec
     from .gc_budget import Spending
@@ -482,7 +484,12 @@ def _lint_each(jobs: Iterable[_Job], request: LintRequest) -> list[FileResult]:
         if codes not in specs:  # a file whose configuration selects other rules
             specs[codes] = prefilter_spec(codes) if request.prefilter else None
         options = LintOptions(
-            codes, request.fix, request.unsafe_fixes, job.per_file_ignored, summaries=request.links_project
+            codes,
+            request.fix,
+            request.unsafe_fixes,
+            job.per_file_ignored,
+            summaries=request.links_project,
+            spare_core=spare_core,
         )
         try:
             result = engine.lint_file(job.path, job.display, options, specs[codes], job.keyed)

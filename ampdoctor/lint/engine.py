@@ -30,6 +30,7 @@ from .suppressions import apply_suppressions
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
+    from .model import AmpFacts
     from .notebooks import NotebookSource
     from .project.shapes import ModuleSummary
     from .rules import LintRule, Report
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 class LintOptions(Record):
     """What to check and how: resolved from config and command line."""
 
-    __slots__ = ("codes", "fix", "unsafe_fixes", "per_file_ignored", "summaries")
+    __slots__ = ("codes", "fix", "unsafe_fixes", "per_file_ignored", "summaries", "spare_core")
 
     def __init__(
         self,
@@ -48,6 +49,7 @@ class LintOptions(Record):
         unsafe_fixes: bool = False,
         per_file_ignored: tuple[str, ...] = (),
         summaries: bool = False,
+        spare_core: bool = False,
     ) -> None:
         self.codes = codes
         self.fix = fix
@@ -55,6 +57,9 @@ class LintOptions(Record):
         self.per_file_ignored = per_file_ignored
         # Also summarize the module for the project analysis (lint/project), from the same facts.
         self.summaries = summaries
+        # A core is free beside this process (it lints alone, where the run may use several):
+        # a large module's summary may be made partly in a forked child (``start_summary``).
+        self.spare_core = spare_core
 
 
 class FileResult(Record):
@@ -246,7 +251,6 @@ def check_source(
     """Findings (suppressions applied), the number suppressed, and whether it parsed. With
     ``options.summaries``, the module's project summary is appended to ``summary``."""
     from .facts import build_facts
-    from .rules import lint_rules
 
     try:
         tree = parse_source(source)
@@ -257,25 +261,17 @@ def check_source(
         facts = build_facts(tree, source)
         facts.path = path
         if options.summaries and summary is not None:
-            from .project.summary import summarize
+            from .project.summary import start_summary
 
-            summary.append(summarize(facts))
-        rules = lint_rules()
-        reports: list[Report] = []
-        flags: frozenset[str] | None = None  # the module's literal facts, found when a rule needs them
-        for code in sorted(options.codes):
-            rule = rules.get(code)
-            if rule is None:
-                continue
-            needs = _NEEDS[code] if code in _NEEDS else _NEEDS.setdefault(code, literal_needs(rule))
-            if needs is not None and len(source) >= _LITERAL_SCAN_FROM:
-                if flags is None:
-                    from .textscan.literals import literal_flags
-
-                    flags = literal_flags(source.encode("utf-8", "surrogatepass"))
-                if not any(need <= flags for need in needs):
-                    continue  # no literal it could report on (a superset of the exact facts)
-            reports.extend(rule.check(facts))
+            # Finished after the rules: with a core to spare, a large module's value flows
+            # are made meanwhile in a forked child.
+            finish = start_summary(facts, options.spare_core)
+            try:
+                reports = _reports(facts, options.codes)
+            finally:
+                summary.append(finish())
+        else:
+            reports = _reports(facts, options.codes)
         if not reports:
             return [], 0, True
         findings = _position(reports, facts.lines, path)
@@ -287,6 +283,29 @@ def check_source(
             facts.release()
     kept, suppressed = apply_suppressions(findings, source, options.per_file_ignored)
     return kept, suppressed, True
+
+
+def _reports(facts: AmpFacts, codes: frozenset[str]) -> list[Report]:
+    """What the rules of ``codes`` report on the module."""
+    from .rules import lint_rules
+
+    rules = lint_rules()
+    reports: list[Report] = []
+    flags: frozenset[str] | None = None  # the module's literal facts, found when a rule needs them
+    for code in sorted(codes):
+        rule = rules.get(code)
+        if rule is None:
+            continue
+        needs = _NEEDS[code] if code in _NEEDS else _NEEDS.setdefault(code, literal_needs(rule))
+        if needs is not None and len(facts.source) >= _LITERAL_SCAN_FROM:
+            if flags is None:
+                from .textscan.literals import literal_flags
+
+                flags = literal_flags(facts.source.encode("utf-8", "surrogatepass"))
+            if not any(need <= flags for need in needs):
+                continue  # no literal it could report on (a superset of the exact facts)
+        reports.extend(rule.check(facts))
+    return reports
 
 
 _NEEDS: dict[str, tuple[frozenset[str], ...] | None] = {}  # literal_needs of each rule, by code

@@ -1,0 +1,99 @@
+"""A large module's value flows made in a forked child while the rules run
+(``project/summary.py`` ``start_summary``): the same summary and findings as in one process, a
+child that fails made up for here, and none left behind."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, engine, known_codes, lint_paths
+from ampdoctor.lint.engine import parse_source
+from ampdoctor.lint.facts import build_facts
+from ampdoctor.lint.project import forked, summary
+from ampdoctor.lint.project.forked import Forked, ForkFailed
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks only on Linux")
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lint"
+
+
+@pytest.fixture
+def forks(monkeypatch):
+    """Every module counts as large, and forks (the test runner's timeout thread aside); the
+    children's process ids."""
+    pids: list[int] = []
+    original = Forked.__init__
+
+    def counted(self, work):
+        original(self, work)
+        pids.append(self._pid)
+
+    monkeypatch.setattr(summary, "FLOWS_ASIDE_FROM", 1)
+    monkeypatch.setattr(forked, "can_fork", lambda: True)
+    monkeypatch.setattr(Forked, "__init__", counted)
+    return pids
+
+
+def _facts(name: str):
+    source = (FIXTURES / name).read_text(encoding="utf-8")
+    return build_facts(parse_source(source), source)
+
+
+NAMES = ["clean_nanogpt_style.py", "buggy_classic_mistakes.py", "clean_scaler_wrapper_class.py"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_flows_made_aside_are_those_made_here(forks, name):
+    here = summary.start_summary(_facts(name))()
+    assert not forks
+    aside = summary.start_summary(_facts(name), aside=True)()
+    assert len(forks) == 1
+    assert aside == here
+    assert aside["flows"]
+
+
+def test_a_child_that_cannot_answer_is_made_up_for_here(forks, monkeypatch):
+    def failed(self):
+        self._reap()
+        raise ForkFailed("the forked check ended without an answer")
+
+    monkeypatch.setattr(Forked, "result", failed)
+    name = NAMES[0]
+    assert summary.start_summary(_facts(name), aside=True)() == summary.summarize(_facts(name))
+    assert len(forks) == 1
+
+
+def test_a_run_that_lints_alone_with_cores_to_spare_makes_the_flows_aside(tmp_path, forks):
+    for name in NAMES:
+        (tmp_path / name).write_bytes((FIXTURES / name).read_bytes())
+
+    def findings(jobs: int) -> list[tuple]:
+        settings = Settings(root=tmp_path)
+        request = LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False, jobs=jobs)
+        run = lint_paths([tmp_path], request, cwd=tmp_path)
+        return [(f.location.path, f.location.line, f.code, f.message) for f in run.findings]
+
+    alone = findings(jobs=1)  # one core asked for: nothing is forked
+    assert not forks and alone
+    assert findings(jobs=2) == alone  # three files, linted here: each module's flows aside
+    assert len(forks) == len(NAMES)
+
+
+def test_rules_that_fail_leave_no_child_behind(tmp_path, forks, monkeypatch):
+    def broken(facts, codes):
+        raise RuntimeError("a defect")
+
+    monkeypatch.setattr(engine, "_reports", broken)
+    path = tmp_path / "train.py"
+    path.write_bytes((FIXTURES / NAMES[0]).read_bytes())
+    options = engine.LintOptions(frozenset(known_codes()), summaries=True, spare_core=True)
+    with pytest.raises(RuntimeError):
+        engine.check_source(path.read_text(encoding="utf-8"), str(path), options, [])
+    assert len(forks) == 1
+    with pytest.raises(ChildProcessError):
+        os.waitpid(forks[0], os.WNOHANG)  # reaped: the summary was finished all the same
