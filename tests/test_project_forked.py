@@ -79,6 +79,17 @@ def _stored_summaries(root: Path) -> dict[str, str]:
     }
 
 
+def test_a_fork_the_system_refuses_leaves_every_check_to_this_process(tmp_path, forks, monkeypatch):
+    root = _every_buggy_twin(tmp_path / "all")
+    alone = _findings(root, jobs=1)
+
+    def refused(self, work) -> None:  # (``os.fork`` itself also starts the lint's workers)
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(Forked, "__init__", refused)
+    assert _findings(root, jobs=2) == alone  # not "the project analysis failed"
+
+
 def test_what_the_child_summarized_is_kept_in_the_cache(tmp_path, forks):
     root = _every_buggy_twin(tmp_path / "all")
     alone = _findings(root, jobs=1, use_cache=True)

@@ -97,3 +97,24 @@ def test_rules_that_fail_leave_no_child_behind(tmp_path, forks, monkeypatch):
     assert len(forks) == 1
     with pytest.raises(ChildProcessError):
         os.waitpid(forks[0], os.WNOHANG)  # reaped: the summary was finished all the same
+
+
+def test_a_fork_the_system_refuses_leaves_the_flows_to_this_process(forks, monkeypatch):
+    def refused() -> int:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(os, "fork", refused)
+    name = NAMES[1]
+    assert summary.start_summary(_facts(name), aside=True)() == summary.summarize(_facts(name))
+    assert not forks
+
+
+def test_a_refused_fork_leaves_no_pipe_open(monkeypatch):
+    def refused() -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refused)
+    before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError):
+        Forked(lambda: None)
+    assert set(os.listdir("/proc/self/fd")) == before

@@ -40,7 +40,12 @@ class Forked:
         import pickle  # (only here: a run that never forks never loads it)
 
         read, write = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # the system has no process to spare: the caller does the work itself
+            os.close(read)
+            os.close(write)
+            raise
         if pid == 0:  # the child: never returns into the caller's code
             status = 1
             try:

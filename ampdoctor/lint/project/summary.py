@@ -76,7 +76,10 @@ def start_summary(facts: AmpFacts, aside: bool = False) -> Callable[[], ModuleSu
         from .forked import Forked, can_fork
 
         if can_fork():
-            pending = Forked(lambda: module_flows(facts, flowing))
+            try:
+                pending = Forked(lambda: module_flows(facts, flowing))
+            except OSError:  # no process or pipe to be had (memory, limits): made here
+                pending = None
     try:
         return _summarized(facts, named, flowing, pending)
     except BaseException:
