@@ -253,3 +253,13 @@ def test_the_stores_of_old_builds_are_removed_beyond_the_newest_few(tmp_path: Pa
     for stem in stale[: -(store_module._KEEP_STORES - 1)]:
         assert not list(folder.glob(f"{stem}*")), stem  # index, blob, delta and findings
     assert SummaryStore(root, folder).summary("helper_0.py") is not None
+
+
+def test_the_imports_of_many_modules_share_one_copy_of_each_target(tmp_path: Path):
+    (tmp_path / "a.py").write_text("import torch.nn as nn\nfrom utils import save\n")
+    (tmp_path / "b.py").write_text("import os\nimport torch.nn as nn\n")
+    store = SummaryStore(tmp_path, None)
+    first, second = store.imports("a.py"), store.imports("b.py")
+    assert first == [("torch.nn", True), ("utils", False), ("utils.save", False)]
+    assert second == [("os", True), ("torch.nn", True)]
+    assert first[0] is second[1]  # one pair for both, however many modules import it

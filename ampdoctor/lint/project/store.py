@@ -96,6 +96,7 @@ class SummaryStore:
         self._texts: dict[str, bytes] = {}
         self._words = Words()
         self._imports: dict[str, list[tuple[str, bool]]] = {}
+        self._import_pairs: dict[tuple[str, bool], tuple[str, bool]] = {}
         self._spending = Spending()
         self._base = str(root)
         self._blob: str | None = None  # the name of the file of summary texts the index points into
@@ -221,7 +222,14 @@ class SummaryStore:
         found = self._imports.get(rel)
         if found is None:
             data = self._read(rel)
-            found = self._imports[rel] = import_targets(data) if data else []
+            # Each (target, plain) kept once for all modules: the import index
+            # (``float16_reach.import_edges``) reads every module's imports, and ``torch.nn``
+            # is imported by thousands of them (on the 31-repository tree the lists held 74,000
+            # pairs, 9.6 MB, one copy each; peak memory 192 MB before, 186 MB after).
+            shared = self._import_pairs
+            found = self._imports[rel] = (
+                [shared.setdefault(pair, pair) for pair in import_targets(data)] if data else []
+            )
         return found
 
     def known(self, rel: str) -> bool:
