@@ -95,7 +95,13 @@ def main() -> None:
     is_flag=True,
     help="Check each file on its own: do not follow calls into the project's other modules.",
 )
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes [default: CPU count].")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes to use [default: CPU count; 1: this one only].",
+)
 @click.option("--exit-zero", is_flag=True, help="Exit with 0 even when findings are reported (2 still means an error).")
 @click.option(
     "--exit-non-zero-on-fix", is_flag=True, help="Exit with 1 when --fix changed a file, even with nothing left."
