@@ -45,11 +45,14 @@ def call_records(facts: AmpFacts, imports: dict[str, str], functions: dict[str, 
     # The functions defined inside each function, by the frame they are defined in: a call of
     # one (``_compute_pred_loss()``) runs that closure, not an object.
     nested = {(id(frame.parent), frame.name) for frame in facts.frames if frame.parent is not None}
+    # Each frame's name made once: one string for all its calls' records (a method's is built).
+    frame_names: dict[int, str | None] = {}
     for site in facts.calls:
         callee = _callee(site, imports, functions)
         if callee is None:
             continue
-        frame_name = qualname(site.frame)
+        key = id(site.frame)
+        frame_name = frame_names[key] if key in frame_names else frame_names.setdefault(key, qualname(site.frame))
         if frame_name is None:
             continue
         record: CallRecord = {"callee": callee, "frame": frame_name}
@@ -75,7 +78,6 @@ def call_records(facts: AmpFacts, imports: dict[str, str], functions: dict[str, 
         if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is site.node and facts.regions:
             record["assigned"] = True
             relevant = True
-        key = id(site.frame)
         if key not in params_cache:
             params_cache[key] = _param_names(site.frame)
         arguments = call_args(site.node)
