@@ -398,6 +398,10 @@ def test_load_that_ends_between_the_runs_gives_no_verdict(tmp_path):
             child.wait()
     process.communicate(timeout=300)
     data = json.loads(report_path.read_text())["compare"]
+    if (data["runs"]["mixed"].get("other_cores") or 0) > 0.5:
+        # Processes of someone else's kept the machine busy in the run meant to be quiet: the
+        # case under test could not be set up (the report then says both runs were busy).
+        pytest.skip(f"the machine was not quiet during the mixed-precision run: {data['explanation']}")
     assert data["status"] == "compared" and data["load_changed"] is True, data["explanation"]
     float32, mixed = data["runs"]["float32"], data["runs"]["mixed"]
     assert float32["other_cores"] - mixed["other_cores"] > 0.5
