@@ -179,3 +179,15 @@ def test_generated_patterns_agree_with_git(tmp_path_factory, files, ignores):
     git_repository(root)
     plant(root, files, {folder: "\n".join(lines) + "\n" for folder, lines in ignores.items()})
     assert walked(root) == git_lists(root), dict(ignores.items())
+
+
+@pytest.mark.parametrize("line", ["/**/a/**/", "**/a/**", "/**/a/**", "a/**/", "**/a/**/"])
+def test_a_folder_inside_another_of_the_same_name_is_ignored_as_git_ignores_it(tmp_path, line):
+    # The expression for "everything inside a folder named a" first matches ``a/x/a/`` up to its
+    # own end (the folder itself), though the folder also lies inside the top ``a``.
+    git_repository(tmp_path)
+    files = ["a/a/a.py", "a/x/a/b.py", "a/top.py", "b/a/c.py", "b/c.py", "keep.py"]
+    plant(tmp_path, files, {"": line + "\n"})
+    expected = git_lists(tmp_path)
+    assert "keep.py" in expected
+    assert walked(tmp_path) == expected

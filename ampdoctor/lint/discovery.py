@@ -209,7 +209,14 @@ class _Rule(Record):
         if itself is not None:
             return itself.search(path) is not None
         found = self.regex.search(path)
-        return found is not None and not (is_dir and found.end() == len(path))
+        if found is None:
+            return False
+        if not (is_dir and found.end() == len(path)):
+            return True
+        # The match took the folder itself (``**/a/**`` on ``a/x/a/``, its greedy ``.+/`` reaching
+        # the last ``a/``); the folder is still inside one the pattern names where another match
+        # ends at a slash before its own (``a/``, the top one).
+        return self.text.endswith("/") and self.regex.search(path[:-1]) is not None
 
 
 def _any_of(expressions: Iterable[str]) -> re.Pattern[str] | None:
