@@ -6,9 +6,9 @@ Every expression a cross-module rule asks about gets an *abstract value*: a set 
 the names are bound comes first (``value_bindings.py``); here each name's value is the join of
 what it is bound to, repeated until it holds, and then each function's returns, ``torch.save``
 calls, calls that may land in the project, field stores and ``with`` items are evaluated into its
-``FunctionFlow`` (what it records beside values: ``value_records.py``). Nothing is resolved here: the link step (``flow.py``) resolves the symbolic
-atoms against the project, for each call site. The summary is built from the module's tree, in
-the lint worker that parsed it.
+``FunctionFlow`` (what it records beside values: ``value_records.py``). Nothing is resolved
+here: the link step (``flow.py``) resolves the symbolic atoms against the project, for each
+call site. The summary is built from the module's tree, in the lint worker that parsed it.
 """
 
 from __future__ import annotations
@@ -231,16 +231,19 @@ class _FunctionWalk(BindingWalk, FlowRecords):
         for atom in value:
             head = atom[0]
             if head == "T":
-                known = int(atom[1:])
-                if self._reads is not None:
-                    self._reads.add(known)
-                elements = self.tuples[known]
+                elements = self._tuple_elements(int(atom[1:]))
                 out.update(elements[index] if index < len(elements) else EMPTY.union(*elements))
             elif head in "CPFG" and "|" not in atom:
                 out.add(f"I{index}|{atom}")
             else:
                 out.add(atom)
         return frozenset(out)
+
+    def _tuple_elements(self, known: int) -> list[frozenset[str]]:
+        """The elements of tuple display ``known``, read (while the names join: ``run``)."""
+        if self._reads is not None:
+            self._reads.add(known)
+        return self.tuples[known]
 
     def _elements(self, value: frozenset[str]) -> frozenset[str]:
         """What iterating over a value yields: the union of a tuple's elements, else the value."""
@@ -249,10 +252,7 @@ class _FunctionWalk(BindingWalk, FlowRecords):
         out: set[str] = set()
         for atom in value:
             if atom[0] == "T":
-                known = int(atom[1:])
-                if self._reads is not None:
-                    self._reads.add(known)
-                out.update(*self.tuples[known])
+                out.update(*self._tuple_elements(int(atom[1:])))
             else:
                 out.add(atom)
         return frozenset(out)
