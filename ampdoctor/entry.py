@@ -22,15 +22,40 @@ def main(argv: Sequence[str] | None = None) -> None:
     ending = argv is None and args[:1] == ["lint"]
     if ending:
         gc.disable()
+        from .lint.gc_budget import ending as lints_and_ends
+
+        lints_and_ends()
     try:
         if _plain_lint(args):
             sys.exit(_lint_files(args[1:]))
         from .cli import main as click_main
 
         click_main(args=args, prog_name="ampdoctor")
+    except SystemExit as done:
+        if ending:
+            _end_now(done.code)
+        raise
     finally:
         if ending:
             gc.freeze()  # nor at exit, where the interpreter would collect what is left
+
+
+def _end_now(code: object) -> None:
+    """End the process with ``code`` without freeing what it holds (``lint/gc_budget.py``: a
+    large module's tree is left to the end), once its output is written. Returns where that
+    cannot be done as cleanly as a normal exit: a code that is a message, another thread
+    running, output that cannot be flushed (a closed pipe): the interpreter's exit then says
+    what it says."""
+    import threading
+
+    if not (code is None or type(code) is int) or threading.active_count() != 1:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(code or 0)
 
 
 def _plain_lint(args: list[str]) -> bool:

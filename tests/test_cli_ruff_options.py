@@ -345,6 +345,19 @@ def test_watch_lints_again_after_a_change_and_stops_on_ctrl_c(project):
             process.wait()
 
 
+def test_watch_keeps_nothing_to_an_end(project, monkeypatch):
+    # The console command that lints and ends leaves a large module's tree to the process's end
+    # (lint/gc_budget.py); a watch goes on, so each of its runs frees what it made.
+    from ampdoctor.lint import gc_budget, watch
+    from ampdoctor.lint.lint_command import run_lint
+
+    monkeypatch.setattr(gc_budget, "_ending", True)
+    monkeypatch.setattr(watch, "watch", lambda once, files: 0)
+    monkeypatch.chdir(project)
+    assert run_lint(paths=[project / "train.py"], watch=True) == 0
+    assert gc_budget._ending is False
+
+
 def test_watch_refuses_fix(project):
     result = invoke("lint", "train.py", "--watch", "--fix")
     assert result.exit_code == 2 and "--watch" in result.stderr

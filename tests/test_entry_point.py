@@ -107,3 +107,95 @@ def test_an_option_goes_through_click(tmp_path):
     result = subprocess.run([_script(), "lint", "--bogus"], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 2
     assert "No such option '--bogus'" in result.stderr
+
+
+# The console command that lints ends without freeing what it holds (entry._end_now).
+
+
+def test_a_large_file_linted_by_the_console_command_reports_as_the_api_call_does(tmp_path):
+    body = (FIXTURES / "buggy_no_update.py").read_text(encoding="utf-8")
+    copies = [body.replace("def train(", f"def train_{i}(") for i in range(130)]
+    target = tmp_path / "big_train.py"
+    target.write_text("\n\n".join(copies), encoding="utf-8")
+    assert target.stat().st_size > 100_000  # a tree kept to the end (lint/gc_budget.py)
+    args = ["lint", "--isolated", "--no-cache", "--output-format", "json", str(target)]
+    console = subprocess.run([_script(), *args], capture_output=True, text=True, cwd=tmp_path)
+    code = "import sys\nfrom ampdoctor.entry import main\nmain(sys.argv[1:])\n"  # argv given: not ending
+    called = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=tmp_path)
+    assert (console.returncode, console.stderr) == (called.returncode, called.stderr) == (1, "")
+    assert console.stdout == called.stdout  # every byte written before the process ends
+    import json
+
+    assert len(json.loads(console.stdout)) >= 130
+
+
+class _Ended(Exception):
+    pass
+
+
+def _exit_recorder(monkeypatch) -> list[int]:
+    import os
+
+    codes: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        codes.append(code)
+        raise _Ended
+
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    return codes
+
+
+def test_end_now_flushes_and_ends_with_the_code(monkeypatch):
+    import threading
+
+    from ampdoctor import entry
+
+    codes = _exit_recorder(monkeypatch)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)  # (the test runner may run others)
+    flushed = []
+
+    class Stream:
+        def flush(self) -> None:
+            flushed.append(1)
+
+    monkeypatch.setattr(sys, "stdout", Stream())
+    monkeypatch.setattr(sys, "stderr", Stream())
+    for code, expected in ((None, 0), (0, 0), (1, 1), (2, 2)):
+        with pytest.raises(_Ended):
+            entry._end_now(code)
+        assert codes[-1] == expected
+        assert len(flushed) == 2  # what the command printed is written before the process ends
+        flushed.clear()
+
+
+def test_end_now_leaves_the_exit_to_the_interpreter_where_it_cannot_end_cleanly(monkeypatch):
+    import threading
+
+    from ampdoctor import entry
+
+    codes = _exit_recorder(monkeypatch)
+    one_thread = threading.active_count
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    entry._end_now("ampdoctor: a message for the interpreter to print")  # a message, not a code
+
+    class ClosedPipe:
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sys, "stdout", ClosedPipe())
+        entry._end_now(1)  # its output cannot be flushed: the interpreter says what it says
+    monkeypatch.setattr(threading, "active_count", one_thread)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        entry._end_now(1)  # another thread runs: it would be cut off
+    finally:
+        stop.set()
+        other.join()
+    assert codes == []
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    with pytest.raises(_Ended):
+        entry._end_now(1)  # (and where none of these holds, it ends: the cases above were refused)

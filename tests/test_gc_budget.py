@@ -205,3 +205,69 @@ def test_held_leaves_what_the_application_froze_as_it_is():
         assert gc.get_freeze_count() == frozen  # not let go, nor frozen again
     finally:
         gc.unfreeze()
+
+
+# ---- a run that ends: the last large module is left to the end, not freed -----------------
+
+
+def _large_source(at_least: int = 100_000) -> str:
+    """A module of many copies of a buggy training function (each renamed), past ``at_least``."""
+    body = (FIXTURES / "buggy_no_update.py").read_text(encoding="utf-8")
+    copies = []
+    size = 0
+    while size < at_least:
+        copy = body.replace("def train(", f"def train_{len(copies)}(")
+        copies.append(copy)
+        size += len(copy)
+    return "\n\n".join(copies)
+
+
+def _check(source: str) -> list[tuple[str, int]]:
+    from ampdoctor.lint.engine import LintOptions, check_source
+
+    findings, _suppressed, parsed = check_source(source, "t.py", LintOptions(frozenset(known_codes())))
+    assert parsed
+    return [(f.code, f.location.line) for f in findings]
+
+
+def test_a_large_module_is_kept_only_in_a_run_that_ends(monkeypatch):
+    import ast
+
+    from ampdoctor.lint.model import AmpFacts
+
+    frozen: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))  # not this test process's objects
+    monkeypatch.setattr(gc_budget, "_kept", [])
+    source = _large_source()
+    monkeypatch.setattr(gc_budget, "_ending", False)
+    freed = _check(source)
+    assert gc_budget._kept == [] and not frozen  # an API call, a test, the editor server: freed
+    monkeypatch.setattr(gc_budget, "_ending", True)
+    kept = _check(source)
+    assert kept == freed and kept  # the same findings either way
+    assert [type(o) for o in gc_budget._kept] == [ast.Module, AmpFacts]
+    assert frozen  # out of the collector's sight: a later collection does not walk it
+    # A small module is freed as usual, and the large one kept before is let go first.
+    _check((FIXTURES / "buggy_no_update.py").read_text(encoding="utf-8"))
+    assert gc_budget._kept == []
+
+
+def test_the_kept_module_is_let_go_before_the_next_parse(monkeypatch):
+    from ampdoctor.lint import engine
+
+    monkeypatch.setattr(gc, "freeze", lambda: None)
+    monkeypatch.setattr(gc_budget, "_kept", [])
+    monkeypatch.setattr(gc_budget, "_ending", True)
+    _check(_large_source())
+    assert gc_budget._kept
+    held_at_parse = []
+    parse = engine.parse_source
+
+    def watched(source: str):
+        held_at_parse.append(bool(gc_budget._kept))
+        return parse(source)
+
+    monkeypatch.setattr(engine, "parse_source", watched)
+    _check(_large_source())
+    assert held_at_parse == [False]  # never two large trees at once: the peak memory is as before
+    assert gc_budget._kept

@@ -251,7 +251,9 @@ def check_source(
     """Findings (suppressions applied), the number suppressed, and whether it parsed. With
     ``options.summaries``, the module's project summary is appended to ``summary``."""
     from .facts import build_facts
+    from .gc_budget import let_go, outlive
 
+    let_go()
     try:
         tree = parse_source(source)
     except Exception as exc:  # SyntaxError, null bytes (ValueError), too deep (RecursionError)
@@ -281,6 +283,7 @@ def check_source(
     finally:
         if facts is not None:
             facts.release()
+            outlive(len(source), tree, facts)
     kept, suppressed = apply_suppressions(findings, source, options.per_file_ignored)
     return kept, suppressed, True
 

@@ -232,8 +232,10 @@ _HUMAN_FORMATS = ("text", "concise", "grouped")
 def _watch(options: dict[str, Any]) -> int:
     """``--watch``: the same run again after each change (watch.py)."""
     from . import LintRequest
+    from .gc_budget import ending
     from .watch import watch
 
+    ending(False)  # a watch goes on: what one run holds is not left to the end of the process
     options = {k: v for k, v in options.items() if k in _RUN_OPTIONS}
     options["watch"] = False
     if options["fix"] or options["diff"] or options["add_noqa"] or options["stdin_filename"] is not None:
