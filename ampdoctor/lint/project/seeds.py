@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from .engine_calls import protocol_seeds
 from .flow import Values, flatten
 from .reports import CrossReport
+from .tokens import CLIP_OR_UNSCALE_WORDS
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ def module_seeds(
         for call in flow.get("calls", []):
             if not call.get("callee"):
                 continue
-            target = values.target(module, function, call)
+            # (a module whose text cannot clip or unscale is not summarized to find that out)
+            target = values.target(module, function, call, words=CLIP_OR_UNSCALE_WORDS)
             if target is None:
                 continue
             clip = target.function.get("clips_for_caller")

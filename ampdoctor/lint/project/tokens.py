@@ -33,6 +33,11 @@ BACKWARD_TEXT = re.compile(rb"\bbackward\b|manual_backward")
 # Without a match, a function writes no checkpoint itself: ``torch.save`` however it is spelled
 # or imported (the module's own code is searched too: ``from torch import save as persist``).
 SAVE_TEXT = re.compile(rb"save")
+# Without a match, no function of a module clips gradients or unscales them (``clips_for_caller``,
+# ``unscales_for_caller`` in ``function_parts.py``): a clip is a call of ``vocabulary.CLIP_NAMES``
+# (each holds ``clip_grad``) or of a function named as ``passes._CLIPPER_NAME`` says, an
+# unscale a scaler's ``unscale_``. Case aside, a superset of both (``tests/test_project_seeds.py``).
+CLIP_OR_UNSCALE_WORDS = re.compile(rb"(?i)clip_?grad|grad_?clip|unscale_")
 # Bytes without which a module's functions do nothing the cross-module rules ask about.
 HELPER_TOKENS = (
     b"save",

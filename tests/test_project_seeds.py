@@ -1,0 +1,122 @@
+"""What the project tells a module's own rules (``project/seeds.py``): a helper in another module
+that clips or unscales the gradients its caller scaled is found, and a module whose text can do
+neither is not summarized to learn that."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, known_codes, lint_paths
+from ampdoctor.lint.passes import _CLIPPER_NAME
+from ampdoctor.lint.project import store as store_module
+from ampdoctor.lint.project.tokens import CLIP_OR_UNSCALE_WORDS
+from ampdoctor.lint.vocabulary import CLIP_NAMES
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    (root / "pyproject.toml").write_text('[project]\nname = "p"\n', encoding="utf-8")
+    for rel, text in files.items():
+        (root / rel).write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+def lint_tree(root: Path) -> list[tuple[str, int, str]]:
+    settings = Settings(root=root)
+    run = lint_paths([root], LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False), cwd=root)
+    return sorted((f.location.path, f.location.line, f.code) for f in run.findings)
+
+
+def test_the_words_hold_every_clip_the_fact_model_knows():
+    for name in CLIP_NAMES:
+        assert CLIP_OR_UNSCALE_WORDS.search(name.encode())
+    for name in ("clip_gradients", "_clip_grad_norm", "ClipGradNorm", "grad_clip", "gradclip_fn", "GradClipper"):
+        assert _CLIPPER_NAME.search(name), name  # (the examples are clipper names)
+        assert CLIP_OR_UNSCALE_WORDS.search(name.encode()), name
+    assert CLIP_OR_UNSCALE_WORDS.search(b"scaler.unscale_(optimizer)")
+    assert not CLIP_OR_UNSCALE_WORDS.search(b"def log_metrics(loss, step):\n    writer.add_scalar(loss, step)\n")
+
+
+@given(
+    st.lists(st.sampled_from(["clip", "Clip", "CLIP", "grad", "Grad", "_", "__", "norm", "per", "fn", "x"]), max_size=6)
+)
+def test_a_name_the_fact_model_takes_for_a_clipper_holds_the_words(parts):
+    name = "".join(parts)
+    if _CLIPPER_NAME.search(name):
+        assert CLIP_OR_UNSCALE_WORDS.search(name.encode()), name
+
+
+TRAIN = """\
+import torch
+from helpers import clip_gradients
+from metrics import log_metrics
+
+
+def train(model, loader, optimizer, writer):
+    scaler = torch.amp.GradScaler("cuda")
+    for step, (x, y) in enumerate(loader):
+        optimizer.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        clip_gradients(model)
+        scaler.step(optimizer)
+        scaler.update()
+        log_metrics(writer, loss, step)
+"""
+HELPERS = """\
+import torch
+
+
+def clip_gradients(model, max_norm=1.0):
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+"""
+# Names a step (a helper token: not passed over as a module of plain names), clips nothing.
+METRICS = """\
+def log_metrics(writer, loss, step):
+    writer.add_scalar("train/loss", float(loss), step)
+"""
+
+
+def test_a_helper_that_clips_is_found_and_one_that_cannot_is_not_summarized(tmp_path: Path, monkeypatch):
+    write(tmp_path, {"train.py": TRAIN, "helpers.py": HELPERS, "metrics.py": METRICS})
+    made: list[bytes] = []
+    original = store_module.summarize_bytes
+    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: made.append(data) or original(data))
+    # The clip in the helper runs on gradients still multiplied by the scale: AMP201 at the call.
+    assert lint_tree(tmp_path) == [("train.py", 13, "AMP201")]
+    assert any(b"def clip_gradients" in data for data in made)  # its summary says what it clips
+    assert not any(b"def log_metrics" in data for data in made)
+
+
+ACCUMULATE = """\
+import torch
+from helpers import backward_micro
+
+
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+        backward_micro(loss, scaler, optimizer)
+        if (i + 1) % 4 == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+"""
+BACKWARD_MICRO = """\
+def backward_micro(loss, scaler, optimizer):
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+"""
+
+
+def test_a_helper_that_unscales_the_scaler_it_is_handed_is_found(tmp_path: Path):
+    # Its ``unscale_`` runs on every micro-step, the step on every fourth: the second unscale_
+    # before a step raises (AMP206 at the call, with the helper's unscale seeded into the loop).
+    write(tmp_path, {"train.py": ACCUMULATE, "helpers.py": BACKWARD_MICRO})
+    assert lint_tree(tmp_path) == [("train.py", 10, "AMP206")]
