@@ -14,6 +14,7 @@ from ampdoctor.lint.project import store as store_module
 from ampdoctor.lint.project.tokens import (
     CLASSES,
     FLOAT16_AUTOCAST,
+    class_statements,
     float16_risk,
     has_class,
     import_targets,
@@ -169,3 +170,81 @@ def test_the_project_pass_reads_no_file_again_for_its_token_classes(tmp_path: Pa
     codes = [(Path(r.path).name, f.code) for r in run.results for f in r.findings]
     assert ("model.py", "AMP301") in codes  # the float16 pass ran and asked its questions
     assert asked == []  # answered from what the lint pass read
+
+
+def test_the_class_statements_of_some_samples():
+    text = b'''\
+class Plain:
+    pass
+class Trainer(BaseTrainer, mixins.LoggingMixin, metaclass=abc.ABCMeta):
+    class Config(pkg.configs.Base[T]):
+        pass
+class Wide(
+    nn.Module,
+    Generic[T],
+):
+    pass
+"""An example:
+class InDocstring(Base):
+"""
+'''
+    assert class_statements(text) == [
+        ("Trainer", ("BaseTrainer", "LoggingMixin")),
+        ("Config", ("Base",)),
+        ("Wide", ("Module", "Generic")),
+        ("InDocstring", ("Base",)),  # (a text search: a candidate the summaries then turn away)
+    ]
+    assert class_statements(b"def f():\n    return 1\n") == []
+
+
+SUBCLASSED = {
+    "base.py": """\
+import torch
+
+
+class BaseTrainer:
+    def save(self, path):
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, path)
+""",
+    "amp_trainer.py": """\
+import torch
+from base import BaseTrainer
+
+
+class AmpTrainer(BaseTrainer):
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+    **{f"other_{i}.py": f"class Thing{i}(object):\n    VALUE = {i}\n" for i in range(30)},
+}
+
+
+def test_the_subclass_index_reads_no_file_the_lint_pass_read(tmp_path: Path, monkeypatch):
+    # The base class's save leaves out the scaler its subclass trains with (AMP211, found
+    # through the index of class statements): each statement as the lint pass read it.
+    for name, text in SUBCLASSED.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n', encoding="utf-8")
+    read: list[bytes] = []
+    real = store_module.class_statements
+
+    def counting(data: bytes) -> list[tuple[str, tuple[str, ...]]]:
+        read.append(data)
+        return real(data)
+
+    monkeypatch.setattr(store_module, "class_statements", counting)
+    request = LintRequest(Settings(root=tmp_path), frozenset(known_codes()), jobs=1, use_cache=False)
+    run = lint_paths([tmp_path], request, cwd=tmp_path)
+    codes = [(Path(r.path).name, f.code) for r in run.results for f in r.findings]
+    assert ("base.py", "AMP211") in codes
+    assert read == []  # every module's statements came from the lint pass
+    # Linting one file, the others are read for them (they were not linted in this run).
+    run = lint_paths([tmp_path / "base.py"], request, cwd=tmp_path)
+    assert [(Path(r.path).name, f.code) for r in run.results for f in r.findings] == [("base.py", "AMP211")]
+    assert len(read) == len(SUBCLASSED) - 1

@@ -91,6 +91,7 @@ class FileResult(Record):
         "summary",
         "half_risk",
         "classes",
+        "class_statements",
         "key",
         "screened",
         "unfixed",
@@ -129,6 +130,8 @@ class FileResult(Record):
         # For a file the lint pass read in a run that links the project: the token classes its
         # bytes hold (``project.tokens``), so that the project pass need not read it for them.
         self.classes: frozenset[str] | None = None
+        # ... and its class statements (``project.tokens.class_statements``).
+        self.class_statements: list[tuple[str, tuple[str, ...]]] | None = None
         self.key: str | None = None
         self.screened = False
         # When fixes changed the text: (findings, suppressed, cells) of the text as it was read,
@@ -459,10 +462,11 @@ def _lint_data(
     seen: dict[bytes, bool] = {}  # the prefilter's searches serve the token classes too
     passes = spec is None or passes_prefilter(data, spec, seen)
     if options.summaries and path.suffix == ".py":
-        from .project.tokens import token_classes
+        from .project.tokens import class_statements, token_classes
 
         # What the project pass asks of every file's bytes, taken while they are in hand.
         result.classes = token_classes(data, seen)
+        result.class_statements = class_statements(data)
     if passes and spec is not None and seen:
         from .textscan.memo import seed
 

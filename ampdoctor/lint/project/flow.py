@@ -77,9 +77,6 @@ class Lazy:
         return self is other or (type(other) is Lazy and self._hash == other._hash and self.parts == other.parts)
 
 
-_CLASS_STATEMENT = re.compile(rb"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.M)
-
-
 def self_type(module: str, function: str, bound: Bound) -> tuple[str, str] | None:
     """The class of ``self`` in a method: the one a caller bound (a subclass's method calling an
     inherited one), else the method's own."""
@@ -606,17 +603,11 @@ class Values:
         module of the project with a ``class`` statement."""
         if self._classes_by_base is None:
             index: dict[str, list[tuple[str, str]]] = {}
-            text = self.project.text
+            statements = self.project.class_statements
             for rel in sorted(self.project.files):
-                data = text(rel) if text is not None else None
-                if not data or b"class" not in data:
-                    continue
-                for match in _CLASS_STATEMENT.finditer(data):
-                    name = match.group(1).decode()
-                    for base in match.group(2).split(b","):
-                        short = base.strip().rsplit(b".", 1)[-1].split(b"[", 1)[0]
-                        if short and b"=" not in base:
-                            index.setdefault(short.decode(errors="replace"), []).append((rel, name))
+                for name, bases in statements(rel):
+                    for short in bases:
+                        index.setdefault(short, []).append((rel, name))
             self._classes_by_base = index
         return self._classes_by_base
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 
 from ...records import Record
 from .outline import Outline, Uncertain
-from .tokens import import_targets
+from .tokens import class_statements, import_targets
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ SummaryLoader = Callable[[str], "ModuleSummary | None"]
 OutlineLoader = Callable[[str], "Outline | None"]
 TextLoader = Callable[[str], "bytes | None"]
 ImportsLoader = Callable[[str], "list[tuple[str, bool]]"]
+ClassesLoader = Callable[[str], "list[tuple[str, tuple[str, ...]]]"]
 # (module, name, pattern) -> whether the module certainly defines the function ``name`` (``f``
 # or ``Class.method``) with no match of ``pattern`` in its text (``store.defines_without``).
 TextTest = Callable[[str, str, "re.Pattern[bytes]"], bool]
@@ -142,7 +143,8 @@ class Project(Record):
     ``text_test``: a look at a module's text that spares summarizing it (see ``resolve_call``);
     ``outline``: a module's outline, to resolve a call before summarizing the modules it passes;
     ``text``: a module's bytes, None when it cannot be read; ``import_list``: a module's
-    imports as ``tokens.import_targets`` reads them (from its text when not given).
+    imports as ``tokens.import_targets`` reads them (from its text when not given);
+    ``class_list``: its class statements as ``tokens.class_statements`` reads them (likewise).
     """
 
     __slots__ = (
@@ -158,6 +160,7 @@ class Project(Record):
         "_text_first",
         "_without",
         "__weakref__",  # the import index holds it weakly (``float16_reach.import_edges``)
+        "class_list",
         "files",
         "import_list",
         "load",
@@ -174,6 +177,7 @@ class Project(Record):
         outline: OutlineLoader | None = None,
         text: TextLoader | None = None,
         import_list: ImportsLoader | None = None,
+        class_list: ClassesLoader | None = None,
     ) -> None:
         self.files = files
         self.load = load
@@ -181,6 +185,7 @@ class Project(Record):
         self.outline = outline
         self.text = text
         self.import_list = import_list
+        self.class_list = class_list
         self._summaries: dict[str, ModuleSummary | None] = {}
         # module → its calls, their callees' spellings joined, and each spelling's positions
         self._callees: dict[str, tuple[list[CallRecord], str, dict[str, list[int]]]] = {}
@@ -194,6 +199,13 @@ class Project(Record):
         self._without: re.Pattern[bytes] | None = None
         self._gate: ModuleGate | None = None
         self._text_first = False
+
+    def class_statements(self, rel: str) -> list[tuple[str, tuple[str, ...]]]:
+        """The module's class statements: each class's name and its bases' last names."""
+        if self.class_list is not None:
+            return self.class_list(rel)
+        data = self.text(rel) if self.text is not None else None
+        return class_statements(data) if data else []
 
     def imports(self, rel: str) -> list[tuple[str, bool]]:
         """The dotted targets of the module's imports, each with whether it is a plain ``import``."""

@@ -91,7 +91,15 @@ def link_results(
     store = SummaryStore(root, Path(settings.root) / CACHE_DIR if use_cache else None)
     if verbose.on() and store.path is not None:
         verbose.note(f"summaries index {store.path}: {len(store.entries)} modules ({verbose.size(store.path)})")
-    project = Project(set(files), store.summary, store.defines_without, store.outline, store.text, store.imports)
+    project = Project(
+        set(files),
+        store.summary,
+        store.defines_without,
+        store.outline,
+        store.text,
+        store.imports,
+        store.class_statements,
+    )
     base = str(root)
     target_rels = {}
     for rel in files:
@@ -114,8 +122,8 @@ def link_results(
         elif not store.known(rel):
             unknown.append(rel)  # served from the result cache, its summary lost: make it again
         if result.classes is not None:  # what the lint pass read of its bytes
-            store.seed(rel, result.classes)
-            result.classes = None
+            store.seed(rel, result.classes, result.class_statements)
+            result.classes = result.class_statements = None
     for rel in unknown:
         store.summary(rel)
         store.mark_linted(rel)

@@ -230,6 +230,28 @@ def _float16_autocast(data: bytes) -> bool:
 # every call it resolves into another module goes through an import of the calling module (or of
 # a class's module, for a base class), so a module whose imports cannot lead to a module cannot
 # run its code.
+# ``class Name(Base, pkg.Other[T], metaclass=M):`` at any indentation, its bases on one or more lines.
+_CLASS_STATEMENT = re.compile(rb"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.M)
+
+
+def class_statements(data: bytes) -> list[tuple[str, tuple[str, ...]]]:
+    """Each ``class`` statement of the text with parenthesized bases, in order: the class's name
+    and the last part of each base's spelling (``pkg.Base[T]``: ``Base``; keywords left out).
+    What the project's subclass index is made of (``flow.Values.subclasses``): the lint pass
+    reads it while it has the bytes in hand, so that the project pass reads no file for it."""
+    if b"class" not in data:
+        return []
+    found = []
+    for match in _CLASS_STATEMENT.finditer(data):
+        shorts = []
+        for base in match.group(2).split(b","):
+            short = base.strip().rsplit(b".", 1)[-1].split(b"[", 1)[0]
+            if short and b"=" not in base:
+                shorts.append(short.decode(errors="replace"))
+        found.append((match.group(1).decode(), tuple(shorts)))
+    return found
+
+
 _FROM_IMPORT = re.compile(rb"[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n#;]*)")
 _IMPORT = re.compile(rb"[ \t]*import[ \t]+([^\n#;]+)")
 _NAME = re.compile(rb"[A-Za-z_]\w*")
