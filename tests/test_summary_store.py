@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from ampdoctor.lint.project import store as store_module
+from ampdoctor.lint.project import store_format
 from ampdoctor.lint.project.store import SummaryStore
 
 HELPER = """\
@@ -240,17 +241,17 @@ def test_the_stores_of_old_builds_are_removed_beyond_the_newest_few(tmp_path: Pa
     folder = root / ".ampdoctor_cache"
     folder.mkdir()
     old = time.time() - 3600
-    stale = [f"summaries-{index:024x}" for index in range(store_module._KEEP_STORES + 2)]
+    stale = [f"summaries-{index:024x}" for index in range(store_format.KEEP_STORES + 2)]
     for age, stem in enumerate(stale):  # as earlier builds left them: an index, a blob, a delta
         for name in (f"{stem}.json", f"{stem}-1-2.blob", f"{stem}-delta.json", f"{stem}-reports.json"):
             (folder / name).write_text("{}")
             os.utime(folder / name, (old + age, old + age))
     warm(root, 2)  # a run of this build writes its store whole
     kept = {path.name.split("-")[1].split(".")[0] for path in folder.glob("summaries-*")}
-    assert len(kept) == store_module._KEEP_STORES
-    newest = [stem.split("-")[1] for stem in stale[-(store_module._KEEP_STORES - 1) :]]
+    assert len(kept) == store_format.KEEP_STORES
+    newest = [stem.split("-")[1] for stem in stale[-(store_format.KEEP_STORES - 1) :]]
     assert set(newest) < kept  # the newest of the old ones stay, beside this build's
-    for stem in stale[: -(store_module._KEEP_STORES - 1)]:
+    for stem in stale[: -(store_format.KEEP_STORES - 1)]:
         assert not list(folder.glob(f"{stem}*")), stem  # index, blob, delta and findings
     assert SummaryStore(root, folder).summary("helper_0.py") is not None
 

@@ -4,13 +4,12 @@
 project root) to the size and modification time it had, the hash of its bytes, whether it is a
 *caller* module (one that mentions a scaler, autocast or an epoch: its calls are always
 linked), and its summary once made (kept as JSON text, decoded when a run asks for it: see
-``_stored``). The texts of the summaries lie in a file of their own beside it
+``store_format.stored_entry``). The texts of the summaries lie in a file of their own beside it
 (``summaries-<build>-<written>.blob``), each entry holding where its text is (``span``): a run
 reads the index whole and seeks to the few summaries it asks for. As in the result cache, a file
-whose size and modification
-time are unchanged (and not "racy": modified within two seconds of the cache being written) is
-trusted without being read; otherwise its bytes are hashed and compared. Summaries of other
-files are made only when a call resolves into them.
+whose size and modification time are unchanged (and not "racy": modified within two seconds of
+the cache being written) is trusted without being read; otherwise its bytes are hashed and
+compared. Summaries of other files are made only when a call resolves into them.
 """
 
 from __future__ import annotations
@@ -22,7 +21,8 @@ import time
 from pathlib import Path
 
 from .. import verbose
-from ..cache import RACY_NS, beyond_newest, read_cache_document, read_delta, write_cache_file
+from ..cache import RACY_NS, read_cache_document, read_delta, write_cache_file
+from .store_format import cut, delta_path, drop_stores, has_text, span_of, stored_classes, stored_entry
 from .tokens import BACKWARD_TEXT as BACKWARD_TEXT  # re-exported (``checks.py``)
 from .tokens import CLASSES, HELPER_TOKENS, class_statements, import_targets
 from .tokens import TOKEN_CLASSES as TOKEN_CLASSES  # re-exported
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
 FORMAT = 15
-_KEEP_STORES = 6  # summaries stores kept in one cache folder (``_drop_stores``)
 
 # Below this many summaries to make, worker processes cost more than they save.
 _PARALLEL_SUMMARIES = 24
@@ -124,7 +123,7 @@ class SummaryStore:
             return
         self.entries = data["files"]
         for entry in self.entries.values():
-            entry["classes"] = _classes(entry.get("classes"))
+            entry["classes"] = stored_classes(entry.get("classes"))
         self.written_ns = int(data.get("written_ns") or 0)
         blob = data.get("blob")
         if isinstance(blob, str) and "/" not in blob and "\\" not in blob:
@@ -135,13 +134,13 @@ class SummaryStore:
                     self._blob = blob
             except OSError:
                 pass
-        for rel, stored in read_delta(_delta_path(self.path), FORMAT, self.written_ns).items():
+        for rel, stored in read_delta(delta_path(self.path), FORMAT, self.written_ns).items():
             if stored is None:
                 self.entries.pop(rel, None)
             else:
                 entry = dict(stored)
                 self._delta_ns[rel] = entry.pop("written_ns")
-                entry["classes"] = _classes(entry.get("classes"))
+                entry["classes"] = stored_classes(entry.get("classes"))
                 self.entries[rel] = entry
             self._delta[rel] = stored
 
@@ -279,7 +278,7 @@ class SummaryStore:
         if known is None or not known.get("linted"):
             return False
         entry = self._fresh(rel)
-        return bool(entry and entry.get("linted") and (entry.get("summary") is not None or _has_text(entry)))
+        return bool(entry and entry.get("linted") and (entry.get("summary") is not None or has_text(entry)))
 
     def mark_linted(self, rel: str) -> None:
         """The summary of ``rel`` stands for the lint pass's (made again for a file the result
@@ -293,10 +292,10 @@ class SummaryStore:
         """Whether the file's summary is known (made by this run's lint pass or an earlier one).
         A file the cache has never summarized is not read to find out."""
         known = self.entries.get(rel)
-        if known is None or (known.get("summary") is None and not _has_text(known)):
+        if known is None or (known.get("summary") is None and not has_text(known)):
             return False
         entry = self._fresh(rel)
-        return bool(entry and (entry.get("summary") is not None or _has_text(entry)))
+        return bool(entry and (entry.get("summary") is not None or has_text(entry)))
 
     def defines_without(self, rel: str, name: str, pattern: re.Pattern[bytes]) -> bool:
         """``defines_without`` on the file's bytes (False when it cannot be read)."""
@@ -346,7 +345,7 @@ class SummaryStore:
         entry = self._fresh(rel)
         if entry is None:
             return None
-        if "summary" not in entry and _has_text(entry):
+        if "summary" not in entry and has_text(entry):
             # Kept as its JSON text: read and decoded when first asked for (a run asks for a few).
             text = self._text_of(entry)
             try:
@@ -390,7 +389,7 @@ class SummaryStore:
         missing = []
         for rel in rels:
             entry = self._fresh(rel)
-            if entry is not None and "summary" not in entry and not _has_text(entry):
+            if entry is not None and "summary" not in entry and not has_text(entry):
                 missing.append(rel)
         workers = jobs if jobs is not None else (os.cpu_count() or 1)
         if len(missing) < _PARALLEL_SUMMARIES or workers <= 1:
@@ -488,12 +487,12 @@ class SummaryStore:
         now = time.time_ns()
         try:
             self.path.parent.mkdir(exist_ok=True)
-            delta = _delta_path(self.path)
+            delta = delta_path(self.path)
             if self.written_ns and len(self.changed | set(self._delta)) <= _DELTA_ENTRIES:
                 files = dict(self._delta)
                 for rel in self.changed:
                     entry = self.entries.get(rel)
-                    files[rel] = None if entry is None else {**_stored(entry), "written_ns": now}
+                    files[rel] = None if entry is None else {**stored_entry(entry), "written_ns": now}
                 write_cache_file(delta, {"format": FORMAT, "base": self.written_ns, "written_ns": now, "files": files})
                 verbose.note(f"summaries written: {len(files)} entries to {delta} ({verbose.size(delta)})")
                 return
@@ -502,10 +501,10 @@ class SummaryStore:
             texts = []
             offset = 0
             for rel, entry in self.entries.items():
-                stored = dict(_stored(entry))
+                stored = dict(stored_entry(entry))
                 text = stored.pop("text", None)
                 span = stored.pop("span", None)
-                data = text.encode("utf-8") if text is not None else _cut(old, span)
+                data = text.encode("utf-8") if text is not None else cut(old, span)
                 if data is None and isinstance(entry.get("summary"), dict):
                     # its place in a blob that is gone, but decoded in this run: kept all the same
                     data = json.dumps(entry["summary"], separators=(",", ":")).encode("utf-8")
@@ -527,7 +526,7 @@ class SummaryStore:
                 except FileNotFoundError:
                     pass  # a run beside this one removed it
             self._drop_blobs(blob, now)
-            _drop_stores(self.path.parent)
+            drop_stores(self.path.parent)
         except OSError:
             pass  # a read-only project still lints; it just is not cached
 
@@ -549,7 +548,7 @@ class SummaryStore:
         text: str | None = entry.get("text")
         if text is not None:
             return text
-        span = _span(entry.get("span"))
+        span = span_of(entry.get("span"))
         if self._blob is None or self.path is None or span is None:
             return None
         start, length = span
@@ -569,74 +568,3 @@ class SummaryStore:
             return (self.path.parent / self._blob).read_bytes()
         except OSError:
             return None
-
-
-def _has_text(entry: dict[str, Any]) -> bool:
-    """Whether a stored entry holds its summary's text (inline, or where it lies in the blob)."""
-    return "text" in entry or "span" in entry
-
-
-def _span(value: object) -> tuple[int, int] | None:
-    """Where a summary's text lies in the blob (offset, length), if ``value`` says so."""
-    if isinstance(value, list) and len(value) == 2 and all(type(n) is int and n >= 0 for n in value):
-        return value[0], value[1]
-    return None
-
-
-def _cut(blob: bytes | None, span: object) -> bytes | None:
-    """The bytes of ``span`` in ``blob`` (a summary kept unread since it was stored)."""
-    where = _span(span)
-    if blob is None or where is None:
-        return None
-    start, length = where
-    data = blob[start : start + length]
-    return data if len(data) == length else None
-
-
-def _drop_stores(folder: Path) -> None:
-    """Keep the newest ``_KEEP_STORES`` stores of the cache folder (one per ampdoctor build and
-    project root): an upgrade, or an edit of an editable install, starts a new one, and the old
-    ones (about 10 MB for 3,600 modules, with their blobs) would otherwise stay for good."""
-    # An index, not a delta or the reused findings (``summaries-KEY-delta.json``).
-    indexes = [path for path in folder.glob("summaries-*.json") if path.stem.count("-") == 1]
-    for index in beyond_newest(indexes, _KEEP_STORES):
-        for path in folder.glob(f"{index.stem}*"):
-            try:
-                path.unlink()
-            except OSError:
-                pass
-
-
-def _delta_path(path: Path) -> Path:
-    return path.with_name(path.stem + "-delta.json")
-
-
-def _stored(entry: dict[str, Any]) -> dict[str, Any]:
-    """An entry as the cache file holds it: a summary as its JSON text (``"text"``, moved into
-    the blob when the whole cache is written), so that a run decodes only the summaries it asks
-    for. Measured on the 3,642-file store of a 31-repository tree (8.8 MB of summaries): loading
-    took 0.52 s with the summaries decoded, 0.08-0.16 s with them kept as text in the index, and
-    0.03 s with the index alone (the texts in the blob); writing 0.31 s and 0.09 s. A summary
-    decoded in this run and not remade keeps the text (or the place in the blob) it was read
-    from.
-
-    The token classes are kept as one character each, in ``CLASSES`` order: ``1`` held, ``0``
-    not, ``-`` not looked for. As a mapping they were 563 of the index's 957 KiB on that tree,
-    and reading the index took 28 ms of a 220 ms pre-commit run."""
-    stored = {k: v for k, v in entry.items() if k != "summary"}
-    if not _has_text(entry):
-        summary = entry.get("summary")
-        if summary is not None:
-            stored["text"] = json.dumps(summary, separators=(",", ":"))
-        elif "summary" in entry:
-            stored["summary"] = None  # summarized, and nothing to link (it does not parse)
-    known = entry.get("classes") or {}
-    stored["classes"] = "".join("-" if kind not in known else "1" if known[kind] else "0" for kind in CLASSES)
-    return stored
-
-
-def _classes(stored: object) -> dict[str, bool]:
-    """The token classes of an entry as the cache file holds them (``_stored``)."""
-    if not isinstance(stored, str):
-        return {}
-    return {kind: flag == "1" for kind, flag in zip(CLASSES, stored) if flag != "-"}
