@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ampdoctor.config import Settings
 from ampdoctor.lint import LintRequest, engine, known_codes, lint_paths
@@ -172,6 +174,42 @@ def test_the_project_pass_reads_no_file_again_for_its_token_classes(tmp_path: Pa
     assert asked == []  # answered from what the lint pass read
 
 
+_CLASS_LINE = re.compile(rb"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.MULTILINE)
+
+
+def _class_reference(data: bytes) -> list[tuple[str, tuple[str, ...]]]:
+    """The reference: one line-anchored expression over the whole text."""
+    found = []
+    for match in _CLASS_LINE.finditer(data):
+        names = []
+        for base in match.group(2).split(b","):
+            short = base.strip().rsplit(b".", 1)[-1].split(b"[", 1)[0]
+            if short and b"=" not in base:
+                names.append(short.decode(errors="replace"))
+        found.append((match.group(1).decode(), tuple(names)))
+    return found
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [b"class", b" ", b"\t", b"\n", b"A", b"Base", b"(", b")", b",", b".", b"[T]", b"x=1", b"subclass", b"#"]
+        ),
+        max_size=24,
+    )
+)
+def test_class_statements_match_the_line_anchored_reading(parts):
+    data = b"".join(parts)
+    assert class_statements(data) == _class_reference(data)
+
+
+def test_class_statements_on_the_repository_own_sources():
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted((root / "ampdoctor").rglob("*.py")) + sorted((root / "tests").rglob("*.py")):
+        data = path.read_bytes()
+        assert class_statements(data) == _class_reference(data), path
+
+
 def test_the_class_statements_of_some_samples():
     text = b'''\
 class Plain:
@@ -195,6 +233,9 @@ class InDocstring(Base):
         ("InDocstring", ("Base",)),  # (a text search: a candidate the summaries then turn away)
     ]
     assert class_statements(b"def f():\n    return 1\n") == []
+    # The word again on the line of a statement, after it: still one statement.
+    once = b'class Twice(Base): kind = "class"\n'
+    assert class_statements(once) == _class_reference(once) == [("Twice", ("Base",))]
 
 
 SUBCLASSED = {

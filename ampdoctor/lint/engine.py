@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .model import AmpFacts
     from .notebooks import NotebookSource
     from .project.shapes import ModuleSummary
+    from .project.tokens import FileTokens
     from .rules import LintRule, Report
     from .textscan import TextGate
 
@@ -90,8 +91,7 @@ class FileResult(Record):
         "file_path",
         "summary",
         "half_risk",
-        "classes",
-        "class_statements",
+        "tokens",
         "key",
         "screened",
         "unfixed",
@@ -127,11 +127,9 @@ class FileResult(Record):
         # For a file read but not parsed in a run that links the project: whether its text holds
         # what float16 autocast set up elsewhere breaks (None: not looked at).
         self.half_risk: bool | None = None
-        # For a file the lint pass read in a run that links the project: the token classes its
-        # bytes hold (``project.tokens``), so that the project pass need not read it for them.
-        self.classes: frozenset[str] | None = None
-        # ... and its class statements (``project.tokens.class_statements``).
-        self.class_statements: list[tuple[str, tuple[str, ...]]] | None = None
+        # For a file the lint pass read in a run that links the project: what the project pass
+        # asks of its bytes (``project.tokens.FileTokens``), so that it need not read it again.
+        self.tokens: FileTokens | None = None
         self.key: str | None = None
         self.screened = False
         # When fixes changed the text: (findings, suppressed, cells) of the text as it was read,
@@ -462,11 +460,10 @@ def _lint_data(
     seen: dict[bytes, bool] = {}  # the prefilter's searches serve the token classes too
     passes = spec is None or passes_prefilter(data, spec, seen)
     if options.summaries and path.suffix == ".py":
-        from .project.tokens import class_statements, token_classes
+        from .project.tokens import file_tokens
 
         # What the project pass asks of every file's bytes, taken while they are in hand.
-        result.classes = token_classes(data, seen)
-        result.class_statements = class_statements(data)
+        result.tokens = file_tokens(data, seen)
     if passes and spec is not None and seen:
         from .textscan.memo import seed
 

@@ -121,9 +121,9 @@ def link_results(
             store.note(rel)  # read and passed over by the lint pass: nothing to link
         elif not store.known(rel):
             unknown.append(rel)  # served from the result cache, its summary lost: make it again
-        if result.classes is not None:  # what the lint pass read of its bytes
-            store.seed(rel, result.classes, result.class_statements)
-            result.classes = result.class_statements = None
+        if result.tokens is not None:  # what the lint pass read of its bytes
+            store.seed(rel, result.tokens)
+            result.tokens = None
     for rel in unknown:
         store.summary(rel)
         store.mark_linted(rel)

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .shapes import ModuleSummary
+    from .tokens import FileTokens
 
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
@@ -196,14 +197,12 @@ class SummaryStore:
             self._touch(rel)
         return known[kind]
 
-    def seed(
-        self, rel: str, classes: frozenset[str], statements: list[tuple[str, tuple[str, ...]]] | None = None
-    ) -> None:
+    def seed(self, rel: str, tokens: FileTokens) -> None:
         """What the lint pass read of a file's bytes in this run: the token classes it holds, so
         that the project pass need not read it again to find the modules a rule asks about, and
-        its class statements (``class_statements``)."""
-        if statements is not None:
-            self._class_lists[rel] = statements
+        its class statements."""
+        self._class_lists[rel] = tokens.class_statements
+        classes = tokens.classes
         entry = self.entries.get(rel) if rel in self._verified else None
         if entry is None:
             signature = None

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from ...records import Record
+
 # What float16 autocast set up elsewhere asks about: a module's fills and BCE (and, below, the
 # ``forward`` through which a model reaches them).
 _FLOAT16_RISK_TOKENS = (b"binary_cross_entropy", b"BCELoss")
@@ -230,26 +232,53 @@ def _float16_autocast(data: bytes) -> bool:
 # every call it resolves into another module goes through an import of the calling module (or of
 # a class's module, for a base class), so a module whose imports cannot lead to a module cannot
 # run its code.
-# ``class Name(Base, pkg.Other[T], metaclass=M):`` at any indentation, its bases on one or more lines.
-_CLASS_STATEMENT = re.compile(rb"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.M)
+# ``class Name(Base, pkg.Other[T], metaclass=M):`` at the start of a line (indented or not), its
+# bases on one or more lines; matched where a search for ``class`` lands at a line's start.
+_CLASS_STATEMENT = re.compile(rb"[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)")
 
 
 def class_statements(data: bytes) -> list[tuple[str, tuple[str, ...]]]:
     """Each ``class`` statement of the text with parenthesized bases, in order: the class's name
     and the last part of each base's spelling (``pkg.Base[T]``: ``Base``; keywords left out).
-    What the project's subclass index is made of (``flow.Values.subclasses``): the lint pass
-    reads it while it has the bytes in hand, so that the project pass reads no file for it."""
-    if b"class" not in data:
-        return []
-    found = []
-    for match in _CLASS_STATEMENT.finditer(data):
+    What the project's subclass index is made of (``flow.Values.subclasses``). A search for the
+    word, then a match at the start of its line: a line-anchored expression tried at every line
+    took four times as long (0.34 s against 0.08 s over the 6,861 files of the 31-repository and
+    torch trees, with the same statements found)."""
+    found: list[tuple[str, tuple[str, ...]]] = []
+    find = data.find
+    start = find(b"class")
+    while start != -1:
+        line = data.rfind(b"\n", 0, start) + 1
+        match = _CLASS_STATEMENT.match(data, line) if not data[line:start].strip(b" \t") else None
+        if match is None:
+            start = find(b"class", start + 5)
+            continue
         shorts = []
         for base in match.group(2).split(b","):
             short = base.strip().rsplit(b".", 1)[-1].split(b"[", 1)[0]
             if short and b"=" not in base:
                 shorts.append(short.decode(errors="replace"))
         found.append((match.group(1).decode(), tuple(shorts)))
+        start = find(b"class", match.end())
     return found
+
+
+class FileTokens(Record):
+    """What the lint pass reads of a file's bytes for the project pass while it has them in hand
+    (the project pass then reads the file for neither): the token classes they hold
+    (``token_classes``) and their class statements (``class_statements``). (Their imports too
+    were tried: the main process's checks took no less time, and the lists, sent back for every
+    file of the 31-repository tree, held 11 MB more when the project pass began.)"""
+
+    __slots__ = ("classes", "class_statements")
+
+    def __init__(self, classes: frozenset[str], class_statements: list[tuple[str, tuple[str, ...]]]) -> None:
+        self.classes = classes
+        self.class_statements = class_statements
+
+
+def file_tokens(data: bytes, seen: dict[bytes, bool] | None = None) -> FileTokens:
+    return FileTokens(token_classes(data, seen), class_statements(data))
 
 
 _FROM_IMPORT = re.compile(rb"[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n#;]*)")
