@@ -26,6 +26,7 @@ from .link import Project, Target
 from .region_calls import region_call_reports
 from .reports import Callers, CrossReport
 from .seeds import seeded_reports
+from .shared import SharedSummaries
 from .store import BACKWARD_TEXT, SummaryStore
 from .unscaled_float16 import scaler_never_passed
 from .update_twice import update_twice
@@ -395,14 +396,18 @@ def run_checks(
     # of either is summarizing modules on demand, which both would share in one process: the
     # first runs in a forked child, beside the others (6.5 s → 4.5 s on the 31-repository tree,
     # where any split of the judge's targets left this process the slower by a second or more).
-    first, rest = checks[0], checks[1:]
-    try:
-        child = Forked(lambda: _judged_apart(first, run, store))
-    except OSError:  # the system has no process to spare: all of them here
+    import tempfile  # (only here: a run that never forks never loads it)
+
+    # What either process summarizes on demand, the other reads instead of making (``shared.py``).
+    with tempfile.TemporaryDirectory(prefix="ampdoctor-summaries-") as folder:
+        store.shared = SharedSummaries(folder)
+        try:
+            answered = _apart(checks[0], checks[1:], run, store)
+        finally:
+            store.shared = None
+    if answered is None:  # the system has no process to spare: all of them here
         return [report for check in checks for report in check.call(check.function, run)]
-    with child:
-        later = [report for check in rest for report in check.call(check.function, run)]
-        found, changes = child.result()
+    found, changes, later = answered
     store.adopt(changes)
     return [CrossReport(*fields) for fields in found] + later
 
@@ -410,6 +415,21 @@ def run_checks(
 # Fewer targets than this are checked in one process: a fork and its answer cost more than a
 # share of a small project's checks.
 FORK_TARGETS = 24
+
+
+def _apart(
+    first: Check, rest: list[Check], run: CheckRun, store: SummaryStore
+) -> tuple[list[tuple[Any, ...]], dict[str, dict[str, Any]], list[CrossReport]] | None:
+    """``first`` in a forked child while ``rest`` run here: the child's findings (as plain data)
+    and what its store learned, and these; None where the system refuses the fork."""
+    try:
+        child = Forked(lambda: _judged_apart(first, run, store))
+    except OSError:
+        return None
+    with child:
+        later = [report for check in rest for report in check.call(check.function, run)]
+        found, changes = child.result()
+    return found, changes, later
 
 
 def _judged_apart(

@@ -160,6 +160,7 @@ def link_results(
     if verbose.on():
         verbose.note(
             f"summaries: {store.decoded} read from the store, {store.made} made in this process (beside the lint pass's)"
+            + (f", {store.taken} made by the forked one" if store.taken else "")
         )
     if use_cache:
         store.forget_missing(set(files))

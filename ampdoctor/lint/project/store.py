@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import verbose
 from ..cache import RACY_NS, read_cache_document, read_delta, write_cache_file
+from .shared import SharedSummaries
 from .store_format import cut, delta_path, drop_stores, has_text, span_of, stored_classes, stored_entry
 from .tokens import BACKWARD_TEXT as BACKWARD_TEXT  # re-exported (``checks.py``)
 from .tokens import CLASSES, HELPER_TOKENS, class_statements, import_targets
@@ -108,6 +109,10 @@ class SummaryStore:
         # pass, here on demand, or in worker processes).
         self.decoded = 0
         self.made = 0
+        # While the project checks run in two processes: the summaries either made on demand,
+        # and how many this process took from there instead of making them.
+        self.shared: SharedSummaries | None = None
+        self.taken = 0
         if folder is not None:
             from ..cache import build_fingerprint
 
@@ -375,11 +380,26 @@ class SummaryStore:
                     # A file read and passed over in this run (or trusted by its size and time):
                     # what is known of its bytes stands.
                     entry["key"] = key
-            entry["summary"] = summarize_bytes(data)
-            self.made += 1
-            self._spending.parsed_source(len(data))  # the collector is paused: see gc_budget.py
+            entry["summary"] = self._summarize(data)
             self._touch(rel)
         summary: ModuleSummary | None = entry["summary"]
+        return summary
+
+    def _summarize(self, data: bytes) -> ModuleSummary | None:
+        """``summarize_bytes``, or the summary the other process of the project checks made of
+        the same bytes (``shared.py``)."""
+        shared = self.shared
+        key = content_hash(data) if shared is not None else ""
+        if shared is not None:
+            left, summary = shared.get(key)
+            if left:
+                self.taken += 1
+                return summary
+        summary = summarize_bytes(data)
+        self.made += 1
+        self._spending.parsed_source(len(data))  # the collector is paused: see gc_budget.py
+        if shared is not None:
+            shared.put(key, summary)
         return summary
 
     def prefetch(self, rels: list[str], jobs: int | None) -> None:
