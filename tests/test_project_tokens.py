@@ -20,7 +20,9 @@ from ampdoctor.lint.project.tokens import (
     float16_risk,
     has_class,
     import_targets,
+    packed_imports,
     token_classes,
+    unpacked_imports,
     wanted_without_rules,
 )
 
@@ -79,6 +81,13 @@ def test_import_targets_on_the_repository_own_sources():
     for path in sorted((root / "ampdoctor").rglob("*.py")) + sorted((root / "fixtures").rglob("*.py")):
         data = path.read_bytes()
         assert sorted(import_targets(data)) == sorted(_reference(data)), path
+        assert unpacked_imports(packed_imports(import_targets(data))) == import_targets(data), path
+
+
+def test_packed_imports_come_back_as_they_were():
+    pairs = [("torch", True), (".", False), ("..engine.train", False), ("", False), ("a.b", True)]
+    assert unpacked_imports(packed_imports(pairs)) == pairs
+    assert unpacked_imports(packed_imports([])) == []
 
 
 SAMPLES = {
@@ -166,12 +175,16 @@ def test_the_project_pass_reads_no_file_again_for_its_token_classes(tmp_path: Pa
         return real(data, kind)
 
     monkeypatch.setattr(store_module, "_has_class", counting)
+    imports_read: list[bytes] = []
+    real_imports = store_module.import_targets
+    monkeypatch.setattr(store_module, "import_targets", lambda data: imports_read.append(data) or real_imports(data))
     monkeypatch.chdir(tmp_path)
     request = LintRequest(Settings(root=tmp_path), frozenset(known_codes()), jobs=1, use_cache=use_cache)
     run = lint_paths([tmp_path], request, cwd=tmp_path)
     codes = [(Path(r.path).name, f.code) for r in run.results for f in r.findings]
     assert ("model.py", "AMP301") in codes  # the float16 pass ran and asked its questions
     assert asked == []  # answered from what the lint pass read
+    assert imports_read == []  # the import index too
 
 
 _CLASS_LINE = re.compile(rb"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.MULTILINE)
