@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ampdoctor.config import Settings
+from ampdoctor.lint import LintRequest, known_codes, lint_paths
 from ampdoctor.lint.project import checks
 from ampdoctor.lint.project import store as store_module
 from ampdoctor.lint.project.shared import SharedSummaries
@@ -63,28 +65,38 @@ def test_a_store_takes_the_summary_another_made_of_the_same_bytes(tmp_path: Path
     assert len(made) == 2 and content_hash((tmp_path / "helper.py").read_bytes()) in os.listdir(tmp_path / "shared")
 
 
+def _checkpointing_project(root: Path) -> Path:
+    """A training script that checkpoints through a helper without the scaler's state (AMP211)."""
+    root.mkdir()
+    (root / "pyproject.toml").write_text('[project]\nname = "p"\n', encoding="utf-8")
+    train = """\
+import torch
+from utils import save_checkpoint
+
+def train(model, optimizer, loader):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    save_checkpoint(model, optimizer, "last.pt")
+"""
+    (root / "train.py").write_text(train, encoding="utf-8")
+    (root / "utils.py").write_text(HELPER, encoding="utf-8")
+    return root
+
+
+def _findings(root: Path) -> list[tuple[str, str]]:
+    settings = Settings(root=root)
+    request = LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False, jobs=2)
+    return [(f.location.path, f.code) for f in lint_paths([root], request, cwd=root).findings]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks only on Linux")
 def test_the_forked_checks_share_a_folder_that_is_gone_after_them(tmp_path: Path, monkeypatch):
     import tempfile
 
-    from ampdoctor.config import Settings
-    from ampdoctor.lint import LintRequest, known_codes, lint_paths
-
-    (tmp_path / "project").mkdir()
-    root = tmp_path / "project"
-    (root / "pyproject.toml").write_text('[project]\nname = "p"\n', encoding="utf-8")
-    (root / "train.py").write_text(
-        "import torch\nfrom utils import save_checkpoint\n\n"
-        "def train(model, optimizer, loader):\n"
-        '    scaler = torch.amp.GradScaler("cuda")\n'
-        "    for x in loader:\n"
-        "        scaler.scale(model(x)).backward()\n"
-        "        scaler.step(optimizer)\n"
-        "        scaler.update()\n"
-        '    save_checkpoint(model, optimizer, "last.pt")\n',
-        encoding="utf-8",
-    )
-    (root / "utils.py").write_text(HELPER, encoding="utf-8")
+    root = _checkpointing_project(tmp_path / "project")
     temporary = tmp_path / "temporary"
     temporary.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))
@@ -98,9 +110,21 @@ def test_the_forked_checks_share_a_folder_that_is_gone_after_them(tmp_path: Path
         original(self, folder)
 
     monkeypatch.setattr(SharedSummaries, "__init__", seen)
-    settings = Settings(root=root)
-    request = LintRequest(settings, settings.enabled_codes(known_codes()), use_cache=False, jobs=2)
-    run = lint_paths([root], request, cwd=root)
-    assert [(f.location.path, f.code) for f in run.findings] == [("train.py", "AMP211")]
+    assert _findings(root) == [("train.py", "AMP211")]
     assert len(folders) == 1 and Path(folders[0]).parent == temporary
     assert list(temporary.iterdir()) == []  # removed with what both processes left in it
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks only on Linux")
+def test_without_a_temporary_folder_each_process_makes_its_own(tmp_path: Path, monkeypatch):
+    import tempfile
+
+    root = _checkpointing_project(tmp_path / "project")
+    monkeypatch.setattr(checks, "FORK_TARGETS", 1)
+    monkeypatch.setattr(checks, "can_fork", lambda: True)
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", "/tmp")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
+    assert _findings(root) == [("train.py", "AMP211")]  # not "the project analysis failed"

@@ -22,7 +22,7 @@ Freeing costs too: a 50,000-line module's tree and records took 0.15 s to free o
 checked, a tenth of its run. The console command that lints and ends (``entry.py``) says so
 (``ending``); it then keeps the last large module's tree and model (``outlive``) instead of
 freeing them, and ends without freeing what it holds (``os._exit`` once its output is flushed):
-2.12 -> 1.99 s on that file (median of four, alternating). The kept tree goes when the next
+2.17 -> 2.05 s on that file (medians of seven, alternating). The kept tree goes when the next
 module is parsed (``let_go``), so the peak memory is what it was.
 """
 

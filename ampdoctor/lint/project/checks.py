@@ -399,12 +399,17 @@ def run_checks(
     import tempfile  # (only here: a run that never forks never loads it)
 
     # What either process summarizes on demand, the other reads instead of making (``shared.py``).
-    with tempfile.TemporaryDirectory(prefix="ampdoctor-summaries-") as folder:
-        store.shared = SharedSummaries(folder)
-        try:
-            answered = _apart(checks[0], checks[1:], run, store)
-        finally:
-            store.shared = None
+    try:
+        scratch = tempfile.TemporaryDirectory(prefix="ampdoctor-summaries-", ignore_cleanup_errors=True)
+    except OSError:  # no temporary folder to write in: each process makes its own
+        scratch = None
+    store.shared = SharedSummaries(scratch.name) if scratch is not None else None
+    try:
+        answered = _apart(checks[0], checks[1:], run, store)
+    finally:
+        store.shared = None
+        if scratch is not None:
+            scratch.cleanup()
     if answered is None:  # the system has no process to spare: all of them here
         return [report for check in checks for report in check.call(check.function, run)]
     found, changes, later = answered
