@@ -386,17 +386,17 @@ class SummaryStore:
                     # A file read and passed over in this run (or trusted by its size and time):
                     # what is known of its bytes stands.
                     entry["key"] = key
-            entry["summary"] = self._summarize(data)
+            entry["summary"] = self._summarize(data, entry["key"])
             self._touch(rel)
         summary: ModuleSummary | None = entry["summary"]
         return summary
 
-    def _summarize(self, data: bytes) -> ModuleSummary | None:
+    def _summarize(self, data: bytes, key: str) -> ModuleSummary | None:
         """``summarize_bytes``, or the summary the other process of the project checks made of
-        the same bytes (``shared.py``)."""
+        the same bytes (``shared.py``); ``key``: their hash, when already made ("" otherwise)."""
         shared = self.shared
-        key = content_hash(data) if shared is not None else ""
         if shared is not None:
+            key = key or content_hash(data)
             left, summary = shared.get(key)
             if left:
                 self.taken += 1
