@@ -203,3 +203,66 @@ def test_the_workers_batches_hold_every_file_once_with_the_large_ones_alone(tmp_
     assert all(len(batch) <= 64 for batch in batches)
     sizes = [job.path.stat().st_size for batch in batches for job in batch]
     assert sizes == sorted(sizes, reverse=True)  # largest first
+
+
+def test_only_files_with_findings_keep_their_text_and_a_finding_the_project_adds_is_shown_in_it(
+    tmp_path: Path, monkeypatch
+):
+    """The workers send back the text of a file only where it has findings (the report quotes
+    it); the project pass reads a file again where it adds the first finding."""
+    from click.testing import CliRunner
+
+    from ampdoctor.cli import main
+
+    monkeypatch.setattr("ampdoctor.lint.PARALLEL_THRESHOLD", 2)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n', encoding="utf-8")
+    (tmp_path / "engine.py").write_text(
+        "def step(loss, optimizer, scaler=None):\n"
+        "    if scaler is not None:\n"
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.step(optimizer)\n"
+        "        scaler.update()\n"
+        "    else:\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n",
+        encoding="utf-8",
+    )
+    # Alone, nothing here is a mistake; no call hands ``train`` a scaler, so the project pass
+    # finds its float16 region unscaled (AMP210).
+    train = (
+        "import torch\n"
+        "import engine\n\n\n"
+        "def train(model, loader, optimizer, scaler=None):\n"
+        "    for x, y in loader:\n"
+        '        with torch.autocast("cuda", dtype=torch.float16):\n'
+        "            loss = model(x, y)\n"
+        "        engine.step(loss, optimizer, scaler=scaler)\n\n\n"
+        "def main(model, loader, optimizer):\n"
+        "    train(model, loader, optimizer)\n"
+    )
+    (tmp_path / "train.py").write_text(train, encoding="utf-8")
+    (tmp_path / "bad.py").write_text(
+        'import torch\n\n\ndef f(model, x):\n    with torch.autocast("cuda"):\n        model(x).sum().backward()\n',
+        encoding="utf-8",
+    )
+    for name in ("a", "b", "c"):  # enough files for the workers
+        (tmp_path / f"{name}.py").write_text("x = 1\n", encoding="utf-8")
+
+    def results(project: bool):
+        settings = Settings(root=tmp_path, project=project)
+        request = LintRequest(settings=settings, codes=settings.enabled_codes(known_codes()), jobs=2)
+        return {r.path: r for r in lint_paths([tmp_path], request, cwd=tmp_path).results}
+
+    alone = results(False)
+    assert [f.code for f in alone["bad.py"].findings] == ["AMP101"]
+    assert alone["bad.py"].source is not None
+    assert not alone["train.py"].findings and alone["train.py"].parsed
+    assert alone["train.py"].source is None and alone["engine.py"].source is None
+
+    linked = results(True)
+    assert [f.code for f in linked["train.py"].findings] == ["AMP210"]
+    assert linked["train.py"].source == train
+    monkeypatch.chdir(tmp_path)
+    output = CliRunner().invoke(main, ["lint", "--no-cache", "-j", "2", "."], catch_exceptions=False).output
+    assert 'with torch.autocast("cuda", dtype=torch.float16):' in output
+    assert "model(x).sum().backward()" in output

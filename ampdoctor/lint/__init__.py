@@ -498,4 +498,9 @@ def _lint_each(jobs: Iterable[_Job], request: LintRequest, spare_core: bool) -> 
         results.append(result)
         if result.parsed:
             spending.parsed_source(len(result.source or ""))
+        if not result.findings and not request.fix:
+            # Nothing reports from the text of a file without findings (the project pass reads
+            # a file again where it adds one): the main process would hold the text of every
+            # file checked, 8.7 MB of the 31-repository tree's.
+            result.source = None
     return results
