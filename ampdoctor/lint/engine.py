@@ -67,9 +67,9 @@ class FileResult(Record):
     """One file's outcome.
 
     ``path``: as shown to the user; ``file_path``: where the file is on disk. ``source``: the
-    checked text (after fixes), when it was read and has findings or the run fixes (a run of
-    many files lets go of the others' text: ``lint._lint_each``); ``original``: the text before fixes, when fixes
-    changed it; ``cells``: for notebooks, cell number → text; ``error``: why the file could not
+    checked text (after fixes), when it was read and has findings or the run fixes
+    (``lint._lint_each`` lets go of the others' text); ``original``: the text before fixes,
+    when fixes changed it; ``cells``: for notebooks, cell number → text; ``error``: why the file could not
     be read, decoded or parsed; ``notebook``: (original JSON text, NotebookSource) when fixes
     changed a notebook; ``summary``: the module's project summary, when the run asked for it and
     the file was parsed; ``half_risk``: see ``project.tokens.float16_risk``; ``key``: the cache's
