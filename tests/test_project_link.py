@@ -484,6 +484,30 @@ def test_text_test_is_certain_only_for_an_own_top_level_definition_without_the_p
     assert not defines_without(cut, "move", BACKWARD_TEXT)
 
 
+def test_the_store_answers_each_text_question_once_and_finds_a_modules_blocks_once(tmp_path: Path, monkeypatch):
+    from ampdoctor.lint.project.outline import blocks
+    from ampdoctor.lint.project.store import BACKWARD_TEXT, SummaryStore, defines_without
+
+    texts = {
+        "helpers.py": b"def move(batch):\n    return batch\n\n\ndef run(loss):\n    loss.backward()\n",
+        "other.py": b"class Runner:\n    def go(self, x):\n        return x\n\n\nmove = None\n",
+    }
+    for rel, data in texts.items():
+        (tmp_path / rel).write_bytes(data)
+    found: list[int] = []
+    monkeypatch.setattr(store_module, "blocks", lambda lines: found.append(len(lines)) or blocks(lines))
+    asked = [(rel, name) for rel in texts for name in ("move", "run", "Runner.go", "absent")]
+    store = SummaryStore(tmp_path, None)
+    first = [store.defines_without(rel, name, BACKWARD_TEXT) for rel, name in asked]
+    assert first == [defines_without(texts[rel], name, BACKWARD_TEXT) for rel, name in asked]
+    assert first.count(True) == 2  # helpers.move, other.Runner.go
+    assert len(found) == 2  # once per module, not per question
+    calls = []
+    monkeypatch.setattr(store_module, "defines_without", lambda *a: calls.append(a) or defines_without(*a))
+    assert [store.defines_without(rel, name, BACKWARD_TEXT) for rel, name in asked] == first
+    assert calls == [] and len(found) == 2  # asked again: answered from what the store knows
+
+
 CHAIN_TRAIN = """\
 import torch
 

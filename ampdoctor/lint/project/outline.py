@@ -71,14 +71,17 @@ def parses(text: bytes) -> ast.Module | None:
         return None
 
 
-def defines_without(data: bytes, spelled: str, token: re.Pattern[bytes]) -> bool:
+def defines_without(
+    data: bytes, spelled: str, token: re.Pattern[bytes], found: list[tuple[str, int, int]] | None = None
+) -> bool:
     """Whether in the module ``data`` the function ``spelled`` (``f`` or ``Class.method``) is
     certainly one of its own, without a match of ``token``: the module defines ``f`` (or
     ``Class``) at its top level, the name is not imported or bound by the module's own code,
     and neither that definition nor the module's own code (imports, aliases, conditional
     definitions) holds a match. A text test, so that a module is not parsed only to find out
     that the function a call lands in does nothing a rule asks about; whenever it is not
-    certain (the definition does not parse on its own: its end is not known), False.
+    certain (the definition does not parse on its own: its end is not known), False. ``found``:
+    the module's ``blocks``, when already known.
     """
     parts = spelled.split(".")
     if len(parts) > 2:
@@ -87,7 +90,7 @@ def defines_without(data: bytes, spelled: str, token: re.Pattern[bytes]) -> bool
     word = re.compile(rb"\b" + re.escape(parts[0].encode()) + rb"\b")
     lines = data.split(b"\n")
     segments = []
-    for kind, start, end in blocks(lines):
+    for kind, start, end in blocks(lines) if found is None else found:
         if kind != wanted and kind != "":
             continue  # another function or class: its own business
         text = b"\n".join(lines[start:end])

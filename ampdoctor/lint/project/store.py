@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - interpreters built without it
 
 
 from ..gc_budget import Spending
-from .outline import Outline, defines_without
+from .outline import Outline, blocks, defines_without
 from .words import Words
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
@@ -96,6 +96,8 @@ class SummaryStore:
         self._verified: set[str] = set()
         self._texts: dict[str, bytes] = {}
         self._words = Words()
+        self._defines: dict[tuple[str, str, re.Pattern[bytes]], bool] = {}  # ``defines_without``'s answers
+        self._blocks: dict[str, list[tuple[str, int, int]]] = {}  # each module's ``outline.blocks``
         self._imports: dict[str, list[tuple[str, bool]]] = {}
         self._class_lists: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
         self._packed_imports: dict[str, str] = {}  # (``seed``: as the lint pass read them)
@@ -308,9 +310,22 @@ class SummaryStore:
         return bool(entry and (entry.get("summary") is not None or has_text(entry)))
 
     def defines_without(self, rel: str, name: str, pattern: re.Pattern[bytes]) -> bool:
-        """``defines_without`` on the file's bytes (False when it cannot be read)."""
-        data = self._read(rel, keep=True)
-        return data is not None and defines_without(data, name, pattern)
+        """``defines_without`` on the file's bytes (False when it cannot be read), answered once
+        per question and with each module's top-level blocks found once: AMP211's judge asked
+        it 594 times of 76 modules of the torch tree (182 distinct questions), 0.29 s, where
+        finding the blocks again each time was most of it."""
+        key = (rel, name, pattern)
+        known = self._defines.get(key)
+        if known is None:
+            data = self._read(rel, keep=True)
+            known = False
+            if data is not None:
+                found = self._blocks.get(rel)
+                if found is None:
+                    found = self._blocks[rel] = blocks(data.split(b"\n"))
+                known = defines_without(data, name, pattern, found)
+            self._defines[key] = known
+        return known
 
     def outline(self, rel: str) -> Outline | None:
         """The file's outline, to resolve calls on before summarizing it; None when its summary
