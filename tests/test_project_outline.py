@@ -90,6 +90,23 @@ def test_an_outline_answers_what_the_text_says_for_certain():
         module.alias("TOLERANCE")  # assigned at module level
 
 
+def test_an_outline_walks_each_block_for_the_names_it_assigns_once(monkeypatch):
+    from ampdoctor.lint.project import outline as outline_module
+
+    walked = []
+    real = outline_module._stored
+    monkeypatch.setattr(outline_module, "_stored", lambda tree: walked.append(tree) or real(tree))
+    text = "try:\n    import apex\n    from apex import amp\nexcept ImportError:\n    pass\n"
+    module = outline(text)
+    assert [module.alias("apex"), module.alias("amp")] == [None, None]
+    assert len(walked) == 1  # three occurrences in one block: its tree walked once
+    bound = outline(text.replace("pass", "amp = None"))
+    assert bound.alias("apex") is None
+    with pytest.raises(Uncertain):  # the names kept from the first walk
+        bound.alias("amp")
+    assert len(walked) == 2
+
+
 def test_an_outline_is_uncertain_where_the_text_may_mislead():
     # Bound again by the module's own code: by an assignment, in a class body, by a second import.
     with pytest.raises(Uncertain):
