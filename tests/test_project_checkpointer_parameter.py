@@ -80,3 +80,30 @@ def test_a_checkpointer_that_holds_the_scaler_is_silent(buggy: Path):
     ).replace("        self.folder = folder\n", "        self.folder = folder\n        self.scaler = None\n")
     checkpointing.write_text(text, encoding="utf-8")
     assert amp211(buggy) == set()
+
+
+def test_whether_a_callee_trains_with_its_own_scaler_is_found_once_per_callee(buggy: Path, monkeypatch):
+    from ampdoctor.lint.project import checkpoints
+
+    asked: list[tuple[str, str]] = []
+    real = checkpoints._Judge._uses_own_scaler
+
+    def counted(self, module: str, function: str) -> bool:
+        asked.append((module, function))
+        return real(self, module, function)
+
+    monkeypatch.setattr(checkpoints._Judge, "_uses_own_scaler", counted)
+    monkeypatch.setattr(checkpoints._Judge, "_trains_itself", _asked_twice(checkpoints._Judge._trains_itself))
+    assert amp211(buggy) == {ANCHOR}
+    assert asked and len(asked) == len(set(asked))
+
+
+def _asked_twice(method):
+    """The judge's question, asked a second time at each call: the answer must not change."""
+
+    def twice(self, module: str, function: str) -> bool:
+        first = method(self, module, function)
+        assert method(self, module, function) == first
+        return first
+
+    return twice

@@ -59,6 +59,8 @@ class _Judge:
         self.callers = callers
         self._reach: dict[tuple[str, str], Value] = {}
         self._kept: dict[str, bool] = {}
+        # ``_trains_itself``'s answers: the torch tree's judge asked 4,568 times of its callees.
+        self._own: dict[tuple[str, str], bool] = {}
 
     def reach(self, module: str, function: str) -> Value:
         """The enabled scalers ``function`` trains with (``S@`` atoms, disabled ones left out)."""
@@ -84,6 +86,13 @@ class _Judge:
         """Whether a callee trains with a scaler of its own, as its module shows (then it judges
         its own checkpoints, and a caller's call into it is not followed): it uses a scaler, its
         module body makes one, or a method of its class in its module uses one."""
+        key = (module, function)
+        known = self._own.get(key)
+        if known is None:
+            known = self._own[key] = self._uses_own_scaler(module, function)
+        return known
+
+    def _uses_own_scaler(self, module: str, function: str) -> bool:
         flows = self.values.flows(module)
         if flows.get(function, {}).get("scalers") or flows.get("<module>", {}).get("scalers"):
             return True
