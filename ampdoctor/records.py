@@ -31,7 +31,9 @@ def _repr(obj: Record | Value) -> str:
         return f"{name}(...)"
     _IN_REPR.add(id(obj))
     try:
-        fields = ", ".join(f"{field}={getattr(obj, field, None)!r}" for field in obj.__slots__)
+        fields = ", ".join(
+            f"{field}={getattr(obj, field, None)!r}" for field in obj.__slots__ if field != "__weakref__"
+        )
     finally:
         _IN_REPR.discard(id(obj))
     return f"{name}({fields})"

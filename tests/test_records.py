@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import weakref
 
 import pytest
 
@@ -80,6 +81,18 @@ def test_repr_names_the_fields_and_stops_at_cycles():
     text = repr(root)
     assert text.startswith("Node(name='root', children=[Node(name='child', children=[], parent=Node(...))]")
     assert repr(Point(1, 2, "a")) == "Point(x=1, y=2, label='a')"
+
+
+def test_repr_leaves_out_the_slot_that_lets_a_record_be_held_weakly():
+    class Held(Record):
+        __slots__ = ("name", "__weakref__")
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    held = Held("h")
+    assert weakref.ref(held)() is held
+    assert repr(held) == "Held(name='h')"
 
 
 def test_records_compare_by_identity_and_pickle():
