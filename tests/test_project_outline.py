@@ -168,6 +168,76 @@ def test_every_call_of_the_project_fixtures_lands_where_it_did_without_outlines(
     assert _landings(root, True) == _landings(root, False)
 
 
+def _spellings(root: Path, with_outlines: bool) -> list:
+    files = {p.relative_to(root).as_posix() for p in root.rglob("*.py")}
+    summaries = {rel: _summary((root / rel).read_bytes()) for rel in files}
+
+    def outline_of(rel: str) -> Outline | None:
+        return Outline((root / rel).read_bytes())
+
+    found = []
+    for rel in sorted(files):
+        for call in (summaries[rel] or {}).get("calls", []):
+            project = Project(files, summaries.get, outline=outline_of if with_outlines else None)
+            found.append((rel, call["callee"], project.resolve_spelled_on_text_first(rel, call["callee"].split("."))))
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
+def test_every_callee_of_the_project_fixtures_names_what_it_did_without_outlines(name: str):
+    root = FIXTURES / name
+    assert _spellings(root, True) == _spellings(root, False)
+
+
+def test_a_class_constructed_from_another_module_is_found_without_summarizing_the_modules_it_passes():
+    texts = {
+        "train.py": "import torch\n\nfrom models import Net\n\n\ndef main():\n    model = Net()\n",
+        "models/__init__.py": "from .net import Net\n",
+        "models/net.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        return x\n",
+    }
+    summarized: list[str] = []
+
+    def load(rel: str) -> dict | None:
+        summarized.append(rel)
+        return _summary(texts[rel].encode())
+
+    project = Project(set(texts), load, outline=lambda rel: Outline(texts[rel].encode()))
+    project.summary("train.py")
+    assert project.resolve_spelled_on_text_first("train.py", ["Net"]) == ("models/net.py", "Net", "class")
+    assert project.resolve_spelled_on_text_first("train.py", ["torch", "nn", "Linear"]) is None
+    assert summarized == ["train.py"]
+    # Where the text is not certain (the class is defined twice), the summaries decide.
+    texts["models/net.py"] += "\n\nif torch.cuda.is_available():\n    class Net(torch.nn.Module):\n        pass\n"
+    fresh = Project(set(texts), load, outline=lambda rel: Outline(texts[rel].encode()))
+    assert fresh.resolve_spelled_on_text_first("train.py", ["Net"]) == ("models/net.py", "Net", "class")
+    assert "models/net.py" in summarized
+
+
+def test_a_constructed_class_whose_module_names_no_value_is_left_to_the_calls_fallback():
+    from ampdoctor.lint.project.flow import Values
+
+    texts = {
+        "train.py": "from nets import Net\nfrom state import Holder\n\n\ndef main(o):\n    Net()\n    Holder(o)\n",
+        "nets.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    pass\n",
+        "state.py": "class Holder:\n    def __init__(self, optimizer):\n        self.optimizer = optimizer\n",
+    }
+    summarized: list[str] = []
+
+    def load(rel: str) -> dict | None:
+        summarized.append(rel)
+        return _summary(texts[rel].encode())
+
+    project = Project(
+        set(texts), load, outline=lambda rel: Outline(texts[rel].encode()), text=lambda rel: texts[rel].encode()
+    )
+    project.summary("train.py")
+    values = Values(project)
+    assert values.construction("train.py", "Net") is None  # a model: it holds what it is given
+    assert values.construction("train.py", "Holder") == ("state.py", "Holder")
+    assert values.construction("train.py", "Net", words=None) == ("nets.py", "Net")
+    assert summarized == ["train.py"]
+
+
 TRAIN = """\
 import torch
 

@@ -418,6 +418,19 @@ class Project(Record):
         other, rest = located
         return self.resolve_name(other, rest + parts[-1:], depth + 1) if len(parts) > 1 else None
 
+    def resolve_spelled_on_text_first(self, module: str, parts: list[str]) -> tuple[str, str, str] | None:
+        """``resolve_spelled``, on outlines first: where the modules' texts say for certain what
+        the spelling names (or that it names nothing), none of them is summarized for it."""
+        if self.outline is not None:
+            self._text_first = True
+            try:
+                return self.resolve_spelled(module, parts)
+            except Uncertain:
+                pass
+            finally:
+                self._text_first = False
+        return self.resolve_spelled(module, parts)
+
     def method(self, module: str, class_name: str, name: str, depth: int = 0) -> tuple[str, str] | None:
         """``Class.name`` in the class or, in order, its bases (project classes only)."""
         view = self._view(module)
