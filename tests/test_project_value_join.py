@@ -71,3 +71,39 @@ def test_names_bound_in_order_need_no_second_evaluation_and_keep_their_values():
         "plain",
     )
     assert flow["ret"] == ["C0"]
+
+
+def test_atoms_spelled_alike_are_one_string_so_a_pickled_summary_holds_each_once():
+    import pickle
+
+    source = textwrap.dedent(
+        """
+        from helpers import load, move
+
+        def step(batch, model):
+            a = move(batch, model)
+            b = move(batch, model)
+            return load(a), load(b), batch + 1, model.x + 1
+
+
+        def other(batch):
+            return load(batch)
+        """
+    )
+    summary = summarize(build_facts(parse_source(source), source))
+    strings: dict[str, set[int]] = {}
+    stack: list[object] = [summary["flows"]]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            strings.setdefault(item, set()).add(id(item))
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+    # Parameters, calls and their taint-only spellings, asked for many times, made once each.
+    for atom in ("P0", "P1", "C0", "p0", "p1"):
+        assert atom in strings and len(strings[atom]) == 1, atom
+    again = pickle.loads(pickle.dumps(summary))
+    assert again == summary

@@ -137,13 +137,35 @@ def lower(atoms: frozenset[str]) -> frozenset[str]:
     if not atoms:
         return atoms
     out = set()
+    lowered = _LOWERED
     for atom in atoms:
-        head = atom[0]
-        if head == "O" or head == "A":
-            continue
-        low = _LOWER.get(head)
-        out.add(low + atom[1:] if low is not None else atom)
+        low = lowered.get(atom)
+        if low is None:
+            head = atom[0]
+            if head == "O" or head == "A":
+                continue
+            channel = _LOWER.get(head)
+            low = lowered[atom] = channel + atom[1:] if channel is not None else atom
+        out.add(low)
     return frozenset(out)
+
+
+def numbered(head: str, index: int) -> str:
+    """The atom ``head`` + ``index`` (``C3``: the fourth call of a function; ``P0``: its first
+    parameter), the same string each time it is asked for."""
+    made = _NUMBERED.setdefault(head, [])
+    while len(made) <= index:
+        made.append(f"{head}{len(made)}")
+    return made[index]
+
+
+_NUMBERED: dict[str, list[str]] = {}
+
+
+# Each atom's taint-only spelling, made once per process: the summaries then hold one string
+# per spelling (``c0`` stood 5,741 times in the 31-repository tree's), which pickling sends once
+# per module.
+_LOWERED: dict[str, str] = {}
 
 
 class _Params:
@@ -162,7 +184,7 @@ class _Params:
         self.positional = len(args.posonlyargs) + len(args.args)
         named = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
         for i, name in enumerate(named):
-            self.index[name] = f"P{i}"
+            self.index[name] = numbered("P", i)
         positional = [*args.posonlyargs, *args.args]
         defaults = [*([None] * (len(positional) - len(args.defaults))), *args.defaults, *args.kw_defaults]
         for arg, default in zip((*positional, *args.kwonlyargs), defaults):

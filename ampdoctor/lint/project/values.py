@@ -44,6 +44,7 @@ from .value_atoms import (
     identifier_arguments,
     lower,
     named_method,
+    numbered,
 )
 from .value_bindings import BindingWalk, ModuleFlows, _Bindings
 from .value_records import FlowRecords
@@ -533,7 +534,7 @@ class _FunctionWalk(BindingWalk, FlowRecords):
         if known is None:
             known = self.call_index[id(call)] = len(self.call_index)
         if not self._final or known in self.call_records:
-            return frozenset({f"C{known}"})
+            return frozenset({numbered("C", known)})
         args: list[list[Any]] = []
         star = False
         position = 0
@@ -586,4 +587,4 @@ class _FunctionWalk(BindingWalk, FlowRecords):
         if fallback:
             record["fallback"] = sorted(fallback)
         self.call_records[known] = record
-        return frozenset({f"C{known}"})
+        return frozenset({numbered("C", known)})
