@@ -4,6 +4,7 @@ first never changes where it lands."""
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -145,13 +146,19 @@ def _summary(data: bytes) -> dict | None:
     return summarize(build_facts(parse_source(source), source))
 
 
-def _landings(root: Path, with_outlines: bool) -> list:
+def _fixture(root: Path) -> tuple[set[str], dict[str, dict | None], Callable[[str], Outline | None]]:
+    """A fixture project's files, their summaries, and a way to read each one's outline."""
     files = {p.relative_to(root).as_posix() for p in root.rglob("*.py")}
     summaries = {rel: _summary((root / rel).read_bytes()) for rel in files}
 
     def outline_of(rel: str) -> Outline | None:
         return Outline((root / rel).read_bytes())
 
+    return files, summaries, outline_of
+
+
+def _landings(root: Path, with_outlines: bool) -> list:
+    files, summaries, outline_of = _fixture(root)
     found = []
     for rel in sorted(files):
         for call in (summaries[rel] or {}).get("calls", []):
@@ -169,12 +176,7 @@ def test_every_call_of_the_project_fixtures_lands_where_it_did_without_outlines(
 
 
 def _spellings(root: Path, with_outlines: bool) -> list:
-    files = {p.relative_to(root).as_posix() for p in root.rglob("*.py")}
-    summaries = {rel: _summary((root / rel).read_bytes()) for rel in files}
-
-    def outline_of(rel: str) -> Outline | None:
-        return Outline((root / rel).read_bytes())
-
+    files, summaries, outline_of = _fixture(root)
     found = []
     for rel in sorted(files):
         for call in (summaries[rel] or {}).get("calls", []):
@@ -189,6 +191,18 @@ def test_every_callee_of_the_project_fixtures_names_what_it_did_without_outlines
     assert _spellings(root, True) == _spellings(root, False)
 
 
+def _recording(texts: dict[str, str], summarized: list[str]) -> Project:
+    """A project of ``texts`` that notes in ``summarized`` each module it summarizes."""
+
+    def load(rel: str) -> dict | None:
+        summarized.append(rel)
+        return _summary(texts[rel].encode())
+
+    return Project(
+        set(texts), load, outline=lambda rel: Outline(texts[rel].encode()), text=lambda rel: texts[rel].encode()
+    )
+
+
 def test_a_class_constructed_from_another_module_is_found_without_summarizing_the_modules_it_passes():
     texts = {
         "train.py": "import torch\n\nfrom models import Net\n\n\ndef main():\n    model = Net()\n",
@@ -196,19 +210,14 @@ def test_a_class_constructed_from_another_module_is_found_without_summarizing_th
         "models/net.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        return x\n",
     }
     summarized: list[str] = []
-
-    def load(rel: str) -> dict | None:
-        summarized.append(rel)
-        return _summary(texts[rel].encode())
-
-    project = Project(set(texts), load, outline=lambda rel: Outline(texts[rel].encode()))
+    project = _recording(texts, summarized)
     project.summary("train.py")
     assert project.resolve_spelled_on_text_first("train.py", ["Net"]) == ("models/net.py", "Net", "class")
     assert project.resolve_spelled_on_text_first("train.py", ["torch", "nn", "Linear"]) is None
     assert summarized == ["train.py"]
     # Where the text is not certain (the class is defined twice), the summaries decide.
     texts["models/net.py"] += "\n\nif torch.cuda.is_available():\n    class Net(torch.nn.Module):\n        pass\n"
-    fresh = Project(set(texts), load, outline=lambda rel: Outline(texts[rel].encode()))
+    fresh = _recording(texts, summarized)
     assert fresh.resolve_spelled_on_text_first("train.py", ["Net"]) == ("models/net.py", "Net", "class")
     assert "models/net.py" in summarized
 
@@ -222,14 +231,7 @@ def test_a_constructed_class_whose_module_names_no_value_is_left_to_the_calls_fa
         "state.py": "class Holder:\n    def __init__(self, optimizer):\n        self.optimizer = optimizer\n",
     }
     summarized: list[str] = []
-
-    def load(rel: str) -> dict | None:
-        summarized.append(rel)
-        return _summary(texts[rel].encode())
-
-    project = Project(
-        set(texts), load, outline=lambda rel: Outline(texts[rel].encode()), text=lambda rel: texts[rel].encode()
-    )
+    project = _recording(texts, summarized)
     project.summary("train.py")
     values = Values(project)
     assert values.construction("train.py", "Net") is None  # a model: it holds what it is given
