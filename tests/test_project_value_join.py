@@ -107,3 +107,14 @@ def test_atoms_spelled_alike_are_one_string_so_a_pickled_summary_holds_each_once
         assert atom in strings and len(strings[atom]) == 1, atom
     again = pickle.loads(pickle.dumps(summary))
     assert again == summary
+
+
+def test_the_taint_spellings_kept_for_reuse_are_bounded(monkeypatch):
+    from ampdoctor.lint.project import value_atoms
+
+    monkeypatch.setattr(value_atoms, "_LOWERED", {})
+    monkeypatch.setattr(value_atoms, "_LOWERED_MOST", 8)
+    for line in range(1, 40):
+        atoms = frozenset({f"S@{line}:4", f"P{line}", "O", "A@float16@on@cuda"})
+        assert value_atoms.lower(atoms) == frozenset({f"s@{line}:4", f"p{line}"})
+        assert len(value_atoms._LOWERED) <= 8

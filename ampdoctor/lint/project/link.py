@@ -421,7 +421,7 @@ class Project(Record):
     def resolve_spelled_on_text_first(self, module: str, parts: list[str]) -> tuple[str, str, str] | None:
         """``resolve_spelled``, on outlines first: where the modules' texts say for certain what
         the spelling names (or that it names nothing), none of them is summarized for it."""
-        if self.outline is not None:
+        if self.outline is not None and not self._text_first:
             self._text_first = True
             try:
                 return self.resolve_spelled(module, parts)

@@ -144,6 +144,8 @@ def lower(atoms: frozenset[str]) -> frozenset[str]:
             head = atom[0]
             if head == "O" or head == "A":
                 continue
+            if len(lowered) >= _LOWERED_MOST:
+                lowered.clear()  # a long-lived process (the editor's server) sees ever new atoms
             channel = _LOWER.get(head)
             low = lowered[atom] = channel + atom[1:] if channel is not None else atom
         out.add(low)
@@ -166,6 +168,7 @@ _NUMBERED: dict[str, list[str]] = {}
 # per spelling (``c0`` stood 5,741 times in the 31-repository tree's), which pickling sends once
 # per module.
 _LOWERED: dict[str, str] = {}
+_LOWERED_MOST = 1 << 16  # (the 31-repository tree's summaries hold 54,000 distinct strings in all)
 
 
 class _Params:
