@@ -75,3 +75,10 @@ def _lint_files(paths: list[str]) -> int:
     except UsageError as exc:
         print(f"ampdoctor: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:
+        # The reader went away (``ampdoctor lint . | head``): end quietly with 1, as the click
+        # interface does, and let what is still buffered go nowhere instead of failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1

@@ -199,3 +199,19 @@ def test_end_now_leaves_the_exit_to_the_interpreter_where_it_cannot_end_cleanly(
     monkeypatch.setattr(threading, "active_count", lambda: 1)
     with pytest.raises(_Ended):
         entry._end_now(1)  # (and where none of these holds, it ends: the cases above were refused)
+
+
+@pytest.mark.parametrize("options", [[], ["--isolated"]], ids=["file-names-only", "through-click"])
+def test_a_reader_that_stops_early_ends_the_run_quietly_with_1(tmp_path: Path, options: list[str]):
+    unit = (FIXTURES / "buggy_classic_mistakes.py").read_text(encoding="utf-8")
+    big = tmp_path / "many.py"
+    big.write_text("\n".join(unit.replace("def ", f"def copy{i}_") for i in range(200)), encoding="utf-8")
+    process = subprocess.Popen(
+        [_script(), "lint", *options, str(big)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.read(200)  # (``| head -c 200``) then the reader goes away
+    process.stdout.close()
+    errors = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 1
+    assert errors == ""
