@@ -167,3 +167,35 @@ with torch.autocast('cuda', dtype=torch.float16):
     for unsafe in (False, True):
         fixed = fix_text(source, unsafe=unsafe)
         assert fix_text(fixed, unsafe=unsafe) == fixed
+
+
+def test_a_fix_whose_text_the_compiler_refuses_is_withheld(monkeypatch):
+    """A keyword argument given twice parses but does not compile: the pass that makes it is
+    undone, that fix withheld (its finding stays, without a fix), and the others go in."""
+    from helpers import all_options
+
+    from ampdoctor.lint.engine import fix_source
+    from ampdoctor.lint.fixes import FixPlan, NodeEdit
+    from ampdoctor.lint.rules import unscale_and_update
+
+    def repeated_keyword(self, facts, frame, clip, backward, scaler, optimizer, steps, unscales):
+        text = f"{scaler}.unscale_(optimizer=optimizer, optimizer=optimizer)"
+        return FixPlan("unscale", (NodeEdit("line_before", clip.call.statement, text),))
+
+    monkeypatch.setattr(unscale_and_update.ClipBeforeUnscale, "_fix", repeated_keyword)
+    source = (FIXES / "missing_update_and_clip.py").read_text(encoding="utf-8")
+    fixed, count, findings, _, _ = fix_source(source, "train.py", all_options(fix=True))
+    compile(fixed, "train.py", "exec")
+    assert "unscale_" not in fixed and "scaler.update()" in fixed and count == 1
+    [clip] = [f for f in findings if f.code == "AMP201"]
+    assert clip.fix is None
+
+
+def test_a_file_that_never_compiled_still_takes_its_fixes():
+    from helpers import fix_text
+
+    source = (FIXES / "missing_update_and_clip.py").read_text(encoding="utf-8")
+    broken = source + "\n\nreturn None  # outside a function: parses, does not compile\n"
+    fixed = fix_text(broken, unsafe=True)
+    assert fixed != broken and "scaler.update()" in fixed
+

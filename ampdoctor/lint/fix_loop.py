@@ -2,8 +2,10 @@
 
 Each pass is checked by linting its result. A pass that does not parse is a defect (nothing is
 written). A pass after which some rule reports more findings than before (an ``unscale_`` that
-now runs twice is an AMP206) is undone and its fixes tried one at a time; a fix that adds a
-finding on its own is withheld, and its finding stays in the report without a fix.
+now runs twice is an AMP206), or whose text Python's compiler refuses where the text before it
+compiled (a keyword argument given twice parses, but does not compile), is undone and its fixes
+tried one at a time; a fix that does either on its own is withheld, and its finding stays in
+the report without a fix.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def fix_until_stable(source: str, path: str, check: Check, unsafe: bool) -> tupl
     withheld: set[tuple[str, str, str]] = set()
     retried_at: str | None = None  # the text at which the withheld fixes were last tried again
     findings, suppressed, parsed = check(source)
+    compiles = parsed and _compiles(source)  # (a text that never compiled is not held to it)
     for _ in range(MAX_FIX_PASSES):
         applicable = [
             f
@@ -50,8 +53,8 @@ def fix_until_stable(source: str, path: str, check: Check, unsafe: bool) -> tupl
         outcome = check(candidate)
         if not outcome[2]:
             raise FixError("a fix produced code that does not parse; nothing was written")
-        if _adds_findings(findings, outcome[0]):
-            sound = _first_sound_fix(source, check, findings, applicable, withheld)
+        if _adds_findings(findings, outcome[0]) or (compiles and not _compiles(candidate)):
+            sound = _first_sound_fix(source, check, findings, applicable, withheld, compiles)
             if sound is None:
                 break
             (candidate, outcome), applied = sound, 1
@@ -96,10 +99,12 @@ def _first_sound_fix(
     findings: list[Finding],
     applicable: list[Finding],
     withheld: set[tuple[str, str, str]],
+    compiles: bool,
 ) -> tuple[str, tuple[list[Finding], int, bool]] | None:
-    """The text with the first fix that adds no finding on its own, and its lint; each fix
-    before it that does is withheld. The fixes after it were resolved against the text before
-    it: the next pass takes them up against the new text."""
+    """The text with the first fix that adds no finding on its own (nor, where ``compiles``,
+    makes the text one the compiler refuses), and its lint; each fix before it that does is
+    withheld. The fixes after it were resolved against the text before it: the next pass takes
+    them up against the new text."""
     for finding in applicable:
         fix = finding.fix
         assert fix is not None
@@ -107,10 +112,25 @@ def _first_sound_fix(
         result = check(candidate)
         if not result[2]:
             raise FixError("a fix produced code that does not parse; nothing was written")
-        if not _adds_findings(findings, result[0]):
+        if not _adds_findings(findings, result[0]) and (not compiles or _compiles(candidate)):
             return candidate, result
         withheld.add(_fix_key(finding, source))
     return None
+
+
+def _compiles(text: str) -> bool:
+    """Whether Python compiles ``text``: the parser takes some code its compiler refuses (a
+    keyword argument given twice, ``return`` outside a function). Asked only of texts fixes
+    made, once per pass."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (``x is 1``: the user's code, not the fix's to report)
+        try:
+            compile(text, "<fixed>", "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+    return True
 
 
 def _fix_key(finding: Finding, source: str) -> tuple[str, str, str]:
