@@ -13,7 +13,10 @@ runs too). A size of ``k`` holds ``k * unit`` copies of the kind's unit, each wi
 * ``classes``: a trainer class holding its scaler in ``self``, a checkpoint method, an attention
   module with a mask fill, a per-epoch helper;
 * ``script``: module-level training code (one frame that grows with the file), as notebooks
-  exported to scripts are.
+  exported to scripts are;
+* ``pasted``: a whole script pasted again and again, its deprecated ``torch.cuda.amp`` import,
+  its model, optimizer and scaler included (every import's fix rewrites every use of the names
+  it binds).
 
 Prints, per kind, the lines and seconds of each size and the ratio of each time to the smallest
 size's, against the ratio of their sizes (a linear pass keeps the two close; a quadratic one
@@ -120,6 +123,23 @@ for step_{i} in range(10):
     scaler_{i}.update()
     optimizer_{i}.zero_grad(set_to_none=True)
 torch.save({{"model": model_{i}.state_dict(), "scaler": scaler_{i}.state_dict()}}, "ckpt_{i}.pt")
+""",
+    "pasted": """
+from torch.cuda.amp import GradScaler, autocast
+
+model = nn.Linear(16, 16).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+
+
+def train_{i}(loader):
+    for x, y in loader:
+        optimizer.zero_grad()
+        with autocast():
+            loss = F.mse_loss(model(x.cuda()), y.cuda())
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
 """,
 }
 

@@ -199,3 +199,62 @@ def test_a_file_that_never_compiled_still_takes_its_fixes():
     fixed = fix_text(broken, unsafe=True)
     assert fixed != broken and "scaler.update()" in fixed
 
+
+PASTED = """
+import torch
+from torch.cuda.amp import GradScaler, autocast
+
+scaler = GradScaler()
+
+
+def train(model, x):
+    with autocast():
+        model(x).sum().backward()
+"""
+
+
+def test_amp401_offers_no_fix_where_another_import_binds_the_same_name():
+    """Each import's fix rewrites every use of the names it binds: with the script pasted twice,
+    each rewrote them all, and ``--fix`` wrote ``autocast("cuda", enabled="cuda")`` and
+    ``GradScaler("cuda", "cuda")``. Which uses are whose is not the text's to say: no fix."""
+    from helpers import fix_text, lint_text
+
+    [alone] = [f for f in lint_text(PASTED) if f.code == "AMP401"]
+    assert alone.fix is not None
+    fixed = fix_text(PASTED, unsafe=True)
+    assert "from torch.amp import GradScaler, autocast" in fixed and 'autocast("cuda")' in fixed
+    twice = PASTED + PASTED.replace("def train", "def train_again")
+    found = [f for f in lint_text(twice) if f.code == "AMP401"]
+    assert len(found) == 2 and all(f.fix is None for f in found)
+    assert fix_text(twice, unsafe=True).count("from torch.cuda.amp import GradScaler, autocast") == 2
+    local = (
+        PASTED
+        + "\n\ndef evaluate(model, x):\n    from torch.amp import autocast\n\n    with autocast('cuda'):\n        return model(x)\n"
+    )
+    [beside] = [f for f in lint_text(local) if f.code == "AMP401"]
+    assert beside.fix is None
+
+
+def test_amp401_fixes_an_import_inside_a_function_with_the_uses_of_that_function_only():
+    """Two test functions each import ``autocast`` from ``torch.cuda.amp`` (detectron2's tests
+    do): each import's fix rewrites its own function's calls, once."""
+    from helpers import fix_text, lint_text
+
+    source = (
+        "import torch\n\n\n"
+        "def test_one(model, x):\n"
+        "    from torch.cuda.amp import autocast\n\n"
+        "    with autocast():\n"
+        "        return model(x)\n\n\n"
+        "def test_two(model, x):\n"
+        "    from torch.cuda.amp import autocast\n\n"
+        "    with autocast(enabled=True):\n"
+        "        return model(x)\n"
+    )
+    found = [f for f in lint_text(source) if f.code == "AMP401"]
+    assert len(found) == 2 and all(f.fix is not None for f in found)
+    fixed = fix_text(source)
+    compile(fixed, "test_e2e.py", "exec")
+    assert fixed.count("from torch.amp import autocast") == 2
+    assert 'with autocast("cuda"):' in fixed and 'with autocast("cuda", enabled=True):' in fixed
+    assert fix_text(fixed) == fixed

@@ -134,10 +134,10 @@ class _Uses:
         self.handled: set[int] = set()
         self.other = 0
 
-    def scan(self, facts: AmpFacts) -> None:
+    def scan(self, facts: AmpFacts, root: ast.AST | None = None) -> None:
         # Parents come before their children, so a handled callee is marked before it is seen.
         watched = self.names | self.module_aliases
-        for node in _mentioning(facts, watched):
+        for node in _mentioning(facts, watched, root):
             kind = type(node)
             if type(node) is ast.Call:
                 self._call(node)
@@ -189,12 +189,12 @@ class _Uses:
             self.handled.add(id(value))
 
 
-def _mentioning(facts: AmpFacts, names: set[str]) -> Iterable[ast.AST]:
-    """The module's nodes in source order (``iter_nodes``, imports not entered), passing over
-    every statement whose text (its decorators included) holds none of ``names``: nothing in it
-    can use them, and a large module is mostly such statements."""
+def _mentioning(facts: AmpFacts, names: set[str], root: ast.AST | None = None) -> Iterable[ast.AST]:
+    """The nodes of the module (or of ``root`` in it) in source order (``iter_nodes``, imports
+    not entered), passing over every statement whose text (its decorators included) holds none
+    of ``names``: nothing in it can use them, and a large module is mostly such statements."""
     source, lines = facts.source, facts.lines
-    stack: list[ast.AST] = [facts.module]
+    stack: list[ast.AST] = [facts.module if root is None else root]
     while stack:
         node = stack.pop()
         if isinstance(node, ast.stmt):
@@ -261,8 +261,11 @@ class DeprecatedAmpApi(LintRule):
             if ref.fallback or ref.node in gated:
                 continue  # ``except ImportError:`` fallback or version-gated import for old torch versions
             by_statement.setdefault(id(ref.node), []).append(ref)
+        binders: dict[str, list[ast.stmt]] = {}  # local name → the import statements that bind it
         if by_statement:
             from ..textpos import import_alias_name, import_from_module
+
+            binders = _import_statements(facts)
         for refs in by_statement.values():
             node = refs[0].node
             if type(node) is ast.ImportFrom:
@@ -279,13 +282,21 @@ class DeprecatedAmpApi(LintRule):
                 anchor,
                 f'`{old}` is deprecated since torch 2.4: use `torch.amp` with device "{device}"',
                 help=f'Import from `torch.amp` and pass "{device}" as the device',
-                fix=self._import_fix(facts, node, name, refs, device, gated) if name is not None else None,
+                fix=self._import_fix(facts, node, name, refs, device, gated, binders) if name is not None else None,
             )
 
     def _import_fix(
-        self, facts: AmpFacts, node: ast.stmt, name: ast.Name, refs: list[ImportRef], device: str, gated: _Gated
+        self,
+        facts: AmpFacts,
+        node: ast.stmt,
+        name: ast.Name,
+        refs: list[ImportRef],
+        device: str,
+        gated: _Gated,
+        binders: dict[str, list[ast.stmt]],
     ) -> FixPlan | None:
-        """Rename the module at the import (``name``: its text) and add the device at every use."""
+        """Rename the module at the import (``name``: its text) and add the device at every use
+        in its scope: the module, or the function the import statement is in."""
         names: set[str] = set()
         module_aliases: set[str] = set()
         if type(node) is ast.ImportFrom:
@@ -307,8 +318,19 @@ class DeprecatedAmpApi(LintRule):
                 return None
             rename = NodeEdit("replace", name, "torch.amp")
             module_aliases = {refs[0].local}
+        scope = gated.scope_of(node)
+        if scope is None:
+            return None  # in a class body: its uses are the class's attribute
+        for local in names | module_aliases:
+            for other in binders.get(local, ()):
+                if other is not node and (scope is facts.module or gated.holds(scope, other)):
+                    # Another import binds the name in the same scope (a script pasted twice,
+                    # ``from torch.amp import autocast`` in a function of the module): which
+                    # uses are this import's is not the text's to say (rewriting every use once
+                    # per import added the device again and again).
+                    return None
         uses = _Uses(names, module_aliases)
-        uses.scan(facts)
+        uses.scan(facts, scope)
         if uses.other:
             return None  # a use we cannot rewrite (``isinstance(x, GradScaler)``, ``cls = autocast``)
         if any(call in gated for call, _local in uses.calls):
@@ -404,6 +426,17 @@ def _held_references(facts: AmpFacts) -> set[int]:
     return found
 
 
+def _import_statements(facts: AmpFacts) -> dict[str, list[ast.stmt]]:
+    """Each local name the module's imports bind (anywhere in it), with the statements that
+    bind it."""
+    found: dict[str, list[ast.stmt]] = {}
+    for ref in facts.import_refs:
+        statements = found.setdefault(ref.local, [])
+        if not any(statement is ref.node for statement in statements):
+            statements.append(ref.node)
+    return found
+
+
 def _device_of(ref: ImportRef) -> str:
     for module, device in _DEPRECATED_MODULES.items():
         if ref.qname.startswith(module) or (ref.module or "").startswith(module):
@@ -430,23 +463,61 @@ def _original_name(local: str, refs: list[ImportRef]) -> str:
 
 class _Gated:
     """``node in gated``: whether a node is inside a branch kept for old torch. Answered by
-    walking down from the module to the node only, through the children whose span holds it
-    (a walk of the whole module for its gates cost 0.1 s on a 460 KB module)."""
+    walking down to the node only, from the module-level statement that holds it (found by its
+    position), through the children whose span holds it: a walk of the whole module for its
+    gates cost 0.1 s on a 460 KB module, and a walk from the module for each node asked about
+    grew with the square of the module's size."""
 
     def __init__(self, facts: AmpFacts) -> None:
         self.facts = facts
         self._new_api: list[tuple[int, int]] | None = None
+        self._starts: list[tuple[int, int]] | None = None
 
     def __contains__(self, node: ast.AST) -> bool:
         if self._new_api is None:
             self._new_api = _new_api_spans(self.facts)
-        chain = _chain_to(self.facts.module, node)
+        chain = self._chain(node)
         if chain is None:
             return False
         for parent, child in zip(chain, chain[1:]):
             if _gates(self.facts, parent, child, self._new_api):
                 return True
         return False
+
+    def scope_of(self, node: ast.AST) -> ast.AST | None:
+        """The innermost function that holds ``node``, else the module; None where a class body
+        is nearer (a name bound there is the class's attribute)."""
+        chain = self._chain(node) or (self.facts.module,)
+        for outer in reversed(chain[:-1]):
+            if type(outer) is ast.FunctionDef or type(outer) is ast.AsyncFunctionDef:
+                return outer
+            if type(outer) is ast.ClassDef:
+                return None
+        return self.facts.module
+
+    def holds(self, outer: ast.AST, node: ast.AST) -> bool:
+        """Whether ``node`` lies inside ``outer``."""
+        chain = self._chain(node)
+        return chain is not None and any(step is outer for step in chain[:-1])
+
+    def _chain(self, node: ast.AST) -> tuple[ast.AST, ...] | None:
+        """``_chain_to`` from the module, entered at the module-level statement whose span
+        starts last at or before the node's (the whole walk where that one does not hold it)."""
+        module = self.facts.module
+        placed = _outer_span(node)
+        if placed is not None and module.body:
+            from bisect import bisect_right
+
+            if self._starts is None:
+                # (a statement always has a position; the stand-in keeps the list's order)
+                self._starts = [(_outer_span(statement) or ((0, 0), (0, 0)))[0] for statement in module.body]
+            index = bisect_right(self._starts, placed[0]) - 1
+            if index >= 0:
+                top = module.body[index]
+                inner = (top,) if top is node else _chain_to(top, node)
+                if inner is not None:
+                    return (module, *inner)
+        return _chain_to(module, node)
 
 
 def _module_level_imports(body: list[Any]) -> Iterable[ast.ImportFrom]:  # statements, told by ``type``
@@ -495,10 +566,10 @@ def _arms_gate(facts: AmpFacts, node: ast.If | ast.IfExp) -> bool:
     return type(node) is ast.IfExp or bool(_VERSION_TEST.search(facts.text(node.test)))
 
 
-def _chain_to(module: ast.Module, target: ast.AST) -> tuple[ast.AST, ...] | None:
-    """The nodes from ``module`` down to ``target`` (both included), or None when it is not
-    there. Only children whose span holds the target's are entered (nodes without a position,
-    such as ``ast.arguments``, are looked through)."""
+def _chain_to(module: ast.AST, target: ast.AST) -> tuple[ast.AST, ...] | None:
+    """The nodes from ``module`` (or any node) down to ``target`` (both included), or None when
+    it is not there. Only children whose span holds the target's are entered (nodes without a
+    position, such as ``ast.arguments``, are looked through)."""
     placed = _outer_span(target)
     stack: list[tuple[ast.AST, tuple[ast.AST, ...]]] = [(module, (module,))]
     while stack:
