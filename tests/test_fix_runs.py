@@ -258,3 +258,20 @@ def test_amp401_fixes_an_import_inside_a_function_with_the_uses_of_that_function
     assert fixed.count("from torch.amp import autocast") == 2
     assert 'with autocast("cuda"):' in fixed and 'with autocast("cuda", enabled=True):' in fixed
     assert fix_text(fixed) == fixed
+
+
+def test_amp401_leaves_a_functions_decorator_to_the_scope_around_it():
+    from helpers import fix_text
+
+    source = (
+        "from torch.amp import autocast\n\n\n"
+        '@autocast("cuda")\n'
+        "def step(model, x):\n"
+        "    from torch.cuda.amp import autocast\n\n"
+        "    with autocast():\n"
+        "        return model(x)\n"
+    )
+    fixed = fix_text(source)
+    compile(fixed, "step.py", "exec")
+    assert '@autocast("cuda")\n' in fixed and 'with autocast("cuda"):' in fixed
+    assert "from torch.amp import autocast\n\n\n@" in fixed and "    from torch.amp import autocast" in fixed

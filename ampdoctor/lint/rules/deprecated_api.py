@@ -134,10 +134,13 @@ class _Uses:
         self.handled: set[int] = set()
         self.other = 0
 
-    def scan(self, facts: AmpFacts, root: ast.AST | None = None) -> None:
+    def scan(self, facts: AmpFacts, scope: ast.AST | None = None) -> None:
+        """The uses in the module, or in the body of the function ``scope`` (its decorators,
+        defaults and annotations are evaluated outside it)."""
         # Parents come before their children, so a handled callee is marked before it is seen.
         watched = self.names | self.module_aliases
-        for node in _mentioning(facts, watched, root):
+        roots = None if scope is None or type(scope) is ast.Module else getattr(scope, "body", None)
+        for node in _mentioning(facts, watched, roots):
             kind = type(node)
             if type(node) is ast.Call:
                 self._call(node)
@@ -189,12 +192,13 @@ class _Uses:
             self.handled.add(id(value))
 
 
-def _mentioning(facts: AmpFacts, names: set[str], root: ast.AST | None = None) -> Iterable[ast.AST]:
-    """The nodes of the module (or of ``root`` in it) in source order (``iter_nodes``, imports
-    not entered), passing over every statement whose text (its decorators included) holds none
-    of ``names``: nothing in it can use them, and a large module is mostly such statements."""
+def _mentioning(facts: AmpFacts, names: set[str], roots: list[ast.stmt] | None = None) -> Iterable[ast.AST]:
+    """The nodes of the module (or of the statements ``roots`` in it) in source order
+    (``iter_nodes``, imports not entered), passing over every statement whose text (its
+    decorators included) holds none of ``names``: nothing in it can use them, and a large module
+    is mostly such statements."""
     source, lines = facts.source, facts.lines
-    stack: list[ast.AST] = [facts.module if root is None else root]
+    stack: list[ast.AST] = [facts.module] if roots is None else list(reversed(roots))
     while stack:
         node = stack.pop()
         if isinstance(node, ast.stmt):
