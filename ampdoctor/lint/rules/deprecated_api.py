@@ -265,11 +265,11 @@ class DeprecatedAmpApi(LintRule):
             if ref.fallback or ref.node in gated:
                 continue  # ``except ImportError:`` fallback or version-gated import for old torch versions
             by_statement.setdefault(id(ref.node), []).append(ref)
-        binders: dict[str, list[ast.stmt]] = {}  # local name → the import statements that bind it
+        binders: dict[str, dict[int, int]] = {}
         if by_statement:
             from ..textpos import import_alias_name, import_from_module
 
-            binders = _import_statements(facts)
+            binders = _binders(facts, gated)
         for refs in by_statement.values():
             node = refs[0].node
             if type(node) is ast.ImportFrom:
@@ -297,7 +297,7 @@ class DeprecatedAmpApi(LintRule):
         refs: list[ImportRef],
         device: str,
         gated: Gated,
-        binders: dict[str, list[ast.stmt]],
+        binders: dict[str, dict[int, int]],
     ) -> FixPlan | None:
         """Rename the module at the import (``name``: its text) and add the device at every use
         in its scope: the module, or the function the import statement is in."""
@@ -325,14 +325,12 @@ class DeprecatedAmpApi(LintRule):
         scope = gated.scope_of(node)
         if scope is None:
             return None  # in a class body: its uses are the class's attribute
-        for local in names | module_aliases:
-            for other in binders.get(local, ()):
-                if other is not node and (scope is facts.module or gated.holds(scope, other)):
-                    # Another import binds the name in the same scope (a script pasted twice,
-                    # ``from torch.amp import autocast`` in a function of the module): which
-                    # uses are this import's is not the text's to say (rewriting every use once
-                    # per import added the device again and again).
-                    return None
+        if any(binders.get(local, {}).get(id(scope), 0) > 1 for local in names | module_aliases):
+            # Another import binds the name in the same scope or one inside it (a script pasted
+            # twice, ``from torch.amp import autocast`` in a function of the module): which uses
+            # are this import's is not the text's to say (rewriting every use once per import
+            # added the device again and again).
+            return None
         uses = _Uses(names, module_aliases)
         uses.scan(facts, scope)
         if uses.other:
@@ -430,15 +428,20 @@ def _held_references(facts: AmpFacts) -> set[int]:
     return found
 
 
-def _import_statements(facts: AmpFacts) -> dict[str, list[ast.stmt]]:
-    """Each local name the module's imports bind (anywhere in it), with the statements that
-    bind it."""
-    found: dict[str, list[ast.stmt]] = {}
+def _binders(facts: AmpFacts, gated: Gated) -> dict[str, dict[int, int]]:
+    """Each local name the module's imports bind: how many import statements bind it inside
+    each scope (by ``id``: the module, each function and class) that holds one, counted once per
+    statement and scope, so that a question of one import is a lookup, not a walk of the others."""
+    counts: dict[str, dict[int, int]] = {}
+    seen: set[tuple[str, int]] = set()
     for ref in facts.import_refs:
-        statements = found.setdefault(ref.local, [])
-        if not any(statement is ref.node for statement in statements):
-            statements.append(ref.node)
-    return found
+        if (ref.local, id(ref.node)) in seen:
+            continue
+        seen.add((ref.local, id(ref.node)))
+        per_scope = counts.setdefault(ref.local, {})
+        for scope in gated.scopes(ref.node):
+            per_scope[id(scope)] = per_scope.get(id(scope), 0) + 1
+    return counts
 
 
 def _device_of(ref: ImportRef) -> str:

@@ -56,10 +56,10 @@ class Gated:
                 return None
         return self.facts.module
 
-    def holds(self, outer: ast.AST, node: ast.AST) -> bool:
-        """Whether ``node`` lies inside ``outer``."""
-        chain = self._chain(node)
-        return chain is not None and any(step is outer for step in chain[:-1])
+    def scopes(self, node: ast.AST) -> list[ast.AST]:
+        """The module and every function and class that hold ``node``."""
+        chain = self._chain(node) or (self.facts.module, node)
+        return [self.facts.module, *(outer for outer in chain[1:-1] if type(outer) in _SCOPES)]
 
     def _chain(self, node: ast.AST) -> tuple[ast.AST, ...] | None:
         """``_chain_to`` from the module, entered at the module-level statement whose span
@@ -81,6 +81,7 @@ class Gated:
         return _chain_to(module, node)
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _VERSION_TEST = re.compile(r"version|TORCH_(GREATER|LESS|GE|LT|VER)|_GE_|_LT_|hasattr\(\s*torch", re.I)
 _AMP_WORD = re.compile(r"\bamp\b")
 _FALLBACK_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "Exception"}
