@@ -107,3 +107,53 @@ def test_a_tensor_method_of_the_same_name_as_a_scaling_wrapper_is_not_the_wrappe
         encoding="utf-8",
     )
     assert [f.code for f in lint_project(tmp_path).findings] == []
+
+
+STATS_TRAIN = """\
+import torch
+from builders import make_engine
+
+
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    engine = make_engine()
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        engine.update_stats(loss)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+"""
+STATS_BUILDERS = """\
+from stats import Stats
+
+
+def make_engine(optimizer_name="adam"):
+    return Stats(optimizer_name)
+"""
+STATS = """\
+class Stats:
+    def __init__(self, optimizer_name):
+        self.optimizer_name = optimizer_name
+
+    def update_stats(self, loss):
+        print(self.optimizer_name, loss)
+"""
+
+
+def test_a_receiver_is_not_resolved_where_no_method_of_its_names_runs_a_protocol(tmp_path: Path, monkeypatch):
+    from ampdoctor.lint.project import store as store_module
+
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    for name, text in {"train.py": STATS_TRAIN, "builders.py": STATS_BUILDERS, "stats.py": STATS}.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    made: list[bytes] = []
+    original = store_module.summarize_bytes
+    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: made.append(data) or original(data))
+    # ``engine.update_stats(loss)`` has a protocol's name, but no method of that name in a module
+    # that makes or uses a scaler runs one: the engine's value, which runs through builders.py,
+    # is not worked out.
+    assert project_findings(tmp_path, ("AMP201", "AMP206")) == set()
+    assert STATS_BUILDERS.encode() not in made
