@@ -120,3 +120,75 @@ def test_a_helper_that_unscales_the_scaler_it_is_handed_is_found(tmp_path: Path)
     # before a step raises (AMP206 at the call, with the helper's unscale seeded into the loop).
     write(tmp_path, {"train.py": ACCUMULATE, "helpers.py": BACKWARD_MICRO})
     assert lint_tree(tmp_path) == [("train.py", 10, "AMP206")]
+
+
+OBJECTS = """\
+import torch
+from loggers import make_logger
+from runners import make_runner
+
+
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    runner = make_runner()
+    logger = make_logger()
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        runner.clip(model)
+        logger.log_metrics(loss)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+"""
+RUNNERS = """\
+from engine import Runner
+
+
+def make_runner(optimizer_name="adam"):
+    return Runner(optimizer_name)
+"""
+ENGINE = """\
+import torch
+
+
+class Runner:
+    def __init__(self, optimizer_name):
+        self.optimizer_name = optimizer_name
+
+    def clip(self, model):
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+"""
+LOGGERS = """\
+from logs import Logger
+
+
+def make_logger(optimizer_name="adam"):
+    return Logger(optimizer_name)
+"""
+LOGS = """\
+class Logger:
+    def __init__(self, optimizer_name):
+        self.optimizer_name = optimizer_name
+
+    def log_metrics(self, loss):
+        print(self.optimizer_name, loss)
+"""
+
+
+def test_an_objects_value_is_worked_out_only_for_a_method_a_helper_of_the_project_has(tmp_path: Path, monkeypatch):
+    write(
+        tmp_path,
+        {"train.py": OBJECTS, "runners.py": RUNNERS, "engine.py": ENGINE, "loggers.py": LOGGERS, "logs.py": LOGS},
+    )
+    made: list[bytes] = []
+    original = store_module.summarize_bytes
+    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: made.append(data) or original(data))
+    # ``runner.clip(model)``: a method of that name clips in engine.py, and the runner's value
+    # (made in runners.py) says it is that one: gradients clipped while still scaled.
+    assert lint_tree(tmp_path) == [("train.py", 14, "AMP201")]
+    assert RUNNERS.encode() in made
+    # ``logger.log_metrics(loss)``: no function of that name clips or unscales, so the logger's
+    # value is not worked out, and the module that makes it is never parsed.
+    assert LOGGERS.encode() not in made

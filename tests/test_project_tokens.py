@@ -15,6 +15,7 @@ from ampdoctor.lint import LintRequest, engine, known_codes, lint_paths
 from ampdoctor.lint.project import store as store_module
 from ampdoctor.lint.project.tokens import (
     CLASSES,
+    CLIP_OR_UNSCALE,
     FLOAT16_AUTOCAST,
     class_statements,
     float16_risk,
@@ -105,6 +106,11 @@ SAMPLES = {
     "full word only": b"full = True\nwhere = None\nfill = 0\n",
     "bce": b"loss = F.binary_cross_entropy(p, y)\n",
     "nothing": b"x = 1\n",
+    "clip helper": b"def clip_gradients(model):\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+    "clipper class": b"class ClipGradNorm:\n    pass\n",
+    "upper case": b"GRAD_CLIP = 1.0\n",
+    "unscale": b"scaler.unscale_(optimizer)\n",
+    "clip word only": b"x = x.clip(0, 1)\ngrad = None\n",
 }
 
 
@@ -126,6 +132,9 @@ def test_the_classes_of_some_samples():
     assert "precision" in token_classes(SAMPLES["fabric"])
     assert "precision" not in token_classes(SAMPLES["precision outside lightning"])
     assert FLOAT16_AUTOCAST in token_classes(SAMPLES["float16 autocast"])
+    for name in ("clip helper", "clipper class", "upper case", "unscale"):
+        assert CLIP_OR_UNSCALE in token_classes(SAMPLES[name]), name
+    assert CLIP_OR_UNSCALE not in token_classes(SAMPLES["clip word only"])
     assert token_classes(SAMPLES["cpu autocast"]) == {"autocast"}
     assert token_classes(SAMPLES["deprecated scaler, no autocast"]) == {"scaler"}
     assert token_classes(SAMPLES["full word only"]) == frozenset()
@@ -302,3 +311,16 @@ def test_the_subclass_index_reads_no_file_the_lint_pass_read(tmp_path: Path, mon
     run = lint_paths([tmp_path / "base.py"], request, cwd=tmp_path)
     assert [(Path(r.path).name, f.code) for r in run.results for f in r.findings] == [("base.py", "AMP211")]
     assert len(read) == len(SUBCLASSED) - 1
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            ["clip", "Clip", "CLIP", "cLiP", "grad", "Grad", "GRAD", "_", "unscale_", "UnScale_", "x", " "]
+        ),
+        max_size=8,
+    )
+)
+def test_the_clip_class_on_lowered_bytes_is_the_case_folding_search(parts):
+    data = "".join(parts).encode()
+    assert (CLIP_OR_UNSCALE in token_classes(data)) == has_class(data, CLIP_OR_UNSCALE)

@@ -359,7 +359,11 @@ class Check:
 # names the module of each check's function for those codes (``Check`` refuses one it does not).
 PROJECT_CHECKS: tuple[Check, ...] = (
     Check(["AMP211"], checkpoint_reports, lambda f, r: f(r.project, r.targets, r.values, r.callers)),
-    Check(None, seeded_reports, lambda f, r: f(r.values, r.targets, r.codes, r.callers.defining_with_scaler)),
+    Check(
+        None,
+        seeded_reports,
+        lambda f, r: f(r.values, r.targets, r.codes, r.callers.defining_with_scaler, r.callers.clipping),
+    ),
     Check(["AMP201"], _clips_in_helpers, lambda f, r: f(r.project, r.targets, r.callers)),
     Check(["AMP101"], _backward_under_autocast, lambda f, r: f(r.project, r.targets)),
     Check(

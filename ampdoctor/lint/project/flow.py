@@ -22,7 +22,7 @@ Resolved values hold concrete atoms only: ``S@module@L:C`` (a scaler made there)
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..vocabulary import STATE_METHODS
 from .link import Project, Target
@@ -322,10 +322,13 @@ class Values:
         call: CallFlow,
         without: re.Pattern[bytes] | None = None,
         words: re.Pattern[bytes] | None = None,
+        defined: Callable[[str], bool] | None = None,
     ) -> Target | None:
         """The project function ``call`` (made in ``function``) lands in; ``without``: only
         where the function's text may match this pattern; ``words``: only in a module whose text
-        matches it, or one already summarized (see ``Project.resolve_call``)."""
+        matches it, or one already summarized (see ``Project.resolve_call``); ``defined``:
+        whether a function of a name may answer what the caller asks: a method is found by the
+        object's value only where it says so of the method's name."""
         callee = call.get("callee")
         if not callee:
             return None
@@ -340,9 +343,11 @@ class Values:
         # By the object's value: only where the method's name may answer what the caller asks
         # (a ``save_state`` for a checkpoint): that walk reads the modules of the object's class.
         if found is None and call.get("recv") and (without is None or without.search(name.encode())):
-            found = self._method_of_value(module, function, call, call["recv"], name)
+            if defined is None or defined(name):
+                found = self._method_of_value(module, function, call, call["recv"], name)
         if found is None and call.get("func") and without is None:
-            found = self._method_of_value(module, function, call, call["func"], "__call__")
+            if defined is None or defined("__call__"):
+                found = self._method_of_value(module, function, call, call["func"], "__call__")
         return found
 
     def _gate_for(self, words: re.Pattern[bytes]) -> ModuleGate:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ...records import Record
+from .tokens import CLIP_OR_UNSCALE
 
 # What AMP211 costs, said the same way by every check that reports it.
 RESUME = (
@@ -69,6 +70,10 @@ class Callers:
     def defining_with_scaler(self, name: str) -> list[str]:
         """``defining`` among the modules that make or use a GradScaler."""
         return self.defining(name, "scaler")
+
+    def clipping(self) -> list[str]:
+        """The modules whose text may clip gradients or unscale them (``tokens.CLIP_OR_UNSCALE``)."""
+        return self.with_class(CLIP_OR_UNSCALE)
 
     def handling(self, name: str) -> list[str]:
         """``defining`` among the modules whose text runs a backward or a step (the handlers of

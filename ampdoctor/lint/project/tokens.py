@@ -144,7 +144,12 @@ _AUTOCAST_CALL = re.compile(rb"autocast[ \t]*\(((?:[^()]|\([^()]*\))*)\)")
 _FLOAT16_OR_DEVICE = re.compile(rb"(?<![bB])float16|half|fp16|[\"'](?!cpu[\"'])[a-z]+(?::\d+)?[\"']")
 # A class of its own, tested on the text: the module may hold a float16 or non-CPU autocast region.
 FLOAT16_AUTOCAST = "float16_autocast"
-CLASSES = (*TOKEN_CLASSES, FLOAT16_AUTOCAST)
+# Another: the module's text matches ``CLIP_OR_UNSCALE_WORDS`` (it may clip gradients or unscale
+# them). Found on the lowered bytes, where the expression needs no case folding: over the 42 MB
+# of the 31-repository tree, 0.09 s against 0.6 s for the case-folding search.
+CLIP_OR_UNSCALE = "clip_or_unscale"
+_LOWERED_CLIP_OR_UNSCALE = re.compile(CLIP_OR_UNSCALE_WORDS.pattern.removeprefix(b"(?i)"))
+CLASSES = (*TOKEN_CLASSES, FLOAT16_AUTOCAST, CLIP_OR_UNSCALE)
 
 
 class _Search:
@@ -174,6 +179,8 @@ def has_class(data: bytes, kind: str) -> bool:
     """Whether ``data`` holds a token of class ``kind`` (one of ``CLASSES``)."""
     if kind == FLOAT16_AUTOCAST:  # an autocast region, in float16 or on an accelerator
         return has_class(data, "autocast") and _float16_autocast(data)
+    if kind == CLIP_OR_UNSCALE:
+        return CLIP_OR_UNSCALE_WORDS.search(data) is not None
     return _holds_class(_Search(data, None), kind)
 
 
@@ -214,6 +221,9 @@ def token_classes(data: bytes, seen: dict[bytes, bool] | None = None) -> frozens
             found.append(kind)
     if "autocast" in found and _float16_autocast(data):
         found.append(FLOAT16_AUTOCAST)
+    lowered = data.lower()  # ASCII only, as the expression's case folding on bytes
+    if (b"clip" in lowered or b"unscale_" in lowered) and _LOWERED_CLIP_OR_UNSCALE.search(lowered) is not None:
+        found.append(CLIP_OR_UNSCALE)
     return frozenset(found)
 
 
