@@ -222,6 +222,53 @@ def test_a_class_constructed_from_another_module_is_found_without_summarizing_th
     assert "models/net.py" in summarized
 
 
+def _classes(root: Path, with_outlines: bool) -> list:
+    files, summaries, outline_of = _fixture(root)
+    found = []
+    for rel in sorted(files):
+        for call in (summaries[rel] or {}).get("calls", []):
+            project = Project(files, summaries.get, outline=outline_of if with_outlines else None)
+            found.append((rel, call["callee"], project.resolve_class_on_text_first(rel, call["callee"].split("."))))
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
+def test_every_callee_of_the_project_fixtures_names_the_class_it_did_without_outlines(name: str):
+    root = FIXTURES / name
+    found = _classes(root, True)
+    assert found == _classes(root, False)
+    # and the classes are those the full walk names
+    files, summaries, _outline_of = _fixture(root)
+    project = Project(files, summaries.get)
+    for rel, callee, answer in found:
+        spelled = project.resolve_spelled(rel, callee.split("."))
+        assert answer == (spelled[:2] if spelled is not None and spelled[2] == "class" else None)
+
+
+def test_a_factory_function_is_no_class_without_summarizing_its_module():
+    texts = {
+        "train.py": "from models import build_model, Net\n\n\ndef main():\n    build_model()\n    Net()\n",
+        "models.py": (
+            "import torch\n\n\ndef build_model():\n    return Net()\n\n\n"
+            "class Net(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+        ),
+    }
+    summarized: list[str] = []
+    project = _recording(texts, summarized)
+    project.summary("train.py")
+    # ``def build_model`` may be a nested function for all the outline knows, but the name is no
+    # class of the module either way.
+    assert project.resolve_class_on_text_first("train.py", ["build_model"]) is None
+    assert project.resolve_class_on_text_first("train.py", ["Net"]) == ("models.py", "Net")
+    assert summarized == ["train.py"]
+    # A class of the name beside a ``def`` of it: which one the name is, the summary says.
+    texts["models.py"] += "\n\nclass build_model:\n    pass\n"
+    fresh = _recording(texts, summarized)
+    fresh.summary("train.py")
+    assert fresh.resolve_class_on_text_first("train.py", ["build_model"]) is None  # the summary: a function first
+    assert "models.py" in summarized
+
+
 def test_a_constructed_class_whose_module_names_no_value_is_left_to_the_calls_fallback():
     from ampdoctor.lint.project.flow import Values
 

@@ -413,8 +413,8 @@ class Values:
         modules' outlines first, so that a class's module whose text names no value is not
         summarized only to find the class (79 of the 215 modules the 31-repository tree's checks
         summarized on demand in the main process)."""
-        found = self.project.resolve_spelled_on_text_first(module, callee.split("."))
-        if found is None or found[2] != "class":
+        found = self.project.resolve_class_on_text_first(module, callee.split("."))
+        if found is None:
             return None
         if words is not None and found[0] not in self.project._summaries and not self._gate_for(words)(found[0]):
             return None
