@@ -269,6 +269,25 @@ def test_a_factory_function_is_no_class_without_summarizing_its_module():
     assert "models.py" in summarized
 
 
+def test_a_package_without_helper_tokens_is_read_as_an_outline(tmp_path: Path):
+    from ampdoctor.lint.project.store import SummaryStore
+
+    (tmp_path / "models").mkdir()
+    texts = {
+        "train.py": "import torch\nfrom models import Net\n\n\ndef main(optimizer):\n    model = Net()\n",
+        "models/__init__.py": "from .net import Net\n",
+        "models/net.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        return x\n",
+    }
+    for rel, text in texts.items():
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    store = SummaryStore(tmp_path, None)
+    assert store.outline("models/__init__.py") is not None  # no helper token: an outline all the same
+    project = Project(set(texts), store.summary, store.defines_without, store.outline, store.text)
+    project.summary("train.py")
+    assert project.resolve_class_on_text_first("train.py", ["Net"]) == ("models/net.py", "Net")
+    assert store.made == 1  # train.py alone: the package's ``__init__`` was not parsed
+
+
 def test_a_constructed_class_whose_module_names_no_value_is_left_to_the_calls_fallback():
     from ampdoctor.lint.project.flow import Values
 
