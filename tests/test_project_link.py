@@ -651,3 +651,16 @@ def test_names_bound_once_at_module_level_feed_aliases_and_int_constants():
     assert sorted(once) == ["FLAG", "N_CLASSES", "save"]
     assert int_constants(facts) == {"N_CLASSES": 10}
     assert summarize(facts)["aliases"] == {"save": "utils.save_checkpoint"}
+
+
+def test_a_module_is_found_the_same_from_every_folder_and_each_answer_is_kept_once():
+    files = {"pkg/__init__.py", "pkg/utils.py", "apps/a/train.py", "apps/b/train.py", "apps/b/extra/eval.py"}
+    project = Project(files, lambda rel: None)
+    for importer in ("apps/a/train.py", "apps/b/train.py", "apps/b/extra/eval.py"):
+        assert project.find_module(importer, "pkg.utils") == ("pkg/utils.py", [])
+        assert project.find_module(importer, "pkg.utils.save") == ("pkg/utils.py", ["save"])
+        assert project.find_module(importer, "torch.nn") is None
+    # a module never imports itself: the package's other module is the answer from within it
+    assert project.find_module("pkg/utils.py", "pkg") == ("pkg/__init__.py", [])
+    answers = [known["pkg.utils"] for folder, known in project._found.items() if folder.startswith("apps")]
+    assert len(answers) == 3 and all(answer is answers[0] for answer in answers)

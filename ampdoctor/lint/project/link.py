@@ -149,6 +149,7 @@ class Project(Record):
 
     __slots__ = (
         "_callees",
+        "_answers",
         "_found",
         "_gate",
         "_module_names",
@@ -190,8 +191,10 @@ class Project(Record):
         self._summaries: dict[str, ModuleSummary | None] = {}
         # module → its calls, their callees' spellings joined, and each spelling's positions
         self._callees: dict[str, tuple[list[CallRecord], str, dict[str, list[int]]]] = {}
-        # (importer's folder, module name, its extra search paths) → the modules it may be
-        self._found: dict[tuple[str, str, tuple[str, ...]], tuple[tuple[str, tuple[str, ...]], ...]] = {}
+        # importer's folder → module name (with its extra search paths, where it has some) →
+        # the modules it may be
+        self._found: dict[str, dict[str | tuple[str, tuple[str, ...]], tuple[tuple[str, tuple[str, ...]], ...]]] = {}
+        self._answers: dict[tuple[tuple[str, tuple[str, ...]], ...], tuple[tuple[str, tuple[str, ...]], ...]] = {}
         self._module_names: frozenset[str] | None = None
         self._stems: frozenset[str] = frozenset()
         self._outlines: dict[str, Outline | None] = {}
@@ -253,10 +256,16 @@ class Project(Record):
         # The answer depends on the importer's folder, except that a module never imports
         # itself: the first two matches seen from a folder are kept for its other modules.
         extra = self._search_paths(importer)
-        key = (importer.rpartition("/")[0], target, extra)
-        matches = self._found.get(key)
+        folder = importer.rpartition("/")[0]
+        known = self._found.get(folder)
+        if known is None:
+            known = self._found[folder] = {}
+        key: str | tuple[str, tuple[str, ...]] = (target, extra) if extra else target
+        matches = known.get(key)
         if matches is None:
-            matches = self._found[key] = self._matches(importer, target, extra)
+            # Each answer kept once: most are the same few (none, or the project's own package).
+            matches = self._matches(importer, target, extra)
+            matches = known[key] = self._answers.setdefault(matches, matches)
         for candidate, rest in matches:
             if candidate != importer:
                 return candidate, list(rest)
