@@ -366,3 +366,14 @@ def test_a_base_class_module_is_parsed_only_where_the_call_may_land_in_it(tmp_pa
         # is never parsed.
         assert findings == []
         assert helpers.encode() not in made
+
+
+@pytest.mark.parametrize("ending", ["", "\n", "\n\n"])
+def test_a_blocks_text_is_the_modules_lines_it_spans(ending: str):
+    data = (BASES.rstrip("\n") + ending).encode()
+    outline = Outline(data)
+    outline._split()
+    lines = data.split(b"\n")
+    for _kind, start, end in outline._blocks:
+        for stop in range(start, end + 1):
+            assert outline._text(start, stop) == b"\n".join(lines[start:stop])
