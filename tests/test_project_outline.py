@@ -377,3 +377,22 @@ def test_a_blocks_text_is_the_modules_lines_it_spans(ending: str):
     for _kind, start, end in outline._blocks:
         for stop in range(start, end + 1):
             assert outline._text(start, stop) == b"\n".join(lines[start:stop])
+
+
+def test_a_call_that_lands_for_certain_on_outlines_leaves_the_modules_it_passes_unparsed():
+    texts = {
+        "train.py": "import torch\nfrom pkg import save_state\n\n\ndef main(optimizer):\n    save_state(optimizer)\n",
+        "pkg/__init__.py": "from .impl import save_state\n",
+        "pkg/impl.py": "import torch\n\n\ndef save_state(optimizer):\n    torch.save(optimizer.state_dict(), 'o.pt')\n",
+    }
+    summarized: list[str] = []
+    project = _recording(texts, summarized)
+    [call] = [c for c in project.summary("train.py")["calls"] if c["callee"] == "save_state"]
+    project.summary("pkg/impl.py")  # the lint pass summarized it: its function is known for certain
+    target = project.resolve_call("train.py", call)
+    assert target is not None and (target.module, target.name) == ("pkg/impl.py", "save_state")
+    assert summarized == ["train.py", "pkg/impl.py"]  # the package's ``__init__`` was read as an outline
+    # Without outlines, the same landing.
+    plain = Project(set(texts), lambda rel: _summary(texts[rel].encode()))
+    found = plain.resolve_call("train.py", call)
+    assert found is not None and (found.module, found.name, found.skip) == (target.module, target.name, target.skip)

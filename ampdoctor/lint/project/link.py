@@ -514,11 +514,13 @@ class Project(Record):
         self._gate = gate
         try:
             if self.outline is not None:
-                # On outlines first: where that proves the call lands nowhere, nothing is parsed.
+                # On outlines first: where that proves the call lands nowhere, or where it lands
+                # (in a module already summarized: an outline never says for certain that a
+                # function is there), the modules it passes through are not parsed.
                 self._text_first = True
                 try:
-                    if self._landing(module, call) is None:
-                        return None
+                    found = self._landing(module, call)
+                    return None if found is None else self._target(found)
                 except Uncertain:
                     pass
                 finally:
@@ -530,8 +532,10 @@ class Project(Record):
 
     def _resolve_call(self, module: str, call: CallLike) -> Target | None:
         found = self._landing(module, call)
-        if found is None:
-            return None
+        return None if found is None else self._target(found)
+
+    def _target(self, found: tuple[str, str, int]) -> Target | None:
+        """The function of a landing (module, qualified name, parameters not passed)."""
         other, name, skip = found
         target_summary = self.summary(other)
         function = target_summary.get("functions", {}).get(name) if target_summary else None
