@@ -192,3 +192,48 @@ def test_an_objects_value_is_worked_out_only_for_a_method_a_helper_of_the_projec
     # ``logger.log_metrics(loss)``: no function of that name clips or unscales, so the logger's
     # value is not worked out, and the module that makes it is never parsed.
     assert LOGGERS.encode() not in made
+
+
+def _summary_of(text: str) -> dict | None:
+    from ampdoctor.lint.engine import parse_source
+    from ampdoctor.lint.facts import build_facts
+    from ampdoctor.lint.project.summary import summarize
+
+    return summarize(build_facts(parse_source(text), text))
+
+
+def test_the_helpers_are_found_in_the_clipping_modules_that_define_the_name_asked_about():
+    from ampdoctor.lint.project.flow import Values
+    from ampdoctor.lint.project.link import Project
+    from ampdoctor.lint.project.seeds import _Helpers
+
+    texts = {
+        "a.py": "import torch\n\n\ndef clip_all(model):\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+        "b.py": (
+            "import torch\n\n\nclass Runner:\n    def clip(self, model):\n"
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        ),
+        "c.py": "GRAD_CLIP = 1.0\n\n\ndef  log_metrics(loss):\n    print(loss)\n",
+    }
+    summarized: list[str] = []
+    project = Project(
+        set(texts), lambda rel: summarized.append(rel) or _summary_of(texts[rel]), text=lambda rel: texts[rel].encode()
+    )
+    helps = _Helpers(Values(project), lambda: sorted(texts))
+    assert helps("clip") and summarized == ["b.py"]  # a method of that name clips
+    assert not helps("log_metrics") and summarized == ["b.py", "c.py"]  # defined there (however spaced), no clip
+    assert not helps("step") and summarized == ["b.py", "c.py"]  # defined nowhere: nothing summarized
+    assert helps("clip_all") and summarized == ["b.py", "c.py", "a.py"]
+    assert helps("clip") and summarized == ["b.py", "c.py", "a.py"]  # asked once per name
+
+
+def test_a_modules_text_is_searched_once_per_words_gate():
+    from ampdoctor.lint.project.flow import Values
+    from ampdoctor.lint.project.link import Project
+
+    read: list[str] = []
+    texts = {"a.py": b"def save_all(x):\n    torch.save(x, 'x.pt')\n", "b.py": b"def f():\n    pass\n"}
+    project = Project(set(texts), lambda rel: None, text=lambda rel: read.append(rel) or texts[rel])
+    gate = Values(project)._gate_for(CLIP_OR_UNSCALE_WORDS)
+    assert [gate("a.py"), gate("b.py"), gate("a.py"), gate("b.py")] == [False, False, False, False]
+    assert read == ["a.py", "b.py"]

@@ -17,6 +17,7 @@ the trip from the summary to a parse of the module's text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 from .engine_calls import protocol_seeds
@@ -64,7 +65,7 @@ def module_seeds(
                 continue
             # (a module whose text cannot clip or unscale is not summarized to find that out,
             # nor an object's value worked out for a method of a name no helper has)
-            helpers = None if clipping is None else _helper_names(values, clipping).__contains__
+            helpers = None if clipping is None else _helpers(values, clipping)
             target = values.target(module, function, call, words=CLIP_OR_UNSCALE_WORDS, defined=helpers)
             if target is None:
                 continue
@@ -82,22 +83,54 @@ def module_seeds(
     return {"regions": regions, "clips": clips, "unscales": unscales, "protocol": protocol, "methods": methods}
 
 
-def _helper_names(values: Values, clipping: Callable[[], list[str]]) -> frozenset[str]:
-    """The names of the functions and methods that clip or unscale for their caller, found once
-    per run in the modules ``clipping`` gives (where every such function lies: ``tokens.py``).
-    A call's object of unseen class has its value worked out (a walk that summarizes the
-    modules its construction runs through) only for a method of one of these names: on the
-    31-repository tree the seeds looked for 2,466 methods that way, 0.44 s of the checks, and
-    one of the 716 functions they found clipped."""
+class _Helpers:
+    """Whether a function or method of a name clips or unscales for its caller. Every such
+    function lies in a module ``clipping`` gives (``tokens.CLIP_OR_UNSCALE``); of those, only
+    the modules whose text defines a function of the name asked about are summarized to find
+    out. A call's object of unseen class has its value worked out (a walk that summarizes the
+    modules its construction runs through) only for a method of such a name: on the
+    31-repository tree the seeds looked for 2,466 methods that way, 0.44 s of the checks, and one
+    of the 716 functions they found clipped."""
+
+    def __init__(self, values: Values, clipping: Callable[[], list[str]]) -> None:
+        self.values = values
+        self.clipping = clipping
+        self._defining: dict[str, list[str]] | None = None
+        self._answers: dict[str, bool] = {}
+
+    def __call__(self, name: str) -> bool:
+        known = self._answers.get(name)
+        if known is None:
+            known = self._answers[name] = self._helps(name)
+        return known
+
+    def _helps(self, name: str) -> bool:
+        project = self.values.project
+        if self._defining is None:
+            self._defining = {}
+            for rel in self.clipping():
+                data = project.text(rel) if project.text is not None else None
+                for defined in set(_DEFINED.findall(data or b"")):
+                    self._defining.setdefault(defined.decode("utf-8", "replace"), []).append(rel)
+        for rel in self._defining.get(name, ()):
+            for qualified, function in (project.summary(rel) or {}).get("functions", {}).items():
+                if qualified.rpartition(".")[2] == name and (
+                    "clips_for_caller" in function or "unscales_for_caller" in function
+                ):
+                    return True
+        return False
+
+
+# The name a ``def`` statement gives, however spaced (a name that is not ASCII, whole).
+_DEFINED = re.compile(rb"\bdef\s+([^\s(]+)")
+
+
+def _helpers(values: Values, clipping: Callable[[], list[str]]) -> _Helpers:
+    """The run's ``_Helpers``."""
     key = ("clip_helpers",)
     known = values.asked.get(key)
-    if not isinstance(known, frozenset):
-        found = set()
-        for rel in clipping():
-            for qualified, summary in (values.project.summary(rel) or {}).get("functions", {}).items():
-                if "clips_for_caller" in summary or "unscales_for_caller" in summary:
-                    found.add(qualified.rpartition(".")[2])
-        known = values.asked[key] = frozenset(found)
+    if not isinstance(known, _Helpers):
+        known = values.asked[key] = _Helpers(values, clipping)
     return known
 
 
