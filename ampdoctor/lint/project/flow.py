@@ -355,10 +355,14 @@ class Values:
         gate = gates.get(words.pattern)
         if gate is None:
             text = self.project.text
+            answers: dict[str, bool] = {}  # a module's text searched once per pattern
 
             def gate(rel: str) -> bool:
-                data = text(rel) if text is not None else None
-                return data is None or words.search(data) is not None
+                known = answers.get(rel)
+                if known is None:
+                    data = text(rel) if text is not None else None
+                    known = answers[rel] = data is None or words.search(data) is not None
+                return known
 
             gates[words.pattern] = gate
         return gate
