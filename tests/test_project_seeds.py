@@ -203,7 +203,6 @@ def _summary_of(text: str) -> dict | None:
 
 
 def test_the_helpers_are_found_in_the_clipping_modules_that_define_the_name_asked_about():
-    from ampdoctor.lint.project.flow import Values
     from ampdoctor.lint.project.link import Project
     from ampdoctor.lint.project.seeds import _Helpers
 
@@ -219,7 +218,7 @@ def test_the_helpers_are_found_in_the_clipping_modules_that_define_the_name_aske
     project = Project(
         set(texts), lambda rel: summarized.append(rel) or _summary_of(texts[rel]), text=lambda rel: texts[rel].encode()
     )
-    helps = _Helpers(Values(project), lambda: sorted(texts))
+    helps = _Helpers(project, lambda: sorted(texts))
     assert helps("clip") and summarized == ["b.py"]  # a method of that name clips
     assert not helps("log_metrics") and summarized == ["b.py", "c.py"]  # defined there (however spaced), no clip
     assert not helps("step") and summarized == ["b.py", "c.py"]  # defined nowhere: nothing summarized

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..model import AmpFacts
     from .engine_calls import Method, Seeded
     from .flow import Value
+    from .link import Project
     from .value_atoms import CallFlow
 
 
@@ -92,8 +93,8 @@ class _Helpers:
     31-repository tree the seeds looked for 2,466 methods that way, 0.44 s of the checks, and one
     of the 716 functions they found clipped."""
 
-    def __init__(self, values: Values, clipping: Callable[[], list[str]]) -> None:
-        self.values = values
+    def __init__(self, project: Project, clipping: Callable[[], list[str]]) -> None:
+        self.project = project  # (not the Values that keeps this: no cycle for the collector)
         self.clipping = clipping
         self._defining: dict[str, list[str]] | None = None
         self._answers: dict[str, bool] = {}
@@ -105,7 +106,7 @@ class _Helpers:
         return known
 
     def _helps(self, name: str) -> bool:
-        project = self.values.project
+        project = self.project
         if self._defining is None:
             self._defining = {}
             for rel in self.clipping():
@@ -130,7 +131,7 @@ def _helpers(values: Values, clipping: Callable[[], list[str]]) -> _Helpers:
     key = ("clip_helpers",)
     known = values.asked.get(key)
     if not isinstance(known, _Helpers):
-        known = values.asked[key] = _Helpers(values, clipping)
+        known = values.asked[key] = _Helpers(values.project, clipping)
     return known
 
 
