@@ -107,3 +107,56 @@ def _asked_twice(method):
         return first
 
     return twice
+
+
+ANNOTATED_TRAIN = """\
+import torch
+from report import write_report
+from runner import Trainer
+
+
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def log_epoch(trainer: Trainer, epoch):
+    write_report(trainer, epoch)
+"""
+ANNOTATED_RUNNER = """\
+import torch
+
+
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+"""
+REPORT = """\
+import json
+
+
+def write_report(trainer, epoch):
+    with open(f"report{epoch}.json", "w") as handle:
+        json.dump({"epoch": epoch}, handle)
+"""
+
+
+def test_a_parameter_of_a_class_that_may_hold_a_scaler_is_no_training_of_its_own(tmp_path: Path, monkeypatch):
+    from ampdoctor.lint.project import store as store_module
+
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    for name, text in {"train.py": ANNOTATED_TRAIN, "runner.py": ANNOTATED_RUNNER, "report.py": REPORT}.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    made: list[bytes] = []
+    original = store_module.summarize_bytes
+    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: made.append(data) or original(data))
+    # ``log_epoch`` hands on an object that may hold a scaler, and trains with none: its call of
+    # a helper whose name says nothing of a checkpoint is not followed (the helper's module,
+    # whose text dumps a report, is not parsed to find that out).
+    assert amp211(tmp_path) == set()
+    assert REPORT.encode() not in made
