@@ -7,6 +7,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -177,11 +178,23 @@ class Logger:
 """
 
 
-def test_an_objects_value_is_worked_out_only_for_a_method_a_helper_of_the_project_has(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("scans", [True, False])
+def test_an_objects_value_is_worked_out_only_for_a_method_a_helper_of_the_project_has(
+    tmp_path: Path, monkeypatch, scans: bool
+):
+    from ampdoctor.lint.project import checks
+    from ampdoctor.lint.project.reports import Callers
+
     write(
         tmp_path,
         {"train.py": OBJECTS, "runners.py": RUNNERS, "engine.py": ENGINE, "loggers.py": LOGGERS, "logs.py": LOGS},
     )
+    # A run of a whole tree (here: of any size) may scan the project's files for the clipping
+    # modules; a run of a few files (the pre-commit hook) does not, and walks the logger's value.
+    monkeypatch.setattr(checks, "SCANNED_TARGETS", 0 if scans else 24)
+    scanned: list[str] = []
+    with_class = Callers.with_class
+    monkeypatch.setattr(Callers, "with_class", lambda self, kind: scanned.append(kind) or with_class(self, kind))
     made: list[bytes] = []
     original = store_module.summarize_bytes
     monkeypatch.setattr(store_module, "summarize_bytes", lambda data: made.append(data) or original(data))
@@ -191,7 +204,8 @@ def test_an_objects_value_is_worked_out_only_for_a_method_a_helper_of_the_projec
     assert RUNNERS.encode() in made
     # ``logger.log_metrics(loss)``: no function of that name clips or unscales, so the logger's
     # value is not worked out, and the module that makes it is never parsed.
-    assert LOGGERS.encode() not in made
+    assert (LOGGERS.encode() not in made) is scans
+    assert ("clip_or_unscale" in scanned) is scans
 
 
 def _summary_of(text: str) -> dict | None:

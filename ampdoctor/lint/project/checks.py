@@ -52,6 +52,12 @@ class CheckRun:
         self.codes = codes
         self.lazy = lazy
         self.values = Values(project)
+        self.values.scans = len(targets) >= SCANNED_TARGETS
+
+
+# Fewer targets than this (the files named on the command line that the lint pass summarized):
+# the checks do not scan the project's files to spare their walks (``Values.scans``).
+SCANNED_TARGETS = 24
 
 
 def _name(target: Target) -> str:

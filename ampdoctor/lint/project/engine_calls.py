@@ -150,7 +150,7 @@ def _classes(
     (other than a tensor's, an optimizer's or a scaler's own methods); of these, the ones with all
     of ``names`` and a protocol in one of them."""
     project = values.project
-    if defining is not None and not any(_protocol_defined(values, name, defining) for name in names):
+    if values.scans and defining is not None and not any(_protocol_defined(values, name, defining) for name in names):
         # A protocol is made of scaler calls, which a module's summary finds only where its text
         # makes or uses a GradScaler (``passes.find_scalers_and_optimizers``): where no method
         # of these names in such a module has one, no class the receiver may be of has one, and

@@ -66,7 +66,7 @@ def module_seeds(
                 continue
             # (a module whose text cannot clip or unscale is not summarized to find that out,
             # nor an object's value worked out for a method of a name no helper has)
-            helpers = None if clipping is None else _helpers(values, clipping)
+            helpers = _helpers(values, clipping) if clipping is not None and values.scans else None
             target = values.target(module, function, call, words=CLIP_OR_UNSCALE_WORDS, defined=helpers)
             if target is None:
                 continue
