@@ -128,6 +128,12 @@ def train(model, loader, optimizer):
 def log_epoch(trainer: Trainer, epoch):
     write_report(trainer, epoch)
 """
+# The same in a class: a method's annotated parameter does not make its class's methods train.
+ANNOTATED_CLASS = ANNOTATED_TRAIN.replace(
+    "def log_epoch(trainer: Trainer, epoch):\n    write_report(trainer, epoch)\n",
+    "class EpochLog:\n    def attach(self, trainer: Trainer):\n        self.trainer = trainer\n\n"
+    "    def log_epoch(self, epoch):\n        write_report(self.trainer, epoch)\n",
+)
 ANNOTATED_RUNNER = """\
 import torch
 
@@ -146,11 +152,15 @@ def write_report(trainer, epoch):
 """
 
 
-def test_a_parameter_of_a_class_that_may_hold_a_scaler_is_no_training_of_its_own(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("train", [ANNOTATED_TRAIN, ANNOTATED_CLASS], ids=["function", "method"])
+def test_a_parameter_of_a_class_that_may_hold_a_scaler_is_no_training_of_its_own(
+    tmp_path: Path, monkeypatch, train: str
+):
     from ampdoctor.lint.project import store as store_module
 
+    assert train.count("write_report(") == 1
     (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
-    for name, text in {"train.py": ANNOTATED_TRAIN, "runner.py": ANNOTATED_RUNNER, "report.py": REPORT}.items():
+    for name, text in {"train.py": train, "runner.py": ANNOTATED_RUNNER, "report.py": REPORT}.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
     made: list[bytes] = []
     original = store_module.summarize_bytes

@@ -108,6 +108,11 @@ class _Judge:
         """Whether a method of the function's class, in its own module, uses a scaler."""
         return any(flow.get("scalers") for _name, flow in self.values.methods(module, function.split(".", 1)[0]))
 
+    def _class_trains(self, module: str, function: str) -> bool:
+        """Whether a method of the function's class, in its own module, uses a scaler itself
+        (``_uses_scaler``)."""
+        return any(_uses_scaler(flow) for _name, flow in self.values.methods(module, function.split(".", 1)[0]))
+
     def _callees_scalers(self, module: str, function: str, flow: FunctionFlow) -> Value:
         """The scalers made and used by the functions ``function`` calls (``train_one_epoch``
         that builds its own): it trains with them, one call away."""
@@ -156,7 +161,7 @@ class _Judge:
             # name speaks of a checkpoint (its scaler, if any, is found afterwards: a base class's,
             # a subclass's, a callee's, an annotated parameter's), so that a large tree is not
             # summarized call by call.
-            trains = module_scalers or _uses_scaler(flow) or ("." in function and self._class_uses(module, function))
+            trains = module_scalers or _uses_scaler(flow) or ("." in function and self._class_trains(module, function))
             written: list[tuple[str, tuple[int, ...], list[int], str | None]] = []
             for at, atoms in flow.get("saves", []):
                 if _incomplete(values, flatten(values.resolve(module, function, atoms))):
