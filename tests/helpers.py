@@ -99,6 +99,23 @@ def project_findings(root, codes: Iterable[str], paths=None, project_mode=True) 
     return {(f.location.path, f.location.line, f.code) for f in run.findings if f.code in wanted}
 
 
+def write_project(root, files: dict[str, str]) -> None:
+    """A project at ``root``: a ``pyproject.toml`` and ``files`` (path -> text)."""
+    (root / "pyproject.toml").write_text("", encoding="utf-8")
+    for name, text in files.items():
+        (root / name).write_text(text, encoding="utf-8")
+
+
+def summaries_made(monkeypatch) -> list[bytes]:
+    """The bytes of each module the project pass summarizes from here on, in the order made."""
+    from ampdoctor.lint.project import store
+
+    made: list[bytes] = []
+    original = store.summarize_bytes
+    monkeypatch.setattr(store, "summarize_bytes", lambda data: made.append(data) or original(data))
+    return made
+
+
 def replace_once(path, old: str, new: str) -> None:
     """Edit a file of a copied project: ``old`` must be in it."""
     text = path.read_text(encoding="utf-8")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import copy_twin, lint_project, project_findings
+from helpers import copy_twin, lint_project, project_findings, summaries_made, write_project
 
 ANCHOR = ("engine.py", 22, "AMP211")
 
@@ -156,15 +156,9 @@ def write_report(trainer, epoch):
 def test_a_parameter_of_a_class_that_may_hold_a_scaler_is_no_training_of_its_own(
     tmp_path: Path, monkeypatch, train: str
 ):
-    from ampdoctor.lint.project import store as store_module
-
     assert train.count("write_report(") == 1
-    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
-    for name, text in {"train.py": train, "runner.py": ANNOTATED_RUNNER, "report.py": REPORT}.items():
-        (tmp_path / name).write_text(text, encoding="utf-8")
-    made: list[bytes] = []
-    original = store_module.summarize_bytes
-    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: made.append(data) or original(data))
+    write_project(tmp_path, {"train.py": train, "runner.py": ANNOTATED_RUNNER, "report.py": REPORT})
+    made = summaries_made(monkeypatch)
     # ``log_epoch`` hands on an object that may hold a scaler, and trains with none: its call of
     # a helper whose name says nothing of a checkpoint is not followed (the helper's module,
     # whose text dumps a report, is not parsed to find that out).

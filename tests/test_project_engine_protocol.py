@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import copy_twin, lint_project, project_findings
+from helpers import copy_twin, lint_project, project_findings, summaries_made, write_project
 from helpers import replace_once as edit
 
 EXPECTED = {("callbacks.py", 14, "AMP201"), ("callbacks.py", 32, "AMP206")}
@@ -148,18 +148,12 @@ def test_a_receiver_is_not_resolved_where_no_method_of_its_names_runs_a_protocol
     tmp_path: Path, monkeypatch, scans: bool
 ):
     from ampdoctor.lint.project import checks
-    from ampdoctor.lint.project import store as store_module
 
     # Where the run may scan the project's files (a whole tree's; here: of any size); a run of a
     # few files (the pre-commit hook) walks the engine's value instead, with its summaries cached.
     monkeypatch.setattr(checks, "SCANNED_TARGETS", 0 if scans else 24)
-
-    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
-    for name, text in {"train.py": STATS_TRAIN, "builders.py": STATS_BUILDERS, "stats.py": STATS}.items():
-        (tmp_path / name).write_text(text, encoding="utf-8")
-    made: list[bytes] = []
-    original = store_module.summarize_bytes
-    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: made.append(data) or original(data))
+    write_project(tmp_path, {"train.py": STATS_TRAIN, "builders.py": STATS_BUILDERS, "stats.py": STATS})
+    made = summaries_made(monkeypatch)
     # ``engine.update_stats(loss)`` has a protocol's name, but no method of that name in a module
     # that makes or uses a scaler runs one: the engine's value, which runs through builders.py,
     # is not worked out.

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import summaries_made
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -195,9 +196,7 @@ def test_an_objects_value_is_worked_out_only_for_a_method_a_helper_of_the_projec
     scanned: list[str] = []
     with_class = Callers.with_class
     monkeypatch.setattr(Callers, "with_class", lambda self, kind: scanned.append(kind) or with_class(self, kind))
-    made: list[bytes] = []
-    original = store_module.summarize_bytes
-    monkeypatch.setattr(store_module, "summarize_bytes", lambda data: made.append(data) or original(data))
+    made = summaries_made(monkeypatch)
     # ``runner.clip(model)``: a method of that name clips in engine.py, and the runner's value
     # (made in runners.py) says it is that one: gradients clipped while still scaled.
     assert lint_tree(tmp_path) == [("train.py", 14, "AMP201")]
