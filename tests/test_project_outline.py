@@ -175,22 +175,6 @@ def test_every_call_of_the_project_fixtures_lands_where_it_did_without_outlines(
     assert _landings(root, True) == _landings(root, False)
 
 
-def _spellings(root: Path, with_outlines: bool) -> list:
-    files, summaries, outline_of = _fixture(root)
-    found = []
-    for rel in sorted(files):
-        for call in (summaries[rel] or {}).get("calls", []):
-            project = Project(files, summaries.get, outline=outline_of if with_outlines else None)
-            found.append((rel, call["callee"], project.resolve_spelled_on_text_first(rel, call["callee"].split("."))))
-    return found
-
-
-@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
-def test_every_callee_of_the_project_fixtures_names_what_it_did_without_outlines(name: str):
-    root = FIXTURES / name
-    assert _spellings(root, True) == _spellings(root, False)
-
-
 def _recording(texts: dict[str, str], summarized: list[str]) -> Project:
     """A project of ``texts`` that notes in ``summarized`` each module it summarizes."""
 
@@ -212,13 +196,13 @@ def test_a_class_constructed_from_another_module_is_found_without_summarizing_th
     summarized: list[str] = []
     project = _recording(texts, summarized)
     project.summary("train.py")
-    assert project.resolve_spelled_on_text_first("train.py", ["Net"]) == ("models/net.py", "Net", "class")
-    assert project.resolve_spelled_on_text_first("train.py", ["torch", "nn", "Linear"]) is None
+    assert project.resolve_class_on_text_first("train.py", ["Net"]) == ("models/net.py", "Net")
+    assert project.resolve_class_on_text_first("train.py", ["torch", "nn", "Linear"]) is None
     assert summarized == ["train.py"]
     # Where the text is not certain (the class is defined twice), the summaries decide.
     texts["models/net.py"] += "\n\nif torch.cuda.is_available():\n    class Net(torch.nn.Module):\n        pass\n"
     fresh = _recording(texts, summarized)
-    assert fresh.resolve_spelled_on_text_first("train.py", ["Net"]) == ("models/net.py", "Net", "class")
+    assert fresh.resolve_class_on_text_first("train.py", ["Net"]) == ("models/net.py", "Net")
     assert "models/net.py" in summarized
 
 

@@ -217,7 +217,7 @@ def _summary_of(text: str) -> dict | None:
 
 def test_the_helpers_are_found_in_the_clipping_modules_that_define_the_name_asked_about():
     from ampdoctor.lint.project.link import Project
-    from ampdoctor.lint.project.seeds import _Helpers
+    from ampdoctor.lint.project.seeds import _DEFINED, _Helpers
 
     texts = {
         "a.py": "import torch\n\n\ndef clip_all(model):\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
@@ -235,6 +235,8 @@ def test_the_helpers_are_found_in_the_clipping_modules_that_define_the_name_aske
     assert helps("clip") and summarized == ["b.py"]  # a method of that name clips
     assert not helps("log_metrics") and summarized == ["b.py", "c.py"]  # defined there (however spaced), no clip
     assert not helps("step") and summarized == ["b.py", "c.py"]  # defined nowhere: nothing summarized
+    # The names ``def`` gives, however spaced, a generic function's (Python 3.12) among them.
+    assert _DEFINED.findall(b"def  a(x):\nasync def\tb():\ndef c[T](x: T):\n    undef = d") == [b"a", b"b", b"c"]
     assert helps("clip_all") and summarized == ["b.py", "c.py", "a.py"]
     assert helps("clip") and summarized == ["b.py", "c.py", "a.py"]  # asked once per name
 

@@ -431,26 +431,14 @@ class Project(Record):
         other, rest = located
         return self.resolve_name(other, rest + parts[-1:], depth + 1) if len(parts) > 1 else None
 
-    def resolve_spelled_on_text_first(self, module: str, parts: list[str]) -> tuple[str, str, str] | None:
-        """``resolve_spelled``, on outlines first: where the modules' texts say for certain what
-        the spelling names (or that it names nothing), none of them is summarized for it."""
-        if self.outline is not None and not self._text_first:
-            self._text_first = True
-            try:
-                return self.resolve_spelled(module, parts)
-            except Uncertain:
-                pass
-            finally:
-                self._text_first = False
-        return self.resolve_spelled(module, parts)
-
     def resolve_class_on_text_first(self, module: str, parts: list[str]) -> tuple[str, str] | None:
-        """The project class the spelling names (module, qualified name), or None; on outlines
-        first, as ``resolve_spelled_on_text_first``, where a function the outlines cannot rule
-        out (a ``def`` of the name, which may be nested) leaves the answer certain unless the walk
-        ends at a class: either way the spelling names no class. (On the 31-repository tree 15
-        of the constructions the checks followed fell back on the summaries for such a function,
-        and summarized 12 modules.)"""
+        """The project class the spelling names (module, qualified name), or None: found on
+        outlines first, so that where the modules' texts say for certain what the spelling names
+        (or that it names nothing) none of them is summarized for it. A function the outlines
+        cannot rule out (a ``def`` of the name, which may be nested) leaves the answer certain
+        unless the walk ends at a class: either way the spelling names no class. (On the
+        31-repository tree 15 of the constructions the checks followed fell back on the
+        summaries for such a function, and summarized 12 modules.)"""
         if self.outline is not None and not self._text_first:
             self._text_first = True
             self._maybe_function = False

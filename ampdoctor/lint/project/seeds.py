@@ -51,6 +51,7 @@ def module_seeds(
     unscales: dict[tuple[int, int], tuple[str, str | None, str, list[int]]] = {}
     protocol: dict[tuple[int, int], list[Seeded]] = {}
     methods: dict[tuple[int, int], Method] = {}
+    helpers = _helpers(values, clipping) if clipping is not None and values.scans else None
     for function, flow in values.flows(module).items():
         for at, atoms, *_last in flow.get("withs", []):
             region = region_of(flatten(values.resolve(module, function, atoms)))
@@ -66,7 +67,6 @@ def module_seeds(
                 continue
             # (a module whose text cannot clip or unscale is not summarized to find that out,
             # nor an object's value worked out for a method of a name no helper has)
-            helpers = _helpers(values, clipping) if clipping is not None and values.scans else None
             target = values.target(module, function, call, words=CLIP_OR_UNSCALE_WORDS, defined=helpers)
             if target is None:
                 continue
@@ -122,8 +122,9 @@ class _Helpers:
         return False
 
 
-# The name a ``def`` statement gives, however spaced (a name that is not ASCII, whole).
-_DEFINED = re.compile(rb"\bdef\s+([^\s(]+)")
+# The name a ``def`` statement gives, however spaced (a name that is not ASCII, whole; type
+# parameters, ``def f[T](x)``, left out).
+_DEFINED = re.compile(rb"\bdef\s+([^\s(\[]+)")
 
 
 def _helpers(values: Values, clipping: Callable[[], list[str]]) -> _Helpers:
