@@ -324,3 +324,20 @@ def test_the_subclass_index_reads_no_file_the_lint_pass_read(tmp_path: Path, mon
 def test_the_clip_class_on_lowered_bytes_is_the_case_folding_search(parts):
     data = "".join(parts).encode()
     assert (CLIP_OR_UNSCALE in token_classes(data)) == has_class(data, CLIP_OR_UNSCALE)
+
+
+def test_a_class_missing_from_a_stored_entry_is_looked_up_in_the_file(tmp_path: Path):
+    # An entry whose flags were written before the last class was added (one flag short): the
+    # classes it has are read from it, the missing one from the file's bytes.
+    from ampdoctor.lint.project.store import SummaryStore
+    from ampdoctor.lint.project.store_format import stored_classes
+
+    assert CLASSES[-1] == CLIP_OR_UNSCALE
+    older = "".join("1" if kind == "scaler" else "0" for kind in CLASSES[:-1])
+    assert stored_classes(older) == {kind: kind == "scaler" for kind in CLASSES[:-1]}
+    (tmp_path / "helpers.py").write_bytes(SAMPLES["clip helper"])
+    store = SummaryStore(tmp_path, None)
+    store.entries["helpers.py"] = {"key": "", "classes": stored_classes(older)}
+    store._verified.add("helpers.py")  # as if the file were unchanged since
+    assert store.has_class("helpers.py", "scaler")  # as stored, though the text has no scaler
+    assert store.has_class("helpers.py", CLIP_OR_UNSCALE)  # from the file
