@@ -102,40 +102,39 @@ def test_fixed_script_trains_to_its_end(tmp_path: Path, name: str):
         assert original.returncode == 0 and _losses(original.stdout) == losses
 
 
-def test_a_fix_that_would_add_a_finding_is_withheld(monkeypatch):
-    """The pass is checked by linting its result: were AMP201 to offer an unscale_ before each of
-    two clips, the second would be an AMP206 (unscaled twice); that fix is withheld and its
-    finding stays, without a fix."""
+def _fixed_with_clip_plan(monkeypatch, fixture: str, line) -> tuple[str, int, list]:
+    """``--fix`` of a fixture where AMP201's fix inserts ``line(scaler)`` before each clip: the
+    fixed text, the number of fixes applied and the findings left."""
     from helpers import all_options
 
     from ampdoctor.lint.engine import fix_source
     from ampdoctor.lint.fixes import FixPlan, NodeEdit
     from ampdoctor.lint.rules import unscale_and_update
 
-    def every_clip(self, facts, frame, clip, backward, scaler, optimizer, steps, unscales):
-        return FixPlan("unscale", (NodeEdit("line_before", clip.call.statement, f"{scaler}.unscale_(optimizer)"),))
+    def plan(self, facts, frame, clip, backward, scaler, optimizer, steps, unscales):
+        return FixPlan("unscale", (NodeEdit("line_before", clip.call.statement, line(scaler)),))
 
-    monkeypatch.setattr(unscale_and_update.ClipBeforeUnscale, "_fix", every_clip)
-    source = (FIXES / "two_clips_one_optimizer.py").read_text(encoding="utf-8")
+    monkeypatch.setattr(unscale_and_update.ClipBeforeUnscale, "_fix", plan)
+    source = (FIXES / fixture).read_text(encoding="utf-8")
     fixed, count, findings, _, _ = fix_source(source, "train.py", all_options(fix=True))
+    return fixed, count, findings
+
+
+def test_a_fix_that_would_add_a_finding_is_withheld(monkeypatch):
+    """The pass is checked by linting its result: were AMP201 to offer an unscale_ before each of
+    two clips, the second would be an AMP206 (unscaled twice); that fix is withheld and its
+    finding stays, without a fix."""
+    fixed, count, findings = _fixed_with_clip_plan(
+        monkeypatch, "two_clips_one_optimizer.py", lambda scaler: f"{scaler}.unscale_(optimizer)"
+    )
     assert fixed.count("scaler.unscale_(optimizer)") == 1 and count == 1
     assert "AMP206" not in {f.code for f in findings}
 
 
 def test_a_fix_that_adds_a_finding_on_its_own_is_withheld_and_its_finding_keeps_no_fix(monkeypatch):
-    from helpers import all_options
-
-    from ampdoctor.lint.engine import fix_source
-    from ampdoctor.lint.fixes import FixPlan, NodeEdit
-    from ampdoctor.lint.rules import unscale_and_update
-
-    def twice(self, facts, frame, clip, backward, scaler, optimizer, steps, unscales):
-        text = f"{scaler}.unscale_(optimizer); {scaler}.unscale_(optimizer)"
-        return FixPlan("unscale twice", (NodeEdit("line_before", clip.call.statement, text),))
-
-    monkeypatch.setattr(unscale_and_update.ClipBeforeUnscale, "_fix", twice)
-    source = (FIXES / "missing_update_and_clip.py").read_text(encoding="utf-8")
-    fixed, count, findings, _, _ = fix_source(source, "train.py", all_options(fix=True))
+    fixed, count, findings = _fixed_with_clip_plan(
+        monkeypatch, "missing_update_and_clip.py", lambda s: f"{s}.unscale_(optimizer); {s}.unscale_(optimizer)"
+    )
     assert "unscale_" not in fixed and count == 1  # the AMP202 fix alone went in
     assert "scaler.update()" in fixed
     [clip] = [f for f in findings if f.code == "AMP201"]
@@ -172,19 +171,9 @@ with torch.autocast('cuda', dtype=torch.float16):
 def test_a_fix_whose_text_the_compiler_refuses_is_withheld(monkeypatch):
     """A keyword argument given twice parses but does not compile: the pass that makes it is
     undone, that fix withheld (its finding stays, without a fix), and the others go in."""
-    from helpers import all_options
-
-    from ampdoctor.lint.engine import fix_source
-    from ampdoctor.lint.fixes import FixPlan, NodeEdit
-    from ampdoctor.lint.rules import unscale_and_update
-
-    def repeated_keyword(self, facts, frame, clip, backward, scaler, optimizer, steps, unscales):
-        text = f"{scaler}.unscale_(optimizer=optimizer, optimizer=optimizer)"
-        return FixPlan("unscale", (NodeEdit("line_before", clip.call.statement, text),))
-
-    monkeypatch.setattr(unscale_and_update.ClipBeforeUnscale, "_fix", repeated_keyword)
-    source = (FIXES / "missing_update_and_clip.py").read_text(encoding="utf-8")
-    fixed, count, findings, _, _ = fix_source(source, "train.py", all_options(fix=True))
+    fixed, count, findings = _fixed_with_clip_plan(
+        monkeypatch, "missing_update_and_clip.py", lambda s: f"{s}.unscale_(optimizer=optimizer, optimizer=optimizer)"
+    )
     compile(fixed, "train.py", "exec")
     assert "unscale_" not in fixed and "scaler.update()" in fixed and count == 1
     [clip] = [f for f in findings if f.code == "AMP201"]
