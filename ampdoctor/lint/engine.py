@@ -71,11 +71,11 @@ class FileResult(Record):
     (``lint._lint_each`` lets go of the others' text); ``original``: the text before fixes,
     when fixes changed it; ``cells``: for notebooks, cell number → text; ``error``: why the file
     could not be read, decoded or parsed; ``notebook``: (original JSON text, NotebookSource)
-    when fixes changed a notebook; ``summary``: the module's project summary, when the run asked for it and
-    the file was parsed; ``half_risk``: see ``project.tokens.float16_risk``; ``key``: the cache's
-    key for its bytes, when the run asked for it (``lint_file(keyed=True)``); ``screened``: the
-    token prefilter passed it over (no selected rule can fire on it, and the project pass needs no
-    summary of it), which the cache records as such.
+    when fixes changed a notebook; ``summary``: the module's project summary, when the run asked
+    for it and the file was parsed; ``half_risk``: see ``project.tokens.float16_risk``; ``key``:
+    the cache's key for its bytes, when the run asked for it (``lint_file(keyed=True)``);
+    ``screened``: the token prefilter passed it over (no selected rule can fire on it, and the
+    project pass needs no summary of it), which the cache records as such.
     """
 
     __slots__ = (
