@@ -122,7 +122,7 @@ def _summarized(
         "classes": classes,
         "instances": instances,
         "functions": functions,
-        "calls": call_records(facts, imports, functions),
+        "calls": call_records(facts, imports, frozenset(functions)),
         "framework": framework_runs(facts, qualname) if "precision" in facts.source else [],
         "flows": {},
         "trains": training_frames(facts),
