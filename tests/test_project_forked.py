@@ -162,3 +162,73 @@ def test_no_fork_while_another_thread_runs(monkeypatch):
         thread.join()
     monkeypatch.setattr(forked.threading, "active_count", lambda: 1)  # the runner's timeout thread
     assert forked.can_fork()
+
+
+def _square(index: int) -> int:
+    return index * index
+
+
+@pytest.mark.parametrize("count", [1, 2, 7, 400])
+def test_two_ends_share_the_pieces_and_leave_none_out(count):
+    """The child takes pieces from the front and this process from the back, at the same time:
+    every piece has its answer, in order, and the two met (none was left to nobody)."""
+    ends = forked.Ends(count)
+    try:
+        with Forked(lambda: ends.front(_square)) as child:
+            back = ends.back(_square)
+            front = child.result()
+        assert ends.joined(front, back) == [_square(i) for i in range(count)]
+        assert set(range(len(front))) | set(back) == set(range(count))
+    finally:
+        ends.close()
+
+
+def test_a_child_that_comes_late_finds_every_piece_taken():
+    ends = forked.Ends(5)
+    try:
+        back = ends.back(_square)  # this process takes them all before the child starts
+        with Forked(lambda: ends.front(_square)) as child:
+            front = child.result()
+        assert front == [] and sorted(back) == [0, 1, 2, 3, 4]
+        assert ends.joined(front, back) == [0, 1, 4, 9, 16]
+    finally:
+        ends.close()
+
+
+def test_this_process_coming_late_finds_every_piece_done():
+    ends = forked.Ends(5)
+    try:
+        with Forked(lambda: ends.front(_square)) as child:
+            front = child.result()  # the child is done before this process looks
+            back = ends.back(_square)
+        assert front == [0, 1, 4, 9, 16] and back == {}
+        assert ends.joined(front, back) == front
+    finally:
+        ends.close()
+
+
+def test_a_piece_both_take_at_once_is_done_twice_and_answered_once():
+    """Each process reads the other's counter before it takes a piece; read before the other
+    wrote it, both take the same piece. Played in one process: while the front works on piece
+    1, this process takes pieces 2 and 1 (the front has written only that piece 0 is done)."""
+    ends = forked.Ends(3)
+    try:
+        done: list[tuple[str, int]] = []
+        backs: list[dict[int, int]] = []
+
+        def front_work(index: int) -> int:
+            done.append(("front", index))
+            if index == 1:
+                backs.append(ends.back(back_work))
+            return _square(index)
+
+        def back_work(index: int) -> int:
+            done.append(("back", index))
+            return _square(index)
+
+        front = ends.front(front_work)
+        assert done == [("front", 0), ("front", 1), ("back", 2), ("back", 1)]
+        assert front == [0, 1] and backs == [{2: 4, 1: 1}]
+        assert ends.joined(front, backs[0]) == [0, 1, 4]
+    finally:
+        ends.close()

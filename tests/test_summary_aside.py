@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from ampdoctor.config import Settings
 from ampdoctor.lint import LintRequest, engine, known_codes, lint_paths
 from ampdoctor.lint.engine import parse_source
 from ampdoctor.lint.facts import build_facts
-from ampdoctor.lint.project import forked, summary
+from ampdoctor.lint.project import forked, summary, values
 from ampdoctor.lint.project.forked import Forked, ForkFailed
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks only on Linux")
@@ -118,3 +119,58 @@ def test_a_refused_fork_leaves_no_pipe_open(monkeypatch):
     with pytest.raises(OSError):
         Forked(lambda: None)
     assert set(os.listdir("/proc/self/fd")) == before
+
+
+def _made_here(monkeypatch) -> list[int]:
+    """The indexes of the flows made in this process (``FlowMaker``), not in a child."""
+    here = os.getpid()
+    made: list[int] = []
+    original = values.FlowMaker.__call__
+
+    def counted(self, index):
+        if os.getpid() == here:
+            made.append(index)
+        return original(self, index)
+
+    monkeypatch.setattr(values.FlowMaker, "__call__", counted)
+    return made
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_this_process_makes_the_flows_the_child_has_not_reached(forks, monkeypatch, name):
+    """The child makes the call records first (slow here), so this process, done with the rules
+    at once, takes every flow from the back: the summary is the one made in one process."""
+    made = _made_here(monkeypatch)
+    records = summary.call_records
+
+    def slow(*args):
+        if not made:  # (in the child: this process has not started yet)
+            time.sleep(0.5)
+        return records(*args)
+
+    monkeypatch.setattr(summary, "call_records", slow)
+    facts = _facts(name)
+    finish = summary.start_summary(facts, aside=True)
+    assert not made
+    aside = finish()
+    assert len(forks) == 1
+    count = 1 + sum(1 for _f, frame in facts.functions if summary.qualname(frame) is not None)
+    assert made == list(reversed(range(count)))  # all of them, from the last function back
+    monkeypatch.setattr(summary, "call_records", records)
+    assert aside == summary.summarize(_facts(name))
+
+
+def test_flows_made_here_before_a_child_failed_are_kept(forks, monkeypatch):
+    made = _made_here(monkeypatch)
+
+    def failed(self):
+        self._reap()
+        raise ForkFailed("the forked check ended without an answer")
+
+    monkeypatch.setattr(Forked, "result", failed)
+    name = NAMES[2]
+    facts = _facts(name)
+    aside = summary.start_summary(facts, aside=True)()
+    count = 1 + sum(1 for _f, frame in facts.functions if summary.qualname(frame) is not None)
+    assert sorted(made) == list(range(count))  # each made once: the ones from the back kept
+    assert aside == summary.summarize(_facts(name))

@@ -21,7 +21,9 @@ from collections.abc import Callable
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 
 def can_fork() -> bool:
@@ -98,3 +100,57 @@ class Forked:
             if self._read >= 0:
                 os.close(self._read)
             self._reap()
+
+
+class Ends:
+    """``count`` pieces of work (by index) shared by this process and a child forked after this
+    is made, which need not know beforehand how long the rest of their work takes: the child
+    takes the pieces from the front (``front``), this process from the back (``back``), each
+    saying in memory they share how far it has come before it takes the next one, until they
+    meet. A piece both took at once is done twice (the same answer either way); none is left out:
+    a process stops only at a piece the other has done or has taken.
+
+    The two counters are 8-byte words of an anonymous shared mapping, each written by one process
+    only, in one aligned store (a ``memoryview`` item): the other reads either value, never a
+    mix. Front only grows and back only shrinks, so a value read late makes a process take a
+    piece the other took (done twice), never stop short."""
+
+    def __init__(self, count: int) -> None:
+        import mmap
+
+        self.count = count
+        self._map = mmap.mmap(-1, 16)  # anonymous: shared with the children forked from now on
+        self._words = memoryview(self._map).cast("q")
+        self._words[0] = 0  # the front: the pieces before it are done
+        self._words[1] = count  # the back: the pieces from it on are done or taken
+
+    def front(self, work: Callable[[int], T]) -> list[T]:
+        """In the child: pieces 0, 1, ... until one the back has taken; their answers."""
+        words = self._words
+        done = []
+        for index in range(self.count):
+            if index >= words[1]:
+                break
+            done.append(work(index))
+            words[0] = index + 1
+        return done
+
+    def back(self, work: Callable[[int], T]) -> dict[int, T]:
+        """In this process: pieces count-1, count-2, ... until one the front has done; their
+        answers by index."""
+        words = self._words
+        done = {}
+        index = self.count - 1
+        while index >= words[0]:
+            words[1] = index
+            done[index] = work(index)
+            index -= 1
+        return done
+
+    def joined(self, front: list[T], back: dict[int, T]) -> list[T]:
+        """Every piece's answer, in order, from what ``front`` (in the child) and ``back`` did."""
+        return front + [back[index] for index in range(len(front), self.count)]
+
+    def close(self) -> None:
+        self._words.release()
+        self._map.close()

@@ -61,24 +61,40 @@ if TYPE_CHECKING:
 def module_flows(facts: AmpFacts, functions: list[tuple[str, ast.AST, str | None]]) -> dict[str, FunctionFlow]:
     """``FunctionFlow`` per qualified name, for ``functions``: (qualname, node, class name) of
     each top-level function and method and the module body (node: the ``ast.Module``)."""
-    module_names = _module_level_names(facts.module)
-    context = ModuleFlows(facts, module_names)
-    out: dict[str, FunctionFlow] = {}
-    source = facts.source
-    bounds = facts.lines.bounds
-    for name, node, class_name in functions:
+    make = FlowMaker(facts, functions)
+    return flows_by_name(functions, [make(index) for index in range(len(functions))])
+
+
+def flows_by_name(
+    functions: list[tuple[str, ast.AST, str | None]], flows: list[FunctionFlow | None]
+) -> dict[str, FunctionFlow]:
+    """``module_flows``'s answer from ``FlowMaker``'s, made for each of ``functions`` in turn."""
+    return {name: flow for (name, _node, _class), flow in zip(functions, flows) if flow}
+
+
+class FlowMaker:
+    """The flow of each of one module's ``functions`` (as ``module_flows`` takes them), by its
+    index there: None where it has none. Each is made on its own (what the module's functions
+    share is made first, and only read after), so that two processes may share the work
+    (``summary.start_summary``)."""
+
+    def __init__(self, facts: AmpFacts, functions: list[tuple[str, ast.AST, str | None]]) -> None:
+        self.functions = functions
+        self.context = ModuleFlows(facts, _module_level_names(facts.module))
+        self.source = facts.source
+        self.bounds = facts.lines.bounds
+
+    def __call__(self, index: int) -> FunctionFlow | None:
+        name, node, class_name = self.functions[index]
         if name != "<module>":
             # A long function whose text names nothing a value here is made of (a layer's
             # forward, a data transform) gets no flow: a call into it falls back on the taint of
             # what it is handed. Searched where the text lies: a module may hold thousands.
-            start, end = bounds(node) or (0, len(source))
+            start, end = self.bounds(node) or (0, len(self.source))
             short = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) < 12  # an accessor, a factory
-            if not short and _FLOW_WORDS.search(source, start, end) is None:
-                continue
-        flow = _FunctionWalk(context, node, class_name).run()
-        if flow:
-            out[name] = flow
-    return out
+            if not short and _FLOW_WORDS.search(self.source, start, end) is None:
+                return None
+        return _FunctionWalk(self.context, node, class_name).run() or None
 
 
 # What a function's text must name for its values to matter: a checkpoint, an optimizer, a
