@@ -207,11 +207,10 @@ def test_this_process_coming_late_finds_every_piece_done():
         ends.close()
 
 
-def test_a_piece_both_take_at_once_is_done_twice_and_answered_once():
-    """Each process reads the other's counter before it takes a piece; read before the other
-    wrote it, both take the same piece. Played in one process: while the front works on piece
-    1, this process takes pieces 2 and 1 (the front has written only that piece 0 is done)."""
-    ends = forked.Ends(3)
+def test_this_process_leaves_the_piece_the_child_is_on():
+    """While the child works on piece 1 (a large one, it may be), this process takes only what
+    is after it."""
+    ends = forked.Ends(4)
     try:
         done: list[tuple[str, int]] = []
         backs: list[dict[int, int]] = []
@@ -220,6 +219,36 @@ def test_a_piece_both_take_at_once_is_done_twice_and_answered_once():
             done.append(("front", index))
             if index == 1:
                 backs.append(ends.back(back_work))
+            return _square(index)
+
+        def back_work(index: int) -> int:
+            done.append(("back", index))
+            return _square(index)
+
+        front = ends.front(front_work)
+        assert done == [("front", 0), ("front", 1), ("back", 3), ("back", 2)]
+        assert front == [0, 1] and backs == [{3: 9, 2: 4}]
+        assert ends.joined(front, backs[0]) == [0, 1, 4, 9]
+    finally:
+        ends.close()
+
+
+def test_a_piece_both_take_at_once_is_done_twice_and_answered_once():
+    """Each process reads the other's counter before it takes a piece; read before the other
+    wrote it, both take the same piece. Played in one process: this process reads the front as
+    it was before the child said it took piece 1."""
+    ends = forked.Ends(3)
+    try:
+        words = ends._words
+        done: list[tuple[str, int]] = []
+        backs: list[dict[int, int]] = []
+
+        def front_work(index: int) -> int:
+            done.append(("front", index))
+            if index == 1:
+                words[0] = 1  # (what this process reads: the child's word not written yet)
+                backs.append(ends.back(back_work))
+                words[0] = 2
             return _square(index)
 
         def back_work(index: int) -> int:

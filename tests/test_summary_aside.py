@@ -121,8 +121,10 @@ def test_a_refused_fork_leaves_no_pipe_open(monkeypatch):
     assert set(os.listdir("/proc/self/fd")) == before
 
 
-def _made_here(monkeypatch) -> list[int]:
-    """The indexes of the flows made in this process (``FlowMaker``), not in a child."""
+def _made_here(monkeypatch, child_waits_for: Path | None = None) -> list[int]:
+    """The indexes of the flows made in this process (``FlowMaker``), not in a child; with
+    ``child_waits_for``, the child waits for that file to appear (this process makes it once it
+    has taken the pieces it could) before its first flow."""
     here = os.getpid()
     made: list[int] = []
     original = values.FlowMaker.__call__
@@ -130,33 +132,85 @@ def _made_here(monkeypatch) -> list[int]:
     def counted(self, index):
         if os.getpid() == here:
             made.append(index)
+        elif child_waits_for is not None and not made:
+            deadline = time.monotonic() + 10
+            while not child_waits_for.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            made.append(-1)  # (the child's copy of the list: it waits once)
         return original(self, index)
 
     monkeypatch.setattr(values.FlowMaker, "__call__", counted)
+    if child_waits_for is not None:
+        back = forked.Ends.back
+
+        def then_signal(self, work):
+            done = back(self, work)
+            child_waits_for.touch()
+            return done
+
+        monkeypatch.setattr(forked.Ends, "back", then_signal)
     return made
 
 
+def _kept_ends(monkeypatch) -> list[forked.Ends]:
+    """The ``forked.Ends`` made from now on."""
+    shared: list[forked.Ends] = []
+    made_ends = forked.Ends.__init__
+
+    def kept(self, count):
+        made_ends(self, count)
+        shared.append(self)
+
+    monkeypatch.setattr(forked.Ends, "__init__", kept)
+    return shared
+
+
+def _until(condition) -> None:
+    deadline = time.monotonic() + 10
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _flowing(facts) -> int:
+    """How many flows the summary makes: the module body's and each named function's."""
+    return 1 + sum(1 for _f, frame in facts.functions if summary.qualname(frame) is not None)
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_this_process_makes_the_flows_the_child_has_not_reached(forks, monkeypatch, name):
-    """The child makes the call records first (slow here), so this process, done with the rules
-    at once, takes every flow from the back: the summary is the one made in one process."""
-    made = _made_here(monkeypatch)
-    records = summary.call_records
+def test_this_process_makes_the_flows_the_child_has_not_reached(forks, monkeypatch, tmp_path, name):
+    """The child makes the call records, then takes the first flow and is slow at it; this
+    process, done with the rules at once, takes every other flow, from the last function back,
+    and leaves the one the child is on. The summary is the one made in one process."""
+    made = _made_here(monkeypatch, child_waits_for=tmp_path / "taken")
+    records: list[int] = []
+    original = summary.call_records
 
-    def slow(*args):
-        if not made:  # (in the child: this process has not started yet)
-            time.sleep(0.5)
-        return records(*args)
+    def counted(*args):
+        records.append(os.getpid())
+        return original(*args)
 
-    monkeypatch.setattr(summary, "call_records", slow)
+    monkeypatch.setattr(summary, "call_records", counted)
+    shared = _kept_ends(monkeypatch)
     facts = _facts(name)
     finish = summary.start_summary(facts, aside=True)
+    _until(lambda: shared[0]._words[0] >= 1)  # the child has taken the first flow
     assert not made
     aside = finish()
     assert len(forks) == 1
-    count = 1 + sum(1 for _f, frame in facts.functions if summary.qualname(frame) is not None)
-    assert made == list(reversed(range(count)))  # all of them, from the last function back
-    monkeypatch.setattr(summary, "call_records", records)
+    assert records == []  # (made in the child)
+    assert made == list(reversed(range(1, _flowing(facts))))
+    assert aside == summary.summarize(_facts(name))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_child_makes_every_piece_when_this_process_comes_late(forks, monkeypatch, name):
+    made = _made_here(monkeypatch)
+    shared = _kept_ends(monkeypatch)
+    facts = _facts(name)
+    finish = summary.start_summary(facts, aside=True)
+    _until(lambda: shared[0]._words[0] == shared[0].count)  # the rules, here, take longer
+    aside = finish()
+    assert len(forks) == 1 and made == []
     assert aside == summary.summarize(_facts(name))
 
 
@@ -171,6 +225,5 @@ def test_flows_made_here_before_a_child_failed_are_kept(forks, monkeypatch):
     name = NAMES[2]
     facts = _facts(name)
     aside = summary.start_summary(facts, aside=True)()
-    count = 1 + sum(1 for _f, frame in facts.functions if summary.qualname(frame) is not None)
-    assert sorted(made) == list(range(count))  # each made once: the ones from the back kept
+    assert sorted(made) == list(range(_flowing(facts)))  # each made once: the ones from the back kept
     assert aside == summary.summarize(_facts(name))

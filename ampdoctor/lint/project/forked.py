@@ -106,14 +106,16 @@ class Ends:
     """``count`` pieces of work (by index) shared by this process and a child forked after this
     is made, which need not know beforehand how long the rest of their work takes: the child
     takes the pieces from the front (``front``), this process from the back (``back``), each
-    saying in memory they share how far it has come before it takes the next one, until they
-    meet. A piece both took at once is done twice (the same answer either way); none is left out:
-    a process stops only at a piece the other has done or has taken.
+    saying in memory they share which piece it takes before it starts on it, until they meet.
+    Neither takes a piece the other has said it took; the two may take the last one at the same
+    moment, each before it reads what the other wrote, and then both do it (the same answer
+    either way). None is left out: a process stops only at a piece the other has taken, and
+    finishes every piece it has taken.
 
     The two counters are 8-byte words of an anonymous shared mapping, each written by one process
     only, in one aligned store (a ``memoryview`` item): the other reads either value, never a
-    mix. Front only grows and back only shrinks, so a value read late makes a process take a
-    piece the other took (done twice), never stop short."""
+    mix. The front only grows and the back only shrinks, so a value read late makes a process take
+    a piece the other took (done twice), never stop short."""
 
     def __init__(self, count: int) -> None:
         import mmap
@@ -121,8 +123,8 @@ class Ends:
         self.count = count
         self._map = mmap.mmap(-1, 16)  # anonymous: shared with the children forked from now on
         self._words = memoryview(self._map).cast("q")
-        self._words[0] = 0  # the front: the pieces before it are done
-        self._words[1] = count  # the back: the pieces from it on are done or taken
+        self._words[0] = 0  # the front: the child has taken the pieces before it
+        self._words[1] = count  # the back: this process has taken the pieces from it on
 
     def front(self, work: Callable[[int], T]) -> list[T]:
         """In the child: pieces 0, 1, ... until one the back has taken; their answers."""
@@ -131,12 +133,12 @@ class Ends:
         for index in range(self.count):
             if index >= words[1]:
                 break
-            done.append(work(index))
             words[0] = index + 1
+            done.append(work(index))
         return done
 
     def back(self, work: Callable[[int], T]) -> dict[int, T]:
-        """In this process: pieces count-1, count-2, ... until one the front has done; their
+        """In this process: pieces count-1, count-2, ... until one the front has taken; their
         answers by index."""
         words = self._words
         done = {}

@@ -62,8 +62,10 @@ def summarize(facts: AmpFacts) -> ModuleSummary:
 # functions, linted alone (median of three), the flows aside: 50,000 lines (1.85 MB) 2.76 ->
 # 2.30 s; 20,000 (730 kB) 1.13 -> 0.90 s; 3,000 (110 kB) 0.21 -> 0.18 s; 1,000 (36 kB) 0.10 s
 # either way, where the fork and the pages the child copies cost what the flows took. With the
-# call records aside too and the flows shared from both ends (medians of seven, alternating):
-# 50,000 lines 2.12 -> 1.96 s, 20,000 lines 0.87 -> 0.83 s, 3,000 lines 0.19 s either way.
+# call records aside too and the flows shared from both ends (medians of five to seven,
+# alternating): 50,000 lines 2.10 -> 1.95 s, 20,000 lines 0.89 -> 0.83 s, 3,000 lines 0.18 s
+# either way; the kinds of ``benchmarks/scaling_bench.py`` at 1,600 copies: trainer classes
+# (70,000 lines) 2.29 -> 2.25 s, buggy loops 1.41 -> 1.32 s, a pasted script 1.16 s either way.
 FLOWS_ASIDE_FROM = 100_000
 
 
@@ -72,8 +74,7 @@ def start_summary(facts: AmpFacts, aside: bool = False) -> Callable[[], ModuleSu
     free beside this process: it lints alone), a large module's call records and value flows are
     computed in a forked child meanwhile, while this process goes on (with the rules:
     ``engine.check_source``); this process then takes the flows the child has not reached yet,
-    from the last function back (``forked.Ends``). On that 50,000-line file the rules and the
-    rest of the summary took 0.80 s here, the call records and the flows 0.91 s there."""
+    from the last function back, until the two meet (``forked.Ends``)."""
     named = [(name, function, frame) for function, frame in facts.functions if (name := qualname(frame)) is not None]
     flowing: list[tuple[str, ast.AST, str | None]] = [("<module>", facts.module, None)]
     flowing.extend((name, function, frame.class_name) for name, function, frame in named)
@@ -83,12 +84,20 @@ def start_summary(facts: AmpFacts, aside: bool = False) -> Callable[[], ModuleSu
         # its class there as well, where the name is not bound at module level.
         imports.setdefault(ref.local, ref.qname)
     defined = frozenset(name for name, _function, _frame in named)
-    aside_work = None
+    shared = None
     if aside and len(facts.source) >= FLOWS_ASIDE_FROM:
         from .forked import Ends, Forked, can_fork
 
         if can_fork():
-            make = FlowMaker(facts, flowing)
+            makers: list[FlowMaker] = []
+
+            def flow(index: int) -> FunctionFlow | None:
+                # (what the module's functions share is made by the process that first needs
+                # it, each for itself: 0.06 s on a module of 20,000 lines of statements)
+                if not makers:
+                    makers.append(FlowMaker(facts, flowing))
+                return makers[0](index)
+
             ends = Ends(len(flowing))
 
             def work() -> tuple[bytes, list[FunctionFlow | None]]:
@@ -96,19 +105,18 @@ def start_summary(facts: AmpFacts, aside: bool = False) -> Callable[[], ModuleSu
 
                 # Pickled at once, not with the flows at the end, while this process waits.
                 records = pickle.dumps(call_records(facts, imports, defined), protocol=pickle.HIGHEST_PROTOCOL)
-                return records, ends.front(make)
+                return records, ends.front(flow)
 
             try:
-                pending = Forked(work)
-                aside_work = (pending, make, ends)
+                shared = (Forked(work), flow, ends)
             except OSError:  # no process or pipe to be had (memory, limits): made here
                 ends.close()
     try:
-        return _summarized(facts, named, flowing, imports, defined, aside_work)
+        return _summarized(facts, named, flowing, imports, defined, shared)
     except BaseException:
-        if aside_work is not None:
-            aside_work[2].close()
-            with aside_work[0]:  # ends the child
+        if shared is not None:
+            shared[2].close()
+            with shared[0]:  # ends the child
                 pass
         raise
 
@@ -119,7 +127,7 @@ def _summarized(
     flowing: list[tuple[str, ast.AST, str | None]],
     imports: dict[str, str],
     defined: frozenset[str],
-    aside: tuple[Forked, FlowMaker, Ends] | None,
+    shared: tuple[Forked, Callable[[int], FunctionFlow | None], Ends] | None,
 ) -> Callable[[], ModuleSummary]:
     instances = _instances(facts)
     functions: dict[str, FunctionSummary] = {}
@@ -143,7 +151,7 @@ def _summarized(
         "classes": classes,
         "instances": instances,
         "functions": functions,
-        "calls": [] if aside is not None else call_records(facts, imports, defined),
+        "calls": [] if shared is not None else call_records(facts, imports, defined),
         "framework": framework_runs(facts, qualname) if "precision" in facts.source else [],
         "flows": {},
         "trains": training_frames(facts),
@@ -151,16 +159,16 @@ def _summarized(
     }
 
     def finish() -> ModuleSummary:
-        if aside is None:
+        if shared is None:
             flows = module_flows(facts, flowing)
         else:
             from .forked import ForkFailed
 
-            pending, make, ends = aside
+            pending, flow, ends = shared
             made = None
             try:
                 with pending:  # (leaving it early ends the child)
-                    back = ends.back(make)  # the flows the child has not reached yet
+                    back = ends.back(flow)  # the flows the child has not reached yet
                     try:
                         made = pending.result()
                     except ForkFailed:
@@ -169,14 +177,14 @@ def _summarized(
                 ends.close()
             if made is None:
                 summary["calls"] = call_records(facts, imports, defined)
-                made_flows = [back[index] if index in back else make(index) for index in range(len(flowing))]
+                answers = [back[index] if index in back else flow(index) for index in range(ends.count)]
             else:
                 import pickle
 
                 records, front = made
                 summary["calls"] = pickle.loads(records)
-                made_flows = ends.joined(front, back)
-            flows = flows_by_name(flowing, made_flows)
+                answers = ends.joined(front, back)
+            flows = flows_by_name(flowing, answers)
         summary["flows"] = mark_steps(facts, flows)
         return summary
 
