@@ -14,6 +14,7 @@ from ampdoctor.lint import LintRequest, known_codes, lint_paths
 from ampdoctor.lint.engine import parse_source
 from ampdoctor.lint.facts import build_facts
 from ampdoctor.lint.project import store as store_module
+from ampdoctor.lint.project.flow import Values
 from ampdoctor.lint.project.link import Project
 from ampdoctor.lint.project.outline import Outline, Uncertain
 from ampdoctor.lint.project.store import BACKWARD_TEXT, defines_without
@@ -380,3 +381,44 @@ def test_a_call_that_lands_for_certain_on_outlines_leaves_the_modules_it_passes_
     plain = Project(set(texts), lambda rel: _summary(texts[rel].encode()))
     found = plain.resolve_call("train.py", call)
     assert found is not None and (found.module, found.name, found.skip) == (target.module, target.name, target.skip)
+
+
+def _bases_and_subclasses(root: Path, with_outlines: bool) -> tuple[list, list]:
+    files, summaries, outline_of = _fixture(root)
+    project = Project(
+        files,
+        summaries.get,
+        outline=outline_of if with_outlines else None,
+        text=lambda rel: (root / rel).read_bytes(),
+    )
+    values = Values(project)
+    bases, subclasses = [], []
+    for rel in sorted(files):
+        for name in sorted((summaries[rel] or {}).get("classes", {})):
+            bases.append((rel, name, project.class_bases_on_text_first(rel, name)))
+            subclasses.append((rel, name, values.subclasses(rel, name)))
+    return bases, subclasses
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
+def test_every_class_of_the_project_fixtures_has_the_bases_and_subclasses_it_had_without_outlines(name: str):
+    root = FIXTURES / name
+    with_outlines = _bases_and_subclasses(root, True)
+    assert with_outlines == _bases_and_subclasses(root, False)
+    _files, summaries, _outline_of = _fixture(root)
+    for rel, cls, bases in with_outlines[0]:
+        assert bases == summaries[rel]["classes"][cls]["bases"]
+
+
+def test_a_candidate_subclass_is_read_from_its_outline():
+    """``Quiet(Trainer)`` names another ``Trainer`` (a library's): the subclass index offers it,
+    and its module is read as an outline, not summarized, to find that out."""
+    texts = {
+        "base.py": "class Trainer:\n    pass\n",
+        "amp.py": "from base import Trainer\n\n\nclass AmpTrainer(Trainer):\n    pass\n",
+        "elsewhere.py": "from lightning import Trainer\n\n\nclass Quiet(Trainer):\n    pass\n",
+    }
+    summarized: list[str] = []
+    project = _recording(texts, summarized)
+    assert Values(project).subclasses("base.py", "Trainer") == [("amp.py", "AmpTrainer")]
+    assert "elsewhere.py" not in summarized and "amp.py" not in summarized

@@ -42,6 +42,9 @@ MAX_HOPS = 3
 # A function whose text has none of these writes no checkpoint and hands none on: the calls
 # into it are not followed (its module is then never parsed for that).
 CHECKPOINT_TEXT = re.compile(rb"save|ckpt|checkpoint|snapshot|persist|dump")
+# A module whose text does not name a GradScaler builds none: no function of it makes a scaler
+# (``value_atoms._scaler_atom``: every constructor it knows is spelled ``...GradScaler``).
+BUILDS_SCALER_TEXT = re.compile(rb"GradScaler")
 
 
 def checkpoint_reports(
@@ -119,7 +122,8 @@ class _Judge:
         values = self.values
         found: set[Atom] = set()
         for call in flow.get("calls", []):
-            target = values.target(module, function, call)
+            # (only into a module that may build a scaler: the others are not summarized for it)
+            target = values.target(module, function, call, words=BUILDS_SCALER_TEXT)
             if target is None:
                 continue
             atoms = values.flow(target.module, target.name).get("scalers", [])

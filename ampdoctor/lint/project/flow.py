@@ -603,13 +603,9 @@ class Values:
             for rel, name in index.get(short, ()):
                 if (rel, name) in seen:
                     continue
-                summary = self.project.summary(rel)
-                info = (summary or {}).get("classes", {}).get(name)
-                if info is None:
-                    continue
-                for spelled in info.get("bases", []):
-                    found = self.project.resolve_spelled(rel, spelled.split("."))
-                    if found is not None and found[2] == "class" and (found[0], found[1]) == base:
+                bases = self.project.class_bases_on_text_first(rel, name)
+                for spelled in bases or ():
+                    if self.project.resolve_class_on_text_first(rel, spelled.split(".")) == base:
                         seen.add((rel, name))
                         out.append((rel, name))
                         todo.append((rel, name))
