@@ -251,3 +251,88 @@ def test_a_modules_text_is_searched_once_per_words_gate():
     gate = Values(project)._gate_for(CLIP_OR_UNSCALE_WORDS)
     assert [gate("a.py"), gate("b.py"), gate("a.py"), gate("b.py")] == [False, False, False, False]
     assert read == ["a.py", "b.py"]
+
+
+SUPER_TRAINER = """\
+import torch
+from logging_base import LoggingTrainer
+
+
+class AmpTrainer(LoggingTrainer):
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def step(self, x, y):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = self.model(x, y)
+        self.scaler.scale(loss).backward()
+        super().{method}(loss)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+"""
+LOGGING_BASE = """\
+import torch
+from base import BaseTrainer
+
+
+class LoggingTrainer(BaseTrainer):
+    def log_step(self, loss):
+        print(float(loss))
+"""
+CLIPPING_BASE = """\
+import torch
+
+
+class BaseTrainer:
+    def after_backward(self, loss):
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+"""
+
+
+@pytest.mark.parametrize("helper", [True, False])
+def test_a_super_call_walks_the_bases_only_for_a_name_a_helper_has(helper: bool):
+    """``super().log_step(loss)`` asked about by the seeds (does it clip or unscale for its
+    caller?): where no clipping module defines a ``log_step``, the bases are not walked and the
+    module that defines it is never parsed."""
+    from ampdoctor.lint.project.flow import Values
+    from ampdoctor.lint.project.link import Project
+    from ampdoctor.lint.project.outline import Outline
+
+    texts = {
+        "train.py": SUPER_TRAINER.format(method="log_step"),
+        "logging_base.py": LOGGING_BASE,
+        "base.py": CLIPPING_BASE,
+    }
+    summarized: list[str] = []
+
+    def load(rel: str) -> dict | None:
+        summarized.append(rel)
+        return _summary_of(texts[rel])
+
+    project = Project(set(texts), load, outline=lambda rel: Outline(texts[rel].encode()))
+    values = Values(project)
+    [call] = [c for c in values.flows("train.py")["AmpTrainer.step"]["calls"] if c["callee"] == "super.log_step"]
+    found = values.target("train.py", "AmpTrainer.step", call, defined=lambda name: helper)
+    if helper:
+        assert found is not None and (found.module, found.name) == ("logging_base.py", "LoggingTrainer.log_step")
+        assert "logging_base.py" in summarized
+    else:
+        assert found is None
+        assert summarized == ["train.py"]
+
+
+@pytest.mark.parametrize("method", ["after_backward", "log_step"])
+def test_a_helper_a_base_class_runs_through_super_is_found(tmp_path: Path, monkeypatch, method: str):
+    """``super().after_backward(loss)`` runs the base's clip on gradients still scaled: AMP201
+    at the call, with the project scanned for helpers or not; ``log_step`` clips nothing."""
+    from ampdoctor.lint.project import checks
+
+    write(
+        tmp_path,
+        {"train.py": SUPER_TRAINER.format(method=method), "logging_base.py": LOGGING_BASE, "base.py": CLIPPING_BASE},
+    )
+    expected = [("train.py", 14, "AMP201")] if method == "after_backward" else []
+    for scanned in (0, 24):
+        monkeypatch.setattr(checks, "SCANNED_TARGETS", scanned)
+        assert lint_tree(tmp_path) == expected

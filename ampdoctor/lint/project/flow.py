@@ -334,14 +334,15 @@ class Values:
         where the function's text may match this pattern; ``words``: only in a module whose text
         matches it, or one already summarized (see ``Project.resolve_call``); ``defined``:
         whether a function of a name may answer what the caller asks: a method is found by the
-        object's value only where it says so of the method's name."""
+        object's value, or in the bases for ``super().name(...)``, only where it says so of the
+        method's name."""
         callee = call.get("callee")
         if not callee:
             return None
         if callee.startswith("super."):
             owner = function.split(".", 1)[0] if "." in function else None
-            if owner is None:
-                return None
+            if owner is None or (defined is not None and not defined(callee[6:])):
+                return None  # (no function of that name answers: the bases are not walked for it)
             return self._super_method(module, owner, callee[6:])
         gate = self._gate_for(words) if words is not None else None
         found = self.project.resolve_call(module, {"callee": callee, "frame": function}, without=without, gate=gate)
