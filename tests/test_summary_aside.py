@@ -227,3 +227,13 @@ def test_flows_made_here_before_a_child_failed_are_kept(forks, monkeypatch):
     aside = summary.start_summary(facts, aside=True)()
     assert sorted(made) == list(range(_flowing(facts)))  # each made once: the ones from the back kept
     assert aside == summary.summarize(_facts(name))
+
+
+def test_no_shared_memory_to_be_had_leaves_the_work_to_this_process(forks, monkeypatch):
+    def refused(self, count):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(forked.Ends, "__init__", refused)
+    name = NAMES[0]
+    assert summary.start_summary(_facts(name), aside=True)() == summary.summarize(_facts(name))
+    assert not forks

@@ -30,6 +30,7 @@ Per module:
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable
 
 from ..model import AmpFacts, Frame
@@ -98,19 +99,20 @@ def start_summary(facts: AmpFacts, aside: bool = False) -> Callable[[], ModuleSu
                     makers.append(FlowMaker(facts, flowing))
                 return makers[0](index)
 
-            ends = Ends(len(flowing))
-
-            def work() -> tuple[bytes, list[FunctionFlow | None]]:
+            def work(ends: Ends) -> tuple[bytes, list[FunctionFlow | None]]:
                 import pickle
 
                 # Pickled at once, not with the flows at the end, while this process waits.
                 records = pickle.dumps(call_records(facts, imports, defined), protocol=pickle.HIGHEST_PROTOCOL)
                 return records, ends.front(flow)
 
+            ends = None
             try:
-                shared = (Forked(work), flow, ends)
-            except OSError:  # no process or pipe to be had (memory, limits): made here
-                ends.close()
+                ends = Ends(len(flowing))
+                shared = (Forked(functools.partial(work, ends)), flow, ends)
+            except OSError:  # no memory, process or pipe to be had (limits): made here
+                if ends is not None:
+                    ends.close()
     try:
         return _summarized(facts, named, flowing, imports, defined, shared)
     except BaseException:
