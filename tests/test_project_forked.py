@@ -172,46 +172,36 @@ def _square(index: int) -> int:
 def test_two_ends_share_the_pieces_and_leave_none_out(count):
     """The child takes pieces from the front and this process from the back, at the same time:
     every piece has its answer, in order, and the two met (none was left to nobody)."""
-    ends = forked.Ends(count)
-    try:
+    with forked.Ends(count) as ends:
         with Forked(lambda: ends.front(_square)) as child:
             back = ends.back(_square)
             front = child.result()
         assert ends.joined(front, back) == [_square(i) for i in range(count)]
         assert set(range(len(front))) | set(back) == set(range(count))
-    finally:
-        ends.close()
 
 
 def test_a_child_that_comes_late_finds_every_piece_taken():
-    ends = forked.Ends(5)
-    try:
+    with forked.Ends(5) as ends:
         back = ends.back(_square)  # this process takes them all before the child starts
         with Forked(lambda: ends.front(_square)) as child:
             front = child.result()
         assert front == [] and sorted(back) == [0, 1, 2, 3, 4]
         assert ends.joined(front, back) == [0, 1, 4, 9, 16]
-    finally:
-        ends.close()
 
 
 def test_this_process_coming_late_finds_every_piece_done():
-    ends = forked.Ends(5)
-    try:
+    with forked.Ends(5) as ends:
         with Forked(lambda: ends.front(_square)) as child:
             front = child.result()  # the child is done before this process looks
             back = ends.back(_square)
         assert front == [0, 1, 4, 9, 16] and back == {}
         assert ends.joined(front, back) == front
-    finally:
-        ends.close()
 
 
 def test_this_process_leaves_the_piece_the_child_is_on():
     """While the child works on piece 1 (a large one, it may be), this process takes only what
     is after it."""
-    ends = forked.Ends(4)
-    try:
+    with forked.Ends(4) as ends:
         done: list[tuple[str, int]] = []
         backs: list[dict[int, int]] = []
 
@@ -229,16 +219,13 @@ def test_this_process_leaves_the_piece_the_child_is_on():
         assert done == [("front", 0), ("front", 1), ("back", 3), ("back", 2)]
         assert front == [0, 1] and backs == [{3: 9, 2: 4}]
         assert ends.joined(front, backs[0]) == [0, 1, 4, 9]
-    finally:
-        ends.close()
 
 
 def test_a_piece_both_take_at_once_is_done_twice_and_answered_once():
     """Each process reads the other's counter before it takes a piece; read before the other
     wrote it, both take the same piece. Played in one process: this process reads the front as
     it was before the child said it took piece 1."""
-    ends = forked.Ends(3)
-    try:
+    with forked.Ends(3) as ends:
         words = ends._words
         done: list[tuple[str, int]] = []
         backs: list[dict[int, int]] = []
@@ -259,5 +246,3 @@ def test_a_piece_both_take_at_once_is_done_twice_and_answered_once():
         assert done == [("front", 0), ("front", 1), ("back", 2), ("back", 1)]
         assert front == [0, 1] and backs == [{2: 4, 1: 1}]
         assert ends.joined(front, backs[0]) == [0, 1, 4]
-    finally:
-        ends.close()

@@ -156,3 +156,9 @@ class Ends:
     def close(self) -> None:
         self._words.release()
         self._map.close()
+
+    def __enter__(self) -> Ends:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
