@@ -198,51 +198,45 @@ def test_this_process_coming_late_finds_every_piece_done():
         assert ends.joined(front, back) == front
 
 
+def _back_while_the_front_is_on_piece_1(ends: forked.Ends, read_late: bool):
+    """The child's share played in this process: while it works on piece 1, this process takes
+    pieces from the back (reading the front as it was before the child said it took piece 1,
+    with ``read_late``). What each did in order, the front's answers and the back's."""
+    done: list[tuple[str, int]] = []
+    backs: list[dict[int, int]] = []
+
+    def front_work(index: int) -> int:
+        done.append(("front", index))
+        if index == 1:
+            if read_late:
+                ends._words[0] = 1  # (the child's word not written yet, as this process reads it)
+            backs.append(ends.back(back_work))
+            ends._words[0] = 2
+        return _square(index)
+
+    def back_work(index: int) -> int:
+        done.append(("back", index))
+        return _square(index)
+
+    front = ends.front(front_work)
+    return done, front, backs[0]
+
+
 def test_this_process_leaves_the_piece_the_child_is_on():
     """While the child works on piece 1 (a large one, it may be), this process takes only what
     is after it."""
     with forked.Ends(4) as ends:
-        done: list[tuple[str, int]] = []
-        backs: list[dict[int, int]] = []
-
-        def front_work(index: int) -> int:
-            done.append(("front", index))
-            if index == 1:
-                backs.append(ends.back(back_work))
-            return _square(index)
-
-        def back_work(index: int) -> int:
-            done.append(("back", index))
-            return _square(index)
-
-        front = ends.front(front_work)
+        done, front, back = _back_while_the_front_is_on_piece_1(ends, read_late=False)
         assert done == [("front", 0), ("front", 1), ("back", 3), ("back", 2)]
-        assert front == [0, 1] and backs == [{3: 9, 2: 4}]
-        assert ends.joined(front, backs[0]) == [0, 1, 4, 9]
+        assert front == [0, 1] and back == {3: 9, 2: 4}
+        assert ends.joined(front, back) == [0, 1, 4, 9]
 
 
 def test_a_piece_both_take_at_once_is_done_twice_and_answered_once():
     """Each process reads the other's counter before it takes a piece; read before the other
-    wrote it, both take the same piece. Played in one process: this process reads the front as
-    it was before the child said it took piece 1."""
+    wrote it, both take the same piece."""
     with forked.Ends(3) as ends:
-        words = ends._words
-        done: list[tuple[str, int]] = []
-        backs: list[dict[int, int]] = []
-
-        def front_work(index: int) -> int:
-            done.append(("front", index))
-            if index == 1:
-                words[0] = 1  # (what this process reads: the child's word not written yet)
-                backs.append(ends.back(back_work))
-                words[0] = 2
-            return _square(index)
-
-        def back_work(index: int) -> int:
-            done.append(("back", index))
-            return _square(index)
-
-        front = ends.front(front_work)
+        done, front, back = _back_while_the_front_is_on_piece_1(ends, read_late=True)
         assert done == [("front", 0), ("front", 1), ("back", 2), ("back", 1)]
-        assert front == [0, 1] and backs == [{2: 4, 1: 1}]
-        assert ends.joined(front, backs[0]) == [0, 1, 4]
+        assert front == [0, 1] and back == {2: 4, 1: 1}
+        assert ends.joined(front, back) == [0, 1, 4]
