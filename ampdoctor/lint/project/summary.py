@@ -66,7 +66,8 @@ def summarize(facts: AmpFacts) -> ModuleSummary:
 # call records aside too and the flows shared from both ends (medians of five to seven,
 # alternating): 50,000 lines 2.10 -> 1.95 s, 20,000 lines 0.89 -> 0.83 s, 3,000 lines 0.18 s
 # either way; the kinds of ``benchmarks/scaling_bench.py`` at 1,600 copies: trainer classes
-# (70,000 lines) 2.29 -> 2.25 s, buggy loops 1.41 -> 1.32 s, a pasted script 1.16 s either way.
+# (70,000 lines) 2.29 -> 2.25 s, buggy loops 1.41 -> 1.32 s, module-level script code 1.16 s
+# either way.
 FLOWS_ASIDE_FROM = 100_000
 
 
