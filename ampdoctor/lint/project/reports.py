@@ -3,6 +3,8 @@ lazy search for the modules that may call a function or set something up."""
 
 from __future__ import annotations
 
+import bisect
+import re
 from collections.abc import Callable, Iterable
 
 from ...records import Record
@@ -31,10 +33,18 @@ class CrossReport(Record):
         self.related = related
 
 
+# What may follow ``def `` in a function's name: a word's bytes (those of a name spelled in other
+# scripts too, which UTF-8 writes with bytes from 0x80 on).
+_NAME_BYTES = rb"[A-Za-z0-9_\x80-\xff]"
+_DEF_WORD = re.compile(rb"def (" + _NAME_BYTES + rb"*)")
+_NAME = re.compile(_NAME_BYTES + rb"+")
+
+
 class Callers:
     """The modules that may call a function, found lazily: those whose text holds the token
     class a rule needs (``store.TOKEN_CLASSES``) and the function's name as a word. ``mentions``
-    tests a module's text for a string, ``names`` for a whole word."""
+    tests a module's text for a string, ``names`` for a whole word; ``text``, where given, reads
+    a module's bytes (``defining`` then indexes them once)."""
 
     def __init__(
         self,
@@ -42,12 +52,15 @@ class Callers:
         has_class: Callable[[str, str], bool],
         mentions: Callable[[str, str], bool],
         names: Callable[[str, str], bool],
+        text: Callable[[str], bytes | None] | None = None,
     ) -> None:
         self.files = sorted(files)
         self.has_class = has_class
         self.mentions = mentions
         self.names = names
+        self.text = text
         self._by_class: dict[str, list[str]] = {}
+        self._defined: dict[str, tuple[list[bytes], list[int]]] = {}
 
     def with_class(self, kind: str) -> list[str]:
         if kind not in self._by_class:
@@ -64,8 +77,26 @@ class Callers:
 
     def defining(self, name: str, kind: str = "any") -> list[str]:
         """The modules whose text may define a function or method called ``name`` (among those
-        that hold the token class ``kind``)."""
-        return [rel for rel in self.with_class(kind) if self.mentions(rel, f"def {name}")]
+        that hold the token class ``kind``): those where ``def {name}`` occurs."""
+        modules = self.with_class(kind)
+        spelled = name.encode()
+        if self.text is None or _NAME.fullmatch(spelled) is None:
+            return [rel for rel in modules if self.mentions(rel, f"def {name}")]
+        # The words after each ``def `` of those modules, sorted once: ``def {name}`` occurs where
+        # one of them starts with the name. (On the 31-repository tree the checks asked 111
+        # times, each of about 80 modules: 0.07 s of searching their texts one name at a time.)
+        if kind not in self._defined:
+            pairs = sorted(
+                (word, index) for index, rel in enumerate(modules) for word in _DEF_WORD.findall(self.text(rel) or b"")
+            )
+            self._defined[kind] = ([word for word, _ in pairs], [index for _, index in pairs])
+        words, where = self._defined[kind]
+        found = set()
+        at = bisect.bisect_left(words, spelled)
+        while at < len(words) and words[at].startswith(spelled):
+            found.add(where[at])
+            at += 1
+        return [modules[index] for index in sorted(found)]
 
     def defining_with_scaler(self, name: str) -> list[str]:
         """``defining`` among the modules that make or use a GradScaler."""

@@ -132,7 +132,7 @@ def link_results(
     # the file clips gradients (an update helper). Other files are summarized only on demand.
     checked = [rel for rel in target_rels if store.linted(rel)]
     store.prefetch(checked, jobs)
-    callers = Callers(files, store.has_class, store.mentions, store.names)
+    callers = Callers(files, store.has_class, store.mentions, store.names, store.text)
     # Named files that only hold what float16 autocast set up elsewhere breaks (a BCE, a large
     # fill): summarized only if such an autocast reaches them.
     lazy = []
