@@ -13,7 +13,10 @@ Rules never walk the tree. They query what this module records:
   and autocast decorators;
 * ``scalers`` / ``optimizers``: receiver keys (``scaler``, ``self.scaler``) known to hold a
   GradScaler or an optimizer, by construction and by use;
-* per frame (each function and the module body), the ordered training-step ``events``.
+* per frame (each function and the module body), the ordered training-step ``events``;
+* ``flow_nodes``: per top-level function or method and for the module body, the nodes that
+  bind, return, call or enter a context there, in the order of the walk (what the project
+  summary's value flows start from: ``project/value_bindings.py``).
 
 The tree is the interpreter's own (``ast``): it parses an order of magnitude faster than a
 concrete syntax tree, carries positions, and needs no import of its own. Comments and
@@ -94,12 +97,19 @@ class _FactWalk:
         self._blocks = 0
         self._seen_imports: set[int] = {id(ref.node) for ref in import_refs}
         self._work: list[_Work] = []
+        # Where the nodes of ``_FLOW_KINDS`` go as they are visited: the list of the top-level
+        # function or method (or the module body) whose own code they are, a nested function's
+        # body included; None in a class body, a function's decorators, defaults and annotations,
+        # and a lambda's defaults, which no value flow reads.
+        self.flow_nodes: dict[int, list[ast.AST]] = {}
+        self._flow: list[ast.AST] | None = None
         # The markers, made once (a bound method is a new object at each lookup).
         self._leave_block = self._exit
         self._leave_statement: Callable[[], object] = self._statements.pop
 
     def run(self, module: ast.Module) -> None:
         self._push_frame(module, "<module>")
+        self._flow = self.flow_nodes[id(module)] = []
         work = self._work
         work.extend(reversed(module.body))
         visit = self._visit
@@ -129,6 +139,8 @@ class _FactWalk:
 
     def _visit(self, node: ast.AST) -> None:
         kind = type(node)
+        if kind in _FLOW_KINDS and self._flow is not None:
+            self._flow.append(node)
         handler = _HANDLERS.get(kind)
         if handler is not None:
             if handler(self, node):
@@ -182,10 +194,13 @@ class _FactWalk:
         self._decorators(node.decorator_list)
         self._class_stack.append(node.name)
         self._statements.append(node)
+        outer = self._flow
+        self._flow = None
 
         def leave() -> None:
             self._class_stack.pop()
             self._statements.pop()
+            self._flow = outer
 
         self._schedule([*node.decorator_list, *node.bases, *node.keywords, *node.body, leave])
         return True
@@ -193,6 +208,8 @@ class _FactWalk:
     def _function_def(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         self._statements.append(node)
         self._decorators(node.decorator_list)
+        outer = self._flow
+        self._flow = None
 
         def enter_body() -> None:
             # Decorators and default values belong to the enclosing frame; the body is new.
@@ -201,11 +218,36 @@ class _FactWalk:
             # A decorated function runs its body inside the decorator's region, if it is one.
             self._with_stack[-1].extend(WithRef(d, decorator=True) for d in node.decorator_list)
             self._shape = None
+            # A function defined in the module body or a class of it has its own flow; a nested
+            # one is part of the flow of the function around it (none inside a nested class).
+            parent = frame.parent
+            if parent is not None and parent.parent is None:
+                self._flow = self.flow_nodes[id(node)] = []
+            else:
+                self._flow = outer
+
+        def leave_body() -> None:
+            self._pop_frame()
+            self._flow = outer
 
         head: list[_Work] = [*node.decorator_list, node.args]
         if node.returns is not None:
             head.append(node.returns)
-        self._schedule([*head, enter_body, *node.body, self._pop_frame, self._leave_statement])
+        self._schedule([*head, enter_body, *node.body, leave_body, self._leave_statement])
+        return True
+
+    def _lambda(self, node: ast.Lambda) -> bool:
+        # As the generic visit, with the defaults left out of the flow and the body in it.
+        outer = self._flow
+        self._flow = None
+
+        def enter_body() -> None:
+            self._flow = outer
+
+        items: list[_Work] = [node.args, enter_body]
+        if type(node.body) not in _LEAVES:
+            items.append(node.body)
+        self._schedule(items)
         return True
 
     def _loop(self, node: ast.For | ast.AsyncFor | ast.While) -> bool:
@@ -355,6 +397,25 @@ class _FactWalk:
 
 
 _LEAVES = (ast.Name, ast.Constant)
+# The nodes a function's value flow starts from (``flow_nodes``).
+_FLOW_KINDS = frozenset(
+    {
+        ast.Assign,
+        ast.AnnAssign,
+        ast.AugAssign,
+        ast.For,
+        ast.AsyncFor,
+        ast.With,
+        ast.AsyncWith,
+        ast.Return,
+        ast.Yield,
+        ast.YieldFrom,
+        ast.Global,
+        ast.NamedExpr,
+        ast.comprehension,
+        ast.Call,
+    }
+)
 # Every statement type (the walk keeps the innermost statement around each call).
 _STATEMENTS = frozenset(cls for cls in vars(ast).values() if isinstance(cls, type) and issubclass(cls, ast.stmt))
 _HANDLERS: dict[type, Callable[[_FactWalk, Any], bool]] = {
@@ -374,6 +435,7 @@ _HANDLERS: dict[type, Callable[[_FactWalk, Any], bool]] = {
     ast.AnnAssign: _FactWalk._assign,
     ast.Call: _FactWalk._call,
     ast.Attribute: _FactWalk._attribute,
+    ast.Lambda: _FactWalk._lambda,
 }
 if hasattr(ast, "TryStar"):
     _HANDLERS[ast.TryStar] = _FactWalk._try
@@ -426,6 +488,7 @@ def build_facts(module: ast.Module, source: str, seeds: dict[str, Any] | None = 
         functions=visitor.functions,
         item_assignments=visitor.item_assignments,
     )
+    facts.flow_nodes = visitor.flow_nodes
     facts.seeds = seeds
     resolve_regions(facts)
     find_scalers_and_optimizers(facts)

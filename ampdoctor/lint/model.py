@@ -316,6 +316,7 @@ class AmpFacts(Record):
         "_by_name",
         "_by_value",
         "_module_once",
+        "flow_nodes",
     )
 
     def __init__(
@@ -374,6 +375,9 @@ class AmpFacts(Record):
         self._by_name: dict[str, list[CallSite]] | None = None
         self._by_value: dict[int, Assignment] | None = None
         self._module_once: dict[str, ast.expr] | None = None
+        # Per top-level function or method (and the module body), by its node's id: the nodes its
+        # value flow starts from (``facts.py``).
+        self.flow_nodes: dict[int, list[ast.AST]] = {}
 
     def release(self) -> None:
         """Break the reference cycles of the model (a frame and its calls and events), once the

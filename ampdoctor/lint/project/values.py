@@ -175,8 +175,7 @@ class _FunctionWalk(BindingWalk, FlowRecords):
     # ---- walk ------------------------------------------------------------------------------
 
     def run(self) -> FunctionFlow:
-        body = self.node.body
-        self._collect(body)
+        self._collect(self.facts.flow_nodes[id(self.node)])
         b = self.bindings
         self._handovers()
         self.env = dict.fromkeys(b.names, EMPTY)
