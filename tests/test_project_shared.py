@@ -93,13 +93,18 @@ def _findings(root: Path) -> list[tuple[str, str]]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks only on Linux")
-def test_the_forked_checks_share_a_folder_that_is_gone_after_them(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_the_forked_checks_share_a_folder_that_is_gone_after_them(tmp_path: Path, monkeypatch, in_memory: bool):
     import tempfile
 
     root = _checkpointing_project(tmp_path / "project")
     temporary = tmp_path / "temporary"
     temporary.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    if in_memory:  # (a folder standing for /dev/shm)
+        monkeypatch.setattr(checks, "memory_folder", lambda: str(temporary))
+    else:  # no memory folder: the temporary one
+        monkeypatch.setattr(checks, "memory_folder", lambda: None)
+        monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     monkeypatch.setattr(checks, "FORK_TARGETS", 1)
     monkeypatch.setattr(checks, "can_fork", lambda: True)
     folders = []
@@ -128,3 +133,16 @@ def test_without_a_temporary_folder_each_process_makes_its_own(tmp_path: Path, m
 
     monkeypatch.setattr(tempfile, "mkdtemp", refused)
     assert _findings(root) == [("train.py", "AMP211")]  # not "the project analysis failed"
+
+
+def test_the_memory_folder_is_one_this_process_may_write_in(monkeypatch):
+    from ampdoctor.lint.project import shared
+
+    monkeypatch.setattr(shared.os.path, "isdir", lambda path: path == "/dev/shm")
+    monkeypatch.setattr(shared.os, "access", lambda path, mode: True)
+    assert shared.memory_folder() == "/dev/shm"
+    monkeypatch.setattr(shared.os, "access", lambda path, mode: False)
+    assert shared.memory_folder() is None
+    monkeypatch.setattr(shared.os.path, "isdir", lambda path: False)
+    monkeypatch.setattr(shared.os, "access", lambda path, mode: True)
+    assert shared.memory_folder() is None

@@ -26,7 +26,7 @@ from .link import Project, Target
 from .region_calls import region_call_reports
 from .reports import Callers, CrossReport
 from .seeds import seeded_reports
-from .shared import SharedSummaries
+from .shared import SharedSummaries, memory_folder
 from .store import BACKWARD_TEXT, SummaryStore
 from .unscaled_float16 import scaler_never_passed
 from .update_twice import update_twice
@@ -410,7 +410,9 @@ def run_checks(
 
     # What either process summarizes on demand, the other reads instead of making (``shared.py``).
     try:
-        scratch = tempfile.TemporaryDirectory(prefix="ampdoctor-summaries-", ignore_cleanup_errors=True)
+        scratch = tempfile.TemporaryDirectory(
+            prefix="ampdoctor-summaries-", dir=memory_folder(), ignore_cleanup_errors=True
+        )
     except OSError:  # no temporary folder to write in: each process makes its own
         scratch = None
     store.shared = SharedSummaries(scratch.name) if scratch is not None else None

@@ -22,6 +22,15 @@ if TYPE_CHECKING:
     from .shapes import ModuleSummary
 
 
+def memory_folder() -> str | None:
+    """A folder in memory for the shared summaries (``/dev/shm`` where the system has one this
+    process may write in), else None (the temporary folder): a file made there took 0.02 ms, in
+    the temporary folder on disk 0.2 ms, and the checks of the 31-repository tree share about 140.
+    A memory folder too small for them fails a write, and that summary is made by the other."""
+    folder = "/dev/shm"
+    return folder if os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK) else None
+
+
 class SharedSummaries:
     """The summaries one process made on demand, readable by the other, in ``folder``."""
 
