@@ -422,3 +422,25 @@ def test_a_candidate_subclass_is_read_from_its_outline():
     project = _recording(texts, summarized)
     assert Values(project).subclasses("base.py", "Trainer") == [("amp.py", "AmpTrainer")]
     assert "elsewhere.py" not in summarized and "amp.py" not in summarized
+
+
+def test_the_names_a_block_stores_are_those_a_full_walk_finds():
+    import ast
+
+    from ampdoctor.lint.project.outline import _stored
+
+    root = Path(__file__).resolve().parent.parent
+    checked = 0
+    for path in sorted([*root.joinpath("fixtures").rglob("*.py"), *root.joinpath("tests").rglob("*.py")]):
+        try:
+            tree = ast.parse(path.read_bytes())
+        except SyntaxError:
+            continue
+        walked = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        assert _stored(tree) == walked, path
+        checked += 1
+    assert checked > 300
+    tree = ast.parse(
+        "a = 1\nb, [c, *d] = e\nfor f in g: h += f\nwith i() as (j, k): l[m] = n.o\ndel p\nq = [r for r in s]"
+    )
+    assert _stored(tree) == {"a", "b", "c", "d", "f", "h", "j", "k", "q", "r"}

