@@ -426,8 +426,9 @@ def _stored(tree: ast.AST) -> set[str]:
         for field in node._fields:
             if field == "ctx":
                 continue
-            value = getattr(node, field, None)
-            for item in value if type(value) is list else (value,):
+            value: Any = getattr(node, field, None)
+            items: Any = value if type(value) is list else (value,)
+            for item in items:
                 kind = type(item)
                 if kind is name:
                     if type(item.ctx) is store:
