@@ -1,4 +1,4 @@
-"""Whether a long function's text names what its values are made of (``values.names_flow_word``):
+"""Whether a long function's text names what its values are made of (``flow_words.names_flow_word``):
 the same answer as the expression ``FLOW_WORDS``, on every window of texts written to reach its
 edges and on the functions of the project fixtures; and the two other text shortcuts of the
 flows' shared context: a module that does not say ``GradScaler`` builds none, and the names its
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ampdoctor.lint.project.values import FLOW_WORDS, names_flow_word
+from ampdoctor.lint.project.flow_words import FLOW_WORDS, names_flow_word
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

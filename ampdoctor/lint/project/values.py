@@ -14,12 +14,12 @@ call site. The summary is built from the module's tree, in the lint worker that 
 from __future__ import annotations
 
 import ast
-import re
 
 from ..model import AmpFacts
 from ..passes import is_optimizer, is_optimizer_constructor
 from ..syntax import dotted, span
 from ..vocabulary import GRAD_SCALER_NAMES
+from .flow_words import names_flow_word
 from .value_atoms import (
     _BUILTIN_NAMES,
     _LIBRARY_ROOTS,
@@ -95,53 +95,6 @@ class FlowMaker:
             if not short and not names_flow_word(self.source, start, end):
                 return None
         return _FunctionWalk(self.context, node, class_name).run() or None
-
-
-# What a function's text must name for its values to matter: a checkpoint, an optimizer, a
-# scaler, a state, an autocast or an amp setting, a clip, the gradients' scale; ``amp`` only
-# where no ASCII letter comes before it (``FLOW_WORDS``, the same as an expression, is kept for
-# the tests). Searched for word by word (``str.find`` from the most frequent on): on the 4,427
-# long functions of the 623 modules the 31-repository tree summarizes, 0.06 s against the
-# expression's 0.12 s.
-_FLOW_WORDS = (
-    "optim",
-    "save",
-    "backward",
-    "state_dict",
-    "half",
-    "dump",
-    "ckpt",
-    "checkpoint",
-    "snapshot",
-    "persist",
-    "scaler",
-    "Scaler",
-    "autocast",
-    "Adam",
-    "SGD",
-    "precision",
-    "fp16",
-    "clip_grad",
-    "unscale_",
-)
-FLOW_WORDS = re.compile(
-    r"save|ckpt|checkpoint|snapshot|persist|dump|optim|[Ss]caler|state_dict|autocast|(?<![A-Za-z])amp|"
-    r"Adam|SGD|precision|fp16|half|clip_grad|unscale_|backward"
-)
-
-
-def names_flow_word(source: str, start: int, end: int) -> bool:
-    """Whether ``source[start:end]`` holds one of the words that ``FLOW_WORDS`` matches."""
-    find = source.find
-    if any(find(word, start, end) >= 0 for word in _FLOW_WORDS):
-        return True
-    at = find("amp", start, end)
-    while at >= 0:
-        before = source[at - 1] if at > 0 else ""  # (the expression looks behind ``start`` too)
-        if not ("a" <= before <= "z" or "A" <= before <= "Z"):
-            return True
-        at = find("amp", at + 1, end)
-    return False
 
 
 class _FunctionWalk(BindingWalk, FlowRecords):
