@@ -341,3 +341,24 @@ def test_a_class_missing_from_a_stored_entry_is_looked_up_in_the_file(tmp_path: 
     store._verified.add("helpers.py")  # as if the file were unchanged since
     assert store.has_class("helpers.py", "scaler")  # as stored, though the text has no scaler
     assert store.has_class("helpers.py", CLIP_OR_UNSCALE)  # from the file
+
+
+def test_the_files_summarized_without_rules_are_the_same_with_the_prefilter_searches():
+    from ampdoctor.lint.engine import passes_prefilter, prefilter_spec
+    from ampdoctor.lint.rules import lint_rules
+
+    spec = prefilter_spec(list(lint_rules()))
+    root = Path(__file__).resolve().parent.parent
+    wanted = 0
+    for path in sorted([*root.joinpath("fixtures").rglob("*.py"), *root.joinpath("tests").rglob("*.py")]):
+        data = path.read_bytes()
+        seen: dict[bytes, bool] = {}
+        passes_prefilter(data, spec, seen)
+        token_classes(data, seen)
+        answer = wanted_without_rules(data)
+        assert wanted_without_rules(data, seen) is answer, path
+        wanted += answer
+    assert wanted > 20
+    # A token the prefilter found absent is not searched for again, nor one that holds it.
+    seen = {b".half": False, b"convert_to_fp16": False, b"clip_grad": False, b"autocast": False}
+    assert not wanted_without_rules(b"model.half()\nreturn model\nclip_grad autocast", seen)

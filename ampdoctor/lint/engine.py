@@ -474,7 +474,7 @@ def _lint_data(
             from .project.tokens import float16_risk, wanted_without_rules
 
             result.half_risk = float16_risk(data, seen)
-            if wanted_without_rules(data):
+            if wanted_without_rules(data, seen):
                 # No rule of its own can fire, but the project pass judges an update helper's
                 # clip from its callers: summarize it here, in the worker that has its bytes.
                 result.summary = _summary_only(data)
