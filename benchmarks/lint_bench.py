@@ -6,8 +6,9 @@ TREE defaults to the installed torch package (found without importing torch). Ev
 runs as a fresh process, the way a user or CI runs it; the table reports, of ``--repeats``
 runs, the median wall time and its spread (fastest-slowest), the median CPU time of the process
 and those it waited for (its workers, a forked child), and the largest resident set among them
-(the peak memory ``/usr/bin/time`` reports), with ratios measured in this same run and the
-machine's load average before and after. ampdoctor's cache lives in a
+(the peak memory ``/usr/bin/time`` reports; Linux counts a process's peak from before its
+``exec`` too, so no run reports less than this script's own size, about 20 MB), with ratios
+measured in this same run and the machine's load average before and after. ampdoctor's cache lives in a
 temporary folder, so "cold" never sees an earlier cache and "warm" sees only its own.
 TorchFix is slow (minutes for a few hundred files), so by default it runs on the first
 ``--torchfix-files`` files of the tree and its whole-tree time is extrapolated (and marked so).
