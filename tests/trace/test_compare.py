@@ -348,7 +348,10 @@ def test_compare_rule_page_example(rule, example, tmp_path):
 
 def test_nanogpt_style_script(tmp_path):
     # Gradient accumulation with autocast entered per micro-step, a disabled GradScaler (bfloat16)
-    # and a 65-symbol vocabulary: the output layer's GEMM has N=65.
+    # and a 65-symbol vocabulary: the output layer's GEMM has N=65. Its share of the profiled GEMM
+    # time (9% on a quiet machine) moves with the machine's load (3% and less beside four busy
+    # processes): the advice is asked for whatever the share, whose threshold
+    # test_trace_hardware_rules.py tests on the GEMMs' arithmetic, the same on every machine.
     result, report = compare(
         tmp_path,
         COMPARE / "nanogpt_style.py",
@@ -358,6 +361,8 @@ def test_nanogpt_style_script(tmp_path):
         "1",
         "--fail-on",
         "never",
+        "--threshold",
+        "align_share=0",
         *EXPLAIN,
         env=TENSOR_CORES,
     )

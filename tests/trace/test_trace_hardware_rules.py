@@ -97,6 +97,44 @@ def test_padding_is_advised_only_where_gemms_run_on_tiles(unaligned_observations
         assert found == []
 
 
+@pytest.fixture(scope="module")
+def small_head_observations():
+    """A bfloat16 Linear(512, 512) and a Linear(512, 17) head: the head's N of 17 is not a
+    multiple of 8. The first layer runs two GEMMs of 64 x 512 x 512 (forward, weight gradient:
+    its input needs none), the head three of 64 x 512 x 17: 51/1075 (4.7%) of the arithmetic."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 512), nn.Linear(512, 17))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with contextlib.redirect_stdout(io.StringIO()), TraceSession(record_ops_steps=1) as session:
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.randn(64, 512)).float().square().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    return session.observations
+
+
+@pytest.mark.parametrize(
+    "share, advised",
+    [(None, True), (0.045, True), (0.05, False)],
+    ids=["default", "threshold-below", "threshold-above"],
+)
+def test_padding_is_advised_from_the_modules_share_of_the_gemms(small_head_observations, share, advised):
+    # Without a profile the share is the module's share of the GEMM arithmetic: the same on
+    # every machine, whatever its load (a profile's time share moves with it).
+    thresholds = Thresholds() if share is None else Thresholds(align_share=share)
+    locator = Locator(__file__, small_head_observations.class_files)
+    found = list(gemm_not_aligned(small_head_observations, None, None, [AMX], thresholds, locator))
+    if advised:
+        (finding,) = found
+        assert finding.extra["module"] == "1" and "N=17" in finding.message and "17 to 24" in finding.help
+        assert finding.extra["share_of"] == "GEMM arithmetic"
+        assert abs(finding.extra["time_share"] - 51 / 1075) < 1e-9
+    else:
+        assert found == []
+
+
 def test_a_run_with_the_hardware_note_only_still_finds_no_problem(monkeypatch):
     findings, _line = _findings(monkeypatch, SLOW)
     assert findings
