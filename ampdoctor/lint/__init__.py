@@ -427,6 +427,12 @@ def _ready_project_pass() -> None:
 def _worker_batch(jobs: list[_Job], request: LintRequest) -> list[FileResult]:
     """``_lint_batch`` in a worker process, which then reclaims what the batch left."""
     results = _lint_batch(jobs, request)
+    if request.links_project:
+        from .project.packed_calls import packed
+
+        for result in results:
+            if result.summary is not None:
+                result.summary = packed(result.summary)  # (most of its call records are never read)
     if any(result.parsed for result in results):
         from .gc_budget import collect
 

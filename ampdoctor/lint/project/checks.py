@@ -147,9 +147,7 @@ def _backward_of(project: Project, target: Target, depth: int = 0) -> tuple[str,
 
 def _backward_under_autocast(project: Project, targets: list[str]) -> Iterator[CrossReport]:
     for module in targets:
-        for call in project.calls(module):
-            if "region" not in call:
-                continue
+        for call in project.region_calls(module):
             target = project.resolve_call(module, call)
             if target is None:
                 continue

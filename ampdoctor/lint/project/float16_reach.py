@@ -160,10 +160,8 @@ def _entries(project: Project, module: str) -> Iterator[_Entry]:
     summary = project.summary(module)
     if summary is None:
         return
-    for call in summary.get("calls", []):
-        region = call.get("region")
-        if region is None:
-            continue
+    for call in project.region_calls(module):
+        region = call["region"]
         codes = _region_codes(region)
         if not codes:
             continue

@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping
 
 from ...records import Record
 from .outline import Outline, Uncertain
+from .packed_calls import calls as calls_of
+from .packed_calls import region_calls as region_calls_of
 from .tokens import class_statements, import_targets
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
@@ -621,7 +623,12 @@ class Project(Record):
 
     def calls(self, module: str) -> list[CallRecord]:
         summary = self.summary(module)
-        return summary.get("calls", []) if summary else []
+        return calls_of(summary) if summary else []
+
+    def region_calls(self, module: str) -> list[CallRecord]:
+        """The module's calls made inside an autocast region."""
+        summary = self.summary(module)
+        return region_calls_of(summary) if summary else []
 
     def calls_naming(self, module: str, part: str) -> list[CallRecord]:
         """The module's calls whose callee's spelling contains ``part``, in source order: a

@@ -182,6 +182,10 @@ if TYPE_CHECKING:
         trains: list[str]
         paths: list[str]
         light: bool
+        # As the lint pass's workers send it (``packed_calls.py``): ``calls`` pickled, and the
+        # calls made inside an autocast region.
+        packed_calls: bytes
+        region_calls: list[CallRecord]
 
 
 __all__: list[str] = []

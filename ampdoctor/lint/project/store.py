@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import verbose
 from ..cache import RACY_NS, read_cache_document, read_delta, write_cache_file
+from .packed_calls import unpacked
 from .shared import SharedSummaries
 from .store_format import cut, delta_path, drop_stores, has_text, span_of, stored_classes, stored_entry
 from .tokens import BACKWARD_TEXT as BACKWARD_TEXT  # re-exported (``checks.py``)
@@ -550,7 +551,7 @@ class SummaryStore:
                 data = text.encode("utf-8") if text is not None else cut(old, span)
                 if data is None and isinstance(entry.get("summary"), dict):
                     # its place in a blob that is gone, but decoded in this run: kept all the same
-                    data = json.dumps(entry["summary"], separators=(",", ":")).encode("utf-8")
+                    data = json.dumps(unpacked(entry["summary"]), separators=(",", ":")).encode("utf-8")
                 if data is not None:
                     stored["span"] = [offset, len(data)]
                     texts.append(data)

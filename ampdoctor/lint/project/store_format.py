@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ..cache import beyond_newest
+from .packed_calls import unpacked
 from .tokens import CLASSES
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
@@ -73,7 +74,7 @@ def stored_entry(entry: dict[str, Any]) -> dict[str, Any]:
     if not has_text(entry):
         summary = entry.get("summary")
         if summary is not None:
-            stored["text"] = json.dumps(summary, separators=(",", ":"))
+            stored["text"] = json.dumps(unpacked(summary), separators=(",", ":"))
         elif "summary" in entry:
             stored["summary"] = None  # summarized, and nothing to link (it does not parse)
     known = entry.get("classes") or {}
