@@ -172,7 +172,7 @@ class _FunctionWalk(BindingWalk, FlowRecords):
         for name, kind, detail, expr in b.globals:
             gstores.setdefault(name, set()).update(self._bound(kind, detail, expr))
         if self.is_module:
-            for name in self.context.module_names:
+            for name in sorted(self.context.module_names):  # (a set: the summary's text is the same in every run)
                 held = self.env.get(name)
                 if held:
                     gstores.setdefault(name, set()).update(held)
