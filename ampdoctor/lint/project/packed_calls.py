@@ -7,8 +7,9 @@ of AMP301 and AMP105), and the calls that name a function they ask about
 (``Project.calls_naming``), in a few modules. The rest of the records are never read: on the
 31-repository tree (623 summarized modules) the main process looked through the calls of 26
 modules, the forked one of none. Sent as Python objects, the records were 420,000 of the
-summaries' 1.03 million objects; packed, the main process's peak resident memory fell from 144
-to 131 MB (``/usr/bin/time``), the findings byte-identical.
+summaries' 1.03 million objects; packed, the main process's peak resident memory fell from
+141-144 to 129-131 MB (``/usr/bin/time``) and the run took 7-12% less time (alternating series
+of 5 and 7), the findings byte-identical.
 
 A packed summary holds ``packed_calls`` and ``region_calls`` in place of ``calls``; ``calls``
 and ``region_calls`` below read either form, and ``unpacked`` gives the summary as the lint
