@@ -37,33 +37,45 @@ def _summaries() -> dict[str, dict]:
 
 SUMMARIES = _summaries()
 WITH_REGION_CALLS = [rel for rel, s in SUMMARIES.items() if any("region" in c for c in s.get("calls", []))]
+FLOW_CALLS = sum(len(flow.get("calls", [])) for s in SUMMARIES.values() for flow in s.get("flows", {}).values())
 
 
-def test_the_fixtures_hold_calls_inside_and_outside_autocast_regions():
+def test_the_fixtures_hold_calls_inside_and_outside_autocast_regions_and_flow_calls():
     assert len(WITH_REGION_CALLS) >= 10
+    assert FLOW_CALLS >= 500
     assert any(any("region" not in c for c in SUMMARIES[rel]["calls"]) for rel in WITH_REGION_CALLS)
 
 
+def _heads(calls: list[dict]) -> list[tuple]:
+    return [(c.get("callee", ""), bool(c.get("recv")), c["at"][0]) for c in calls]
+
+
 @pytest.mark.parametrize("rel", sorted(SUMMARIES))
-def test_unpacked_is_the_summary_made_and_the_region_calls_are_read_packed(rel):
+def test_unpacked_is_the_summary_made_and_the_heads_are_read_packed(rel):
     summary = SUMMARIES[rel]
-    copy = json.loads(json.dumps(summary))
-    sent = packed_calls.packed(copy)
-    if not summary.get("calls"):
-        assert sent is copy  # nothing to pack
-        return
-    assert "calls" not in sent and isinstance(sent["packed_calls"], bytes)
-    assert list(sent).index("packed_calls") == list(summary).index("calls")  # in its place
-    assert packed_calls.region_calls(sent) == [c for c in summary["calls"] if "region" in c]
+    sent = packed_calls.packed(json.loads(json.dumps(summary)))
+    assert "calls" not in sent if summary.get("calls") else "packed_calls" not in sent
+    if summary.get("calls"):
+        assert list(sent).index("packed_calls") == list(summary).index("calls")  # in its place
+        assert packed_calls.region_calls(sent) == [c for c in summary["calls"] if "region" in c]
+    for name, flow in summary.get("flows", {}).items():
+        there = sent["flows"][name]
+        if flow.get("calls"):
+            assert "calls" not in there and list(there).index("packed_calls") == list(flow).index("calls")
+        assert packed_calls.has_calls(there) == bool(flow.get("calls"))
+        assert packed_calls.call_heads(there) == _heads(flow.get("calls", []))
     again = packed_calls.unpacked(sent)
-    assert again == summary and list(again) == list(summary)
-    assert json.dumps(again) == json.dumps(summary)
+    assert again == summary and json.dumps(again) == json.dumps(summary)  # the same keys, in order
     # The cache stores the summary as it was made.
     assert stored_entry({"summary": sent})["text"] == stored_entry({"summary": summary})["text"]
-    # Read in place: the summary becomes the one made, wherever it is held.
-    assert packed_calls.calls(sent) == summary["calls"]
-    assert sent == summary and list(sent) == list(summary)
-    assert packed_calls.region_calls(sent) == [c for c in summary["calls"] if "region" in c]
+    # Read in place: each part becomes the one made, wherever it is held.
+    assert packed_calls.calls(sent) == summary.get("calls", [])
+    for name, flow in summary.get("flows", {}).items():
+        there = sent["flows"][name]
+        assert packed_calls.flow_calls(there) == flow.get("calls", [])
+        assert there == flow and list(there) == list(flow)
+    assert sent == summary and json.dumps(sent) == json.dumps(summary)
+    assert packed_calls.region_calls(sent) == [c for c in summary.get("calls", []) if "region" in c]
 
 
 def test_a_project_answers_the_same_from_packed_summaries():

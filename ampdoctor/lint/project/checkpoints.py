@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from .callsites import callers_of
 from .flow import Values, flatten
 from .link import Project, Target
+from .packed_calls import call_heads, flow_calls, has_calls
 from .reports import RESUME, Callers, CrossReport
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
@@ -121,7 +122,7 @@ class _Judge:
         that builds its own): it trains with them, one call away."""
         values = self.values
         found: set[Atom] = set()
-        for call in flow.get("calls", []):
+        for call in flow_calls(flow):
             # (only into a module that may build a scaler: the others are not summarized for it)
             target = values.target(module, function, call, words=BUILDS_SCALER_TEXT)
             if target is None:
@@ -158,7 +159,7 @@ class _Judge:
         found: dict[tuple[str, tuple[int, ...]], list[tuple[list[int], Value, str | None]]] = {}
         module_scalers = bool(flows.get("<module>", {}).get("scalers"))
         for function, flow in flows.items():
-            if not flow.get("saves") and not flow.get("calls"):
+            if not flow.get("saves") and not has_calls(flow):
                 continue
             # A function that trains with a scaler of its own (it uses one, or its module body
             # does) is followed into every call; any other only where its own text or a callee's
@@ -170,9 +171,15 @@ class _Judge:
             for at, atoms in flow.get("saves", []):
                 if _incomplete(values, flatten(values.resolve(module, function, atoms))):
                     written.append((module, tuple(at), at, None))
-            for call in flow.get("calls", []):
-                if not trains and not CHECKPOINT_TEXT.search(call.get("callee", "").rsplit(".", 1)[-1].encode()):
-                    continue
+            # (the calls' records are read only where one is followed)
+            followed = [
+                index
+                for index, (callee, _received, _line) in enumerate(call_heads(flow))
+                if trains or CHECKPOINT_TEXT.search(callee.rsplit(".", 1)[-1].encode())
+            ]
+            calls = flow_calls(flow) if followed else []
+            for index in followed:
+                call = calls[index]
                 target = values.target(module, function, call, CHECKPOINT_TEXT, CHECKPOINT_TEXT)
                 if target is None and _on_parameter(call) and self.reach(module, function):
                     # (asked only where the function trains with a scaler itself: finding the
@@ -268,7 +275,7 @@ class _Judge:
         methods: set[tuple[str, str]] = set()
         for caller, site, target in callers_of(project, self.callers, "any", module, function):
             frame = site.get("frame", "<module>")
-            record = next((c for c in values.flow(caller, frame).get("calls", []) if c["at"] == site["at"]), None)
+            record = next((c for c in flow_calls(values.flow(caller, frame)) if c["at"] == site["at"]), None)
             if record is None or record.get("star"):
                 return None
             binding = values.bind(caller, frame, record, target, (), 0)
@@ -299,7 +306,7 @@ class _Judge:
             for at, atoms in flow.get("saves", []):
                 if tuple(at) != save_at:
                     continue
-                calls = flow.get("calls", [])
+                calls = flow_calls(flow)
                 found = set()
                 for atom in atoms:
                     if atom[0] != "C" or int(atom[1:]) >= len(calls):
@@ -322,7 +329,7 @@ class _Judge:
         for function, flow in values.flows(module).items():
             if "." not in function:
                 continue
-            spans = [call["at"] for call in flow.get("calls", [])] + [save[0] for save in flow.get("saves", [])]
+            spans = [call["at"] for call in flow_calls(flow)] + [save[0] for save in flow.get("saves", [])]
             if at not in spans:
                 continue
             owner = function.split(".", 1)[0]
@@ -340,7 +347,7 @@ class _Judge:
             yield target.module, at, flatten(values.resolve(target.module, target.name, atoms, binding))
         if hops >= MAX_HOPS:
             return
-        for call in flow.get("calls", []):
+        for call in flow_calls(flow):
             inner = values.target(target.module, target.name, call, CHECKPOINT_TEXT, CHECKPOINT_TEXT)
             if inner is None or self._trains_itself(inner.module, inner.name):
                 continue
@@ -372,7 +379,7 @@ class _Judge:
                 # (the scaler itself, not an object that reaches one: ``task.trainer = self``)
                 if values.scalers(values.resolve(module, function, [a for a in atoms if a[0] in "Ss"])):
                     kept = True
-            for call in flow.get("calls", []):
+            for call in flow_calls(flow):
                 # A scaler handed over by name (``scaler``, ``self.scaler``: the summary marks a
                 # name used as a scaler), not a value made from one, nor an object that may
                 # reach one through its fields (a task that keeps a reference to its trainer).

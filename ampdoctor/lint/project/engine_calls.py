@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 
 from .flow import Values, flatten
+from .packed_calls import call_heads, flow_calls
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -38,25 +39,28 @@ def protocol_seeds(
 ) -> dict[tuple[int, int], tuple[list[Seeded], Method]]:
     """The scaler calls each engine call of ``function`` stands for, and the method that makes
     them (one of the candidate classes'), by call position."""
-    calls = [
-        c
-        for c in flow.get("calls", [])
+    heads = call_heads(flow)  # (a call's record is read only where its receiver may be an engine)
+    chosen = [
+        index
+        for index, (callee, received, _line) in enumerate(heads)
         # (not the object's own methods, ``self.m()``/``super().m()``: a subclass's are not its)
-        if c.get("recv")
-        and "." in c.get("callee", "")
-        and not c["callee"].startswith("super.")
-        and not (c["callee"].startswith("self.") and c["callee"].count(".") == 1)
+        if received
+        and "." in callee
+        and not callee.startswith("super.")
+        and not (callee.startswith("self.") and callee.count(".") == 1)
     ]
-    if not calls:
+    if not chosen:
         return {}
-    by_receiver: dict[str, list[CallFlow]] = {}
-    for call in calls:
-        by_receiver.setdefault(call["callee"].rsplit(".", 1)[0], []).append(call)
+    by_receiver: dict[str, list[int]] = {}
+    for index in chosen:
+        by_receiver.setdefault(heads[index][0].rsplit(".", 1)[0], []).append(index)
     out: dict[tuple[int, int], tuple[list[Seeded], Method]] = {}
-    for receiver, on_it in by_receiver.items():
-        names = {c["callee"].rsplit(".", 1)[1] for c in on_it}
+    for receiver, indexes in by_receiver.items():
+        names = {heads[index][0].rsplit(".", 1)[1] for index in indexes}
         if not any(_PROTOCOL_NAME.search(name) for name in names):
             continue  # no method that may run a scaler call: not an engine call
+        records = flow_calls(flow)
+        on_it: list[CallFlow] = [records[index] for index in indexes]
         classes = _classes(values, module, function, on_it[0], names, defining)
         if not classes:
             continue

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 
 from ..vocabulary import STATE_METHODS
 from .link import Project, Target
+from .packed_calls import call_heads, flow_calls
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -487,7 +488,7 @@ class Values:
         return resolved
 
     def _call(self, module: str, function: str, index: int, bound: Bound, depth: int) -> Value:
-        calls = self.flow(module, function).get("calls", [])
+        calls = flow_calls(self.flow(module, function))
         if index >= len(calls):
             return _U
         call = calls[index]
@@ -577,12 +578,12 @@ class Values:
         out: set[Atom] = set()
         for where, cls in self.hierarchy(module, owner):
             for _function, flow in self.methods(where, cls):
-                calls = flow.get("calls", [])
+                heads = call_heads(flow)
                 for stored in flow.get("stores", {}).values():
                     for atom in stored:
-                        if atom[0] != "C" or int(atom[1:]) >= len(calls):
+                        if atom[0] != "C" or int(atom[1:]) >= len(heads):
                             continue
-                        built = self.construction(where, calls[int(atom[1:])].get("callee", ""))
+                        built = self.construction(where, heads[int(atom[1:])][0])
                         if built is not None and any(
                             base.rsplit(".", 1)[-1] == "Optimizer"
                             for m, c in self.hierarchy(*built)

@@ -1,50 +1,77 @@
 """A module summary's call records as the lint pass's workers send them to the main process:
-pickled in one string of bytes, beside the few made inside an autocast region.
+pickled, beside the little of them that the project checks read of every module.
 
-The project checks read a module's call records for two things: the calls made inside an
-autocast region, in every module they judge (AMP101's backward in a callee, the float16 reach
-of AMP301 and AMP105), and the calls that name a function they ask about
-(``Project.calls_naming``), in a few modules. The rest of the records are never read: on the
-31-repository tree (623 summarized modules) the main process looked through the calls of 26
-modules, the forked one of none. Sent as Python objects, the records were 420,000 of the
-summaries' 1.03 million objects; packed, the main process's peak resident memory fell from
-141-144 to 129-131 MB (``/usr/bin/time``) and the run took 7-12% less time (alternating series
-of 5 and 7), the findings byte-identical.
+Two kinds of call records make up most of a summary: the module's calls that may land in
+project code (``calls``: 420,000 of the 1.03 million objects of the 623 summaries of the
+31-repository tree) and each function's calls in its value flow (``flows[name]["calls"]``:
+36 MB as objects). The checks read a module's ``calls`` for the calls made inside an autocast
+region, in every module they judge (AMP101's backward in a callee, the float16 reach of AMP301
+and AMP105), and for the calls naming a function they ask about, in a few modules (26 there);
+they read a function's flow calls first by callee, receiver or line (AMP211's judge, the
+engine-call seeds, the calls inside a ``with``), and whole in about one function in five
+(1,100 of 5,229 in the main process, 1,050 in the forked judge). So a sent summary holds its
+``calls`` pickled with those inside a region beside them, and each flow its ``calls`` pickled
+with their heads (callee, whether the call has a receiver, line); a record list is unpickled,
+in its place, the first time it is read whole.
 
-A packed summary holds ``packed_calls`` and ``region_calls`` in place of ``calls``; ``calls``
-and ``region_calls`` below read either form, and ``unpacked`` gives the summary as the lint
-pass made it (what the cache stores and the run in one process sees).
+The main process's peak resident memory on that tree, findings byte-identical: 141-144 MB
+sent as objects, 129-131 MB with ``calls`` packed (and 7-12% less time, alternating series of
+5 and 7), 119-120 MB with the flows' calls packed too.
+
+``unpacked`` gives the summary as the lint pass made it: what the cache stores, and what a run
+in one process sees (it never packs).
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .shapes import CallRecord, ModuleSummary
+    from .value_atoms import CallFlow, FunctionFlow
 
 
 def packed(summary: ModuleSummary) -> ModuleSummary:
-    """The summary to send: its call records pickled, those inside an autocast region kept
-    beside them, in the place ``calls`` held (a summary without calls is sent as it is)."""
-    if not summary.get("calls"):
-        return summary
+    """The summary to send: its call records and its flows' pickled (see the module docstring),
+    each in the place it held."""
     import pickle  # (only in a worker that sends summaries: a run in one process never loads it)
 
+    dump = pickle.dumps
     out: ModuleSummary = {}
     for key, value in summary.items():
-        if key == "calls":
+        if key == "calls" and value:
             records: list[CallRecord] = value  # type: ignore[assignment]  # (the "calls" key)
-            out["packed_calls"] = pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
+            out["packed_calls"] = dump(records, protocol=pickle.HIGHEST_PROTOCOL)
             out["region_calls"] = [call for call in records if "region" in call]
+        elif key == "flows":
+            flows: dict[str, FunctionFlow] = value  # type: ignore[assignment]  # (the "flows" key)
+            out["flows"] = {name: _packed_flow(flow, dump) for name, flow in flows.items()}
+        else:
+            out[key] = value  # type: ignore[literal-required]  # (a key of the same TypedDict)
+    return out
+
+
+def _packed_flow(flow: FunctionFlow, dump: Callable[..., bytes]) -> FunctionFlow:
+    calls = flow.get("calls")
+    if not calls:
+        return flow
+    out: FunctionFlow = {}
+    for key, value in flow.items():
+        if key == "calls":
+            out["packed_calls"] = dump(calls, protocol=-1)
+            out["call_heads"] = [(call.get("callee", ""), bool(call.get("recv")), call["at"][0]) for call in calls]
         else:
             out[key] = value  # type: ignore[literal-required]  # (a key of the same TypedDict)
     return out
 
 
 def unpacked(summary: ModuleSummary) -> ModuleSummary:
-    """The summary with its call records in ``calls``, in their place (a new dict where it was
-    packed, else the summary itself)."""
-    if "packed_calls" not in summary:
+    """The summary with its call records, and its flows', in ``calls`` in their places (a new
+    dict where any was packed, else the summary itself)."""
+    flows = summary.get("flows")
+    packed_flows = flows is not None and any("packed_calls" in flow for flow in flows.values())
+    if "packed_calls" not in summary and not packed_flows:
         return summary
     import pickle
 
@@ -52,17 +79,45 @@ def unpacked(summary: ModuleSummary) -> ModuleSummary:
     for key, value in summary.items():
         if key == "packed_calls":
             out["calls"] = pickle.loads(value)  # type: ignore[arg-type]  # (the "packed_calls" key)
+        elif key == "flows" and packed_flows:
+            flows_sent: dict[str, FunctionFlow] = value  # type: ignore[assignment]  # (the "flows" key)
+            out["flows"] = {name: _unpacked_flow(flow) for name, flow in flows_sent.items()}
         elif key != "region_calls":
             out[key] = value  # type: ignore[literal-required]  # (a key of the same TypedDict)
     return out
 
 
+def _unpacked_flow(flow: FunctionFlow) -> FunctionFlow:
+    if "packed_calls" not in flow:
+        return flow
+    import pickle
+
+    out: FunctionFlow = {}
+    for key, value in flow.items():
+        if key == "packed_calls":
+            out["calls"] = pickle.loads(value)  # type: ignore[arg-type]  # (the "packed_calls" key)
+        elif key != "call_heads":
+            out[key] = value  # type: ignore[literal-required]  # (a key of the same TypedDict)
+    return out
+
+
+# ---- the summary's call records ------------------------------------------------------------
+
+
 def calls(summary: ModuleSummary) -> list[CallRecord]:
-    """The summary's call records, unpacked in place the first time they are asked for."""
+    """The summary's call records, unpacked in place the first time they are asked for (its
+    flows stay as they are)."""
     if "packed_calls" in summary:
-        whole = unpacked(summary)
+        import pickle
+
+        kept: ModuleSummary = {}
+        for key, value in summary.items():
+            if key == "packed_calls":
+                kept["calls"] = pickle.loads(value)  # type: ignore[arg-type]  # (the "packed_calls" key)
+            elif key != "region_calls":
+                kept[key] = value  # type: ignore[literal-required]  # (a key of the same TypedDict)
         summary.clear()  # type: ignore[attr-defined]  # (a dict at run time; kept where it is held)
-        summary.update(whole)
+        summary.update(kept)
     return summary.get("calls", [])
 
 
@@ -71,3 +126,28 @@ def region_calls(summary: ModuleSummary) -> list[CallRecord]:
     if "region_calls" in summary:
         return summary["region_calls"]
     return [call for call in summary.get("calls", []) if "region" in call]
+
+
+# ---- a function's flow calls ---------------------------------------------------------------
+
+
+def flow_calls(flow: FunctionFlow) -> list[CallFlow]:
+    """The function's flow calls, unpacked in place the first time they are read whole."""
+    if "packed_calls" in flow:
+        whole = _unpacked_flow(flow)
+        flow.clear()  # type: ignore[attr-defined]  # (a dict at run time; kept where it is held)
+        flow.update(whole)
+    return flow.get("calls", [])
+
+
+def call_heads(flow: FunctionFlow) -> list[tuple[str, bool, int]]:
+    """Each flow call's callee as spelled (``""`` for none), whether it has a receiver, and
+    its line, in order, read without unpacking the calls."""
+    heads = flow.get("call_heads")
+    if heads is not None:
+        return heads
+    return [(call.get("callee", ""), bool(call.get("recv")), call["at"][0]) for call in flow.get("calls", [])]
+
+
+def has_calls(flow: FunctionFlow) -> bool:
+    return bool(flow.get("calls")) or "packed_calls" in flow

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from .engine_calls import protocol_seeds
 from .flow import Values, flatten, self_type
 from .link import Target
+from .packed_calls import call_heads, flow_calls
 from .reports import CrossReport
 from .seeds import region_of
 
@@ -90,7 +91,7 @@ def _engines_on(
     if len(atoms) != 1 or not (type(atoms[0]) is str and atoms[0].startswith("C")):
         return set()
     index = int(atoms[0][1:])
-    calls = flow.get("calls", [])
+    calls = flow_calls(flow)
     if index >= len(calls):
         return set()
     # The method the call names on a field of ``self``: ``Dautocast#Fengine``
@@ -149,12 +150,14 @@ def _calls_inside(
 ) -> Iterator[tuple[tuple[str, list[int]], list[tuple[Target, dict[str, str] | None]]]]:
     """The calls of ``function`` made inside the ``with`` (lines after its first, to its last),
     with the project functions each may run."""
-    for call in flow.get("calls", []):
-        line = call["at"][0]
-        if first < line <= last and call.get("callee"):
-            target = values.target(module, function, call)
-            if target is not None:
-                yield (f"`{call['callee']}(...)`", call["at"]), [(target, _bound_names(target, call))]
+    # (the calls' records are read only where one is made inside the ``with``)
+    inside = [i for i, (callee, _received, line) in enumerate(call_heads(flow)) if first < line <= last and callee]
+    calls = flow_calls(flow) if inside else []
+    for index in inside:
+        call = calls[index]
+        target = values.target(module, function, call)
+        if target is not None:
+            yield (f"`{call['callee']}(...)`", call["at"]), [(target, _bound_names(target, call))]
     for at, atoms in flow.get("dynamic", []):
         if first < at[0] <= last:
             held = held_methods(values, module, function, atoms)
@@ -257,7 +260,7 @@ class _Walk:
                 step = (method[0], method[1], f"`{where}` steps the scaler")
         if depth < _DEPTH and (backward is None or step is None):
             inner: list[tuple[Target, dict[str, str] | None]] = []
-            for call in flow.get("calls", []):
+            for call in flow_calls(flow):
                 if call.get("callee", "").startswith("super."):
                     continue
                 found = values.target(target.module, target.name, call)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 
 from .engine_calls import protocol_seeds
 from .flow import Values, flatten
+from .packed_calls import flow_calls
 from .reports import CrossReport
 from .tokens import CLIP_OR_UNSCALE_WORDS
 
@@ -62,7 +63,7 @@ def module_seeds(
             methods[at] = method
         if not flow.get("scaled") and not flow.get("scalers"):
             continue  # a helper's clip or unscale_ matters only where the caller trains with a scaler
-        for call in flow.get("calls", []):
+        for call in flow_calls(flow):
             if not call.get("callee"):
                 continue
             # (a module whose text cannot clip or unscale is not summarized to find that out,
