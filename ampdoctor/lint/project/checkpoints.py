@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from .callsites import callers_of
 from .flow import Values, flatten
 from .link import Project, Target
-from .packed_calls import call_heads, flow_calls, has_calls
+from .packed_calls import call_heads, flow_call, flow_calls, has_calls
 from .reports import RESUME, Callers, CrossReport
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
@@ -177,9 +177,9 @@ class _Judge:
                 for index, (callee, _received, _line) in enumerate(call_heads(flow))
                 if trains or CHECKPOINT_TEXT.search(callee.rsplit(".", 1)[-1].encode())
             ]
-            calls = flow_calls(flow) if followed else []
             for index in followed:
-                call = calls[index]
+                call = flow_call(flow, index)
+                assert call is not None  # (an index of its heads)
                 target = values.target(module, function, call, CHECKPOINT_TEXT, CHECKPOINT_TEXT)
                 if target is None and _on_parameter(call) and self.reach(module, function):
                     # (asked only where the function trains with a scaler itself: finding the
@@ -306,12 +306,12 @@ class _Judge:
             for at, atoms in flow.get("saves", []):
                 if tuple(at) != save_at:
                     continue
-                calls = flow_calls(flow)
+                heads = call_heads(flow)
                 found = set()
                 for atom in atoms:
-                    if atom[0] != "C" or int(atom[1:]) >= len(calls):
+                    if atom[0] != "C" or int(atom[1:]) >= len(heads):
                         return None
-                    built = values.construction(module, calls[int(atom[1:])].get("callee", ""))
+                    built = values.construction(module, heads[int(atom[1:])][0])
                     if built is None:
                         return None
                     found.add(built)

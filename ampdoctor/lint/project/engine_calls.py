@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 
 from .flow import Values, flatten
-from .packed_calls import call_heads, flow_calls
+from .packed_calls import call_heads, flow_call
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -59,8 +59,7 @@ def protocol_seeds(
         names = {heads[index][0].rsplit(".", 1)[1] for index in indexes}
         if not any(_PROTOCOL_NAME.search(name) for name in names):
             continue  # no method that may run a scaler call: not an engine call
-        records = flow_calls(flow)
-        on_it: list[CallFlow] = [records[index] for index in indexes]
+        on_it: list[CallFlow] = [call for index in indexes if (call := flow_call(flow, index)) is not None]
         classes = _classes(values, module, function, on_it[0], names, defining)
         if not classes:
             continue

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 
 from ..vocabulary import STATE_METHODS
 from .link import Project, Target
-from .packed_calls import call_heads, flow_calls
+from .packed_calls import call_heads, flow_call
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -488,10 +488,9 @@ class Values:
         return resolved
 
     def _call(self, module: str, function: str, index: int, bound: Bound, depth: int) -> Value:
-        calls = flow_calls(self.flow(module, function))
-        if index >= len(calls):
+        call = flow_call(self.flow(module, function), index)
+        if call is None:
             return _U
-        call = calls[index]
         target = self.target(module, function, call, words=VALUE_WORDS)
         if target is not None:
             callee_flow = self.flow(target.module, target.name)

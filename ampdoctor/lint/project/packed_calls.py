@@ -59,7 +59,7 @@ def _packed_flow(flow: FunctionFlow, dump: Callable[..., bytes]) -> FunctionFlow
     out: FunctionFlow = {}
     for key, value in flow.items():
         if key == "calls":
-            out["packed_calls"] = dump(calls, protocol=-1)
+            out["packed_calls"] = [dump(call, protocol=-1) for call in calls]
             out["call_heads"] = [(call.get("callee", ""), bool(call.get("recv")), call["at"][0]) for call in calls]
         else:
             out[key] = value  # type: ignore[literal-required]  # (a key of the same TypedDict)
@@ -87,7 +87,9 @@ def unpacked(summary: ModuleSummary) -> ModuleSummary:
     return out
 
 
-def _unpacked_flow(flow: FunctionFlow) -> FunctionFlow:
+def _unpacked_flow(flow: FunctionFlow, keep: bool = False) -> FunctionFlow:
+    """The flow with its calls in ``calls``; ``keep``: each call unpickled stays in the packed
+    flow's list (else the packed flow is left as it is: the cache's copy is let go at once)."""
     if "packed_calls" not in flow:
         return flow
     import pickle
@@ -95,10 +97,26 @@ def _unpacked_flow(flow: FunctionFlow) -> FunctionFlow:
     out: FunctionFlow = {}
     for key, value in flow.items():
         if key == "packed_calls":
-            out["calls"] = pickle.loads(value)  # type: ignore[arg-type]  # (the "packed_calls" key)
+            held = flow["packed_calls"]
+            if keep:
+                out["calls"] = [_record(flow, index) for index in range(len(held))]
+            else:
+                out["calls"] = [pickle.loads(item) if isinstance(item, bytes) else item for item in held]
         elif key != "call_heads":
             out[key] = value  # type: ignore[literal-required]  # (a key of the same TypedDict)
     return out
+
+
+def _record(flow: FunctionFlow, index: int) -> CallFlow:
+    """Call ``index`` of a packed flow, unpickled in its place in the list the first time."""
+    held = flow["packed_calls"][index]
+    if not isinstance(held, bytes):
+        return held
+    import pickle
+
+    record: CallFlow = pickle.loads(held)
+    flow["packed_calls"][index] = record
+    return record
 
 
 # ---- the summary's call records ------------------------------------------------------------
@@ -134,10 +152,27 @@ def region_calls(summary: ModuleSummary) -> list[CallRecord]:
 def flow_calls(flow: FunctionFlow) -> list[CallFlow]:
     """The function's flow calls, unpacked in place the first time they are read whole."""
     if "packed_calls" in flow:
-        whole = _unpacked_flow(flow)
+        whole = _unpacked_flow(flow, keep=True)
         flow.clear()  # type: ignore[attr-defined]  # (a dict at run time; kept where it is held)
         flow.update(whole)
     return flow.get("calls", [])
+
+
+def flow_call(flow: FunctionFlow, index: int, keep: bool = True) -> CallFlow | None:
+    """The function's flow call ``index`` (None past the last), unpacked alone; ``keep``: in its
+    place (else a copy that the caller lets go, for a record read once)."""
+    if "packed_calls" in flow:
+        held = flow["packed_calls"]
+        if index >= len(held):
+            return None
+        if not keep and isinstance(held[index], bytes):
+            import pickle
+
+            record: CallFlow = pickle.loads(held[index])  # type: ignore[arg-type]  # (bytes)
+            return record
+        return _record(flow, index)
+    calls = flow.get("calls", [])
+    return calls[index] if index < len(calls) else None
 
 
 def call_heads(flow: FunctionFlow) -> list[tuple[str, bool, int]]:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from .engine_calls import protocol_seeds
 from .flow import Values, flatten, self_type
 from .link import Target
-from .packed_calls import call_heads, flow_calls
+from .packed_calls import call_heads, flow_call, flow_calls
 from .reports import CrossReport
 from .seeds import region_of
 
@@ -90,12 +90,11 @@ def _engines_on(
     region on; the calls inside are judged against those engines only."""
     if len(atoms) != 1 or not (type(atoms[0]) is str and atoms[0].startswith("C")):
         return set()
-    index = int(atoms[0][1:])
-    calls = flow_calls(flow)
-    if index >= len(calls):
+    call = flow_call(flow, int(atoms[0][1:]))
+    if call is None:
         return set()
     # The method the call names on a field of ``self``: ``Dautocast#Fengine``
-    spelled = [a for a in calls[index].get("func", []) if a.startswith("D") and "#F" in a]
+    spelled = [a for a in call.get("func", []) if a.startswith("D") and "#F" in a]
     if len(spelled) != 1:
         return set()
     method, _, field = spelled[0][1:].partition("#F")
@@ -152,9 +151,9 @@ def _calls_inside(
     with the project functions each may run."""
     # (the calls' records are read only where one is made inside the ``with``)
     inside = [i for i, (callee, _received, line) in enumerate(call_heads(flow)) if first < line <= last and callee]
-    calls = flow_calls(flow) if inside else []
     for index in inside:
-        call = calls[index]
+        call = flow_call(flow, index)
+        assert call is not None  # (an index of its heads)
         target = values.target(module, function, call)
         if target is not None:
             yield (f"`{call['callee']}(...)`", call["at"]), [(target, _bound_names(target, call))]

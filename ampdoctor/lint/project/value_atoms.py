@@ -87,9 +87,10 @@ if TYPE_CHECKING:
         withs: list[list[Any]]
         plain: bool  # it steps an optimizer itself without a scaler (``mark_steps``)
         scaled: bool  # it runs a scaled backward (``mark_steps``)
-        # As the lint pass's workers send it (``packed_calls.py``): ``calls`` pickled, and each
-        # call's callee, whether it has a receiver, and its line.
-        packed_calls: bytes
+        # As the lint pass's workers send it (``packed_calls.py``): each of ``calls`` pickled
+        # (unpickled in its place when read), and each call's callee, whether it has a receiver,
+        # and its line.
+        packed_calls: list[bytes | CallFlow]
         call_heads: list[tuple[str, bool, int]]
 
 
