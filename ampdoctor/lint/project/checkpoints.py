@@ -178,7 +178,7 @@ class _Judge:
                 if trains or CHECKPOINT_TEXT.search(callee.rsplit(".", 1)[-1].encode())
             ]
             for index in followed:
-                call = flow_call(flow, index)
+                call = flow_call(flow, index, keep=False)  # (each read once here)
                 assert call is not None  # (an index of its heads)
                 target = values.target(module, function, call, CHECKPOINT_TEXT, CHECKPOINT_TEXT)
                 if target is None and _on_parameter(call) and self.reach(module, function):

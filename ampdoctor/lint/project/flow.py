@@ -488,7 +488,9 @@ class Values:
         return resolved
 
     def _call(self, module: str, function: str, index: int, bound: Bound, depth: int) -> Value:
-        call = flow_call(self.flow(module, function), index)
+        # (a copy let go: the atoms' values are memoized, and a call read again costs less than
+        # keeping every call a resolution passes through)
+        call = flow_call(self.flow(module, function), index, keep=False)
         if call is None:
             return _U
         target = self.target(module, function, call, words=VALUE_WORDS)
