@@ -108,3 +108,29 @@ def test_an_entry_of_the_delta_is_racy_against_its_own_write_time(tmp_path: Path
     assert results.by_stat("a.py", stat) is not None
     results._entry_ns["a.py"] = stat.st_mtime_ns + 1  # its delta entry: just after it
     assert results.by_stat("a.py", stat) is None
+
+
+def test_a_cache_file_is_written_from_pieces_as_they_come_and_atomically(tmp_path: Path):
+    made = []
+
+    def pieces():
+        for piece in (b"ab", b"", b"cd"):
+            made.append(piece)
+            yield piece
+
+    target = tmp_path / "blob.bin"
+    cache.write_cache_file(target, pieces())
+    assert target.read_bytes() == b"abcd" and made == [b"ab", b"", b"cd"]
+
+    def failing():
+        yield b"partial"
+        raise ValueError("the maker failed")
+
+    try:
+        cache.write_cache_file(target, failing())
+    except ValueError:
+        pass
+    else:  # pragma: no cover - the error must reach the caller
+        raise AssertionError("the maker's error was swallowed")
+    assert target.read_bytes() == b"abcd"  # the old file stands
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob.bin"]  # no temporary file left

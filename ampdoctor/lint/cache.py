@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 try:  # the hash itself, without hashlib's OpenSSL bindings (a noticeable share of start-up)
@@ -251,24 +251,31 @@ def beyond_newest(paths: Iterable[Path], count: int) -> list[Path]:
     return [path for _, path in sorted(dated, reverse=True)[count:]]
 
 
-def write_cache_file(path: Path, document: dict[str, Any] | bytes) -> None:
-    """Write a cache document (or bytes) atomically: a temporary file in the same folder, under
-    a name no other process uses (``tempfile`` would cost more to import than the whole write),
-    then a rename. Unlike ``ampdoctor.atomic`` (reports the user keeps), no ``fsync``: a cache lost
-    to a crash is only a miss, and a pre-commit run should not wait for the disk."""
+def write_cache_file(path: Path, document: dict[str, Any] | bytes | Iterator[bytes]) -> None:
+    """Write a cache document (or bytes, or the pieces of bytes an iterator makes, written as
+    they come) atomically: a temporary file in the same folder, under a name no other process
+    uses (``tempfile`` would cost more to import than the whole write), then a rename. Unlike
+    ``ampdoctor.atomic`` (reports the user keeps), no ``fsync``: a cache lost to a crash is only
+    a miss, and a pre-commit run should not wait for the disk."""
     temp = path.parent / f".{path.stem}-{os.getpid()}-{time.monotonic_ns()}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         with os.fdopen(fd, "wb") as handle:
-            # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
-            data = document if isinstance(document, bytes) else json.dumps(document, separators=(",", ":")).encode()
-            handle.write(data)
+            if isinstance(document, dict):
+                # ``dumps`` in one piece: ``dump`` to a file takes json's pure-Python encoder.
+                handle.write(json.dumps(document, separators=(",", ":")).encode())
+            elif isinstance(document, bytes):
+                handle.write(document)
+            else:
+                handle.writelines(document)
         os.replace(temp, path)
-    except OSError:
+    except BaseException as exc:  # the pieces' maker may raise too: no temporary file is left
         try:
             os.unlink(temp)
         except OSError:
             pass
+        if not isinstance(exc, OSError):
+            raise
 
 
 def decode_entry(entry: dict[str, Any]) -> tuple[list[Finding], int] | None:
