@@ -10,9 +10,10 @@ and AMP105), and for the calls naming a function they ask about, in a few module
 they read a function's flow calls first by callee, receiver or line (AMP211's judge, the
 engine-call seeds, the calls inside a ``with``), and whole in about one function in five
 (1,100 of 5,229 in the main process, 1,050 in the forked judge). So a sent summary holds its
-``calls`` pickled with those inside a region beside them, and each flow its ``calls`` pickled
-with their heads (callee, whether the call has a receiver, line); a record list is unpickled,
-in its place, the first time it is read whole.
+``calls`` pickled with those inside a region beside them, unpickled in their place the first
+time they are read whole; and each flow its calls pickled one by one with their heads (callee,
+whether the call has a receiver, line): a call is unpickled in its place when read, or as a
+copy let go where it is read once.
 
 The main process's peak resident memory on that tree, findings byte-identical: 141-144 MB
 sent as objects, 129-131 MB with ``calls`` packed (and 7-12% less time, alternating series of
@@ -44,7 +45,7 @@ def packed(summary: ModuleSummary) -> ModuleSummary:
     for key, value in summary.items():
         if key == "calls" and value:
             records: list[CallRecord] = value  # type: ignore[assignment]  # (the "calls" key)
-            out["packed_calls"] = dump(records, protocol=pickle.HIGHEST_PROTOCOL)
+            out["packed_calls"] = dump(records, protocol=-1)
             out["region_calls"] = [call for call in records if "region" in call]
         elif key == "flows":
             flows: dict[str, FunctionFlow] = value  # type: ignore[assignment]  # (the "flows" key)
@@ -68,11 +69,11 @@ def _packed_flow(flow: FunctionFlow, dump: Callable[..., bytes]) -> FunctionFlow
     return out
 
 
-def unpacked(summary: ModuleSummary) -> ModuleSummary:
-    """The summary with its call records, and its flows', in ``calls`` in their places (a new
-    dict where any was packed, else the summary itself)."""
-    flows = summary.get("flows")
-    packed_flows = flows is not None and any("packed_calls" in flow for flow in flows.values())
+def unpacked(summary: ModuleSummary, flows: bool = True) -> ModuleSummary:
+    """The summary with its call records, and (``flows``) its flows', in ``calls`` in their
+    places: a new dict where any was packed, else the summary itself."""
+    held = summary.get("flows")
+    packed_flows = flows and held is not None and any("packed_calls" in flow for flow in held.values())
     if "packed_calls" not in summary and not packed_flows:
         return summary
     import pickle
@@ -128,16 +129,9 @@ def calls(summary: ModuleSummary) -> list[CallRecord]:
     """The summary's call records, unpacked in place the first time they are asked for (its
     flows stay as they are)."""
     if "packed_calls" in summary:
-        import pickle
-
-        kept: ModuleSummary = {}
-        for key, value in summary.items():
-            if key == "packed_calls":
-                kept["calls"] = pickle.loads(value)  # type: ignore[arg-type]  # (the "packed_calls" key)
-            elif key != "region_calls":
-                kept[key] = value  # type: ignore[literal-required]  # (a key of the same TypedDict)
+        whole = unpacked(summary, flows=False)
         summary.clear()  # type: ignore[attr-defined]  # (a dict at run time; kept where it is held)
-        summary.update(kept)
+        summary.update(whole)
     return summary.get("calls", [])
 
 
@@ -187,4 +181,5 @@ def call_heads(flow: FunctionFlow) -> list[tuple[str, bool, int]]:
 
 
 def has_calls(flow: FunctionFlow) -> bool:
+    """Whether the function makes a call its flow records (packed or not)."""
     return bool(flow.get("calls")) or "packed_calls" in flow
