@@ -63,7 +63,7 @@ def _packed_flow(flow: FunctionFlow, dump: Callable[..., bytes]) -> FunctionFlow
     for key, value in flow.items():
         if key == "calls":
             out["packed_calls"] = [dump(call, protocol=-1) for call in calls]
-            out["call_heads"] = [(call.get("callee", ""), bool(call.get("recv")), call["at"][0]) for call in calls]
+            out["call_heads"] = [_head(call) for call in calls]
         else:
             out[key] = value  # type: ignore[literal-required]  # (a key of the same TypedDict)
     return out
@@ -177,7 +177,11 @@ def call_heads(flow: FunctionFlow) -> list[tuple[str, bool, int]]:
     heads = flow.get("call_heads")
     if heads is not None:
         return heads
-    return [(call.get("callee", ""), bool(call.get("recv")), call["at"][0]) for call in flow.get("calls", [])]
+    return [_head(call) for call in flow.get("calls", [])]
+
+
+def _head(call: CallFlow) -> tuple[str, bool, int]:
+    return call.get("callee", ""), bool(call.get("recv")), call["at"][0]
 
 
 def has_calls(flow: FunctionFlow) -> bool:
