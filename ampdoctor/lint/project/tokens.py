@@ -72,6 +72,9 @@ _ENGINE_STEP = re.compile(rb"\.\w+_step\(\s*[^)\s]")
 # ``with self.backend.autocast:``, ``with self.engine.autocast():``: a context another module makes.
 _HELD_WITH = re.compile(rb"with\s+[\w.]+\.\w*autocast\w*\b")
 
+# A call whose name says save (``torch.save(``, ``save_checkpoint(``, ``self._save(``).
+_SAVE_CALL = re.compile(rb"save\w*[ \t]*\(")
+
 
 def wanted_without_rules(data: bytes, seen: dict[bytes, bool] | None = None) -> bool:
     """Whether a module that no rule of its own needs to parse is still worth a summary in the
@@ -108,7 +111,11 @@ def wanted_without_rules(data: bytes, seen: dict[bytes, bool] | None = None) -> 
     # (Narrowed to modules that also say ``optim``, the lint pass summarized 53 fewer modules of
     # the 31-repository tree, but the checks reached them all the same and summarized them one by
     # one in the main process: the project checks took 1.2 s longer.)
-    return holds(b"save") and (holds(b"state_dict") or holds(b"GradScaler") or holds(b"scaler"))
+    return (
+        holds(b"save")
+        and (holds(b"state_dict") or holds(b"GradScaler") or holds(b"scaler"))
+        and _SAVE_CALL.search(data) is not None
+    )
 
 
 def float16_risk(data: bytes, seen: dict[bytes, bool] | None = None) -> bool:
