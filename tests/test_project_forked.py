@@ -120,7 +120,39 @@ def test_without_a_cache_the_child_sends_back_its_findings_only(tmp_path, forks,
     (found, changes), *_ = answers
     assert found and changes == {}
     assert _findings(root, jobs=2, use_cache=True) == alone
-    assert answers[-1][1]  # with a cache, the child's summaries come back to be kept
+    changes = answers[-1][1]
+    assert changes  # with a cache, the child's summaries come back to be kept
+    # as the JSON text the cache writes, not as objects this process would hold to its end
+    assert not [rel for rel, entry in changes.items() if isinstance(entry.get("summary"), dict)]
+    assert all(isinstance(json.loads(entry["text"]), dict) for entry in changes.values() if "text" in entry)
+    assert any("text" in entry for entry in changes.values())
+
+
+def test_a_summary_adopted_as_text_is_read_and_saved(tmp_path):
+    from ampdoctor.lint.project.store import SummaryStore
+
+    (tmp_path / "helpers.py").write_text("def update(scaler, optimizer):\n    scaler.step(optimizer)\n")
+    store = SummaryStore(tmp_path, tmp_path / "cache")
+    made = store.summary("helpers.py")
+    assert made is not None and "update" in made["functions"]
+    child = SummaryStore(tmp_path, tmp_path / "cache")
+    child.changed = set()
+    assert child.summary("helpers.py") == made
+    sent = child.changes()
+    assert set(sent) == {"helpers.py"} and "summary" not in sent["helpers.py"]
+    # a store that checked the file against its bytes, with no summary yet, takes the text ...
+    here = SummaryStore(tmp_path, tmp_path / "cache")
+    here.has_class("helpers.py", "scaler")  # (reads and hashes the file)
+    assert "summary" not in here.entries["helpers.py"]
+    here.adopt(sent)
+    assert here.entries["helpers.py"]["text"] == sent["helpers.py"]["text"]
+    assert here.summary("helpers.py") == made
+    # ... and a store that never checked the file takes the whole entry
+    fresh = SummaryStore(tmp_path, tmp_path / "cache")
+    fresh.adopt(sent)
+    assert fresh.summary("helpers.py") == made
+    fresh.save()
+    assert SummaryStore(tmp_path, tmp_path / "cache").summary("helpers.py") == made
 
 
 def test_a_child_that_raises_is_an_error_here():
