@@ -192,6 +192,8 @@ def _lint_paths(paths: Sequence[Path], request: LintRequest, cwd: Path | None, r
                 pool = _early_pool(request)
         verbose.note(f"{len(jobs)} files to check")
         results = _run_cached(jobs, request, cache, pool) if cache is not None else _run(jobs, request, pool)
+        # Saved: the project pass, whose peak is the run's, has no use for its entries.
+        cache = None
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
