@@ -162,6 +162,7 @@ def link_results(
             f"summaries: {store.decoded} read from the store, {store.made} made in this process (beside the lint pass's)"
             + (f", {store.taken} made by the forked one" if store.taken else "")
         )
+    del project, callers  # what the checks learned: let go before the store is written
     if use_cache:
         store.forget_missing(set(files))
         store.save()
