@@ -150,12 +150,13 @@ def test_a_clip_helper_is_summarized_only_when_it_steps_something_with_an_argume
         assert not wanted_without_rules(plain.replace(b"optimizer.step()", step.encode()))
 
 
-def test_a_checkpoint_module_is_summarized_only_when_it_calls_a_save():
+def test_a_checkpoint_module_is_summarized_only_when_it_calls_a_checkpoint_writer():
     # torch's test helpers say "recomputes from saved inputs" and "the scaler value" in comments:
     # summarizing that 1.3 MB module doubled the lint's peak memory on the torch tree.
     words = b"# recomputes from saved inputs\n# the scaler value of the seed\ndef f(x):\n    return x\n"
     assert not wanted_without_rules(words)
-    for call in ("torch.save(state, path)", "save_checkpoint (state)", "self._save(\n    state)"):
+    calls = ("torch.save(state, path)", "save_checkpoint (state)", "self._save(\n    state)", "dump_ckpt(state)")
+    for call in calls:
         saver = words + f"def g(state, path):\n    {call}\n".encode()
         assert wanted_without_rules(saver), call
         assert not wanted_without_rules(saver.replace(b"scaler", b"other")), call

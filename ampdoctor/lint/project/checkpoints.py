@@ -33,6 +33,7 @@ from .flow import Values, flatten
 from .link import Project, Target
 from .packed_calls import call_heads, flow_call, flow_calls, has_calls
 from .reports import RESUME, Callers, CrossReport
+from .tokens import CHECKPOINT_WORDS
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 MAX_HOPS = 3
 # A function whose text has none of these writes no checkpoint and hands none on: the calls
 # into it are not followed (its module is then never parsed for that).
-CHECKPOINT_TEXT = re.compile(rb"save|ckpt|checkpoint|snapshot|persist|dump")
+CHECKPOINT_TEXT = re.compile(CHECKPOINT_WORDS)
 # A module whose text does not name a GradScaler builds none: no function of it makes a scaler
 # (``value_atoms._scaler_atom``: every constructor it knows is spelled ``...GradScaler``).
 BUILDS_SCALER_TEXT = re.compile(rb"GradScaler")
