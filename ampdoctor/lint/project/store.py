@@ -499,8 +499,8 @@ class SummaryStore:
             entry = self.entries.get(rel)
             if entry is None:
                 continue
-            summary = entry.get("summary")
-            if isinstance(summary, dict) and not has_text(entry):
+            summary: ModuleSummary | None = entry.get("summary")
+            if summary is not None and not has_text(entry):
                 entry = {key: value for key, value in entry.items() if key != "summary"}
                 entry["text"] = json.dumps(unpacked(summary), separators=(",", ":"))
             changed[rel] = entry
