@@ -22,9 +22,17 @@ from pathlib import Path
 
 from .. import verbose
 from ..cache import RACY_NS, read_cache_document, read_delta, write_cache_file
-from .packed_calls import unpacked
 from .shared import SharedSummaries
-from .store_format import cut, delta_path, drop_stores, has_text, span_of, stored_classes, stored_entry
+from .store_format import (
+    cut,
+    delta_path,
+    drop_stores,
+    has_text,
+    span_of,
+    stored_classes,
+    stored_entry,
+    summary_text,
+)
 from .tokens import BACKWARD_TEXT as BACKWARD_TEXT  # re-exported (``checks.py``)
 from .tokens import CLASSES, HELPER_TOKENS, class_statements, import_targets, unpacked_imports
 from .tokens import TOKEN_CLASSES as TOKEN_CLASSES  # re-exported
@@ -502,7 +510,7 @@ class SummaryStore:
             summary: ModuleSummary | None = entry.get("summary")
             if summary is not None and not has_text(entry):
                 entry = {key: value for key, value in entry.items() if key != "summary"}
-                entry["text"] = json.dumps(unpacked(summary), separators=(",", ":"))
+                entry["text"] = summary_text(summary)
             changed[rel] = entry
         return changed
 
@@ -571,7 +579,7 @@ class SummaryStore:
                     data = text.encode("utf-8") if text is not None else cut(old, span)
                     if data is None and isinstance(entry.get("summary"), dict):
                         # its place in a blob that is gone, but decoded in this run: kept all the same
-                        data = json.dumps(unpacked(entry["summary"]), separators=(",", ":")).encode("utf-8")
+                        data = summary_text(entry["summary"]).encode("utf-8")
                     if data is not None:
                         stored["span"] = [size[0], len(data)]
                         size[0] += len(data)

@@ -15,6 +15,8 @@ TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without i
 if TYPE_CHECKING:
     from typing import Any
 
+    from .shapes import ModuleSummary
+
 KEEP_STORES = 6  # summaries stores kept in one cache folder (``drop_stores``)
 
 
@@ -58,6 +60,11 @@ def delta_path(path: Path) -> Path:
     return path.with_name(path.stem + "-delta.json")
 
 
+def summary_text(summary: ModuleSummary) -> str:
+    """A summary's JSON text as the cache keeps it (its call records in their places)."""
+    return json.dumps(unpacked(summary), separators=(",", ":"))
+
+
 def stored_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """An entry as the cache file holds it: a summary as its JSON text (``"text"``, moved into
     the blob when the whole cache is written), so that a run decodes only the summaries it asks
@@ -74,7 +81,7 @@ def stored_entry(entry: dict[str, Any]) -> dict[str, Any]:
     if not has_text(entry):
         summary = entry.get("summary")
         if summary is not None:
-            stored["text"] = json.dumps(unpacked(summary), separators=(",", ":"))
+            stored["text"] = summary_text(summary)
         elif "summary" in entry:
             stored["summary"] = None  # summarized, and nothing to link (it does not parse)
     known = entry.get("classes") or {}
