@@ -64,6 +64,12 @@ def test_unpacked_is_the_summary_made_and_the_heads_are_read_packed(rel):
             assert "calls" not in there and list(there).index("packed_calls") == list(flow).index("calls")
         assert packed_calls.has_calls(there) == bool(flow.get("calls"))
         assert packed_calls.call_heads(there) == _heads(flow.get("calls", []))
+        # the calls chosen by their heads: only those unpacked, the same as from the flow made
+        with_receiver = [c for c in flow.get("calls", []) if c.get("recv")]
+        assert list(packed_calls.calls_where(there, lambda _c, received, _l: received, keep=False)) == with_receiver
+        assert all(isinstance(item, bytes) for item in there.get("packed_calls", []))  # (copies let go)
+        assert list(packed_calls.calls_where(flow, lambda _c, received, _l: received)) == with_receiver
+        assert list(packed_calls.calls_where(there, None, keep=False)) == flow.get("calls", [])
     again = packed_calls.unpacked(sent)
     assert again == summary and json.dumps(again) == json.dumps(summary)  # the same keys, in order
     # The cache stores the summary as it was made.

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from .callsites import callers_of
 from .flow import Values, flatten
 from .link import Project, Target
-from .packed_calls import call_heads, flow_call, flow_calls, has_calls
+from .packed_calls import call_heads, calls_where, flow_calls, has_calls
 from .reports import RESUME, Callers, CrossReport
 from .tokens import CHECKPOINT_WORDS
 
@@ -172,15 +172,8 @@ class _Judge:
             for at, atoms in flow.get("saves", []):
                 if _incomplete(values, flatten(values.resolve(module, function, atoms))):
                     written.append((module, tuple(at), at, None))
-            # (the calls' records are read only where one is followed)
-            followed = [
-                index
-                for index, (callee, _received, _line) in enumerate(call_heads(flow))
-                if trains or CHECKPOINT_TEXT.search(callee.rsplit(".", 1)[-1].encode())
-            ]
-            for index in followed:
-                call = flow_call(flow, index, keep=False)  # (each read once here)
-                assert call is not None  # (an index of its heads)
+            # (the calls' records are read only where one is followed, each once here)
+            for call in calls_where(flow, None if trains else _names_checkpoint, keep=False):
                 target = values.target(module, function, call, CHECKPOINT_TEXT, CHECKPOINT_TEXT)
                 if target is None and _on_parameter(call) and self.reach(module, function):
                     # (asked only where the function trains with a scaler itself: finding the
@@ -411,6 +404,11 @@ def _uses_scaler(flow: FunctionFlow) -> bool:
     torch tree nearly every function has one, and following all their calls made the AMP211
     judge summarize 0.3 s of modules there that no checkpoint is written in)."""
     return any(atom[0] != "K" for atom in flow.get("scalers", ()))
+
+
+def _names_checkpoint(callee: str, _received: bool, _line: int) -> bool:
+    """Whether a call's head names a checkpoint's writing (its callee's last name)."""
+    return CHECKPOINT_TEXT.search(callee.rsplit(".", 1)[-1].encode()) is not None
 
 
 def _on_parameter(call: CallFlow) -> bool:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from .shapes import CallRecord, ModuleSummary
     from .value_atoms import CallFlow, FunctionFlow
@@ -169,6 +169,19 @@ def flow_call(flow: FunctionFlow, index: int, keep: bool = True) -> CallFlow | N
         return _record(flow, index)
     calls = flow.get("calls", [])
     return calls[index] if index < len(calls) else None
+
+
+def calls_where(
+    flow: FunctionFlow, wanted: Callable[[str, bool, int], bool] | None, keep: bool = True
+) -> Iterator[CallFlow]:
+    """The function's flow calls whose head (callee, whether it has a receiver, line) ``wanted``
+    accepts (None: every call), in order: only those are unpacked (``keep``: as for
+    ``flow_call``)."""
+    for index, (callee, received, line) in enumerate(call_heads(flow)):
+        if wanted is None or wanted(callee, received, line):
+            call = flow_call(flow, index, keep)
+            if call is not None:
+                yield call
 
 
 def call_heads(flow: FunctionFlow) -> list[tuple[str, bool, int]]:

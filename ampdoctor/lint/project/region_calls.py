@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from .engine_calls import protocol_seeds
 from .flow import Values, flatten, self_type
 from .link import Target
-from .packed_calls import call_heads, flow_call, flow_calls
+from .packed_calls import calls_where, flow_call, flow_calls
 from .reports import CrossReport
 from .seeds import region_of
 
@@ -150,10 +150,7 @@ def _calls_inside(
     """The calls of ``function`` made inside the ``with`` (lines after its first, to its last),
     with the project functions each may run."""
     # (the calls' records are read only where one is made inside the ``with``)
-    inside = [i for i, (callee, _received, line) in enumerate(call_heads(flow)) if first < line <= last and callee]
-    for index in inside:
-        call = flow_call(flow, index)
-        assert call is not None  # (an index of its heads)
+    for call in calls_where(flow, lambda callee, _received, line: first < line <= last and bool(callee)):
         target = values.target(module, function, call)
         if target is not None:
             yield (f"`{call['callee']}(...)`", call["at"]), [(target, _bound_names(target, call))]

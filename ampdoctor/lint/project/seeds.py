@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 from .engine_calls import protocol_seeds
 from .flow import Values, flatten
-from .packed_calls import call_heads, flow_call
+from .packed_calls import calls_where
 from .reports import CrossReport
 from .tokens import CLIP_OR_UNSCALE_WORDS
 
@@ -63,12 +63,8 @@ def module_seeds(
             methods[at] = method
         if not flow.get("scaled") and not flow.get("scalers"):
             continue  # a helper's clip or unscale_ matters only where the caller trains with a scaler
-        for index, (callee, _received, _line) in enumerate(call_heads(flow)):
-            if not callee:
-                continue
-            # (read once here: the training functions' calls are most of those read whole)
-            call = flow_call(flow, index, keep=False)
-            assert call is not None  # (an index of its heads)
+        # (read once here: the training functions' calls are most of those read whole)
+        for call in calls_where(flow, lambda callee, _received, _line: bool(callee), keep=False):
             # (a module whose text cannot clip or unscale is not summarized to find that out,
             # nor an object's value worked out for a method of a name no helper has)
             target = values.target(module, function, call, words=CLIP_OR_UNSCALE_WORDS, defined=helpers)
