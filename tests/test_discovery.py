@@ -139,6 +139,29 @@ def test_plain_last_parts_are_compared_as_strings_and_only_the_others_compiled(t
     assert ignore.decision("fix.py", False) is True  # ``*x*``
 
 
+def test_a_path_is_tried_only_against_the_rules_whose_plain_last_part_it_fits(tmp_path):
+    # ``out/`` lets ``src/out`` through the first test; of the plain rules only ``out/`` is tried
+    # (and compiled), the rules without a plain last part are tried as before.
+    lines = ["out/", "*.log", "build/", ".cache.*", "!keep.py", "data/*"]
+    (tmp_path / ".gitignore").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ignore = GitIgnore.load(tmp_path)
+    assert ignore is not None
+    assert ignore.decision("src/out", True) is True
+    by_line = {rule.line: rule for rule in ignore.rules}
+    # (last line first: ``data/*``, without a plain last part, was tried before ``out/``, the
+    # plain rules between them passed over)
+    tried = [line for line, rule in by_line.items() if rule._itself is not False or rule._regex is not None]
+    assert tried == ["data/*", "out/"]
+    assert ignore.decision("data/out", True) is True  # ``data/*`` decides: the last line wins
+    assert all(by_line[line]._itself is False for line in ("*.log", "build/", ".cache.*", "!keep.py"))
+    # the decisions are those of every rule tried in turn
+    assert ignore.decision("a/run.log", False) is True
+    assert ignore.decision(".cache.x", False) is True
+    assert ignore.decision("keep.py", False) is False
+    assert ignore.decision("keep.py.log", False) is True
+    assert ignore.decision("src/build", False) is None  # a file: ``build/`` names folders
+
+
 def test_a_pattern_naming_a_folder_does_not_match_what_is_inside_through_it(tmp_path):
     # the first test looks at the path's last part: ``build/`` is the folder, not its files
     (tmp_path / ".gitignore").write_text("build/\n*.log\n", encoding="utf-8")
