@@ -662,5 +662,5 @@ def test_a_module_is_found_the_same_from_every_folder_and_each_answer_is_kept_on
         assert project.find_module(importer, "torch.nn") is None
     # a module never imports itself: the package's other module is the answer from within it
     assert project.find_module("pkg/utils.py", "pkg") == ("pkg/__init__.py", [])
-    answers = [known["pkg.utils"] for folder, known in project._found.items() if folder.startswith("apps")]
+    answers = [known["pkg.utils"] for folder, known in project.modules._found.items() if folder.startswith("apps")]
     assert len(answers) == 3 and all(answer is answers[0] for answer in answers)

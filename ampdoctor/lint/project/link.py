@@ -5,7 +5,8 @@ Resolution follows only what the project itself shows, to a bounded depth:
 * a function of the same module, or a name imported from a module of the project (absolute
   imports are looked up beside the importing file, above the importer's own top-level package
   when the import names it, at the project root and under ``src/``, as running a script or an
-  installed package would find them; relative imports from the importer's package), through re-exports (``from .io import save_checkpoint`` in a package's
+  installed package would find them; relative imports from the importer's package:
+  ``module_paths.py``), through re-exports (``from .io import save_checkpoint`` in a package's
   ``__init__``) and module-level aliases (``save = utils.save_checkpoint``);
 * ``module.f(...)`` for an imported module of the project;
 * ``self.m(...)`` and ``cls.m(...)`` in a method: the class's own method or one of its bases'
@@ -31,6 +32,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from ...records import Record
+from .module_paths import ModulePaths
 from .outline import Outline, Uncertain
 from .packed_calls import calls as calls_of
 from .packed_calls import region_calls as region_calls_of
@@ -151,15 +153,11 @@ class Project(Record):
 
     __slots__ = (
         "_callees",
-        "_answers",
-        "_found",
         "_gate",
-        "_module_names",
         "_outlines",
         "_import_edges",
         "_maybe_function",
         "_paths",
-        "_stems",
         "_summaries",
         "_text_first",
         "_without",
@@ -168,6 +166,7 @@ class Project(Record):
         "files",
         "import_list",
         "load",
+        "modules",
         "outline",
         "text",
         "text_test",
@@ -193,12 +192,7 @@ class Project(Record):
         self._summaries: dict[str, ModuleSummary | None] = {}
         # module → its calls, their callees' spellings joined, and each spelling's positions
         self._callees: dict[str, tuple[list[CallRecord], str, dict[str, list[int]]]] = {}
-        # importer's folder → module name (with its extra search paths, where it has some) →
-        # the modules it may be
-        self._found: dict[str, dict[str | tuple[str, tuple[str, ...]], tuple[tuple[str, tuple[str, ...]], ...]]] = {}
-        self._answers: dict[tuple[tuple[str, tuple[str, ...]], ...], tuple[tuple[str, tuple[str, ...]], ...]] = {}
-        self._module_names: frozenset[str] | None = None
-        self._stems: frozenset[str] = frozenset()
+        self.modules = ModulePaths(files)  # which module an import names (``module_paths.py``)
         self._outlines: dict[str, Outline | None] = {}
         self._paths: dict[str, tuple[str, ...]] = {}
         self._import_edges: object = None  # the checks' import index (``float16_reach.import_edges``)
@@ -253,51 +247,10 @@ class Project(Record):
     def find_module(self, importer: str, target: str) -> tuple[str, list[str]] | None:
         """The module file ``target`` (a dotted import target) names, seen from ``importer``,
         and the attribute parts left after it: ``("pkg/utils.py", ["save_checkpoint"])``."""
-        if not target.startswith(".") and target.partition(".")[0] not in (self._module_names or self._names()):
+        modules = self.modules
+        if not target.startswith(".") and not modules.may_hold(target):
             return None  # ``torch``, ``numpy``: no file or folder of the project has the name
-        # The answer depends on the importer's folder, except that a module never imports
-        # itself: the first two matches seen from a folder are kept for its other modules.
-        extra = self._search_paths(importer)
-        folder = importer.rpartition("/")[0]
-        known = self._found.get(folder)
-        if known is None:
-            known = self._found[folder] = {}
-        key: str | tuple[str, tuple[str, ...]] = (target, extra) if extra else target
-        matches = known.get(key)
-        if matches is None:
-            # Each answer kept once: most are the same few (none, or the project's own package).
-            matches = self._matches(importer, target, extra)
-            matches = known[key] = self._answers.setdefault(matches, matches)
-        for candidate, rest in matches:
-            if candidate != importer:
-                return candidate, list(rest)
-        return None
-
-    def _names(self) -> frozenset[str]:
-        """Every folder name and module name (without ``.py``) in the project's paths."""
-        if self._module_names is None:
-            names: set[str] = set()
-            stems: set[str] = set()
-            folders: set[str] = set()
-            for rel in self.files:
-                folder, _, name = rel.rpartition("/")
-                names.add(name[:-3] if name.endswith(".py") else name)
-                stems.add(rel[:-3] if rel.endswith(".py") else rel)
-                # A tree has several modules per folder: each folder and the ones above it are
-                # taken once (a third of the time on 3,600 modules in 820 folders).
-                while folder and folder not in folders:
-                    folders.add(folder)
-                    folder, _, name = folder.rpartition("/")
-                    names.add(name)
-            self._module_names = frozenset(names)
-            self._stems = frozenset(stems | folders)
-        return self._module_names
-
-    def _holds(self, stem: str) -> bool:
-        """Whether ``stem`` is a folder of the project or a module's path without ``.py``: where
-        it is neither, no module lies at or below it."""
-        self._names()
-        return stem in self._stems
+        return modules.find(importer, target, self._search_paths(importer))
 
     def _search_paths(self, importer: str) -> tuple[str, ...]:
         """Folders the importer adds to ``sys.path`` (``sys.path.append(os.path.join(here,
@@ -341,39 +294,6 @@ class Project(Record):
         result = tuple(dict.fromkeys(out))
         self._paths[importer] = result
         return result
-
-    def _matches(
-        self, importer: str, target: str, extra: tuple[str, ...] = ()
-    ) -> tuple[tuple[str, tuple[str, ...]], ...]:
-        found: list[tuple[str, tuple[str, ...]]] = []
-        if target.startswith("."):
-            level = len(target) - len(target.lstrip("."))
-            parts = [p for p in target[level:].split(".") if p]
-            folder = importer.split("/")[:-1]
-            if level - 1 > len(folder):
-                return ()
-            bases = ["/".join(folder[: len(folder) - (level - 1)])]
-        else:
-            parts = target.split(".")
-            if parts[0] not in self._names():
-                return ()  # ``torch``, ``numpy``: no file or folder of the project has the name
-            folders = importer.split("/")[:-1]
-            # The importer's own top-level package, wherever the project keeps it (one of many
-            # examples in a repository): ``import pkg.mod`` in ``apps/x/pkg/train.py`` runs with
-            # ``apps/x`` on the path and finds ``apps/x/pkg/mod.py``.
-            own = ["/".join(folders[:i]) for i in range(len(folders) - 1, 0, -1) if folders[i] == parts[0]]
-            bases = list(dict.fromkeys(["/".join(folders), *own, "", "src", *extra]))
-        for base in bases:
-            if not parts or not self._holds(f"{base}/{parts[0]}" if base else parts[0]):
-                continue  # nothing of the target's first name there (most bases, for most targets)
-            for count in range(len(parts), 0, -1):
-                stem = "/".join(filter(None, [base, *parts[:count]]))
-                for candidate in (f"{stem}.py", f"{stem}/__init__.py"):
-                    if candidate in self.files:
-                        found.append((candidate, tuple(parts[count:])))
-                        if len(found) == 2:
-                            return tuple(found)
-        return tuple(found)
 
     # ---- names --------------------------------------------------------------------------------
 
