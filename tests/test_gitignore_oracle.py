@@ -191,3 +191,12 @@ def test_a_folder_inside_another_of_the_same_name_is_ignored_as_git_ignores_it(t
     expected = git_lists(tmp_path)
     assert "keep.py" in expected
     assert walked(tmp_path) == expected
+
+
+def test_a_line_git_cannot_read_is_passed_over_and_the_others_still_count(tmp_path):
+    # A trailing backslash escapes nothing: git drops the line (pathspec raises on it).
+    git_repository(tmp_path)
+    plant(tmp_path, ["train.py", "skip.py", "foo.py", "sub/skip.py"], {"": "foo.py\\\nskip.py\n"})
+    expected = git_lists(tmp_path)
+    assert expected == ["foo.py", "train.py"]
+    assert walked(tmp_path) == expected

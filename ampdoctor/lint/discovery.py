@@ -123,7 +123,10 @@ def _to_regex(line: str) -> tuple[str | None, bool | None]:
     expression, whether it ignores; None for a comment or a blank line)."""
     from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
-    regex, include = GitIgnoreSpecPattern.pattern_to_regex(line)
+    try:
+        regex, include = GitIgnoreSpecPattern.pattern_to_regex(line)
+    except ValueError:  # pathspec's GitIgnorePatternError: a pattern git cannot read, which it passes over
+        return None, None
     return (regex if isinstance(regex, str) else None), include
 
 
