@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ampdoctor.lint.discovery import Discovery, GitIgnore
+from ampdoctor.lint.discovery import Discovery, GitIgnore, _read_line, _Rule, _to_regex
 
 AMP = "import torch\nwith torch.autocast('cuda'):\n    pass\n"
 
@@ -170,3 +170,42 @@ def test_a_pattern_naming_a_folder_does_not_match_what_is_inside_through_it(tmp_
     assert ignore.decision("build/setup.py", False) is None
     assert ignore.decision("build", True) is True
     assert ignore.decision("build", False) is None  # a file named build: directory-only pattern
+
+
+# Lines pathspec reads in every way: plain ones (translated when first needed) and the others.
+LINES = [
+    "build/", "*.pyc", ".coverage.*", "!keep.py", "/a/b/name", "**/x", " #not-a-comment", "!#x",
+    "trailing.py   ", "tab.py\t", "# a comment", "   ", "/", "!", "!/", "*.py[cod]", "a[z-a]/b",
+    "\\#x", "space\\ ", "foo\\", "a/**/", "data/*", "**", "*",
+]  # fmt: skip
+
+
+def test_a_plain_line_is_translated_when_first_needed_as_pathspec_translates_it():
+    for line in LINES:
+        regex, include = _to_regex(line)
+        read = _read_line(line)
+        assert read[0] == line
+        if read[1] is not None or read[2] is None:  # translated at once
+            assert read[1:] == (regex, include), line
+            continue
+        rule = _Rule(line, None, read[2])
+        assert rule._text is None
+        # a line pathspec drops (include None) matches nothing either way
+        assert rule.text == (regex or "(?!)") and (include is None or rule.ignored == include), line
+    lazy = [line for line in LINES if _read_line(line)[1] is None and _read_line(line)[2] is not None]
+    assert lazy == ["build/", "*.pyc", ".coverage.*", "!keep.py", "/a/b/name", "**/x", " #not-a-comment", "!#x",
+                    "trailing.py   ", "tab.py\t"]  # fmt: skip
+
+
+def test_plain_lines_are_not_translated_until_a_path_fits_them(tmp_path):
+    (tmp_path / ".gitignore").write_text("build/\n*.log\ndata/*\n", encoding="utf-8")
+    ignore = GitIgnore.load(tmp_path)
+    assert ignore is not None
+    by_line = {rule.line: rule for rule in ignore.rules}
+    assert by_line["build/"]._text is None and by_line["*.log"]._text is None
+    assert by_line["data/*"]._text is not None  # not plain: translated when read
+    assert ignore.decision("src/build", True) is True
+    assert by_line["build/"]._text is not None and by_line["*.log"]._text is None
+    assert ignore.decision("x/run.log", False) is True
+    assert ignore.decision("data/set.py", False) is True
+    assert ignore.decision("train.py", False) is None
