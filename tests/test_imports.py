@@ -98,16 +98,22 @@ def test_the_pre_commit_path_reporting_findings_loads_only_what_linting_needs(tm
 
 
 def test_gitignore_support_is_loaded_only_to_walk_a_folder_that_has_one(tmp_path):
-    for folder in ("named", "walked"):  # two projects: neither run is served by the other's cache
+    # three projects: no run is served by another's cache. A .gitignore of plain lines only
+    # (``build/``) is read without pathspec: it translates a line when a path first fits it.
+    ignores = {"named": "build/\ndata/*\n", "walked": "build/\ndata/*\n", "plain": "build/\n*.log\n"}
+    for folder, text in ignores.items():
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "train.py").write_text(FIXTURE.read_text(encoding="utf-8"), encoding="utf-8")
-        (tmp_path / folder / ".gitignore").write_text("build/\n", encoding="utf-8")
+        (tmp_path / folder / ".gitignore").write_text(text, encoding="utf-8")
     code = (
         "import os\nos.chdir({folder!r})\nfrom ampdoctor.entry import main\n"
         "try:\n    main(['lint', {target!r}])\nexcept SystemExit as exit:\n    assert exit.code == 1, exit.code\n"
     )
     named_file = _modules_after(code.format(folder=str(tmp_path / "named"), target="train.py"))
     walked_folder = _modules_after(code.format(folder=str(tmp_path / "walked"), target="."))
-    assert "ampdoctor.lint.facts" in named_file and "ampdoctor.lint.facts" in walked_folder  # both linted
+    walked_plain = _modules_after(code.format(folder=str(tmp_path / "plain"), target="."))
+    for modules in (named_file, walked_folder, walked_plain):
+        assert "ampdoctor.lint.facts" in modules  # each linted
     assert "pathspec" not in named_file
     assert "pathspec" in walked_folder
+    assert "pathspec" not in walked_plain
