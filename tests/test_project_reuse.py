@@ -104,6 +104,49 @@ def test_a_run_on_a_few_files_does_not_stat_the_project(tree: Path, checks: list
     assert len(checks) == 2
 
 
+def test_a_whole_tree_run_keys_the_files_as_the_lint_pass_saw_them(tree: Path, checks: list[int], monkeypatch):
+    # The second run is served from the result cache: the key takes each linted file's size and
+    # time from there, and looks at no file again.
+    assert lint(tree) == FOUND
+    stats: list[str] = []
+
+    class CountingOs:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def stat(self, path, *args, **kwargs):
+            stats.append(str(path))
+            return os.stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(reuse, "os", CountingOs())
+    assert lint(tree) == FOUND
+    assert stats == [] and len(checks) == 1  # reused
+
+
+def test_the_key_from_what_the_lint_pass_saw_is_the_key_from_looking_again(tmp_path: Path):
+    files = ["a.py", "pkg/b.py", "pkg/c.py"]
+    old = time.time() - 60
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"# {rel}\n", encoding="utf-8")
+        os.utime(tmp_path / rel, (old, old))
+    codes = frozenset({"AMP211"})
+    looked = reuse.state_key(tmp_path, files, 3, codes, ["a.py"], [])
+    assert looked is not None
+    seen = {}
+    for rel in files[:2]:  # c.py was not linted: looked at
+        stat = os.stat(tmp_path / rel)
+        seen[rel] = (stat.st_size, stat.st_mtime_ns)
+    assert reuse.state_key(tmp_path, files, 3, codes, ["a.py"], [], seen) == looked
+    # a size the lint pass saw differs from now: another key (the findings are of that text)
+    assert reuse.state_key(tmp_path, files, 3, codes, ["a.py"], [], {**seen, "a.py": (99, seen["a.py"][1])}) != looked
+    # a time within the racy window, seen or looked at: no key
+    assert reuse.state_key(tmp_path, files, 3, codes, ["a.py"], [], {**seen, "a.py": (1, time.time_ns())}) is None
+    # a missing file counts as missing; a name with a stray byte (not UTF-8) still makes a key
+    assert reuse.state_key(tmp_path, [*files, "gone.py"], 4, codes, [], []) not in (None, looked)
+    assert reuse.state_key(tmp_path, [*files, "b\udcff.py"], 4, codes, [], []) is not None
+
+
 def test_a_damaged_reports_file_runs_the_checks(tree: Path, checks: list[int]):
     assert lint(tree) == FOUND
     for path in (tree / ".ampdoctor_cache").glob("summaries-*-reports.json"):

@@ -295,12 +295,12 @@ def _run_cached(
                 continue
             entry = cache.by_stat(job.display, stat, cfg)
             if entry is not None and entry.get("skip") and screens:
-                results.append(_served(FileResult(job.display, file_path=job.name), entry))
+                results.append(_served(FileResult(job.display, file_path=job.name), entry, stat))
                 continue
             hit = decode_entry(entry) if entry is not None and "key" in entry else None
             if hit is not None and not hit[0]:
                 served = FileResult(job.display, suppressed=hit[1], file_path=job.name, parsed=True)
-                results.append(_served(served, entry))
+                results.append(_served(served, entry, stat))
                 continue
             known = cache.entries.get(job.display)
             if hit is not None or (isinstance(known, dict) and "key" in known):
@@ -312,9 +312,8 @@ def _run_cached(
             misses.append(job)  # the engine reports why it cannot be read
             continue
         if hit is not None:
-            results.append(
-                _served(result_from_cache(job.path, job.display, data, *hit), cache.entries.get(job.display))
-            )
+            served = result_from_cache(job.path, job.display, data, *hit)
+            results.append(_served(served, cache.entries.get(job.display), stat))
             continue
         job.keyed = True
         misses.append(job)
@@ -322,6 +321,8 @@ def _run_cached(
     verbose.note(f"{len(jobs) - len(misses)} files served from the results cache, {len(misses)} to lint")
     for result in _run(misses, request, pool):
         seen_as = stats.get(result.path)
+        if seen_as is not None:
+            result.seen = (seen_as.st_size, seen_as.st_mtime_ns)
         if seen_as is not None and result.key is not None:
             cfg = cfgs.get(result.path, "")
             if result.screened and screens:
@@ -337,10 +338,12 @@ def _run_cached(
     return results
 
 
-def _served(result: FileResult, entry: object) -> FileResult:
-    """A result served from the cache, with what its entry kept of the file for the project pass."""
+def _served(result: FileResult, entry: object, stat: os.stat_result) -> FileResult:
+    """A result served from the cache, with what its entry kept of the file for the project pass
+    and the file's size and time as the cache saw them."""
     if isinstance(entry, dict) and "h" in entry:
         result.half_risk = bool(entry["h"])
+    result.seen = (stat.st_size, stat.st_mtime_ns)
     return result
 
 

@@ -95,6 +95,7 @@ class FileResult(Record):
         "tokens",
         "key",
         "screened",
+        "seen",
         "unfixed",
     )
 
@@ -133,6 +134,9 @@ class FileResult(Record):
         self.tokens: FileTokens | None = None
         self.key: str | None = None
         self.screened = False
+        # (size, modification time in ns) of the file as the cached run looked at it: the project
+        # pass's reuse key reads it instead of looking again (``project.reuse.state_key``).
+        self.seen: tuple[int, int] | None = None
         # When fixes changed the text: (findings, suppressed, cells) of the text as it was read,
         # what the report shows if the fixed text cannot be written.
         self.unfixed: tuple[list[Finding], int, dict[int, str]] | None = None

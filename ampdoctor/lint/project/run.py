@@ -148,7 +148,10 @@ def link_results(
                 else store.has_class(rel, "half_risk") and float16_risk(store.text(rel) or b"")
             )
         ]
-    key = state_key(root, files, len(target_rels), codes, checked, lazy) if store.path and not unsaved else None
+    key = None
+    if store.path and not unsaved:
+        seen = {rel: result.seen for rel, result in target_rels.items() if result.seen is not None}
+        key = state_key(root, files, len(target_rels), codes, checked, lazy, seen)
     reports = load_reports(reports_path(store.path), key) if store.path is not None and key is not None else None
     if reports is None:
         reports = run_checks(project, checked, callers, codes, lazy, store if jobs != 1 else None)
