@@ -7,6 +7,7 @@ linting one file does not pay for importing click. Both paths share everything b
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -409,12 +410,16 @@ def _report(
         fix_mode=fix_mode,
         quiet=quiet,
     )
+    # A file name may hold bytes that are not UTF-8 (read as surrogates): written back as the
+    # bytes they are, where a strict stream would stop the report with an encoding error.
     if output_file is not None:
         try:
-            with open(output_file, "w", encoding="utf-8") as stream:
+            with open(output_file, "w", encoding="utf-8", errors="surrogateescape") as stream:
                 render(output_format, context, stream, color=False)
         except OSError as exc:
             raise UsageError(f"cannot write {output_file}: {exc.strerror or exc}") from None
         return
     stream = sys.stdout if stream is None else stream
+    if stream is sys.stdout and isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        stream.reconfigure(errors="surrogateescape")
     render(output_format, context, stream, color=use_color(stream))

@@ -104,7 +104,8 @@ def _entries(where: str, skipped: frozenset[str]) -> tuple[list[str], list[str]]
 
 
 def _listing_path(folder: Path, base: str, skipped: frozenset[str]) -> Path:
-    key = blake2b(f"{FORMAT}|{base}|{sorted(skipped)}".encode(), digest_size=12).hexdigest()
+    # (a folder name may hold a byte that is not UTF-8: kept as the surrogate it is read as)
+    key = blake2b(f"{FORMAT}|{base}|{sorted(skipped)}".encode("utf-8", "surrogateescape"), digest_size=12).hexdigest()
     return folder / f"listing-{key}.json"
 
 

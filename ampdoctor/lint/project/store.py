@@ -130,7 +130,8 @@ class SummaryStore:
             from ..cache import build_fingerprint
 
             # One file per project root: paths in it are relative to the root.
-            key = blake2b(f"{build_fingerprint()}|summaries|{FORMAT}|{root}".encode(), digest_size=12).hexdigest()
+            text = f"{build_fingerprint()}|summaries|{FORMAT}|{root}"  # (the root may hold a byte that is not UTF-8)
+            key = blake2b(text.encode("utf-8", "surrogateescape"), digest_size=12).hexdigest()
             self.path = folder / f"summaries-{key}.json"
             self._load()
 

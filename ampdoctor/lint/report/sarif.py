@@ -175,4 +175,5 @@ def artifact_location(path: str) -> dict[str, str]:
     posix = pure.as_posix()
     while posix.startswith("./"):
         posix = posix[2:]
-    return {"uri": quote(posix, safe="/"), "uriBaseId": SRCROOT}
+    # (a name's bytes that are not UTF-8, read as surrogates, are escaped as the bytes they are)
+    return {"uri": quote(posix, safe="/", errors="surrogateescape"), "uriBaseId": SRCROOT}
