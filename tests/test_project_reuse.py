@@ -49,6 +49,22 @@ def lint(root: Path, paths=None, codes=None) -> set[tuple[str, int, str]]:
     return {(f.location.path, f.location.line, f.code) for f in run.findings if f.code != "AMP401"}
 
 
+def counted_stats(monkeypatch) -> list[str]:
+    """The paths the reuse key ``stat``s from here on."""
+    stats: list[str] = []
+
+    class CountingOs:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def stat(self, path, *args, **kwargs):
+            stats.append(str(path))
+            return os.stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(reuse, "os", CountingOs())
+    return stats
+
+
 def test_an_unchanged_project_reuses_the_findings(tree: Path, checks: list[int]):
     assert lint(tree) == FOUND
     assert lint(tree) == FOUND
@@ -88,17 +104,7 @@ def test_a_run_on_a_few_files_does_not_stat_the_project(tree: Path, checks: list
     for index in range(6):
         (tree / f"extra_{index}.py").write_text("x = 1\n", encoding="utf-8")
     assert lint(tree) == FOUND
-    stats: list[str] = []
-
-    class CountingOs:
-        def __getattr__(self, name):
-            return getattr(os, name)
-
-        def stat(self, path, *args, **kwargs):
-            stats.append(str(path))
-            return os.stat(path, *args, **kwargs)
-
-    monkeypatch.setattr(reuse, "os", CountingOs())
+    stats = counted_stats(monkeypatch)
     assert lint(tree, [tree / "train.py"]) == FOUND
     assert stats == []
     assert len(checks) == 2
@@ -108,17 +114,7 @@ def test_a_whole_tree_run_keys_the_files_as_the_lint_pass_saw_them(tree: Path, c
     # The second run is served from the result cache: the key takes each linted file's size and
     # time from there, and looks at no file again.
     assert lint(tree) == FOUND
-    stats: list[str] = []
-
-    class CountingOs:
-        def __getattr__(self, name):
-            return getattr(os, name)
-
-        def stat(self, path, *args, **kwargs):
-            stats.append(str(path))
-            return os.stat(path, *args, **kwargs)
-
-    monkeypatch.setattr(reuse, "os", CountingOs())
+    stats = counted_stats(monkeypatch)
     assert lint(tree) == FOUND
     assert stats == [] and len(checks) == 1  # reused
 
