@@ -196,6 +196,20 @@ class DeviceBatch:
         return first
 
     def read(self) -> list[list[float]]:
+        """The values, read with any autocast region the script has open switched off: under
+        autocast ``cat`` and ``stack`` cast their inputs to a common dtype, which raises for a group
+        of float16 parts in a bfloat16 region and narrows float64 parts to the region's dtype."""
+        device_types = {part.device.type for part in self._parts}
+        in_region = [kind for kind in device_types if torch.is_autocast_enabled(kind)]
+        for kind in in_region:
+            torch.set_autocast_enabled(kind, False)
+        try:
+            return self._read()
+        finally:
+            for kind in in_region:
+                torch.set_autocast_enabled(kind, True)
+
+    def _read(self) -> list[list[float]]:
         parts = self._parts
         groups: dict[tuple[torch.device, torch.dtype, bool], list[int]] = {}
         for index, part in enumerate(parts):

@@ -273,6 +273,28 @@ def test_device_batch_reads_every_dtype_and_shape_back_in_order():
     assert [values[s] for s in slots] == [[1.5], [1.0, 2.0, 3.0], [-2.0], [0.5, 65504.0], [3.0]]
 
 
+@pytest.mark.parametrize("region_dtype", [torch.bfloat16, torch.float16])
+def test_device_batch_reads_inside_an_autocast_region_of_another_dtype(region_dtype):
+    # Read where the script's region is still open (a step inside autocast): cat/stack must not
+    # be cast to the region's dtype, which raises for the other half type and narrows float64.
+    batch = DeviceBatch()
+    slots = [
+        batch.add(torch.tensor([0.5, 65504.0], dtype=torch.float16)),
+        batch.add(torch.tensor([0.25], dtype=torch.float16)),
+        batch.add(torch.tensor([1.5, 3.0], dtype=torch.bfloat16)),
+        batch.add(torch.tensor(2.0, dtype=torch.bfloat16)),
+        batch.add(torch.tensor(4.0, dtype=torch.bfloat16)),
+        batch.add(torch.tensor(1 / 3, dtype=torch.float64)),
+        batch.add(torch.tensor(1 / 3, dtype=torch.float64)),
+    ]
+    with torch.autocast("cpu", dtype=region_dtype):
+        values = batch.read()
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == region_dtype
+    assert not torch.is_autocast_enabled("cpu")
+    third = float(torch.tensor(1 / 3, dtype=torch.float32))
+    assert [values[s] for s in slots] == [[0.5, 65504.0], [0.25], [1.5, 3.0], [2.0], [4.0], [third], [third]]
+
+
 def test_abs_max_slots_read_the_largest_magnitude_and_propagate_nan():
     batch = DeviceBatch()
     plain = batch.add_abs_max(list(torch.aminmax(torch.tensor([-7.0, 3.0]).to(torch.bfloat16))))
