@@ -136,6 +136,7 @@ def _one_line_errors() -> Iterator[None]:
 
 
 def _trace(request: TraceRequest, listeners: list[TensorBoardLog]) -> tuple[TraceReport, Outcome]:
+    from .autocast_state import autocast_as_found
     from .deadline import Deadline
     from .runner import run_target
     from .session import TraceSession
@@ -174,7 +175,9 @@ def _trace(request: TraceRequest, listeners: list[TensorBoardLog]) -> tuple[Trac
             contextlib.redirect_stdout(sys.stderr) if request.output_format == "json" else contextlib.nullcontext()
         )
         with redirect, session:
+            # Outside the deadline, so that no late stop lands in its restoring.
             with (
+                autocast_as_found(),
                 child,
                 Deadline(request.timeout, TraceTimeout, on_give_up=lambda: _report_on_give_up(session, request)),
             ):

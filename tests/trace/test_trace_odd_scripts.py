@@ -171,6 +171,17 @@ def test_timeout_stops_a_script_that_never_steps_writes_the_report_and_exits_124
     assert signal.getsignal(signal.SIGALRM) is handler and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
+def test_a_timeout_stop_never_leaves_the_process_inside_an_autocast_region(trace_cli):
+    # A stop that landed half-way through torch's enter or exit of a region (about one run in
+    # five here) would leave autocast on for everything the process runs next.
+    import torch
+
+    for _ in range(5):
+        run = trace_cli(odd("enters_regions.py"), "--timeout", "0.2")
+        assert run.exit_code == 124 and run.report["stopped"] == "timeout"
+        assert not torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
 def test_timeout_that_does_not_expire_changes_nothing(trace_cli):
     run = trace_cli(odd("eval_between.py"), "--steps", "0", "--timeout", "600")
     assert run.exit_code == 0 and run.report["stopped"] == "end" and run.report["steps"] == 6
