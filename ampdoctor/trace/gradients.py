@@ -25,6 +25,7 @@ from typing import Any, Optional
 import torch
 
 from ..float16 import FLOAT16_COARSE_SUBNORMAL, FLOAT16_SMALLEST_NORMAL, FLOAT16_SMALLEST_SUBNORMAL
+from .autocast_state import autocast_off
 from .numerics import ModuleRegistry, ParamInfo
 from .ops import quiet
 
@@ -239,7 +240,7 @@ class GradientMonitor:
         if not capture.params:
             return
         batch = self._session.pending.batch
-        with torch.no_grad(), quiet():
+        with torch.no_grad(), quiet(), autocast_off(device.type for device, _ in groups):
             for (device, dtype), (owners, grads) in groups.items():
                 if device.type in _FUSED_CHECK_DEVICES and dtype.is_floating_point:
                     # max |g| of every gradient in one fused pass; NaN propagates, inf is inf.
@@ -259,7 +260,7 @@ class GradientMonitor:
         if not capture.params:
             return
         batch = self._session.pending.batch
-        with torch.no_grad(), quiet():
+        with torch.no_grad(), quiet(), autocast_off(device.type for device in by_device):
             for device, flats in by_device.items():
                 device_scale = None if scale is None else scale.detach().to(device)
                 for owners, pieces in _chunks(flats, chunk_elements(device)):

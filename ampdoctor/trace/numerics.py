@@ -23,7 +23,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .ops import WRAPPER_PREFIXES, dtype_name
+from .autocast_state import autocast_off
+from .ops import WRAPPER_PREFIXES, dtype_name, quiet
 
 # The values of ``gradients.gradient_row``, in order: shares of elements, then max |g|.
 GRADIENT_FIELDS = ("zero", "below_subnormal", "subnormal", "nonfinite", "coarse_subnormal", "max_abs")
@@ -196,18 +197,10 @@ class DeviceBatch:
         return first
 
     def read(self) -> list[list[float]]:
-        """The values, read with any autocast region the script has open switched off: under
-        autocast ``cat`` and ``stack`` cast their inputs to a common dtype, which raises for a group
-        of float16 parts in a bfloat16 region and narrows float64 parts to the region's dtype."""
-        device_types = {part.device.type for part in self._parts}
-        in_region = [kind for kind in device_types if torch.is_autocast_enabled(kind)]
-        for kind in in_region:
-            torch.set_autocast_enabled(kind, False)
-        try:
+        """The values, read as the tracer's own ops: not counted by the census, and outside any
+        autocast region the script has open (``autocast_state.autocast_off``)."""
+        with quiet(), autocast_off({part.device.type for part in self._parts}):
             return self._read()
-        finally:
-            for kind in in_region:
-                torch.set_autocast_enabled(kind, True)
 
     def _read(self) -> list[list[float]]:
         parts = self._parts

@@ -2,7 +2,7 @@
 
 import torch
 
-from ampdoctor.trace.autocast_state import _nesting, autocast_as_found
+from ampdoctor.trace.autocast_state import _nesting, autocast_as_found, autocast_off
 
 
 def test_a_region_left_open_is_closed_and_the_state_put_back():
@@ -28,3 +28,14 @@ def test_a_region_the_caller_has_open_stays_open():
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
         assert _nesting() == 1
     assert not torch.is_autocast_enabled("cpu") and _nesting() == 0
+
+
+def test_autocast_off_switches_only_open_regions_off_and_back_on():
+    with torch.autocast("cpu", dtype=torch.float16):
+        with autocast_off(["cpu", "cpu", "meta", "cuda"]):
+            assert not torch.is_autocast_enabled("cpu") and not torch.is_autocast_enabled("cuda")
+            assert torch.get_autocast_dtype("cpu") == torch.float16
+        assert torch.is_autocast_enabled("cpu") and not torch.is_autocast_enabled("cuda")
+    with autocast_off(["cpu"]):
+        assert not torch.is_autocast_enabled("cpu")
+    assert not torch.is_autocast_enabled("cpu")

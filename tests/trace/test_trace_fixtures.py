@@ -149,3 +149,21 @@ def test_every_finding_points_at_a_statement_in_the_script(trace_cli, name):
             # a call of the module, or the op itself when the forward issues it directly
             assert any(text in statement for text in ("self.", "model(", "softmax(")), (finding["code"], statement)
             assert finding["extra"]["module_class"]
+
+
+def test_the_census_counts_none_of_the_tracers_own_reads(trace_cli):
+    # The statistics are read when the script steps, inside the census window: the gather
+    # (stack, cat) is ampdoctor's, not the script's. This script stacks nothing and cats only in
+    # the backward of its attention's split.
+    run = trace_cli(str(FIXTURES / "healthy_bf16.py"), "--steps", "3", "--fail-on", "never")
+    ops = run.report["ops"]
+    assert run.report["ops_steps"] == 2 and any(op["op"] == "addmm" for op in ops)
+    assert not [op for op in ops if op["op"] == "stack"]
+    assert [(op["module"], op["phase"]) for op in ops if op["op"] == "cat"] == [("TinyAttentionClassifier", "backward")]
+
+
+def test_gradients_are_measured_in_a_step_inside_a_region_of_the_other_half_dtype(trace_cli):
+    # float16 gradients gathered under a bfloat16 region raised in autocast's cast of cat/stack.
+    run = trace_cli(str(Path(__file__).parent / "scripts" / "step_in_other_region.py"), "--steps", "3")
+    assert run.report["steps"] == 3 and not run.report["notes"], run.report["notes"]
+    assert run.report["gradients"] and {"AMP101", "AMP303"} <= run.codes
