@@ -231,12 +231,13 @@ class GradientMonitor:
     def _check(self, optimizer: Any, label: str, known_finite: bool) -> None:
         capture = GradientCheck()
         groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
-        for info, grad in self.gradients(optimizer, label):
-            if not known_finite:
-                owners, grads = groups.setdefault((grad.device, grad.dtype), ([], []))
-                owners.append(len(capture.params))
-                grads.append(grad)
-            capture.params.append(info)
+        with quiet():  # a gradient's detach is the tracer's
+            for info, grad in self.gradients(optimizer, label):
+                if not known_finite:
+                    owners, grads = groups.setdefault((grad.device, grad.dtype), ([], []))
+                    owners.append(len(capture.params))
+                    grads.append(grad)
+                capture.params.append(info)
         if not capture.params:
             return
         batch = self._session.pending.batch
@@ -253,10 +254,11 @@ class GradientMonitor:
     def _capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
         capture = GradientChunks()
         by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
-        for info, grad in self.gradients(optimizer, label):
-            by_device.setdefault(grad.device, []).append((len(capture.params), grad.reshape(-1)))
-            capture.params.append(info)
-            capture.numels.append(grad.numel())
+        with quiet():  # the flattened views are the tracer's, as is a gradient's detach
+            for info, grad in self.gradients(optimizer, label):
+                by_device.setdefault(grad.device, []).append((len(capture.params), grad.reshape(-1)))
+                capture.params.append(info)
+                capture.numels.append(grad.numel())
         if not capture.params:
             return
         batch = self._session.pending.batch

@@ -182,8 +182,12 @@ class DeviceBatch:
         # slot -> the parts whose largest absolute value the slot reads as (see add_abs_max)
         self._abs_max: dict[int, range] = {}
 
-    def add(self, tensor: torch.Tensor) -> int:
-        self._parts.append(tensor.detach())
+    def add(self, tensor: torch.Tensor, copy: bool = False) -> int:
+        """A slot that reads as ``tensor``'s values; ``copy``: as they are now (a value the script
+        changes in place later, as the loss scale). The tracer's ops, left out of the census."""
+        with quiet():
+            part = tensor.detach()
+            self._parts.append(part.clone() if copy else part)
         return len(self._parts) - 1
 
     def add_abs_max(self, extremes: list[torch.Tensor]) -> int:

@@ -145,7 +145,8 @@ class _Observed(_ObservedBase):
         found_inf = None
         try:
             result = super().step(optimizer, *args, **kwargs)
-            found_inf = self._combined_found_inf(optimizer)
+            with quiet():
+                found_inf = self._combined_found_inf(optimizer)
         finally:
             observer.scaler_step_finished(self, optimizer, found_inf)
         return result
@@ -154,10 +155,11 @@ class _Observed(_ObservedBase):
         observer = _current(self)
         if observer is None or self._scale is None:
             return super().update(new_scale)
-        scale_before = self._scale.detach().clone()
-        with quiet():
+        with quiet():  # torch's update and the copies of the scale around it, not the script's
+            scale_before = self._scale.detach().clone()
             super().update(new_scale)
-        observer.scaler_updated(self, scale_before, self._scale.detach().clone())
+            scale_after = self._scale.detach().clone()
+        observer.scaler_updated(self, scale_before, scale_after)
 
     def _combined_found_inf(self, optimizer: torch.optim.Optimizer) -> Optional[torch.Tensor]:
         """The sum of the per-device found_inf tensors torch recorded for this optimizer."""

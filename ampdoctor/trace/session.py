@@ -387,7 +387,7 @@ class TraceSession:
             self._float16_autocast_since_backward = False
         scaled = isinstance(tensors, torch.Tensor) and any(ref() is tensors for ref in self._scaled_outputs)
         if isinstance(tensors, torch.Tensor) and tensors.numel() == 1 and not scaled:
-            self.pending.loss_slots.append(self.pending.batch.add(tensors.detach().clone()))
+            self.pending.loss_slots.append(self.pending.batch.add(tensors, copy=True))
         device = tensors.device.type if isinstance(tensors, torch.Tensor) else None
         self._protocol.backward(scaled, device is not None and self._autocast.state(device) == "on")
 
@@ -456,7 +456,7 @@ class TraceSession:
         if isinstance(outputs, torch.Tensor) and isinstance(scaled, torch.Tensor):
             self._scaled_outputs.append(weakref.ref(scaled))
             if outputs.numel() == 1:
-                self.pending.loss_slots.append(self.pending.batch.add(outputs.detach().clone()))
+                self.pending.loss_slots.append(self.pending.batch.add(outputs, copy=True))
 
     def scaler_unscale_started(self, scaler: Any, optimizer: Any) -> None:
         self._protocol.scaler_step(scaler, optimizer, unscaling=True)
@@ -489,7 +489,7 @@ class TraceSession:
         if found_inf is not None:
             self.pending.found_inf_slots.append((label, self.pending.batch.add(found_inf)))
         if scaler._scale is not None and self.pending.used_scale_slot is None:
-            self.pending.used_scale_slot = self.pending.batch.add(scaler._scale.detach().clone())
+            self.pending.used_scale_slot = self.pending.batch.add(scaler._scale, copy=True)
 
     def scaler_updated(self, scaler: Any, scale_before: torch.Tensor, scale_after: torch.Tensor) -> None:
         self._protocol.updated(scaler)

@@ -162,6 +162,17 @@ def test_the_census_counts_none_of_the_tracers_own_reads(trace_cli):
     assert [(op["module"], op["phase"]) for op in ops if op["op"] == "cat"] == [("TinyAttentionClassifier", "backward")]
 
 
+def test_the_census_counts_none_of_the_tracers_own_copies_of_the_loss_scale_and_gradients(trace_cli):
+    # The tracer copies the loss and the loss scale at each step and flattens the gradients to
+    # measure them; the script clones nothing, cats nothing and stacks only in clip_grad_norm_
+    # (once per iteration of the census's two).
+    run = trace_cli(str(FIXTURES / "healthy_fp16.py"), "--steps", "3", "--fail-on", "never")
+    ops = run.report["ops"]
+    assert run.report["ops_steps"] == 2 and any(op["op"] == "_foreach_norm" for op in ops)
+    assert not [op for op in ops if op["op"] in ("clone", "cat")]
+    assert sum(op["count"] for op in ops if op["op"] == "stack") == 2
+
+
 def test_gradients_are_measured_in_a_step_inside_a_region_of_the_other_half_dtype(trace_cli):
     # float16 gradients gathered under a bfloat16 region raised in autocast's cast of cat/stack.
     run = trace_cli(str(Path(__file__).parent / "scripts" / "step_in_other_region.py"), "--steps", "3")
