@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ampdoctor.lint.project import store as store_module
-from ampdoctor.lint.project import store_format
+from ampdoctor.lint.project import store_format, store_write
 from ampdoctor.lint.project.store import SummaryStore
 
 HELPER = """\
@@ -108,7 +108,7 @@ def test_many_changes_rewrite_the_whole_file_and_drop_the_delta(tmp_path: Path, 
     base = store.path
     delta = base.with_name(base.stem + "-delta.json")
     assert delta.exists()
-    monkeypatch.setattr(store_module, "_DELTA_ENTRIES", 1)
+    monkeypatch.setattr(store_write, "_DELTA_ENTRIES", 1)
     for index in (1, 2):
         edit(root, index, f"edit_{index}")
     store = SummaryStore(root, folder)
@@ -203,7 +203,7 @@ def test_a_rewrite_removes_the_blob_before_it_and_old_ones_left_by_other_runs(tm
     os.utime(orphan, (time.time() - 3600, time.time() - 3600))
     fresh = folder / f"{store.path.stem}-2-2.blob"  # another run's, written a moment ago
     fresh.write_bytes(b"{}")
-    monkeypatch.setattr(store_module, "_DELTA_ENTRIES", 0)
+    monkeypatch.setattr(store_write, "_DELTA_ENTRIES", 0)
     edit(root, 0, "rewritten")
     store.summary("helper_0.py")
     store.save()
@@ -225,7 +225,7 @@ def test_a_blob_of_the_right_size_but_other_bytes_gives_no_wrong_summary(tmp_pat
 def test_two_runs_rewriting_at_once_keep_what_the_last_one_decoded(tmp_path: Path, monkeypatch):
     root = project(tmp_path, 3)
     folder = warm(root, 3)
-    monkeypatch.setattr(store_module, "_DELTA_ENTRIES", 0)
+    monkeypatch.setattr(store_write, "_DELTA_ENTRIES", 0)
     first, second = SummaryStore(root, folder), SummaryStore(root, folder)
     assert second.summary("helper_1.py")["functions"]["save_1"]
     for store in (first, second):

@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - interpreters built without it
 
 from ..cache import RACY_NS, write_cache_file
 from .reports import CrossReport
-from .store import FORMAT
+from .store_format import FORMAT
 
 # The share of the project a run must report for the key to be worth its ``stat`` calls.
 _SHARE = 0.5

@@ -17,22 +17,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from pathlib import Path
 
-from .. import verbose
-from ..cache import RACY_NS, read_cache_document, read_delta, write_cache_file
+from ..cache import RACY_NS, read_cache_document, read_delta
 from .shared import SharedSummaries
 from .store_format import (
-    cut,
+    FORMAT,
     delta_path,
-    drop_stores,
     has_text,
     span_of,
     stored_classes,
-    stored_entry,
     summary_text,
 )
+from .store_write import write_store
 from .tokens import BACKWARD_TEXT as BACKWARD_TEXT  # re-exported (``checks.py``)
 from .tokens import CLASSES, HELPER_TOKENS, class_statements, import_targets, unpacked_imports
 from .tokens import TOKEN_CLASSES as TOKEN_CLASSES  # re-exported
@@ -50,22 +47,13 @@ from .words import Words
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from typing import Any
 
     from .shapes import ModuleSummary
     from .tokens import FileTokens
 
-# The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
-# not in summary.py: a warm run reads summaries without importing the fact model or the rules.
-FORMAT = 15
-
 # Below this many summaries to make, worker processes cost more than they save.
 _PARALLEL_SUMMARIES = 24
-# Up to this many changed entries go to the delta file; more, and the whole cache is rewritten.
-# Rewriting the 3,642-entry cache of a 31-repository tree took 0.08 s; a delta of a few entries,
-# under a millisecond.
-_DELTA_ENTRIES = 256
 
 
 def summarize_bytes(data: bytes) -> ModuleSummary | None:
@@ -544,7 +532,8 @@ class SummaryStore:
 
     def save(self) -> None:
         """Write what changed: a small delta beside the cache file when few entries changed (a
-        pre-commit run on a few files of a large project), else the whole file again."""
+        pre-commit run on a few files of a large project), else the whole file again
+        (``store_write.py``)."""
         for rel, kept in self._held.items():
             if kept is None:
                 self.entries.pop(rel, None)
@@ -554,67 +543,7 @@ class SummaryStore:
         self._held = {}
         if self.path is None or not self.dirty:
             return
-        now = time.time_ns()
-        try:
-            self.path.parent.mkdir(exist_ok=True)
-            delta = delta_path(self.path)
-            if self.written_ns and len(self.changed | set(self._delta)) <= _DELTA_ENTRIES:
-                files = dict(self._delta)
-                for rel in self.changed:
-                    entry = self.entries.get(rel)
-                    files[rel] = None if entry is None else {**stored_entry(entry), "written_ns": now}
-                write_cache_file(delta, {"format": FORMAT, "base": self.written_ns, "written_ns": now, "files": files})
-                verbose.note(f"summaries written: {len(files)} entries to {delta} ({verbose.size(delta)})")
-                return
-            old = self._blob_bytes()
-            written: dict[str, dict[str, Any]] = {}
-            size = [0]
-
-            def texts() -> Iterator[bytes]:
-                # Each summary's text written as it is made: held all together, and joined, they
-                # were 25 MB of a cold run's 180 MB peak on the 31-repository tree.
-                for rel, entry in self.entries.items():
-                    stored = dict(stored_entry(entry))
-                    text = stored.pop("text", None)
-                    span = stored.pop("span", None)
-                    data = text.encode("utf-8") if text is not None else cut(old, span)
-                    if data is None and isinstance(entry.get("summary"), dict):
-                        # its place in a blob that is gone, but decoded in this run: kept all the same
-                        data = summary_text(entry["summary"]).encode("utf-8")
-                    if data is not None:
-                        stored["span"] = [size[0], len(data)]
-                        size[0] += len(data)
-                        yield data
-                    written[rel] = stored
-
-            # Named for the run that writes it: two runs writing at once never share a blob.
-            blob = f"{self.path.stem}-{now}-{os.getpid()}.blob"
-            write_cache_file(self.path.parent / blob, texts())
-            document = {"format": FORMAT, "written_ns": now, "blob": blob, "blob_size": size[0], "files": written}
-            write_cache_file(self.path, document)
-            verbose.note(f"summaries written: {len(written)} entries to {self.path} and {blob}")
-            if self._delta:
-                try:
-                    os.unlink(delta)
-                except FileNotFoundError:
-                    pass  # a run beside this one removed it
-            self._drop_blobs(blob, now)
-            drop_stores(self.path.parent)
-        except OSError:
-            pass  # a read-only project still lints; it just is not cached
-
-    def _drop_blobs(self, kept: str, now: int) -> None:
-        """Remove the blobs of this cache other than ``kept``: the one the index pointed to
-        before, and any a run writing beside this one left behind (only when older than a
-        minute: a run that just wrote its blob may not have written its index yet)."""
-        for path in self.path.parent.glob(f"{self.path.stem}-*.blob") if self.path is not None else ():
-            if path.name == kept:
-                continue
-            try:
-                if path.name == self._blob or path.stat().st_mtime_ns < now - 60_000_000_000:
-                    path.unlink()
-            except OSError:
-                pass
+        write_store(self.path, self.entries, self.changed, self._delta, self.written_ns, self._blob)
 
     def _text_of(self, entry: dict[str, Any]) -> str | None:
         """A stored summary's JSON text: kept in the entry (a delta's), or read from the blob."""
@@ -631,13 +560,4 @@ class SummaryStore:
                 data = handle.read(length)
             return data.decode("utf-8") if len(data) == length else None
         except (OSError, UnicodeDecodeError):
-            return None
-
-    def _blob_bytes(self) -> bytes | None:
-        """The whole blob the index points into (to copy the summaries kept unread), or None."""
-        if self._blob is None or self.path is None:
-            return None
-        try:
-            return (self.path.parent / self._blob).read_bytes()
-        except OSError:
             return None
