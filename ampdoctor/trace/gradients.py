@@ -231,43 +231,43 @@ class GradientMonitor:
     def _check(self, optimizer: Any, label: str, known_finite: bool) -> None:
         capture = GradientCheck()
         groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
-        with quiet():  # a gradient's detach is the tracer's
+        with quiet():  # the tracer's ops, from a gradient's detach on
             for info, grad in self.gradients(optimizer, label):
                 if not known_finite:
                     owners, grads = groups.setdefault((grad.device, grad.dtype), ([], []))
                     owners.append(len(capture.params))
                     grads.append(grad)
                 capture.params.append(info)
-        if not capture.params:
-            return
-        batch = self._session.pending.batch
-        with torch.no_grad(), quiet(), autocast_off(device.type for device, _ in groups):
-            for (device, dtype), (owners, grads) in groups.items():
-                if device.type in _FUSED_CHECK_DEVICES and dtype.is_floating_point:
-                    # max |g| of every gradient in one fused pass; NaN propagates, inf is inf.
-                    values, per_owner = list(torch._foreach_norm(grads, math.inf)), 1
-                else:
-                    values, per_owner = [v for grad in grads for v in torch.aminmax(grad)], 2
-                capture.groups.append((batch.add(torch.stack(values)), owners, per_owner))
+            if not capture.params:
+                return
+            batch = self._session.pending.batch
+            with torch.no_grad(), autocast_off(device.type for device, _ in groups):
+                for (device, dtype), (owners, grads) in groups.items():
+                    if device.type in _FUSED_CHECK_DEVICES and dtype.is_floating_point:
+                        # max |g| of every gradient in one fused pass; NaN propagates, inf is inf.
+                        values, per_owner = list(torch._foreach_norm(grads, math.inf)), 1
+                    else:
+                        values, per_owner = [v for grad in grads for v in torch.aminmax(grad)], 2
+                    capture.groups.append((batch.add(torch.stack(values)), owners, per_owner))
         self._session.pending.gradient_checks.append(capture)
 
     def _capture(self, optimizer: Any, label: str, scale: Optional[torch.Tensor], grads_scaled: bool) -> None:
         capture = GradientChunks()
         by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
-        with quiet():  # the flattened views are the tracer's, as is a gradient's detach
+        with quiet():  # the tracer's ops, from a gradient's detach and flattened view on
             for info, grad in self.gradients(optimizer, label):
                 by_device.setdefault(grad.device, []).append((len(capture.params), grad.reshape(-1)))
                 capture.params.append(info)
                 capture.numels.append(grad.numel())
-        if not capture.params:
-            return
-        batch = self._session.pending.batch
-        with torch.no_grad(), quiet(), autocast_off(device.type for device in by_device):
-            for device, flats in by_device.items():
-                device_scale = None if scale is None else scale.detach().to(device)
-                for owners, pieces in _chunks(flats, chunk_elements(device)):
-                    sums, piece_maxima = self._measure_chunk(device, pieces, device_scale, grads_scaled)
-                    capture.chunks.append(GradientChunk(batch.add(sums), batch.add(piece_maxima), owners))
+            if not capture.params:
+                return
+            batch = self._session.pending.batch
+            with torch.no_grad(), autocast_off(device.type for device in by_device):
+                for device, flats in by_device.items():
+                    device_scale = None if scale is None else scale.detach().to(device)
+                    for owners, pieces in _chunks(flats, chunk_elements(device)):
+                        sums, piece_maxima = self._measure_chunk(device, pieces, device_scale, grads_scaled)
+                        capture.chunks.append(GradientChunk(batch.add(sums), batch.add(piece_maxima), owners))
         self._session.pending.gradients.append(capture)
 
     def _buffers(self, device: torch.device, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
