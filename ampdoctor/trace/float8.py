@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
+from .autocast_state import autocast_off
 from .compiled import outside_compiled
 from .import_hooks import SwapAfterImport
 from .mx_watch import MXWatch
@@ -172,7 +173,7 @@ class Float8Watch:
         if hp_input.shape[:-1] != output.shape[:-1] or not output.numel() or hp_input.dim() < 1:
             return
         device = hp_input.device.type
-        with torch.no_grad(), quiet(), torch.autocast(device, enabled=False):
+        with torch.no_grad(), quiet(), autocast_off([device]):
             inputs = hp_input.reshape(-1, hp_input.shape[-1])
             step = -(-inputs.shape[0] // _SHADOW_ROWS)  # rows spread over the batch, not its start
             rows = inputs[::step].float()
