@@ -57,6 +57,33 @@ def test_nav_names_every_written_page():
     assert written <= set(re.findall(r":\s*(\S+\.md)\s*$", config, re.M))
 
 
+def _introduction(text: str) -> str:
+    """A page's text from its title to its first second-level heading, as a reader sees it:
+    links reduced to their words (the two pages link to different places) and lines joined."""
+    intro = text.split("\n## ", 1)[0]
+    intro = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", intro)
+    return " ".join(intro.split())
+
+
+def test_site_home_page_introduces_ampdoctor_as_the_readme_does():
+    """The site's home page repeats the README's introduction, figures included: the two were
+    written once and drift apart when only one is kept (the site said 4-5.5x ruff for months)."""
+    home = (DOCS / "index.md").read_text(encoding="utf-8")
+    assert _introduction(home) == _introduction(README)
+
+
+def test_site_home_page_names_every_extra():
+    """The home page's installation names each optional extra the package declares."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    install = (DOCS / "index.md").read_text(encoding="utf-8").split("## Install", 1)[1].split("\n## ", 1)[0]
+    user_extras = set(extras) - {"dev", "frameworks"}  # the test suite's, named in the README's set-up
+    assert user_extras, "pyproject.toml declares no extras"
+    missing = sorted(extra for extra in user_extras if f"ampdoctor[{extra}]" not in install)
+    assert not missing, f"docs/index.md's Install section leaves out the extras {missing}"
+
+
 def test_rule_pages_read_as_the_rule_command_prints_them():
     """The site's rule page is the page ``ampdoctor rule CODE`` prints, test markers removed."""
     hooks = _hooks()
