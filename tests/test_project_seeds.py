@@ -336,3 +336,82 @@ def test_a_helper_a_base_class_runs_through_super_is_found(tmp_path: Path, monke
     for scanned in (0, 24):
         monkeypatch.setattr(checks, "SCANNED_TARGETS", scanned)
         assert lint_tree(tmp_path) == expected
+
+
+# A method that unscales its own object's scaler on every call, called on every micro-step by
+# the training method of the same object while the step waits for the accumulation boundary.
+OWN_HELPER = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, model, optimizer, accum=4):
+        self.model = model
+        self.optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+        self.accum = accum
+
+    def clip_gradients(self):
+        self.scaler.unscale_(self.optimizer)
+        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+
+    def train(self, loader):
+        for i, batch in enumerate(loader):
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = self.model(batch) / self.accum
+            self.scaler.scale(loss).backward()
+            self.clip_gradients()
+            if (i + 1) % self.accum == 0:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.optimizer.zero_grad()
+"""
+
+
+def test_a_method_that_unscales_its_own_scaler_is_found_where_its_caller_accumulates(tmp_path: Path):
+    write(tmp_path, {"trainer.py": OWN_HELPER})
+    assert lint_tree(tmp_path) == [("trainer.py", 20, "AMP206")]
+
+
+def test_the_own_helper_is_found_from_a_subclass_in_another_module(tmp_path: Path):
+    base = OWN_HELPER.split("    def train(")[0]
+    sub = (
+        "import torch\nfrom base import Trainer\n\n\nclass Accumulating(Trainer):\n    def train("
+        + (OWN_HELPER.split("    def train(")[1])
+    )
+    write(tmp_path, {"base.py": base, "accumulating.py": sub})
+    assert [f for f in lint_tree(tmp_path) if f[2] == "AMP206"] == [("accumulating.py", 11, "AMP206")]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # the helper's unscale_ waits for the same boundary as the step (neosr's closure)
+        (
+            "        self.scaler.unscale_(self.optimizer)\n",
+            "        if self.steps % self.accum == 0:\n            self.scaler.unscale_(self.optimizer)\n",
+        ),
+        # the step is not gated: one unscale_ per step
+        ("            if (i + 1) % self.accum == 0:\n", "            if True:\n"),
+        # the helper steps and updates itself: not a helper that leaves the step to its caller
+        (
+            "        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)\n",
+            "        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)\n"
+            "        self.scaler.step(self.optimizer)\n        self.scaler.update()\n",
+        ),
+    ],
+)
+def test_an_own_helper_is_silent_where_its_unscale_runs_once_per_step(tmp_path: Path, before: str, after: str):
+    assert before in OWN_HELPER
+    write(tmp_path, {"trainer.py": OWN_HELPER.replace(before, after)})
+    assert [f for f in lint_tree(tmp_path) if f[2] == "AMP206"] == []
+
+
+def test_an_own_helper_called_on_another_object_is_not_taken_for_the_callers(tmp_path: Path):
+    # ``self.other.clip_gradients()`` unscales the other object's scaler, not this one's.
+    text = OWN_HELPER.replace("            self.clip_gradients()\n", "            self.other.clip_gradients()\n")
+    text = text.replace(
+        "        self.accum = accum\n", "        self.accum = accum\n        self.other = Trainer(model, optimizer)\n"
+    )
+    write(tmp_path, {"trainer.py": text})
+    assert [f for f in lint_tree(tmp_path) if f[2] == "AMP206"] == []

@@ -1,5 +1,6 @@
 """Accumulation where clipping (with its unscale_) lives in a helper called on every micro-step,
-while the step runs only at the boundary."""
+while the step runs only at the boundary. Reported at the call, where the fix goes (under the
+step's condition), with the helper's unscale_ as the related location."""
 import torch
 
 
@@ -12,7 +13,7 @@ class Trainer:
         self.clip = clip
 
     def clip_gradients(self):
-        self.scaler.unscale_(self.optimizer)  # expect: AMP206
+        self.scaler.unscale_(self.optimizer)
         return torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
 
     def train(self, loader):
@@ -20,7 +21,7 @@ class Trainer:
             with torch.autocast("cuda", dtype=torch.float16):
                 loss = self.model(batch) / self.accum
             self.scaler.scale(loss).backward()
-            self.clip_gradients()
+            self.clip_gradients()  # expect: AMP206
             if (i + 1) % self.accum == 0:
                 self.scaler.step(self.optimizer)
                 self.scaler.update()

@@ -261,16 +261,38 @@ def _scaler_default_none(
 
 
 def _unscale_for_caller(frame: Frame, params: list[str]) -> list[Any] | None:
-    """``[scaler parameter, optimizer parameter or None, where]`` when the function unscales the
-    gradients of a scaler it is handed (``scaler.unscale_(optimizer)`` on its parameters) and
-    steps nothing: the step is its caller's (a per-micro-batch helper)."""
+    """``[scaler, optimizer or None, where]`` when the function unscales the gradients of a
+    scaler it is handed (``scaler.unscale_(optimizer)`` on its parameters) and steps nothing:
+    the step is its caller's (a per-micro-batch helper). Each of the two is a parameter's index,
+    or, in a method, a field of its own object as ``".name"`` (``self.scaler.unscale_(
+    self.optimizer)`` in a ``clip_gradients`` method that the training method calls on ``self``,
+    run on every call of the method)."""
     if frame.events_of(EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP, EventKind.UPDATE):
         return None
-    for event in frame.events_of(EventKind.UNSCALE):
+    unscales = frame.events_of(EventKind.UNSCALE)
+    for event in unscales:
         if event.scaler in params:
             optimizer = params.index(event.optimizer) if event.optimizer in params else None
             return [params.index(event.scaler), optimizer, position(event.call.node)]
+    if frame.class_name is None or not params:
+        return None
+    for event in unscales:
+        field = _own_field(event.scaler, params[0])
+        # Only an unscale_ on every call: a method's own condition may be the accumulation
+        # boundary its caller's step waits for (``if self.n_accumulated % self.accum == 0:``).
+        if field is not None and not event.path:
+            stepped = event.optimizer
+            spelled = params.index(stepped) if stepped in params else _own_field(stepped, params[0])
+            return [field, spelled, position(event.call.node)]
     return None
+
+
+def _own_field(spelled: str | None, own: str) -> str | None:
+    """``".name"`` for ``own.name`` (a field of the method's own object), else None."""
+    if spelled is None or not spelled.startswith(own + "."):
+        return None
+    name = spelled[len(own) :]
+    return name if name.count(".") == 1 else None
 
 
 def _clip_for_caller(frame: Frame) -> list[int] | None:

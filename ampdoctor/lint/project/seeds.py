@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..model import AmpFacts
     from .engine_calls import Method, Seeded
     from .flow import Value
-    from .link import Project
+    from .link import Project, Target
     from .value_atoms import CallFlow
 
 
@@ -75,8 +75,9 @@ def module_seeds(
                 clips[(call["at"][0], call["at"][1])] = (target.module, clip)
             unscale = target.function.get("unscales_for_caller")
             if unscale is not None:
-                scaler = _spelled_argument(call, unscale[0] - target.skip)
-                optimizer = _spelled_argument(call, unscale[1] - target.skip) if unscale[1] is not None else None
+                own = _own_object(values, module, function, call, target) if "." in function else None
+                scaler = _handed(call, target, unscale[0], own)
+                optimizer = _handed(call, target, unscale[1], own)
                 if scaler is not None:
                     unscales[(call["at"][0], call["at"][1])] = (scaler, optimizer, target.module, unscale[2])
     if not regions and not clips and not unscales and not protocol:
@@ -134,6 +135,28 @@ def _helpers(values: Values, clipping: Callable[[], list[str]]) -> _Helpers:
     if not isinstance(known, _Helpers):
         known = values.asked[key] = _Helpers(values.project, clipping)
     return known
+
+
+def _own_object(values: Values, module: str, function: str, call: CallFlow, target: Target) -> str | None:
+    """The name of the calling method's own object (``self``) where the call runs a method on it
+    (``self.clip_gradients()``): the helper's fields are then the caller's."""
+    params = (values.project.summary(module) or {}).get("functions", {}).get(function, {}).get("params", [])
+    if not params or target.skip != 1:
+        return None
+    own: str = params[0]
+    receiver, _dot, _name = call["callee"].rpartition(".")
+    return own if receiver == own else None
+
+
+def _handed(call: CallFlow, target: Target, held: int | str | None, own: str | None) -> str | None:
+    """How the caller spells what the helper unscales: the argument passed for a parameter (an
+    index), or the caller's own field for one of the helper's (``".scaler"``, see
+    ``function_parts._unscale_for_caller``)."""
+    if held is None:
+        return None
+    if isinstance(held, str):
+        return own + held if own is not None else None
+    return _spelled_argument(call, held - target.skip)
 
 
 def _spelled_argument(call: CallFlow, index: int) -> str | None:

@@ -145,7 +145,7 @@ if TYPE_CHECKING:
         star: bool
         clips: list[dict[str, Any]]  # {param, clip, optimizer}
         clips_for_caller: list[int]
-        unscales_for_caller: list[Any]  # [scaler index, optimizer index or None, where]
+        unscales_for_caller: list[Any]  # [scaler, optimizer or None, where]: an index or ".field"
         backward: list[int]
         returns_scaler: list[int]
         stub: bool
