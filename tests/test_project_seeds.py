@@ -380,7 +380,19 @@ def test_the_own_helper_is_found_from_a_subclass_in_another_module(tmp_path: Pat
         + (OWN_HELPER.split("    def train(")[1])
     )
     write(tmp_path, {"base.py": base, "accumulating.py": sub})
-    assert [f for f in lint_tree(tmp_path) if f[2] == "AMP206"] == [("accumulating.py", 11, "AMP206")]
+    # The module alone takes ``self.clip_gradients()``, which it cannot see, for a clip of scaled
+    # gradients (AMP201); the project shows that it unscales first, and withdraws that.
+    assert lint_tree(tmp_path) == [("accumulating.py", 11, "AMP206")]
+
+
+def test_a_clip_helper_of_another_module_that_only_clips_still_clips_scaled_gradients(tmp_path: Path):
+    base = OWN_HELPER.split("    def train(")[0].replace("        self.scaler.unscale_(self.optimizer)\n", "")
+    sub = (
+        "import torch\nfrom base import Trainer\n\n\nclass Accumulating(Trainer):\n    def train("
+        + OWN_HELPER.split("    def train(")[1]
+    )
+    write(tmp_path, {"base.py": base, "accumulating.py": sub})
+    assert lint_tree(tmp_path) == [("accumulating.py", 11, "AMP201")]
 
 
 @pytest.mark.parametrize(
@@ -415,3 +427,10 @@ def test_an_own_helper_called_on_another_object_is_not_taken_for_the_callers(tmp
     )
     write(tmp_path, {"trainer.py": text})
     assert [f for f in lint_tree(tmp_path) if f[2] == "AMP206"] == []
+
+
+def test_lint_source_reports_the_own_helper_and_nothing_the_project_pass_withdraws():
+    # One text is a project of one module: the helper is seen, and no withdrawal shows as a finding.
+    from ampdoctor import lint_source
+
+    assert [(f.code, f.location.line) for f in lint_source(OWN_HELPER)] == [("AMP206", 20)]

@@ -1,5 +1,6 @@
 """The project pass: after every file has been linted on its own, link the project and add the
-cross-module findings to the files being reported.
+cross-module findings to the files being reported (and withdraw a file's own finding where the
+project shows what the file alone could not: ``seeds.withdrawn``).
 
 The project is the marked folder above the linted paths (``root.py``), or their common folder
 when there is none. Its files are listed with the run's own exclusions; the linted files are the
@@ -245,6 +246,7 @@ def _attach(
         by_module.setdefault(report.module, []).append(report)
     for rel, group in by_module.items():
         result = targets[rel]
+        group = _withdraw(result, group)
         taken = {(f.code, f.location.line) for f in result.findings}
         findings = []
         own = settings
@@ -287,6 +289,23 @@ def _attach(
         result.parsed = True
 
 
+def _withdraw(result: FileResult, group: list[CrossReport]) -> list[CrossReport]:
+    """Drop the file's own findings that the project's reports withdraw, and return the other
+    reports."""
+    result.findings, others = _withdrawn(result.findings, group)
+    return others
+
+
+def _withdrawn(findings: list[Finding], reports: list[CrossReport]) -> tuple[list[Finding], list[CrossReport]]:
+    """``findings`` without those that a report withdraws (``seeds.withdrawn``: a code and a
+    line), and the reports that add findings."""
+    withdrawn = {(report.code[1:], report.at[0]) for report in reports if report.code.startswith("-")}
+    if not withdrawn:
+        return findings, reports
+    kept = [f for f in findings if (f.code, f.location.line) not in withdrawn]
+    return kept, [report for report in reports if not report.code.startswith("-")]
+
+
 def link_source(
     findings: list[Finding], summary: ModuleSummary, source: str, path: str, codes: frozenset[str]
 ) -> list[Finding]:
@@ -305,9 +324,10 @@ def link_source(
         lambda _rel, name: name in source,
         lambda _rel, word: words.names(rel, data, word),
     )
+    findings, reports = _withdrawn(findings, run_checks(project, [rel], callers, codes))
     taken = {(f.code, f.location.line) for f in findings}
     added = []
-    for report in run_checks(project, [rel], callers, codes):
+    for report in reports:
         line, column, end_line, end_column = report.at
         if (report.code, line) in taken:
             continue

@@ -228,6 +228,7 @@ def _seeded_reports(
     rules = lint_rules()
     lines = facts.lines
     clips = seeds["clips"]
+    clipped_lines: set[int] = set()
     for code in sorted(codes):
         rule = rules.get(code)
         if rule is None:
@@ -236,6 +237,8 @@ def _seeded_reports(
             at = lines.span(report.node)
             if at is None:
                 continue
+            if report.code == "AMP201":
+                clipped_lines.add(at[0])
             related = []
             clip = clips.get((at[0], at[1]))
             if clip is not None:
@@ -245,6 +248,19 @@ def _seeded_reports(
                 related.append((unscale[2], unscale[3], "the `unscale_` that the call runs"))
             related.extend(_engine_methods(facts, report.node, seeds["methods"]))
             yield CrossReport(report.code, module, list(at), report.message, report.help or "", related)
+    if "AMP201" in codes:
+        # The module's own rules take a call of a clipper they cannot see for a clip
+        # (``passes._unseen_clipper``: ``self.clip_gradients()`` of a base class in another
+        # module); where the project shows that it unscales first, their AMP201 is withdrawn.
+        for line, column in sorted(seeds["unscales"]):
+            if line not in clipped_lines:
+                yield CrossReport(withdrawn("AMP201"), module, [line, column, line, column], "", "", [])
+
+
+def withdrawn(code: str) -> str:
+    """The code of a report that withdraws the module's own finding of ``code`` on its line:
+    what the project shows contradicts what the file alone suggested (``run._attach``)."""
+    return f"-{code}"
 
 
 def _engine_methods(
