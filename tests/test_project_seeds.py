@@ -403,6 +403,12 @@ def test_a_clip_helper_of_another_module_that_only_clips_still_clips_scaled_grad
             "        self.scaler.unscale_(self.optimizer)\n",
             "        if self.steps % self.accum == 0:\n            self.scaler.unscale_(self.optimizer)\n",
         ),
+        # an early return on the micro-steps that do not step
+        (
+            "        self.scaler.unscale_(self.optimizer)\n",
+            "        if self.steps % self.accum != 0:\n            return None\n"
+            "        self.scaler.unscale_(self.optimizer)\n",
+        ),
         # the step is not gated: one unscale_ per step
         ("            if (i + 1) % self.accum == 0:\n", "            if True:\n"),
         # the helper steps and updates itself: not a helper that leaves the step to its caller
@@ -434,3 +440,59 @@ def test_lint_source_reports_the_own_helper_and_nothing_the_project_pass_withdra
     from ampdoctor import lint_source
 
     assert [(f.code, f.location.line) for f in lint_source(OWN_HELPER)] == [("AMP206", 20)]
+
+
+def _subclass_of(base_text: str) -> dict[str, str]:
+    """``base.py`` holding ``base_text``'s class up to ``train``, and ``accumulating.py`` with a
+    subclass whose ``train`` is ``OWN_HELPER``'s."""
+    sub = (
+        "import torch\nfrom base import Trainer\n\n\nclass Accumulating(Trainer):\n    def train("
+        + OWN_HELPER.split("    def train(")[1]
+    )
+    return {"base.py": base_text.split("    def train(")[0], "accumulating.py": sub}
+
+
+def test_a_helper_that_clips_before_it_unscales_keeps_the_clip_finding(tmp_path: Path):
+    # The clip runs on scaled gradients; the unscale_ after it does not help: AMP201 stays.
+    clip_first = OWN_HELPER.replace(
+        "        self.scaler.unscale_(self.optimizer)\n"
+        "        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)\n",
+        "        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)\n"
+        "        self.scaler.unscale_(self.optimizer)\n        return norm\n",
+    )
+    assert clip_first != OWN_HELPER
+    files = _subclass_of(clip_first)
+    files["accumulating.py"] = files["accumulating.py"].replace(
+        "            if (i + 1) % self.accum == 0:\n", "            if True:\n"
+    )
+    write(tmp_path, files)
+    assert lint_tree(tmp_path) == [("accumulating.py", 11, "AMP201")]
+
+
+def test_a_clipper_the_module_cannot_see_gets_no_unscale_inserted_before_it():
+    # The module alone takes ``self.clip_gradients()`` for a clip (AMP201), but the method may
+    # unscale first itself (it does, in ``base.py``): inserting an unscale_ would run it twice.
+    from ampdoctor import lint_source
+
+    module = """\
+import torch
+from base import Trainer
+
+
+class Plain(Trainer):
+    def train(self, loader):
+        for batch in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = self.model(batch)
+            self.scaler.scale(loss).backward()
+            self.clip_gradients()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad()
+"""
+    findings = [f for f in lint_source(module) if f.code == "AMP201"]
+    assert [f.location.line for f in findings] == [11]
+    assert findings[0].fix is None
+    # A clip the module sees still gets its unscale_ inserted.
+    seen = module.replace("self.clip_gradients()", "torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)")
+    assert [f.fix is not None for f in lint_source(seen) if f.code == "AMP201"] == [True]

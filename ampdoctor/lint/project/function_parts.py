@@ -276,15 +276,35 @@ def _unscale_for_caller(frame: Frame, params: list[str]) -> list[Any] | None:
             return [params.index(event.scaler), optimizer, position(event.call.node)]
     if frame.class_name is None or not params:
         return None
+    clips = frame.events_of(EventKind.CLIP)
     for event in unscales:
         field = _own_field(event.scaler, params[0])
-        # Only an unscale_ on every call: a method's own condition may be the accumulation
-        # boundary its caller's step waits for (``if self.n_accumulated % self.accum == 0:``).
-        if field is not None and not event.path:
-            stepped = event.optimizer
-            spelled = params.index(stepped) if stepped in params else _own_field(stepped, params[0])
-            return [field, spelled, position(event.call.node)]
+        # Only an unscale_ on every call, before any clip: a method's own condition may be the
+        # accumulation boundary its caller's step waits for (``if self.n_accumulated % self.accum
+        # == 0:`` around it, or an early ``return`` on the other micro-steps).
+        if field is None or event.path or any(clip.order < event.order for clip in clips):
+            continue
+        if _leaves_before(frame.node, event.call.node):
+            continue
+        stepped = event.optimizer
+        spelled = params.index(stepped) if stepped in params else _own_field(stepped, params[0])
+        return [field, spelled, position(event.call.node)]
     return None
+
+
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _leaves_before(function: ast.AST, node: ast.AST) -> bool:
+    """Whether the function may return or raise before ``node`` (a ``return`` or ``raise`` of its
+    own, nested functions and classes aside, that starts before it)."""
+    line = getattr(node, "lineno", 0)
+    body = getattr(function, "body", [])
+    for statement in body:
+        for inner in iter_nodes(statement, _NESTED):
+            if type(inner) in (ast.Return, ast.Raise) and inner.lineno < line:  # type: ignore[attr-defined]
+                return True
+    return False
 
 
 def _own_field(spelled: str | None, own: str) -> str | None:

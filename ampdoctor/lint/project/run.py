@@ -158,9 +158,9 @@ def link_results(
         reports = run_checks(project, checked, callers, codes, lazy, store if jobs != 1 else None)
         if store.path is not None and key is not None:
             save_reports(reports_path(store.path), key, reports)
-        verbose.note(f"project checks ran on {len(checked)} named modules: {len(reports)} findings")
+        verbose.note(f"project checks ran on {len(checked)} named modules: {_shown(reports)} findings")
     else:
-        verbose.note(f"project checks reused from the cache (nothing they read changed): {len(reports)} findings")
+        verbose.note(f"project checks reused from the cache (nothing they read changed): {_shown(reports)} findings")
     if verbose.on():
         verbose.note(
             f"summaries: {store.decoded} read from the store, {store.made} made in this process (beside the lint pass's)"
@@ -287,6 +287,11 @@ def _attach(
         result.findings = sorted([*result.findings, *kept], key=Finding.sort_key)
         result.suppressed += suppressed
         result.parsed = True
+
+
+def _shown(reports: list[CrossReport]) -> int:
+    """How many of ``reports`` add a finding (not withdraw one)."""
+    return sum(1 for report in reports if not report.code.startswith("-"))
 
 
 def _withdraw(result: FileResult, group: list[CrossReport]) -> list[CrossReport]:

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from ..iteration import exclusive, is_prefix
 from ..model import AmpFacts, Event, Frame
 from ..syntax import call_args, dotted, parameter_names
-from ..vocabulary import EventKind
+from ..vocabulary import CLIP_NAMES, EventKind
 from . import SCALED_BACKWARD, FixPlan, LintRule, NodeEdit, Report, register
 
 # Statements with a body, when the call sits in their header: a line added after one would
@@ -129,6 +129,10 @@ class ClipBeforeUnscale(LintRule):
         per update: torch raises when ``unscale_`` runs twice on an optimizer between updates."""
         statement = _simple_statement(facts, clip)
         if statement is None:
+            return None
+        # A clipper the module cannot see (``self.clip_gradients()`` of a base class in another
+        # module) may unscale first itself: an unscale_ inserted before it would run twice.
+        if clip.call.qname not in CLIP_NAMES:
             return None
         # An unscale_ between the clip and the step would then run twice: torch raises.
         if any(clip.order < u.order < steps[0].order for u in unscales):
