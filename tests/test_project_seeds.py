@@ -496,3 +496,21 @@ class Plain(Trainer):
     # A clip the module sees still gets its unscale_ inserted.
     seen = module.replace("self.clip_gradients()", "torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)")
     assert [f.fix is not None for f in lint_source(seen) if f.code == "AMP201"] == [True]
+
+
+@pytest.mark.parametrize(
+    ("unscale", "found"),
+    [
+        # waits for the step's own boundary: one unscale_ per step
+        ("    if (i + 1) % 4 == 0:\n        scaler.unscale_(optimizer)\n", []),
+        ("    if (i + 1) % 4 != 0:\n        return\n    scaler.unscale_(optimizer)\n", []),
+        # a setting, not the boundary: it still runs on every micro-step
+        ("    if clip_grad:\n        scaler.unscale_(optimizer)\n", [("train.py", 10, "AMP206")]),
+    ],
+)
+def test_a_handed_scaler_helper_under_a_condition(tmp_path: Path, unscale: str, found: list[tuple[str, int, str]]):
+    helper = "def backward_micro(loss, scaler, optimizer, i=0, clip_grad=True):\n"
+    helper += "    scaler.scale(loss).backward()\n" + unscale
+    train = ACCUMULATE.replace("backward_micro(loss, scaler, optimizer)", "backward_micro(loss, scaler, optimizer, i)")
+    write(tmp_path, {"train.py": train, "helpers.py": helper})
+    assert lint_tree(tmp_path) == found

@@ -36,6 +36,7 @@ from __future__ import annotations
 import ast
 import re
 
+from ..iteration import accumulation_gate
 from ..model import AmpFacts, CallSite, Frame
 from ..passes import is_optimizer_constructor
 from ..rules.scaler_queries import scaler_enabled
@@ -78,7 +79,7 @@ def function_summary(
     clip = _clip_for_caller(frame)
     if clip is not None:
         summary["clips_for_caller"] = clip
-    unscales = _unscale_for_caller(frame, params)
+    unscales = _unscale_for_caller(facts, frame, params)
     if unscales is not None:
         summary["unscales_for_caller"] = unscales
     backward = _own_backward(frame)
@@ -260,7 +261,7 @@ def _scaler_default_none(
     return None
 
 
-def _unscale_for_caller(frame: Frame, params: list[str]) -> list[Any] | None:
+def _unscale_for_caller(facts: AmpFacts, frame: Frame, params: list[str]) -> list[Any] | None:
     """``[scaler, optimizer or None, where]`` when the function unscales the gradients of a
     scaler it is handed (``scaler.unscale_(optimizer)`` on its parameters) and steps nothing:
     the step is its caller's (a per-micro-batch helper). Each of the two is a parameter's index,
@@ -272,6 +273,12 @@ def _unscale_for_caller(frame: Frame, params: list[str]) -> list[Any] | None:
     unscales = frame.events_of(EventKind.UNSCALE)
     for event in unscales:
         if event.scaler in params:
+            # Not one that waits for the accumulation boundary itself (``if (i + 1) % accum ==
+            # 0: scaler.unscale_(optimizer)``, or an early ``return`` before it): that one runs
+            # once per step. A condition of another kind (``if clip_grad:``) still runs it on
+            # every micro-step.
+            if accumulation_gate(facts, event.path) is not None or _leaves_before(frame.node, event.call.node):
+                continue
             optimizer = params.index(event.optimizer) if event.optimizer in params else None
             return [params.index(event.scaler), optimizer, position(event.call.node)]
     if frame.class_name is None or not params:
