@@ -426,7 +426,8 @@ def _fields(values: Values, module: str, cls: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for _function, flow in values.methods(module, cls):
         for name, stored in flow.get("stores", {}).items():
-            out.setdefault(name, []).extend(stored)
+            # (a key's entry, ``env[k``, is part of the field: ``self.env``)
+            out.setdefault(name.partition("[")[0], []).extend(stored)
     return out
 
 

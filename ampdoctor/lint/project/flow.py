@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from ..vocabulary import STATE_METHODS
+from .fields import field_stores
 from .link import Project, Target
 from .packed_calls import call_heads, flow_call
 
@@ -538,8 +539,10 @@ class Values:
         out: set[Atom] = set()
         for where, cls in self.hierarchy(module, owner):
             for function, flow in self.methods(where, cls):
-                stored = flow.get("stores", {}).get(name)
-                if stored:
+                stores = flow.get("stores")
+                if not stores:
+                    continue
+                for stored in field_stores(stores, name):
                     out.update(self.resolve(where, function, stored, (), depth + 1))
         value = frozenset(out)
         self._fields[key] = value

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from .engine_calls import protocol_seeds
+from .fields import field_stores
 from .flow import Values, flatten, self_type
 from .link import Target
 from .packed_calls import calls_where, flow_call, flow_calls
@@ -181,8 +182,7 @@ def held_methods(values: Values, module: str, function: str, atoms: list[str], d
                 out.append(Target(method[0], method[1], summary, 1))
             continue
         for _function, stored_flow in values.methods(owner[0], owner[1]):
-            stored = stored_flow.get("stores", {}).get(name)
-            if stored:
+            for stored in field_stores(stored_flow.get("stores", {}), name):
                 out.extend(held_methods(values, module, function, stored, depth + 1))
     return out[:8]
 

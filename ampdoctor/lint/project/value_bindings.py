@@ -28,6 +28,7 @@ import ast
 
 from ..model import AmpFacts
 from ..syntax import dotted
+from .fields import field_key
 from .value_atoms import (
     _MUTATORS,
     _annotated_class,
@@ -163,7 +164,12 @@ class BindingWalk:
         elif tkind is ast.Attribute:
             self._bind_attribute(target, kind, detail, value)
         elif tkind is ast.Subscript:
-            self._bind_into(target.value, kind, detail, value)
+            key = field_key(target, self.params.first)
+            if key is not None:
+                # ``self.env["optimizers"] = ...``: the field under that key (``flow.field``).
+                self.bindings.stores.append((key, kind, detail, value))
+            else:
+                self._bind_into(target.value, kind, detail, value)
         elif tkind is ast.Starred:
             self._bind_target(target.value, kind, detail, value)
 

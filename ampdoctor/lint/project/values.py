@@ -19,6 +19,7 @@ from ..model import AmpFacts
 from ..passes import is_optimizer, is_optimizer_constructor
 from ..syntax import dotted, span
 from ..vocabulary import GRAD_SCALER_NAMES
+from .fields import field_key
 from .flow_words import names_flow_word
 from .value_atoms import (
     _BUILTIN_NAMES,
@@ -288,6 +289,11 @@ class _FunctionWalk(BindingWalk, FlowRecords):
                 return value
             return self._call_value(expr)
         if kind is ast.Subscript:
+            key = field_key(expr, self.params.first)
+            if key is not None:
+                # The entry of one key of a field: the ``F`` atom of the field under that key.
+                field = "F" + key.partition("[")[0]
+                return frozenset(("F" + key if atom == field else atom) for atom in self.ev(expr.value))
             inner = self.ev(expr.value)
             index = expr.slice
             if type(index) is ast.Constant and type(index.value) is int and index.value >= 0:
