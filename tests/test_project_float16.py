@@ -446,3 +446,46 @@ def test_a_closure_called_in_the_region_is_not_a_model_of_the_project(tmp_path: 
     trainer = tmp_path / "engine" / "trainer.py"
     trainer.write_text(trainer.read_text(encoding="utf-8").replace("loss = compute_loss()", "loss = self.model(x)"))
     assert lint_tree(tmp_path) == {("engine/losses.py", 11, "AMP105")}
+
+
+LOSS_HELPERS = """\
+import torch.nn.functional as F
+
+
+def bce_loss(probs, target):
+    return F.binary_cross_entropy(probs, target)
+
+
+def l1_loss(x, y):
+    return (x - y).abs().mean()
+"""
+
+
+def _open_region(tmp_path: Path, losses: str, user: str = "") -> None:
+    trainer = TRAINER_PACKAGE.replace("loss = compute_loss()", "loss = self.model(x)")
+    files = {"__init__.py": "", "trainer.py": trainer, "losses.py": losses}
+    if user:
+        files["heads.py"] = user
+    write(tmp_path / "engine", files)
+    (tmp_path / "engine" / "pyproject.toml").unlink()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n', encoding="utf-8")
+
+
+def test_a_loss_helper_that_nothing_names_does_not_run_under_an_open_region(tmp_path: Path):
+    # A model of unknown class runs in float16 autocast: the package's modules it may reach are
+    # open, but a module-level function no code names (dead code) is not run by any model.
+    _open_region(tmp_path, LOSS_HELPERS)
+    assert lint_tree(tmp_path) == set()
+
+
+@pytest.mark.parametrize(
+    ("losses", "user"),
+    [
+        (LOSS_HELPERS, "from .losses import bce_loss\n\n\ndef head(p, y):\n    return bce_loss(p, y)\n"),
+        (LOSS_HELPERS + '\n\nLOSSES = {"bce": bce_loss, "l1": l1_loss}\n', ""),
+    ],
+    ids=["called-elsewhere", "held-in-a-table"],
+)
+def test_a_loss_helper_named_elsewhere_or_in_a_table_may_run(tmp_path: Path, losses: str, user: str):
+    _open_region(tmp_path, losses, user)
+    assert lint_tree(tmp_path) == {("engine/losses.py", 5, "AMP105")}

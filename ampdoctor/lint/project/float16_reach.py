@@ -25,6 +25,7 @@ whose class the project does not show (a parameter, a factory's result, a regist
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 
 from .link import Project, Target
@@ -112,7 +113,7 @@ def _runs(project: Project, callers: Callers, risky: set[str]) -> list[tuple[_En
     for root in roots:
         for entry in _entries(project, root):
             if entry.function is None:
-                found.append((entry, _opened(project, imports, root, risky)))
+                found.append((entry, _opened(project, imports, root, risky, callers)))
                 continue
             if not imports.may_reach(root, risky):
                 continue
@@ -123,10 +124,11 @@ def _runs(project: Project, callers: Callers, risky: set[str]) -> list[tuple[_En
     return found
 
 
-def _opened(project: Project, imports: _Imports, root: str, risky: set[str]) -> set[tuple[str, str]]:
+def _opened(project: Project, imports: _Imports, root: str, risky: set[str], callers: Callers) -> set[tuple[str, str]]:
     """What an open entry may run: the functions of the modules with a risk that the entry's
     module reaches through the project's imports (a registry or a factory imports the model's
-    classes), tests left out (a training run does not run them)."""
+    classes), tests left out (a training run does not run them), and so are the module-level
+    functions that nothing names (a loss helper no model calls, no table holds)."""
     reached: set[tuple[str, str]] = set()
     # The code that builds the model and hands it over imports the training loop too: a
     # ``DefaultTrainer`` that calls ``build_model`` and makes the ``AMPTrainer``.
@@ -138,8 +140,24 @@ def _opened(project: Project, imports: _Imports, root: str, risky: set[str]) -> 
         if not any(module == s or imports.may_reach(s, {module}) for s in setters):
             continue
         summary = project.summary(module)
-        reached.update((module, name) for name in (summary or {}).get("functions", {}))
+        reached.update(
+            (module, name)
+            for name in (summary or {}).get("functions", {})
+            if "." in name or _named_anywhere(callers, module, name)
+        )
     return reached
+
+
+def _named_anywhere(callers: Callers, module: str, name: str) -> bool:
+    """Whether a module-level function is named somewhere beside its ``def``: in another module
+    of the project, or a second time in its own (a call, a table, a default argument). Where
+    its module's text cannot be read, it may be."""
+    if any(other != module for other in callers.of("any", name)):
+        return True
+    data = callers.text(module) if callers.text is not None else None
+    if data is None:
+        return True
+    return len(re.findall(rb"(?<![\w.])" + re.escape(name.encode()) + rb"(?!\w)", data)) > 1
 
 
 def _package_of(module: str) -> str | None:
