@@ -916,3 +916,30 @@ def test_a_flagged_if_on_one_line_is_left_as_it_is():
     assert "if args.fp16: print(loss)\n" in after
     ast.parse(after)
     assert migrate(after) == after
+
+
+BRANCH_IMPORTS = """\
+import torch
+
+
+def wrap(net, backend):
+    if backend == "apex":
+        from apex.parallel import DistributedDataParallel
+        return DistributedDataParallel(net, delay_allreduce=True)  # expect: AMP402
+    else:
+        from torch.nn.parallel.distributed import DistributedDataParallel
+        return DistributedDataParallel(net, device_ids=[torch.cuda.current_device()])
+
+
+def plain(net):
+    from torch.nn.parallel import DistributedDataParallel
+    return DistributedDataParallel(net)
+"""
+
+
+def test_an_import_in_a_branch_decides_the_calls_of_that_branch():
+    # The same name imported from apex in one branch and from torch in the other: only the apex
+    # branch's call is apex's, and torch's ``device_ids=`` does not block the migration.
+    assert found_pairs(BRANCH_IMPORTS) == expected_pairs(BRANCH_IMPORTS)
+    [report] = [f for f in lint_text(BRANCH_IMPORTS) if f.code == "AMP402"]
+    assert "has no equivalent" not in report.message

@@ -96,6 +96,10 @@ class _FactWalk:
         self._order = 0
         self._blocks = 0
         self._seen_imports: set[int] = {id(ref.node) for ref in import_refs}
+        # What an import inside a function binds there, the latest one walked winning:
+        # ``if apex: from apex.parallel import DDP`` / ``else: from torch.nn.parallel import
+        # DDP`` each decide the calls of their own branch ((frame id, local name) -> qname).
+        self._frame_imports: dict[tuple[int, str], str] = {}
         self._work: list[_Work] = []
         # Where the nodes of ``_FLOW_KINDS`` go as they are visited: the list of the top-level
         # function or method (or the module body) whose own code they are, a nested function's
@@ -304,6 +308,10 @@ class _FactWalk:
         return True
 
     def _import(self, node: ast.Import | ast.ImportFrom) -> bool:
+        frame = self._frame_stack[-1] if self._frame_stack else None
+        if frame is not None and frame.parent is not None:
+            for _alias, local, qname, _module in _import_bindings(node):
+                self._frame_imports[(id(frame), local)] = qname
         if id(node) not in self._seen_imports:
             self._seen_imports.add(id(node))
             fallback = any(block.kind == "except" for block in self._path_stack[-1])
@@ -342,6 +350,18 @@ class _FactWalk:
             if target_q and name not in self.imports:
                 self.imports[name] = target_q
 
+    def _frame_qualified(self, spelled: str, frame: Frame, qname: str | None) -> str | None:
+        """``qname``, unless an import in the function (or one around it) binds the call's
+        head name: then what the latest such import walked binds it to."""
+        head, _, rest = spelled.partition(".")
+        current: Frame | None = frame
+        while current is not None and current.parent is not None:
+            bound = self._frame_imports.get((id(current), head))
+            if bound is not None:
+                return f"{bound}.{rest}" if rest else bound
+            current = current.parent
+        return qname
+
     def _call(self, node: ast.Call) -> bool:
         frame = self._frame_stack[-1]
         self._order += 1
@@ -356,6 +376,8 @@ class _FactWalk:
         elif type(func) is ast.Name:
             spelled = func.id
         qname = qualify_spelled(spelled, self.imports) if spelled is not None else None
+        if self._frame_imports and spelled is not None:
+            qname = self._frame_qualified(spelled, frame, qname)
         shape = self._shape
         if shape is None:
             shape = self._shape = (tuple(self._path_stack[-1]), tuple(self._with_stack[-1]))
