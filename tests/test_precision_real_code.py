@@ -94,3 +94,50 @@ def test_an_ema_helper_named_like_an_optimizer_is_not_one():
     assert found_pairs(EMA_STEP) == []
     # The same call on a second optimizer, which the scaler never steps, bypasses the scaler.
     assert found_pairs(EMA_STEP.replace("ema_opt", "head_opt")) == [(10, "AMP203")]
+
+
+PADDLE_TRAIN = """\
+import paddle
+
+from .amp import LSCGradScaler
+
+
+def train(model, loader, optimizer):
+    scaler = LSCGradScaler(init_loss_scaling=1024.0)
+    for x, y in loader:
+        with paddle.amp.auto_cast(enable=True):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        optimizer.clear_grad()
+"""
+
+
+def test_another_frameworks_scaler_is_not_a_torch_gradscaler():
+    # PaddlePaddle's GradScaler has torch's method names; the module never imports torch.
+    assert found_pairs(PADDLE_TRAIN) == []
+    # The same loop in a module that imports torch: the scaler is judged as torch's.
+    assert found_pairs("import torch\n" + PADDLE_TRAIN) == [(13, "AMP202")]
+
+
+BFLOAT16_CHECKPOINT = """\
+import torch
+
+
+def train(model, opt, loader, path):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    torch.save({"optimizer": opt.state_dict()}, path)
+"""
+
+
+def test_a_checkpoint_beside_a_bfloat16_only_scaler_needs_no_scale():
+    # bfloat16 gradients do not overflow: a fresh scale skips no step on resume. The scaler
+    # itself is what is superfluous (AMP209).
+    assert found_pairs(BFLOAT16_CHECKPOINT) == [(5, "AMP209")]
+    assert found_pairs(BFLOAT16_CHECKPOINT.replace("bfloat16", "float16")) == [(12, "AMP211")]

@@ -242,8 +242,11 @@ def find_scalers_and_optimizers(facts: AmpFacts) -> None:
                 facts.scaler_devices[assignment.target] = device
             elif is_optimizer_constructor(value, facts):
                 facts.optimizers.add(assignment.target)
-    # By use: whatever has ``.scale(x).backward()`` called on it is a scaler.
     scaled_vars: dict[str, str] = {}
+    if _another_framework(facts):
+        facts.scaled_vars = scaled_vars
+        return  # PaddlePaddle's ``scaler.scale(loss).backward()``: its GradScaler is not torch's
+    # By use: whatever has ``.scale(x).backward()`` called on it is a scaler.
     for assignment in facts.assignments:
         scaler = _is_scale_call(assignment.value)
         if scaler is not None:
@@ -266,6 +269,16 @@ def find_scalers_and_optimizers(facts: AmpFacts) -> None:
 
 
 _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+# Deep learning frameworks whose mixed precision copies torch's names (``paddle.amp.GradScaler``
+# with ``scale``, ``step``, ``update``) but not their contract.
+_OTHER_FRAMEWORKS = frozenset({"paddle", "mindspore", "oneflow", "jittor", "megengine"})
+
+
+def _another_framework(facts: AmpFacts) -> bool:
+    """Whether the module imports another deep learning framework and nothing of torch: its
+    ``x.scale(loss).backward()`` is that framework's scaler, not a torch GradScaler."""
+    roots = {qname.partition(".")[0] for qname in facts.imports.values()}
+    return not roots.isdisjoint(_OTHER_FRAMEWORKS) and "torch" not in roots
 
 
 def is_optimizer_constructor(call: ast.Call, facts: AmpFacts) -> bool:

@@ -38,6 +38,7 @@ from .tokens import CHECKPOINT_WORDS
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
     from .flow import Atom, Bound, Value
+    from .shapes import ModuleSummary
     from .value_atoms import CallFlow, FunctionFlow
 
 MAX_HOPS = 3
@@ -55,7 +56,17 @@ def checkpoint_reports(
     values = values or Values(project)
     judge = _Judge(values, callers)
     for module in targets:
+        summary = project.summary(module)
+        if summary is not None and _bfloat16_only(summary):
+            continue  # no bfloat16 gradient overflows: a fresh scale skips no step (AMP209)
         yield from judge.module(module)
+
+
+def _bfloat16_only(summary: ModuleSummary) -> bool:
+    """Whether every autocast region of the module that may be on uses bfloat16 and its code
+    names float16 nowhere (the file's own AMP211 stays silent there too)."""
+    regions = summary.get("regions") or []
+    return bool(regions) and all(r.get("dtype") == "bfloat16" for r in regions) and summary.get("float16_code") is False
 
 
 class _Judge:

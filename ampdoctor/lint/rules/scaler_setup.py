@@ -87,6 +87,13 @@ class ScalerWithBfloat16(LintRule):
             )
 
 
+def _bfloat16_only(facts: AmpFacts) -> bool:
+    """Whether every autocast region of the module that is or may be on uses bfloat16, and
+    float16 is named nowhere in its code (a dtype, an ``--fp16`` option)."""
+    regions = [r for r in facts.regions if r.enabled.counts_as_on]
+    return bool(regions) and all(r.effective_dtype == "bfloat16" for r in regions) and not float16_in_code(facts)
+
+
 def _same_flag(facts: AmpFacts, call: ast.Call, qname: str, regions: list[Region]) -> bool:
     """``GradScaler(enabled=use_bf16)`` beside ``autocast(dtype=torch.bfloat16, enabled=use_bf16)``:
     the scaler is on exactly when the (bfloat16) regions are."""
@@ -295,6 +302,8 @@ class ScalerStateNotSaved(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not facts.scalers and not any(True for _ in facts.events(EventKind.SCALER_NEW)):
             return
+        if _bfloat16_only(facts):
+            return  # no bfloat16 gradient overflows: a fresh scale skips no step (AMP209 says drop it)
         yield from _wrapper_state_dicts(facts)
         savers = SaverScalers(facts)
         for save in facts.calls_to("torch.save"):
