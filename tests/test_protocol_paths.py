@@ -205,6 +205,60 @@ def test_amp206_silent_when_every_repeating_path_updates(body):
     assert lines_of("AMP206", loop(body)) == []
 
 
+DIAGNOSTIC_STEP = """
+scaler.scale(loss).backward()
+if is_update:
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_value_(params, 5.0)
+    if writer is not None and (step // accum_grad) % 200 == 0:
+        deltas = step_and_measure_change(model, opt, scaler)
+    else:
+        scaler.step(opt)
+    opt.zero_grad()
+    scaler.update()
+"""
+
+
+def test_amp206_silent_when_the_other_arm_hands_the_scaler_to_a_helper_that_steps():
+    # Every 200th update steps through a diagnostic helper handed the scaler: the test that
+    # gates ``scaler.step`` is a logging cadence, not an accumulation boundary.
+    assert lines_of("AMP206", loop(DIAGNOSTIC_STEP)) == []
+    # Without the scaler, the helper cannot step it: that update runs without a step.
+    src = loop(DIAGNOSTIC_STEP.replace("(model, opt, scaler)", "(model, opt)"))
+    assert lines_of("AMP206", src) == [line_containing(src, "unscale_(opt)")]
+
+
+OPTIONAL_SCALER_STEP = """
+import torch
+
+
+class Trainer:
+    def __init__(self, optimizer, parameters, amp):
+        self.optimizer = optimizer
+        self.parameters = parameters
+        self.scaler = torch.amp.GradScaler("cuda") if amp else None
+
+    def optimizer_step(self):
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        self.grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, 1.0).item()
+        if self.scaler is None:
+            self.optimizer.step()
+            return
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+"""
+
+
+def test_amp206_silent_when_the_early_return_excludes_the_unscale():
+    # ``self.scaler is not None`` around the unscale_, ``self.scaler is None`` around the return:
+    # storing another field of ``self`` in between does not make them compatible.
+    assert lines_of("AMP206", OPTIONAL_SCALER_STEP) == []
+    # A return under another test may follow the unscale_.
+    other = OPTIONAL_SCALER_STEP.replace("if self.scaler is None:", "if self.grad_norm > 1e6:")
+    assert lines_of("AMP206", other) == [line_containing(other, "unscale_(")]
+
+
 def test_amp206_silent_when_the_update_lives_elsewhere():
     # No update() in the loop: the protocol is finished by a helper the model does not follow.
     body = """

@@ -27,6 +27,7 @@ import ast
 from collections.abc import Callable, Iterable, Sequence
 
 from .model import AmpFacts, Event, Frame
+from .syntax import dotted
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 
@@ -107,7 +108,33 @@ def _text(node: ast.AST) -> str:
 
 
 def _names(node: ast.AST) -> frozenset[str]:
-    return frozenset(n.id for n in ast.walk(node) if type(n) is ast.Name)
+    """What a test reads: each name, and each attribute chain on a name with its prefixes
+    (``self.scaler is None``: ``self``, ``self.scaler``), so that assigning ``self.grad_norm``
+    forgets nothing of it, and assigning ``self.scaler`` (or ``self``) does."""
+    found: set[str] = set()
+    for n in ast.walk(node):
+        if type(n) is ast.Name:
+            found.add(n.id)
+        elif type(n) is ast.Attribute:
+            spelled = dotted(n)
+            if spelled is not None:
+                found.add(spelled)
+    return frozenset(found)
+
+
+def _assigned(target: ast.AST) -> frozenset[str]:
+    """What an assignment target changes: a name, an attribute chain (``self.grad_norm``), the
+    container an item is stored into (``self.state[k] = v`` changes ``self.state``)."""
+    if isinstance(target, (ast.Name, ast.Attribute)):
+        spelled = dotted(target)
+        if spelled is not None:
+            return frozenset({spelled})
+        return _names(target)
+    if isinstance(target, (ast.Subscript, ast.Starred)):
+        return _assigned(target.value)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return frozenset().union(*(_assigned(e) for e in target.elts))
+    return _names(target)
 
 
 _NEGATED = {ast.IsNot: ast.Is, ast.NotEq: ast.Eq, ast.NotIn: ast.In}
@@ -246,9 +273,9 @@ if TYPE_CHECKING:
 
 def _targets(stmt: ast.stmt) -> frozenset[str]:
     if type(stmt) is ast.Assign:
-        return frozenset().union(*(_names(t) for t in stmt.targets))
+        return frozenset().union(*(_assigned(t) for t in stmt.targets))
     if type(stmt) is ast.AugAssign or type(stmt) is ast.AnnAssign:
-        return _names(stmt.target)
+        return _assigned(stmt.target)
     return frozenset()
 
 

@@ -28,7 +28,7 @@ from ..iteration import (
     same_iteration,
 )
 from ..model import AmpFacts, Event, Frame
-from ..syntax import FUNCTION_TYPES
+from ..syntax import FUNCTION_TYPES, call_args, dotted
 from ..vocabulary import EventKind
 from . import SCALER, LintRule, Report, register
 from .scaler_queries import (
@@ -138,8 +138,8 @@ class DoubleUnscale(LintRule):
                     raises = True
                 else:
                     gate = accumulation_gate(facts, step_own)
-                    if gate is None:
-                        continue
+                    if gate is None or _handed_within(frame, unscale.scaler, gate):
+                        continue  # (a helper handed the scaler in the other arm may step it)
                     why = f"it runs on every micro-step while the step is gated by `{facts.text(gate.test)}`"
                     # An update() on every micro-step resets the state: no error, but repeated division.
                     raises = not any(
@@ -232,6 +232,9 @@ class DoubleUnscale(LintRule):
         reason = _skipped_by(facts, path, where, steps, (ACCUMULATION_TEST,))
         if reason is None:
             return None
+        update = next(e for e in later if e.kind is EventKind.UPDATE and e.scaler == unscale.scaler)
+        if _handed_between(unscale, update):
+            return None  # ``optim_step_and_measure_param_change(model, optimizer, scaler)`` may step
         return Report(
             self.code,
             unscale.call.node,
@@ -240,6 +243,29 @@ class DoubleUnscale(LintRule):
             help="Move `unscale_` under the same condition as the step, right before it",
             statement=unscale.call.statement,
         )
+
+
+def _handed_between(unscale: Event, update: Event) -> bool:
+    """Whether a call between the ``unscale_`` and the ``update()`` is handed the scaler (not
+    one of the scaler's own methods): a helper that may step it."""
+    scaler = unscale.scaler
+    start, end = unscale.call.order, update.call.order
+    for site in unscale.call.frame.calls:
+        if start < site.order < end and site.receiver != scaler:
+            if any(dotted(arg.value) == scaler for arg in call_args(site.node)):
+                return True
+    return False
+
+
+def _handed_within(frame: Frame, scaler: str | None, node: ast.If) -> bool:
+    """Whether a call inside ``node`` is handed the scaler (not one of its own methods)."""
+    first, last = node.lineno, node.end_lineno or node.lineno
+    for site in frame.calls:
+        if site.receiver == scaler or not first <= site.node.lineno <= last:
+            continue
+        if any(dotted(arg.value) == scaler for arg in call_args(site.node)):
+            return True
+    return False
 
 
 def _skipped_by(
