@@ -107,6 +107,41 @@ def test_amp203_exclusive_branches_with_negated_conditions():
     assert lines_of("AMP203", loop(body)) == []
 
 
+def test_amp203_a_plain_step_after_the_scalers_steps_the_optimizer_twice():
+    body = """
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.step()
+    optimizer.zero_grad()
+    """
+    src = loop(body)
+    (finding,) = [f for f in lint_text(textwrap.dedent(src)) if f.code == "AMP203"]
+    assert finding.location.line == line_containing(src, "    optimizer.step()")
+    assert "a second time after `scaler.step(optimizer)`" in finding.message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # two arms of one if
+        "scaler.scale(loss).backward()\nif amp:\n    scaler.step(optimizer)\n    scaler.update()\n"
+        "else:\n    optimizer.step()\n",
+        # two ifs whose tests exclude each other
+        "scaler.scale(loss).backward()\nif scaler is not None:\n    scaler.step(optimizer)\n    scaler.update()\n"
+        "if scaler is None:\n    optimizer.step()\n",
+        # a second backward feeds the plain step (a second loss of the same iteration)
+        "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()\naux.backward()\noptimizer.step()\n",
+        # the plain step of the next round, after a continue
+        "scaler.scale(loss).backward()\nif ok:\n    scaler.step(optimizer)\n    scaler.update()\n    continue\n"
+        "optimizer.step()\n",
+    ],
+    ids=["if-else", "excluding-tests", "second-backward", "after-continue"],
+)
+def test_amp203_a_plain_step_that_never_follows_the_scalers_is_silent(body):
+    assert lines_of("AMP203", loop(body)) == []
+
+
 # --------------------------------------------------------------------------------------
 # AMP204 unscaled-backward
 # --------------------------------------------------------------------------------------

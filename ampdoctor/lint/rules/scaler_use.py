@@ -14,7 +14,9 @@ from collections.abc import Iterable
 from ..iteration import (
     exclusive,
     feeds,
+    in_pass,
     is_prefix,
+    pass_of,
     target_names,
 )
 from ..model import AmpFacts, Block, CallSite, Event, Frame
@@ -58,7 +60,20 @@ class StepBypassesScaler(LintRule):
                 backward = feeding[-1]
                 scaler = backward.scaler
                 if (scaler, step.optimizer) in stepped:
-                    continue  # the scaler steps this optimizer too: the plain step is another branch
+                    # The scaler steps this optimizer too: the plain step is another branch, unless
+                    # both run in one pass (``scaler.step(opt); scaler.update(); opt.step()``).
+                    first = _stepped_before(facts, frame, step, scaler)
+                    if first is not None:
+                        yield Report(
+                            self.code,
+                            step.call.node,
+                            f"`{event_text(facts, step)}` steps the optimizer a second time after "
+                            f"`{event_text(facts, first)}`: it applies the gradients again, and applies them "
+                            "even when the scaler skipped an overflowing step",
+                            help=f"Remove `{event_text(facts, step)}`: `{scaler}.step(...)` already steps it",
+                            statement=step.call.statement,
+                        )
+                    continue
                 if any(
                     u.optimizer == step.optimizer and backward.order < u.order < step.order
                     for u in scaler_events(frame, EventKind.UNSCALE, scaler)
@@ -72,6 +87,37 @@ class StepBypassesScaler(LintRule):
                     help=f"Call `{scaler}.step({step.optimizer})` instead, then `{scaler}.update()`",
                     statement=step.call.statement,
                 )
+
+
+def _stepped_before(facts: AmpFacts, frame: Frame, step: Event, scaler: str | None) -> Event | None:
+    """The ``scaler.step(optimizer)`` that, on some path of one pass, runs before the plain
+    ``optimizer.step()`` with no backward between them (tests the path decides are followed:
+    ``if amp: scaler.step(opt)`` and ``if not amp: opt.step()`` never run together)."""
+    node = pass_of(step)
+    candidates = (
+        [
+            s
+            for s in scaler_events(frame, EventKind.SCALER_STEP, scaler)
+            if s.optimizer == step.optimizer and s.order < step.order and in_pass(s, node) and not exclusive(s, step)
+        ]
+        if node is not None
+        else []
+    )
+    if not candidates:
+        return None
+    from ..control_paths import paths_of  # computed only for bodies where the question arises
+
+    for path in paths_of(facts, frame, node) or ():
+        at = path.index(step)
+        if at < 0:
+            continue
+        for position in range(at - 1, -1, -1):
+            event = path.events[position]
+            if event.kind in (EventKind.BACKWARD, EventKind.SCALED_BACKWARD):
+                break
+            if event in candidates:
+                return event
+    return None
 
 
 # --------------------------------------------------------------------------------------
