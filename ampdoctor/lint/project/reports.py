@@ -33,6 +33,12 @@ class CrossReport(Record):
         self.related = related
 
 
+def withdrawn(code: str) -> str:
+    """The code of a report that withdraws the module's own finding of ``code`` on its line:
+    what the project shows contradicts what the file alone suggested (``run._withdraw``)."""
+    return f"-{code}"
+
+
 # What may follow ``def `` in a function's name: a word's bytes (those of a name spelled in other
 # scripts too, which UTF-8 writes with bytes from 0x80 on).
 _NAME_BYTES = rb"[A-Za-z0-9_\x80-\xff]"

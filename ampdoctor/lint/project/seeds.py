@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from .engine_calls import protocol_seeds
 from .flow import Values, flatten
 from .packed_calls import calls_where
-from .reports import CrossReport
+from .reports import CrossReport, withdrawn
 from .tokens import CLIP_OR_UNSCALE_WORDS
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
@@ -255,12 +255,6 @@ def _seeded_reports(
         for line, column in sorted(seeds["unscales"]):
             if line not in clipped_lines:
                 yield CrossReport(withdrawn("AMP201"), module, [line, column, line, column], "", "", [])
-
-
-def withdrawn(code: str) -> str:
-    """The code of a report that withdraws the module's own finding of ``code`` on its line:
-    what the project shows contradicts what the file alone suggested (``run._attach``)."""
-    return f"-{code}"
 
 
 def _engine_methods(

@@ -126,13 +126,20 @@ def float16_in_code(facts: AmpFacts) -> bool:
             ):
                 docstrings.add((first.value.lineno, first.value.col_offset))
     try:
+        previous = ""
         for token in tokenize.generate_tokens(io.StringIO(facts.source).readline):
             if token.type == tokenize.COMMENT:
                 continue
             if token.type == tokenize.STRING and token.start in docstrings:
                 continue
-            if _FLOAT16_TEXT.search(token.string):
+            if _FLOAT16_TEXT.search(token.string) and not (
+                # a variable named ``half`` (``half = dim // 2``) is no float16; ``.half()`` and
+                # ``torch.half`` are
+                token.type == tokenize.NAME and token.string.lower() == "half" and previous != "."
+            ):
                 return True
+            if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+                previous = token.string
     except (tokenize.TokenError, SyntaxError):
         return True  # in doubt: as if it did
     return False
