@@ -94,15 +94,13 @@ def _stepped_before(facts: AmpFacts, frame: Frame, step: Event, scaler: str | No
     ``optimizer.step()`` with no backward between them (tests the path decides are followed:
     ``if amp: scaler.step(opt)`` and ``if not amp: opt.step()`` never run together)."""
     node = pass_of(step)
-    candidates = (
-        [
-            s
-            for s in scaler_events(frame, EventKind.SCALER_STEP, scaler)
-            if s.optimizer == step.optimizer and s.order < step.order and in_pass(s, node) and not exclusive(s, step)
-        ]
-        if node is not None
-        else []
-    )
+    if node is None:
+        return None
+    candidates = [
+        s
+        for s in scaler_events(frame, EventKind.SCALER_STEP, scaler)
+        if s.optimizer == step.optimizer and s.order < step.order and in_pass(s, node) and not exclusive(s, step)
+    ]
     if not candidates:
         return None
     from ..control_paths import paths_of  # computed only for bodies where the question arises
