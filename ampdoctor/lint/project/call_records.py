@@ -55,6 +55,11 @@ def call_records(facts: AmpFacts, imports: dict[str, str], functions: frozenset[
     nested = {(id(frame.parent), frame.name) for frame in facts.frames if frame.parent is not None}
     # Each frame's name made once: one string for all its calls' records (a method's is built).
     frame_names: dict[int, str | None] = {}
+    # The first ``X.unscale_(...)`` of each frame and receiver (its order), found in one pass.
+    unscaled: dict[tuple[int, str], int] = {}
+    for site in facts.calls:
+        if site.method == "unscale_" and site.receiver is not None:
+            unscaled.setdefault((id(site.frame), site.receiver), site.order)
     for site in facts.calls:
         callee = _callee(site, imports, functions)
         if callee is None:
@@ -104,7 +109,7 @@ def call_records(facts: AmpFacts, imports: dict[str, str], functions: frozenset[
         if not relevant and not _passes_on(facts, params_cache[key], arguments, names):
             continue
         record["at"] = position(site.node)
-        args = _arguments(facts, site, arguments, names)
+        args = _arguments(facts, site, arguments, names, unscaled)
         if args:
             record["args"] = args
         if any(a.star for a in arguments):
@@ -173,10 +178,18 @@ def _callee(site: CallSite, imports: dict[str, str], functions: frozenset[str]) 
     return spelled
 
 
-def _arguments(facts: AmpFacts, site: CallSite, arguments: list[Arg], names: list[str | None]) -> list[ArgumentRecord]:
+def _arguments(
+    facts: AmpFacts,
+    site: CallSite,
+    arguments: list[Arg],
+    names: list[str | None],
+    unscaled: dict[tuple[int, str], int],
+) -> list[ArgumentRecord]:
     """Per argument (``arguments``, the call's ``call_args``, spelled ``names``): its position or
     keyword, its spelling, and whether it is a known scaler; ``state`` (for the scalers it
-    passes) tells whether a scaled backward came before the call with no ``unscale_`` since."""
+    passes) tells whether a scaled backward came before the call with no ``unscale_`` since;
+    ``unscaled_before``, whether ``name.unscale_(...)`` runs before it in its frame (``unscaled``:
+    the first such call of each frame and name)."""
     out = []
     position_index = 0
     for arg, name in zip(arguments, names):
@@ -190,6 +203,9 @@ def _arguments(facts: AmpFacts, site: CallSite, arguments: list[Arg], names: lis
             if name in facts.scalers:
                 item["is_scaler"] = True
                 item["state"] = _scaler_state(site, name)
+            first = unscaled.get((id(site.frame), name))
+            if first is not None and first < site.order:
+                item["unscaled_before"] = True
         out.append(item)
     return out
 

@@ -35,7 +35,7 @@ TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without i
 if TYPE_CHECKING:
     from typing import Any
 
-    from .shapes import CallRecord, FunctionSummary, RegionRecord, ScalerState
+    from .shapes import CallRecord, FunctionSummary, RegionRecord
 
 
 class CheckRun:
@@ -86,22 +86,33 @@ def _clip_report(
 ) -> CrossReport | None:
     params = function.get("params", [])
     index = params.index(clip["param"])
-    scaled: list[tuple[str, CallRecord, ScalerState]] = []
-    for caller, call, target in callers_of(project, callers, "scaler", module, name):
+    # (caller, call, where the scaled backward is: (module, position, note))
+    scaled: list[tuple[str, CallRecord, tuple[str, list[int], str]]] = []
+    for caller, call, target in callers_of(project, callers, "any", module, name):
         if call.get("star"):
             return None
         arg = target.arg_for(call, index)
         if arg is None:
             return None  # called without the scaler where we can see it: not certain
-        if not arg.get("is_scaler"):
-            continue  # a caller that passes something else (a wrapper, None): not judged
+        if arg.get("unscaled_before"):
+            return None  # the caller unscales before the call: the clip sees true gradients
         state = arg.get("state", {})
-        if state.get("kind") != "scaled":
-            return None  # a caller unscales first (or has no backward of its own): silence
-        scaled.append((caller, call, state))
+        if arg.get("is_scaler") and state.get("kind") == "scaled":
+            scaled.append((caller, call, (caller, state["backward"], "the scaled backward")))
+            continue
+        if arg.get("is_scaler") and state.get("kind") == "unscaled":
+            return None
+        # The scaled backward may be a helper's, called before with the same scaler
+        # (``self.backward_step(model, scaler, loss)``, then ``self.update_step(..., scaler)``).
+        helper = _scaled_by_helper(project, caller, call, arg.get("name"))
+        if helper is not None:
+            scaled.append((caller, call, helper))
+        elif arg.get("is_scaler"):
+            return None  # the caller's own scaler with no scaled backward before the call: silence
+        # (a caller that passes something else, a wrapper, None: not judged)
     if not scaled:
         return None
-    caller, call, state = scaled[0]
+    caller, call, backward = scaled[0]
     scaler = clip["param"]
     optimizer = clip.get("optimizer") or "optimizer"
     return CrossReport(
@@ -113,9 +124,34 @@ def _clip_report(
         f"Insert `{scaler}.unscale_({optimizer})` before the clip",
         [
             (caller, call["at"], f"`{_short(name)}` is called here after the scaled backward, with no `unscale_`"),
-            (caller, state["backward"], "the scaled backward"),
+            backward,
         ],
     )
+
+
+def _scaled_by_helper(
+    project: Project, caller: str, call: CallRecord, name: str | None
+) -> tuple[str, list[int], str] | None:
+    """Where the scaled backward is when, before ``call`` in its frame, the caller hands the
+    scaler it passes (spelled ``name``) to a project function that runs ``P.scale(loss).backward()``
+    on it and never unscales it (``function_parts._scales_for_caller``)."""
+    if name is None:
+        return None
+    frame, at = call.get("frame"), call["at"]
+    for inner in project.calls(caller):
+        if inner.get("frame") != frame or inner["at"] >= at:
+            continue
+        if not any(a.get("name") == name for a in inner.get("args", [])):
+            continue
+        target = project.resolve_call(caller, inner)
+        scales = target.function.get("scales") if target is not None else None
+        if target is None or scales is None:
+            continue
+        handed = target.arg_for(inner, target.function.get("params", []).index(scales[0]))
+        if handed is not None and handed.get("name") == name:
+            helper = _short(target.name)
+            return target.module, scales[1], f"the scaled backward, in `{helper}` called on line {inner['at'][0]}"
+    return None
 
 
 def _short(name: str) -> str:

@@ -85,6 +85,9 @@ def function_summary(
     backward = _own_backward(frame)
     if backward is not None:
         summary["backward"] = backward
+    scales = _scales_for_caller(frame, params)
+    if scales is not None:
+        summary["scales"] = scales
     returned = _returned_scaler(facts, function, frame)
     if returned is not None:
         summary["returns_scaler"] = returned
@@ -360,6 +363,17 @@ def _clips_before_param_step(facts: AmpFacts, frame: Frame, params: list[str]) -
             )
             break
     return found
+
+
+def _scales_for_caller(frame: Frame, params: list[str]) -> list[Any] | None:
+    """``[parameter, where]``: the function runs ``P.scale(loss).backward()`` on a scaler it
+    receives as ``P`` and never unscales it (a ``backward_step(model, scaler, loss)`` helper):
+    its caller's gradients are still multiplied by the loss scale after the call."""
+    for event in frame.events_of(EventKind.SCALED_BACKWARD):
+        scaler = event.scaler
+        if scaler in params and not any(u.scaler == scaler for u in frame.events_of(EventKind.UNSCALE)):
+            return [scaler, position(event.call.node)]
+    return None
 
 
 def _own_backward(frame: Frame) -> list[int] | None:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         name: str
         is_scaler: bool
         state: ScalerState
+        unscaled_before: bool  # ``name.unscale_(...)`` runs before the call in its frame
 
     class CallRecord(TypedDict, total=False):
         """A call that may land in project code (``call_records.py``)."""
@@ -147,6 +148,7 @@ if TYPE_CHECKING:
         clips_for_caller: list[int]
         unscales_for_caller: list[Any]  # [scaler, optimizer or None, where]: an index or ".field"
         backward: list[int]
+        scales: list[Any]  # [parameter, where]: a scaled backward on a scaler it receives
         returns_scaler: list[int]
         stub: bool
         updates: list[UpdateRecord]
