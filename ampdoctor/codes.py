@@ -91,8 +91,14 @@ CODES: dict[str, Row] = {
     ),
     "AMP202": _row(
         _UNSCALE,
+        "lint.project.handed_steps",
         _AT_RUN_TIME,
-        tests=("test_protocol_rules.py", "test_project_protocol_helpers.py", "trace/test_diagnoses.py"),
+        tests=(
+            "test_protocol_rules.py",
+            "test_project_protocol_helpers.py",
+            "test_project_handed_steps.py",
+            "trace/test_diagnoses.py",
+        ),
     ),
     "AMP203": _row(_PROTOCOL, _AT_RUN_TIME, tests=("test_protocol_rules.py", "trace/test_trace_protocol.py")),
     "AMP204": _row(

@@ -198,6 +198,8 @@ def _arguments(
         item: ArgumentRecord = {"kw": arg.keyword} if arg.keyword else {"pos": position_index}
         if not arg.keyword:
             position_index += 1
+        if type(arg.value) is ast.Constant and arg.value.value is None:
+            item["none"] = True  # ``train_step(model, optimizer, None, batch)``: no scaler at all
         if name:
             item["name"] = name
             if name in facts.scalers:

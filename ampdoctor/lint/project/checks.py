@@ -22,6 +22,7 @@ from .float16_reach import float16_elsewhere
 from .flow import Values
 from .forked import Forked, can_fork
 from .half_returned import half_model_trained
+from .handed_steps import steps_without_update
 from .link import Project, Target
 from .region_calls import region_call_reports
 from .reports import Callers, CrossReport
@@ -405,6 +406,7 @@ PROJECT_CHECKS: tuple[Check, ...] = (
         lambda f, r: f(r.values, r.targets, r.codes, r.callers.defining_with_scaler, r.callers.clipping),
     ),
     Check(["AMP201"], _clips_in_helpers, lambda f, r: f(r.project, r.targets, r.callers)),
+    Check(["AMP202"], steps_without_update, lambda f, r: f(r.project, r.targets, r.callers)),
     Check(["AMP101"], _backward_under_autocast, lambda f, r: f(r.project, r.targets)),
     Check(
         ["AMP101", "AMP102"],

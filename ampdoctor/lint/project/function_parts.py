@@ -88,6 +88,12 @@ def function_summary(
     scales = _scales_for_caller(frame, params)
     if scales is not None:
         summary["scales"] = scales
+    updated = _updated_names(facts, frame, params)
+    if updated:
+        summary["updated"] = updated
+    handed = _steps_handed(facts, frame)
+    if handed:
+        summary["steps_handed"] = handed
     returned = _returned_scaler(facts, function, frame)
     if returned is not None:
         summary["returns_scaler"] = returned
@@ -374,6 +380,44 @@ def _scales_for_caller(frame: Frame, params: list[str]) -> list[Any] | None:
         if scaler in params and not any(u.scaler == scaler for u in frame.events_of(EventKind.UNSCALE)):
             return [scaler, position(event.call.node)]
     return None
+
+
+def _updated_names(facts: AmpFacts, frame: Frame, params: list[str]) -> list[str]:
+    """The parameters and known scalers of the function on which ``X.update()`` is called
+    (``handed_steps.py``: whether a helper, or the caller of a step function, updates the scaler
+    it has)."""
+    scalers = facts.scalers
+    return sorted(
+        {
+            site.receiver
+            for site in frame.calls
+            if site.method == "update"
+            and site.receiver is not None
+            and (site.receiver in params or site.receiver in scalers)
+        }
+    )
+
+
+def _steps_handed(facts: AmpFacts, frame: Frame) -> list[dict[str, Any]]:
+    """``[{scaler, at, handed}]``: a scaler the function scales a backward with and steps, that
+    is updated nowhere in the module under its name, and that it hands to other calls (``handed``:
+    where). The module's own AMP202 stays silent there: the helpers may update it."""
+    steps = frame.events_of(EventKind.SCALER_STEP)
+    if not steps:
+        return []
+    scaled = {e.scaler for e in frame.events_of(EventKind.SCALED_BACKWARD)}
+    updated = {e.scaler for e in facts.events(EventKind.UPDATE)}
+    out: list[dict[str, Any]] = []
+    for scaler in sorted({e.scaler for e in steps if e.scaler and e.scaler in scaled and e.scaler not in updated}):
+        handed = [
+            position(site.node)
+            for site in frame.calls
+            if site.receiver != scaler and any(dotted(a.value) == scaler for a in call_args(site.node))
+        ]
+        if handed:
+            last = [e for e in steps if e.scaler == scaler][-1]
+            out.append({"scaler": scaler, "at": position(last.call.node), "handed": handed})
+    return out
 
 
 def _own_backward(frame: Frame) -> list[int] | None:

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         is_scaler: bool
         state: ScalerState
         unscaled_before: bool  # ``name.unscale_(...)`` runs before the call in its frame
+        none: bool  # the argument is ``None``
 
     class CallRecord(TypedDict, total=False):
         """A call that may land in project code (``call_records.py``)."""
@@ -149,6 +150,8 @@ if TYPE_CHECKING:
         unscales_for_caller: list[Any]  # [scaler, optimizer or None, where]: an index or ".field"
         backward: list[int]
         scales: list[Any]  # [parameter, where]: a scaled backward on a scaler it receives
+        updated: list[str]  # parameters and scalers ``X`` of an ``X.update()`` call
+        steps_handed: list[dict[str, Any]]  # {scaler, at, handed}: stepped, not updated, handed on
         returns_scaler: list[int]
         stub: bool
         updates: list[UpdateRecord]
