@@ -262,6 +262,23 @@ def test_amp107_decorators(fwd, bwd, use, expected):
     assert codes(source, "AMP107") == expected
 
 
+_TORCH_ONLY_REGION = '''
+def head(embeddings, weight, labels, fp16):
+    with torch.autocast("cuda", enabled=fp16):
+        logits = torch.nn.functional.linear(torch.nn.functional.normalize(embeddings), weight)
+    return F.apply(logits.float(), labels)
+'''
+
+
+def test_amp107_silent_where_the_modules_autocast_runs_only_torch_functions():
+    # The region runs torch's functions alone; the Function is applied after it, in float32.
+    source = _FUNCTION.format(fwd="", bwd="", use=_TORCH_ONLY_REGION)
+    assert codes(source, "AMP107") == []
+    # A call of the module's own code inside the region may reach the Function.
+    reached = source.replace("torch.nn.functional.linear(", "project(")
+    assert codes(reached, "AMP107") == [(7, "AMP107")]
+
+
 def test_amp107_silent_when_backward_restores_autocast_itself():
     source = """
     import torch

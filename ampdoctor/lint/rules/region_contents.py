@@ -339,6 +339,8 @@ class CustomFunctionWithoutCustomFwd(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if not any(r.enabled.counts_as_on and r.kind != "custom_fwd" for r in facts.regions):
             return
+        if _regions_run_only_torch(facts):
+            return  # the module's autocast runs none of its code: its Functions run outside it
         frames = {id(node): frame for node, frame in facts.functions}
         # The module's own functions, by name: a Function may enter autocast through them.
         helpers = {node.name: frame for node, frame in facts.functions if frame.class_name is None}
@@ -370,6 +372,20 @@ class CustomFunctionWithoutCustomFwd(LintRule):
                 '`@torch.amp.custom_bwd(device_type="cuda")`',
                 statement=cls,
             )
+
+
+def _regions_run_only_torch(facts: AmpFacts) -> bool:
+    """Whether every call inside the module's autocast regions (that are or may be on) is one of
+    torch's own functions (``F.normalize(x)``, ``F.linear(x, w)``): such regions run none of the
+    module's code, its Functions included. A call of anything else (``self.head(x)``, a method of
+    a local, ``Func.apply``) may."""
+    for site in facts.calls:
+        region = site.region
+        if region is None or not region.enabled.counts_as_on or region.kind == "custom_fwd":
+            continue
+        if not (site.qname or "").startswith("torch."):
+            return False
+    return True
 
 
 def _class_name(cls: ast.ClassDef, facts: AmpFacts) -> ast.AST:
