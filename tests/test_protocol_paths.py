@@ -228,6 +228,45 @@ def test_amp206_silent_when_the_other_arm_hands_the_scaler_to_a_helper_that_step
     assert lines_of("AMP206", src) == [line_containing(src, "unscale_(opt)")]
 
 
+COUNTER_STEP = """
+import torch
+
+
+class Trainer:
+    def __init__(self, model, optimizer, gradient_acc):
+        self.model, self.optimizer, self.gradient_acc = model, optimizer, gradient_acc
+        self.scaler = torch.amp.GradScaler("cuda")
+        self._grad_count = 0
+
+    def _backprop_step(self, loss):
+        self._grad_count += 1
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        if self._grad_count == self.gradient_acc:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self._grad_count = 0
+"""
+
+
+def test_amp206_an_attribute_counter_gates_the_step_of_a_per_batch_method():
+    # ``self._grad_count == self.gradient_acc``: the accumulation boundary, kept on the object
+    # by a method called once per batch. The unscale_ runs on every call, the update only at
+    # the boundary: the next call's unscale_ raises.
+    (finding,) = findings("AMP206", COUNTER_STEP)
+    assert finding.location.line == line_containing(COUNTER_STEP, "unscale_(")
+    assert "`self._grad_count == self.gradient_acc`" in finding.message
+    moved = COUNTER_STEP.replace(
+        "        self.scaler.unscale_(self.optimizer)\n        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)\n",
+        "",
+    ).replace(
+        "            self.scaler.step(self.optimizer)",
+        "            self.scaler.unscale_(self.optimizer)\n            self.scaler.step(self.optimizer)",
+    )
+    assert findings("AMP206", moved) == []
+
+
 OPTIONAL_SCALER_STEP = """
 import torch
 

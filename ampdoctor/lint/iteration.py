@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .control_paths import Path
 
 _BRANCH_KINDS = ("if", "else")
-ACCUMULATION_TEST = re.compile(r"%|accum|sync_grad|grad_acc|micro", re.I)
+ACCUMULATION_TEST = re.compile(r"%|accum|sync_grad|grad_acc|gradient_acc|grad_count|micro", re.I)
 
 
 def _loop_key(event: Event) -> int | None:
