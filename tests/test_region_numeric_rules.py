@@ -262,12 +262,12 @@ def test_amp107_decorators(fwd, bwd, use, expected):
     assert codes(source, "AMP107") == expected
 
 
-_TORCH_ONLY_REGION = '''
+_TORCH_ONLY_REGION = """
 def head(embeddings, weight, labels, fp16):
     with torch.autocast("cuda", enabled=fp16):
         logits = torch.nn.functional.linear(torch.nn.functional.normalize(embeddings), weight)
     return F.apply(logits.float(), labels)
-'''
+"""
 
 
 def test_amp107_silent_where_the_modules_autocast_runs_only_torch_functions():
