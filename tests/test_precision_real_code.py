@@ -141,3 +141,32 @@ def test_a_checkpoint_beside_a_bfloat16_only_scaler_needs_no_scale():
     # itself is what is superfluous (AMP209).
     assert found_pairs(BFLOAT16_CHECKPOINT) == [(5, "AMP209")]
     assert found_pairs(BFLOAT16_CHECKPOINT.replace("bfloat16", "float16")) == [(12, "AMP211")]
+
+
+STAR_IMPORTED_TORCH = """\
+from .nets import *
+
+
+def save_checkpoint(model, optimizer, scaler, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+
+
+def train(model, optimizer, loader, path):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""
+
+
+def test_torch_bound_by_a_star_import_is_torch():
+    # The module never imports torch: ``from .nets import *`` brings it, with the model classes.
+    assert found_pairs(STAR_IMPORTED_TORCH) == [(16, "AMP211")]
+    # A module that imports torch under its own name is read as before.
+    assert found_pairs("import torch\n" + STAR_IMPORTED_TORCH) == [(17, "AMP211")]
+    # Without a star import, an unbound ``torch`` is nothing the rules know.
+    assert found_pairs(STAR_IMPORTED_TORCH.replace("from .nets import *", "from .nets import Net")) == []

@@ -470,6 +470,13 @@ def _prescan_imports(module: ast.Module) -> tuple[dict[str, str], list[ImportRef
     imports: dict[str, str] = {}
     refs: list[ImportRef] = []
     _scan_imports(module.body, False, imports, refs)
+    if "torch" not in imports and any(
+        type(stmt) is ast.ImportFrom and any(alias.name == "*" for alias in stmt.names) for stmt in module.body
+    ):
+        # ``from .nets import *`` and ``torch.save(...)`` with no import of torch: the star
+        # import is what binds the name (no other module of a training project calls its
+        # module ``torch``).
+        imports["torch"] = "torch"
     return imports, refs
 
 
