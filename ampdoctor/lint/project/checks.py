@@ -89,7 +89,7 @@ def _clip_report(
     index = params.index(clip["param"])
     # (caller, call, where the scaled backward is: (module, position, note))
     scaled: list[tuple[str, CallRecord, tuple[str, list[int], str]]] = []
-    for caller, call, target in callers_of(project, callers, "any", module, name):
+    for caller, call, target in callers_of(project, callers, "scaler", module, name):
         if call.get("star"):
             return None
         arg = target.arg_for(call, index)
