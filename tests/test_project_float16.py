@@ -478,6 +478,23 @@ def test_a_loss_helper_that_nothing_names_does_not_run_under_an_open_region(tmp_
     assert lint_tree(tmp_path) == set()
 
 
+def test_a_loss_helper_exported_by_name_and_called_by_a_test_only_is_not_run_either(tmp_path: Path):
+    # ``__all__`` names it in a string, and a test module calls it: no training code does.
+    exported = '__all__ = ["bce_loss"]\n\n' + LOSS_HELPERS
+    _open_region(tmp_path, exported)
+    write(
+        tmp_path / "engine" / "tests",
+        {"test_losses.py": "from engine.losses import bce_loss\n\n\ndef test_bce():\n    bce_loss(p, y)\n"},
+    )
+    (tmp_path / "engine" / "tests" / "pyproject.toml").unlink()
+    assert lint_tree(tmp_path) == set()
+    # Called by a module of the package that is no test, it may run.
+    (tmp_path / "engine" / "heads.py").write_text(
+        "from .losses import bce_loss\n\n\ndef head(p, y):\n    return bce_loss(p, y)\n", encoding="utf-8"
+    )
+    assert lint_tree(tmp_path) == {("engine/losses.py", 7, "AMP105")}
+
+
 @pytest.mark.parametrize(
     ("losses", "user"),
     [
