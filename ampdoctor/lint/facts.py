@@ -100,6 +100,7 @@ class _FactWalk:
         # ``if apex: from apex.parallel import DDP`` / ``else: from torch.nn.parallel import
         # DDP`` each decide the calls of their own branch ((frame id, local name) -> qname).
         self._frame_imports: dict[tuple[int, str], str] = {}
+        self._frame_import_names: set[str] = set()  # the local names those imports bind
         self._work: list[_Work] = []
         # Where the nodes of ``_FLOW_KINDS`` go as they are visited: the list of the top-level
         # function or method (or the module body) whose own code they are, a nested function's
@@ -312,6 +313,7 @@ class _FactWalk:
         if frame is not None and frame.parent is not None:
             for _alias, local, qname, _module in _import_bindings(node):
                 self._frame_imports[(id(frame), local)] = qname
+                self._frame_import_names.add(local)
         if id(node) not in self._seen_imports:
             self._seen_imports.add(id(node))
             fallback = any(block.kind == "except" for block in self._path_stack[-1])
@@ -376,7 +378,7 @@ class _FactWalk:
         elif type(func) is ast.Name:
             spelled = func.id
         qname = qualify_spelled(spelled, self.imports) if spelled is not None else None
-        if self._frame_imports and spelled is not None:
+        if spelled is not None and self._frame_import_names and spelled.partition(".")[0] in self._frame_import_names:
             qname = self._frame_qualified(spelled, frame, qname)
         shape = self._shape
         if shape is None:
