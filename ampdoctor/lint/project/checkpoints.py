@@ -33,13 +33,12 @@ from .float16_reach import import_edges
 from .flow import Values, flatten
 from .link import Project, Target
 from .packed_calls import call_heads, calls_where, flow_calls, has_calls
-from .reports import RESUME, Callers, CrossReport, withdrawn
+from .reports import RESUME, Callers, CrossReport, bfloat16_only, withdrawn
 from .tokens import CHECKPOINT_WORDS
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
     from .flow import Atom, Bound, Value
-    from .shapes import ModuleSummary
     from .value_atoms import CallFlow, FunctionFlow
 
 MAX_HOPS = 3
@@ -58,7 +57,7 @@ def checkpoint_reports(
     judge = _Judge(values, callers)
     for module in targets:
         summary = project.summary(module)
-        if summary is not None and _bfloat16_only(summary):
+        if summary is not None and bfloat16_only(summary):
             continue  # no bfloat16 gradient overflows: a fresh scale skips no step (AMP209)
         reports = list(judge.module(module))
         if reports and summary is not None and not summary.get("regions") and callers is not None:
@@ -94,17 +93,10 @@ def _reached_bfloat16_only(project: Project, callers: Callers, root: str) -> boo
             return False
         if not summary.get("regions"):
             continue
-        if not _bfloat16_only(summary):
+        if not bfloat16_only(summary):
             return False
         found = True
     return found
-
-
-def _bfloat16_only(summary: ModuleSummary) -> bool:
-    """Whether every autocast region of the module that may be on uses bfloat16 and its code
-    names float16 nowhere (the file's own AMP211 stays silent there too)."""
-    regions = summary.get("regions") or []
-    return bool(regions) and all(r.get("dtype") == "bfloat16" for r in regions) and summary.get("float16_code") is False
 
 
 class _Judge:

@@ -25,7 +25,7 @@ from .half_returned import half_model_trained
 from .handed_steps import steps_without_update
 from .link import Project, Target
 from .region_calls import region_call_reports
-from .reports import Callers, CrossReport
+from .reports import Callers, CrossReport, bfloat16_only, target_functions
 from .seeds import seeded_reports
 from .shared import SharedSummaries, memory_folder
 from .store import BACKWARD_TEXT, SummaryStore
@@ -71,15 +71,11 @@ def _name(target: Target) -> str:
 
 
 def _clips_in_helpers(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
-    for module in targets:
-        summary = project.summary(module)
-        if summary is None:
-            continue
-        for name, function in summary.get("functions", {}).items():
-            for clip in function.get("clips", []):
-                report = _clip_report(project, callers, module, name, function, clip)
-                if report is not None:
-                    yield report
+    for module, name, function in target_functions(project, targets):
+        for clip in function.get("clips", []):
+            report = _clip_report(project, callers, module, name, function, clip)
+            if report is not None:
+                yield report
 
 
 def _clip_report(
@@ -341,12 +337,7 @@ def _bfloat16_scaler_factory(project: Project, targets: list[str], callers: Call
             for caller, call, _target in callers_of(project, callers, "autocast", module, name):
                 caller_summary = project.summary(caller) or {}
                 regions = caller_summary.get("regions", [])
-                if (
-                    caller_summary.get("float16_code") is not False
-                    or not regions
-                    or not call.get("assigned")
-                    or any(r.get("dtype") != "bfloat16" for r in regions)
-                ):
+                if not call.get("assigned") or not bfloat16_only(caller_summary):
                     uses = []
                     break  # a caller that may run float16 (or that we cannot judge): silence
                 uses.append((caller, call, regions[0]))

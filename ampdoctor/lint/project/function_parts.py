@@ -39,8 +39,8 @@ import re
 from ..iteration import accumulation_gate
 from ..model import AmpFacts, CallSite, Frame
 from ..passes import is_optimizer_constructor
-from ..rules.scaler_queries import scaler_enabled
-from ..syntax import call_args, dotted, iter_nodes
+from ..rules.scaler_queries import hands, scaler_enabled
+from ..syntax import dotted, iter_nodes
 from ..syntax import span as position
 from ..vocabulary import EventKind
 from .half_parts import returned_half, trains_returned
@@ -263,7 +263,7 @@ def _scaler_default_none(
             continue
         if facts.assigned(frame, name) or frame.events_of(EventKind.SCALER_NEW):
             return None
-        handed_on = any(any(dotted(arg.value) == name for arg in call_args(site.node)) for site in frame.calls)
+        handed_on = any(hands(site, name) for site in frame.calls)
         trains = frame.events_of(EventKind.BACKWARD, EventKind.SCALED_BACKWARD)
         if handed_on or trains:
             return {"param": name, "index": params.index(name), "region": position(region.node)}
@@ -409,11 +409,7 @@ def _steps_handed(facts: AmpFacts, frame: Frame) -> list[dict[str, Any]]:
     updated = {e.scaler for e in facts.events(EventKind.UPDATE)}
     out: list[dict[str, Any]] = []
     for scaler in sorted({e.scaler for e in steps if e.scaler and e.scaler in scaled and e.scaler not in updated}):
-        handed = [
-            position(site.node)
-            for site in frame.calls
-            if site.receiver != scaler and any(dotted(a.value) == scaler for a in call_args(site.node))
-        ]
+        handed = [position(site.node) for site in frame.calls if hands(site, scaler)]
         if handed:
             last = [e for e in steps if e.scaler == scaler][-1]
             out.append({"scaler": scaler, "at": position(last.call.node), "handed": handed})

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from .callsites import calls_of
 from .link import Project, Target
-from .reports import Callers, CrossReport
+from .reports import Callers, CrossReport, target_functions
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -27,15 +27,11 @@ if TYPE_CHECKING:
 
 
 def steps_without_update(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
-    for module in targets:
-        summary = project.summary(module)
-        if summary is None:
-            continue
-        for name, function in summary.get("functions", {}).items():
-            for entry in function.get("steps_handed", []):
-                report = _report(project, callers, module, name, function, entry)
-                if report is not None:
-                    yield report
+    for module, name, function in target_functions(project, targets):
+        for entry in function.get("steps_handed", []):
+            report = _report(project, callers, module, name, function, entry)
+            if report is not None:
+                yield report
 
 
 def _report(

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from ...records import Record
 from .tokens import CLIP_OR_UNSCALE
+
+TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
+if TYPE_CHECKING:
+    from .link import Project
+    from .shapes import FunctionSummary, ModuleSummary
 
 # What AMP211 costs, said the same way by every check that reports it.
 RESUME = (
@@ -31,6 +36,22 @@ class CrossReport(Record):
         self.message = message
         self.help = help
         self.related = related
+
+
+def target_functions(project: Project, targets: list[str]) -> Iterator[tuple[str, str, FunctionSummary]]:
+    """Each function of the checked modules that have a summary: (module, name, its summary)."""
+    for module in targets:
+        summary = project.summary(module)
+        if summary is not None:
+            for name, function in summary.get("functions", {}).items():
+                yield module, name, function
+
+
+def bfloat16_only(summary: ModuleSummary) -> bool:
+    """Whether the module runs autocast, every region of it that may be on uses bfloat16, and its
+    code names float16 nowhere (``summary.py`` tells that last part only of such modules)."""
+    regions = summary.get("regions") or []
+    return bool(regions) and all(r.get("dtype") == "bfloat16" for r in regions) and summary.get("float16_code") is False
 
 
 def withdrawn(code: str) -> str:

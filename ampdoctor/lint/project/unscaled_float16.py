@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from .callsites import calls_of
 from .link import Project
-from .reports import Callers, CrossReport
+from .reports import Callers, CrossReport, target_functions
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
 if TYPE_CHECKING:
@@ -26,16 +26,12 @@ if TYPE_CHECKING:
 
 
 def scaler_never_passed(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
-    for module in targets:
-        summary = project.summary(module)
-        if summary is None:
-            continue
-        for name, function in summary.get("functions", {}).items():
-            default = function.get("scaler_default")
-            if default is not None:
-                report = _report(project, callers, module, name, default)
-                if report is not None:
-                    yield report
+    for module, name, function in target_functions(project, targets):
+        default = function.get("scaler_default")
+        if default is not None:
+            report = _report(project, callers, module, name, default)
+            if report is not None:
+                yield report
 
 
 def _report(project: Project, callers: Callers, module: str, name: str, default: ScalerDefault) -> CrossReport | None:

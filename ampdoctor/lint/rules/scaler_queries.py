@@ -7,7 +7,7 @@ import ast
 import re
 
 from ..model import AmpFacts, CallSite, Event, Frame
-from ..syntax import get_arg, iter_nodes, string_value
+from ..syntax import call_args, dotted, get_arg, iter_nodes, string_value
 from ..vocabulary import GRAD_SCALER_NAMES, EventKind
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
@@ -98,6 +98,13 @@ def mentions(facts: AmpFacts, class_name: str) -> bool:
     ends in ``GradScaler``)."""
     names = [ref.qname for ref in facts.import_refs] + [name for _, name in facts.references]
     return any(name.rsplit(".", 1)[-1].endswith(class_name) for name in names)
+
+
+def hands(site: CallSite, name: str | None) -> bool:
+    """Whether the call passes ``name`` itself as an argument and is not one of ``name``'s own
+    methods: a helper handed the scaler (``finish_step(optimizer, scaler)``), which may step,
+    unscale or update it."""
+    return site.receiver != name and any(dotted(arg.value) == name for arg in call_args(site.node))
 
 
 def event_text(facts: AmpFacts, event: Event) -> str:

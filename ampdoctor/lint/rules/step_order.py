@@ -28,11 +28,12 @@ from ..iteration import (
     same_iteration,
 )
 from ..model import AmpFacts, Event, Frame
-from ..syntax import FUNCTION_TYPES, call_args, dotted
+from ..syntax import FUNCTION_TYPES
 from ..vocabulary import EventKind
 from . import SCALER, LintRule, Report, register
 from .scaler_queries import (
     event_text,
+    hands,
     scaler_events,
 )
 
@@ -246,26 +247,16 @@ class DoubleUnscale(LintRule):
 
 
 def _handed_between(unscale: Event, update: Event) -> bool:
-    """Whether a call between the ``unscale_`` and the ``update()`` is handed the scaler (not
-    one of the scaler's own methods): a helper that may step it."""
-    scaler = unscale.scaler
+    """Whether a call between the ``unscale_`` and the ``update()`` is handed the scaler: a
+    helper that may step it."""
     start, end = unscale.call.order, update.call.order
-    for site in unscale.call.frame.calls:
-        if start < site.order < end and site.receiver != scaler:
-            if any(dotted(arg.value) == scaler for arg in call_args(site.node)):
-                return True
-    return False
+    return any(start < site.order < end and hands(site, unscale.scaler) for site in unscale.call.frame.calls)
 
 
 def _handed_within(frame: Frame, scaler: str | None, node: ast.If) -> bool:
-    """Whether a call inside ``node`` is handed the scaler (not one of its own methods)."""
+    """Whether a call inside ``node`` is handed the scaler."""
     first, last = node.lineno, node.end_lineno or node.lineno
-    for site in frame.calls:
-        if site.receiver == scaler or not first <= site.node.lineno <= last:
-            continue
-        if any(dotted(arg.value) == scaler for arg in call_args(site.node)):
-            return True
-    return False
+    return any(first <= site.node.lineno <= last and hands(site, scaler) for site in frame.calls)
 
 
 def _skipped_by(

@@ -25,9 +25,10 @@ from collections.abc import Iterable
 
 from ..iteration import exclusive, is_prefix
 from ..model import AmpFacts, Event, Frame
-from ..syntax import call_args, dotted, parameter_names
+from ..syntax import parameter_names
 from ..vocabulary import CLIP_NAMES, EventKind
 from . import SCALED_BACKWARD, FixPlan, LintRule, NodeEdit, Report, register
+from .scaler_queries import hands
 
 # Statements with a body, when the call sits in their header: a line added after one would
 # follow the whole block. (Match and TryStar exist only on newer Pythons.)
@@ -213,10 +214,4 @@ class MissingScalerUpdate(LintRule):
 
 
 def _passed_to_helper(frame: Frame, scaler: str) -> bool:
-    for site in frame.calls:
-        if site.receiver == scaler:
-            continue
-        for arg in call_args(site.node):
-            if dotted(arg.value) == scaler:
-                return True
-    return False
+    return any(hands(site, scaler) for site in frame.calls)
