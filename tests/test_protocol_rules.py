@@ -142,6 +142,102 @@ def test_amp203_a_plain_step_that_never_follows_the_scalers_is_silent(body):
     assert lines_of("AMP203", loop(body)) == []
 
 
+TRAINER = """
+import torch
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.optimizer = optimizer
+        self.other = torch.optim.SGD(model.parameters(), lr=0.1)
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def backward_step(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def optimizer_step(self):
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.parameters, 1.0)
+        if self.scaler is None:
+            self.optimizer.step()
+            return
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def backward(self, loss):
+        self.backward_step(loss)
+        if self.is_optimizer_step:
+{caller}
+"""
+
+
+def test_amp203_a_plain_step_after_a_method_that_steps_through_the_scaler():
+    src = TRAINER.replace(
+        "{caller}",
+        "            self.optimizer_step()\n            self.optimizer.step()\n            self.optimizer.zero_grad()",
+    )
+    (finding,) = [f for f in lint_text(textwrap.dedent(src)) if f.code == "AMP203"]
+    lines = src.splitlines()
+    assert finding.location.line == len(lines) - lines[::-1].index("            self.optimizer.step()")  # the caller's
+    assert "a second time after `self.optimizer_step()`" in finding.message
+    assert "`self.scaler.step(...)`" in finding.message
+
+
+def test_amp203_a_plain_step_after_a_module_function_that_steps_the_argument():
+    src = """
+    import torch
+
+    def apply(scaler, opt):
+        scaler.step(opt)
+        scaler.update()
+
+    def train(model, optimizer, scaler, loader):
+        for x in loader:
+            scaler.scale(model(x)).backward()
+            apply(scaler, optimizer)
+            optimizer.step()
+    """
+    assert lines_of("AMP203", src) == [line_containing(src, "optimizer.step()")]
+
+
+@pytest.mark.parametrize(
+    "caller",
+    [
+        # the plain step is the helper's other arm, under a test of its own
+        "            self.optimizer_step()\n            if self.scaler is None:\n                self.optimizer.step()",
+        # another optimizer
+        "            self.optimizer_step()\n            self.other.step()",
+        # a second backward between them
+        "            self.optimizer_step()\n            self.aux.backward()\n            self.optimizer.step()",
+        # the plain step before the helper
+        "            self.optimizer.step()\n            self.optimizer_step()",
+        # exclusive arms
+        "            if self.amp:\n                self.optimizer_step()\n            else:\n"
+        "                self.optimizer.step()",
+    ],
+    ids=["own-test", "other-optimizer", "second-backward", "before", "if-else"],
+)
+def test_amp203_a_plain_step_the_helper_does_not_double_is_silent(caller):
+    assert lines_of("AMP203", TRAINER.replace("{caller}", caller)) == []
+
+
+def test_amp203_a_module_function_stepping_another_argument_is_silent():
+    src = """
+    import torch
+
+    def apply(scaler, opt):
+        scaler.step(opt)
+        scaler.update()
+
+    def train(model, optimizer, critic_opt, scaler, loader):
+        for x in loader:
+            scaler.scale(model(x)).backward()
+            apply(scaler, critic_opt)
+            optimizer.step()
+    """
+    (finding,) = [f for f in lint_text(textwrap.dedent(src)) if f.code == "AMP203"]
+    assert "multiplied by the loss scale" in finding.message  # a plain step, not a second one
+
+
 # --------------------------------------------------------------------------------------
 # AMP204 unscaled-backward
 # --------------------------------------------------------------------------------------

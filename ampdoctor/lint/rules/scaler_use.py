@@ -48,12 +48,18 @@ class StepBypassesScaler(LintRule):
     def check(self, facts: AmpFacts) -> Iterable[Report]:
         if uses_framework(facts):
             return
+        doubled = set()
+        for report in self._after_stepping_helper(facts):
+            doubled.add(id(report.node))
+            yield report
         for frame in facts.frames:
             backwards = frame.events_of(EventKind.BACKWARD, EventKind.SCALED_BACKWARD)
             if not any(b.kind is EventKind.SCALED_BACKWARD for b in backwards):
                 continue
             stepped = {(e.scaler, e.optimizer) for e in scaler_events(frame, EventKind.SCALER_STEP)}
             for step in frame.events_of(EventKind.OPTIMIZER_STEP):
+                if id(step.call.node) in doubled:
+                    continue
                 feeding = [b for b in backwards if feeds(b, step) and not exclusive(b, step)]
                 if not feeding or feeding[-1].kind is not EventKind.SCALED_BACKWARD:
                     continue
@@ -87,6 +93,99 @@ class StepBypassesScaler(LintRule):
                     help=f"Call `{scaler}.step({step.optimizer})` instead, then `{scaler}.update()`",
                     statement=step.call.statement,
                 )
+
+    def _after_stepping_helper(self, facts: AmpFacts) -> Iterable[Report]:
+        """``self.optimizer_step()`` (a method of the class whose body runs
+        ``self.scaler.step(self.optimizer)``), then ``self.optimizer.step()`` in the same block
+        with no backward between: the optimizer steps twice per update, the second time even when
+        the scaler skipped an overflowing step. The plain step must sit in the very block of the
+        helper's call: under a test of its own (``if self.scaler is None:``) it may be the other
+        arm of the helper's choice."""
+        helpers = _stepping_helpers(facts)
+        if not helpers:
+            return
+        for frame in facts.frames:
+            steps = frame.events_of(EventKind.OPTIMIZER_STEP)
+            if not steps:
+                continue
+            for site in frame.calls:
+                stepped = _helper_steps(helpers, frame, site)
+                if stepped is None:
+                    continue
+                helper, optimizer = stepped
+                for step in steps:
+                    if (
+                        step.optimizer != optimizer
+                        or step.order <= site.order
+                        or [b.ident for b in step.path] != [b.ident for b in site.path]
+                        or any(
+                            site.order < b.order < step.order
+                            for b in frame.events_of(EventKind.BACKWARD, EventKind.SCALED_BACKWARD)
+                        )
+                    ):
+                        continue
+                    called = facts.text(site.node.func) + (
+                        "()" if not (site.node.args or site.node.keywords) else "(...)"
+                    )
+                    yield Report(
+                        self.code,
+                        step.call.node,
+                        f"`{event_text(facts, step)}` steps the optimizer a second time after `{called}`, "
+                        f"which steps it through `{helper.scaler}.step(...)`: it applies the gradients again, and "
+                        "applies them even when the scaler skipped an overflowing step",
+                        help=f"Remove `{event_text(facts, step)}`: `{called}` already steps it",
+                        statement=step.call.statement,
+                    )
+                    break
+
+
+def _stepping_helpers(facts: AmpFacts) -> dict[tuple[str | None, str], Event]:
+    """The functions of the module that step an optimizer through a scaler, by (class, name): a
+    method's ``self.X`` optimizer, or a module function's parameter."""
+    found: dict[tuple[str | None, str], Event] = {}
+    for frame in facts.frames:
+        node = frame.node
+        if not isinstance(node, FUNCTION_TYPES) or frame.parent is None or frame.parent.parent is not None:
+            continue  # a nested function is called through names this does not follow
+        for event in scaler_events(frame, EventKind.SCALER_STEP):
+            if event.optimizer is not None:
+                found.setdefault((frame.class_name, frame.name), event)
+                break
+    return found
+
+
+def _helper_steps(
+    helpers: dict[tuple[str | None, str], Event], frame: Frame, site: CallSite
+) -> tuple[Event, str] | None:
+    """The helper's scaler step and the caller's name for the optimizer it steps, where ``site``
+    calls one of ``helpers``: ``self.name(...)`` in a method of the same class, ``name(...)``
+    for a module function, whose optimizer parameter is matched to the argument passed."""
+    if site.receiver == "self" and frame.class_name is not None and site.method is not None:
+        event = helpers.get((frame.class_name, site.method))
+        if event is None or event.optimizer is None or not event.optimizer.startswith("self."):
+            return None
+        return event, event.optimizer
+    node = site.node
+    if site.receiver is not None or type(node.func) is not ast.Name:
+        return None
+    event = helpers.get((None, node.func.id))
+    if event is None or event.optimizer is None:
+        return None
+    helper = event.call.frame.node
+    params = parameter_names(helper)
+    if event.optimizer not in params:
+        return None
+    args = helper.args  # type: ignore[attr-defined]
+    positional = [a.arg for a in (*args.posonlyargs, *args.args)]
+    argument: ast.expr | None = None
+    if event.optimizer in positional and positional.index(event.optimizer) < len(node.args):
+        argument = node.args[positional.index(event.optimizer)]
+    for keyword in node.keywords:
+        if keyword.arg == event.optimizer:
+            argument = keyword.value
+    if argument is None or type(argument) is ast.Starred:
+        return None
+    return event, ast.unparse(argument)
 
 
 def _stepped_before(facts: AmpFacts, frame: Frame, step: Event, scaler: str | None) -> Event | None:
