@@ -139,15 +139,23 @@ class _Judge:
         return known
 
     def _uses_own_scaler(self, module: str, function: str) -> bool:
-        flows = self.values.flows(module)
-        if flows.get(function, {}).get("scalers") or flows.get("<module>", {}).get("scalers"):
+        values = self.values
+        flows = values.flows(module)
+        if flows.get("<module>", {}).get("scalers"):
             return True
+        used = flows.get(function, {}).get("scalers")
+        if used:
+            # A parameter annotated with a class (``optimizer: Optimizer``, ``trainer: Trainer``)
+            # is a scaler's holder only where that class is the project's and holds one.
+            annotated = [atom for atom in used if atom[:1] == "K"]
+            if len(annotated) < len(used) or values.scalers(values.resolve(module, function, annotated)):
+                return True
         if "." not in function or not self._class_uses(module, function):
             return False
         # The class uses a scaler in some method: one it keeps in a field, or a local of that method?
         return any(
             any(atom.startswith("S@") for stored in flow.get("stores", {}).values() for atom in stored)
-            for _name, flow in self.values.methods(module, function.split(".", 1)[0])
+            for _name, flow in values.methods(module, function.split(".", 1)[0])
         )
 
     def _class_uses(self, module: str, function: str) -> bool:
