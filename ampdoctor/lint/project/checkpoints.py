@@ -29,11 +29,11 @@ import re
 from collections.abc import Iterator
 
 from .callsites import callers_of
-from .float16_reach import import_edges
+from .float16_reach import bfloat16_reached
 from .flow import Values, flatten
 from .link import Project, Target
 from .packed_calls import call_heads, calls_where, flow_calls, has_calls
-from .reports import RESUME, Callers, CrossReport, bfloat16_only, withdrawn
+from .reports import RESUME, Callers, CrossReport, bfloat16_only, names_float16, withdrawn
 from .tokens import CHECKPOINT_WORDS
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
@@ -63,40 +63,11 @@ def checkpoint_reports(
         if reports and summary is not None and not summary.get("regions") and callers is not None:
             # The scaler's module runs no autocast itself: the modules it imports decide. The
             # file's own AMP211, which cannot see them, is withdrawn at the same saves.
-            if not _names_float16(callers, module) and _reached_bfloat16_only(project, callers, module):
+            if not names_float16(callers, module) and bfloat16_reached(project, callers, module) is not None:
                 for report in reports:
                     yield CrossReport(withdrawn("AMP211"), report.module, report.at, "", "", [])
                 continue
         yield from reports
-
-
-# float16 named in a module's text: a dtype, an option, a cast, Lightning's precision.
-_FLOAT16_TEXT = re.compile(rb"(?i)float16|fp16|\.half\(|16-mixed|HalfTensor")
-
-
-def _names_float16(callers: Callers, module: str) -> bool:
-    data = callers.text(module) if callers.text is not None else None
-    return data is None or _FLOAT16_TEXT.search(data) is not None
-
-
-def _reached_bfloat16_only(project: Project, callers: Callers, root: str) -> bool:
-    """Whether the modules with autocast that ``root``'s imports may reach run some, and every
-    region of theirs that may be on uses bfloat16 in a module whose code names float16 nowhere
-    (another script of the repository, with its own model, may train in float16)."""
-    imports = import_edges(project)
-    found = False
-    for module in callers.with_class("autocast"):
-        if not imports.may_reach(root, {module}):
-            continue
-        summary = project.summary(module)
-        if summary is None:
-            return False
-        if not summary.get("regions"):
-            continue
-        if not bfloat16_only(summary):
-            return False
-        found = True
-    return found
 
 
 class _Judge:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from ...codes import check_registration
 from .callsites import callers_of
 from .checkpoints import checkpoint_reports
-from .float16_reach import float16_elsewhere
+from .float16_reach import bfloat16_reached, float16_elsewhere
 from .flow import Values
 from .forked import Forked, can_fork
 from .half_returned import half_model_trained
@@ -359,6 +359,37 @@ def _bfloat16_scaler_factory(project: Project, targets: list[str], callers: Call
             )
 
 
+def _scaler_beside_bfloat16(project: Project, targets: list[str], callers: Callers) -> Iterator[CrossReport]:
+    """A script that builds a GradScaler which is always on and opens no autocast of its own,
+    while every autocast region the modules it imports open uses bfloat16 (the model's
+    ``forward`` under ``torch.autocast("cuda", dtype=torch.bfloat16)``), and float16 is named
+    in none of them: the scaler only adds work. A reached module that names autocast without
+    a region (a factory of a context the script enters) must name float16 nowhere either."""
+    for module in targets:
+        summary = project.summary(module)
+        if summary is None or not summary.get("scalers_built") or summary.get("float16_code") is not False:
+            continue
+        region = bfloat16_reached(project, callers, module, strict=True)
+        if region is None:
+            continue
+        for at in summary["scalers_built"]:
+            yield CrossReport(
+                "AMP209",
+                module,
+                at,
+                "GradScaler for code whose autocast regions, all in the modules this one imports, use bfloat16: "
+                "bfloat16 has float32's exponent range, its gradients do not underflow, and the scaler only adds work",
+                "Drop the scaler and call `loss.backward()` and `optimizer.step()` directly",
+                [
+                    (
+                        region[0],
+                        region[1],
+                        "a bfloat16 autocast region the training runs; every region it reaches is one",
+                    )
+                ],
+            )
+
+
 # ---------------------------------------------------------------------------------------
 # The registry
 # ---------------------------------------------------------------------------------------
@@ -406,6 +437,7 @@ PROJECT_CHECKS: tuple[Check, ...] = (
     ),
     Check(["AMP205"], _scaler_per_call, lambda f, r: f(r.project, r.targets, r.callers)),
     Check(["AMP209"], _bfloat16_scaler_factory, lambda f, r: f(r.project, r.targets, r.callers)),
+    Check(["AMP209"], _scaler_beside_bfloat16, lambda f, r: f(r.project, r.targets, r.callers)),
     Check(["AMP208"], update_twice, lambda f, r: f(r.project, r.targets, r.callers)),
     Check(["AMP210"], scaler_never_passed, lambda f, r: f(r.project, r.targets, r.callers)),
     Check(["AMP303"], half_model_trained, lambda f, r: f(r.project, r.targets, r.callers)),

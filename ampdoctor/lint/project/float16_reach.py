@@ -29,7 +29,7 @@ import collections
 from collections.abc import Iterable, Iterator
 
 from .link import Project, Target
-from .reports import Callers, CrossReport
+from .reports import Callers, CrossReport, bfloat16_only, names_float16
 from .tokens import FLOAT16_AUTOCAST
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
@@ -252,6 +252,35 @@ def _entries(project: Project, module: str) -> Iterator[_Entry]:
             function = (project.summary(method[0]) or {}).get("functions", {}).get(method[1])
             if function is not None:
                 yield _Entry(Target(method[0], method[1], function, 1), module, where, handed, codes)
+
+
+def bfloat16_reached(
+    project: Project, callers: Callers, root: str, strict: bool = False
+) -> tuple[str, list[int]] | None:
+    """The first autocast region (module, position) of the modules with autocast that ``root``'s
+    imports may reach, where they run some and every region of theirs that may be on uses
+    bfloat16 in a module whose code names float16 nowhere (another script of the repository,
+    with its own model, may train in float16); else None. ``strict``: a reached module that
+    names autocast without a region of its own names float16 nowhere either (it may make a
+    float16 context for ``root`` to enter)."""
+    imports = import_edges(project)
+    found: tuple[str, list[int]] | None = None
+    for module in callers.with_class("autocast"):
+        if not imports.may_reach(root, {module}):
+            continue
+        summary = project.summary(module)
+        if summary is None:
+            return None
+        regions = summary.get("regions")
+        if not regions:
+            if strict and names_float16(callers, module):
+                return None
+            continue
+        if not bfloat16_only(summary):
+            return None
+        if found is None:
+            found = (module, regions[0]["at"])
+    return found
 
 
 def import_edges(project: Project) -> _Imports:

@@ -54,6 +54,16 @@ def bfloat16_only(summary: ModuleSummary) -> bool:
     return bool(regions) and all(r.get("dtype") == "bfloat16" for r in regions) and summary.get("float16_code") is False
 
 
+# float16 named in a module's text: a dtype, an option, a cast, Lightning's precision.
+_FLOAT16_TEXT = re.compile(rb"(?i)float16|fp16|\.half\(|16-mixed|HalfTensor")
+
+
+def names_float16(callers: Callers, module: str) -> bool:
+    """Whether the module's text names float16 anywhere (or cannot be read)."""
+    data = callers.text(module) if callers.text is not None else None
+    return data is None or _FLOAT16_TEXT.search(data) is not None
+
+
 def withdrawn(code: str) -> str:
     """The code of a report that withdraws the module's own finding of ``code`` on its line:
     what the project shows contradicts what the file alone suggested (``run._withdraw``)."""

@@ -176,6 +176,7 @@ if TYPE_CHECKING:
 
         regions: list[RegionRecord]
         float16_code: bool | None
+        scalers_built: list[list[int]]
         imports: dict[str, str]
         aliases: dict[str, str]
         classes: dict[str, ClassRecord]

@@ -20,6 +20,8 @@ Per module:
 ``calls``      the calls that may land in project code (``call_records.py``)
 ``regions``    the module's enabled autocast regions; ``float16_code`` whether float16 is named in
                its code (asked for by AMP209)
+``scalers_built`` where a module with no autocast region of its own builds a GradScaler that is
+               certainly on (AMP209 asks the modules it imports what their regions use)
 ``framework``  Lightning's Trainer or Fabric with a mixed precision (``float16_sites.py``)
 ``flows``      each function's abstract values (``values.py``), ``plain``/``scaled`` on those that
                step without a scaler or run a scaled backward
@@ -34,9 +36,10 @@ import functools
 from collections.abc import Callable
 
 from ..model import AmpFacts, Frame
-from ..rules.scaler_queries import float16_in_code
+from ..rules.scaler_queries import float16_in_code, scaler_enabled
 from ..syntax import dotted
 from ..syntax import span as position
+from ..vocabulary import EventKind
 from .call_records import call_records
 from .float16_sites import add_float16_parts, framework_runs
 from .function_parts import function_summary, mark_steps, params_of, qualname, training_frames
@@ -143,12 +146,15 @@ def _summarized(
     regions: list[RegionRecord] = [
         {"at": position(r.node), "dtype": r.effective_dtype} for r in facts.regions if r.enabled.counts_as_on
     ]
-    # Asked only by AMP209 (a scaler factory for bfloat16 code): tokenizing costs, so only there.
+    # Asked only by AMP209 (a scaler factory for bfloat16 code, a scaler built beside no
+    # autocast): tokenizing costs, so only there.
     bfloat16_only = bool(regions) and all(r["dtype"] == "bfloat16" for r in regions)
     returns_scaler = any("returns_scaler" in f for f in functions.values())
+    scalers_built = [] if regions else _scalers_built(facts)
     summary: ModuleSummary = {
         "regions": regions,
-        "float16_code": float16_in_code(facts) if bfloat16_only or returns_scaler else None,
+        "float16_code": float16_in_code(facts) if bfloat16_only or returns_scaler or scalers_built else None,
+        "scalers_built": scalers_built,
         "imports": imports,
         "aliases": _aliases(facts),
         "classes": classes,
@@ -322,3 +328,15 @@ def _binding_key(target: str, frame: Frame) -> str | None:
         return None
     name = qualname(frame)
     return None if name is None else f"{name}:{target}"
+
+
+def _scalers_built(facts: AmpFacts) -> list[list[int]]:
+    """Where the module builds a GradScaler that is on whatever the run's options (no
+    ``enabled=``, or ``enabled=True``)."""
+    if "GradScaler" not in facts.source:
+        return []
+    return [
+        position(new.call.node)
+        for new in facts.events(EventKind.SCALER_NEW)
+        if scaler_enabled(new.call.node, new.call.qname or "") is True
+    ]
