@@ -368,6 +368,8 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
         return Event(EventKind.CLIP, site, norm_only=_is_norm_only(site, facts))
     if _unseen_clipper(site, facts):
         return Event(EventKind.CLIP, site)
+    if method in _CLAMPS and receiver is not None and _GRADIENT.search(receiver):
+        return Event(EventKind.CLIP, site)  # ``p.grad.data.clamp_(-c, c)``: a value clip written out
     if site.qname in AUTOGRAD_BACKWARD:
         tensors = site.arg(0, "tensors")
         scaler = _is_scale_call(tensors.value) if tensors else None
@@ -436,6 +438,10 @@ def downcast_dtype(site: CallSite, facts: AmpFacts) -> str | None:
 
 
 # ``clip_grad_norm``, ``_clip_gradients``; ``grad_clip_fn``, ``grad_clipper`` (not ``get_grad_clip``)
+# An in-place clamp of a parameter's gradient (``param.grad.data.clamp_(-clip, clip)``, the
+# ``clip_gradient`` helper of many segmentation codebases) clips by value.
+_CLAMPS = frozenset({"clamp_", "clip_"})
+_GRADIENT = re.compile(r"\.grad(\.data)?$")
 _CLIPPER_NAME = re.compile(r"(^|_)clip_?grad|^_*grad_?clip(_?fn|_?func|per)?$", re.I)
 
 

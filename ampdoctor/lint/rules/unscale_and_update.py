@@ -75,7 +75,7 @@ def _simple_statement(facts: AmpFacts, event: Event) -> ast.stmt | ast.expr | No
 @register
 class ClipBeforeUnscale(LintRule):
     code = "AMP201"
-    tokens = ("clip_grad",)
+    tokens = ("clip_grad", ".clamp_(", ".clip_(")
     anchors = SCALED_BACKWARD
 
     def check(self, facts: AmpFacts) -> Iterable[Report]:
