@@ -140,7 +140,9 @@ class _Judge:
 
     def _callees_scalers(self, module: str, function: str, flow: FunctionFlow) -> Value:
         """The scalers made and used by the functions ``function`` calls (``train_one_epoch``
-        that builds its own): it trains with them, one call away."""
+        that builds its own), or held by the object whose method it calls and used there
+        (``model.generator_step(...)`` stepping ``self.grad_scaler``): it trains with them, one
+        call away."""
         values = self.values
         found: set[Atom] = set()
         for call in flow_calls(flow):
@@ -149,7 +151,7 @@ class _Judge:
             if target is None:
                 continue
             atoms = values.flow(target.module, target.name).get("scalers", [])
-            made = [a for a in atoms if a.startswith("S@") and ":" in a]
+            made = [a for a in atoms if (a.startswith("S@") and ":" in a) or (a[:1] == "F" and "." in target.name)]
             if made:
                 found.update(values.resolve(target.module, target.name, made))
         return frozenset(found)
@@ -395,15 +397,20 @@ class _Judge:
                     kept = True
             for call in flow_calls(flow):
                 # A scaler handed over by name (``scaler``, ``self.scaler``: the summary marks a
-                # name used as a scaler), not a value made from one, nor an object that may
+                # name used as a scaler) or as an object's field that is one
+                # (``model.grad_scaler``), not a value made from one, nor an object that may
                 # reach one through its fields (a task that keeps a reference to its trainer).
-                args = [[a for a in atoms if a.startswith("S@")] for _key, atoms, *_ in call.get("args", [])]
+                args = [
+                    [a for a in atoms if a.startswith("S@") or a[0] == "D"] for _key, atoms, *_ in call.get("args", [])
+                ]
                 if not args or not any(values.scalers(values.resolve(module, function, a)) for a in args):
                     continue
                 target = values.target(module, function, call)
                 if target is not None:
                     if target.module != module and self._keeps(target.module):
                         kept = True
+                    elif _saves_parameter(values, target, values.bind(module, function, call, target, (), 0)):
+                        kept = True  # the function it is handed to saves it (``scaler.pt`` of its own)
                     continue
                 built = values.construction(module, call.get("callee", ""))
                 if built is not None:
@@ -415,6 +422,19 @@ class _Judge:
                 break
         self._kept[module] = kept
         return kept
+
+
+def _saves_parameter(values: Values, target: Target, binding: Bound) -> bool:
+    """Whether ``target`` writes, in a ``torch.save`` of its own, a parameter that ``binding``
+    binds to a scaler (``torch.save(scaler.state_dict(), "scaler.pt")`` in the saver handed it).
+    Only the parameter itself counts: a value that may carry a scaler's taint from elsewhere (a
+    tuple unpacked from a set-up function that also returns the scaler) does not."""
+    handed = {param for param, value in binding if values.scalers(values.bound_value(value))}
+    if not handed:
+        return False
+    lowered = {param.lower() for param in handed}
+    saves = values.flow(target.module, target.name).get("saves", [])
+    return any(atom in handed or atom in lowered for _at, atoms in saves for atom in atoms)
 
 
 def _uses_scaler(flow: FunctionFlow) -> bool:

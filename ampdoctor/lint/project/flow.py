@@ -354,7 +354,9 @@ class Values:
         if found is None and call.get("recv") and (without is None or without.search(name.encode())):
             if defined is None or defined(name):
                 found = self._method_of_value(module, function, call, call["recv"], name)
-        if found is None and call.get("func") and without is None:
+        # An object called as a function: its class's ``__call__``, where nothing narrows the
+        # callees or the object's own name may answer (``checkpoint_saver(metric, epoch, ...)``).
+        if found is None and call.get("func") and (without is None or without.search(name.encode())):
             if defined is None or defined("__call__"):
                 found = self._method_of_value(module, function, call, call["func"], "__call__")
         return found
@@ -477,6 +479,10 @@ class Values:
             else:
                 bound_pairs[name] = Lazy(tuple(parts))
         return tuple(sorted(bound_pairs.items()))
+
+    def bound_value(self, value: Any) -> Value:
+        """A parameter's value as a binding holds it, resolved (``bind`` leaves most for later)."""
+        return flatten(self._force(value))
 
     def _force(self, value: Any) -> Value:
         """A bound parameter's value: resolved now when the binding left it for later."""

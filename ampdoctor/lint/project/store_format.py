@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 # The shape of a summary and of this cache's entries; bumped whenever either changes. Kept here,
 # not in summary.py: a warm run reads summaries without importing the fact model or the rules.
-FORMAT = 19
+FORMAT = 20
 KEEP_STORES = 6  # summaries stores kept in one cache folder (``drop_stores``)
 
 

@@ -48,6 +48,7 @@ from ..model import AmpFacts, autocast_region
 from ..rules.scaler_queries import scaler_enabled
 from ..syntax import children_except, dotted
 from ..vocabulary import AUTOCAST_NAMES, GRAD_SCALER_NAMES, STATE_METHODS
+from .tokens import CHECKPOINT_WORDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -115,6 +116,12 @@ _PASS_THROUGH = frozenset(
 _PASS_METHODS = frozenset(
     {"items", "values", "keys", "copy", "get", "pop", "popitem", "_asdict", "__getitem__", "setdefault", "to_dict"}
 )
+# A local's name that speaks of a checkpoint: the object it holds, called as a function, may
+# write one (``checkpoint_saver(metric, epoch, model, optimizer)``).
+_CHECKPOINTER = re.compile(CHECKPOINT_WORDS.decode(), re.IGNORECASE)
+# ``torch.nn.Module`` methods that return the module itself (``model = Net().to(device)``): the
+# object keeps its fields (a tensor's copy on another device is the same value too).
+_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "requires_grad_", "to_empty"})
 # Methods that put their arguments into their receiver.
 _MUTATORS = frozenset({"update", "setdefault", "append", "extend", "insert", "add", "__setitem__"})
 # A GradScaler's methods that return plain numbers or flags (``scaler.get_scale()`` for logging).

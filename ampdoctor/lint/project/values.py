@@ -23,6 +23,7 @@ from .fields import field_key
 from .flow_words import names_flow_word
 from .value_atoms import (
     _BUILTIN_NAMES,
+    _CHECKPOINTER,
     _LIBRARY_ROOTS,
     _LOWER,
     _MUTATORS,
@@ -31,6 +32,7 @@ from .value_atoms import (
     _PASS_METHODS,
     _PASS_THROUGH,
     _PLAIN_BUILTINS,
+    _RETURNS_SELF,
     _SCALER_PLAIN,
     _TAINT_BUILTINS,
     _UNKNOWN,
@@ -481,6 +483,10 @@ class _FunctionWalk(BindingWalk, FlowRecords):
             # A callable held in a local or a parameter: what it returns may be anything it got
             # (and an autocast factory held there makes an autocast context).
             callee = self.ev(func)
+            if self._final and name not in self.params.index and _CHECKPOINTER.search(name):
+                # ``checkpoint_saver(metric, epoch, model, optimizer)``: an object of a project
+                # class called as a function, whose ``__call__`` the link step may find.
+                self._project_call(call, spelled)
             return lower(self._arguments_union(call) | callee) | {a for a in callee if a[0] == "A"}
         return self._project_call(call, spelled)
 
@@ -512,6 +518,8 @@ class _FunctionWalk(BindingWalk, FlowRecords):
             return receiver | self._arguments_union(call) if method in ("get", "setdefault", "pop") else receiver
         if method in _MUTATORS:
             return EMPTY
+        if method in _RETURNS_SELF:
+            return receiver
         if spelled is not None and _is_project_receiver(owner, receiver, self, method):
             return self._project_call(call, spelled)
         result = lower(receiver | self._arguments_union(call))
