@@ -76,3 +76,36 @@ def test_an_update_the_caller_can_turn_off_is_not_judged(buggy: Path):
     )
     edit(buggy / "train.py", "apply_step(enc_opt, scaler)", "apply_step(enc_opt, scaler, update=False)")
     assert [f.code for f in lint_project(buggy).findings if f.location.path.endswith("optim_utils.py")] == []
+
+
+def test_a_loop_handed_the_scaler_that_names_no_gradscaler_is_found(tmp_path: Path):
+    # The executor's loop is handed the scaler by the script that makes it; its own text names no
+    # GradScaler and scales no loss, yet it calls the step helper twice per iteration.
+    root = copy_twin("shared_step_helper", "buggy", tmp_path / "p")
+    (root / "train.py").write_text(
+        "import torch\n\nfrom executor import run\n\n\n"
+        "def main(encoder, decoder, loader):\n"
+        "    scaler = torch.amp.GradScaler('cuda')\n"
+        "    run(encoder, decoder, loader, scaler)\n",
+        encoding="utf-8",
+    )
+    (root / "executor.py").write_text(
+        "import torch\n\nfrom optim_utils import apply_step, backward_step\n\n\n"
+        "def run(encoder, decoder, loader, scaler):\n"
+        "    enc_opt = torch.optim.AdamW(encoder.parameters())\n"
+        "    dec_opt = torch.optim.AdamW(decoder.parameters())\n"
+        "    for x, y in loader:\n"
+        "        backward_step(encoder, decoder, x, y, scaler)\n"
+        "        apply_step(enc_opt, scaler)\n"
+        "        apply_step(dec_opt, scaler)\n",
+        encoding="utf-8",
+    )
+    with (root / "optim_utils.py").open("a", encoding="utf-8") as handle:
+        handle.write(
+            "\n\nimport torch  # noqa: E402\n\n\ndef backward_step(encoder, decoder, x, y, scaler):\n"
+            "    with torch.autocast('cuda', dtype=torch.float16):\n"
+            "        loss = torch.nn.functional.cross_entropy(decoder(encoder(x)), y)\n"
+            "    scaler.scale(loss).backward()\n"
+        )
+    assert "GradScaler" not in (root / "executor.py").read_text(encoding="utf-8")
+    assert findings(root) == EXPECTED

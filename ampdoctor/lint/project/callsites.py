@@ -15,12 +15,20 @@ if TYPE_CHECKING:
     from .shapes import CallRecord
 
 
+# The ``kind`` that looks for the callers among the module itself and the modules that import
+# it, whatever tokens they hold (a loop handed the scaler names no GradScaler). On the
+# 31-repository tree AMP208's helpers asked this way take 0.08 s (most of it the import index);
+# searching every module's text for their names took 0.28 s, the GradScaler modules alone 0.01 s.
+IMPORTERS = "importers"
+
+
 def callers_of(
     project: Project, callers: Callers, kind: str, module: str, name: str
 ) -> Iterator[tuple[str, CallRecord, Target]]:
     """The calls anywhere in the project that land on ``name`` in ``module`` (or on the
     method it overrides, called as ``self.name(...)`` in a base class), as (caller module,
-    call record, target), from the modules whose text holds the token class ``kind``."""
+    call record, target), from the modules whose text holds the token class ``kind`` (or, for
+    ``IMPORTERS``, from the module and those that import it)."""
     for caller, call, target in calls_of(project, callers, kind, module, name):
         if target is not None:
             yield caller, call, target
@@ -34,7 +42,12 @@ def calls_of(
     short = name.rsplit(".", 1)[-1]
     overridden = None  # the classes whose method of that name ``name`` overrides
     imports = import_edges(project)
-    for caller in callers.of(kind, name):
+    if kind == IMPORTERS:
+        modules = [module, *imports.importers(module)]
+        candidates = [rel for rel in modules if callers.names(rel, short)]
+    else:
+        candidates = callers.of(kind, name)
+    for caller in candidates:
         if not imports.relates(caller, module):
             continue  # no import leads from one to the other: no call can land (not summarized)
         for call in project.calls_naming(caller, short):  # the spelling must name the function

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .callsites import callers_of
+from .callsites import IMPORTERS, callers_of
 from .link import Project, Target
 from .reports import Callers, CrossReport
 
@@ -50,9 +50,8 @@ def _paired(functions: dict[str, FunctionSummary]) -> dict[str, str]:
     """The functions that have a possible partner in their own module (finding the callers costs):
     another method of the class that updates the same field after stepping another optimizer,
     or another function that updates a scaler it is handed; or that may be their own partner,
-    stepping an optimizer and updating a scaler they are handed (called twice with two: searched
-    for among the modules that use a GradScaler, which is what they hand it). Each with the
-    token class its callers' modules hold (``Callers``)."""
+    stepping an optimizer and updating a scaler they are handed (called twice with two). Each
+    with the token class its callers' modules hold (``Callers``)."""
     fields: dict[tuple[str, str], set[str]] = {}
     handed: list[str] = []
     paired: set[str] = set()
@@ -64,7 +63,10 @@ def _paired(functions: dict[str, FunctionSummary]) -> dict[str, str]:
                 handed.append(name)
             elif "." in name:
                 fields.setdefault((name.split(".", 1)[0], update["scaler"]), set()).add(name)
-    kinds = dict.fromkeys(sorted(paired), "scaler")
+    # A helper with a name of its own (``update_parameter_and_lr``) is looked for in the modules
+    # that import its own: the loop that calls it twice is often handed the scaler and names no
+    # GradScaler itself. A plain one-word name (``step``, ``update``) only where one is named.
+    kinds = {name: IMPORTERS if "_" in name.rsplit(".", 1)[-1].strip("_") else "scaler" for name in sorted(paired)}
     kinds.update((name, "any") for names in fields.values() if len(names) > 1 for name in names)
     if len(set(handed)) > 1:
         kinds.update((name, "any") for name in handed)
