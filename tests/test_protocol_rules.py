@@ -238,6 +238,33 @@ def test_amp203_a_module_function_stepping_another_argument_is_silent():
     assert "multiplied by the loss scale" in finding.message  # a plain step, not a second one
 
 
+def test_amp203_a_scaled_loss_of_one_function_is_not_another_functions_loss():
+    # ``loss = scaler.scale(loss)`` in the training step; a plain ``loss`` of another function
+    # (a parity check without a scaler) backs off and steps on its own.
+    src = """
+    import torch
+
+    def train_steps(model, loader, optim, scaler):
+        for x in loader:
+            with torch.autocast("cuda"):
+                loss = model(x).sum()
+            loss = scaler.scale(loss)
+            loss.backward()
+            scaler.step(optim)
+            scaler.update()
+
+    def check(model, x):
+        optim = torch.optim.SGD(model.parameters(), lr=0.01)
+        loss = model(x).sum()
+        loss.backward()
+        optim.step()
+    """
+    assert lines_of("AMP203", src) == []
+    # In the training step itself, the scaled name still feeds the plain step it bypasses.
+    bypass = src.replace("            scaler.step(optim)\n            scaler.update()\n", "            optim.step()\n")
+    assert lines_of("AMP203", bypass) == [line_containing(bypass, "        optim.step()")]
+
+
 # --------------------------------------------------------------------------------------
 # AMP204 unscaled-backward
 # --------------------------------------------------------------------------------------
@@ -708,6 +735,37 @@ def test_amp210_fires_for_explicit_float16_and_a_context_object():
 )
 def test_amp210_silent(body):
     assert lines_of("AMP210", loop(body, NO_SCALER)) == []
+
+
+def test_amp210_a_context_object_is_the_one_its_own_function_binds():
+    # Two functions bind ``context`` to their own autocast; the evaluation's runs under
+    # ``no_grad`` with no backward. The training step's region is the one reported.
+    src = NO_SCALER + textwrap.dedent(
+        """
+        import contextlib
+
+
+        def train_step(model, optim, x, amp):
+            context = contextlib.suppress()
+            if amp:
+                context = torch.autocast("cuda", dtype=torch.float16)
+            with context:
+                loss = model(x).sum()
+            loss.backward()
+            optim.step()
+
+
+        def eval_step(model, x, amp):
+            with torch.no_grad():
+                context = contextlib.suppress()
+                if amp:
+                    context = torch.autocast("cuda", dtype=torch.float16)
+                with context:
+                    model(x).sum()
+        """
+    )
+    lines = src.splitlines()
+    assert lines_of("AMP210", src) == [lines.index('        context = torch.autocast("cuda", dtype=torch.float16)') + 1]
 
 
 def test_amp210_silent_with_a_sharded_scaler_anywhere():

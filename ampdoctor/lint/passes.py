@@ -13,7 +13,7 @@ import re
 
 from .held import constant_device, delegated_backward, held_region, module_strings
 from .held import factories as held_factories
-from .model import AmpFacts, CallSite, Event, Region, autocast_region
+from .model import AmpFacts, CallSite, Event, Frame, Region, autocast_region
 from .syntax import call_args, dotted, get_arg, qualify, qualify_spelled, string_value
 from .vocabulary import (
     AUTOCAST_NAMES,
@@ -110,6 +110,32 @@ def _region_of_expression(expr: ast.expr, facts: AmpFacts, held: dict[str, Held]
     return None
 
 
+def _bind_context(table: dict[Any, Region], name: Any, count: int, assignment: Assignment, region: Region) -> None:
+    """Bind ``name`` in ``table`` to the context object an assignment makes: one made on in one
+    binding and off in another may be either; ``ctx = nullcontext()`` then ``if fp16: ctx =
+    torch.autocast(...)`` (``count`` bindings of the name) is on where the test that chose it
+    holds (the region's flag), off elsewhere."""
+    existing = table.get(name)
+    if existing is not None and existing.enabled is not region.enabled:
+        region = Region(region.node, region.device, region.dtype, region.dtype_given, Enabled.MAYBE)
+    elif existing is None and count > 1 and region.enabled is Enabled.ON:
+        flag = _choosing_test(assignment)
+        region = Region(region.node, region.device, region.dtype, region.dtype_given, Enabled.MAYBE, region.kind, flag)
+    table[name] = region
+
+
+def _scoped_region(scoped: dict[tuple[int, str], Region], frame: Frame | None, name: str) -> Region | None:
+    """The context object a plain name holds where it is used: bound in the function itself, or
+    in a function (or the module body) around it; another function's local of the same name is
+    not it."""
+    while frame is not None:
+        found = scoped.get((id(frame), name))
+        if found is not None:
+            return found
+        frame = frame.parent
+    return None
+
+
 def _seeded_region(expr: ast.expr, seeds: dict[str, Any]) -> Region | None:
     """The region a ``with`` item opens by what the project analysis found it to be (an
     autocast context made in another module: ``self.amp_cm``, ``self.engine.autocast()``)."""
@@ -150,31 +176,31 @@ def _framework_autocast(call: ast.Call) -> bool:
 
 def resolve_regions(facts: AmpFacts) -> None:
     held = held_factories(facts, AUTOCAST_NAMES)
-    # Context objects: ``ctx = torch.autocast(...)`` anywhere in the module, by spelling.
+    # Context objects: ``ctx = torch.autocast(...)`` anywhere in the module, by spelling; a plain
+    # name is also kept per function (``scoped``): two functions' ``context`` are two objects.
     bound: dict[str, int] = {}
+    bound_in: dict[tuple[int, str], int] = {}
     for assignment in facts.assignments:
         bound[assignment.target] = bound.get(assignment.target, 0) + 1
+        place = (id(assignment.frame), assignment.target)
+        bound_in[place] = bound_in.get(place, 0) + 1
+    scoped: dict[tuple[int, str], Region] = {}
     for assignment in facts.assignments:
-        region = _region_of_expression(assignment.value, facts, held)
-        if region is not None:
-            existing = facts.context_objects.get(assignment.target)
-            if existing is not None and existing.enabled is not region.enabled:
-                region = Region(region.node, region.device, region.dtype, region.dtype_given, Enabled.MAYBE)
-            elif existing is None and bound[assignment.target] > 1 and region.enabled is Enabled.ON:
-                # ``ctx = nullcontext()`` then ``if fp16: ctx = torch.autocast(...)``: on where the
-                # test that chose it holds (the region's flag), off elsewhere.
-                flag = _choosing_test(assignment)
-                region = Region(
-                    region.node, region.device, region.dtype, region.dtype_given, Enabled.MAYBE, region.kind, flag
-                )
-            facts.context_objects[assignment.target] = region
+        made = _region_of_expression(assignment.value, facts, held)
+        if made is not None:
+            _bind_context(facts.context_objects, assignment.target, bound[assignment.target], assignment, made)
+            place = (id(assignment.frame), assignment.target)
+            _bind_context(scoped, place, bound_in[place], assignment, made)
     seen: dict[int, Region | None] = {}
     for site in facts.calls:
         for ref in site.withs:
             key = id(ref)
             if key in seen or ref.region is not None:
                 continue
-            region = _region_of_expression(ref.expr, facts, held)
+            if type(ref.expr) is ast.Name and ref.expr.id in facts.context_objects:
+                region = _scoped_region(scoped, site.frame, ref.expr.id)
+            else:
+                region = _region_of_expression(ref.expr, facts, held)
             if region is None and facts.seeds is not None:
                 region = _seeded_region(ref.expr, facts.seeds)
             if region is not None and ref.decorator:
@@ -250,7 +276,7 @@ def find_scalers_and_optimizers(facts: AmpFacts) -> None:
     for assignment in facts.assignments:
         scaler = _is_scale_call(assignment.value)
         if scaler is not None:
-            scaled_vars[assignment.target] = scaler
+            scaled_vars[_scaled_key(assignment.target, assignment.frame)] = scaler
     for site in facts.calls:
         if site.method == "backward":
             scaler = _is_scale_call(site.node.func.value) if type(site.node.func) is ast.Attribute else None
@@ -353,6 +379,13 @@ def _protocol_events(site: CallSite, seeded: list[tuple[str, str, tuple[int, str
     return events
 
 
+def _scaled_key(name: str, frame: Frame) -> str:
+    """The key of ``scaled_vars`` for a name: a local is the function's own (``loss =
+    scaler.scale(loss)`` in one function says nothing of another's ``loss``); a field
+    (``self.loss``) is shared by the methods of the module."""
+    return name if "." in name else f"{id(frame)}:{name}"
+
+
 def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> Event | None:
     method, receiver = site.method, site.receiver
     if facts.seeds is not None:
@@ -374,7 +407,7 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
         tensors = site.arg(0, "tensors")
         scaler = _is_scale_call(tensors.value) if tensors else None
         if scaler is None and tensors is not None:
-            scaler = scaled_vars.get(dotted(tensors.value) or "")
+            scaler = scaled_vars.get(_scaled_key(dotted(tensors.value) or "", site.frame))
         if scaler is not None:
             return Event(EventKind.SCALED_BACKWARD, site, scaler=scaler)
         return Event(EventKind.BACKWARD, site)
@@ -382,7 +415,7 @@ def _event_for(site: CallSite, facts: AmpFacts, scaled_vars: dict[str, str]) -> 
         return Event(EventKind.DELEGATED_BACKWARD, site)
     if method == "backward" and type(site.node.func) is ast.Attribute:
         target = site.node.func.value
-        scaler = _is_scale_call(target) or scaled_vars.get(dotted(target) or "")
+        scaler = _is_scale_call(target) or scaled_vars.get(_scaled_key(dotted(target) or "", site.frame))
         if scaler is not None:
             return Event(EventKind.SCALED_BACKWARD, site, scaler=scaler)
         if receiver is not None and ("accelerator" in receiver.lower() or receiver.endswith("fabric")):
