@@ -33,7 +33,7 @@ from .float16_reach import bfloat16_reached
 from .flow import Values, flatten
 from .link import Project, Target
 from .packed_calls import call_heads, calls_where, flow_calls, has_calls
-from .reports import RESUME, Callers, CrossReport, bfloat16_only, names_float16, withdrawn
+from .reports import RESUME, WRITTEN_HERE, Callers, CrossReport, bfloat16_only, names_float16, withdrawn
 from .tokens import CHECKPOINT_WORDS
 
 TYPE_CHECKING = False  # what ``typing.TYPE_CHECKING`` is at run time, without importing typing
@@ -231,7 +231,7 @@ class _Judge:
             if record is not None:
                 related.append((record[0], record[2], f"`{record[1]}` has no field that can hold the scaler's state"))
             if callee is not None:
-                related.append((where, list(save_at), "the checkpoint is written here, without the scaler's state"))
+                related.append((where, list(save_at), WRITTEN_HERE))
             if scaler is not None:
                 related.append((scaler[0], scaler[1], "the GradScaler whose state is left out"))
             holder = self._holder(module, at, reach)

@@ -21,6 +21,22 @@ RESUME = (
 )
 
 
+# The related location of a report reached through a call that is the place a file-local rule
+# may already report (AMP211's ``torch.save``): the file's own finding there stands for it.
+WRITTEN_HERE = "the checkpoint is written here, without the scaler's state"
+
+
+def said_by_the_file(report: CrossReport, rel: str, taken: set[tuple[str, int]]) -> bool:
+    """Whether the module's own findings already report ``report``: the same code at its line,
+    or, for a report made at a call, at the place in the same module that the call reaches."""
+    if (report.code, report.at[0]) in taken:
+        return True
+    return any(
+        module == rel and message == WRITTEN_HERE and (report.code, at[0]) in taken
+        for module, at, message in report.related
+    )
+
+
 class CrossReport(Record):
     """A finding before it has a display path: module (project-relative), position, message,
     help, and related locations as (module, position, message)."""

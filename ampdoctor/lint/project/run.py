@@ -19,7 +19,7 @@ from .. import verbose
 from ..cache import CACHE_DIR
 from .checks import run_checks
 from .link import Project
-from .reports import Callers, CrossReport
+from .reports import Callers, CrossReport, said_by_the_file
 from .reuse import load_reports, reports_path, save_reports, state_key
 from .root import project_root
 from .store import SummaryStore
@@ -255,7 +255,7 @@ def _attach(
             group = [report for report in group if report.code in enabled]
         for report in group:
             line, column, end_line, end_column = report.at
-            if (report.code, line) in taken:
+            if said_by_the_file(report, rel, taken):
                 continue  # the file-local rule already says it there
             taken.add((report.code, line))
             related = tuple(
@@ -334,7 +334,7 @@ def link_source(
     added = []
     for report in reports:
         line, column, end_line, end_column = report.at
-        if (report.code, line) in taken:
+        if said_by_the_file(report, rel, taken):
             continue
         taken.add((report.code, line))
         added.append(
