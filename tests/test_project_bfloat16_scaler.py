@@ -108,3 +108,17 @@ def test_another_script_in_float16_does_not_decide_for_this_one(tmp_path: Path):
     )
     write_project(tmp_path, {"train.py": TRAIN, "model.py": MODEL, "other/run.py": other})
     assert amp209(tmp_path) == {SCALER_AT}
+
+
+def test_a_module_whose_importer_runs_float16_is_no_bfloat16_script(tmp_path: Path):
+    # A trainer class holds the scaler; the ``main.py`` that imports it opens a float16 region.
+    trainer = TRAIN.replace("def main(loader):", "def fit(loader):")
+    main = (
+        "import torch\n\nfrom train import fit\n\n\n"
+        "def run(model, x):\n    with torch.autocast('cuda', dtype=torch.float16):\n        return model(x)\n"
+    )
+    write_project(tmp_path, {"train.py": trainer, "model.py": MODEL, "main.py": main})
+    assert amp209(tmp_path) == set()
+    # A launcher that imports the script and names no float16 leaves it a bfloat16 script.
+    write_project(tmp_path, {"main.py": "from train import fit\n\nfit([])\n"})
+    assert amp209(tmp_path) == {SCALER_AT}

@@ -136,3 +136,9 @@ def test_a_module_without_a_scaler_is_silent(tmp_path: Path):
     )
     write_project(tmp_path, {"saver.py": SAVER, "train.py": train})
     assert amp211(tmp_path) == set()
+
+
+def test_a_disabled_scaler_held_by_the_module_is_none(tmp_path: Path):
+    train = TRAIN.replace('torch.amp.GradScaler("cuda")', 'torch.amp.GradScaler("cuda", enabled=False)')
+    write_project(tmp_path, {"saver.py": SAVER, "train.py": train})
+    assert amp211(tmp_path) == set()

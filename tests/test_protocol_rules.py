@@ -220,6 +220,20 @@ def test_amp203_a_plain_step_the_helper_does_not_double_is_silent(caller):
     assert lines_of("AMP203", TRAINER.replace("{caller}", caller)) == []
 
 
+@pytest.mark.parametrize(
+    "caller",
+    [
+        "            self.optimizer_step() if self.scaler is not None else self.optimizer.step()",
+        "            self.use_amp and self.optimizer_step() or self.optimizer.step()",
+    ],
+    ids=["if-expression", "and-or"],
+)
+def test_amp203_one_of_two_steps_chosen_in_an_expression_is_silent(caller):
+    # The plain step is the other arm of a choice made inside the expression: neither a second
+    # step after the helper's nor a step that bypasses the scaler.
+    assert lines_of("AMP203", TRAINER.replace("{caller}", caller)) == []
+
+
 def test_amp203_a_module_function_stepping_another_argument_is_silent():
     src = """
     import torch

@@ -124,6 +124,41 @@ def _bind_context(table: dict[Any, Region], name: Any, count: int, assignment: A
     table[name] = region
 
 
+def _binding_frame(assignment: Assignment) -> Frame:
+    """The frame whose name an assignment binds: its own, or, under ``global name``, the
+    module's; under ``nonlocal name``, the enclosing function's."""
+    frame = assignment.frame
+    name = assignment.target
+    parent = frame.parent
+    if "." in name or parent is None:
+        return frame
+    for statement in _own_statements(frame.node):
+        if type(statement) is ast.Global and name in statement.names:
+            while frame.parent is not None:
+                frame = frame.parent
+            return frame
+        if type(statement) is ast.Nonlocal and name in statement.names:
+            return parent
+    return frame
+
+
+def _own_statements(function: ast.AST) -> list[ast.stmt]:
+    """The statements of a function's body, nested blocks included, not those of the functions
+    and classes defined in it."""
+    found: list[ast.stmt] = []
+    stack = list(getattr(function, "body", ()))
+    while stack:
+        statement = stack.pop()
+        found.append(statement)
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            stack.extend(getattr(statement, field, ()))
+        for case in getattr(statement, "cases", ()):
+            stack.extend(case.body)
+    return found
+
+
 def _scoped_region(scoped: dict[tuple[int, str], Region], frame: Frame | None, name: str) -> Region | None:
     """The context object a plain name holds where it is used: bound in the function itself, or
     in a function (or the module body) around it; another function's local of the same name is
@@ -182,14 +217,14 @@ def resolve_regions(facts: AmpFacts) -> None:
     bound_in: dict[tuple[int, str], int] = {}
     for assignment in facts.assignments:
         bound[assignment.target] = bound.get(assignment.target, 0) + 1
-        place = (id(assignment.frame), assignment.target)
+        place = (id(_binding_frame(assignment)), assignment.target)
         bound_in[place] = bound_in.get(place, 0) + 1
     scoped: dict[tuple[int, str], Region] = {}
     for assignment in facts.assignments:
         made = _region_of_expression(assignment.value, facts, held)
         if made is not None:
             _bind_context(facts.context_objects, assignment.target, bound[assignment.target], assignment, made)
-            place = (id(assignment.frame), assignment.target)
+            place = (id(_binding_frame(assignment)), assignment.target)
             _bind_context(scoped, place, bound_in[place], assignment, made)
     seen: dict[int, Region | None] = {}
     for site in facts.calls:

@@ -43,7 +43,8 @@ def calls_of(
     overridden = None  # the classes whose method of that name ``name`` overrides
     imports = import_edges(project)
     if kind == IMPORTERS:
-        modules = [module, *imports.importers(module)]
+        # (and the modules it imports: a base class's loop calling ``self.helper(...)``)
+        modules = sorted({module, *imports.importers(module), *imports.imported_by(module)})
         candidates = [rel for rel in modules if callers.names(rel, short)]
     else:
         candidates = callers.of(kind, name)

@@ -153,7 +153,8 @@ class _Judge:
             atoms = values.flow(target.module, target.name).get("scalers", [])
             made = [a for a in atoms if (a.startswith("S@") and ":" in a) or (a[:1] == "F" and "." in target.name)]
             if made:
-                found.update(values.resolve(target.module, target.name, made))
+                resolved = values.scalers(values.resolve(target.module, target.name, made))
+                found.update(atom for atom in resolved if atom != "S@-")  # (a disabled one is none)
         return frozenset(found)
 
     def _subclasses_scalers(self, module: str, function: str) -> Value:
@@ -403,7 +404,7 @@ class _Judge:
                 args = [
                     [a for a in atoms if a.startswith("S@") or a[0] == "D"] for _key, atoms, *_ in call.get("args", [])
                 ]
-                if not args or not any(values.scalers(values.resolve(module, function, a)) for a in args):
+                if not args or not any(_is_scaler(values.resolve(module, function, a)) for a in args):
                     continue
                 target = values.target(module, function, call)
                 if target is not None:
@@ -424,12 +425,18 @@ class _Judge:
         return kept
 
 
+def _is_scaler(value: Value) -> bool:
+    """Whether a resolved value may be a scaler itself (an ``S@`` atom), not an object that
+    holds one in its fields."""
+    return any(type(atom) is str and atom.startswith("S@") for atom in flatten(value))
+
+
 def _saves_parameter(values: Values, target: Target, binding: Bound) -> bool:
     """Whether ``target`` writes, in a ``torch.save`` of its own, a parameter that ``binding``
     binds to a scaler (``torch.save(scaler.state_dict(), "scaler.pt")`` in the saver handed it).
     Only the parameter itself counts: a value that may carry a scaler's taint from elsewhere (a
     tuple unpacked from a set-up function that also returns the scaler) does not."""
-    handed = {param for param, value in binding if values.scalers(values.bound_value(value))}
+    handed = {param for param, value in binding if _is_scaler(values.bound_value(value))}
     if not handed:
         return False
     lowered = {param.lower() for param in handed}

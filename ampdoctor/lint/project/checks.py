@@ -18,14 +18,14 @@ from collections.abc import Callable, Iterable, Iterator
 from ...codes import check_registration
 from .callsites import callers_of
 from .checkpoints import checkpoint_reports
-from .float16_reach import bfloat16_reached, float16_elsewhere
+from .float16_reach import bfloat16_reached, float16_elsewhere, import_edges
 from .flow import Values
 from .forked import Forked, can_fork
 from .half_returned import half_model_trained
 from .handed_steps import steps_without_update
 from .link import Project, Target
 from .region_calls import region_call_reports
-from .reports import Callers, CrossReport, bfloat16_only, target_functions
+from .reports import Callers, CrossReport, bfloat16_only, names_float16, target_functions
 from .seeds import seeded_reports
 from .shared import SharedSummaries, memory_folder
 from .store import BACKWARD_TEXT, SummaryStore
@@ -364,10 +364,15 @@ def _scaler_beside_bfloat16(project: Project, targets: list[str], callers: Calle
     while every autocast region the modules it imports open uses bfloat16 (the model's
     ``forward`` under ``torch.autocast("cuda", dtype=torch.bfloat16)``), and float16 is named
     in none of them: the scaler only adds work. A reached module that names autocast without
-    a region (a factory of a context the script enters) must name float16 nowhere either."""
+    a region (a factory of a context the script enters) must name float16 nowhere either. The
+    modules that import this one (a launcher, or the ``main.py`` of a trainer class) may run it
+    under a float16 autocast of their own: none of them may name float16 or open a region that
+    is not bfloat16."""
     for module in targets:
         summary = project.summary(module)
         if summary is None or not summary.get("scalers_built") or summary.get("float16_code") is not False:
+            continue
+        if _importers_may_run_float16(project, callers, module):
             continue
         region = bfloat16_reached(project, callers, module, strict=True)
         if region is None:
@@ -388,6 +393,31 @@ def _scaler_beside_bfloat16(project: Project, targets: list[str], callers: Calle
                     )
                 ],
             )
+
+
+# How many modules that import a scaler's module, directly or not, are read before giving up.
+_IMPORTERS_READ = 64
+
+
+def _importers_may_run_float16(project: Project, callers: Callers, module: str) -> bool:
+    """Whether a module that imports ``module`` (directly or through others) names float16 or
+    opens an autocast region that is not bfloat16; past ``_IMPORTERS_READ`` of them, say it may."""
+    imports = import_edges(project)
+    seen = {module}
+    frontier = [module]
+    while frontier:
+        for importer in imports.importers(frontier.pop()):
+            if importer in seen:
+                continue
+            seen.add(importer)
+            if len(seen) > _IMPORTERS_READ or names_float16(callers, importer):
+                return True
+            if callers.has_class(importer, "autocast"):
+                summary = project.summary(importer)
+                if summary is None or (summary.get("regions") and not bfloat16_only(summary)):
+                    return True
+            frontier.append(importer)
+    return False
 
 
 # ---------------------------------------------------------------------------------------

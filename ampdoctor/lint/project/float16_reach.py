@@ -371,6 +371,10 @@ class _Imports:
             candidates.update(plainly.get(folder, ()))
         return sorted(rel for rel in candidates if module in self._of(rel))
 
+    def imported_by(self, module: str) -> set[str]:
+        """The project modules ``module`` imports."""
+        return set(self._of(module))
+
     def _package(self, folder: str) -> list[str]:
         files = self._packages.get(folder)
         if files is None:

@@ -27,8 +27,9 @@ WRITTEN_HERE = "the checkpoint is written here, without the scaler's state"
 
 
 def said_by_the_file(report: CrossReport, rel: str, taken: set[tuple[str, int]]) -> bool:
-    """Whether the module's own findings already report ``report``: the same code at its line,
-    or, for a report made at a call, at the place in the same module that the call reaches."""
+    """Whether ``report`` is said already, by the module's own findings or by a report attached
+    to it before (``taken``): the same code at its line, or, for a report made at a call, at the
+    place in the same module that the call reaches."""
     if (report.code, report.at[0]) in taken:
         return True
     return any(

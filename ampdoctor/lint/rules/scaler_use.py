@@ -58,7 +58,7 @@ class StepBypassesScaler(LintRule):
                 continue
             stepped = {(e.scaler, e.optimizer) for e in scaler_events(frame, EventKind.SCALER_STEP)}
             for step in frame.events_of(EventKind.OPTIMIZER_STEP):
-                if id(step.call.node) in doubled:
+                if id(step.call.node) in doubled or _chosen_in_expression(step.call):
                     continue
                 feeding = [b for b in backwards if feeds(b, step) and not exclusive(b, step)]
                 if not feeding or feeding[-1].kind is not EventKind.SCALED_BACKWARD:
@@ -109,6 +109,8 @@ class StepBypassesScaler(LintRule):
             if not steps:
                 continue
             for site in frame.calls:
+                if not _called_alone(site):
+                    continue  # ``self._amp_step() if amp else self.optimizer.step()``: one or the other
                 stepped = _helper_steps(helpers, frame, site)
                 if stepped is None:
                     continue
@@ -117,6 +119,7 @@ class StepBypassesScaler(LintRule):
                     if (
                         step.optimizer != optimizer
                         or step.order <= site.order
+                        or not _called_alone(step.call)
                         or [b.ident for b in step.path] != [b.ident for b in site.path]
                         or any(
                             site.order < b.order < step.order
@@ -137,6 +140,26 @@ class StepBypassesScaler(LintRule):
                         statement=step.call.statement,
                     )
                     break
+
+
+def _chosen_in_expression(site: CallSite) -> bool:
+    """Whether the call is one arm of a choice made inside an expression (``self._amp_step() if
+    amp else self.optimizer.step()``, ``amp and amp_step() or opt.step()``): like the other arm
+    of an ``if``, it may be the branch without AMP."""
+    statement = site.statement
+    if type(statement) is ast.Expr and statement.value is site.node:
+        return False
+    return any(
+        type(node) in (ast.IfExp, ast.BoolOp) and any(inner is site.node for inner in ast.walk(node))
+        for node in ast.walk(statement)
+    )
+
+
+def _called_alone(site: CallSite) -> bool:
+    """Whether the call is a statement of its own (``helper()``), not part of an expression that
+    may skip it (``a() if c else b()``, ``amp and a() or b()``)."""
+    statement = site.statement
+    return type(statement) is ast.Expr and statement.value is site.node
 
 
 def _stepping_helpers(facts: AmpFacts) -> dict[tuple[str | None, str], Event]:
