@@ -372,11 +372,9 @@ def _scaler_beside_bfloat16(project: Project, targets: list[str], callers: Calle
         summary = project.summary(module)
         if summary is None or not summary.get("scalers_built") or summary.get("float16_code") is not False:
             continue
-        if _importers_may_run_float16(project, callers, module):
-            continue
         region = bfloat16_reached(project, callers, module, strict=True)
-        if region is None:
-            continue
+        if region is None or _importers_may_run_float16(project, callers, module):
+            continue  # (the importers asked last: their index costs more than the imports' walk)
         for at in summary["scalers_built"]:
             yield CrossReport(
                 "AMP209",
