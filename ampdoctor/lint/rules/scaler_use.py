@@ -70,15 +70,7 @@ class StepBypassesScaler(LintRule):
                     # both run in one pass (``scaler.step(opt); scaler.update(); opt.step()``).
                     first = _stepped_before(facts, frame, step, scaler)
                     if first is not None:
-                        yield Report(
-                            self.code,
-                            step.call.node,
-                            f"`{event_text(facts, step)}` steps the optimizer a second time after "
-                            f"`{event_text(facts, first)}`: it applies the gradients again, and applies them "
-                            "even when the scaler skipped an overflowing step",
-                            help=f"Remove `{event_text(facts, step)}`: `{scaler}.step(...)` already steps it",
-                            statement=step.call.statement,
-                        )
+                        yield self._second_step(facts, step, f"`{event_text(facts, first)}`", f"`{scaler}.step(...)`")
                     continue
                 if any(
                     u.optimizer == step.optimizer and backward.order < u.order < step.order
@@ -130,16 +122,20 @@ class StepBypassesScaler(LintRule):
                     called = facts.text(site.node.func) + (
                         "()" if not (site.node.args or site.node.keywords) else "(...)"
                     )
-                    yield Report(
-                        self.code,
-                        step.call.node,
-                        f"`{event_text(facts, step)}` steps the optimizer a second time after `{called}`, "
-                        f"which steps it through `{helper.scaler}.step(...)`: it applies the gradients again, and "
-                        "applies them even when the scaler skipped an overflowing step",
-                        help=f"Remove `{event_text(facts, step)}`: `{called}` already steps it",
-                        statement=step.call.statement,
-                    )
+                    after = f"`{called}`, which steps it through `{helper.scaler}.step(...)`"
+                    yield self._second_step(facts, step, after, f"`{called}`")
                     break
+
+    def _second_step(self, facts: AmpFacts, step: Event, after: str, stepper: str) -> Report:
+        """A plain ``optimizer.step()`` after ``after`` has stepped the same optimizer."""
+        return Report(
+            self.code,
+            step.call.node,
+            f"`{event_text(facts, step)}` steps the optimizer a second time after {after}: it applies the "
+            "gradients again, and applies them even when the scaler skipped an overflowing step",
+            help=f"Remove `{event_text(facts, step)}`: {stepper} already steps it",
+            statement=step.call.statement,
+        )
 
 
 def _chosen_in_expression(site: CallSite) -> bool:
