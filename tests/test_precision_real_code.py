@@ -170,3 +170,42 @@ def test_torch_bound_by_a_star_import_is_torch():
     assert found_pairs("import torch\n" + STAR_IMPORTED_TORCH) == [(17, "AMP211")]
     # Without a star import, an unbound ``torch`` is nothing the rules know.
     assert found_pairs(STAR_IMPORTED_TORCH.replace("from .nets import *", "from .nets import Net")) == []
+
+
+BFLOAT16_MODEL = """\
+import torch
+from transformers import AutoModelForVision2Seq
+
+
+def finetune(path, loader, optimizer):
+    vla = AutoModelForVision2Seq.from_pretrained(path, torch_dtype=torch.bfloat16)
+    for batch in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = vla(pixel_values=batch["pixel_values"].to(torch.bfloat16), labels=batch["labels"])
+        out.loss.backward()
+        optimizer.step()
+"""
+
+
+def test_an_input_cast_to_a_bfloat16_models_dtype_is_silent():
+    # The model's weights are bfloat16 (``torch_dtype``, ``.bfloat16()``, ``model =
+    # Net().to(torch.bfloat16)``): the input cast matches them, and bfloat16 cannot overflow.
+    assert found_pairs(BFLOAT16_MODEL) == []
+    converted = BFLOAT16_MODEL.replace(
+        "from_pretrained(path, torch_dtype=torch.bfloat16)", "from_pretrained(path)\n    vla = vla.bfloat16()"
+    )
+    assert found_pairs(converted) == []
+    built = BFLOAT16_MODEL.replace(
+        "AutoModelForVision2Seq.from_pretrained(path, torch_dtype=torch.bfloat16)",
+        "torch.nn.Linear(8, 8).to(torch.bfloat16)",
+    )
+    assert found_pairs(built) == []
+
+
+def test_the_same_cast_beside_a_float32_model_or_in_float16_is_reported():
+    plain = BFLOAT16_MODEL.replace("from_pretrained(path, torch_dtype=torch.bfloat16)", "from_pretrained(path)")
+    assert found_pairs(plain) == [(9, "AMP103")]
+    half = BFLOAT16_MODEL.replace(
+        'with torch.autocast("cuda", dtype=torch.bfloat16)', 'with torch.autocast("cuda", dtype=torch.float16)'
+    ).replace('batch["pixel_values"].to(torch.bfloat16)', 'batch["pixel_values"].half()')
+    assert (9, "AMP103") in found_pairs(half)

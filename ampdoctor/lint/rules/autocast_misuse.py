@@ -237,6 +237,8 @@ class DowncastInAutocast(LintRule):
                 continue
             if _stored(site) or _matches_a_half_model(facts, site):
                 continue
+            if dtype == "bfloat16" and _matches_a_bfloat16_model(facts, site):
+                continue
             if id(site.statement) in reported:
                 continue  # one cause, one finding: ``x.half(), y.half()`` on one line
             reported.add(id(site.statement))
@@ -280,6 +282,31 @@ def _matches_a_half_model(facts: AmpFacts, site: CallSite) -> bool:
         for other in site.frame.calls
         if other.region is None or other.node is not site.node
     ) and not any(e.kind in _TRAINING for e in site.frame.events)
+
+
+def _matches_a_bfloat16_model(facts: AmpFacts, site: CallSite) -> bool:
+    """An input cast to bfloat16 in a function that made its model bfloat16 before it
+    (``from_pretrained(path, torch_dtype=torch.bfloat16)``, ``model.bfloat16()``, ``model =
+    model.to(torch.bfloat16)``): the cast matches the weights' dtype, and bfloat16 has no
+    overflow to fear; training included, unlike a float16 model (AMP303 is about those)."""
+    for other in site.frame.calls:
+        if other.order >= site.order or other.node is site.node:
+            continue
+        if any(
+            keyword.arg == "torch_dtype" and facts.qualify(keyword.value) == "torch.bfloat16"
+            for keyword in other.node.keywords
+        ):
+            return True
+        if other.method not in ("bfloat16", "to") or (other.receiver is not None and other.receiver == site.receiver):
+            continue
+        statement = other.statement
+        # (``Net().to(torch.bfloat16)`` has no receiver: only its assignment names the model)
+        alone = (type(statement) is ast.Expr and statement.value is other.node and other.receiver is not None) or (
+            type(statement) is ast.Assign and statement.value is other.node
+        )
+        if alone and downcast_dtype(other, facts) == "bfloat16":
+            return True  # the model itself converted (not a tensor passed on)
+    return False
 
 
 def _guarded_by_own_flag(site: CallSite, region: Region) -> bool:
