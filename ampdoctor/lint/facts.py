@@ -255,6 +255,13 @@ class _FactWalk:
         self._schedule(items)
         return True
 
+    def _declaration(self, node: ast.Global | ast.Nonlocal) -> bool:
+        frame = self._frame_stack[-1]
+        if frame.declared is None:
+            frame.declared = {}
+        frame.declared.update(dict.fromkeys(node.names, type(node) is ast.Global))
+        return True
+
     def _loop(self, node: ast.For | ast.AsyncFor | ast.While) -> bool:
         self._statements.append(node)
         head = [node.test] if isinstance(node, ast.While) else [node.target, node.iter]
@@ -460,6 +467,8 @@ _HANDLERS: dict[type, Callable[[_FactWalk, Any], bool]] = {
     ast.Call: _FactWalk._call,
     ast.Attribute: _FactWalk._attribute,
     ast.Lambda: _FactWalk._lambda,
+    ast.Global: _FactWalk._declaration,
+    ast.Nonlocal: _FactWalk._declaration,
 }
 if hasattr(ast, "TryStar"):
     _HANDLERS[ast.TryStar] = _FactWalk._try

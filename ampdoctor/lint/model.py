@@ -219,7 +219,7 @@ class Event(Record):
 
 
 class Frame(Record):
-    __slots__ = ("node", "name", "class_name", "parent", "calls", "events", "_kinds")
+    __slots__ = ("node", "name", "class_name", "parent", "calls", "events", "declared", "_kinds")
 
     def __init__(
         self,
@@ -236,6 +236,8 @@ class Frame(Record):
         self.parent = parent
         self.calls = [] if calls is None else calls
         self.events = [] if events is None else events
+        # The names its ``global`` (True) and ``nonlocal`` (False) statements declare, if any.
+        self.declared: dict[str, bool] | None = None
         # The events by kind, made on the first question (a module-level script is one frame
         # that rules ask about once per loop); made again when events were added since.
         self._kinds: tuple[int, dict[EventKind, list[Event]]] | None = None

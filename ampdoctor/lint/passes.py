@@ -124,53 +124,19 @@ def _bind_context(table: dict[Any, Region], name: Any, count: int, assignment: A
     table[name] = region
 
 
-# A ``global`` or ``nonlocal`` statement's keyword (not ``global_step``).
-_DECLARES = re.compile(r"\b(?:global|nonlocal)[ \t]")
-
-
-def _binding_frame(assignment: Assignment, declared: dict[int, dict[str, bool]] | None) -> Frame:
+def _binding_frame(assignment: Assignment) -> Frame:
     """The frame whose name an assignment binds: its own, or, under ``global name``, the
-    module's; under ``nonlocal name``, the enclosing function's. ``declared``: each function
-    frame's ``global`` (True) and ``nonlocal`` (False) names, filled as frames are asked; None
-    in a module whose text says neither word."""
+    module's; under ``nonlocal name``, the enclosing function's (``Frame.declared``)."""
     frame = assignment.frame
-    name = assignment.target
-    parent = frame.parent
-    if declared is None or "." in name or parent is None:
+    declared = frame.declared
+    scope = declared.get(assignment.target) if declared else None
+    if scope is None or frame.parent is None:
         return frame
-    names = declared.get(id(frame))
-    if names is None:
-        names = declared[id(frame)] = {
-            declared_name: type(statement) is ast.Global
-            for statement in _own_statements(frame.node)
-            if type(statement) is ast.Global or type(statement) is ast.Nonlocal
-            for declared_name in statement.names
-        }
-    scope = names.get(name)
-    if scope is None:
-        return frame
-    if scope:
-        while frame.parent is not None:
-            frame = frame.parent
-        return frame
-    return parent
-
-
-def _own_statements(function: ast.AST) -> list[ast.stmt]:
-    """The statements of a function's body, nested blocks included, not those of the functions
-    and classes defined in it."""
-    found: list[ast.stmt] = []
-    stack = list(getattr(function, "body", ()))
-    while stack:
-        statement = stack.pop()
-        found.append(statement)
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            stack.extend(getattr(statement, field, ()))
-        for case in getattr(statement, "cases", ()):
-            stack.extend(case.body)
-    return found
+    if not scope:
+        return frame.parent
+    while frame.parent is not None:
+        frame = frame.parent
+    return frame
 
 
 def _scoped_region(scoped: dict[tuple[int, str], Region], frame: Frame | None, name: str) -> Region | None:
@@ -229,19 +195,16 @@ def resolve_regions(facts: AmpFacts) -> None:
     # name is also kept per function (``scoped``): two functions' ``context`` are two objects.
     bound: dict[str, int] = {}
     bound_in: dict[tuple[int, str], int] = {}
-    # (``global``/``nonlocal`` looked for only where the module's text has the word: on the
-    # 31-repository tree, walking every function for them took 1.5 s of the lint pass's CPU)
-    declared: dict[int, dict[str, bool]] | None = {} if _DECLARES.search(facts.source) else None
     for assignment in facts.assignments:
         bound[assignment.target] = bound.get(assignment.target, 0) + 1
-        place = (id(_binding_frame(assignment, declared)), assignment.target)
+        place = (id(_binding_frame(assignment)), assignment.target)
         bound_in[place] = bound_in.get(place, 0) + 1
     scoped: dict[tuple[int, str], Region] = {}
     for assignment in facts.assignments:
         made = _region_of_expression(assignment.value, facts, held)
         if made is not None:
             _bind_context(facts.context_objects, assignment.target, bound[assignment.target], assignment, made)
-            place = (id(_binding_frame(assignment, declared)), assignment.target)
+            place = (id(_binding_frame(assignment)), assignment.target)
             _bind_context(scoped, place, bound_in[place], assignment, made)
     seen: dict[int, Region | None] = {}
     for site in facts.calls:

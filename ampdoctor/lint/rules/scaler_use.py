@@ -21,7 +21,7 @@ from ..iteration import (
 )
 from ..model import AmpFacts, Block, CallSite, Event, Frame
 from ..passes import is_optimizer_constructor
-from ..syntax import FUNCTION_TYPES, parameter_names
+from ..syntax import FUNCTION_TYPES, dotted, parameter_names
 from ..vocabulary import EventKind
 from . import SCALED_BACKWARD, SCALER, LintRule, Report, register
 from .scaler_queries import (
@@ -142,12 +142,11 @@ def _chosen_in_expression(site: CallSite) -> bool:
     """Whether the call is one arm of a choice made inside an expression (``self._amp_step() if
     amp else self.optimizer.step()``, ``amp and amp_step() or opt.step()``): like the other arm
     of an ``if``, it may be the branch without AMP."""
-    statement = site.statement
-    if type(statement) is ast.Expr and statement.value is site.node:
+    if _called_alone(site):
         return False
     return any(
         type(node) in (ast.IfExp, ast.BoolOp) and any(inner is site.node for inner in ast.walk(node))
-        for node in ast.walk(statement)
+        for node in ast.walk(site.statement)
     )
 
 
@@ -191,20 +190,14 @@ def _helper_steps(
     if event is None or event.optimizer is None:
         return None
     helper = event.call.frame.node
-    params = parameter_names(helper)
-    if event.optimizer not in params:
+    if event.optimizer not in parameter_names(helper):
         return None
-    args = helper.args  # type: ignore[attr-defined]
+    args = helper.args  # type: ignore[attr-defined]  # (a function: it has parameters)
     positional = [a.arg for a in (*args.posonlyargs, *args.args)]
-    argument: ast.expr | None = None
-    if event.optimizer in positional and positional.index(event.optimizer) < len(node.args):
-        argument = node.args[positional.index(event.optimizer)]
-    for keyword in node.keywords:
-        if keyword.arg == event.optimizer:
-            argument = keyword.value
-    if argument is None or type(argument) is ast.Starred:
-        return None
-    return event, ast.unparse(argument)
+    where = positional.index(event.optimizer) if event.optimizer in positional else None
+    passed = site.arg(where, event.optimizer)
+    spelled = dotted(passed.value) if passed is not None else None
+    return (event, spelled) if spelled is not None else None
 
 
 def _stepped_before(facts: AmpFacts, frame: Frame, step: Event, scaler: str | None) -> Event | None:
